@@ -1,0 +1,38 @@
+"""What a producer's per-sample function returns, and how it says no.
+
+Called in producer processes only. Arrays are unpadded; the worker pads them
+into the fixed-shape slot (shared/ring.py) without an extra copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Sample:
+    """One prepared sample.
+
+    tokens: int32 [text_len]; mel: float32 [n_frames, n_mels] (features.device:
+    producer) or None; wave: float32 [n_samples] at audio.sample_rate
+    (features.device: stager) or None. truncated is set when
+    features.on_too_long: truncate cut the clip.
+    """
+
+    item_id: str
+    tokens: np.ndarray
+    mel: np.ndarray | None = None
+    wave: np.ndarray | None = None
+    truncated: bool = False
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class SkipSample(Exception):  # noqa: N818 - it is a verdict, not an error of ours
+    """The input cannot be used; reason is a short specific sentence for the quarantine."""
+
+    def __init__(self, reason: str, path: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
