@@ -1,0 +1,170 @@
+"""Dataset readers: LJSpeech ``metadata.csv`` and ``audio_file|text[|speaker_name]`` CSV.
+
+Called by the stager (to build the epoch plan) and by every producer (to map
+an item index to its entry); both must get the same list, so the order is the
+file order and nothing depends on the file system's listing order. A bad line
+becomes a :class:`BadLine` with a specific reason and the rest is used: the
+file is read as bytes and decoded line by line, so one non-UTF-8 line does not
+lose the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.config import Config
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "metadata.csv"
+CSV_HEADER = ("audio_file", "text")
+CSV_HEADER_SPEAKER = ("audio_file", "text", "speaker_name")
+AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3")
+
+
+class DatasetError(ValueError):
+    """The dataset as a whole cannot be read (no metadata file, wrong header)."""
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One usable line: audio_path is absolute, text is the raw transcription."""
+
+    item_id: str
+    audio_path: str
+    text: str
+    speaker: str = ""
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A metadata line that was not used; line is 1-based."""
+
+    file: str
+    line: int
+    reason: str
+    item_id: str = ""
+
+
+def _metadata_path(cfg: Config, root: str | os.PathLike[str] | None) -> Path:
+    path = Path(cfg.data.path)
+    if not path.is_absolute():
+        path = Path(root or os.getcwd()) / path
+    if path.is_dir():
+        path = path / METADATA_FILE
+    if not path.is_file():
+        raise DatasetError(
+            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects "
+            f"a directory holding {METADATA_FILE}, or the file itself)"
+        )
+    return path
+
+
+def _split_lines(raw: bytes) -> list[tuple[int, bytes]]:
+    """Non-blank lines with their 1-based numbers; a UTF-8 BOM and CR are dropped."""
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
+    lines = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        line = line.rstrip(b"\r")
+        if line.strip():
+            lines.append((number, line))
+    return lines
+
+
+def _decode(line: bytes) -> tuple[str | None, str, str]:
+    """-> (text or None, reason, item_id guessed from the first field)."""
+    try:
+        return line.decode("utf-8"), "", ""
+    except UnicodeDecodeError as exc:
+        first = line.split(b"|", 1)[0]
+        item_id = first.decode("utf-8", errors="ignore") if first.isascii() else ""
+        return None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})", item_id.strip()
+
+
+def _ljspeech_entry(fields: list[str], base: Path, column: int) -> DatasetEntry | str:
+    if len(fields) != 3:
+        return f"expected 3 '|'-separated columns (id|text|normalized), got {len(fields)}"
+    item_id = fields[0].strip()
+    text = fields[column].strip()
+    if not item_id:
+        return "empty item id"
+    if not text:
+        return f"empty text in column {column + 1} (data.text_column={column})"
+    return DatasetEntry(item_id, str(base / "wavs" / f"{item_id}.wav"), text)
+
+
+def _csv_entry(fields: list[str], base: Path, n_columns: int) -> DatasetEntry | str:
+    if len(fields) != n_columns:
+        return f"expected {n_columns} '|'-separated columns, got {len(fields)}"
+    rel = fields[0].strip()
+    text = fields[1].strip()
+    speaker = fields[2].strip() if n_columns == 3 else ""
+    if not rel:
+        return "empty audio_file"
+    if not rel.lower().endswith(AUDIO_EXTENSIONS):
+        return f"unsupported audio extension in {rel!r} (use one of {AUDIO_EXTENSIONS})"
+    if not text:
+        return "empty text"
+    item_id = Path(rel).with_suffix("").as_posix()
+    return DatasetEntry(item_id, str(base / rel), text, speaker)
+
+
+def _csv_columns(path: Path, lines: list[tuple[int, bytes]]) -> int:
+    header = tuple(f.strip() for f in lines[0][1].decode("utf-8", errors="replace").split("|"))
+    if header not in (CSV_HEADER, CSV_HEADER_SPEAKER):
+        raise DatasetError(
+            f"{path}:1: data.format: csv needs the header 'audio_file|text' or "
+            f"'audio_file|text|speaker_name', got {'|'.join(header)!r}"
+        )
+    return len(header)
+
+
+def read_dataset(
+    cfg: Config, root: str | os.PathLike[str] | None = None
+) -> tuple[list[DatasetEntry], list[BadLine]]:
+    """Read cfg.data.path -> (usable entries in file order, bad lines).
+
+    A relative data.path is resolved against root (default: the current
+    directory). Audio paths are made absolute so every process agrees on them
+    and the feature cache can key on them.
+    """
+    path = _metadata_path(cfg, root)
+    base = path.parent.absolute()
+    lines = _split_lines(path.read_bytes())
+    if cfg.data.format == "csv":
+        if not lines:
+            raise DatasetError(f"{path}: empty file, expected a header 'audio_file|text'")
+        n_columns = _csv_columns(path, lines)
+        lines = lines[1:]
+    entries: list[DatasetEntry] = []
+    bad: list[BadLine] = []
+    seen: dict[str, int] = {}
+    for number, raw in lines:
+        text, reason, item_id = _decode(raw)
+        if text is not None:
+            fields = text.split("|")
+            if cfg.data.format == "ljspeech":
+                result = _ljspeech_entry(fields, base, cfg.data.text_column)
+            else:
+                result = _csv_entry(fields, base, n_columns)
+            item_id = fields[0].strip() if isinstance(result, str) else result.item_id
+            reason = result if isinstance(result, str) else _check_entry(result, seen)
+        if reason:
+            bad.append(BadLine(str(path), number, reason, item_id))
+            continue
+        seen[result.item_id] = number
+        entries.append(result)
+    if bad:
+        log.warning("%s: %d of %d lines unusable", path, len(bad), len(lines))
+    return entries, bad
+
+
+def _check_entry(entry: DatasetEntry, seen: dict[str, int]) -> str:
+    if entry.item_id in seen:
+        return f"duplicate item id {entry.item_id!r} (first on line {seen[entry.item_id]})"
+    if not os.path.isfile(entry.audio_path):
+        return f"audio file not found: {entry.audio_path}"
+    return ""

@@ -1,0 +1,188 @@
+"""English text normalization and the character tokenizer.
+
+Called in producer processes, once per sample (:class:`TextEncoder`). The
+cleaner follows Tacotron's ``english_cleaners`` (keithito/tacotron
+text/cleaners.py): unicode to ASCII, lowercase, numbers and currency spelled
+out, abbreviations expanded, whitespace collapsed. Number words come from
+``num2words`` with hyphens and commas removed ("1,234" -> "one thousand two
+hundred and thirty four"), because the alphabet's "-" and "," are prosody
+marks for the model, not parts of words.
+
+Token ids: 0 = pad, 1 = unknown, 2 = end of text, then ``text.alphabet`` from
+3 on; this is what ``Config.vocab_size`` counts.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+
+import numpy as np
+from num2words import num2words
+from unidecode import unidecode
+
+from producer.sample import SkipSample
+from shared.config import Config
+
+PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
+FIRST_CHAR_ID = 3
+
+# Typographic characters unidecode would map to something the alphabet lacks
+# (unidecode turns "£" into "PS", an em dash into "--").
+_UNICODE_PUNCT = str.maketrans(
+    {
+        "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
+        "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"',
+        "\u2013": " - ", "\u2014": " - ", "\u2015": " - ", "\u2212": "-",
+        "\u2026": "...", "\u00a0": " ",
+    }
+)  # fmt: skip
+
+_ABBREVIATIONS = [
+    (re.compile(rf"\b{abbr}\.", re.IGNORECASE), word)
+    for abbr, word in [
+        ("mrs", "misess"), ("mr", "mister"), ("dr", "doctor"), ("st", "saint"),
+        ("co", "company"), ("jr", "junior"), ("maj", "major"), ("gen", "general"),
+        ("drs", "doctors"), ("rev", "reverend"), ("lt", "lieutenant"), ("hon", "honorable"),
+        ("sgt", "sergeant"), ("capt", "captain"), ("esq", "esquire"), ("ltd", "limited"),
+        ("col", "colonel"), ("ft", "fort"), ("etc", "et cetera"), ("vs", "versus"),
+    ]
+]  # fmt: skip
+
+_CURRENCY_RE = re.compile(r"([$£€])\s?(\d[\d,]*(?:\.\d+)?)")
+_CURRENCY_WORDS = {"$": ("dollar", "cent"), "£": ("pound", "penny"), "€": ("euro", "cent")}
+_COMMA_NUMBER_RE = re.compile(r"\b\d{1,3}(?:,\d{3})+\b")
+_DECIMAL_RE = re.compile(r"\b\d+\.\d+\b")
+_PERCENT_RE = re.compile(r"(\d)\s?%")
+_ORDINAL_RE = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
+_NUMBER_RE = re.compile(r"\d+")
+_WHITESPACE_RE = re.compile(r"\s+")
+
+
+def _words(n: int, to: str = "cardinal") -> str:
+    return num2words(n, to=to).replace("-", " ").replace(",", "")
+
+
+def _plural(n: int, unit: str) -> str:
+    if n == 1:
+        return unit
+    return "pence" if unit == "penny" else unit + "s"
+
+
+def _expand_currency(m: re.Match[str]) -> str:
+    unit, sub_unit = _CURRENCY_WORDS[m.group(1)]
+    whole, _, frac = m.group(2).replace(",", "").partition(".")
+    major = int(whole)
+    # "$3.5" is three dollars fifty cents: pad the fraction to two digits.
+    minor = int(frac[:2].ljust(2, "0")) if frac else 0
+    parts = []
+    if major or not minor:
+        parts.append(f"{_words(major)} {_plural(major, unit)}")
+    if minor:
+        parts.append(f"{_words(minor)} {_plural(minor, sub_unit)}")
+    return ", ".join(parts)
+
+
+def _expand_decimal(m: re.Match[str]) -> str:
+    whole, frac = m.group(0).split(".")
+    digits = " ".join(_words(int(d)) for d in frac)
+    return f"{_words(int(whole))} point {digits}"
+
+
+def _expand_number(m: re.Match[str]) -> str:
+    text = m.group(0)
+    n = int(text)
+    if len(text) > 1 and text.startswith("0"):
+        return " ".join(_words(int(d)) for d in text)  # "007": read digit by digit
+    if 1000 < n < 3000 and n % 1000 >= 10:
+        # A four-digit number in this range is most likely a year (Tacotron does the same).
+        return _words(n, "year").replace(" and ", " ")
+    return _words(n)
+
+
+def expand_numbers(text: str) -> str:
+    """Spell out currency, comma numbers, decimals, percentages, ordinals and integers."""
+    text = _CURRENCY_RE.sub(_expand_currency, text)
+    text = _COMMA_NUMBER_RE.sub(lambda m: _words(int(m.group(0).replace(",", ""))), text)
+    text = _DECIMAL_RE.sub(_expand_decimal, text)
+    text = _PERCENT_RE.sub(r"\1 percent", text)
+    text = _ORDINAL_RE.sub(lambda m: _words(int(m.group(1)), "ordinal"), text)
+    return _NUMBER_RE.sub(_expand_number, text)
+
+
+def clean_text(text: str) -> str:
+    """English cleaners: raw transcription -> lowercase ASCII with words spelled out."""
+    # NFKC first so fullwidth digits and superscripts become the digits the regexes see.
+    text = unicodedata.normalize("NFKC", text).translate(_UNICODE_PUNCT)
+    text = expand_numbers(text.replace("&", " and "))
+    text = unidecode(text).lower()
+    for pattern, word in _ABBREVIATIONS:
+        text = pattern.sub(word, text)
+    return _WHITESPACE_RE.sub(" ", text).strip()
+
+
+class TextEncoder:
+    """Text -> int32 token ids, with an LRU cache of cleaned texts.
+
+    One per producer process (inside SamplePipeline). The cache (size
+    ``text.cache_size``) makes a text seen in an earlier epoch cost a dict
+    lookup instead of the regex passes and num2words calls.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        alphabet = cfg.text.alphabet
+        # Lookup table indexed by code point; codes beyond it are unknown.
+        self._lut = np.full(max(map(ord, alphabet)) + 1, UNKNOWN_ID, dtype=np.int32)
+        self._lut[[ord(c) for c in alphabet]] = np.arange(
+            FIRST_CHAR_ID, FIRST_CHAR_ID + len(alphabet), dtype=np.int32
+        )
+        self.clean = functools.lru_cache(maxsize=cfg.text.cache_size)(clean_text)
+
+    def tokenize(self, cleaned: str) -> np.ndarray:
+        """Cleaned text -> int32 [len(cleaned) (+1 with text.add_eos)], no padding."""
+        codes = np.frombuffer(cleaned.encode("utf-32-le"), dtype=np.uint32)
+        known = codes < len(self._lut)
+        ids = np.where(known, self._lut[np.where(known, codes, 0)], UNKNOWN_ID).astype(np.int32)
+        if self.cfg.text.add_eos:
+            ids = np.append(ids, np.int32(EOS_ID))
+        return ids
+
+    def encode(self, text: str, path: str = "") -> tuple[np.ndarray, bool]:
+        """Raw text -> (int32 [n_tokens] with n_tokens <= text.max_text_len, truncated).
+
+        Raises SkipSample for empty text, too many unknown characters, or (with
+        features.on_too_long: skip) text longer than text.max_text_len.
+        """
+        cleaned = self.clean(text)
+        if not cleaned:
+            raise SkipSample("empty text after cleaning", path)
+        ids = self.tokenize(cleaned)
+        n_chars = len(cleaned)
+        unknown = ids[:n_chars] == UNKNOWN_ID
+        frac = float(unknown.mean())
+        if frac > self.cfg.text.max_unknown_frac:
+            chars = "".join(sorted({c for c, u in zip(cleaned, unknown, strict=True) if u}))
+            raise SkipSample(
+                f"unknown-character fraction {frac:.2f} > text.max_unknown_frac="
+                f"{self.cfg.text.max_unknown_frac} (characters {chars!r} are not in "
+                "text.alphabet)",
+                path,
+            )
+        return self._fit(ids, path)
+
+    def _fit(self, ids: np.ndarray, path: str) -> tuple[np.ndarray, bool]:
+        limit = self.cfg.text.max_text_len
+        if len(ids) <= limit:
+            return ids, False
+        if self.cfg.features.on_too_long == "skip":
+            raise SkipSample(
+                f"text has {len(ids)} tokens > text.max_text_len={limit}: raise "
+                "max_text_len or set features.on_too_long: truncate",
+                path,
+            )
+        if self.cfg.text.add_eos:
+            # Keep the end-of-text token so the model still sees where the text stops.
+            return np.append(ids[: limit - 1], np.int32(EOS_ID)), True
+        return ids[:limit], True

@@ -1,0 +1,63 @@
+"""read_dataset keeps good lines in file order and names what is wrong with the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+from broken_dataset import make_broken_dataset
+
+from producer.dataset import DatasetError, read_dataset
+from producer.quarantine import QuarantineWriter, read_quarantine
+from shared.config import Config, replace
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_default_dataset_relative_to_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    entries, bad = read_dataset(Config())
+    assert bad == [] and len(entries) == 16
+    assert [e.item_id for e in entries] == [f"LJ001-{i:04d}" for i in range(1, 17)]
+    assert all(Path(e.audio_path).is_absolute() for e in entries)
+
+
+def test_broken_dataset_bad_lines(tmp_path: Path) -> None:
+    ds = make_broken_dataset(tmp_path / "ds")
+    entries, bad = read_dataset(replace(Config(), data={"path": str(ds.root)}))
+    assert [e.item_id for e in entries] == ds.good + list(ds.bad_samples)
+    assert {b.item_id for b in bad} == set(ds.bad_lines)
+    for line in bad:
+        assert ds.bad_lines[line.item_id] in line.reason, line
+        assert line.line >= 1 and line.file.endswith("metadata.csv")
+
+
+def test_csv_format_with_speakers(tmp_path: Path) -> None:
+    wave, sr = sf.read(REPO / "data/ljspeech-mini/wavs/LJ001-0002.wav")
+    (tmp_path / "audio").mkdir()
+    sf.write(tmp_path / "audio/a.flac", wave, sr)
+    rows = ["audio_file|text|speaker_name", "audio/a.flac|Hello.|ann", "audio/b.wav|Gone.|bob",
+            "audio/a.ogg|Odd.|ann"]  # fmt: skip
+    (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
+    cfg = replace(Config(), data={"path": str(tmp_path), "format": "csv"})
+    entries, bad = read_dataset(cfg)
+    assert [(e.item_id, e.text, e.speaker) for e in entries] == [("audio/a", "Hello.", "ann")]
+    assert [b.line for b in bad] == [3, 4]
+    assert "not found" in bad[0].reason and "unsupported audio extension" in bad[1].reason
+    (tmp_path / "metadata.csv").write_text("path|words\n")
+    with pytest.raises(DatasetError, match="header"):
+        read_dataset(cfg)
+
+
+def test_quarantine_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "q" / "quarantine.jsonl"
+    with QuarantineWriter(path) as q:
+        q.write("LJ1", "/a.wav", "zero-byte audio file", "audio")
+        assert read_quarantine(path)[0]["reason"] == "zero-byte audio file"  # line-buffered
+        q.write("LJ2", "/b.wav", "empty text", "dataset")
+    with open(path, "a") as f:
+        f.write('{"item_id": "torn')  # a crash mid-line
+    records = read_quarantine(path)
+    assert [r["item_id"] for r in records] == ["LJ1", "LJ2"]
+    assert set(records[0]) == {"item_id", "path", "reason", "stage", "time"}
