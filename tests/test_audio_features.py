@@ -1,0 +1,87 @@
+"""log_mel is librosa's mel definition; the loader resamples and mixes down what it reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import librosa
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from producer.audio import load_audio
+from producer.features import fit_length, log_mel, mel_filterbank
+from producer.sample import SkipSample
+from shared.config import Config, replace
+
+WAVS = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
+CLIP = WAVS / "LJ001-0002.wav"
+TOLERANCE = 1e-4  # absolute, in log space
+
+
+def _librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
+    f = cfg.features
+    mel = librosa.feature.melspectrogram(
+        y=wave, sr=cfg.audio.sample_rate, n_fft=f.n_fft, hop_length=f.hop_length,
+        win_length=f.win_length, window="hann", center=True, pad_mode="constant",
+        power=1.0, n_mels=f.n_mels, fmin=f.fmin, fmax=f.fmax, htk=False, norm="slaney",
+    )  # fmt: skip
+    return np.log(np.maximum(mel, f.log_floor)).T
+
+
+def _copies(tmp_path: Path) -> dict[str, Path]:
+    wave, sr = sf.read(CLIP, dtype="float32")
+    flac = tmp_path / "clip.flac"
+    sf.write(flac, wave, sr)
+    low = tmp_path / "clip-16k.wav"
+    sf.write(low, soxr.resample(wave, sr, 16000), 16000)
+    return {"wav": CLIP, "flac": flac, "16k": low}
+
+
+@pytest.mark.parametrize("kind", ["wav", "flac", "16k"])
+def test_log_mel_matches_librosa(tmp_path: Path, kind: str) -> None:
+    cfg = Config()
+    wave = load_audio(str(_copies(tmp_path)[kind]), cfg)
+    mel = log_mel(wave, cfg)
+    assert mel.dtype == np.float32 and mel.shape == (1 + len(wave) // 256, cfg.features.n_mels)
+    np.testing.assert_allclose(mel, _librosa_log_mel(wave, cfg), rtol=0, atol=TOLERANCE)
+
+
+def test_filterbank_is_librosa_slaney() -> None:
+    cfg = replace(Config(), features={"n_mels": 64, "fmin": 50.0})
+    fb = mel_filterbank(cfg)
+    ref = librosa.filters.mel(sr=22050, n_fft=1024, n_mels=64, fmin=50.0, fmax=8000.0,
+                              htk=False, norm="slaney")  # fmt: skip
+    assert fb.shape == (64, 513) and fb.dtype == np.float32
+    np.testing.assert_allclose(fb, ref, rtol=1e-6, atol=1e-9)
+
+
+def test_loader_resamples_mixes_and_normalizes(tmp_path: Path) -> None:
+    cfg = Config()
+    wave, sr = sf.read(CLIP, dtype="float32")
+    stereo = tmp_path / "stereo.wav"
+    sf.write(stereo, np.stack([wave, wave], axis=1), sr, subtype="PCM_24")
+    out = load_audio(str(stereo), cfg)
+    assert out.ndim == 1 and out.dtype == np.float32 and len(out) == len(wave)
+    assert np.max(np.abs(out)) == pytest.approx(cfg.audio.peak_level, rel=1e-6)
+    trimmed = load_audio(str(CLIP), replace(cfg, audio={"trim_silence": True, "trim_top_db": 30.0}))
+    assert len(trimmed) < len(out)
+
+
+def test_fit_length_skip_and_truncate() -> None:
+    cfg = replace(Config(), features={"max_frames": 10})
+    ok, cut = fit_length(np.zeros(cfg.max_samples - 1, np.float32), cfg)
+    assert not cut and 1 + len(ok) // 256 == 10
+    with pytest.raises(SkipSample, match="11 frames > features.max_frames=10"):
+        fit_length(np.zeros(cfg.max_samples, np.float32), cfg)
+    trunc = replace(cfg, features={"on_too_long": "truncate"})
+    wave, cut = fit_length(np.zeros(5000, np.float32), trunc)
+    assert cut and log_mel(wave, trunc).shape[0] == 10
+
+
+def test_silent_audio_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "silent.wav"
+    sf.write(path, np.zeros(22050, np.float32), 22050)
+    with pytest.raises(SkipSample, match="silent"):
+        load_audio(str(path), Config())
