@@ -1,0 +1,280 @@
+"""Persistent feature cache shared by all producer processes on a host.
+
+On-disk layout (``features.cache_dir``)::
+
+    <cache_dir>/<settings-hash>/settings.json        what the hash covers, for humans
+    <cache_dir>/<settings-hash>/shard-<pid>-<n>.bin  float32 arrays, 64-byte aligned
+    <cache_dir>/<settings-hash>/shard-<pid>-<n>.idx  16-byte header, then 44-byte records
+
+The settings hash covers every setting that changes a cached array (audio.*,
+features.* except the cache's own keys, the resampler quality and
+CACHE_FORMAT_VERSION), so a settings change lands in a fresh directory and
+never reads a stale array. Keys are a hash of the audio file's absolute path,
+size and mtime_ns, so an edited file misses too.
+
+Concurrency: each process appends only to its own shard pair (created with
+O_EXCL), so writers never contend. A record is appended to the .idx only
+after its data is written to the .bin, and both records and data carry a
+CRC-32, so a reader that sees a half-written or torn entry (a crash, a power
+loss without fsync) treats it as a miss and the sample is recomputed. Readers
+map shards with mmap and hand out read-only views: no open() per sample and no
+copy. Entries other processes wrote after this one started are found by
+re-reading the .idx files on a miss, at most once per ``rescan_interval_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import mmap
+import os
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from producer.audio import RESAMPLE_QUALITY
+from shared.config import Config
+
+log = logging.getLogger(__name__)
+
+# Bump when the meaning of a cached array changes without a config change.
+CACHE_FORMAT_VERSION = 1
+_IDX_HEADER = struct.Struct("<8sII")  # magic, format version, record size
+_IDX_MAGIC = b"RFCACHE\x00"
+# key, data offset, rows, cols (0 = 1-D), data crc32, flags, then the record's own crc32.
+_RECORD_BODY = struct.Struct("<16sQIIIB3x")
+_RECORD_SIZE = _RECORD_BODY.size + 4
+_FLAG_TRUNCATED = 1
+_ALIGN = 64
+# A new shard every 2 GiB keeps any one mmap and any one lost file bounded.
+MAX_SHARD_BYTES = 2 << 30
+RESCAN_INTERVAL_S = 1.0
+
+
+def settings_hash(cfg: Config) -> str:
+    """16 hex digits naming the cache directory for these settings."""
+    return hashlib.blake2b(_settings_json(cfg).encode(), digest_size=8).hexdigest()
+
+
+def _settings_json(cfg: Config) -> str:
+    features = dataclasses.asdict(cfg.features)
+    del features["cache_dir"], features["cache"]  # where and whether: not what
+    settings = {
+        "version": CACHE_FORMAT_VERSION,
+        "resample_quality": RESAMPLE_QUALITY,
+        "audio": dataclasses.asdict(cfg.audio),
+        "features": features,
+    }
+    return json.dumps(settings, sort_keys=True, indent=1)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    shard: str
+    offset: int
+    rows: int
+    cols: int
+    crc: int
+    flags: int
+
+    @property
+    def count(self) -> int:
+        return self.rows * max(self.cols, 1)
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    writes: int = 0
+    rescans: int = 0
+
+
+class _ShardWriter:
+    """This process's append-only shard pair; only its creator writes it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.pid = os.getpid()
+        for n in itertools.count():
+            stem = directory / f"shard-{self.pid}-{n}"
+            try:
+                self.bin_fd = os.open(f"{stem}.bin", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:  # an old run's process had this pid
+                continue
+            break
+        self.name = f"{stem.name}.bin"
+        self.idx_fd = os.open(f"{stem}.idx", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        _write_all(self.idx_fd, _IDX_HEADER.pack(_IDX_MAGIC, CACHE_FORMAT_VERSION, _RECORD_SIZE))
+        self.size = 0
+
+    def append(self, key: bytes, array: np.ndarray, flags: int) -> _Entry:
+        data = memoryview(array).cast("B")
+        pad = -self.size % _ALIGN
+        offset = self.size + pad
+        _write_all(self.bin_fd, bytes(pad))
+        _write_all(self.bin_fd, data)
+        self.size = offset + len(data)
+        rows, cols = (array.shape[0], array.shape[1]) if array.ndim == 2 else (array.shape[0], 0)
+        entry = _Entry(self.name, offset, rows, cols, zlib.crc32(data), flags)
+        body = _RECORD_BODY.pack(key, offset, rows, cols, entry.crc, flags)
+        # The index record goes out only now, after the data write returned.
+        _write_all(self.idx_fd, body + struct.pack("<I", zlib.crc32(body)))
+        return entry
+
+    def close(self) -> None:
+        os.close(self.bin_fd)
+        os.close(self.idx_fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class FeatureCache:
+    """Maps an audio file (+ the settings) to its cached float32 array and truncated flag.
+
+    One per producer process (inside SamplePipeline). Arrays returned by
+    :meth:`get` are read-only views into an mmap: copy them into the slot, do
+    not keep them.
+    """
+
+    def __init__(self, cfg: Config, rescan_interval_s: float = RESCAN_INTERVAL_S) -> None:
+        self.directory = Path(cfg.features.cache_dir).absolute() / settings_hash(cfg)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.rescan_interval_s = rescan_interval_s
+        self.stats = CacheStats()
+        self._index: dict[bytes, _Entry] = {}
+        self._idx_read: dict[str, int] = {}  # .idx name -> bytes already parsed
+        self._maps: dict[str, mmap.mmap] = {}
+        self._bad: set[tuple[str, int]] = set()
+        self._writer: _ShardWriter | None = None
+        self._last_scan_s = float("-inf")
+        self._write_settings(cfg)
+        self.rescan()
+
+    def _write_settings(self, cfg: Config) -> None:
+        path = self.directory / "settings.json"
+        if not path.exists():
+            tmp = path.with_name(f".settings.json.{os.getpid()}")
+            tmp.write_text(_settings_json(cfg))
+            os.replace(tmp, path)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    @staticmethod
+    def key(audio_path: str) -> bytes:
+        """16-byte key from the file's absolute path, size and mtime_ns (one stat call)."""
+        path = os.path.abspath(audio_path)
+        st = os.stat(path)
+        identity = f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+        return hashlib.blake2b(identity, digest_size=16).digest()
+
+    def get(self, key: bytes) -> tuple[np.ndarray, bool] | None:
+        """-> (read-only float32 array, truncated) or None on a miss or a corrupt entry."""
+        entry = self._index.get(key)
+        if entry is None and time.monotonic() - self._last_scan_s >= self.rescan_interval_s:
+            self.rescan()
+            entry = self._index.get(key)
+        if entry is None:
+            self.stats.misses += 1
+            return None
+        array = self._load(entry)
+        if array is None:
+            log.warning("feature cache: corrupt entry in %s at %d, recomputing",
+                        entry.shard, entry.offset)  # fmt: skip
+            self._bad.add((entry.shard, entry.offset))
+            del self._index[key]
+            self.stats.corrupt += 1
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
+        return array, bool(entry.flags & _FLAG_TRUNCATED)
+
+    def put(self, key: bytes, array: np.ndarray, truncated: bool) -> None:
+        """Append a float32 [n] or [n, m] array to this process's shard."""
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        writer = self._writer
+        if writer is None or writer.pid != os.getpid() or writer.size >= MAX_SHARD_BYTES:
+            # A forked child must not share its parent's file offsets: it opens its own.
+            if writer is not None and writer.pid == os.getpid():
+                writer.close()
+            writer = self._writer = _ShardWriter(self.directory)
+        self._index[key] = writer.append(key, array, _FLAG_TRUNCATED if truncated else 0)
+        self.stats.writes += 1
+
+    def rescan(self) -> int:
+        """Read records other processes appended since the last scan -> number of new keys."""
+        self._last_scan_s = time.monotonic()
+        self.stats.rescans += 1
+        before = len(self._index)
+        for name in sorted(os.listdir(self.directory)):
+            if name.endswith(".idx"):
+                self._read_idx(name)
+        return len(self._index) - before
+
+    def _read_idx(self, name: str) -> None:
+        done = self._idx_read.get(name, 0)
+        try:
+            with open(self.directory / name, "rb") as f:
+                f.seek(done)
+                raw = f.read()
+        except FileNotFoundError:  # removed by a user clearing the cache: nothing to read
+            return
+        if done == 0:
+            if len(raw) < _IDX_HEADER.size:
+                return  # the writer has not finished its header yet
+            magic, version, size = _IDX_HEADER.unpack_from(raw)
+            if (magic, version, size) != (_IDX_MAGIC, CACHE_FORMAT_VERSION, _RECORD_SIZE):
+                log.warning("feature cache: %s has a foreign header, ignored", name)
+                self._idx_read[name] = 1 << 62
+                return
+            raw, done = raw[_IDX_HEADER.size :], _IDX_HEADER.size
+        n_records = len(raw) // _RECORD_SIZE  # a torn last record is read next time
+        shard = name.removesuffix(".idx") + ".bin"
+        for i in range(n_records):
+            record = raw[i * _RECORD_SIZE : (i + 1) * _RECORD_SIZE]
+            body, (crc,) = record[:-4], struct.unpack("<I", record[-4:])
+            if zlib.crc32(body) != crc:
+                self.stats.corrupt += 1
+                continue
+            key, offset, rows, cols, data_crc, flags = _RECORD_BODY.unpack(body)
+            if (shard, offset) not in self._bad:
+                self._index[key] = _Entry(shard, offset, rows, cols, data_crc, flags)
+        self._idx_read[name] = done + n_records * _RECORD_SIZE
+
+    def _load(self, entry: _Entry) -> np.ndarray | None:
+        end = entry.offset + entry.count * 4
+        mm = self._maps.get(entry.shard)
+        if mm is None or len(mm) < end:
+            # The shard grew (or is new to us): map it again. Old maps stay alive while
+            # views into them exist, so they are dropped, never closed.
+            try:
+                with open(self.directory / entry.shard, "rb") as f:
+                    if os.fstat(f.fileno()).st_size < end:
+                        return None
+                    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except FileNotFoundError:
+                return None
+            self._maps[entry.shard] = mm
+        array = np.frombuffer(mm, dtype=np.float32, count=entry.count, offset=entry.offset)
+        if zlib.crc32(array) != entry.crc:
+            return None
+        return array.reshape((entry.rows, entry.cols) if entry.cols else (entry.rows,))
+
+    def close(self) -> None:
+        """Close this process's shard files; the maps go when their views go."""
+        if self._writer is not None and self._writer.pid == os.getpid():
+            self._writer.close()
+        self._writer = None
+        self._maps.clear()
