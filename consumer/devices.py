@@ -1,0 +1,159 @@
+"""Device choice for the stager and the trainer, made before TensorFlow is imported.
+
+Each consumer process calls :func:`choose_device` first thing, before any
+``import tensorflow``: TensorFlow reads CUDA_VISIBLE_DEVICES once, when it
+initialises CUDA, so setting it later does nothing. GPUs are counted with NVML
+(``pynvml``), which needs only the driver, not TensorFlow.
+
+    2+ GPUs -> stager on devices.stager_gpu, trainer on devices.trainer_gpu
+    1 GPU   -> both processes share GPU 0; memory growth keeps the first from
+               reserving all of it (configure_tensorflow)
+    0 GPUs  -> CUDA_VISIBLE_DEVICES="" and both run on the CPU, the path CI takes
+
+Nothing here raises when there is no driver: a machine without NVML is a CPU
+machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shared.config import Config, cuda_visible_devices
+
+log = logging.getLogger(__name__)
+
+Role = Literal["stager", "trainer"]
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Where one consumer process runs.
+
+    mode: "two-gpu", "shared-gpu" or "cpu"; visible: the CUDA_VISIBLE_DEVICES
+    value set for this process ("" = CPU); reason: one plain sentence for the log.
+    """
+
+    mode: Literal["two-gpu", "shared-gpu", "cpu"]
+    visible: str
+    reason: str
+
+
+def count_gpus() -> tuple[int, str]:
+    """Number of GPUs the driver sees and, when 0, why (for the log). Never raises."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return 0, f"pynvml not installed: {exc}"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return 0, f"NVML: {exc}"
+    try:
+        return int(pynvml.nvmlDeviceGetCount()), "NVML"
+    except pynvml.NVMLError as exc:
+        return 0, f"NVML: {exc}"
+    finally:
+        _nvml_shutdown()
+
+
+def _nvml_shutdown() -> None:
+    import pynvml
+
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass  # shutting down a half-initialised NVML has nothing left to release
+
+
+def plan_device(role: Role, cfg: Config, n_gpus: int, why: str = "") -> DevicePlan:
+    """The plan for `role` given `n_gpus`; pure, so tests need no driver."""
+    if role not in ("stager", "trainer"):
+        raise ValueError(f"role must be 'stager' or 'trainer', got {role!r}")
+    if n_gpus <= 0:
+        detail = f" ({why})" if why else ""
+        return DevicePlan("cpu", "", f"no GPU found{detail}: running on the CPU")
+    if n_gpus == 1:
+        return DevicePlan("shared-gpu", "0", f"{role} on GPU:0, shared (1 GPU found)")
+    gpu = cfg.devices.stager_gpu if role == "stager" else cfg.devices.trainer_gpu
+    if not 0 <= gpu < n_gpus:
+        key = f"devices.{role}_gpu"
+        raise ValueError(f"{key}={gpu} but only {n_gpus} GPUs are visible: set {key} < {n_gpus}")
+    return DevicePlan("two-gpu", str(gpu), f"{role} on GPU:{gpu} of {n_gpus}")
+
+
+def choose_device(role: Role, cfg: Config) -> DevicePlan:
+    """Pick this process's device and set CUDA_VISIBLE_DEVICES; call before importing TF.
+
+    Called once by the stager and the trainer process at start. An existing
+    CUDA_VISIBLE_DEVICES narrows what NVML's indices mean, so it is logged.
+    """
+    n_gpus, why = count_gpus()
+    plan = plan_device(role, cfg, n_gpus, why)
+    inherited = cuda_visible_devices()
+    if inherited is not None and inherited != plan.visible:
+        log.info(
+            "CUDA_VISIBLE_DEVICES was %r; setting %r for the %s", inherited, plan.visible, role
+        )
+    os.environ["CUDA_VISIBLE_DEVICES"] = plan.visible
+    log.info("%s", plan.reason)
+    return plan
+
+
+def configure_tensorflow(plan: DevicePlan) -> None:
+    """After `import tensorflow`: memory growth on a shared GPU so both processes fit."""
+    import tensorflow as tf
+
+    if plan.mode != "shared-gpu":
+        return
+    for gpu in tf.config.list_physical_devices("GPU"):
+        # Without growth the first process to start takes ~all GPU memory and the
+        # second fails with an out-of-memory error at its first op.
+        tf.config.experimental.set_memory_growth(gpu, True)
+
+
+def gpu_stats() -> dict[str, Any] | None:
+    """Utilization % and memory MiB of this process's visible GPU, or None without one.
+
+    Called by the trainer's metrics every log interval. Reads NVML, so it costs
+    ~1 ms and does not touch TensorFlow.
+    """
+    index = _visible_index()
+    if index is None:
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return {
+            "gpu_index": index,
+            "utilization_pct": float(util.gpu),
+            "memory_used_mib": mem.used / 2**20,
+            "memory_total_mib": mem.total / 2**20,
+        }
+    except pynvml.NVMLError as exc:
+        log.debug("NVML query failed: %s", exc)
+        return None
+    finally:
+        _nvml_shutdown()
+
+
+def _visible_index() -> int | None:
+    """NVML index of the first GPU in CUDA_VISIBLE_DEVICES; None when it hides all GPUs."""
+    visible = cuda_visible_devices()
+    if visible is None:
+        return 0  # nothing hidden: the process sees GPU 0 first
+    first = visible.split(",")[0].strip()
+    if not first.isdigit():
+        return None  # "" (CPU), "-1" or a UUID we do not map
+    return int(first)

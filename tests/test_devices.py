@@ -1,0 +1,56 @@
+"""Device choice: never raises without a driver; the plan for 0, 1 and 2+ GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumer import devices
+from consumer.devices import DevicePlan, choose_device, gpu_stats, plan_device
+from shared.config import Config, replace
+
+
+def _nvml_gpus() -> int:
+    return devices.count_gpus()[0]
+
+
+def test_cpu_plan_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setattr(devices, "count_gpus", lambda: (0, "NVML: Driver Not Loaded"))
+    plan = choose_device("trainer", Config())
+    assert plan == DevicePlan(
+        "cpu", "", "no GPU found (NVML: Driver Not Loaded): running on the CPU"
+    )
+    assert devices.os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert gpu_stats() is None
+
+
+def test_count_gpus_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    n, why = devices.count_gpus()
+    assert n >= 0 and isinstance(why, str)
+    if n == 0:
+        assert choose_device("stager", Config()).mode == "cpu"
+
+
+def test_plans_for_one_and_two_gpus() -> None:
+    cfg = replace(Config(), devices={"stager_gpu": 1, "trainer_gpu": 0})
+    assert plan_device("stager", cfg, 2) == DevicePlan("two-gpu", "1", "stager on GPU:1 of 2")
+    assert plan_device("trainer", cfg, 4).visible == "0"
+    shared = plan_device("trainer", cfg, 1)
+    assert shared.mode == "shared-gpu" and shared.visible == "0"
+    with pytest.raises(ValueError, match="devices.stager_gpu"):
+        plan_device("stager", replace(cfg, devices={"stager_gpu": 5}), 2)
+
+
+@pytest.mark.gpu
+def test_tensorflow_sees_the_chosen_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    if _nvml_gpus() == 0:
+        pytest.skip("no GPU")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    plan = choose_device("trainer", Config())
+    tf = pytest.importorskip("tensorflow")
+    # TF may have been initialised by an earlier test in this process, before the
+    # plan: then CUDA_VISIBLE_DEVICES no longer applies and it sees all GPUs.
+    assert tf.config.list_physical_devices("GPU"), plan.reason
+    stats = gpu_stats()
+    assert stats is not None and stats["memory_total_mib"] > 0
