@@ -1,0 +1,165 @@
+"""The default text-to-mel model, its loss, and the hook for a user's model.
+
+The trainer process builds its model with :func:`load_model_factory`, which
+imports ``cfg.model.factory`` ("module:function"). The default,
+:func:`build_default_model`, is a small real text-to-mel model (~1.2 M
+parameters at d_model 128, n_layers 3) in the Tacotron/Transformer-TTS family:
+
+    tokens -> embedding -> n_layers x residual conv block (masked by text_lens)
+           -> + sinusoidal positions = encoder memory [B, T, d]
+    mel shifted right one frame -> prenet -> + positions
+           -> n_layers x (causal conv, cross-attention to the memory, feed-forward)
+           -> dense to n_mels = predicted mel [B, F, n_mels] float32
+
+Teacher forcing: the decoder sees the true previous frame, and its convs are
+causal so frame f never sees frames >= f. Shapes are static (from cfg) so XLA
+compiles the step once.
+
+A user's factory takes cfg and returns a keras.Model taking the same input
+dict (tokens, text_lens, mel, mel_lens) and returning [B, F, n_mels], or a
+tuple (model, loss_fn) with loss_fn(pred, target, mel_lens) -> scalar.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import layers, ops
+
+from shared.config import Config
+
+LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
+
+# Tacotron 2 (Shen et al. 2018, sec. 2.3) keeps prenet dropout at 0.5: without it a
+# teacher-forced decoder learns to copy the previous frame and ignores the text.
+PRENET_DROPOUT = 0.5
+N_HEADS = 4
+FFN_MULT = 4
+
+
+def masked_l1(pred: tf.Tensor, target: tf.Tensor, mel_lens: tf.Tensor) -> tf.Tensor:
+    """Mean |pred - target| over true frames only, float32 scalar.
+
+    pred, target: [B, F, n_mels] log-mel; mel_lens: [B] int32 true frame counts.
+    Padding frames (>= mel_lens) are excluded whatever their value.
+    """
+    pred = tf.cast(pred, tf.float32)
+    target = tf.cast(target, tf.float32)
+    frames = tf.sequence_mask(mel_lens, tf.shape(target)[1], dtype=tf.float32)[:, :, None]
+    n_mels = tf.cast(tf.shape(target)[2], tf.float32)
+    total = tf.reduce_sum(tf.abs(pred - target) * frames)
+    # max(.., 1) keeps an all-empty batch from dividing by zero.
+    return total / tf.maximum(tf.reduce_sum(frames) * n_mels, 1.0)
+
+
+def _positions(length: int, depth: int) -> np.ndarray:
+    """Sinusoidal position encoding [length, depth] (Vaswani et al. 2017, sec. 3.5)."""
+    pos = np.arange(length)[:, None]
+    i = np.arange(depth // 2)[None, :]
+    angle = pos / np.power(10000.0, 2 * i / depth)
+    return np.concatenate([np.sin(angle), np.cos(angle)], axis=-1).astype(np.float32)
+
+
+def _mask(lens: keras.KerasTensor, length: int) -> keras.KerasTensor:
+    """[B, length] bool: True inside the true length."""
+    return ops.less(ops.arange(length)[None, :], ops.expand_dims(lens, 1))
+
+
+def _encoder(tokens, text_mask, cfg: Config, name: str = "enc"):
+    m = cfg.model
+    keep = ops.expand_dims(ops.cast(text_mask, "float32"), -1)
+    x = layers.Embedding(cfg.vocab_size, m.d_model, name=f"{name}_embed")(tokens)
+    x = x * ops.cast(keep, x.dtype)
+    for i in range(m.n_layers):
+        y = layers.Conv1D(m.d_model, m.kernel_size, padding="same", name=f"{name}_conv{i}")(x)
+        y = layers.ReLU()(y)
+        y = layers.Dropout(m.dropout)(y)
+        x = layers.LayerNormalization(name=f"{name}_norm{i}")(x + y)
+        # Zero padded tokens so the same-padded convs do not smear them into the text.
+        x = x * ops.cast(keep, x.dtype)
+    pe = _positions(cfg.text.max_text_len, m.d_model)
+    return x + ops.cast(pe, x.dtype)
+
+
+def _decoder_block(x, memory, attn_mask, cfg: Config, i: int):
+    m = cfg.model
+    y = layers.Conv1D(m.d_model, m.kernel_size, padding="causal", name=f"dec_conv{i}")(x)
+    y = layers.Dropout(m.dropout)(layers.ReLU()(y))
+    x = layers.LayerNormalization(name=f"dec_norm_conv{i}")(x + y)
+    attn = layers.MultiHeadAttention(
+        N_HEADS, m.d_model // N_HEADS, dropout=m.dropout, name=f"dec_attn{i}"
+    )
+    y = attn(query=x, value=memory, key=memory, attention_mask=attn_mask)
+    x = layers.LayerNormalization(name=f"dec_norm_attn{i}")(x + y)
+    y = layers.Dense(FFN_MULT * m.d_model, activation="relu", name=f"dec_ffn_in{i}")(x)
+    y = layers.Dropout(m.dropout)(layers.Dense(m.d_model, name=f"dec_ffn_out{i}")(y))
+    return layers.LayerNormalization(name=f"dec_norm_ffn{i}")(x + y)
+
+
+def model_inputs(cfg: Config) -> dict[str, keras.KerasTensor]:
+    """Static-shape keras.Inputs for one batch, as cfg.batch_fields() (without items)."""
+    return {
+        name: keras.Input(batch_shape=shape, dtype=dtype.name, name=name)
+        for name, (shape, dtype) in cfg.batch_fields().items()
+        if name != "items"
+    }
+
+
+def build_default_model(cfg: Config) -> keras.Model:
+    """The default text-to-mel model; called by the trainer via load_model_factory.
+
+    Inputs: tokens int32 [B, T], text_lens int32 [B], mel float32 [B, F, n_mels]
+    (teacher forcing), mel_lens int32 [B]. Output: mel float32 [B, F, n_mels].
+    """
+    m, frames = cfg.model, cfg.features.max_frames
+    inputs = model_inputs(cfg)
+    text_mask = _mask(inputs["text_lens"], cfg.text.max_text_len)
+    memory = _encoder(inputs["tokens"], text_mask, cfg)
+
+    # Frame f is predicted from frames < f: shift right, a zero "go" frame first.
+    previous = ops.pad(inputs["mel"], [[0, 0], [1, 0], [0, 0]])[:, :-1, :]
+    x = layers.Dense(m.d_model, activation="relu", name="prenet0")(previous)
+    x = layers.Dropout(PRENET_DROPOUT)(x)
+    x = layers.Dense(m.d_model, activation="relu", name="prenet1")(x)
+    x = layers.Dropout(PRENET_DROPOUT)(x)
+    x = x + ops.cast(_positions(frames, m.d_model), x.dtype)
+
+    # [B, F, T]: every frame may attend to every true token, never to padding.
+    attn_mask = ops.repeat(ops.expand_dims(text_mask, 1), frames, axis=1)
+    for i in range(m.n_layers):
+        x = _decoder_block(x, memory, attn_mask, cfg, i)
+    mel = layers.Dense(cfg.features.n_mels, name="mel_out")(x)
+    # Under mixed_float16 the loss must see float32.
+    mel = layers.Activation("linear", dtype="float32", name="mel_float32")(mel)
+    return keras.Model(inputs, mel, name="default_tts")
+
+
+def load_model_factory(cfg: Config) -> tuple[keras.Model, LossFn]:
+    """Import and call cfg.model.factory ("module:function"); returns (model, loss_fn).
+
+    Called once by the trainer process after the precision policy is set. A
+    factory returning only a model gets masked_l1 as its loss.
+    """
+    spec = cfg.model.factory
+    module_name, sep, func_name = spec.partition(":")
+    if not sep or not module_name or not func_name:
+        raise ValueError(f"model.factory={spec!r}: write it as 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"model.factory={spec!r}: cannot import {module_name}: {exc}") from exc
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise ValueError(f"model.factory={spec!r}: {module_name} has no function {func_name}")
+    built = factory(cfg)
+    model, loss_fn = built if isinstance(built, tuple) else (built, masked_l1)
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            f"model.factory={spec!r} returned {type(model).__name__}; "
+            "it must return a keras.Model or (keras.Model, loss_fn)"
+        )
+    return model, loss_fn

@@ -1,0 +1,101 @@
+"""The compiled train step: one real step, traced once, and the step metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from consumer.metrics import StepMetrics, format_line  # noqa: E402
+from consumer.model import build_default_model, masked_l1  # noqa: E402
+from consumer.train_step import (  # noqa: E402
+    TrainStep,
+    batch_signature,
+    make_optimizer,
+    set_precision_policy,
+)
+from shared.config import Config, replace  # noqa: E402
+
+try:
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+except RuntimeError:
+    pass  # another test module already initialised TF's thread pools
+
+
+def small_cfg(jit_compile: bool = False) -> Config:
+    return replace(
+        Config(),
+        stager={"batch_size": 4},
+        features={"max_frames": 64},
+        text={"max_text_len": 32},
+        model={"d_model": 32, "n_layers": 2},
+        train={"jit_compile": jit_compile},
+    )
+
+
+def random_batch(cfg: Config, seed: int) -> dict[str, np.ndarray]:
+    """A batch exactly as cfg.batch_fields() says, with random lengths and contents."""
+    rng = np.random.default_rng(seed)
+    fields = cfg.batch_fields()
+    b, t = fields["tokens"][0]
+    f = cfg.features.max_frames
+    return {
+        "tokens": rng.integers(0, cfg.vocab_size, (b, t)).astype(np.int32),
+        "text_lens": rng.integers(1, t + 1, b).astype(np.int32),
+        "mel": rng.normal(-4.0, 2.0, fields["mel"][0]).astype(np.float32),
+        "mel_lens": rng.integers(1, f + 1, b).astype(np.int32),
+        "items": np.arange(b, dtype=np.int64),
+    }
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_train_step_traces_once(jit_compile: bool) -> None:
+    cfg = small_cfg(jit_compile)
+    # No GPU here: mixed_precision (on by default) must fall back to float32.
+    assert set_precision_policy(cfg) == (
+        "mixed_float16" if tf.config.list_physical_devices("GPU") else "float32"
+    )
+    model = build_default_model(cfg)
+    optimizer = make_optimizer(cfg)
+    step = TrainStep(model, optimizer, masked_l1, jit_compile=cfg.train.jit_compile)
+    assert step.signature.keys() == batch_signature(cfg).keys()
+    before = [w.numpy().copy() for w in model.trainable_weights]
+
+    loss = step(random_batch(cfg, 0))
+    assert loss.dtype == tf.float32 and loss.shape == () and np.isfinite(float(loss))
+    assert any(
+        not np.array_equal(a, w.numpy())
+        for a, w in zip(before, model.trainable_weights, strict=True)
+    )
+    for seed in range(1, 4):  # different contents and lengths, same shapes
+        step(random_batch(cfg, seed))
+    assert step.trace_count == 1
+    assert int(optimizer.iterations.numpy()) == 4
+
+
+def test_train_step_rejects_wrong_shapes() -> None:
+    cfg = small_cfg()
+    step = TrainStep(build_default_model(cfg), make_optimizer(cfg), masked_l1, jit_compile=False)
+    bigger = random_batch(replace(cfg, stager={"batch_size": 8}), 0)
+    with pytest.raises((TypeError, ValueError)):
+        step(bigger)
+    assert step.trace_count == 0
+
+
+def test_step_metrics_window() -> None:
+    metrics = StepMetrics(window=4)
+    for step_s in [1.0, 1.0, 1.0, 3.0, 1.0]:  # the first falls out of the window
+        metrics.record(step_time_s=step_s, wait_s=0.5, batch_size=8)
+    s = metrics.summary()
+    assert s["steps"] == 5
+    assert s["step_time_s"] == pytest.approx(1.5)
+    assert s["wait_s"] == pytest.approx(0.5)
+    assert s["wait_frac"] == pytest.approx(2.0 / 8.0)
+    assert s["samples_per_s"] == pytest.approx(32 / 8.0)
+    assert s["step_time_cv"] == pytest.approx(np.std([1, 1, 3, 1]) / 1.5)
+    line = format_line(10, 0.25, s)
+    assert "step 10" in line and "wait" in line
+    assert StepMetrics(window=3).summary()["steps"] == 0
