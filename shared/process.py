@@ -1,0 +1,55 @@
+"""What every ringfeed process does the same way: logging, stop signals, timeouts.
+
+The signal handler only sets a flag (STYLE 7); loops poll with POLL_S and
+check it. Every blocking call uses a timeout derived from POLL_S or
+SHUTDOWN_WAIT_S, so no process can block forever on a dead peer.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import types
+
+# Longest a loop blocks in one poll before it checks its stop flag, seconds.
+POLL_S = 0.05
+# How long a process waits for peers to acknowledge its goodbye, seconds.
+SHUTDOWN_WAIT_S = 2.0
+# How long a parent waits for a child after SIGTERM before SIGKILL, seconds.
+TERM_GRACE_S = 5.0
+
+LOG_FORMAT = "%(asctime)s %(levelname).1s %(processName)s %(name)s: %(message)s"
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Concise logs on stderr, one line each, with the process name."""
+    logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr)
+
+
+class StopFlag:
+    """Set by SIGTERM or SIGINT (and by code); loops check `is_set()`."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal: int | None = None
+
+    def install(self) -> StopFlag:
+        """Route SIGTERM and SIGINT to this flag (main thread only)."""
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: types.FrameType | None) -> None:
+        self.signal = signum
+        self._event.set()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._event.wait(timeout_s)

@@ -1,0 +1,286 @@
+"""The wire protocol between producers, the stager and the trainer.
+
+A message is one msgpack header frame ``[VERSION, kind, *fields]`` followed,
+for a remote producer's READY only, by raw payload frames (one per ring
+field, the used rows only). Arrays never travel inside msgpack and nothing is
+ever pickled. :func:`encode` and :func:`decode` are pure functions, tested
+without sockets; :func:`decode` raises :class:`ProtocolError` on anything it
+does not fully understand, and the receiver counts and drops that message.
+
+Who sends what::
+
+    producer -> stager   HELLO, REQUEST, READY, SKIP, HEARTBEAT, CRASH, BYE
+    stager -> producer   WELCOME, GRANT, SHUTDOWN, BYE_ACK
+    trainer -> stager    CONSUMER_HELLO, BATCH_FREE, STEP_STATS
+    stager -> trainer    BATCH_READY, END_OF_DATA, SHUTDOWN
+    stager -> anyone     STATS (on the PUB socket)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+VERSION = 1
+# Control frames are small (slot indices, lengths, a traceback at most).
+MAX_HEADER_BYTES = 65536
+# Raw payload frames of a remote READY; the stager checks exact sizes anyway.
+MAX_PAYLOAD_FRAMES = 8
+
+
+class ProtocolError(ValueError):
+    """A message that is not ours, of another version, or malformed."""
+
+
+class Kind(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    REQUEST = 3
+    GRANT = 4
+    READY = 5
+    SKIP = 6
+    HEARTBEAT = 7
+    CRASH = 8
+    BYE = 9
+    BYE_ACK = 10
+    SHUTDOWN = 11
+    CONSUMER_HELLO = 12
+    BATCH_READY = 13
+    BATCH_FREE = 14
+    STEP_STATS = 15
+    END_OF_DATA = 16
+    STATS = 17
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A producer introduces itself; a known name with a new pid is a restart."""
+
+    name: str
+    pid: int
+    host: str
+    remote: bool
+
+
+@dataclass(frozen=True)
+class Welcome:
+    run_id: str
+    ring_name: str
+    n_items: int
+
+
+@dataclass(frozen=True)
+class Request:
+    """Ask for up to `credits` more grants."""
+
+    credits: int
+
+
+@dataclass(frozen=True)
+class Grant:
+    slot: int
+    generation: int
+    item: int
+    position: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Slot filled. lengths: true sizes per field, in ring field order."""
+
+    slot: int
+    generation: int
+    item: int
+    lengths: list[int]
+    checksum: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class Skip:
+    slot: int
+    generation: int
+    item: int
+    reason: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    samples_done: int
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A worker's exception, with its name and traceback, sent before it exits."""
+
+    name: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class Bye:
+    samples_done: int
+
+
+@dataclass(frozen=True)
+class ByeAck:
+    pass
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    reason: str
+
+
+@dataclass(frozen=True)
+class ConsumerHello:
+    """The trainer (or any batch consumer) starts reading at plan position `position`."""
+
+    name: str
+    position: int
+    batch_index: int
+
+
+@dataclass(frozen=True)
+class BatchReady:
+    slot: int
+    generation: int
+    batch_index: int
+    # Plan position just after this batch's last item: the resume cursor.
+    next_position: int
+    epoch: int
+    n_valid: int
+
+
+@dataclass(frozen=True)
+class BatchFree:
+    slot: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class StepStats:
+    step: int
+    step_s: float
+    wait_s: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class EndOfData:
+    batches: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+MESSAGE_TYPES: dict[Kind, type] = {
+    Kind.HELLO: Hello,
+    Kind.WELCOME: Welcome,
+    Kind.REQUEST: Request,
+    Kind.GRANT: Grant,
+    Kind.READY: Ready,
+    Kind.SKIP: Skip,
+    Kind.HEARTBEAT: Heartbeat,
+    Kind.CRASH: Crash,
+    Kind.BYE: Bye,
+    Kind.BYE_ACK: ByeAck,
+    Kind.SHUTDOWN: Shutdown,
+    Kind.CONSUMER_HELLO: ConsumerHello,
+    Kind.BATCH_READY: BatchReady,
+    Kind.BATCH_FREE: BatchFree,
+    Kind.STEP_STATS: StepStats,
+    Kind.END_OF_DATA: EndOfData,
+    Kind.STATS: Stats,
+}
+KIND_OF: dict[type, Kind] = {cls: kind for kind, cls in MESSAGE_TYPES.items()}
+_FIELDS: dict[type, list[tuple[str, Any]]] = {
+    cls: [(f.name, typing.get_type_hints(cls)[f.name]) for f in dataclasses.fields(cls)]
+    for cls in MESSAGE_TYPES.values()
+}
+
+Message = Any  # one of the dataclasses above
+
+
+def encode(msg: Message, payload: list[memoryview] | None = None) -> list[bytes | memoryview]:
+    """Frames for `msg`: the msgpack header, then any raw payload buffers (zero-copy)."""
+    kind = KIND_OF[type(msg)]
+    values = [getattr(msg, name) for name, _ in _FIELDS[type(msg)]]
+    header = msgpack.packb([VERSION, int(kind), *values], use_bin_type=True)
+    if len(header) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"{kind.name} header is {len(header)} bytes > {MAX_HEADER_BYTES}")
+    return [header, *(payload or [])]
+
+
+def _check_type(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif origin is list:
+        ok = isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        )
+    elif origin is dict:
+        ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    else:  # pragma: no cover - schema error, caught by tests
+        raise TypeError(f"{where}: unsupported field type {tp}")
+    if not ok:
+        raise ProtocolError(f"{where}: expected {tp}, got {type(value).__name__}")
+    return value
+
+
+def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
+    """Parse frames into (message, payload frames); raises ProtocolError."""
+    if not frames:
+        raise ProtocolError("empty message")
+    header = frames[0]
+    if len(header) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {len(header)} bytes > {MAX_HEADER_BYTES}")
+    if len(frames) - 1 > MAX_PAYLOAD_FRAMES:
+        raise ProtocolError(f"{len(frames) - 1} payload frames > {MAX_PAYLOAD_FRAMES}")
+    try:
+        obj = msgpack.unpackb(
+            header,
+            raw=False,
+            strict_map_key=True,
+            max_array_len=4096,
+            max_map_len=4096,
+        )
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(f"not msgpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, list) or len(obj) < 2:
+        raise ProtocolError("header is not [version, kind, ...]")
+    version, kind_value, *values = obj
+    if version != VERSION:
+        raise ProtocolError(f"protocol version {version!r}, expected {VERSION}")
+    try:
+        kind = Kind(kind_value)
+    except ValueError:
+        raise ProtocolError(f"unknown message kind {kind_value!r}") from None
+    cls = MESSAGE_TYPES[kind]
+    fields = _FIELDS[cls]
+    if len(values) != len(fields):
+        raise ProtocolError(f"{kind.name}: {len(values)} fields, expected {len(fields)}")
+    kwargs = {
+        name: _check_type(value, tp, f"{kind.name}.{name}")
+        for (name, tp), value in zip(fields, values, strict=True)
+    }
+    payload = list(frames[1:])
+    if payload and kind is not Kind.READY:
+        raise ProtocolError(f"{kind.name} carries {len(payload)} unexpected payload frames")
+    return cls(**kwargs), payload
