@@ -1,0 +1,127 @@
+"""Fills batch-ring slots from sample-ring slots, in the stager.
+
+The batch ring has stager.batch_slots slots (3: triple buffering): one the
+stager fills, one the trainer copies to its device, one ready in between. A
+batch slot is FREE, FILLING (rows being copied in), or SENT (announced to the
+trainer, waiting for its BATCH_FREE). Rows past n_valid (the last batch of a
+finite plan) hold zeros, lengths 0 and item -1, so masked losses ignore them.
+
+With ``features.device: stager`` the rows hold waveforms in a host staging
+array and :meth:`BatchBuilder.finish` computes the whole batch's log-mels at
+once (consumer/gpu_mel.py) on the stager's device, then writes them into the
+batch slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from shared.config import Config
+from shared.ring import Ring, SlotState
+
+
+class BatchBuilder:
+    """Owns the batch ring's free list; called only from the stager loop."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        batches: Ring,
+        mel_fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None,
+    ) -> None:
+        self.cfg = cfg
+        self.ring = batches
+        self.mel_fn = mel_fn
+        self.b = cfg.stager.batch_size
+        self.state = [SlotState.FREE] * batches.n_slots
+        self.generation = [0] * batches.n_slots
+        self.current: int | None = None
+        self.rows = 0
+        self.waves = np.zeros((self.b, cfg.max_samples), np.float32) if mel_fn is not None else None
+        self.wave_lens = np.zeros(self.b, np.int32)
+
+    def reset(self) -> None:
+        """Forget every batch (a consumer restarted): all slots free, generations bumped."""
+        for k in range(len(self.state)):
+            self.state[k] = SlotState.FREE
+            self.generation[k] += 1
+            self.ring.slots[k]["state"] = SlotState.FREE
+        self.current, self.rows = None, 0
+
+    def room(self) -> int:
+        """Rows that can be added now (0 when every batch slot is taken)."""
+        if self.current is None:
+            free = [k for k, s in enumerate(self.state) if s == SlotState.FREE]
+            if not free:
+                return 0
+            self.current = free[0]
+            self.state[self.current] = SlotState.GRANTED
+            self.rows = 0
+        return self.b - self.rows
+
+    def in_flight(self) -> int:
+        return sum(s == SlotState.READY for s in self.state)
+
+    def add(self, samples: Ring, slot: int, item: int, lengths: list[int]) -> None:
+        """Copy sample slot `slot` into the next row (room() must be > 0)."""
+        k, row = self.current, self.rows
+        assert k is not None and row < self.b
+        tokens = samples.view("tokens")[slot]
+        self.ring.view("tokens")[k][row] = tokens
+        self.ring.view("text_lens")[k][row] = lengths[0]
+        self.ring.view("items")[k][row] = item
+        if self.waves is None:
+            self.ring.view("mel")[k][row] = samples.view("mel")[slot]
+            self.ring.view("mel_lens")[k][row] = lengths[1]
+        else:
+            self.waves[row] = samples.view("wave")[slot]
+            self.wave_lens[row] = lengths[1]
+        self.rows += 1
+
+    def full(self) -> bool:
+        return self.current is not None and self.rows == self.b
+
+    def partial(self) -> bool:
+        return self.current is not None and 0 < self.rows < self.b
+
+    def finish(self) -> tuple[int, int, int]:
+        """Close the current batch: pad, compute stager mels; returns (slot, gen, n_valid)."""
+        k, n = self.current, self.rows
+        assert k is not None
+        view = {name: self.ring.view(name)[k] for name in self.ring.fields}
+        if n < self.b:
+            view["tokens"][n:] = 0
+            view["text_lens"][n:] = 0
+            view["items"][n:] = -1
+            if self.waves is None:
+                view["mel"][n:] = 0
+                view["mel_lens"][n:] = 0
+            else:
+                self.waves[n:] = 0
+                self.wave_lens[n:] = 0
+        if self.waves is not None:
+            mel, mel_lens = self.mel_fn(self.waves, self.wave_lens)
+            view["mel"][:] = mel
+            view["mel_lens"][:] = np.where(self.wave_lens > 0, mel_lens, 0)
+        self.generation[k] += 1
+        self.state[k] = SlotState.READY
+        header = self.ring.slots[k]
+        header["state"], header["generation"], header["lengths"][0] = (
+            SlotState.READY,
+            self.generation[k],
+            n,
+        )
+        self.current, self.rows = None, 0
+        return k, self.generation[k], n
+
+    def free(self, slot: int, generation: int) -> bool:
+        """The trainer copied batch slot `slot`; False for a stale or bogus release."""
+        if not 0 <= slot < len(self.state) or self.generation[slot] != generation:
+            return False
+        if self.state[slot] != SlotState.READY:
+            return False
+        self.state[slot] = SlotState.FREE
+        self.ring.slots[slot]["state"] = SlotState.FREE
+        return True

@@ -1,0 +1,144 @@
+"""The producer pool: N spawned worker processes, restarted when they crash.
+
+Process entry ``ringfeed producers``. Workers are started with the spawn
+method (never fork: a forked child would inherit ZeroMQ contexts and locks)
+and never import TensorFlow. A worker that dies (crash or SIGKILL) is
+restarted after restart_backoff_s * 2**k, at most producers.max_restarts times;
+its traceback has been logged and sent to the stager by the worker itself.
+On SIGTERM or Ctrl-C the pool stops its workers with SIGTERM, then SIGKILL
+after TERM_GRACE_S.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+from shared.config import Config, config_from_dict
+from shared.process import POLL_S, TERM_GRACE_S, StopFlag, setup_logging
+
+log = logging.getLogger(__name__)
+
+
+def _child(config_yaml: str, name: str, endpoint: str, remote: bool) -> None:
+    import yaml
+
+    from producer.worker import run_worker
+
+    setup_logging()
+    sys.exit(run_worker(config_from_dict(yaml.safe_load(config_yaml)), name, endpoint, remote))
+
+
+@dataclass
+class Slot:
+    name: str
+    proc: mp.process.BaseProcess | None = None
+    restarts: int = 0
+    restart_at: float = 0.0
+    finished: bool = False
+
+
+class ProducerPool:
+    """Starts, watches and stops the workers of one host."""
+
+    def __init__(self, cfg: Config, endpoint: str, workers: int, remote: bool, prefix: str):
+        from producer.threads import math_thread_env
+
+        # Children read these at their numpy import, before any code of ours runs.
+        os.environ.update(math_thread_env(cfg.producers.math_threads))
+        self.cfg, self.endpoint, self.remote = cfg, endpoint, remote
+        self.ctx = mp.get_context("spawn")
+        self.slots = [Slot(f"{prefix}-{i}") for i in range(workers)]
+        self._yaml = cfg.to_yaml()
+
+    def start(self, slot: Slot) -> None:
+        slot.proc = self.ctx.Process(
+            target=_child,
+            args=(self._yaml, slot.name, self.endpoint, self.remote),
+            name=slot.name,
+            daemon=False,
+        )
+        slot.proc.start()
+
+    def watch(self, stop: StopFlag) -> int:
+        """Main loop: restart dead workers until stop or all finished; returns exit code."""
+        for slot in self.slots:
+            self.start(slot)
+        while not stop.wait(POLL_S * 4):
+            for slot in self.slots:
+                self.check(slot)
+            if all(s.finished for s in self.slots):
+                break
+        self.stop_all()
+        failed = [
+            s.name
+            for s in self.slots
+            if s.finished and s.restarts > self.cfg.producers.max_restarts
+        ]
+        return 1 if failed and len(failed) == len(self.slots) else 0
+
+    def check(self, slot: Slot) -> None:
+        now = time.monotonic()
+        if slot.finished:
+            return
+        if slot.proc is None:
+            if now >= slot.restart_at:
+                self.start(slot)
+            return
+        if slot.proc.is_alive():
+            return
+        code = slot.proc.exitcode
+        slot.proc.join()
+        slot.proc = None
+        if code == 0:
+            slot.finished = True  # the stager said stop
+            return
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        slot.restarts += 1
+        if slot.restarts > self.cfg.producers.max_restarts:
+            log.error(
+                "%s died (%s); gave up after %d restarts (producers.max_restarts)",
+                slot.name,
+                how,
+                self.cfg.producers.max_restarts,
+            )
+            slot.finished = True
+            return
+        delay = self.cfg.producers.restart_backoff_s * 2 ** (slot.restarts - 1)
+        log.error(
+            "%s died (%s); restart %d/%d in %.1f s",
+            slot.name,
+            how,
+            slot.restarts,
+            self.cfg.producers.max_restarts,
+            delay,
+        )
+        slot.restart_at = now + delay
+
+    def stop_all(self) -> None:
+        """SIGTERM every worker, SIGKILL what is left after TERM_GRACE_S."""
+        live = [s.proc for s in self.slots if s.proc is not None and s.proc.is_alive()]
+        for proc in live:
+            proc.terminate()
+        deadline = time.monotonic() + TERM_GRACE_S
+        for proc in live:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                log.warning("%s ignored SIGTERM for %.0f s; killing it", proc.name, TERM_GRACE_S)
+                proc.kill()
+                proc.join()
+
+
+def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix: str = "") -> int:
+    """Process entry of `ringfeed producers`; names are PREFIX-i (default: the host name)."""
+    prefix = prefix or socket.gethostname()
+    stop = StopFlag().install()
+    pool = ProducerPool(cfg, endpoint, workers, remote, prefix)
+    log.info("starting %d producers -> %s", workers, endpoint)
+    return pool.watch(stop)

@@ -1,0 +1,238 @@
+"""One producer process: ask for grants, fill slots, announce them.
+
+Main loop (one screen): poll the stager, take one grant, prepare the sample
+(producer/sources.py), write it into the granted slot, seal and announce it,
+heartbeat, check the stop flag. TensorFlow is never imported here.
+
+A local producer writes straight into the shared-memory slot; a remote one
+(``remote=True``, another host) sends the used rows of each field as raw
+ZeroMQ frames and the stager copies them into the slot.
+
+Goodbyes: on stop the worker sends BYE and waits up to SHUTDOWN_WAIT_S for
+BYE_ACK, because ZeroMQ may drop the last messages of a process that exits
+right after sending; correctness never depends on it (leases cover a lost
+BYE), but an acknowledged exit frees its grants at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import traceback
+from collections import deque
+
+import numpy as np
+import zmq
+
+from producer.sample import Sample, SkipSample
+from producer.sources import Source, make_source
+from shared import protocol as p
+from shared.config import Config
+from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
+from shared.ring import Ring, SlotState
+from shared.sockets import make_socket, recv, send
+
+log = logging.getLogger(__name__)
+
+# A welcomed producer that hears nothing from the stager for this long says HELLO again
+# (the stager restarted); one that never hears back for ORPHAN_S exits.
+ORPHAN_S = 120.0
+
+
+class Worker:
+    """State of one producer process between setup and teardown."""
+
+    def __init__(self, cfg: Config, name: str, endpoint: str, remote: bool, stop: StopFlag):
+        self.cfg, self.name, self.endpoint, self.remote, self.stop = (
+            cfg,
+            name,
+            endpoint,
+            remote,
+            stop,
+        )
+        self.source: Source = make_source(cfg)
+        self.ctx = zmq.Context()
+        self.sock: zmq.Socket | None = None
+        self.ring: Ring | None = None
+        self.grants: deque[p.Grant] = deque()
+        self.done = 0
+        self.last_sent = self.last_heard = time.monotonic()
+        self.welcomed_at: float | None = None
+
+    # ------------------------------------------------------------ setup
+    def connect(self) -> None:
+        """(Re)open the control socket and say HELLO; the WELCOME arrives in the loop."""
+        if self.sock is not None:
+            self.sock.close()
+        ident = f"{self.name}:{os.getpid()}:{time.monotonic_ns()}".encode()
+        self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
+        self.sock.connect(self.endpoint)
+        self.grants.clear()
+        self._send(p.Hello(self.name, os.getpid(), socket.gethostname(), self.remote))
+        self.last_heard = time.monotonic()
+
+    def _send(self, msg: p.Message, payload: list | None = None) -> None:
+        assert self.sock is not None
+        send(self.sock, msg, payload)
+        self.last_sent = time.monotonic()
+
+    # ------------------------------------------------------------ loop
+    def run(self) -> None:
+        self.connect()
+        while not self.stop.is_set():
+            self.poll(POLL_S if not self.grants else 0)
+            if self.grants and (self.ring is not None or self.remote):
+                self.fill(self.grants.popleft())
+            self.keep_alive()
+
+    def poll(self, timeout_s: float) -> None:
+        assert self.sock is not None
+        if not self.sock.poll(timeout_s * 1000):
+            return
+        while True:
+            try:
+                _, msg, _ = recv(self.sock)
+            except zmq.Again:
+                return
+            except p.ProtocolError as exc:
+                log.warning("%s: dropped a malformed message from the stager: %s", self.name, exc)
+                continue
+            self.last_heard = time.monotonic()
+            self.handle(msg)
+
+    def handle(self, msg: p.Message) -> None:
+        if isinstance(msg, p.Grant):
+            self.grants.append(msg)
+        elif isinstance(msg, p.Welcome):
+            self.welcome(msg)
+        elif isinstance(msg, p.Shutdown):
+            log.info("%s: stager says stop (%s)", self.name, msg.reason)
+            self.stop.set()
+
+    def welcome(self, msg: p.Welcome) -> None:
+        if msg.n_items != self.source.n_items:
+            raise RuntimeError(
+                f"the stager plans {msg.n_items} items but this producer reads "
+                f"{self.source.n_items}: both must use the same data.path and config"
+            )
+        if not self.remote:
+            if self.ring is not None:
+                self.ring.close()
+            self.ring = Ring.attach(msg.ring_name)
+        self.welcomed_at = time.monotonic()
+        self._send(p.Request(self.cfg.producers.credits))
+
+    def keep_alive(self) -> None:
+        now = time.monotonic()
+        if now - self.last_sent >= self.cfg.ring.heartbeat_s:
+            self._send(p.Heartbeat(self.done))
+        silent = now - self.last_heard
+        if silent > ORPHAN_S:
+            log.error("%s: no word from the stager for %.0f s; exiting", self.name, silent)
+            self.stop.set()
+        elif silent > self.cfg.ring.lease_s:
+            log.warning("%s: stager silent for %.1f s; saying HELLO again", self.name, silent)
+            self.connect()
+
+    # ------------------------------------------------------------ work
+    def fill(self, grant: p.Grant) -> None:
+        """Prepare one item and hand its slot back with READY or SKIP."""
+        header = self.ring.slots[grant.slot] if self.ring is not None else None
+        if header is not None:
+            header["state"], header["t_write"] = SlotState.WRITING, time.time()
+        try:
+            sample = self.source.prepare(grant.item)
+        except SkipSample as skip:
+            path = skip.path or self.source.path(grant.item)
+            self._send(p.Skip(grant.slot, grant.generation, grant.item, skip.reason, path))
+        else:
+            if self.remote:
+                lengths, payload = self.frames(sample)
+                checksum = 0
+            else:
+                lengths, checksum, payload = self.write(grant, sample), 0, None
+                if self.cfg.ring.checksum:
+                    checksum = self.ring.checksum(grant.slot, self._length_map(lengths))
+            ready = p.Ready(
+                grant.slot, grant.generation, grant.item, lengths, checksum, sample.truncated
+            )
+            self._send(ready, payload)
+        self.done += 1
+        self._send(p.Request(1))
+
+    def _arrays(self, sample: Sample) -> list[np.ndarray]:
+        """Sample arrays in ring field order."""
+        return [getattr(sample, name) for name in self.cfg.sample_fields()]
+
+    def _length_map(self, lengths: list[int]) -> dict[str, int]:
+        return dict(zip(self.cfg.sample_fields(), lengths, strict=True))
+
+    def write(self, grant: p.Grant, sample: Sample) -> list[int]:
+        """Copy into the slot, zero the padding, seal; returns true lengths."""
+        lengths = []
+        for name, arr in zip(self.cfg.sample_fields(), self._arrays(sample), strict=True):
+            dst = self.ring.view(name)[grant.slot]
+            n = arr.shape[0]
+            dst[:n] = arr
+            dst[n:] = 0
+            lengths.append(n)
+        header = self.ring.slots[grant.slot]
+        header["lengths"][: len(lengths)] = lengths
+        header["t_ready"] = time.time()
+        header["sealed_generation"] = grant.generation
+        return lengths
+
+    def frames(self, sample: Sample) -> tuple[list[int], list[memoryview]]:
+        """Used rows of each field as contiguous buffers, for a remote READY."""
+        arrays = self._arrays(sample)
+        fields = self.cfg.sample_fields()
+        bufs = [
+            memoryview(np.ascontiguousarray(a, dtype=fields[name][1])).cast("B")
+            for name, a in zip(fields, arrays, strict=True)
+        ]
+        return [a.shape[0] for a in arrays], bufs
+
+    # ------------------------------------------------------------ teardown
+    def close(self) -> None:
+        """Say BYE, wait briefly for BYE_ACK, and let go of everything (never unlinks)."""
+        if self.sock is not None and self.welcomed_at is not None:
+            self._send(p.Bye(self.done))
+            deadline = time.monotonic() + SHUTDOWN_WAIT_S
+            while time.monotonic() < deadline and self.sock.poll(POLL_S * 1000):
+                try:
+                    _, msg, _ = recv(self.sock)
+                except (zmq.Again, p.ProtocolError):
+                    continue
+                if isinstance(msg, p.ByeAck):
+                    break
+        if self.sock is not None:
+            self.sock.close()
+        if self.ring is not None:
+            self.ring.close()
+        self.ctx.term()
+
+    def report_crash(self, text: str) -> None:
+        if self.sock is not None:
+            self._send(p.Crash(self.name, text))
+
+
+def run_worker(cfg: Config, name: str, endpoint: str, remote: bool = False) -> int:
+    """Process entry of one producer (spawned by producer/pool.py); returns the exit code."""
+    from producer.threads import pin_math_threads
+
+    pin_math_threads(cfg.producers.math_threads)
+    stop = StopFlag().install()
+    worker = Worker(cfg, name, endpoint, remote, stop)
+    try:
+        worker.source.warm_up()  # librosa's first call costs ~2 s: pay it before HELLO
+        worker.run()
+    except Exception:
+        text = traceback.format_exc()
+        log.error("%s crashed:\n%s", name, text)
+        worker.report_crash(text)
+        worker.close()
+        return 1
+    worker.close()
+    return 0

@@ -1,0 +1,157 @@
+"""`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
+
+ringfeed validate CONFIG                 check a config, print derived sizes
+ringfeed stager CONFIG --run-id R        the data process
+ringfeed producers CONFIG --run-id R     a pool of producer processes
+ringfeed trainer CONFIG --run-id R       the model process
+ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
+ringfeed inspect [--run-id R] [--json]   the ring inspector
+ringfeed cleanup [--run-id R]            remove segments of dead runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+
+
+def _config(path: str):
+    from shared.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from shared.config import free_shm_bytes, ring_bytes
+
+    cfg = _config(args.config)
+    mib = 2**20
+    print(f"{args.config}: ok")
+    for name, (shape, dtype) in cfg.sample_fields().items():
+        print(f"  sample field {name:8s} {str(list(shape)):14s} {dtype}")
+    print(f"  sample slot   {cfg.sample_slot_bytes / mib:8.3f} MiB x {cfg.ring.slots} slots")
+    print(f"  batch slot    {cfg.batch_slot_bytes / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")
+    print(
+        f"  rings total   {ring_bytes(cfg) / mib:8.1f} MiB "
+        f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
+    )
+    return 0
+
+
+def cmd_stager(args: argparse.Namespace) -> int:
+    from consumer.stager import main
+
+    return main(_config(args.config), args.run_id)
+
+
+def cmd_producers(args: argparse.Namespace) -> int:
+    from producer.pool import main
+    from shared.config import endpoints
+
+    cfg = _config(args.config)
+    endpoint = args.connect or endpoints(cfg, args.run_id).control
+    workers = args.workers or cfg.producers.workers
+    return main(cfg, endpoint, workers, remote=args.remote, prefix=args.name)
+
+
+def cmd_trainer(args: argparse.Namespace) -> int:
+    from consumer.trainer import main
+
+    return main(_config(args.config), args.run_id)
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    from consumer.batch_client import BatchClient
+
+    cfg = _config(args.config)
+    client = BatchClient(cfg, args.run_id, name="drain")
+    client.connect(timeout_s=60)
+    n, t0 = 0, time.monotonic()
+    try:
+        while args.batches == 0 or n < args.batches:
+            batch = client.next(timeout_s=60)
+            if batch is None:
+                break
+            client.free(batch)
+            n += 1
+    finally:
+        client.close()
+    dt = time.monotonic() - t0
+    print(
+        f"drained {n} batches of {cfg.stager.batch_size} in {dt:.1f} s "
+        f"({n * cfg.stager.batch_size / max(dt, 1e-9):.0f} samples/s)"
+    )
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from consumer.inspector import main
+
+    return main(args.run_id, as_json=args.json, interval_s=args.interval)
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from shared.ring import remove_stale_segments
+
+    removed = remove_stale_segments(args.run_id or None)
+    print(
+        f"removed {len(removed)} stale segment(s)" + (f": {' '.join(removed)}" if removed else "")
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ringfeed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    def verb(name: str, fn, needs_run: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name)
+        p.set_defaults(fn=fn)
+        if needs_run:
+            p.add_argument("config")
+            p.add_argument("--run-id", required=True)
+        return p
+
+    v = sub.add_parser("validate")
+    v.add_argument("config")
+    v.set_defaults(fn=cmd_validate)
+    verb("stager", cmd_stager)
+    pr = verb("producers", cmd_producers)
+    pr.add_argument("--workers", type=int, default=0, help="default: producers.workers")
+    pr.add_argument("--connect", default="", help="the head's control endpoint (remote hosts)")
+    pr.add_argument("--remote", action="store_true", help="send payloads over the socket")
+    pr.add_argument("--name", default="", help="producer name prefix (default: host name)")
+    verb("trainer", cmd_trainer)
+    d = verb("drain", cmd_drain)
+    d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
+    i = verb("inspect", cmd_inspect, needs_run=False)
+    i.add_argument("--run-id", default="", help="default: the newest live run")
+    i.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
+    i.add_argument("--interval", type=float, default=1.0)
+    c = verb("cleanup", cmd_cleanup, needs_run=False)
+    c.add_argument("--run-id", default="")
+    return parser
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from shared.process import setup_logging
+
+    args = build_parser().parse_args(argv)
+    setup_logging()
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
