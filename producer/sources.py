@@ -8,6 +8,7 @@ item count and ids without loading any audio code.
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 import numpy as np
@@ -66,6 +67,8 @@ class SyntheticSource:
         return min(text_len, t_max), min(n, n_max)
 
     def prepare(self, item: int) -> Sample:
+        if self.cfg.data.synthetic_delay_s > 0:
+            time.sleep(self.cfg.data.synthetic_delay_s)
         text_len, n = self.lengths(item)
         tokens = self._tokens[:text_len].copy()
         tokens[0] = item

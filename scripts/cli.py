@@ -75,10 +75,14 @@ def cmd_drain(args: argparse.Namespace) -> int:
     n, t0 = 0, time.monotonic()
     try:
         while args.batches == 0 or n < args.batches:
+            t_wait = time.monotonic()
             batch = client.next(timeout_s=60)
+            wait_s = time.monotonic() - t_wait
             if batch is None:
                 break
             client.free(batch)
+            time.sleep(args.step_s)  # stands in for a train step
+            client.step_stats(n, time.monotonic() - t_wait, wait_s, 0.0)
             n += 1
     finally:
         client.close()
@@ -132,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     verb("trainer", cmd_trainer)
     d = verb("drain", cmd_drain)
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
+    d.add_argument("--step-s", type=float, default=0.0, help="pretend each batch takes this long")
     i = verb("inspect", cmd_inspect, needs_run=False)
     i.add_argument("--run-id", default="", help="default: the newest live run")
     i.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")

@@ -35,6 +35,8 @@ class DataConfig:
     # synthetic: precomputed arrays, no files (transport tests and benchmarks).
     format: Literal["ljspeech", "csv", "synthetic"] = "ljspeech"
     synthetic_items: int = 256
+    # Extra time each synthetic sample takes, seconds (to induce slow producers).
+    synthetic_delay_s: float = 0.0
     # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized).
     text_column: int = 2
 
@@ -142,6 +144,8 @@ class TrainConfig:
     jit_compile: bool = True
     # Window, in steps, of the step-time coefficient of variation.
     cv_window: int = 50
+    # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
+    log_batches: bool = False
 
 
 @dataclass(frozen=True)
