@@ -67,16 +67,22 @@ def cmd_trainer(args: argparse.Namespace) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    from consumer.batch_client import BatchClient
+    """A consumer without a model: frees each batch, optionally after --step-s."""
+    from consumer.batch_client import BatchClient, StagerGone
+    from shared.process import StopFlag
 
     cfg = _config(args.config)
+    stop = StopFlag().install()
     client = BatchClient(cfg, args.run_id, name="drain")
-    client.connect(timeout_s=60)
-    n, t0 = 0, time.monotonic()
+    n, t0, finished = 0, time.monotonic(), False
     try:
-        while args.batches == 0 or n < args.batches:
+        client.connect(timeout_s=60)
+        while not stop.is_set() and (args.batches == 0 or n < args.batches):
             t_wait = time.monotonic()
-            batch = client.next(timeout_s=60)
+            try:
+                batch = client.next(timeout_s=1.0)
+            except TimeoutError:
+                continue
             wait_s = time.monotonic() - t_wait
             if batch is None:
                 break
@@ -84,13 +90,14 @@ def cmd_drain(args: argparse.Namespace) -> int:
             time.sleep(args.step_s)  # stands in for a train step
             client.step_stats(n, time.monotonic() - t_wait, wait_s, 0.0)
             n += 1
+        finished = not stop.is_set()
+    except StagerGone as exc:
+        print(f"drain: {exc}", file=sys.stderr)
     finally:
-        client.close()
+        client.close(finished=finished)
     dt = time.monotonic() - t0
-    print(
-        f"drained {n} batches of {cfg.stager.batch_size} in {dt:.1f} s "
-        f"({n * cfg.stager.batch_size / max(dt, 1e-9):.0f} samples/s)"
-    )
+    rate = n * cfg.stager.batch_size / max(dt, 1e-9)
+    print(f"drained {n} batches of {cfg.stager.batch_size} in {dt:.1f} s ({rate:.0f} samples/s)")
     return 0
 
 
