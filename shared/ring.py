@@ -160,6 +160,7 @@ class Ring:
         self._fd = fd
         self._mm = mm
         self._unlinked = False
+        self._views: dict[str, np.ndarray] = {}
         buf = np.frombuffer(mm, dtype=np.uint8)
         self._buf = buf
         hdr = buf[: HEADER_DTYPE.itemsize].view(HEADER_DTYPE)
@@ -178,7 +179,6 @@ class Ring:
         off = int(self.header["slot_headers_offset"])
         self.slots = buf[off : off + self.n_slots * SLOT_DTYPE.itemsize].view(SLOT_DTYPE)
         self.fields: FieldSpec = {}
-        self._views: dict[str, np.ndarray] = {}
         payload, stride = int(self.header["payload_offset"]), int(self.header["slot_stride"])
         for rec in self.header["fields"][: int(self.header["n_fields"])]:
             fname = rec["name"].decode()

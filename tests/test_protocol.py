@@ -1,0 +1,103 @@
+"""Protocol round trips and strict decoding, without sockets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared import protocol as p
+
+EXAMPLES = [
+    p.Hello("host-0", 123, "host", False),
+    p.Welcome("run", "ringfeed-run-samples", 13),
+    p.Request(2),
+    p.Grant(3, 7, 11, 99),
+    p.Ready(3, 7, 11, [40, 300], 0xDEADBEEF, False),
+    p.Skip(3, 7, 11, "unreadable audio: not a RIFF file", "/x.wav"),
+    p.Heartbeat(5),
+    p.Crash("host-0", "Traceback ...\nValueError: boom"),
+    p.Bye(5),
+    p.ByeAck(),
+    p.Shutdown("run finished"),
+    p.ConsumerHello("trainer", 64, 2),
+    p.BatchReady(1, 4, 10, 352, 0, 32),
+    p.BatchFree(1, 4),
+    p.StepStats(10, 0.25, 0.01, 1.5),
+    p.EndOfData(12),
+    p.Stats({"a": 1, "b": [1, 2]}),
+]
+
+
+def test_every_kind_has_an_example() -> None:
+    assert {type(m) for m in EXAMPLES} == set(p.MESSAGE_TYPES.values())
+
+
+@pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip(msg: object) -> None:
+    decoded, payload = p.decode([bytes(f) for f in p.encode(msg)])
+    assert decoded == msg and payload == []
+
+
+def test_ready_carries_raw_payload_frames() -> None:
+    frames = p.encode(p.Ready(0, 1, 2, [3], 0, False), [memoryview(b"\x00" * 12)])
+    msg, payload = p.decode([bytes(f) for f in frames])
+    assert isinstance(msg, p.Ready) and payload == [b"\x00" * 12]
+
+
+def _header(*values: object) -> bytes:
+    return msgpack.packb(list(values), use_bin_type=True)
+
+
+@pytest.mark.parametrize(
+    ("frames", "needle"),
+    [
+        ([], "empty"),
+        ([b"\xc1garbage"], "not msgpack"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), 1, 2)], "2 fields, expected 4"),
+        ([_header(99, int(p.Kind.GRANT), 1, 2, 3, 4)], "protocol version 99"),
+        ([_header(p.VERSION, 250)], "unknown message kind"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), "1", 2, 3, 4)], "GRANT.slot"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), True, 2, 3, 4)], "GRANT.slot"),
+        ([_header(p.VERSION, int(p.Kind.READY), 0, 1, 2, [1, "x"], 0, False)], "READY.lengths"),
+        ([b"\x00" * (p.MAX_HEADER_BYTES + 1)], "header of"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), 1, 2, 3, 4), b"x"], "unexpected payload"),
+        (
+            [_header(p.VERSION, int(p.Kind.READY), 0, 1, 2, [1], 0, False)] + [b""] * 9,
+            "payload frames",
+        ),
+        ([_header(1, 2, 3)[:-1]], "not msgpack"),
+    ],
+)
+def test_malformed_messages_raise_protocol_error(frames: list[bytes], needle: str) -> None:
+    with pytest.raises(p.ProtocolError, match=needle):
+        p.decode(frames)
+
+
+def test_encode_refuses_oversized_headers() -> None:
+    with pytest.raises(p.ProtocolError, match="bytes >"):
+        p.encode(p.Crash("x", "y" * (p.MAX_HEADER_BYTES + 10)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=3))
+def test_random_bytes_never_escape_as_other_errors(frames: list[bytes]) -> None:
+    try:
+        p.decode(frames)
+    except p.ProtocolError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(EXAMPLES), st.integers(0, 64), st.integers(0, 255))
+def test_mutated_valid_messages_decode_or_raise_protocol_error(msg, pos, byte) -> None:
+    header = bytearray(p.encode(msg)[0])
+    header[pos % len(header)] = byte
+    try:
+        decoded, _ = p.decode([bytes(header)])
+    except p.ProtocolError:
+        return
+    assert dataclasses.is_dataclass(decoded)

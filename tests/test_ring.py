@@ -1,0 +1,118 @@
+"""The shared-memory ring: layout, zero-copy views, ownership, stale segments."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+
+from shared.config import SHM_DIR, Config, replace
+from shared.ring import (
+    SLOT_DTYPE,
+    Ring,
+    RingError,
+    SlotState,
+    list_segments,
+    remove_stale_segments,
+    segment_name,
+)
+
+
+@pytest.fixture
+def run_id() -> str:
+    rid = f"test-{uuid.uuid4().hex[:8]}"
+    yield rid
+    for path in list_segments(rid):
+        path.unlink()
+        pytest.fail(f"test left {path} behind")
+
+
+def test_round_trip_of_every_field_shape_and_dtype(run_id: str) -> None:
+    cfg = replace(Config(), features={"device": "stager"})
+    fields = {**cfg.sample_fields(), **Config().sample_fields()}
+    with Ring.create(segment_name(run_id, "samples"), fields, 5, run_id, "samples") as ring:
+        reader = Ring.attach(ring.name)
+        assert reader.fields == fields and reader.run_id == run_id
+        assert reader.owner_pid == os.getpid() and reader.n_slots == 5
+        rng = np.random.default_rng(0)
+        for name, (shape, dtype) in fields.items():
+            view = ring.view(name)
+            assert view.shape == (5, *shape) and view.dtype == dtype
+            for k in range(5):
+                data = rng.integers(-1000, 1000, shape).astype(dtype)
+                view[k] = data
+                np.testing.assert_array_equal(reader.view(name)[k], data)
+        ring.slots[2]["state"], ring.slots[2]["generation"] = SlotState.READY, 9
+        assert reader.slots[2]["state"] == SlotState.READY and reader.slots[2]["generation"] == 9
+        assert reader.slots.dtype == SLOT_DTYPE
+        reader.close()
+
+
+def test_fields_of_different_slots_do_not_overlap(run_id: str) -> None:
+    fields = Config().sample_fields()
+    with Ring.create(segment_name(run_id, "samples"), fields, 4, run_id, "samples") as ring:
+        for k in range(4):
+            ring.view("mel")[k] = k
+            ring.view("tokens")[k] = 100 + k
+        for k in range(4):
+            assert (ring.view("mel")[k] == k).all() and (ring.view("tokens")[k] == 100 + k).all()
+
+
+def test_read_only_attach_cannot_write(run_id: str) -> None:
+    fields = Config().sample_fields()
+    with Ring.create(segment_name(run_id, "samples"), fields, 2, run_id, "samples") as ring:
+        reader = Ring.attach(ring.name, writable=False)
+        with pytest.raises(ValueError, match="read-only"):
+            reader.view("mel")[0, 0, 0] = 1.0
+        with pytest.raises(ValueError, match="read-only"):
+            reader.slots[0]["state"] = 1
+        reader.close()
+
+
+def test_attach_errors_say_what_to_do(run_id: str) -> None:
+    with pytest.raises(RingError, match="is the stager of this run running"):
+        Ring.attach(segment_name(run_id, "samples"))
+    path = SHM_DIR / segment_name(run_id, "junk")
+    path.write_bytes(b"\x00" * 4096)
+    try:
+        with pytest.raises(RingError, match="bad magic"):
+            Ring.attach(path.name)
+    finally:
+        path.unlink()
+
+
+def test_only_the_owner_unlinks(run_id: str) -> None:
+    fields = Config().sample_fields()
+    owner = Ring.create(segment_name(run_id, "samples"), fields, 2, run_id, "samples")
+    other = Ring.attach(owner.name)
+    other.close()
+    other.unlink()
+    assert (SHM_DIR / owner.name).exists()
+    owner.close()
+    owner.unlink()
+    owner.unlink()  # idempotent
+    assert not (SHM_DIR / owner.name).exists()
+
+
+def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
+    code = (
+        "import sys, time\n"
+        "from shared.config import Config\n"
+        "from shared.ring import Ring, segment_name\n"
+        f"Ring.create(segment_name('{run_id}', 'samples'), Config().sample_fields(), 2, "
+        f"'{run_id}', 'samples')\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    assert remove_stale_segments(run_id) == []  # owner alive: kept
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert remove_stale_segments(run_id) == [segment_name(run_id, "samples")]
+    assert list(list_segments(run_id)) == []

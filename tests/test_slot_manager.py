@@ -1,0 +1,186 @@
+"""The stager's slot bookkeeping: exactly once, leases, fencing, order. Fake clock."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+from consumer.slot_manager import EpochPlan, SlotManager
+from shared.ring import SlotState
+
+HOST = "this-host"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def manager(n_items=10, n_slots=4, deterministic=True, epochs=1, attempts=3, clock=None):
+    return SlotManager(
+        EpochPlan(n_items, seed=7, epochs=epochs),
+        n_slots,
+        lease_s=5.0,
+        max_attempts=attempts,
+        deterministic=deterministic,
+        hostname=HOST,
+        clock=clock or Clock(),
+    )
+
+
+def join(m: SlotManager, ident: bytes, pid: int | None = None, credits: int = 100) -> None:
+    m.hello(ident, ident.decode(), pid or os.getpid(), HOST, remote=False)
+    m.producers[ident].credits = credits
+
+
+def drain(m: SlotManager, idents: list[bytes], rng: random.Random, room: int = 1000) -> list:
+    """Grant to everyone, finish grants in random order, collect events, until exhausted."""
+    events, held = [], []
+    for _ in range(10_000):
+        for ident in idents:
+            while (g := m.grant(ident)) is not None:
+                held.append((ident, g))
+        rng.shuffle(held)
+        if held:
+            ident, (slot, gen, item, _) = held.pop()
+            assert m.ready(ident, slot, gen, item)
+        for event in m.pop_events(room):
+            events.append(event)
+            if event.kind == "sample":
+                m.release(event.slot)
+        if m.exhausted():
+            return events
+    raise AssertionError("plan never finished")
+
+
+def test_plan_is_a_permutation_per_epoch_and_reproducible() -> None:
+    plan, again = EpochPlan(50, seed=3), EpochPlan(50, seed=3)
+    e0 = [plan.item_at(p) for p in range(50)]
+    e1 = [plan.item_at(p) for p in range(50, 100)]
+    assert sorted(e0) == sorted(e1) == list(range(50)) and e0 != e1
+    assert e0 == [again.item_at(p) for p in range(50)]
+
+
+def test_deterministic_delivery_follows_the_plan_whatever_the_finish_order() -> None:
+    m = manager(n_items=37, n_slots=6, epochs=2)
+    join(m, b"a")
+    join(m, b"b")
+    events = drain(m, [b"a", b"b"], random.Random(1))
+    assert [e.position for e in events] == list(range(74))
+    assert [e.item for e in events] == [m.plan.item_at(p) for p in range(74)]
+    assert all(s.state == SlotState.FREE for s in m.slots)
+
+
+def test_unordered_mode_still_delivers_each_item_exactly_once() -> None:
+    m = manager(n_items=40, n_slots=8, deterministic=False, epochs=1)
+    join(m, b"a")
+    events = drain(m, [b"a"], random.Random(2))
+    assert sorted(e.item for e in events) == list(range(40))
+    assert m.cursor == 40
+
+
+def test_expired_lease_fences_the_slot_and_grants_the_item_again() -> None:
+    clock = Clock()
+    m = manager(clock=clock)
+    join(m, b"slow", credits=1)
+    slot, gen, item, position = m.grant(b"slow")
+    clock.t = 6.0  # past lease_s with no word from "slow" (alive: it is this process)
+    assert m.expire() == ["slow"]
+    assert m.slots[slot].state == SlotState.FENCED  # it may still be writing
+    join(m, b"fast", credits=1)
+    slot2, gen2, item2, position2 = m.grant(b"fast")
+    assert (item2, position2) == (item, position) and slot2 != slot
+    assert m.ready(b"fast", slot2, gen2, item2)
+    assert not m.ready(b"slow", slot, gen, item)  # the late READY is stale
+    m.touch(b"slow")  # it spoke, so it is no longer writing: the fence lifts
+    assert m.slots[slot].state == SlotState.FREE
+    assert [e.item for e in m.pop_events(10)] == [item]
+    assert m.counters["reclaimed"] == 1
+
+
+def test_dead_producer_frees_its_slots_at_once() -> None:
+    m = manager()
+    join(m, b"gone", pid=dead_pid(), credits=2)
+    granted = [m.grant(b"gone"), m.grant(b"gone")]
+    assert m.expire() == ["gone"]
+    assert all(m.slots[g[0]].state == SlotState.FREE for g in granted)
+    assert b"gone" not in m.producers
+
+
+def test_restarted_producer_takes_over_its_name() -> None:
+    m = manager()
+    join(m, b"w-0:old", pid=dead_pid(), credits=1)
+    m.producers[b"w-0:old"].name = "w-0"
+    slot, *_ = m.grant(b"w-0:old")
+    m.hello(b"w-0:new", "w-0", os.getpid(), HOST, remote=False)
+    assert m.slots[slot].state == SlotState.FREE and m.counters["restarts"] == 1
+
+
+def test_an_item_whose_lease_keeps_expiring_is_skipped_with_a_reason() -> None:
+    clock = Clock()
+    m = manager(attempts=2, clock=clock)
+    for round_ in range(2):
+        ident = f"p{round_}".encode()
+        join(m, ident, pid=dead_pid(), credits=1)
+        slot, gen, item, position = m.grant(ident)
+        assert position == 0
+        m.expire()
+    event = m.pop_events(10)[0]
+    assert event.kind == "skip" and "lease expired 2 times" in event.reason
+    join(m, b"ok")
+    assert m.grant(b"ok")[3] == 1  # the plan goes on
+
+
+def test_reorder_window_leaves_a_slot_for_the_oldest_item() -> None:
+    clock = Clock()
+    m = manager(n_items=100, n_slots=4, clock=clock)
+    join(m, b"stuck", credits=1)
+    head = m.grant(b"stuck")
+    join(m, b"busy")
+    grants = []
+    while (g := m.grant(b"busy")) is not None:
+        grants.append(g)
+    assert len(grants) == 2  # window n_slots - 1: one slot stays free for the head
+    for slot, gen, item, _ in grants:
+        m.ready(b"busy", slot, gen, item)
+    assert m.pop_events(10) == []  # waiting for the head in plan order
+    clock.t = 100.0
+    m.touch(b"busy")
+    m.expire()  # "stuck" is alive but silent: its slot is fenced
+    regrant = m.grant(b"busy")
+    assert regrant is not None and regrant[3] == head[3]
+
+
+def test_skip_from_a_producer_frees_the_slot_and_remembers_the_item() -> None:
+    m = manager(n_items=3, epochs=2)
+    join(m, b"a")
+    slot, gen, item, _ = m.grant(b"a")
+    assert m.skip(b"a", slot, gen, item, "empty audio")
+    assert m.slots[slot].state == SlotState.FREE
+    events = drain(m, [b"a"], random.Random(0))
+    skips = [e for e in events if e.kind == "skip"]
+    assert [e.item for e in skips] == [item, item]  # reported once per epoch
+    assert sum(e.kind == "sample" for e in events) == 4
+    assert m.counters["grants"] == 5  # epoch 2 skipped it without granting it again
+
+
+def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
+    m = manager(n_items=10, epochs=0)
+    join(m, b"a")
+    slot, gen, item, _ = m.grant(b"a")
+    m.reset(25)
+    assert m.cursor == 25 and m.slots[slot].state == SlotState.FENCED
+    assert not m.ready(b"a", slot, gen, item)
+    m.touch(b"a")
+    assert m.grant(b"a")[3] == 25

@@ -1,0 +1,263 @@
+"""Real stager and producer processes, real sockets and shared memory, no model.
+
+The test process is the consumer (consumer.batch_client.BatchClient), so it
+sees every delivered item id and checks exactly-once against the plan.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+from consumer.batch_client import BatchClient
+from consumer.slot_manager import EpochPlan
+from shared import protocol as p
+from shared.config import endpoints, load_config
+from tests.runs import REPO, Run, shm_segments, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict) -> Path:
+    raw = {
+        "data": {"format": "synthetic", "synthetic_items": items, "synthetic_delay_s": delay_s},
+        "features": {"max_frames": 64, "cache": False},
+        "text": {"max_text_len": 32},
+        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
+        "stager": {"batch_size": 8, "epochs": 1},
+        "producers": {"workers": 2, "restart_backoff_s": 0.1},
+    }
+    for section, values in over.items():
+        raw[section] = {**raw.get(section, {}), **values}
+    return write_config(tmp_path, raw)
+
+
+def rid() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def worker_pids(pool_pid: int) -> list[int]:
+    """The pool's worker processes (not multiprocessing's resource tracker)."""
+    text = Path(f"/proc/{pool_pid}/task/{pool_pid}/children").read_text()
+    pids = [int(x) for x in text.split()]
+    return [q for q in pids if b"spawn_main" in Path(f"/proc/{q}/cmdline").read_bytes()]
+
+
+def consume(client: BatchClient, on_batch=None, timeout_s: float = 60) -> list[int]:
+    """Every valid item id of every batch until the plan ends; checks each row's stamp."""
+    items = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = client.next(timeout_s=timeout_s)
+        if batch is None:
+            return items
+        n = batch.n_valid
+        got = batch.arrays["items"][:n].tolist()
+        # SyntheticSource stamps the item into tokens[0]: the row holds what it claims.
+        assert batch.arrays["tokens"][:n, 0].tolist() == got
+        assert (batch.arrays["items"][n:] == -1).all()
+        items.extend(got)
+        client.free(batch)
+        if on_batch is not None:
+            on_batch(len(items))
+    raise AssertionError("the plan did not end in time")
+
+
+class StatsReader:
+    """Subscribes to the stager's stats stream (what the inspector reads)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.connect(endpoint)
+
+    def latest(self, timeout_s: float = 3.0) -> dict:
+        msg = None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (msg is None or self.sock.poll(0)):
+            if self.sock.poll(100):
+                msg, _ = p.decode(self.sock.recv_multipart())
+        assert msg is not None, "no stats from the stager"
+        return msg.data
+
+    def close(self) -> None:
+        self.sock.close()
+        self.ctx.term()
+
+
+def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=400, delay_s=0.01, ring={"lease_s": 2.0})
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        pool = run.start("producers")
+        client = BatchClient(cfg, run_id, "test")
+        client.connect(timeout_s=30)
+        stats = StatsReader(endpoints(cfg, run_id).stats)
+        killed = {}
+
+        def kill_one(n_items: int) -> None:
+            if n_items >= 80 and not killed:
+                victim = worker_pids(pool.pid)[0]
+                t0 = time.monotonic()
+                subprocess.run(["kill", "-KILL", str(victim)], check=True)
+                while stats.latest()["counters"]["reclaimed"] == 0:
+                    assert time.monotonic() - t0 < 10, "the dead producer's slot was not reclaimed"
+                killed["reclaim_s"] = time.monotonic() - t0
+
+        items = consume(client, on_batch=kill_one)
+        client.close()
+        stats.close()
+        assert run.wait("stager", 20) == 0 and run.wait("producers", 20) == 0
+        assert shm_segments(run_id) == []
+    plan = EpochPlan(400, cfg.stager.seed, 1)
+    assert items == [plan.item_at(i) for i in range(400)]  # deterministic: plan order
+    # Within the lease (plus one stats interval of reporting delay): the stager sees the
+    # dead pid without waiting for the lease to run out.
+    assert killed["reclaim_s"] < cfg.ring.lease_s + 0.5
+    assert run.json("stager.json")["counters"]["delivered"] == 400
+    assert "restart 1/" in run.logs(tail=100_000)
+
+
+def test_backpressure_holds_producers_while_the_consumer_is_slow(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=200, delay_s=0.0)
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = BatchClient(cfg, run_id, "test")
+        client.connect(timeout_s=30)
+        stats = StatsReader(endpoints(cfg, run_id).stats)
+        held = [client.next(timeout_s=30) for _ in range(cfg.stager.batch_slots)]
+        time.sleep(1.0)
+        first = stats.latest()
+        time.sleep(1.0)
+        second = stats.latest()
+        # Every batch slot is taken: the stager stops taking samples, slots fill, grants stop.
+        assert second["counters"]["grants"] == first["counters"]["grants"]
+        assert first["counters"]["grants"] <= 3 * 8 + cfg.ring.slots
+        assert second["slots"].get("READY", 0) >= cfg.ring.slots - 1
+        items = [i for b in held for i in b.arrays["items"].tolist()]
+        for b in held:
+            client.free(b)
+        items += consume(client)
+        client.close()
+        stats.close()
+        assert run.wait("stager", 20) == 0
+    assert sorted(items) == list(range(200))
+
+
+def test_sigterm_stops_a_run_cleanly(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=100_000, delay_s=0.002)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start_all(consumer="drain")
+        run.poll_for(lambda: len(shm_segments(run_id)) == 2, 30, "the rings")
+        time.sleep(2.0)
+        t0 = time.monotonic()
+        for verb in ("producers", "drain", "stager"):
+            run.signal(verb, signal.SIGTERM)
+        codes = run.wait_all(10)
+        assert time.monotonic() - t0 < 10
+        assert codes == {"stager": 0, "producers": 0, "drain": 0}, run.logs()
+        assert shm_segments(run_id) == []
+
+
+def test_launcher_sigterm_exits_zero_and_leaves_no_segment(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=100_000, delay_s=0.002)
+    run_id = rid()
+    log = (tmp_path / "launch.log").open("w")
+    proc = subprocess.Popen(
+        [
+            "bash",
+            "scripts/launch.sh",
+            "run",
+            str(cfg_path),
+            "--run-id",
+            run_id,
+            "--consumer",
+            "drain",
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(shm_segments(run_id)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, (tmp_path / "launch.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    assert shm_segments(run_id) == []
+
+
+def test_stager_sigkill_then_restart_cleans_up_and_completes(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=120, delay_s=0.002)
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        run.poll_for(lambda: len(shm_segments(run_id)) == 2, 30, "the rings")
+        run.signal("stager", signal.SIGKILL)
+        run.wait("stager", 10)
+        assert len(shm_segments(run_id)) == 2  # a SIGKILLed owner cannot clean up
+        run.start("stager")  # removes the stale segments, producers say HELLO again
+        client = BatchClient(cfg, run_id, "test")
+        client.connect(timeout_s=30)
+        items = consume(client)
+        client.close()
+        assert run.wait("stager", 20) == 0 and run.wait("producers", 30) == 0
+        assert shm_segments(run_id) == []
+        assert "removed stale segment" in run.logs(tail=100_000)
+    assert sorted(items) == list(range(120))
+
+
+def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=200, delay_s=0.001)
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = BatchClient(cfg, run_id, "test")
+        client.connect(timeout_s=30)
+        ctx = zmq.Context()
+        rogue = ctx.socket(zmq.DEALER)
+        rogue.setsockopt(zmq.LINGER, 0)
+        rogue.connect(endpoints(cfg, run_id).control)
+        header = msgpack.packb([p.VERSION, int(p.Kind.READY), 0, 1, 2, [3, 4], 0, False])
+        for frames in (
+            [b"\xc1\xc1 garbage"],
+            [header[:-3]],  # truncated
+            [b"\x91" + b"\x00" * (p.MAX_HEADER_BYTES + 1)],  # oversized
+            [msgpack.packb([p.VERSION, 99])],  # unknown kind
+        ):
+            rogue.send_multipart(frames)
+        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", True)))
+        rogue.send_multipart(p.encode(p.Ready(0, 12345, 0, [3, 4], 0, False)))  # stale
+        items = consume(client)
+        client.close()
+        rogue.close()
+        ctx.term()
+        assert run.wait("stager", 20) == 0
+    assert sorted(items) == list(range(200))
+    dropped = collections.Counter(run.json("stager.json")["dropped"])
+    assert dropped["malformed"] >= 4 and dropped["stale"] >= 1
