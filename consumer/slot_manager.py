@@ -20,6 +20,7 @@ window can never deadlock on a stalled producer.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import time
 from collections.abc import Callable
@@ -115,6 +116,8 @@ class SlotManager:
         self.hostname = hostname
         self.clock = clock
         self.slots = [Slot() for _ in range(n_slots)]
+        self.free_slots: collections.deque[int] = collections.deque(range(n_slots))
+        self.n_fenced = 0
         self.producers: dict[bytes, Producer] = {}
         self.counters = dict.fromkeys(
             ("grants", "ready", "delivered", "skipped", "reclaimed", "restarts"), 0
@@ -210,7 +213,8 @@ class SlotManager:
         if position is None:
             return None
         slot = self.slots[free]
-        slot.state, slot.generation = SlotState.GRANTED, slot.generation + 1
+        self._to(free, SlotState.GRANTED)
+        slot.generation += 1
         slot.position, slot.item = position, self.plan.item_at(position)
         slot.producer, slot.t_granted = ident, self.clock()
         producer.credits -= 1
@@ -220,10 +224,19 @@ class SlotManager:
         return free, slot.generation, slot.item, position
 
     def _free_slot(self) -> int | None:
-        for k, slot in enumerate(self.slots):
-            if slot.state == SlotState.FREE:
-                return k
-        return None
+        return self.free_slots[0] if self.free_slots else None
+
+    def _to(self, k: int, state: SlotState) -> None:
+        """Every slot state change goes through here, keeping the free list and counts."""
+        old = self.slots[k].state
+        if old == state:
+            return
+        if old == SlotState.FREE:
+            self.free_slots.remove(k)  # O(1) in practice: grants take the head
+        elif state == SlotState.FREE:
+            self.free_slots.append(k)
+        self.n_fenced += (state == SlotState.FENCED) - (old == SlotState.FENCED)
+        self.slots[k].state = state
 
     def _next_position(self) -> int | None:
         while True:
@@ -243,8 +256,7 @@ class SlotManager:
             return position
 
     def _window(self) -> int:
-        fenced = sum(s.state == SlotState.FENCED for s in self.slots)
-        return max(1, self.n_slots - 1 - fenced)
+        return max(1, self.n_slots - 1 - self.n_fenced)
 
     # ------------------------------------------------------------ results
     def owns(self, ident: bytes, slot: int, generation: int, item: int) -> bool:
@@ -269,7 +281,7 @@ class SlotManager:
         s = self._owned(ident, slot, generation, item)
         if s is None:
             return False
-        s.state = SlotState.READY
+        self._to(slot, SlotState.READY)
         self._release_grant(ident, slot)
         self.counters["ready"] += 1
         self.in_flight.pop(s.position, None)
@@ -331,14 +343,16 @@ class SlotManager:
 
     def _free(self, k: int) -> None:
         slot = self.slots[k]
-        slot.state, slot.position, slot.item, slot.producer = SlotState.FREE, -1, -1, None
+        self._to(k, SlotState.FREE)
+        slot.position, slot.item, slot.producer = -1, -1, None
 
     def _fence_or_free(self, k: int) -> None:
         slot = self.slots[k]
         slot.generation += 1
         producer = self.producers.get(slot.producer) if slot.producer is not None else None
         if producer is not None and not producer.remote:
-            slot.state, slot.position = SlotState.FENCED, -1
+            self._to(k, SlotState.FENCED)
+            slot.position = -1
             producer.fenced.add(k)
         else:
             self._free(k)
@@ -363,7 +377,8 @@ class SlotManager:
             self.producers[ident].slots.discard(k)
         slot.generation += 1
         if fence and ident is not None and ident in self.producers:
-            slot.state, slot.position = SlotState.FENCED, -1
+            self._to(k, SlotState.FENCED)
+            slot.position = -1
             self.producers[ident].fenced.add(k)
         else:
             self._free(k)

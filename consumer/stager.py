@@ -96,9 +96,10 @@ class Stager:
             st.deterministic,
             socket.gethostname(),
         )
+        self.fields = self.cfg.sample_fields()
         self.samples = Ring.create(
             segment_name(self.run_id, "samples"),
-            self.cfg.sample_fields(),
+            self.fields,
             rc.slots,
             self.run_id,
             "samples",
@@ -194,13 +195,14 @@ class Stager:
             self.consumer_message(ident, msg)
         elif producer is None:
             self.drop("unknown-peer", f"{type(msg).__name__} from a peer that never said HELLO")
+            send(self.sock, p.Rehello(), ident=ident)  # a producer of a previous stager
         elif isinstance(msg, p.Request):
-            producer.credits = min(
-                producer.credits + max(0, msg.credits), 2 * self.cfg.producers.credits
-            )
+            self.credit(producer, msg.credits)
         elif isinstance(msg, p.Ready):
+            self.credit(producer, 1)  # READY and SKIP each ask for the next grant
             self.ready(ident, msg, payload)
         elif isinstance(msg, p.Skip):
+            self.credit(producer, 1)
             if self.manager.skip(ident, msg.slot, msg.generation, msg.item, msg.reason):
                 self.samples.slots[msg.slot]["state"] = SlotState.FREE
                 self.quarantine.write(
@@ -219,8 +221,12 @@ class Stager:
         else:
             self.drop("unexpected", f"{type(msg).__name__} from producer {producer.name}")
 
+    def credit(self, producer, n: int) -> None:
+        """Grants a producer may hold, never above producers.credits whatever it asks."""
+        producer.credits = min(producer.credits + max(0, n), self.cfg.producers.credits)
+
     def ready(self, ident: bytes, msg: p.Ready, payload: list[bytes]) -> None:
-        fields = self.cfg.sample_fields()
+        fields = self.fields
         limits = [shape[0] for shape, _ in fields.values()]
         if len(msg.lengths) != len(fields) or any(
             not 0 < n <= lim for n, lim in zip(msg.lengths, limits, strict=True)
@@ -248,7 +254,7 @@ class Stager:
 
     def copy_payload(self, msg: p.Ready, payload: list[bytes]) -> bool:
         """Check a remote READY's raw frames against the granted slot and copy them in."""
-        fields = self.cfg.sample_fields()
+        fields = self.fields
         if len(payload) != len(fields):
             self.drop("malformed", f"remote READY with {len(payload)} frames, need {len(fields)}")
             return False

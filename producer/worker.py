@@ -36,9 +36,9 @@ from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
 
-# A welcomed producer that hears nothing from the stager for this long says HELLO again
-# (the stager restarted); one that never hears back for ORPHAN_S exits.
-ORPHAN_S = 120.0
+# A producer that hears nothing from the stager for ring.lease_s says HELLO again (the
+# stager restarted); one that hears nothing for ORPHAN_S exits (the run is over).
+ORPHAN_S = 30.0
 
 
 class Worker:
@@ -53,6 +53,7 @@ class Worker:
             stop,
         )
         self.source: Source = make_source(cfg)
+        self.fields = cfg.sample_fields()  # name -> (shape, dtype), in ring order
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None
         self.ring: Ring | None = None
@@ -107,6 +108,9 @@ class Worker:
             self.grants.append(msg)
         elif isinstance(msg, p.Welcome):
             self.welcome(msg)
+        elif isinstance(msg, p.Rehello):
+            log.info("%s: the stager restarted; saying HELLO again", self.name)
+            self.connect()
         elif isinstance(msg, p.Shutdown):
             log.info("%s: stager says stop (%s)", self.name, msg.reason)
             self.stop.set()
@@ -159,20 +163,19 @@ class Worker:
                 grant.slot, grant.generation, grant.item, lengths, checksum, sample.truncated
             )
             self._send(ready, payload)
-        self.done += 1
-        self._send(p.Request(1))
+        self.done += 1  # a READY or SKIP also asks for one more grant
 
     def _arrays(self, sample: Sample) -> list[np.ndarray]:
         """Sample arrays in ring field order."""
-        return [getattr(sample, name) for name in self.cfg.sample_fields()]
+        return [getattr(sample, name) for name in self.fields]
 
     def _length_map(self, lengths: list[int]) -> dict[str, int]:
-        return dict(zip(self.cfg.sample_fields(), lengths, strict=True))
+        return dict(zip(self.fields, lengths, strict=True))
 
     def write(self, grant: p.Grant, sample: Sample) -> list[int]:
         """Copy into the slot, zero the padding, seal; returns true lengths."""
         lengths = []
-        for name, arr in zip(self.cfg.sample_fields(), self._arrays(sample), strict=True):
+        for name, arr in zip(self.fields, self._arrays(sample), strict=True):
             dst = self.ring.view(name)[grant.slot]
             n = arr.shape[0]
             dst[:n] = arr
@@ -187,10 +190,9 @@ class Worker:
     def frames(self, sample: Sample) -> tuple[list[int], list[memoryview]]:
         """Used rows of each field as contiguous buffers, for a remote READY."""
         arrays = self._arrays(sample)
-        fields = self.cfg.sample_fields()
         bufs = [
-            memoryview(np.ascontiguousarray(a, dtype=fields[name][1])).cast("B")
-            for name, a in zip(fields, arrays, strict=True)
+            memoryview(np.ascontiguousarray(a, dtype=self.fields[name][1])).cast("B")
+            for name, a in zip(self.fields, arrays, strict=True)
         ]
         return [a.shape[0] for a in arrays], bufs
 

