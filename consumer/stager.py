@@ -97,6 +97,7 @@ class Stager:
             socket.gethostname(),
         )
         self.fields = self.cfg.sample_fields()
+        self.limits = [shape[0] for shape, _ in self.fields.values()]
         self.samples = Ring.create(
             segment_name(self.run_id, "samples"),
             self.fields,
@@ -199,7 +200,6 @@ class Stager:
         elif isinstance(msg, p.Request):
             self.credit(producer, msg.credits)
         elif isinstance(msg, p.Ready):
-            self.credit(producer, 1)  # READY and SKIP each ask for the next grant
             self.ready(ident, msg, payload)
         elif isinstance(msg, p.Skip):
             self.credit(producer, 1)
@@ -226,47 +226,81 @@ class Stager:
         producer.credits = min(producer.credits + max(0, n), self.cfg.producers.credits)
 
     def ready(self, ident: bytes, msg: p.Ready, payload: list[bytes]) -> None:
-        fields = self.fields
-        limits = [shape[0] for shape, _ in fields.values()]
-        if len(msg.lengths) != len(fields) or any(
-            not 0 < n <= lim for n, lim in zip(msg.lengths, limits, strict=True)
+        """Accept each filled slot of a READY that its producer still owns."""
+        n, k = len(msg.slots), len(self.fields)
+        if not (len(msg.generations) == len(msg.items) == len(msg.checksums) == n) or (
+            len(msg.truncated) != n or len(msg.lengths) != n * k
         ):
-            self.drop("malformed", f"READY lengths {msg.lengths[:8]} outside {limits}")
-            return
-        if not self.manager.owns(ident, msg.slot, msg.generation, msg.item):
-            self.drop("stale", f"READY of slot {msg.slot} generation {msg.generation}")
+            self.drop("malformed", f"READY with inconsistent list sizes ({n} slots)")
             return
         producer = self.manager.producers[ident]
-        if producer.remote and not self.copy_payload(msg, payload):
+        self.credit(producer, n)  # each entry asks for the next grant
+        if producer.remote and (n != 1 or not self.copy_payload(msg, payload, ident)):
+            if n != 1:
+                self.drop("malformed", f"remote READY with {n} entries, need 1 with payload")
             return
-        header = self.samples.slots[msg.slot]
-        if not producer.remote and int(header["sealed_generation"]) != msg.generation:
-            self.drop("unsealed", f"slot {msg.slot} is not sealed with generation {msg.generation}")
+        for i in range(n):
+            lengths = msg.lengths[i * k : (i + 1) * k]
+            self.accept(
+                ident,
+                producer.remote,
+                msg.slots[i],
+                msg.generations[i],
+                msg.items[i],
+                lengths,
+                msg.checksums[i],
+            )
+
+    def valid_lengths(self, lengths: list[int]) -> bool:
+        return all(0 < n <= lim for n, lim in zip(lengths, self.limits, strict=True))
+
+    def accept(
+        self,
+        ident: bytes,
+        remote: bool,
+        slot: int,
+        generation: int,
+        item: int,
+        lengths: list[int],
+        checksum: int,
+    ) -> None:
+        if not self.valid_lengths(lengths):
+            self.drop("malformed", f"READY lengths {lengths} outside {self.limits}")
             return
-        if self.cfg.ring.checksum and not producer.remote:
-            lengths = dict(zip(fields, msg.lengths, strict=True))
-            if self.samples.checksum(msg.slot, lengths) != msg.checksum:
-                self.drop("checksum", f"slot {msg.slot} item {msg.item}")
+        if not self.manager.owns(ident, slot, generation, item):
+            self.drop("stale", f"READY of slot {slot} generation {generation}")
+            return
+        header = self.samples.slots[slot]
+        if not remote and int(header["sealed_generation"]) != generation:
+            self.drop("unsealed", f"slot {slot} is not sealed with generation {generation}")
+            return
+        if self.cfg.ring.checksum and not remote:
+            used = dict(zip(self.fields, lengths, strict=True))
+            if self.samples.checksum(slot, used) != checksum:
+                self.drop("checksum", f"slot {slot} item {item}")
                 return
-        self.manager.ready(ident, msg.slot, msg.generation, msg.item)
-        self.lengths[msg.slot] = msg.lengths
+        self.manager.ready(ident, slot, generation, item)
+        self.lengths[slot] = lengths
         header["state"] = SlotState.READY
 
-    def copy_payload(self, msg: p.Ready, payload: list[bytes]) -> bool:
-        """Check a remote READY's raw frames against the granted slot and copy them in."""
-        fields = self.fields
-        if len(payload) != len(fields):
-            self.drop("malformed", f"remote READY with {len(payload)} frames, need {len(fields)}")
+    def copy_payload(self, msg: p.Ready, payload: list[bytes], ident: bytes) -> bool:
+        """Check a remote READY's raw frames against its granted slot and copy them in."""
+        slot, lengths = msg.slots[0], msg.lengths
+        if len(payload) != len(self.fields) or not self.valid_lengths(lengths):
+            self.drop("malformed", f"remote READY: {len(payload)} frames, lengths {lengths}")
+            return False
+        if not self.manager.owns(ident, slot, msg.generations[0], msg.items[0]):
+            self.drop("stale", f"remote READY of slot {slot} generation {msg.generations[0]}")
             return False
         for (name, (shape, dtype)), n, frame in zip(
-            fields.items(), msg.lengths, payload, strict=True
+            self.fields.items(), lengths, payload, strict=True
         ):
             row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
             if len(frame) != n * row_bytes:
                 self.drop("malformed", f"{name} frame of {len(frame)} bytes, need {n * row_bytes}")
                 return False
-        for name, n, frame in zip(fields, msg.lengths, payload, strict=True):
-            dst = self.samples.view(name)[msg.slot]
+        for name, n, frame in zip(self.fields, lengths, payload, strict=True):
+            dst = self.samples.view(name)[slot]
             dst[:n] = np.frombuffer(frame, dtype=dst.dtype).reshape(dst[:n].shape)
             dst[n:] = 0
         return True
@@ -314,22 +348,20 @@ class Stager:
 
     # ------------------------------------------------------------ grant and deliver
     def grant(self) -> None:
+        """Give each producer what its credits allow, in one GRANT message per producer."""
         if self.consumer is None:
             return  # the consumer's cursor says where the plan starts
         for ident, producer in self.manager.producers.items():
-            while producer.credits > 0:
-                g = self.manager.grant(ident)
-                if g is None:
-                    break
+            grants = []
+            while producer.credits > 0 and (g := self.manager.grant(ident)) is not None:
+                grants.append(g)
                 slot, generation, item, position = g
                 h = self.samples.slots[slot]
                 h["state"], h["generation"], h["item"] = SlotState.GRANTED, generation, item
-                h["epoch"], h["producer"] = (
-                    self.manager.plan.epoch_of(position),
-                    self.peer_index[ident],
-                )
-                h["t_granted"] = time.time()
-                send(self.sock, p.Grant(slot, generation, item, position), ident=ident)
+                h["epoch"] = self.manager.plan.epoch_of(position)
+                h["producer"], h["t_granted"] = self.peer_index[ident], time.time()
+            if grants:
+                send(self.sock, p.Grant(*map(list, zip(*grants, strict=True))), ident=ident)
 
     def deliver(self) -> None:
         if self.consumer is None:

@@ -22,6 +22,7 @@ import socket
 import time
 import traceback
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 import zmq
@@ -41,6 +42,14 @@ log = logging.getLogger(__name__)
 ORPHAN_S = 30.0
 
 
+@dataclass(frozen=True)
+class GrantEntry:
+    slot: int
+    generation: int
+    item: int
+    position: int
+
+
 class Worker:
     """State of one producer process between setup and teardown."""
 
@@ -57,7 +66,9 @@ class Worker:
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None
         self.ring: Ring | None = None
-        self.grants: deque[p.Grant] = deque()
+        self.grants: deque[GrantEntry] = deque()
+        self.ready: list[tuple[GrantEntry, list[int], int, bool]] = []
+        self.ready_batch = max(1, cfg.producers.credits // 4)
         self.done = 0
         self.last_sent = self.last_heard = time.monotonic()
         self.welcomed_at: float | None = None
@@ -71,6 +82,7 @@ class Worker:
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
         self.sock.connect(self.endpoint)
         self.grants.clear()
+        self.ready.clear()
         self._send(p.Hello(self.name, os.getpid(), socket.gethostname(), self.remote))
         self.last_heard = time.monotonic()
 
@@ -86,6 +98,8 @@ class Worker:
             self.poll(POLL_S if not self.grants else 0)
             if self.grants and (self.ring is not None or self.remote):
                 self.fill(self.grants.popleft())
+            if self.ready and (len(self.ready) >= self.ready_batch or not self.grants):
+                self.flush_ready()
             self.keep_alive()
 
     def poll(self, timeout_s: float) -> None:
@@ -105,7 +119,10 @@ class Worker:
 
     def handle(self, msg: p.Message) -> None:
         if isinstance(msg, p.Grant):
-            self.grants.append(msg)
+            self.grants.extend(
+                GrantEntry(*g)
+                for g in zip(msg.slots, msg.generations, msg.items, msg.positions, strict=True)
+            )
         elif isinstance(msg, p.Welcome):
             self.welcome(msg)
         elif isinstance(msg, p.Rehello):
@@ -141,8 +158,8 @@ class Worker:
             self.connect()
 
     # ------------------------------------------------------------ work
-    def fill(self, grant: p.Grant) -> None:
-        """Prepare one item and hand its slot back with READY or SKIP."""
+    def fill(self, grant: GrantEntry) -> None:
+        """Prepare one item; queue its READY (sent in batches) or send its SKIP."""
         header = self.ring.slots[grant.slot] if self.ring is not None else None
         if header is not None:
             header["state"], header["t_write"] = SlotState.WRITING, time.time()
@@ -154,16 +171,29 @@ class Worker:
         else:
             if self.remote:
                 lengths, payload = self.frames(sample)
-                checksum = 0
+                self._send(self._ready_msg([(grant, lengths, 0, sample.truncated)]), payload)
             else:
-                lengths, checksum, payload = self.write(grant, sample), 0, None
+                lengths, checksum = self.write(grant, sample), 0
                 if self.cfg.ring.checksum:
                     checksum = self.ring.checksum(grant.slot, self._length_map(lengths))
-            ready = p.Ready(
-                grant.slot, grant.generation, grant.item, lengths, checksum, sample.truncated
-            )
-            self._send(ready, payload)
-        self.done += 1  # a READY or SKIP also asks for one more grant
+                self.ready.append((grant, lengths, checksum, sample.truncated))
+        self.done += 1  # each READY or SKIP entry also asks for one more grant
+
+    @staticmethod
+    def _ready_msg(entries: list[tuple[GrantEntry, list[int], int, bool]]) -> p.Ready:
+        return p.Ready(
+            [g.slot for g, *_ in entries],
+            [g.generation for g, *_ in entries],
+            [g.item for g, *_ in entries],
+            [n for _, lengths, *_ in entries for n in lengths],
+            [c for _, _, c, _ in entries],
+            [int(t) for *_, t in entries],
+        )
+
+    def flush_ready(self) -> None:
+        """Announce the filled slots in one message."""
+        self._send(self._ready_msg(self.ready))
+        self.ready.clear()
 
     def _arrays(self, sample: Sample) -> list[np.ndarray]:
         """Sample arrays in ring field order."""
@@ -172,7 +202,7 @@ class Worker:
     def _length_map(self, lengths: list[int]) -> dict[str, int]:
         return dict(zip(self.fields, lengths, strict=True))
 
-    def write(self, grant: p.Grant, sample: Sample) -> list[int]:
+    def write(self, grant: GrantEntry, sample: Sample) -> list[int]:
         """Copy into the slot, zero the padding, seal; returns true lengths."""
         lengths = []
         for name, arr in zip(self.fields, self._arrays(sample), strict=True):
@@ -200,6 +230,8 @@ class Worker:
     def close(self) -> None:
         """Say BYE, wait briefly for BYE_ACK, and let go of everything (never unlinks)."""
         if self.sock is not None and self.welcomed_at is not None:
+            if self.ready:
+                self.flush_ready()
             self._send(p.Bye(self.done))
             deadline = time.monotonic() + SHUTDOWN_WAIT_S
             while time.monotonic() < deadline and self.sock.poll(POLL_S * 1000):

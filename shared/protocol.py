@@ -84,22 +84,29 @@ class Request:
 
 @dataclass(frozen=True)
 class Grant:
-    slot: int
-    generation: int
-    item: int
-    position: int
+    """One or more grants: entry i is (slots[i], generations[i], items[i], positions[i]).
+
+    Grants travel in batches because per-message cost, not bytes, limits the
+    ring with small work per sample (README, ring benchmark)."""
+
+    slots: list[int]
+    generations: list[int]
+    items: list[int]
+    positions: list[int]
 
 
 @dataclass(frozen=True)
 class Ready:
-    """Slot filled. lengths: true sizes per field, in ring field order."""
+    """One or more filled slots. lengths holds n_fields true sizes per entry, in ring
+    field order, flattened; truncated is 0/1 per entry. A remote producer sends one
+    entry and its rows as raw payload frames, one per field."""
 
-    slot: int
-    generation: int
-    item: int
+    slots: list[int]
+    generations: list[int]
+    items: list[int]
     lengths: list[int]
-    checksum: int
-    truncated: bool
+    checksums: list[int]
+    truncated: list[int]
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ EXAMPLES = [
     p.Hello("host-0", 123, "host", False),
     p.Welcome("run", "ringfeed-run-samples", 13),
     p.Request(2),
-    p.Grant(3, 7, 11, 99),
-    p.Ready(3, 7, 11, [40, 300], 0xDEADBEEF, False),
+    p.Grant([3, 4], [7, 1], [11, 12], [99, 100]),
+    p.Ready([3], [7], [11], [40, 300], [0xDEADBEEF], [0]),
     p.Skip(3, 7, 11, "unreadable audio: not a RIFF file", "/x.wav"),
     p.Heartbeat(5),
     p.Crash("host-0", "Traceback ...\nValueError: boom"),
@@ -44,7 +44,7 @@ def test_round_trip(msg: object) -> None:
 
 
 def test_ready_carries_raw_payload_frames() -> None:
-    frames = p.encode(p.Ready(0, 1, 2, [3], 0, False), [memoryview(b"\x00" * 12)])
+    frames = p.encode(p.Ready([0], [1], [2], [3], [0], [0]), [memoryview(b"\x00" * 12)])
     msg, payload = p.decode([bytes(f) for f in frames])
     assert isinstance(msg, p.Ready) and payload == [b"\x00" * 12]
 
@@ -61,13 +61,16 @@ def _header(*values: object) -> bytes:
         ([_header(p.VERSION, int(p.Kind.GRANT), 1, 2)], "2 fields, expected 4"),
         ([_header(99, int(p.Kind.GRANT), 1, 2, 3, 4)], "protocol version 99"),
         ([_header(p.VERSION, 250)], "unknown message kind"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), "1", 2, 3, 4)], "GRANT.slot"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), True, 2, 3, 4)], "GRANT.slot"),
-        ([_header(p.VERSION, int(p.Kind.READY), 0, 1, 2, [1, "x"], 0, False)], "READY.lengths"),
-        ([b"\x00" * (p.MAX_HEADER_BYTES + 1)], "header of"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), 1, 2, 3, 4), b"x"], "unexpected payload"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), "1", [2], [3], [4])], "GRANT.slots"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), [True], [2], [3], [4])], "GRANT.slots"),
         (
-            [_header(p.VERSION, int(p.Kind.READY), 0, 1, 2, [1], 0, False)] + [b""] * 9,
+            [_header(p.VERSION, int(p.Kind.READY), [0], [1], [2], [1, "x"], [0], [0])],
+            "READY.lengths",
+        ),
+        ([b"\x00" * (p.MAX_HEADER_BYTES + 1)], "header of"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), [1], [2], [3], [4]), b"x"], "unexpected payload"),
+        (
+            [_header(p.VERSION, int(p.Kind.READY), [0], [1], [2], [1], [0], [0])] + [b""] * 9,
             "payload frames",
         ),
         ([_header(1, 2, 3)[:-1]], "not msgpack"),

@@ -243,7 +243,7 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
         rogue = ctx.socket(zmq.DEALER)
         rogue.setsockopt(zmq.LINGER, 0)
         rogue.connect(endpoints(cfg, run_id).control)
-        header = msgpack.packb([p.VERSION, int(p.Kind.READY), 0, 1, 2, [3, 4], 0, False])
+        header = msgpack.packb([p.VERSION, int(p.Kind.READY), [0], [1], [2], [3, 4], [0], [0]])
         for frames in (
             [b"\xc1\xc1 garbage"],
             [header[:-3]],  # truncated
@@ -251,8 +251,9 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
             [msgpack.packb([p.VERSION, 99])],  # unknown kind
         ):
             rogue.send_multipart(frames)
-        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", True)))
-        rogue.send_multipart(p.encode(p.Ready(0, 12345, 0, [3, 4], 0, False)))  # stale
+        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", False)))
+        stale = p.Ready([0], [12345], [0], [3, 4], [0], [0])  # a generation never granted
+        rogue.send_multipart(p.encode(stale))
         items = consume(client)
         client.close()
         rogue.close()
