@@ -1,0 +1,188 @@
+"""The trainer's feeder thread: owns the BatchClient, copies batch k+1 while step k runs.
+
+Used by the trainer process (consumer/trainer.py). BatchClient is not
+thread-safe, so every socket call of the trainer happens in this one thread:
+
+    connect -> loop: next() -> copy views to tensors on the device -> free()
+                     -> put on `batches` (maxsize 2); send queued step stats
+            -> close(finished) when the trainer says so
+
+The copy must be a real one: free() hands the slot back and the stager
+overwrites it while the step that uses the tensors may not have run yet.
+Every blocking call has a timeout of POLL_S-scale and checks the stop flag,
+so SIGTERM ends the thread within a few polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from consumer.batch_client import BatchClient, StagerGone
+from shared.config import Config
+from shared.process import POLL_S, StopFlag
+
+log = logging.getLogger(__name__)
+
+# Longest the feeder waits for the stager's WELCOME, seconds (it may start later).
+CONNECT_TIMEOUT_S = 60.0
+# Longest without a batch before the feeder gives up on the stager, seconds: the first
+# batch of a cold feature cache on slow producers is the worst case.
+DATA_TIMEOUT_S = 300.0
+# Batches copied ahead of the step: 2 = one on the device while another is copied.
+PREFETCH = 2
+
+
+@dataclass
+class FedBatch:
+    """One batch copied to the trainer's device, with its place in the plan.
+
+    tensors: name -> tf.Tensor as cfg.batch_fields() ([B, ...], on the device);
+    items: int64 [n_valid] plan item ids of the real (non-padding) rows.
+    """
+
+    tensors: dict[str, Any]
+    batch_index: int
+    next_position: int
+    epoch: int
+    n_valid: int
+    items: np.ndarray
+
+
+class EndOfData:
+    """Put on the queue when a finite plan has no more batches."""
+
+
+class Feeder(threading.Thread):
+    """Background thread between the BatchClient and the trainer's main loop."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        run_id: str,
+        position: int,
+        batch_index: int,
+        device: str,
+        stop: StopFlag,
+    ) -> None:
+        super().__init__(name="feeder", daemon=True)
+        self._client_args = (cfg, run_id, "trainer", position, batch_index)
+        self.client: BatchClient | None = None
+        self.device, self.stop = device, stop
+        self.batches: queue.Queue[FedBatch | EndOfData | BaseException] = queue.Queue(PREFETCH)
+        self._stats: queue.Queue[tuple[int, float, float, float]] = queue.Queue()
+        self._done = threading.Event()
+        self._finished = False
+
+    # ------------------------------------------------------------ main thread API
+    def get(self) -> FedBatch | EndOfData | None:
+        """Next batch for the trainer; None when stopped. Re-raises the feeder's error."""
+        while not self.stop.is_set():
+            try:
+                item = self.batches.get(timeout=POLL_S)
+            except queue.Empty:
+                if not self.is_alive():
+                    return None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item
+        return None
+
+    def send_stats(self, step: int, step_s: float, wait_s: float, loss: float) -> None:
+        """Queue one step's numbers for the stager (it shows them in the inspector)."""
+        self._stats.put((step, step_s, wait_s, loss))
+
+    def finish(self, finished: bool, timeout_s: float) -> None:
+        """End the thread; finished=True sends BYE so the stager ends the run."""
+        self._finished = finished
+        self._done.set()
+        self.join(timeout_s)
+        if self.is_alive():
+            log.warning("feeder did not stop within %.1f s", timeout_s)
+
+    # ------------------------------------------------------------ feeder thread
+    def run(self) -> None:
+        # Made here, not in __init__: the socket lives and dies in this thread.
+        self.client = BatchClient(*self._client_args)
+        try:
+            self._connect()
+            self._loop()
+            # Wait for the trainer's verdict so the last step's stats and BYE go out.
+            while not (self.stop.is_set() or self._done.wait(POLL_S)):
+                self._flush_stats()
+        except (StagerGone, TimeoutError) as exc:
+            self._put(exc)
+        finally:
+            self._flush_stats()
+            self.client.close(finished=self._finished)
+
+    def _connect(self) -> None:
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while not (self.stop.is_set() or self._done.is_set()):
+            try:
+                # Short tries so a stop during a long wait for the stager is seen.
+                self.client.connect(timeout_s=1.0)
+                return
+            except StagerGone:
+                if time.monotonic() > deadline:
+                    raise
+
+    def _loop(self) -> None:
+        last_batch = time.monotonic()
+        while not (self.stop.is_set() or self._done.is_set()):
+            self._flush_stats()
+            try:
+                batch = self.client.next(timeout_s=POLL_S)
+            except TimeoutError:
+                if time.monotonic() - last_batch > DATA_TIMEOUT_S:
+                    raise TimeoutError(
+                        f"no batch from the stager for {DATA_TIMEOUT_S:.0f} s: check that "
+                        "producers are running (ringfeed inspect)"
+                    ) from None
+                continue
+            last_batch = time.monotonic()
+            if batch is None:
+                self._put(EndOfData())
+                return
+            fed = self._copy(batch)
+            self.client.free(batch)
+            self._put(fed)
+
+    def _copy(self, batch) -> FedBatch:
+        import tensorflow as tf
+
+        # np.array(copy=True) first: on the CPU tf.constant may alias an aligned numpy
+        # buffer, and on a GPU the host-to-device copy can be asynchronous; either way
+        # the tensor would still read the slot after free() lets the stager refill it.
+        with tf.device(self.device):
+            tensors = {
+                name: tf.constant(np.array(view, copy=True)) for name, view in batch.arrays.items()
+            }
+        items = np.array(batch.arrays["items"][: batch.n_valid], copy=True)
+        return FedBatch(
+            tensors, batch.batch_index, batch.next_position, batch.epoch, batch.n_valid, items
+        )
+
+    def _put(self, item: FedBatch | EndOfData | BaseException) -> None:
+        while not (self.stop.is_set() or self._done.is_set()):
+            self._flush_stats()
+            try:
+                self.batches.put(item, timeout=POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    def _flush_stats(self) -> None:
+        while True:
+            try:
+                stats = self._stats.get_nowait()
+            except queue.Empty:
+                return
+            self.client.step_stats(*stats)

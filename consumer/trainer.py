@@ -1,0 +1,286 @@
+"""The trainer: the model process (GPU:1 with two GPUs), entry of `ringfeed trainer`.
+
+    setup     choose the device (before TensorFlow is imported), build model,
+              optimizer, compiled step, restore the latest checkpoint and its
+              data cursor, start the feeder thread at that cursor
+    loop      get batch (time waited = data wait) -> step -> metrics ->
+              log / TensorBoard every train.log_every -> checkpoint every
+              train.checkpoint_every; until train.steps (counting restored
+              steps), the end of a finite plan, a stop signal, or the stager gone
+    teardown  final checkpoint and BYE (the stager then stops the run and
+              writes stager.json), then run_dir/summary.json
+
+SIGTERM or Ctrl-C ends the loop at the next poll and exits 0 without a
+checkpoint and without BYE: the run is not finished, and a relaunch with the
+same run id resumes from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from consumer.batch_client import StagerGone
+from consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
+from consumer.feeder import EndOfData, Feeder
+from consumer.metrics import StepMetrics, TensorBoardWriter, format_line
+from shared.config import Config, run_dir
+from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
+
+log = logging.getLogger(__name__)
+
+# How long the trainer waits for the stager's stager.json after BYE, seconds.
+STAGER_SUMMARY_WAIT_S = 5.0
+# A launcher's SIGTERM reaches every process at about the same time and the stager's
+# SHUTDOWN can arrive before our own signal; this long we wait for it, seconds.
+STOP_GRACE_S = 1.0
+
+
+@dataclass
+class Session:
+    """What one trainer process builds in setup and the loop updates."""
+
+    plan: DevicePlan
+    device: str
+    model: Any
+    optimizer: Any
+    step_fn: Any
+    checkpoints: Any
+    feeder: Feeder
+    step: int
+    cursor: dict[str, int]
+    metrics: StepMetrics
+    board: TensorBoardWriter | None
+    batch_log: Any = None
+    losses: list[float] = field(default_factory=list)
+    samples: int = 0
+    compile_s: float | None = None
+    ended: str = ""
+
+
+def cpu_threads(cfg: Config, n_cpus: int) -> int:
+    """TF intra-op threads on the CPU: leave a core to each producer and one to the stager.
+
+    TensorFlow's default (every core) oversubscribes a host that also runs the
+    producers, and step times then swing with their load.
+    """
+    return max(1, n_cpus - cfg.producers.workers - 1)
+
+
+def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, int]]:
+    """(steps done, data cursor) of the latest checkpoint, or a fresh start at plan 0.
+
+    cursor: {"position": next plan position, "batch_index", "epoch", "seed"}.
+    """
+    restored = checkpoints.restore_latest()
+    step, cursor = restored if restored else (0, {})
+    cursor = {"position": 0, "batch_index": 0, "epoch": 0, "seed": cfg.stager.seed} | cursor
+    if cursor["seed"] != cfg.stager.seed:
+        log.warning(
+            "checkpoint cursor has seed %d but stager.seed=%d: the resumed plan differs",
+            cursor["seed"],
+            cfg.stager.seed,
+        )
+    return step, cursor
+
+
+def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
+    """Build everything the loop needs; called once by main after choose_device."""
+    plan = choose_device("trainer", cfg)
+    import tensorflow as tf  # only now: CUDA_VISIBLE_DEVICES is set
+
+    from consumer.checkpoint import CheckpointManager
+    from consumer.model import load_model_factory
+    from consumer.train_step import TrainStep, make_optimizer, set_precision_policy
+
+    if plan.mode == "cpu":
+        tf.config.threading.set_intra_op_parallelism_threads(cpu_threads(cfg, os.cpu_count() or 1))
+        # One train step is one chain of ops: parallel op dispatch buys nothing here.
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    configure_tensorflow(plan)
+    policy = set_precision_policy(cfg)
+    model, loss_fn = load_model_factory(cfg)
+    optimizer = make_optimizer(cfg)
+    step_fn = TrainStep(model, optimizer, loss_fn, jit_compile=cfg.train.jit_compile)
+    directory = run_dir(cfg, run_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    checkpoints = CheckpointManager(directory, model, optimizer)
+    step, cursor = restore(cfg, checkpoints)
+    device = "/GPU:0" if plan.mode != "cpu" else "/CPU:0"
+    feeder = Feeder(cfg, run_id, cursor["position"], cursor["batch_index"], device, stop)
+    log.info(
+        "trainer on %s (%s, %s, jit %s): %d params, step %d of %d",
+        device,
+        plan.mode,
+        policy,
+        cfg.train.jit_compile,
+        model.count_params(),
+        step,
+        cfg.train.steps,
+    )
+    return Session(
+        plan,
+        device,
+        model,
+        optimizer,
+        step_fn,
+        checkpoints,
+        feeder,
+        step,
+        cursor,
+        StepMetrics(cfg.train.cv_window),
+        _board(directory / "tensorboard"),
+        batch_log=_open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
+    )
+
+
+def train(cfg: Config, s: Session, stop: StopFlag) -> None:
+    """The loop: get, step, measure, log, checkpoint; sets s.ended to why it stopped."""
+    s.feeder.start()
+    while s.step < cfg.train.steps:
+        t0 = time.perf_counter()
+        batch = s.feeder.get()
+        wait_s = time.perf_counter() - t0
+        if batch is None or isinstance(batch, EndOfData):
+            s.ended = "stopped" if batch is None else "end of data"
+            return
+        loss = float(s.step_fn(batch.tensors))  # float() waits for the device: true step time
+        step_s = time.perf_counter() - t0 - wait_s
+        s.step += 1
+        s.samples += batch.n_valid
+        s.losses.append(loss)
+        if s.compile_s is None:
+            # The first call traces and compiles (seconds under XLA): outside the window,
+            # or it would dominate the step-time mean and CV for cv_window steps.
+            s.compile_s = step_s
+        else:
+            s.metrics.record(step_s, wait_s, batch.n_valid)
+        s.feeder.send_stats(s.step, step_s, wait_s, loss)
+        s.cursor = {
+            "position": batch.next_position,
+            "batch_index": batch.batch_index + 1,
+            "epoch": batch.epoch,
+            "seed": cfg.stager.seed,
+        }
+        if s.batch_log is not None:
+            record = {"step": s.step, "batch_index": batch.batch_index}
+            s.batch_log.write(json.dumps(record | {"items": batch.items.tolist()}) + "\n")
+            s.batch_log.flush()
+        if s.step % cfg.train.log_every == 0:
+            report(s, loss)
+        if s.step % cfg.train.checkpoint_every == 0:
+            s.checkpoints.save(s.step, s.cursor, cfg.to_yaml())
+    s.ended = "train.steps reached"
+
+
+def report(s: Session, loss: float) -> None:
+    """One console line and the same numbers to TensorBoard."""
+    summary = s.metrics.summary()
+    gpu = gpu_stats() if s.plan.mode != "cpu" else None
+    log.info("%s", format_line(s.step, loss, summary, gpu))
+    if s.board is not None:
+        s.board.scalars(s.step, {"loss": loss} | summary, prefix="train/")
+        if gpu:
+            s.board.scalars(s.step, gpu, prefix="gpu/")
+
+
+def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | None:
+    """Checkpoint, BYE and summary when the run ended normally; just close when stopped."""
+    finished = not stop.is_set() and s.ended in ("train.steps reached", "end of data")
+    if finished and s.losses and s.step % cfg.train.checkpoint_every != 0:
+        s.checkpoints.save(s.step, s.cursor, cfg.to_yaml())
+    s.feeder.finish(finished, timeout_s=SHUTDOWN_WAIT_S + 1.0)
+    if s.board is not None:
+        s.board.close()
+    if s.batch_log is not None:
+        s.batch_log.close()
+    if not finished:
+        log.info("trainer %s at step %d; no summary written", s.ended or "stopped", s.step)
+        return None
+    path = run_dir(cfg, run_id) / "summary.json"
+    write_json_atomic(path, summarize(cfg, run_id, s))
+    log.info("trainer done (%s) at step %d; summary %s", s.ended, s.step, path)
+    return path
+
+
+def summarize(cfg: Config, run_id: str, s: Session) -> dict[str, Any]:
+    """The run's numbers; stager counters come from stager.json, written after our BYE."""
+    stager = _read_stager_json(run_dir(cfg, run_id) / "stager.json", STAGER_SUMMARY_WAIT_S)
+    counters = stager.get("counters", {})
+    n_items = stager.get("n_items")
+    m = s.metrics.summary()
+    return {
+        "steps": s.step,
+        "steps_this_run": len(s.losses),
+        "samples": s.samples,
+        "epochs": s.cursor["position"] / n_items if n_items else None,
+        "delivered": counters.get("delivered"),
+        "skipped": counters.get("skipped"),
+        "data_wait_fraction": m["wait_frac"],
+        "step_time_s": m["step_time_s"],
+        "step_time_cv": m["step_time_cv"],
+        "samples_per_s": m["samples_per_s"],
+        "first_loss": s.losses[0] if s.losses else None,
+        "final_loss": s.losses[-1] if s.losses else None,
+        "trace_count": s.step_fn.trace_count,
+        "first_step_s": s.compile_s,
+        "device_mode": s.plan.mode,
+        "ended": s.ended,
+        "cursor": s.cursor,
+    }
+
+
+def _read_stager_json(path: Path, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            log.warning("no %s after %.0f s: summary lacks stager counters", path, timeout_s)
+            return {}
+        time.sleep(POLL_S)
+    return json.loads(path.read_text())
+
+
+def _board(log_dir: Path) -> TensorBoardWriter | None:
+    # tf.summary.scalar needs the tensorboard package, which TensorFlow does not pull in.
+    if importlib.util.find_spec("tensorboard") is None:
+        log.warning("no tensorboard package: no TensorBoard scalars (pip install tensorboard)")
+        return None
+    return TensorBoardWriter(str(log_dir))
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)  # atomic on POSIX: readers see no summary or a whole one
+
+
+def _open_batch_log(path: Path):
+    # A SIGKILLed trainer can leave half a line: start ours on a fresh one.
+    torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    f = path.open("a")
+    if torn:
+        f.write("\n")
+    return f
+
+
+def main(cfg: Config, run_id: str) -> int:
+    """Process entry of `ringfeed trainer`: 0 when finished or stopped, 1 on a lost stager."""
+    stop = StopFlag().install()
+    s = setup(cfg, run_id, stop)
+    code = 0
+    try:
+        train(cfg, s, stop)
+    except (StagerGone, TimeoutError) as exc:
+        if not stop.wait(STOP_GRACE_S):
+            s.ended = f"stager lost: {exc}"
+            log.error("%s", s.ended)
+            code = 1
+    finally:
+        teardown(cfg, run_id, s, stop)
+    return code
