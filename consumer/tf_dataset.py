@@ -1,0 +1,70 @@
+"""A tf.data adapter over the batch ring, for users who call model.fit on their own model.
+
+Called in the user's training process, in place of consumer/trainer.py:
+
+    ds = ring_dataset(cfg, run_id)      # stager and producers already running
+    model.fit(ds, steps_per_epoch=..., epochs=...)
+
+Each element is one whole batch as cfg.batch_fields(): a dict of
+tokens int32 [B, T], text_lens int32 [B], mel float32 [B, F, n_mels],
+mel_lens int32 [B], items int64 [B] (plan item ids; rows >= the batch's valid
+count are padding, with mel_lens 0). The element_spec is fully static, so a
+model compiled with jit_compile=True traces once; split the dict into
+(inputs, targets) with `ds.map(...)` as the model needs.
+
+The generator owns its BatchClient (tf.data runs it in one thread at a time)
+and copies each batch before freeing the slot: the stager refills the slot as
+soon as it is freed. It sends BYE when the plan ends (finite stager.epochs);
+a dataset dropped early closes the client without BYE, so the stager keeps
+serving a later consumer. Compared with the trainer it loses the overlap of
+copy and step unless the user adds `.prefetch(1)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import tensorflow as tf
+
+from consumer.batch_client import BatchClient
+from consumer.feeder import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S
+from shared.config import Config
+
+
+def element_spec(cfg: Config) -> dict[str, tf.TensorSpec]:
+    """Static TensorSpecs of one element: every field of cfg.batch_fields()."""
+    return {
+        name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
+        for name, (shape, dtype) in cfg.batch_fields().items()
+    }
+
+
+def _batches(cfg: Config, run_id: str, position: int) -> Iterator[dict[str, np.ndarray]]:
+    client = BatchClient(cfg, run_id, "tf.data", position)
+    finished = False
+    try:
+        client.connect(timeout_s=CONNECT_TIMEOUT_S)
+        while True:
+            batch = client.next(timeout_s=DATA_TIMEOUT_S)
+            if batch is None:
+                finished = True
+                return
+            # A real copy: after free() the stager overwrites the slot under the views.
+            arrays = {name: np.array(view, copy=True) for name, view in batch.arrays.items()}
+            client.free(batch)
+            yield arrays
+    finally:
+        client.close(finished=finished)
+
+
+def ring_dataset(cfg: Config, run_id: str, position: int = 0) -> tf.data.Dataset:
+    """Batches of run `run_id` from plan `position` on, as a tf.data.Dataset of dicts.
+
+    The stager must be running (or start within CONNECT_TIMEOUT_S). Only one
+    consumer is served at a time: iterating a second dataset of the same run
+    restarts the plan at its position for that one.
+    """
+    return tf.data.Dataset.from_generator(
+        lambda: _batches(cfg, run_id, position), output_signature=element_spec(cfg)
+    )

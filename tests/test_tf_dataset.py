@@ -1,0 +1,53 @@
+"""ring_dataset: a tf.data.Dataset over a real run's batch ring (stager + producers)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from shared.config import load_config
+from tests.runs import Run, shm_segments, write_config
+
+tf = pytest.importorskip("tensorflow")
+
+from consumer.tf_dataset import ring_dataset  # noqa: E402
+
+try:
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+except RuntimeError:
+    pass  # another test module already initialised TF's thread pools
+
+
+@pytest.mark.slow
+def test_ring_dataset_yields_static_batches_until_the_plan_ends(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "data": {"format": "synthetic", "synthetic_items": 24},
+            "features": {"max_frames": 32, "cache": False},
+            "text": {"max_text_len": 32},
+            "ring": {"slots": 8},
+            "stager": {"batch_size": 4, "epochs": 1},
+            "producers": {"workers": 1},
+        },
+    )
+    cfg = load_config(config)
+    with Run(config, f"tds-{uuid.uuid4().hex[:6]}", tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        ds = ring_dataset(cfg, run.run_id)
+        for name, (shape, dtype) in cfg.batch_fields().items():
+            assert ds.element_spec[name].shape == shape
+            assert ds.element_spec[name].dtype == tf.as_dtype(dtype)
+        batches = list(ds.as_numpy_iterator())
+        # End of a 1-epoch plan: the dataset ends and its BYE stops the run.
+        assert run.wait_all(timeout_s=30) == {"stager": 0, "producers": 0}, run.logs()
+        assert shm_segments(run.run_id) == []
+    assert len(batches) == 24 // 4
+    items = sorted(int(i) for b in batches for i in b["items"])
+    assert items == list(range(24)), "each item exactly once in the epoch"
+    # Copies, not views of a reused slot: each batch still holds its own items.
+    assert all(b["tokens"][k, 0] == b["items"][k] for b in batches for k in range(4))
