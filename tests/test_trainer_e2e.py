@@ -1,0 +1,136 @@
+"""The trainer in real runs: stager, producers and trainer as separate processes.
+
+Shrunken configs so each run takes seconds on 2 cores; the shape of the run
+(processes, rings, sockets, checkpoints) is the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.runs import Run, shm_segments, write_config
+
+pytestmark = pytest.mark.slow
+
+# Synthetic items stamp their id into tokens[0]; ids must stay below the vocabulary
+# size (40 with the default alphabet) or the embedding lookup fails on the CPU.
+SYNTHETIC = {
+    "data": {"format": "synthetic", "synthetic_items": 32},
+    "features": {"max_frames": 32, "cache": False},
+    "text": {"max_text_len": 32},
+    "ring": {"slots": 8},
+    "stager": {"batch_size": 4},
+    "producers": {"workers": 2},
+    "model": {"d_model": 16, "n_layers": 1},
+}
+
+
+def rid(name: str) -> str:
+    return f"t{name}-{uuid.uuid4().hex[:6]}"
+
+
+def batch_records(path: Path) -> dict[int, dict]:
+    """step -> the last record written for it (a resumed run rewrites steps after its
+    checkpoint); a line torn by SIGKILL is skipped."""
+    records = {}
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        records[record["step"]] = record
+    return records
+
+
+def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "data": {"path": "data/ljspeech-mini"},
+            "features": {
+                "max_frames": 128,
+                "on_too_long": "truncate",
+                "cache_dir": str(tmp_path / "cache"),
+            },
+            "text": {"max_text_len": 64},
+            "stager": {"batch_size": 4},
+            "ring": {"slots": 16},
+            "model": {"d_model": 32, "n_layers": 1},
+            "train": {
+                "steps": 30,
+                "log_every": 5,
+                "checkpoint_every": 10,
+                "mixed_precision": False,
+                "learning_rate": 3e-3,
+            },
+            "producers": {"workers": 1},
+        },
+    )
+    with Run(config, rid("e2e"), tmp_path) as run:
+        run.start_all()
+        codes = run.wait_all(timeout_s=120)
+        assert codes == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
+        summary = run.json("summary.json")
+        assert summary["steps"] == 30
+        assert summary["final_loss"] < summary["first_loss"], summary
+        assert summary["trace_count"] == 1
+        assert summary["delivered"] > 0 and summary["skipped"] == 0
+        assert (run.dir / "checkpoints" / "ckpt-30.index").exists()
+        assert shm_segments(run.run_id) == []
+
+
+def test_resumed_run_sees_the_same_batches(tmp_path: Path) -> None:
+    raw = SYNTHETIC | {
+        "data": SYNTHETIC["data"] | {"synthetic_delay_s": 0.02},
+        "train": {
+            "steps": 16,
+            "checkpoint_every": 4,
+            "log_every": 4,
+            "jit_compile": False,
+            "log_batches": True,
+        },
+    }
+    config = write_config(tmp_path, raw)
+
+    with Run(config, rid("resA"), tmp_path) as a:
+        a.start_all()
+        assert a.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, a.logs()
+        expected = batch_records(a.dir / "batches.jsonl")
+    assert sorted(expected) == list(range(1, 17))
+
+    with Run(config, rid("resB"), tmp_path) as b:
+        b.start_all()
+        b.poll_for(
+            lambda: (b.dir / "checkpoints" / "ckpt-4.index").exists(), what="the first checkpoint"
+        )
+        b.signal("trainer", signal.SIGKILL)
+        b.wait("trainer", 10)
+        b.signal("stager")
+        b.signal("producers")
+        assert b.wait("stager", 10) == 0 and b.wait("producers", 10) == 0, b.logs()
+        b.start_all()
+        assert b.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, b.logs()
+        summary = b.json("summary.json")
+        got = batch_records(b.dir / "batches.jsonl")
+        assert shm_segments(b.run_id) == []
+    assert summary["steps"] == 16
+    assert summary["steps_this_run"] < 16, "the relaunch should have resumed, not restarted"
+    assert got == expected
+
+
+def test_sigterm_stops_every_process_cleanly(tmp_path: Path) -> None:
+    raw = SYNTHETIC | {"train": {"steps": 100_000, "log_every": 1, "jit_compile": False}}
+    config = write_config(tmp_path, raw)
+    with Run(config, rid("term"), tmp_path) as run:
+        run.start_all()
+        log = tmp_path / f"{run.run_id}-trainer-3.log"
+        run.poll_for(lambda: "step 3 loss" in log.read_text(), what="three trained steps")
+        for verb in ("stager", "producers", "trainer"):
+            run.signal(verb)
+        assert run.wait_all(timeout_s=10) == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
+        assert shm_segments(run.run_id) == []
