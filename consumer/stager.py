@@ -21,9 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import zmq
 
 from consumer.batch_builder import BatchBuilder
+from consumer.control import ControlSockets
 from consumer.slot_manager import EpochPlan, Event, SlotManager
 from producer.quarantine import QuarantineWriter
 from producer.sources import make_source
@@ -31,14 +31,11 @@ from shared import protocol as p
 from shared.config import Config, check_shm_fits, endpoints, run_dir
 from shared.process import POLL_S, StopFlag
 from shared.ring import Ring, SlotState, remove_stale_segments, segment_name
-from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
 
 STATS_INTERVAL_S = 0.5
 LEASE_CHECK_S = 0.1
-# Messages handled per loop turn before the stager grants and delivers again.
-MAX_MESSAGES_PER_TURN = 256
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -57,14 +54,13 @@ class Stager:
         self.peer_index: dict[bytes, int] = {}
         self.lengths: dict[int, list[int]] = {}
         self.batches_sent = 0
+        self.turn = 0  # rotates which producer is granted first
         self.end_sent = False
         self.done = False
         self.trainer: dict = {}
         self.crashes: list[dict] = []
         self.t_start = time.monotonic()
-        self.ctx = zmq.Context()
-        self.sock: zmq.Socket | None = None
-        self.pub: zmq.Socket | None = None
+        self.net: ControlSockets | None = None
         self.samples: Ring | None = None
         self.batches: Ring | None = None
         self.quarantine: QuarantineWriter | None = None
@@ -115,10 +111,7 @@ class Stager:
             self.endpoints.stats,
         )
         self.builder = BatchBuilder(self.cfg, self.batches, self._mel_fn())
-        self.sock = make_socket(self.ctx, zmq.ROUTER)
-        self.sock.bind(self.endpoints.control)
-        self.pub = make_socket(self.ctx, zmq.PUB)
-        self.pub.bind(self.endpoints.stats)
+        self.net = ControlSockets(self.cfg, self.endpoints, lambda why: self.drop("malformed", why))
         log.info(
             "stager ready: %s (%d x %.2f MiB slots), control %s",
             self.samples.name,
@@ -156,17 +149,11 @@ class Stager:
                 next_stats = now + STATS_INTERVAL_S
 
     def receive(self) -> None:
-        if not self.sock.poll(POLL_S * 1000):
-            return
-        for _ in range(MAX_MESSAGES_PER_TURN):
-            try:
-                ident, msg, payload = recv(self.sock, routed=True)
-            except zmq.Again:
-                return
-            except p.ProtocolError as exc:
-                self.drop("malformed", str(exc))
-                continue
+        for ident, msg, payload in self.net.receive(POLL_S):
             self.handle(ident, msg, payload)
+
+    def reply(self, ident: bytes, msg: p.Message) -> None:
+        self.net.reply(ident, msg)
 
     def drop(self, why: str, detail: str) -> None:
         self.dropped[why] += 1
@@ -185,18 +172,14 @@ class Stager:
                 msg.host,
                 ", remote" if msg.remote else "",
             )
-            send(
-                self.sock,
-                p.Welcome(self.run_id, self.samples.name, self.source.n_items),
-                ident=ident,
-            )
+            self.reply(ident, p.Welcome(self.run_id, self.samples.name, self.source.n_items))
         elif isinstance(msg, p.ConsumerHello):
             self.consumer_hello(ident, msg)
         elif ident == self.consumer:
             self.consumer_message(ident, msg)
         elif producer is None:
             self.drop("unknown-peer", f"{type(msg).__name__} from a peer that never said HELLO")
-            send(self.sock, p.Rehello(), ident=ident)  # a producer of a previous stager
+            self.reply(ident, p.Rehello())  # a producer of a previous stager
         elif isinstance(msg, p.Request):
             self.credit(producer, msg.credits)
         elif isinstance(msg, p.Ready):
@@ -211,19 +194,24 @@ class Stager:
             else:
                 self.drop("stale", f"SKIP of slot {msg.slot} generation {msg.generation}")
         elif isinstance(msg, p.Heartbeat):
-            send(self.sock, p.Heartbeat(0), ident=ident)
+            self.reply(ident, p.Heartbeat(0))
         elif isinstance(msg, p.Crash):
             log.error("producer %s crashed:\n%s", msg.name, msg.traceback)
             self.crashes.append({"name": msg.name, "traceback": msg.traceback[-2000:]})
         elif isinstance(msg, p.Bye):
             self.manager.drop_producer(ident)
-            send(self.sock, p.ByeAck(), ident=ident)
+            self.reply(ident, p.ByeAck())
         else:
             self.drop("unexpected", f"{type(msg).__name__} from producer {producer.name}")
 
     def credit(self, producer, n: int) -> None:
-        """Grants a producer may hold, never above producers.credits whatever it asks."""
+        """More grants the producer asks for, never above producers.credits."""
         producer.credits = min(producer.credits + max(0, n), self.cfg.producers.credits)
+
+    def share(self) -> int:
+        """Most grants one producer may hold, so none holds the slots the others need."""
+        fair = (self.cfg.ring.slots - 1) // max(1, len(self.manager.producers))
+        return max(1, min(self.cfg.producers.credits, fair))
 
     def ready(self, ident: bytes, msg: p.Ready, payload: list[bytes]) -> None:
         """Accept each filled slot of a READY that its producer still owns."""
@@ -325,7 +313,7 @@ class Stager:
             self.manager.plan.epoch_of(msg.position),
             msg.batch_index,
         )
-        send(self.sock, p.Welcome(self.run_id, self.batches.name, self.source.n_items), ident=ident)
+        self.reply(ident, p.Welcome(self.run_id, self.batches.name, self.source.n_items))
 
     def consumer_message(self, ident: bytes, msg: p.Message) -> None:
         if isinstance(msg, p.BatchFree):
@@ -342,7 +330,7 @@ class Stager:
         elif isinstance(msg, p.Bye):
             log.info("consumer finished after %d batches; stopping the run", self.batches_sent)
             self.done = True
-            send(self.sock, p.ByeAck(), ident=ident)
+            self.reply(ident, p.ByeAck())
         else:
             self.drop("unexpected", f"{type(msg).__name__} from the consumer")
 
@@ -351,9 +339,14 @@ class Stager:
         """Give each producer what its credits allow, in one GRANT message per producer."""
         if self.consumer is None:
             return  # the consumer's cursor says where the plan starts
-        for ident, producer in self.manager.producers.items():
+        order = list(self.manager.producers.items())
+        if not order:
+            return
+        self.turn = (self.turn + 1) % len(order)
+        share = self.share()
+        for ident, producer in order[self.turn :] + order[: self.turn]:
             grants = []
-            while producer.credits > 0 and (g := self.manager.grant(ident)) is not None:
+            while len(producer.slots) < share and (g := self.manager.grant(ident)) is not None:
                 grants.append(g)
                 slot, generation, item, position = g
                 h = self.samples.slots[slot]
@@ -361,7 +354,7 @@ class Stager:
                 h["epoch"] = self.manager.plan.epoch_of(position)
                 h["producer"], h["t_granted"] = self.peer_index[ident], time.time()
             if grants:
-                send(self.sock, p.Grant(*map(list, zip(*grants, strict=True))), ident=ident)
+                self.reply(ident, p.Grant(*map(list, zip(*grants, strict=True))))
 
     def deliver(self) -> None:
         if self.consumer is None:
@@ -381,7 +374,7 @@ class Stager:
             if self.builder.partial():
                 self.announce()
             if not self.builder.partial():
-                send(self.sock, p.EndOfData(self.batches_sent), ident=self.consumer)
+                self.reply(self.consumer, p.EndOfData(self.batches_sent))
                 self.end_sent = True
 
     def take(self, event: Event) -> None:
@@ -400,7 +393,7 @@ class Stager:
             self.manager.plan.epoch_of(max(0, position - 1)),
             n_valid,
         )
-        send(self.sock, msg, ident=self.consumer)
+        self.reply(self.consumer, msg)
         self.batches_sent += 1
 
     # ------------------------------------------------------------ stats and teardown
@@ -439,24 +432,23 @@ class Stager:
             "crashes": self.crashes[-5:],
             "trainer": self.trainer,
             "consumer_connected": self.consumer is not None,
+            "refused_producers": self.net.refused if self.net is not None else 0,
         }
 
     def publish(self) -> None:
-        send(self.pub, p.Stats(self.snapshot()))
+        self.net.publish(p.Stats(self.snapshot()))
 
     def teardown(self) -> None:
         """Stop peers, record the run, unlink the segments; safe after a partial setup."""
-        if self.sock is not None:
+        if self.net is not None:
             for ident in list(self.manager.producers):
-                send(self.sock, p.Shutdown("run finished"), ident=ident)
+                self.reply(ident, p.Shutdown("run finished"))
             if self.consumer is not None and not self.done:
-                send(self.sock, p.Shutdown("stager stopping"), ident=self.consumer)
+                self.reply(self.consumer, p.Shutdown("stager stopping"))
             write_json_atomic(self.dir / "stager.json", self.snapshot())
             time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
-        for sock in (self.sock, self.pub):
-            if sock is not None:
-                sock.close()
-        self.ctx.term()
+        if self.net is not None:
+            self.net.close()
         if self.quarantine is not None:
             self.quarantine.close()
         for ring in (self.samples, self.batches):

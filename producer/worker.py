@@ -23,6 +23,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import zmq
@@ -31,6 +32,7 @@ from producer.sample import Sample, SkipSample
 from producer.sources import Source, make_source
 from shared import protocol as p
 from shared.config import Config
+from shared.keys import load_client
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
 from shared.ring import Ring, SlotState
 from shared.sockets import make_socket, recv, send
@@ -80,6 +82,10 @@ class Worker:
             self.sock.close()
         ident = f"{self.name}:{os.getpid()}:{time.monotonic_ns()}".encode()
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
+        if self.endpoint.startswith("tcp://") and self.cfg.transport.keys_dir:
+            keys = load_client(Path(self.cfg.transport.keys_dir))
+            self.sock.curve_publickey, self.sock.curve_secretkey = keys.public, keys.secret
+            self.sock.curve_serverkey = keys.server_public
         self.sock.connect(self.endpoint)
         self.grants.clear()
         self.ready.clear()

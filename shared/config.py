@@ -10,6 +10,7 @@ only module that reads environment variables.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import shutil
 import string
@@ -115,15 +116,14 @@ class StagerConfig:
 
 @dataclass(frozen=True)
 class TransportConfig:
-    # "ipc" keeps everything on this host; "tcp" binds the control socket on
-    # host:port so producers on other hosts can connect.
+    # "ipc" keeps everything on this host; "tcp" also binds host:port so producers
+    # on other hosts can connect (local processes keep using ipc).
     kind: Literal["ipc", "tcp"] = "ipc"
     host: str = "127.0.0.1"
     port: int = 5555
-    # Directory of CURVE keys (required for a non-loopback host).
+    # Directory of CURVE keys (shared/keys.py; required for a non-loopback host).
+    # When set, the stager accepts only producers whose public key it lists.
     keys_dir: str = ""
-    # Largest control frame accepted, bytes; bigger frames are dropped and counted.
-    max_control_bytes: int = 65536
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,15 @@ class Config:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _fields_bytes(fields: dict[str, tuple[tuple[int, ...], np.dtype]]) -> int:
     return sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in fields.values())
 
@@ -295,6 +304,13 @@ def _validate(cfg: Config) -> None:
     _check(s.batch_slots >= 2, "stager.batch_slots", "must be >= 2 (3 = triple buffering)")
     _check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
     _check(1 <= cfg.transport.port <= 65535, "transport.port", "must be a TCP port number")
+    t = cfg.transport
+    _check(
+        t.kind != "tcp" or is_loopback(t.host) or t.keys_dir != "",
+        "transport.keys_dir",
+        f"binding {t.host} (not loopback) needs CURVE keys: run `ringfeed keys DIR --client "
+        "NAME` and set transport.keys_dir, or bind transport.host: 127.0.0.1",
+    )
     _check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
     _check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
 
@@ -419,19 +435,20 @@ def runtime_dir() -> Path:
 
 @dataclass(frozen=True)
 class Endpoints:
-    """ZeroMQ addresses of one run: control (ROUTER, producers and trainer) and stats (PUB)."""
+    """ZeroMQ addresses of one run: control (ROUTER on ipc: local producers and the
+    trainer), stats (PUB on ipc) and remote (ROUTER on tcp for other hosts, or "")."""
 
     control: str
     stats: str
+    remote: str
 
 
 def endpoints(cfg: Config, run_id: str) -> Endpoints:
     """Where the stager binds; producers and the trainer connect to the same strings."""
     t = cfg.transport
-    if t.kind == "tcp":
-        return Endpoints(f"tcp://{t.host}:{t.port}", f"tcp://{t.host}:{t.port + 1}")
     base = runtime_dir() / f"ringfeed-{run_id}"
-    return Endpoints(f"ipc://{base}-control", f"ipc://{base}-stats")
+    remote = f"tcp://{t.host}:{t.port}" if t.kind == "tcp" else ""
+    return Endpoints(f"ipc://{base}-control", f"ipc://{base}-stats", remote)
 
 
 def run_dir(cfg: Config, run_id: str) -> Path:

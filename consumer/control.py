@@ -1,0 +1,148 @@
+"""The stager's sockets: control on ipc, remote producers on tcp, stats on PUB.
+
+Local producers and the trainer talk to the ipc ROUTER. With
+``transport.kind: tcp`` a second ROUTER binds host:port for producers on
+other hosts; with ``transport.keys_dir`` it is a CURVE server and this module
+answers ZeroMQ's ZAP requests itself, so a producer whose public key is not
+listed never completes the handshake and each refusal is logged and counted.
+Replies go back on the socket a peer came from. Called only by the stager.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import zmq
+import zmq.utils.z85
+from zmq.utils.monitor import recv_monitor_message
+
+from shared import protocol as p
+from shared.config import Config, Endpoints
+from shared.keys import load_server
+from shared.sockets import make_socket, recv, send
+
+log = logging.getLogger(__name__)
+
+# Messages read from one socket per poll before the stager grants and delivers again.
+MAX_MESSAGES_PER_TURN = 256
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+HANDSHAKE_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+
+class ControlSockets:
+    """Bound on construction; :meth:`close` is idempotent."""
+
+    def __init__(self, cfg: Config, endpoints: Endpoints, on_malformed: Callable[[str], None]):
+        self.cfg, self.on_malformed = cfg, on_malformed
+        self.ctx = zmq.Context()
+        self.poller = zmq.Poller()
+        self.remote_peers: set[bytes] = set()
+        self.authorized: frozenset[bytes] = frozenset()
+        self.refused = 0
+        self.remote: zmq.Socket | None = None
+        self.zap: zmq.Socket | None = None
+        self.monitor: zmq.Socket | None = None
+        self.local = make_socket(self.ctx, zmq.ROUTER)
+        self.local.bind(endpoints.control)
+        self.poller.register(self.local, zmq.POLLIN)
+        self.pub = make_socket(self.ctx, zmq.PUB)
+        self.pub.bind(endpoints.stats)
+        if endpoints.remote:
+            self._bind_remote(endpoints.remote)
+
+    def _bind_remote(self, endpoint: str) -> None:
+        t = self.cfg.transport
+        self.remote = make_socket(self.ctx, zmq.ROUTER)
+        if t.keys_dir:
+            keys = load_server(Path(t.keys_dir))
+            self.authorized = keys.authorized
+            self.zap = make_socket(self.ctx, zmq.REP)
+            self.zap.bind(ZAP_ENDPOINT)  # before any CURVE socket binds
+            self.poller.register(self.zap, zmq.POLLIN)
+            self.remote.curve_server = True
+            self.remote.curve_publickey, self.remote.curve_secretkey = keys.public, keys.secret
+            self.remote.zap_domain = b"ringfeed"
+        self.remote.bind(endpoint)
+        self.poller.register(self.remote, zmq.POLLIN)
+        if t.keys_dir:
+            # A peer with the wrong server key fails before ZAP is asked: watch for that too.
+            self.monitor = self.remote.get_monitor_socket(HANDSHAKE_FAILED)
+            self.poller.register(self.monitor, zmq.POLLIN)
+        auth = f"CURVE, {len(self.authorized)} producer keys" if t.keys_dir else "no auth"
+        log.info("remote producers connect to %s (%s)", endpoint, auth)
+
+    def _refuse(self, peer: str, why: str) -> None:
+        self.refused += 1
+        if self.refused <= 3 or self.refused % 100 == 0:  # a refused peer retries often
+            log.warning(
+                "refused a producer from %s: %s (%d so far); see README, Beyond one host",
+                peer,
+                why,
+                self.refused,
+            )
+
+    def _watch_handshakes(self) -> None:
+        while self.monitor.poll(0):
+            event = recv_monitor_message(self.monitor)
+            if event["event"] & HANDSHAKE_FAILED:
+                self._refuse("a tcp peer", "CURVE handshake failed (wrong server key?)")
+
+    def _authenticate(self) -> None:
+        """Answer ZAP requests: only listed producer keys complete the handshake."""
+        while True:
+            try:
+                frames = self.zap.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            version, request_id, _domain, address, _identity, mechanism = frames[:6]
+            key = frames[6] if len(frames) > 6 else b""
+            ok = mechanism == b"CURVE" and key in self.authorized
+            if not ok:
+                shown = zmq.utils.z85.encode(key).decode() if len(key) == 32 else "(none)"
+                where = f"{self.cfg.transport.keys_dir}/authorized"
+                self._refuse(address.decode(errors="replace"), f"key {shown} is not in {where}")
+            status = [b"200", b"OK"] if ok else [b"400", b"unknown producer key"]
+            self.zap.send_multipart([version, request_id, *status, b"", b""])
+
+    def receive(self, timeout_s: float) -> Iterator[tuple[bytes, p.Message, list[bytes]]]:
+        """Messages waiting now (after up to timeout_s); malformed ones are reported."""
+        ready = dict(self.poller.poll(timeout_s * 1000))
+        if self.zap is not None and self.zap in ready:
+            self._authenticate()
+        if self.monitor is not None and self.monitor in ready:
+            self._watch_handshakes()
+        for sock in (self.local, self.remote):
+            if sock is None or sock not in ready:
+                continue
+            for _ in range(MAX_MESSAGES_PER_TURN):
+                try:
+                    ident, msg, payload = recv(sock, routed=True)
+                except zmq.Again:
+                    break
+                except p.ProtocolError as exc:
+                    self.on_malformed(str(exc))
+                    continue
+                if sock is self.remote:
+                    self.remote_peers.add(ident)
+                yield ident, msg, payload
+
+    def reply(self, ident: bytes, msg: p.Message) -> None:
+        """Send to a peer on the socket it came from (never blocks)."""
+        send(self.remote if ident in self.remote_peers else self.local, msg, ident=ident)
+
+    def publish(self, msg: p.Message) -> None:
+        send(self.pub, msg)
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            self.remote.disable_monitor()
+        for sock in (self.local, self.remote, self.zap, self.monitor, self.pub):
+            if sock is not None and not sock.closed:
+                sock.close()
+        self.ctx.term()

@@ -1,0 +1,135 @@
+"""Producers that cannot map the ring: payloads over TCP, CURVE keys, refusals."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from consumer.batch_client import BatchClient
+from shared.config import ConfigError, config_from_dict, endpoints, load_config
+from shared.keys import generate
+from tests.runs import Run, shm_segments
+from tests.test_transport_e2e import StatsReader, consume, rid, small
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_non_loopback_bind_needs_keys() -> None:
+    with pytest.raises(ConfigError, match="transport.keys_dir"):
+        config_from_dict({"transport": {"kind": "tcp", "host": "0.0.0.0"}})
+
+
+def test_remote_and_local_producers_share_one_epoch_exactly_once(tmp_path: Path) -> None:
+    port = free_port()
+    cfg_path = small(
+        tmp_path,
+        items=300,
+        delay_s=0.004,
+        transport={"kind": "tcp", "host": "127.0.0.1", "port": port},
+        producers={"workers": 1},
+    )
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        remote = run.start(
+            "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "far"
+        )
+        run.procs["remote"] = remote
+        client = BatchClient(cfg, run_id, "test")
+        client.connect(timeout_s=30)
+        items = consume(client)
+        client.close()
+        assert run.wait("stager", 20) == 0
+        assert shm_segments(run_id) == []
+    assert sorted(items) == list(range(300))
+    producers = {p["name"]: p for p in run.json("stager.json")["producers"]}
+    # Both kinds did real work: the remote one only through payload frames.
+    assert producers["far-0"]["remote"] and producers["far-0"]["samples"] > 0
+    local = [p for name, p in producers.items() if not p["remote"]]
+    assert local and local[0]["samples"] > 0
+
+
+def test_a_producer_without_an_accepted_key_is_refused_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    head, port = tmp_path / "keys", free_port()
+    good = generate(head, "good")
+    stranger = generate(tmp_path / "other-head", "stranger")  # a key pair the head never saw
+    wrong_server = generate(tmp_path / "third-head", "lost")  # trusts another head's key
+    shutil.copy(head / "server.key", stranger / "server.key")
+    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port}
+    cfg_path = small(
+        tmp_path,
+        items=150,
+        delay_s=0.004,
+        transport={**tcp, "keys_dir": str(head)},
+        producers={"workers": 1},
+    )
+    (tmp_path / "g").mkdir()
+    (tmp_path / "b").mkdir()
+    good_cfg = small(
+        tmp_path / "g",
+        items=150,
+        delay_s=0.004,
+        transport={**tcp, "keys_dir": str(good)},
+        producers={"workers": 1},
+    )
+    (tmp_path / "w").mkdir()
+    wrong_cfg = small(
+        tmp_path / "w",
+        items=150,
+        delay_s=0.004,
+        transport={**tcp, "keys_dir": str(wrong_server)},
+        producers={"workers": 1},
+    )
+    bad_cfg = small(
+        tmp_path / "b",
+        items=150,
+        delay_s=0.004,
+        transport={**tcp, "keys_dir": str(stranger)},
+        producers={"workers": 1},
+    )
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        stats = StatsReader(endpoints(cfg, run_id).stats)
+        run.config = bad_cfg
+        run.procs["bad"] = run.start(
+            "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "bad"
+        )
+        run.config = wrong_cfg
+        run.procs["wrong"] = run.start(
+            "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "wrong"
+        )
+        run.config = good_cfg
+        run.procs["good"] = run.start(
+            "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "good"
+        )
+        run.config = cfg_path
+        client = BatchClient(cfg, run_id, "test")
+        client.connect(timeout_s=30)
+        deadline = time.monotonic() + 20
+        while stats.latest()["refused_producers"] < 2:  # one by ZAP, one at the handshake
+            assert time.monotonic() < deadline, run.logs()
+        items = consume(client)
+        client.close()
+        stats.close()
+        assert run.wait("stager", 20) == 0
+    assert sorted(items) == list(range(150))
+    names = {p["name"] for p in run.json("stager.json")["producers"]}
+    assert "bad-0" not in names and "wrong-0" not in names
+    logs = run.logs(tail=100_000)
+    assert "/authorized" in logs and "CURVE handshake failed" in logs  # both refusals named
