@@ -29,12 +29,18 @@ class Source(Protocol):
     def prepare(self, item: int) -> Sample: ...
 
 
+def synthetic_stamp(item: int, cfg: Config) -> int:
+    """The token id SyntheticSource writes first for `item`: inside the vocabulary, so a
+    model can train on synthetic data, and distinct for neighbouring items."""
+    return 3 + item % (cfg.vocab_size - 3)
+
+
 class SyntheticSource:
     """Precomputed full-size samples: the transport's own cost, nothing else.
 
     Each sample is a view of the same block of random values (no per-sample
-    copy, as for a cache hit) with the item index stamped into tokens[0], so
-    tests can check that a slot carries the item it claims to. Lengths vary
+    copy, as for a cache hit) with :func:`synthetic_stamp` of the item in
+    tokens[0], so tests can check that a slot carries the item it claims to. Lengths vary
     with the item so padding is exercised: tokens 20..max_text_len, frames
     max_frames/2..max_frames.
     """
@@ -71,7 +77,7 @@ class SyntheticSource:
             time.sleep(self.cfg.data.synthetic_delay_s)
         text_len, n = self.lengths(item)
         tokens = self._tokens[:text_len].copy()
-        tokens[0] = item
+        tokens[0] = synthetic_stamp(item, self.cfg)
         sample = Sample(item_id=self.item_id(item), tokens=tokens)
         setattr(sample, self._name, self._block[:n])
         return sample

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from broken_dataset import make_broken_dataset
 
 from producer.dataset import DatasetError, read_dataset
 from producer.quarantine import QuarantineWriter, read_quarantine
 from shared.config import Config, replace
+from tests.broken_dataset import make_broken_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 

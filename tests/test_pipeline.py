@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from broken_dataset import make_broken_dataset
 
 from producer.dataset import read_dataset
 from producer.pipeline import SamplePipeline
 from producer.sample import SkipSample
 from producer.threads import math_thread_env, pin_math_threads
 from shared.config import Config, replace
+from tests.broken_dataset import make_broken_dataset
 
 
 @pytest.mark.parametrize("device", ["producer", "stager"])

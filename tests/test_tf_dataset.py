@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from producer.sources import synthetic_stamp
 from shared.config import load_config
 from tests.runs import Run, shm_segments, write_config
 
@@ -50,4 +51,9 @@ def test_ring_dataset_yields_static_batches_until_the_plan_ends(tmp_path: Path) 
     items = sorted(int(i) for b in batches for i in b["items"])
     assert items == list(range(24)), "each item exactly once in the epoch"
     # Copies, not views of a reused slot: each batch still holds its own items.
-    assert all(b["tokens"][k, 0] == b["items"][k] for b in batches for k in range(4))
+    cfg = load_config(run.config)
+    assert all(
+        b["tokens"][k, 0] == synthetic_stamp(int(b["items"][k]), cfg)
+        for b in batches
+        for k in range(4)
+    )

@@ -17,8 +17,6 @@ from tests.runs import Run, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 
-# Synthetic items stamp their id into tokens[0]; ids must stay below the vocabulary
-# size (40 with the default alphabet) or the embedding lookup fails on the CPU.
 SYNTHETIC = {
     "data": {"format": "synthetic", "synthetic_items": 32},
     "features": {"max_frames": 32, "cache": False},
