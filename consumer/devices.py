@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.config import Config, cuda_visible_devices
+from shared.config import Config, cuda_visible_devices, tensorflow_log_level
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ def choose_device(role: Role, cfg: Config) -> DevicePlan:
             "CUDA_VISIBLE_DEVICES was %r; setting %r for the %s", inherited, plan.visible, role
         )
     os.environ["CUDA_VISIBLE_DEVICES"] = plan.visible
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = tensorflow_log_level()  # C++ INFO lines drown ours
     log.info("%s", plan.reason)
     return plan
 

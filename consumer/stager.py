@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import time
 from collections import Counter
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,19 +28,16 @@ from producer.quarantine import QuarantineWriter
 from producer.sources import make_source
 from shared import protocol as p
 from shared.config import Config, check_shm_fits, endpoints, run_dir
-from shared.process import POLL_S, StopFlag
+from shared.process import POLL_S, StopFlag, write_json_atomic
 from shared.ring import Ring, SlotState, remove_stale_segments, segment_name
+
+if TYPE_CHECKING:
+    from consumer.gpu_mel import TfLogMel
 
 log = logging.getLogger(__name__)
 
 STATS_INTERVAL_S = 0.5
 LEASE_CHECK_S = 0.1
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
 
 
 class Stager:
@@ -120,11 +116,18 @@ class Stager:
             self.endpoints.control,
         )
 
-    def _mel_fn(self):
+    def _mel_fn(self) -> TfLogMel | None:
+        """Batch log-mels on this process's device (features.device: stager), else None.
+
+        Only this mode imports TensorFlow in the stager, after the device is chosen."""
         if self.cfg.features.device != "stager":
             return None
-        from consumer.gpu_mel import TfLogMel  # TensorFlow only in this mode
+        from consumer.devices import choose_device, configure_tensorflow
 
+        plan = choose_device("stager", self.cfg)
+        from consumer.gpu_mel import TfLogMel
+
+        configure_tensorflow(plan)
         return TfLogMel(self.cfg)
 
     # ------------------------------------------------------------ loop

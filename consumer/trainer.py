@@ -31,7 +31,7 @@ from consumer.devices import DevicePlan, choose_device, configure_tensorflow, gp
 from consumer.feeder import EndOfData, Feeder
 from consumer.metrics import StepMetrics, TensorBoardWriter, format_line
 from shared.config import Config, run_dir
-from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
+from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -252,12 +252,6 @@ def _board(log_dir: Path) -> TensorBoardWriter | None:
         log.warning("no tensorboard package: no TensorBoard scalars (pip install tensorboard)")
         return None
     return TensorBoardWriter(str(log_dir))
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)  # atomic on POSIX: readers see no summary or a whole one
 
 
 def _open_batch_log(path: Path):

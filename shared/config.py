@@ -459,5 +459,10 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def tensorflow_log_level() -> str:
+    """TF_CPP_MIN_LOG_LEVEL for our TensorFlow processes: 2 (errors) unless the user set it."""
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
 def cuda_visible_devices() -> str | None:
     return os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -7,11 +7,15 @@ SHUTDOWN_WAIT_S, so no process can block forever on a dead peer.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import sys
 import threading
 import types
+from pathlib import Path
+from typing import Any
 
 # Longest a loop blocks in one poll before it checks its stop flag, seconds.
 POLL_S = 0.05
@@ -26,6 +30,14 @@ LOG_FORMAT = "%(asctime)s %(levelname).1s %(processName)s %(name)s: %(message)s"
 def setup_logging(level: str = "INFO") -> None:
     """Concise logs on stderr, one line each, with the process name."""
     logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr)
+    logging.getLogger("absl").setLevel(logging.WARNING)  # TF's per-checkpoint chatter
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON so a reader sees the old file or the whole new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
 
 
 class StopFlag:
