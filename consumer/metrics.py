@@ -30,10 +30,14 @@ class StepMetrics:
         self._step_s: deque[float] = deque(maxlen=window)
         self._wait_s: deque[float] = deque(maxlen=window)
         self._batch: deque[int] = deque(maxlen=window)
+        self._total = [0.0, 0.0, 0]  # step seconds, wait seconds, samples: whole run
 
     def record(self, step_time_s: float, wait_s: float, batch_size: int) -> None:
         """One step: compute seconds, seconds waited for its batch, items in the batch."""
         self.steps += 1
+        self._total[0] += step_time_s
+        self._total[1] += wait_s
+        self._total[2] += batch_size
         self._step_s.append(step_time_s)
         self._wait_s.append(wait_s)
         self._batch.append(batch_size)
@@ -59,6 +63,23 @@ class StepMetrics:
             "wait_frac": wait_total / wall if wall > 0 else 0.0,
             "step_time_cv": math.sqrt(var) / mean if mean > 0 else 0.0,
             "samples_per_s": sum(self._batch) / wall if wall > 0 else 0.0,
+        }
+
+
+    def run_summary(self) -> dict[str, float]:
+        """Over every recorded step (not the window): step_time_s, wait_frac, samples_per_s,
+        plus step_time_cv and step_time_median_s of the last window."""
+        step_total, wait_total, samples = self._total
+        wall = step_total + wait_total
+        steps = sorted(self._step_s)
+        median = steps[len(steps) // 2] if steps else 0.0
+        return {
+            "steps": self.steps,
+            "step_time_s": step_total / self.steps if self.steps else 0.0,
+            "wait_frac": wait_total / wall if wall > 0 else 0.0,
+            "samples_per_s": samples / wall if wall > 0 else 0.0,
+            "step_time_cv": self.summary()["step_time_cv"],
+            "step_time_median_s": median,
         }
 
 

@@ -214,7 +214,7 @@ def summarize(cfg: Config, run_id: str, s: Session) -> dict[str, Any]:
     stager = _read_stager_json(run_dir(cfg, run_id) / "stager.json", STAGER_SUMMARY_WAIT_S)
     counters = stager.get("counters", {})
     n_items = stager.get("n_items")
-    m = s.metrics.summary()
+    m = s.metrics.run_summary()
     return {
         "steps": s.step,
         "steps_this_run": len(s.losses),
@@ -225,6 +225,7 @@ def summarize(cfg: Config, run_id: str, s: Session) -> dict[str, Any]:
         "data_wait_fraction": m["wait_frac"],
         "step_time_s": m["step_time_s"],
         "step_time_cv": m["step_time_cv"],
+        "step_time_median_s": m["step_time_median_s"],
         "samples_per_s": m["samples_per_s"],
         "first_loss": s.losses[0] if s.losses else None,
         "final_loss": s.losses[-1] if s.losses else None,
