@@ -39,7 +39,7 @@ class ControlSockets:
     """Bound on construction; :meth:`close` is idempotent."""
 
     def __init__(self, cfg: Config, endpoints: Endpoints, on_malformed: Callable[[str], None]):
-        self.cfg, self.on_malformed = cfg, on_malformed
+        self.cfg, self.endpoints, self.on_malformed = cfg, endpoints, on_malformed
         self.ctx = zmq.Context()
         self.poller = zmq.Poller()
         self.remote_peers: set[bytes] = set()
@@ -140,9 +140,12 @@ class ControlSockets:
         send(self.pub, msg)
 
     def close(self) -> None:
+        """Close every socket and remove the ipc socket files (libzmq leaves them)."""
         if self.monitor is not None:
             self.remote.disable_monitor()
         for sock in (self.local, self.remote, self.zap, self.monitor, self.pub):
             if sock is not None and not sock.closed:
                 sock.close()
         self.ctx.term()
+        for endpoint in (self.endpoints.control, self.endpoints.stats):
+            Path(endpoint.removeprefix("ipc://")).unlink(missing_ok=True)

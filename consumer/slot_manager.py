@@ -44,6 +44,8 @@ class Producer:
     # Slots taken back while this producer might still be writing them.
     fenced: set[int] = field(default_factory=set)
     samples: int = 0
+    # Its grants were taken back (lease expired, or the plan restarted) while it may
+    # still hold them queued: it gets nothing until it says HELLO again.
     stalled: bool = False
 
 
@@ -124,6 +126,7 @@ class SlotManager:
         )
         self.known_bad: dict[int, str] = {}
         self.zombies: dict[bytes, Producer] = {}
+        self.names_seen: set[str] = set()
         self.reset(0)
 
     # ------------------------------------------------------------ plan cursor
@@ -136,6 +139,8 @@ class SlotManager:
             elif slot.state == SlotState.READY:
                 self._free(k)
         for producer in self.producers.values():
+            if producer.slots:
+                producer.stalled = True  # its queued grants are void: it must HELLO again
             producer.slots.clear()
         self.next_grant = position
         self.next_event = position
@@ -155,22 +160,31 @@ class SlotManager:
 
     # ------------------------------------------------------------ producers
     def hello(self, ident: bytes, name: str, pid: int, host: str, remote: bool) -> None:
-        now = self.clock()
+        """A producer (re)joins. Its earlier registrations are dropped: a new process of the
+        same name might still be racing an old one (fenced until that pid dies); the same
+        process saying HELLO again has emptied its grant queue, so it writes nothing old."""
+        if ident in self.producers:
+            self.drop_producer(ident)
         for old_ident, old in list(self.producers.items()):
-            if old.name == name and (old_ident != ident or old.pid != pid):
-                self.counters["restarts"] += 1
-                self.drop_producer(old_ident, may_write=not old.remote and pid_alive(old.pid))
-        self.producers[ident] = Producer(ident, name, pid, host, remote, now)
+            if old.name == name:
+                self.drop_producer(
+                    old_ident, may_write=not old.remote and old.pid != pid and pid_alive(old.pid)
+                )
+        for old_ident, old in list(self.zombies.items()):
+            if old.name == name and old.pid == pid:
+                self._unfence(old)
+                del self.zombies[old_ident]
+        if name in self.names_seen:
+            self.counters["restarts"] += 1
+        self.names_seen.add(name)
+        self.producers[ident] = Producer(ident, name, pid, host, remote, self.clock())
 
     def touch(self, ident: bytes) -> Producer | None:
-        """Any message from a producer: it is alive and no longer writing any slot."""
+        """Any message from a producer: it is alive. A stalled one keeps its slots fenced:
+        it may still hold queued grants for them, until it says HELLO again."""
         producer = self.producers.get(ident)
-        if producer is None:
-            return None
-        producer.last_seen = self.clock()
-        producer.stalled = False
-        if producer.fenced:
-            self._unfence(producer)
+        if producer is not None:
+            producer.last_seen = self.clock()
         return producer
 
     def drop_producer(self, ident: bytes, may_write: bool = False) -> None:

@@ -12,6 +12,7 @@ stop, writes stager.json into the run directory, and unlinks both segments.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import socket
@@ -54,7 +55,7 @@ class Stager:
         self.end_sent = False
         self.done = False
         self.trainer: dict = {}
-        self.crashes: list[dict] = []
+        self.crashes: collections.deque[dict] = collections.deque(maxlen=5)
         self.t_start = time.monotonic()
         self.net: ControlSockets | None = None
         self.samples: Ring | None = None
@@ -165,7 +166,11 @@ class Stager:
 
     def handle(self, ident: bytes, msg: p.Message, payload: list[bytes]) -> None:
         producer = self.manager.touch(ident)
-        if isinstance(msg, p.Hello):
+        if producer is not None and producer.stalled and not isinstance(msg, p.Hello):
+            self.reply(ident, p.Rehello())  # its queued grants are void: start over
+        if isinstance(msg, p.Hello) and not 0 < msg.pid < 2**31:
+            self.drop("malformed", f"HELLO with pid {msg.pid}")
+        elif isinstance(msg, p.Hello):
             self.manager.hello(ident, msg.name, msg.pid, msg.host, msg.remote)
             self.peer_index.setdefault(ident, len(self.peer_index))
             log.info(
@@ -432,7 +437,7 @@ class Stager:
             "dropped": dict(self.dropped),
             "bad_metadata_lines": self.n_bad_lines,
             "producers": producers,
-            "crashes": self.crashes[-5:],
+            "crashes": list(self.crashes),
             "trainer": self.trainer,
             "consumer_connected": self.consumer is not None,
             "refused_producers": self.net.refused if self.net is not None else 0,

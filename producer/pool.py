@@ -3,7 +3,8 @@
 Process entry ``ringfeed producers``. Workers are started with the spawn
 method (never fork: a forked child would inherit ZeroMQ contexts and locks)
 and never import TensorFlow. A worker that dies (crash or SIGKILL) is
-restarted after restart_backoff_s * 2**k, at most producers.max_restarts times;
+restarted after restart_backoff_s * 2**k (at most MAX_BACKOFF_S), at most
+producers.max_restarts times in a row (a worker alive HEALTHY_S starts over);
 its traceback has been logged and sent to the stager by the worker itself.
 On SIGTERM or Ctrl-C the pool stops its workers with SIGTERM, then SIGKILL
 after TERM_GRACE_S.
@@ -25,6 +26,13 @@ from shared.process import POLL_S, TERM_GRACE_S, StopFlag, setup_logging
 
 log = logging.getLogger(__name__)
 
+# Longest wait before restarting a crashed worker, seconds.
+MAX_BACKOFF_S = 30.0
+# A worker alive this long is healthy again: its restart count and backoff start over.
+HEALTHY_S = 60.0
+# After one worker heard the run is over, the others get this long to hear it too.
+RUN_END_GRACE_S = 3.0
+
 
 def _child(config_yaml: str, name: str, endpoint: str, remote: bool) -> None:
     import yaml
@@ -41,6 +49,7 @@ class Slot:
     proc: mp.process.BaseProcess | None = None
     restarts: int = 0
     restart_at: float = 0.0
+    started_at: float = 0.0
     finished: bool = False
 
 
@@ -56,6 +65,7 @@ class ProducerPool:
         self.ctx = mp.get_context("spawn")
         self.slots = [Slot(f"{prefix}-{i}") for i in range(workers)]
         self._yaml = cfg.to_yaml()
+        self.ended_at = 0.0  # when the first worker was told the run is over
 
     def start(self, slot: Slot) -> None:
         slot.proc = self.ctx.Process(
@@ -65,6 +75,7 @@ class ProducerPool:
             daemon=False,
         )
         slot.proc.start()
+        slot.started_at = time.monotonic()
 
     def watch(self, stop: StopFlag) -> int:
         """Main loop: restart dead workers until stop or all finished; returns exit code."""
@@ -74,6 +85,9 @@ class ProducerPool:
             for slot in self.slots:
                 self.check(slot)
             if all(s.finished for s in self.slots):
+                break
+            if self.ended_at and time.monotonic() - self.ended_at > RUN_END_GRACE_S:
+                log.info("the run ended; stopping workers that missed the stager's SHUTDOWN")
                 break
         self.stop_all()
         failed = [
@@ -92,12 +106,18 @@ class ProducerPool:
                 self.start(slot)
             return
         if slot.proc.is_alive():
+            if slot.restarts and now - slot.started_at > HEALTHY_S:
+                slot.restarts = 0  # max_restarts counts crashes in a row, not over a run
             return
         code = slot.proc.exitcode
         slot.proc.join()
         slot.proc = None
         if code == 0:
-            slot.finished = True  # the stager said stop
+            slot.finished = True  # the stager said stop: the run is over
+            self.ended_at = self.ended_at or now
+            return
+        if self.ended_at:
+            slot.finished = True  # no restarts once the run is over
             return
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         slot.restarts += 1
@@ -110,7 +130,7 @@ class ProducerPool:
             )
             slot.finished = True
             return
-        delay = self.cfg.producers.restart_backoff_s * 2 ** (slot.restarts - 1)
+        delay = min(MAX_BACKOFF_S, self.cfg.producers.restart_backoff_s * 2 ** (slot.restarts - 1))
         log.error(
             "%s died (%s); restart %d/%d in %.1f s",
             slot.name,

@@ -334,7 +334,7 @@ class Ring:
 
 def pid_alive(pid: int) -> bool:
     """True if a process with this pid exists on this host."""
-    if pid <= 0:
+    if not 0 < pid < 2**31:  # os.kill raises OverflowError past a C int
         return False
     try:
         os.kill(pid, 0)

@@ -103,7 +103,9 @@ def test_expired_lease_fences_the_slot_and_grants_the_item_again() -> None:
     assert (item2, position2) == (item, position) and slot2 != slot
     assert m.ready(b"fast", slot2, gen2, item2)
     assert not m.ready(b"slow", slot, gen, item)  # the late READY is stale
-    m.touch(b"slow")  # it spoke, so it is no longer writing: the fence lifts
+    m.touch(b"slow")  # it speaks, but may still hold grants queued for that slot
+    assert m.slots[slot].state == SlotState.FENCED and m.grant(b"slow") is None
+    m.hello(b"slow-again", "slow", os.getpid(), HOST, remote=False)  # its queue is empty
     assert m.slots[slot].state == SlotState.FREE
     assert [e.item for e in m.pop_events(10)] == [item]
     assert m.counters["reclaimed"] == 1
@@ -120,8 +122,8 @@ def test_dead_producer_frees_its_slots_at_once() -> None:
 
 def test_restarted_producer_takes_over_its_name() -> None:
     m = manager()
-    join(m, b"w-0:old", pid=dead_pid(), credits=1)
-    m.producers[b"w-0:old"].name = "w-0"
+    m.hello(b"w-0:old", "w-0", dead_pid(), HOST, remote=False)
+    m.producers[b"w-0:old"].credits = 1
     slot, *_ = m.grant(b"w-0:old")
     m.hello(b"w-0:new", "w-0", os.getpid(), HOST, remote=False)
     assert m.slots[slot].state == SlotState.FREE and m.counters["restarts"] == 1
@@ -182,5 +184,8 @@ def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
     m.reset(25)
     assert m.cursor == 25 and m.slots[slot].state == SlotState.FENCED
     assert not m.ready(b"a", slot, gen, item)
-    m.touch(b"a")
-    assert m.grant(b"a")[3] == 25
+    assert m.grant(b"a") is None  # its queued grants are void until it says HELLO again
+    m.hello(b"a:again", "a", os.getpid(), HOST, remote=False)
+    m.producers[b"a:again"].credits = 1
+    assert m.slots[slot].state == SlotState.FREE
+    assert m.grant(b"a:again")[3] == 25
