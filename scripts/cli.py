@@ -5,7 +5,8 @@ ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes
 ringfeed trainer CONFIG --run-id R       the model process
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
-ringfeed inspect [--run-id R] [--json]   the ring inspector
+ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
+ringfeed keys DIR --client NAME          CURVE keys for a producer host
 ringfeed cleanup [--run-id R]            remove segments of dead runs
 """
 
@@ -15,6 +16,7 @@ import argparse
 import sys
 import time
 import uuid
+from pathlib import Path
 
 
 def _config(path: str):
@@ -28,9 +30,14 @@ def _config(path: str):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from shared.config import free_shm_bytes, ring_bytes
+    from shared.config import ConfigError, check_shm_fits, free_shm_bytes, ring_bytes
 
     cfg = _config(args.config)
+    try:
+        check_shm_fits(cfg)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
     mib = 2**20
     print(f"{args.config}: ok")
     for name, (shape, dtype) in cfg.sample_fields().items():
@@ -104,7 +111,25 @@ def cmd_drain(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from consumer.inspector import main
 
-    return main(args.run_id, as_json=args.json, interval_s=args.interval)
+    return main(
+        args.run_id,
+        as_json=args.json,
+        interval_s=args.interval,
+        record=args.record or None,
+        plot=args.plot or None,
+        recording=args.recording or None,
+        config_path=args.config or None,
+    )
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from shared.keys import generate
+
+    bundle = generate(Path(args.dir), args.client)
+    print(f"keys in {args.dir}: the stager accepts producer '{args.client}'.")
+    print(f"copy {bundle}/ to the producer host and set transport.keys_dir to it there;")
+    print(f"on this host set transport.keys_dir: {args.dir}")
+    return 0
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
@@ -147,7 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     i = verb("inspect", cmd_inspect, needs_run=False)
     i.add_argument("--run-id", default="", help="default: the newest live run")
     i.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
-    i.add_argument("--interval", type=float, default=1.0)
+    i.add_argument("--interval", type=float, default=1.0, help="refresh period, seconds")
+    i.add_argument("--record", default="", help="append one JSON snapshot per refresh (jsonl)")
+    i.add_argument("--plot", default="", help="render a timeline PNG of --from RECORDING")
+    i.add_argument("--from", dest="recording", default="", help="a --record jsonl file")
+    i.add_argument("--config", default="", help="the run's config (ring.lease_s); default: "
+                   "runs/<run-id>/config.yaml")  # fmt: skip
+    k = verb("keys", cmd_keys, needs_run=False)
+    k.add_argument("dir", help="keys directory of the head host")
+    k.add_argument("--client", required=True, help="name of the producer host to authorize")
     c = verb("cleanup", cmd_cleanup, needs_run=False)
     c.add_argument("--run-id", default="")
     return parser
