@@ -132,7 +132,10 @@ class BatchClient:
         send(self.sock, p.StepStats(step, step_s, wait_s, loss))
 
     def close(self, finished: bool = True) -> None:
-        """finished: tell the stager the run is over (it then stops the producers)."""
+        """finished: tell the stager the run is over (it then stops the producers).
+        Idempotent: a second call does nothing."""
+        if self.sock.closed:
+            return
         if finished:
             send(self.sock, p.Bye(0))
             try:

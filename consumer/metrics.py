@@ -65,7 +65,6 @@ class StepMetrics:
             "samples_per_s": sum(self._batch) / wall if wall > 0 else 0.0,
         }
 
-
     def run_summary(self) -> dict[str, float]:
         """Over every recorded step (not the window): step_time_s, wait_frac, samples_per_s,
         plus step_time_cv and step_time_median_s of the last window."""

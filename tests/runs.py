@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from consumer.batch_client import BatchClient
+
 REPO = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")
 # A trainer spends its first ~10-30 s importing TensorFlow and compiling on 2 cores.
@@ -44,6 +46,7 @@ class Run:
     def __init__(self, config: Path, run_id: str, log_dir: Path) -> None:
         self.config, self.run_id, self.log_dir = config, run_id, log_dir
         self.procs: dict[str, subprocess.Popen] = {}
+        self.clients: list[BatchClient] = []
         self.launches = 0
 
     @property
@@ -79,6 +82,15 @@ class Run:
     def wait_all(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, int]:
         deadline = time.monotonic() + timeout_s
         return {v: self.wait(v, max(0.1, deadline - time.monotonic())) for v in self.procs}
+
+    def client(self, name: str = "test", timeout_s: float = 60.0) -> BatchClient:
+        """A connected consumer of this run in the test process (closed on exit)."""
+        from shared.config import load_config
+
+        client = BatchClient(load_config(self.config), self.run_id, name)
+        client.connect(timeout_s=timeout_s)
+        self.clients.append(client)
+        return client
 
     def signal(self, verb: str, signum: int = signal.SIGTERM) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -120,6 +132,8 @@ class Run:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for client in self.clients:
+            client.close(finished=False)
         self.stop(grace_s=5.0)
         for name in shm_segments(self.run_id):
             with contextlib.suppress(FileNotFoundError):

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from consumer.batch_client import BatchClient
 from shared.config import ConfigError, config_from_dict, endpoints, load_config
 from shared.keys import generate
 from tests.runs import Run, shm_segments
@@ -38,7 +37,6 @@ def test_remote_and_local_producers_share_one_epoch_exactly_once(tmp_path: Path)
         transport={"kind": "tcp", "host": "127.0.0.1", "port": port},
         producers={"workers": 1},
     )
-    cfg = load_config(cfg_path)
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
@@ -47,8 +45,7 @@ def test_remote_and_local_producers_share_one_epoch_exactly_once(tmp_path: Path)
             "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "far"
         )
         run.procs["remote"] = remote
-        client = BatchClient(cfg, run_id, "test")
-        client.connect(timeout_s=30)
+        client = run.client(timeout_s=30)
         items = consume(client)
         client.close()
         assert run.wait("stager", 20) == 0
@@ -119,8 +116,7 @@ def test_a_producer_without_an_accepted_key_is_refused_and_the_run_goes_on(
             "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "good"
         )
         run.config = cfg_path
-        client = BatchClient(cfg, run_id, "test")
-        client.connect(timeout_s=30)
+        client = run.client(timeout_s=30)
         deadline = time.monotonic() + 20
         while stats.latest()["refused_producers"] < 2:  # one by ZAP, one at the handshake
             assert time.monotonic() < deadline, run.logs()

@@ -103,8 +103,7 @@ def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Pat
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         pool = run.start("producers")
-        client = BatchClient(cfg, run_id, "test")
-        client.connect(timeout_s=30)
+        client = run.client(timeout_s=30)
         stats = StatsReader(endpoints(cfg, run_id).stats)
         killed = {}
 
@@ -138,8 +137,7 @@ def test_backpressure_holds_producers_while_the_consumer_is_slow(tmp_path: Path)
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         run.start("producers")
-        client = BatchClient(cfg, run_id, "test")
-        client.connect(timeout_s=30)
+        client = run.client(timeout_s=30)
         stats = StatsReader(endpoints(cfg, run_id).stats)
         held = [client.next(timeout_s=30) for _ in range(cfg.stager.batch_slots)]
         time.sleep(1.0)
@@ -211,7 +209,6 @@ def test_launcher_sigterm_exits_zero_and_leaves_no_segment(tmp_path: Path) -> No
 
 def test_stager_sigkill_then_restart_cleans_up_and_completes(tmp_path: Path) -> None:
     cfg_path = small(tmp_path, items=120, delay_s=0.002)
-    cfg = load_config(cfg_path)
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
@@ -224,8 +221,7 @@ def test_stager_sigkill_then_restart_cleans_up_and_completes(tmp_path: Path) -> 
         # it removed the stale segments (or a stager of another run did: every stager
         # removes the segments of dead owners at start). Producers say HELLO again.
         run.start("stager")
-        client = BatchClient(cfg, run_id, "test")
-        client.connect(timeout_s=30)
+        client = run.client(timeout_s=30)
         items = consume(client)
         client.close()
         assert run.wait("stager", 20) == 0 and run.wait("producers", 30) == 0
@@ -240,8 +236,7 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         run.start("producers")
-        client = BatchClient(cfg, run_id, "test")
-        client.connect(timeout_s=30)
+        client = run.client(timeout_s=30)
         ctx = zmq.Context()
         rogue = ctx.socket(zmq.DEALER)
         rogue.setsockopt(zmq.LINGER, 0)

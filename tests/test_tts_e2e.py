@@ -32,13 +32,11 @@ def collect(client: BatchClient) -> dict[str, list]:
 def run_epoch(tmp_path: Path, raw: dict) -> tuple[dict[str, list], Run]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg_path = write_config(tmp_path, raw)
-    cfg = load_config(cfg_path)
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         run.start("producers")
-        client = BatchClient(cfg, run_id, "test")
-        client.connect(timeout_s=60)
+        client = run.client(timeout_s=60)
         rows = collect(client)
         client.close()
         assert run.wait("stager", 30) == 0, run.logs()
