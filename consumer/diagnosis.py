@@ -44,10 +44,11 @@ class Diagnosis:
 
 
 def _wait_fraction(trainer: dict[str, Any]) -> float | None:
+    """Share of the trainer's wall time spent waiting for data (step_s excludes the wait)."""
     step_s, wait_s = trainer.get("step_s"), trainer.get("wait_s")
-    if not step_s or wait_s is None:
+    if step_s is None or wait_s is None or step_s + wait_s <= 0:
         return None
-    return max(0.0, min(1.0, wait_s / step_s))
+    return max(0.0, min(1.0, wait_s / (step_s + wait_s)))
 
 
 def _stuck(snap: dict[str, Any]) -> list[str]:

@@ -230,8 +230,9 @@ class Inspector:
             for pr in stats.get("producers", [])
         ]
         trainer = dict(stats.get("trainer") or {})
-        if trainer.get("step_s"):
-            trainer["wait_fraction"] = round(trainer.get("wait_s", 0.0) / trainer["step_s"], 3)
+        wall = trainer.get("step_s", 0.0) + trainer.get("wait_s", 0.0)
+        if wall > 0:  # step_s is the step alone; the wait comes on top
+            trainer["wait_fraction"] = round(trainer.get("wait_s", 0.0) / wall, 3)
         if "t" in trainer:
             trainer["age_s"] = round(now - trainer.pop("t"), 3)
         counters = stats.get("counters", {})

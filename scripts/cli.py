@@ -95,7 +95,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
                 break
             client.free(batch)
             time.sleep(args.step_s)  # stands in for a train step
-            client.step_stats(n, time.monotonic() - t_wait, wait_s, 0.0)
+            client.step_stats(n, time.monotonic() - t_wait - wait_s, wait_s, 0.0)
             n += 1
         finished = not stop.is_set()
     except StagerGone as exc:

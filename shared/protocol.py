@@ -174,6 +174,8 @@ class BatchFree:
 
 @dataclass(frozen=True)
 class StepStats:
+    """One train step: step_s computing (the wait excluded), wait_s waiting for its batch."""
+
     step: int
     step_s: float
     wait_s: float

@@ -31,7 +31,7 @@ def _snap(**over: Any) -> dict[str, Any]:
         "oldest_grant_s": 0.1,
         "oldest_ready_s": None,
         "producers": [{"name": "p0", "rate_per_s": 20.0, "grants": 2, "silent_s": 0.1}],
-        "trainer": {"step": 5, "step_s": 0.2, "wait_s": 0.19},
+        "trainer": {"step": 5, "step_s": 0.01, "wait_s": 0.19},
     }
     snap.update(over)
     return snap
