@@ -9,8 +9,8 @@ process is the consumer (consumer.batch_client.BatchClient) and checks every
 completed epoch against its plan: the items in plan order, each exactly once.
 Every 0.5-3 s (seeded) one random producer worker gets SIGKILL; the pool
 restarts it at once (``producers.restart_backoff_s: 0``: the pool's backoff
-doubles with every restart of a slot and never resets, so with any base
-delay a few hundred kills would park every worker for hours).
+doubles with each crash in a row, up to 30 s, and resets only after a worker
+ran 60 s healthy, which kills every few seconds never allow).
 
 Reported at the end: delivered and skipped items (the stager's counters),
 lost and duplicated items over the completed epochs, kills done, restarts the

@@ -455,10 +455,6 @@ def run_dir(cfg: Config, run_id: str) -> Path:
     return Path(cfg.run.root) / run_id
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 def tensorflow_log_level() -> str:
     """TF_CPP_MIN_LOG_LEVEL for our TensorFlow processes: 2 (errors) unless the user set it."""
     return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")
