@@ -37,7 +37,6 @@ import argparse
 import itertools
 import multiprocessing as mp
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,12 +44,12 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from consumer.batch_client import BatchClient  # noqa: E402
+from live_run import live_run  # noqa: E402
+
 from producer.audio import RESAMPLE_QUALITY, load_audio  # noqa: E402
 from producer.cache import FeatureCache  # noqa: E402
 from producer.dataset import DatasetEntry, read_dataset  # noqa: E402
@@ -243,33 +242,12 @@ def measure_rss(raw: dict, passes: int) -> tuple[dict, dict, dict]:
 
 def first_batch_s(raw: dict, tmp: Path) -> float:
     """Seconds from starting stager + producers to the first full batch in this process."""
-    cfg_path = tmp / f"run-{uuid.uuid4().hex[:8]}.yaml"
-    cfg_path.write_text(yaml.safe_dump(raw))
-    cfg = config_from_dict(raw)
-    run_id = f"bench-{uuid.uuid4().hex[:6]}"
     t0 = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", verb, str(cfg_path), "--run-id", run_id],
-            cwd=REPO,
-            stderr=subprocess.DEVNULL,
-        )
-        for verb in ("stager", "producers")
-    ]
-    client = BatchClient(cfg, run_id, "bench")
-    try:
-        client.connect(timeout_s=CHILD_TIMEOUT_S)
+    with live_run(raw, tmp, timeout_s=CHILD_TIMEOUT_S) as client:
         batch = client.next(timeout_s=CHILD_TIMEOUT_S)
         elapsed = time.perf_counter() - t0
         assert batch is not None and batch.n_valid == BATCH_SIZE, "first batch not full"
         client.free(batch)
-    finally:
-        client.close(finished=True)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     return elapsed
 
 

@@ -22,21 +22,17 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from consumer.batch_client import BatchClient  # noqa: E402
-from shared.config import config_from_dict  # noqa: E402
+from live_run import live_run  # noqa: E402
 
 T, F, M, B = 200, 800, 80, 32
 SAMPLE_BYTES = T * 4 + F * M * 4
@@ -93,21 +89,7 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
         "producers": {"workers": workers},
         "run": {"root": str(tmp / "runs")},
     }
-    cfg_path = tmp / "ring.yaml"
-    cfg_path.write_text(yaml.safe_dump(raw))
-    cfg = config_from_dict(raw)
-    run_id = f"bench-{uuid.uuid4().hex[:6]}"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", verb, str(cfg_path), "--run-id", run_id],
-            cwd=REPO,
-            stderr=subprocess.DEVNULL,
-        )
-        for verb in ("stager", "producers")
-    ]
-    client = BatchClient(cfg, run_id, "bench")
-    try:
-        client.connect(timeout_s=60)
+    with live_run(raw, tmp) as client:
         for _ in range(20):  # warm up
             client.free(client.next(timeout_s=30))
         n, t0 = 0, time.perf_counter()
@@ -116,13 +98,6 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
             client.free(batch)
             n += batch.n_valid
         rate = n / (time.perf_counter() - t0)
-    finally:
-        client.close(finished=True)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     return rate
 
 
