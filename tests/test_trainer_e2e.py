@@ -103,8 +103,10 @@ def test_resumed_run_sees_the_same_batches(tmp_path: Path) -> None:
 
     with Run(config, rid("resB"), tmp_path) as b:
         b.start_all()
+        # TensorFlow writes its "checkpoint" state file last: only then is ckpt-4 restorable.
+        # (Polling for ckpt-4.index raced the save and sometimes killed it half-way.)
         b.poll_for(
-            lambda: (b.dir / "checkpoints" / "ckpt-4.index").exists(), what="the first checkpoint"
+            lambda: (b.dir / "checkpoints" / "checkpoint").exists(), what="the first checkpoint"
         )
         b.signal("trainer", signal.SIGKILL)
         b.wait("trainer", 10)
