@@ -156,8 +156,12 @@ class ProducerPool:
 
 
 def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix: str = "") -> int:
-    """Process entry of `ringfeed producers`; names are PREFIX-i (default: the host name)."""
-    prefix = prefix or socket.gethostname()
+    """Process entry of `ringfeed producers`; workers are named PREFIX-i.
+
+    The default prefix is host.pool-pid: two pools on one host (local producers and
+    extra ones started by hand) must not share names, or each HELLO would take over
+    the other's grants as a restart of the same producer."""
+    prefix = prefix or f"{socket.gethostname()}.{os.getpid()}"
     stop = StopFlag().install()
     pool = ProducerPool(cfg, endpoint, workers, remote, prefix)
     log.info("starting %d producers -> %s", workers, endpoint)

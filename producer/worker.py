@@ -118,7 +118,7 @@ class Worker:
             except zmq.Again:
                 return
             except p.ProtocolError as exc:
-                log.warning("%s: dropped a malformed message from the stager: %s", self.name, exc)
+                log.warning("dropped a malformed message from the stager: %s", exc)
                 continue
             self.last_heard = time.monotonic()
             self.handle(msg)
@@ -132,10 +132,10 @@ class Worker:
         elif isinstance(msg, p.Welcome):
             self.welcome(msg)
         elif isinstance(msg, p.Rehello):
-            log.info("%s: the stager restarted; saying HELLO again", self.name)
+            log.info("the stager restarted; saying HELLO again")
             self.connect()
         elif isinstance(msg, p.Shutdown):
-            log.info("%s: stager says stop (%s)", self.name, msg.reason)
+            log.info("stager says stop (%s)", msg.reason)
             self.stop.set()
 
     def welcome(self, msg: p.Welcome) -> None:
@@ -157,10 +157,10 @@ class Worker:
             self._send(p.Heartbeat(self.done))
         silent = now - self.last_heard
         if silent > ORPHAN_S:
-            log.error("%s: no word from the stager for %.0f s; exiting", self.name, silent)
+            log.error("no word from the stager for %.0f s; exiting", silent)
             self.stop.set()
         elif silent > self.cfg.ring.lease_s:
-            log.warning("%s: stager silent for %.1f s; saying HELLO again", self.name, silent)
+            log.warning("stager silent for %.1f s; saying HELLO again", silent)
             self.connect()
 
     # ------------------------------------------------------------ work
