@@ -98,7 +98,8 @@ class ProducersConfig:
     max_restarts: int = 5
     restart_backoff_s: float = 0.5
     # Grants a producer holds at once: enough to hide the round trip to the stager.
-    # Ring throughput here with 2, 4, 8, 16, 32: 6.6k, 8.3k, 11.7k, 14.4k, 14.3k samples/s.
+    # Ring throughput here with 2, 4, 8, 16, 32 (before GRANT/READY carried lists):
+    # 6.6k, 8.3k, 11.7k, 14.4k, 14.3k samples/s; 16 also caps what one producer holds.
     credits: int = 16
     # Math-library threads per producer; >1 oversubscribes cores (see README).
     math_threads: int = 1
