@@ -101,7 +101,7 @@ def diagnose(snap: dict[str, Any]) -> Diagnosis:
         f"sample ring {ready}/{n_slots} READY, {slots.get('GRANTED', 0)} GRANTED, "
         f"{slots.get('FREE', 0)} FREE; batch ring {batch_ready}/{batch_slots} ready"
     )
-    wait_line = f"trainer waits {wait:.0%} of each step" if wait is not None else None
+    wait_line = f"trainer waits for data {wait:.0%} of the time" if wait is not None else None
 
     if not snap.get("has_stats"):
         return Diagnosis("starting", ["no stats from the stager yet", ring_line], "wait")

@@ -221,6 +221,8 @@ class Worker:
         header["lengths"][: len(lengths)] = lengths
         header["t_ready"] = time.time()
         header["sealed_generation"] = grant.generation
+        # Filled; its READY may wait for the batch of READYs (the inspector shows READY).
+        header["state"] = SlotState.READY
         return lengths
 
     def frames(self, sample: Sample) -> tuple[list[int], list[memoryview]]:
