@@ -98,7 +98,9 @@ def choose_device(role: Role, cfg: Config) -> DevicePlan:
             "CUDA_VISIBLE_DEVICES was %r; setting %r for the %s", inherited, plan.visible, role
         )
     os.environ["CUDA_VISIBLE_DEVICES"] = plan.visible
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = tensorflow_log_level()  # C++ INFO lines drown ours
+    # TensorFlow's C++ INFO lines drown ours. The few it prints before absl logging is
+    # initialised ignore this (abseil-cpp PR 1957); the XLA and device chatter obeys it.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = tensorflow_log_level()
     log.info("%s", plan.reason)
     return plan
 
