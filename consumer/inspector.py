@@ -226,6 +226,7 @@ class Inspector:
                 "silent_s": pr.get("silent_s", 0.0),
                 "stalled": pr.get("stalled", False),
                 "remote": pr.get("remote", False),
+                "cache_hit_frac": _hit_frac(pr.get("work", {})),
             }
             for pr in stats.get("producers", [])
         ]
@@ -269,6 +270,12 @@ def _fmt(value: float | None, spec: str = ".2f", none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
+def _hit_frac(work: dict[str, int]) -> float | None:
+    """Share of samples served from the feature cache (None: no dataset work reported)."""
+    hits, decoded = work.get("cache_hits", 0), work.get("decoded", 0)
+    return hits / (hits + decoded) if hits + decoded else None
+
+
 def render(snap: dict[str, Any]) -> str:
     """The live screen as text (ANSI bold only); one screen, called once per refresh."""
     d = snap["diagnosis"]
@@ -288,12 +295,16 @@ def render(snap: dict[str, Any]) -> str:
     for note in snap.get("notes", []):
         lines.append(f"note: {note}")
     if snap.get("has_stats"):
-        lines += ["", f"{'producer':24s} {'rate/s':>8s} {'grants':>6s} {'silent':>7s}  state"]
+        lines += [
+            "",
+            f"{'producer':24s} {'rate/s':>8s} {'grants':>6s} {'silent':>7s} {'cache':>6s}  state",
+        ]
         for pr in snap["producers"]:
             state = "STALLED" if pr["stalled"] else ("fenced" if pr["fenced"] else "ok")
             lines.append(
                 f"{pr['name'][:24]:24s} {_fmt(pr['rate_per_s'], '8.1f'):>8s} "
-                f"{pr['grants']:6d} {pr['silent_s']:6.1f}s  {state}"
+                f"{pr['grants']:6d} {pr['silent_s']:6.1f}s "
+                f"{_fmt(pr.get('cache_hit_frac'), '.0%'):>6s}  {state}"
             )
         if not snap["producers"]:
             lines.append("(no producers connected)")

@@ -44,6 +44,8 @@ class Producer:
     # Slots taken back while this producer might still be writing them.
     fenced: set[int] = field(default_factory=set)
     samples: int = 0
+    # The producer's own per-sample counters, from its last heartbeat (for the inspector).
+    work: dict[str, int] = field(default_factory=dict)
     # Its grants were taken back (lease expired, or the plan restarted) while it may
     # still hold them queued: it gets nothing until it says HELLO again.
     stalled: bool = False

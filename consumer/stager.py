@@ -202,7 +202,9 @@ class Stager:
             else:
                 self.drop("stale", f"SKIP of slot {msg.slot} generation {msg.generation}")
         elif isinstance(msg, p.Heartbeat):
-            self.reply(ident, p.Heartbeat(0))
+            # Plain counters only: the inspector does arithmetic on what a peer sent.
+            producer.work = {k: v for k, v in list(msg.work.items())[:16] if type(v) is int}
+            self.reply(ident, p.Heartbeat(0, {}))
         elif isinstance(msg, p.Crash):
             log.error("producer %s crashed:\n%s", msg.name, msg.traceback)
             self.crashes.append({"name": msg.name, "traceback": msg.traceback[-2000:]})
@@ -420,6 +422,7 @@ class Stager:
                 "fenced": len(pr.fenced),
                 "silent_s": round(now - pr.last_seen, 3),
                 "stalled": pr.stalled,
+                "work": pr.work,
             }
             for pr in self.manager.producers.values()
         ]

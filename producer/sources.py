@@ -8,6 +8,7 @@ item count and ids without loading any audio code.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Protocol
 
@@ -27,6 +28,8 @@ class Source(Protocol):
     def warm_up(self) -> None: ...
 
     def prepare(self, item: int) -> Sample: ...
+
+    def work(self) -> dict[str, int]: ...
 
 
 def synthetic_stamp(item: int, cfg: Config) -> int:
@@ -63,6 +66,9 @@ class SyntheticSource:
 
     def warm_up(self) -> None:
         return None
+
+    def work(self) -> dict[str, int]:
+        return {}
 
     def lengths(self, item: int) -> tuple[int, int]:
         """(text_len, frames-or-samples) of an item."""
@@ -111,6 +117,10 @@ class DatasetSource:
     def prepare(self, item: int) -> Sample:
         assert self._pipeline is not None, "DatasetSource(prepare=False) cannot prepare"
         return self._pipeline(self.entries[item])
+
+    def work(self) -> dict[str, int]:
+        """How often each stage ran in this process: decoded, mels, cache_hits, ..."""
+        return dataclasses.asdict(self._pipeline.counters) if self._pipeline else {}
 
 
 def make_source(cfg: Config, prepare: bool = True) -> Source:

@@ -72,7 +72,8 @@ class Worker:
         self.ready: list[tuple[GrantEntry, list[int], int, bool]] = []
         self.ready_batch = max(1, cfg.producers.credits // 4)
         self.done = 0
-        self.last_sent = self.last_heard = time.monotonic()
+        self.done_reported = 0
+        self.last_sent = self.last_heard = self.last_heartbeat = time.monotonic()
         self.welcomed_at: float | None = None
 
     # ------------------------------------------------------------ setup
@@ -153,8 +154,12 @@ class Worker:
 
     def keep_alive(self) -> None:
         now = time.monotonic()
-        if now - self.last_sent >= self.cfg.ring.heartbeat_s:
-            self._send(p.Heartbeat(self.done))
+        # Every heartbeat_s, and as soon as it runs out of work, so the counters it
+        # reports are current when a short run ends.
+        gone_idle = not self.grants and self.done != self.done_reported
+        if gone_idle or now - self.last_heartbeat >= self.cfg.ring.heartbeat_s:
+            self._send(p.Heartbeat(self.done, self.source.work()))
+            self.last_heartbeat, self.done_reported = now, self.done
         silent = now - self.last_heard
         if silent > ORPHAN_S:
             log.error("no word from the stager for %.0f s; exiting", silent)

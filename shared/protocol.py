@@ -120,7 +120,11 @@ class Skip:
 
 @dataclass(frozen=True)
 class Heartbeat:
+    """Sent every ring.heartbeat_s; work: how often each stage of the producer's
+    per-sample work ran (decoded, mels, cache_hits, skipped), for the inspector."""
+
     samples_done: int
+    work: dict[str, Any]
 
 
 @dataclass(frozen=True)

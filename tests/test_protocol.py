@@ -18,7 +18,7 @@ EXAMPLES = [
     p.Grant([3, 4], [7, 1], [11, 12], [99, 100]),
     p.Ready([3], [7], [11], [40, 300], [0xDEADBEEF], [0]),
     p.Skip(3, 7, 11, "unreadable audio: not a RIFF file", "/x.wav"),
-    p.Heartbeat(5),
+    p.Heartbeat(5, {"decoded": 3, "cache_hits": 2}),
     p.Crash("host-0", "Traceback ...\nValueError: boom"),
     p.Bye(5),
     p.ByeAck(),

@@ -345,7 +345,7 @@ def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
         [
             ready,
             p.Skip(rng.randrange(-1, n_slots + 1), rng.randrange(10**6), big, "fuzz", "/x"),
-            p.Heartbeat(big),
+            p.Heartbeat(big, {"decoded": "many", "cache_hits": big}),
             p.Request(big),
             p.Crash("fuzz", "x" * rng.randrange(0, 60_000)),
             p.BatchFree(rng.randrange(-1, 4), big),

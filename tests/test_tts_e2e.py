@@ -49,7 +49,7 @@ def test_broken_inputs_are_quarantined_and_good_ones_delivered_once(tmp_path: Pa
     raw = {
         "data": {"path": str(ds.root)},
         "features": {"cache_dir": str(tmp_path / "cache")},
-        "ring": {"slots": 8},
+        "ring": {"slots": 8, "heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1},
         "producers": {"workers": 2},
     }
@@ -63,6 +63,8 @@ def test_broken_inputs_are_quarantined_and_good_ones_delivered_once(tmp_path: Pa
     stager = run.json("stager.json")
     assert stager["counters"]["skipped"] == len(ds.bad_samples)
     assert stager["bad_metadata_lines"] == len(ds.bad_lines)
+    # Producers report their own work in heartbeats: here every clip was decoded.
+    assert sum(p["work"].get("decoded", 0) for p in stager["producers"]) > 0
 
 
 def test_stager_mels_match_producer_mels(tmp_path: Path) -> None:
