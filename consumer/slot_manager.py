@@ -111,8 +111,13 @@ class SlotManager:
         deterministic: bool,
         hostname: str,
         clock: Callable[[], float] = time.monotonic,
+        started: Callable[[int], bool] | None = None,
     ) -> None:
+        """started(slot): did its local producer begin that sample (the stager reads the
+        slot header)? Only begun samples count against ring.max_item_attempts when a
+        producer dies; without it, each producer's oldest grant does."""
         self.plan = plan
+        self.started = started
         self.n_slots = n_slots
         self.lease_s = lease_s
         self.max_attempts = max_attempts
@@ -189,14 +194,14 @@ class SlotManager:
             producer.last_seen = self.clock()
         return producer
 
-    def drop_producer(self, ident: bytes, may_write: bool = False) -> None:
+    def drop_producer(self, ident: bytes, may_write: bool = False, charge: bool = True) -> None:
         """A producer left (BYE) or died: reclaim its grants now. may_write: it might
-        still be alive and writing (a stopped process), so its slots stay fenced."""
+        still be alive and writing (a stopped process), so its slots stay fenced.
+        charge: count the sample it was working on against its item (not for a BYE)."""
         producer = self.producers.get(ident)
         if producer is None:
             return
-        for k in list(producer.slots):
-            self._reclaim(k, fence=may_write)
+        self._reclaim_all(producer, fence=may_write, charge=charge)
         if may_write:
             self.zombies[ident] = producer
         else:
@@ -214,9 +219,22 @@ class SlotManager:
             elif producer.slots and now - producer.last_seen > self.lease_s:
                 reclaimed.append(producer.name)
                 producer.stalled = True
-                for k in list(producer.slots):
-                    self._reclaim(k, fence=local)
+                self._reclaim_all(producer, fence=local)
         return reclaimed
+
+    def _reclaim_all(self, producer: Producer, fence: bool, charge: bool = True) -> None:
+        """Take back every grant of a producer. Only the sample it was working on counts as
+        an attempt of that item: a producer killed with 16 grants queued did not fail on 16
+        inputs (repeated SIGKILLs once skipped innocent items this way)."""
+        slots = list(producer.slots)
+        if not charge or not slots:
+            charged: set[int] = set()
+        elif self.started is not None and not producer.remote:
+            charged = {k for k in slots if self.started(k)}
+        else:
+            charged = {min(slots, key=lambda k: self.slots[k].t_granted)}
+        for k in slots:
+            self._reclaim(k, fence, charged=k in charged)
 
     # ------------------------------------------------------------ grants
     def grant(self, ident: bytes) -> tuple[int, int, int, int] | None:
@@ -386,7 +404,7 @@ class SlotManager:
                 self._unfence(producer)
                 del self.zombies[ident]
 
-    def _reclaim(self, k: int, fence: bool) -> None:
+    def _reclaim(self, k: int, fence: bool, charged: bool = True) -> None:
         slot = self.slots[k]
         position, item, ident = slot.position, slot.item, slot.producer
         if ident is not None and ident in self.producers:
@@ -400,7 +418,7 @@ class SlotManager:
             self._free(k)
         self.counters["reclaimed"] += 1
         self.in_flight.pop(position, None)
-        attempts = self.attempts.get(position, 0) + 1
+        attempts = self.attempts.get(position, 0) + charged
         self.attempts[position] = attempts
         if attempts >= self.max_attempts:
             reason = (

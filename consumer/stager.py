@@ -88,6 +88,7 @@ class Stager:
             rc.max_item_attempts,
             st.deterministic,
             socket.gethostname(),
+            started=lambda k: self.samples.slots[k]["state"] == SlotState.WRITING,
         )
         self.fields = self.cfg.sample_fields()
         self.limits = [shape[0] for shape, _ in self.fields.values()]
@@ -209,7 +210,7 @@ class Stager:
             log.error("producer %s crashed:\n%s", msg.name, msg.traceback)
             self.crashes.append({"name": msg.name, "traceback": msg.traceback[-2000:]})
         elif isinstance(msg, p.Bye):
-            self.manager.drop_producer(ident)
+            self.manager.drop_producer(ident, charge=False)
             self.reply(ident, p.ByeAck())
         else:
             self.drop("unexpected", f"{type(msg).__name__} from producer {producer.name}")

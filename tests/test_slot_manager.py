@@ -189,3 +189,32 @@ def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
     m.producers[b"a:again"].credits = 1
     assert m.slots[slot].state == SlotState.FREE
     assert m.grant(b"a:again")[3] == 25
+
+
+def test_only_the_sample_in_progress_counts_against_its_item() -> None:
+    started = {1}
+    m = SlotManager(
+        EpochPlan(10, seed=7, epochs=1),
+        4,
+        lease_s=5.0,
+        max_attempts=1,
+        deterministic=True,
+        hostname=HOST,
+        clock=Clock(),
+        started=lambda k: k in started,
+    )
+    m.hello(b"w", "w", dead_pid(), HOST, remote=False)
+    m.producers[b"w"].credits = 3
+    grants = [m.grant(b"w") for _ in range(3)]
+    m.expire()  # dead: all three reclaimed, only slot 1's item was being written
+    assert set(m.known_bad) == {g[2] for g in grants if g[0] == 1}  # skipped, with reason
+    assert len(m.retry) == 2  # the queued two go back to the plan uncharged
+
+
+def test_a_clean_goodbye_charges_nothing() -> None:
+    m = manager(attempts=1)
+    join(m, b"w", credits=2)
+    m.grant(b"w")
+    m.grant(b"w")
+    m.drop_producer(b"w", charge=False)
+    assert m.pop_events(10) == [] and len(m.retry) == 2
