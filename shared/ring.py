@@ -23,10 +23,11 @@ for crash forensics; ownership itself travels in ZeroMQ messages, contract 1)::
 
 A slot whose lease expired while its producer might still be alive (stopped,
 not dead) is FENCED: its item is granted again into another slot, and the
-fenced slot returns to FREE only once that producer is known dead or speaks
-again. A producer is single-threaded and speaks only between samples, so it
-can no longer be writing that slot; this is why a stopped producer that wakes
-up never scribbles over a slot that already holds another item.
+fenced slot returns to FREE only once that producer is known dead or says
+HELLO again. Speaking is not enough: a woken producer may still hold grants
+queued for its old slots, so the stager answers it with REHELLO, and a
+producer empties its queue before it says HELLO. This is why a stopped
+producer that wakes up never scribbles over a slot that holds another item.
 
 Ownership of the segment (contract 6): the creator (the stager) unlinks it.
 Every other process attaches by name without any resource tracker, because
