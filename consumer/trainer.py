@@ -17,7 +17,6 @@ same run id resumes from the last checkpoint.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -56,7 +55,7 @@ class Session:
     step: int
     cursor: dict[str, int]
     metrics: StepMetrics
-    board: TensorBoardWriter | None
+    board: TensorBoardWriter
     batch_log: Any = None
     losses: list[float] = field(default_factory=list)
     samples: int = 0
@@ -135,7 +134,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
         step,
         cursor,
         StepMetrics(cfg.train.cv_window),
-        _board(directory / "tensorboard"),
+        TensorBoardWriter(str(directory / "tensorboard")),
         batch_log=_open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
     )
 
@@ -184,10 +183,9 @@ def report(s: Session, loss: float) -> None:
     summary = s.metrics.summary()
     gpu = gpu_stats() if s.plan.mode != "cpu" else None
     log.info("%s", format_line(s.step, loss, summary, gpu))
-    if s.board is not None:
-        s.board.scalars(s.step, {"loss": loss} | summary, prefix="train/")
-        if gpu:
-            s.board.scalars(s.step, gpu, prefix="gpu/")
+    s.board.scalars(s.step, {"loss": loss} | summary, prefix="train/")
+    if gpu:
+        s.board.scalars(s.step, gpu, prefix="gpu/")
 
 
 def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | None:
@@ -196,8 +194,7 @@ def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | Non
     if finished and s.losses and s.step % cfg.train.checkpoint_every != 0:
         s.checkpoints.save(s.step, s.cursor, cfg.to_yaml())
     s.feeder.finish(finished, timeout_s=SHUTDOWN_WAIT_S + 1.0)
-    if s.board is not None:
-        s.board.close()
+    s.board.close()
     if s.batch_log is not None:
         s.batch_log.close()
     if not finished:
@@ -245,14 +242,6 @@ def _read_stager_json(path: Path, timeout_s: float) -> dict[str, Any]:
             return {}
         time.sleep(POLL_S)
     return json.loads(path.read_text())
-
-
-def _board(log_dir: Path) -> TensorBoardWriter | None:
-    # tf.summary.scalar needs the tensorboard package, which TensorFlow does not pull in.
-    if importlib.util.find_spec("tensorboard") is None:
-        log.warning("no tensorboard package: no TensorBoard scalars (pip install tensorboard)")
-        return None
-    return TensorBoardWriter(str(log_dir))
 
 
 def _open_batch_log(path: Path):

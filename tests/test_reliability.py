@@ -26,7 +26,6 @@ import msgpack
 import pytest
 import zmq
 
-from consumer.batch_client import BatchClient
 from consumer.slot_manager import EpochPlan
 from shared import protocol as p
 from shared.config import Config, endpoints, load_config
@@ -76,12 +75,6 @@ def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:
     assert items == expected
 
 
-def open_client(cfg: Config, run_id: str) -> BatchClient:
-    client = BatchClient(cfg, run_id, "test")
-    client.connect(timeout_s=30)
-    return client
-
-
 def finish(run: Run, run_id: str, *verbs: str) -> dict:
     """Wait (bounded) for the stager and `verbs` to exit 0; no segment left; stager.json."""
     for verb in ("stager", *verbs):
@@ -103,7 +96,7 @@ def test_producers_sigkilled_repeatedly_still_deliver_the_epoch_once(tmp_path: P
     with Run(cfg_path, run_id, tmp_path) as run:
         stager = run.start("stager")
         pool = run.start("producers")
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
         done = threading.Event()
 
         def killer() -> None:
@@ -152,7 +145,7 @@ def stop_a_producer_past_its_lease(tmp_path: Path, patience_s: float) -> tuple[l
         run.config = pool_cfg
         pool = run.start("producers")
         run.config = cfg_path
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
         stats = StatsReader(endpoints(cfg, run_id).stats)
 
         def watch_and_resume() -> None:
@@ -225,7 +218,7 @@ def test_a_woken_producer_keeps_its_queued_grants_until_told_otherwise(tmp_path:
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         run.start("producers")
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
 
         def woken_producer() -> None:
             with zmq.Context() as ctx, ctx.socket(zmq.DEALER) as sock:
@@ -309,7 +302,7 @@ def test_remote_tcp_producer_sigkilled_mid_send(tmp_path: Path) -> None:
             "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "far"
         )
         run.procs["remote"] = remote
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
 
         def kill_remote(n_items: int) -> None:
             # Twice, 100 items apart: a remote worker sends a READY after every sample.
@@ -389,7 +382,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
     with Run(cfg_path, run_id, tmp_path) as run:
         stager = run.start("stager")
         run.start("producers")
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
         control = endpoints(cfg, run_id).control
         rss0 = rss_kb(stager.pid)
 
@@ -440,7 +433,7 @@ def test_a_hello_with_an_out_of_range_pid_does_not_kill_the_stager(tmp_path: Pat
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         run.start("producers")
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
         with zmq.Context() as ctx, ctx.socket(zmq.DEALER) as rogue:
             rogue.setsockopt(zmq.LINGER, 0)
             rogue.connect(endpoints(cfg, run_id).control)
@@ -463,7 +456,7 @@ def test_a_second_hello_on_one_socket_does_not_orphan_its_grants(tmp_path: Path)
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         run.start("producers")
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
         with zmq.Context() as ctx, ctx.socket(zmq.DEALER) as peer:
             peer.setsockopt(zmq.LINGER, 0)
             peer.connect(endpoints(cfg, run_id).control)
@@ -567,7 +560,7 @@ def test_producer_in_another_network_namespace_over_veth(
             stderr=subprocess.STDOUT,
         )
         out.close()
-        client = open_client(cfg, run_id)
+        client = run.client(timeout_s=30)
         try:
             items = consume(client, timeout_s=30)
         finally:
