@@ -1,0 +1,20 @@
+"""Producers, the stager's default path and the inspector never import TensorFlow
+(3-5 s and ~600 MB per process); only the trainer and stager-side mels do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.runs import REPO
+
+
+def test_cpu_side_modules_leave_tensorflow_unimported() -> None:
+    code = (
+        "import sys\n"
+        "import producer.pool, producer.worker, producer.pipeline\n"
+        "import consumer.stager, consumer.inspector, consumer.batch_client, scripts.cli\n"
+        "sys.exit(1 if 'tensorflow' in sys.modules else 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
