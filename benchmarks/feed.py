@@ -157,25 +157,14 @@ def tf_dataset(cfg: Config, entries: list, pipe: Any):
 
 def run_variant(variant: str, cfg: Config, warmup: int) -> dict[str, Any]:
     """Train in this process fed by `variant` ("ideal" or "tfdata"); the trainer's numbers."""
-    from consumer.devices import choose_device, configure_tensorflow
-    from consumer.trainer import cpu_threads
+    from consumer.trainer.trainer import build_step
 
-    plan = choose_device("trainer", cfg)
-    import tensorflow as tf  # only now: CUDA_VISIBLE_DEVICES is set
+    _, _, _, _, step_fn = build_step(cfg)  # the device first, then TensorFlow
 
-    from consumer.metrics import StepMetrics
-    from consumer.model import load_model_factory
-    from consumer.train_step import TrainStep, make_optimizer, set_precision_policy
-    from producer.dataset import read_dataset
+    from consumer.trainer.metrics import StepMetrics
     from producer.pipeline import SamplePipeline
+    from shared.dataset import read_dataset
 
-    if plan.mode == "cpu":  # as consumer/trainer.py setup()
-        tf.config.threading.set_intra_op_parallelism_threads(cpu_threads(cfg, os.cpu_count() or 1))
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    configure_tensorflow(plan)
-    set_precision_policy(cfg)
-    model, loss_fn = load_model_factory(cfg)
-    step_fn = TrainStep(model, make_optimizer(cfg), loss_fn, jit_compile=cfg.train.jit_compile)
     entries, _ = read_dataset(cfg, REPO)
     pipe = SamplePipeline(cfg)
     pipe.warm_up()
@@ -224,37 +213,17 @@ def spawn_variant(variant: str, cfg_path: Path, warmup: int) -> dict[str, Any]:
 
 def run_ringfeed(cfg_path: Path, root: Path, tmp: Path) -> dict[str, Any]:
     """Stager, producers and trainer as real processes; the trainer's summary.json."""
+    from scripts.runner import Run
+
     run_id = f"feed-{uuid.uuid4().hex[:6]}"
-    procs = {}
-    for verb in ("stager", "producers", "trainer"):
-        log = (tmp / f"{run_id}-{verb}.log").open("w")
-        procs[verb] = subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", verb, str(cfg_path), "--run-id", run_id],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()  # the child holds its own descriptor
-    try:
-        code = procs["trainer"].wait(RUN_TIMEOUT_S)
-        for verb in ("stager", "producers"):
-            procs[verb].wait(30)
-    except subprocess.TimeoutExpired:
-        code = None
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-    summary = root / run_id / "summary.json"
-    if code != 0 or not summary.exists():
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp.glob(f"{run_id}-*.log")))
-        raise RuntimeError(f"ringfeed run {run_id} failed (trainer exit {code}):\n{logs}")
-    return json.loads(summary.read_text())
+    with Run(cfg_path, run_id, log_dir=tmp) as run:
+        run.start_all("trainer")
+        code = run.wait("trainer", RUN_TIMEOUT_S)
+        run.wait_all(30)
+        summary = run.dir / "summary.json"
+        if code != 0 or not summary.exists():
+            raise RuntimeError(f"ringfeed run {run_id} failed (trainer exit {code}):\n{run.logs()}")
+        return json.loads(summary.read_text())
 
 
 # ---------------------------------------------------------------- driver

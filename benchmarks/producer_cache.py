@@ -18,9 +18,6 @@ producer. Measured:
   passes (80 warm samples take under 10 ms: too short to time);
 - warm x1 / x2: one and two spawned processes reading the same warm cache for
   ``--seconds``, started together at a barrier; aggregate samples/s;
-- first batch: a real stager + producer pool (``python -m scripts.cli``,
-  batch_size 8, 2 producers) consumed by a BatchClient; seconds from starting
-  the processes to the first full batch, with an empty and with a warm cache;
 - RSS: VmRSS (and its anonymous / file-backed parts) of one spawned warm
   producer after warm_up, after one pass and after ``--rss-passes`` passes.
 
@@ -48,31 +45,28 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from live_run import live_run  # noqa: E402
 
 from producer.audio import RESAMPLE_QUALITY, load_audio  # noqa: E402
 from producer.cache import FeatureCache  # noqa: E402
-from producer.dataset import DatasetEntry, read_dataset  # noqa: E402
 from producer.features import fit_length, log_mel  # noqa: E402
 from producer.pipeline import SamplePipeline  # noqa: E402
 from producer.text import TextEncoder  # noqa: E402
 from producer.threads import pin_math_threads  # noqa: E402
 from shared.config import Config, config_from_dict  # noqa: E402
+from shared.dataset import DatasetEntry, read_dataset  # noqa: E402
 
 BATCH_SIZE = 8
 CHILD_TIMEOUT_S = 120.0
 WARM_PASS_FACTOR = 20
 
 
-def make_raw(cache_dir: Path, run_root: Path | None = None) -> dict:
-    """The config mapping of every measurement; only cache_dir (and run.root) differ."""
+def make_raw(cache_dir: Path) -> dict:
+    """The config mapping of every measurement; only cache_dir differs."""
     raw = {
         "data": {"path": str(REPO / "data" / "ljspeech-mini")},
         "features": {"cache_dir": str(cache_dir), "on_too_long": "truncate"},
         "stager": {"batch_size": BATCH_SIZE},
     }
-    if run_root is not None:
-        raw["run"] = {"root": str(run_root)}
     return raw
 
 
@@ -237,20 +231,6 @@ def measure_rss(raw: dict, passes: int) -> tuple[dict, dict, dict]:
     return start, after_one, end
 
 
-# ------------------------------------------------------------ a real run
-
-
-def first_batch_s(raw: dict, tmp: Path) -> float:
-    """Seconds from starting stager + producers to the first full batch in this process."""
-    t0 = time.perf_counter()
-    with live_run(raw, tmp, timeout_s=CHILD_TIMEOUT_S) as client:
-        batch = client.next(timeout_s=CHILD_TIMEOUT_S)
-        elapsed = time.perf_counter() - t0
-        assert batch is not None and batch.n_valid == BATCH_SIZE, "first batch not full"
-        client.free(batch)
-    return elapsed
-
-
 # ------------------------------------------------------------ main
 
 
@@ -258,7 +238,6 @@ def one_round(args: argparse.Namespace, tmp: Path, warm_dir: Path) -> dict[str, 
     warm_raw = make_raw(warm_dir)
     warm_cfg = config_from_dict(warm_raw)
     entries = entries_of(warm_cfg)
-    runs = tmp / "runs"
     rates = {
         "raw librosa": bench_raw(warm_cfg, entries, args.passes),
         "cold": bench_cold(entries, args.passes, tmp),
@@ -266,10 +245,6 @@ def one_round(args: argparse.Namespace, tmp: Path, warm_dir: Path) -> dict[str, 
         "warm x1 proc": bench_parallel(warm_raw, 1, args.seconds),
         "warm x2 procs": bench_parallel(warm_raw, 2, args.seconds),
     }
-    if not args.no_run:
-        cold_dir = tmp / f"run-cold-{uuid.uuid4().hex[:8]}"
-        rates["first batch cold s"] = first_batch_s(make_raw(cold_dir, runs), tmp)
-        rates["first batch warm s"] = first_batch_s(make_raw(warm_dir, runs), tmp)
     stages = cold_stages(entries, tmp)
     rates.update({f"  {k} ms": v for k, v in stages.items()})
     return rates
@@ -288,9 +263,6 @@ def print_table(
     print("cold path, ms/sample by stage:")
     for k in (k for k in med if k.startswith("  ")):
         print(f"{k:20s} {med[k]:8.3f} ms   {100 * med[k] / cold_ms:5.1f} % of cold")
-    if not args.no_run:
-        print(f"first full batch     cold cache {med['first batch cold s']:.2f} s, "
-              f"warm cache {med['first batch warm s']:.2f} s")  # fmt: skip
     start, after_one, end = rss
     for name, d in (("start", start), ("pass 1", after_one), (f"pass {args.rss_passes}", end)):
         print(
@@ -318,7 +290,6 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rss-passes", type=int, default=200)
-    parser.add_argument("--no-run", action="store_true", help="skip the stager+producers runs")
     args = parser.parse_args()
     pin_math_threads(1)
     results: dict[str, list[float]] = {}

@@ -1,24 +1,30 @@
-"""Soak: a stager, a producer pool and a consumer for minutes, producers SIGKILLed at random.
+"""Soak: a run under every fault at once, for minutes; every row of every batch checked.
 
-    .venv/bin/python benchmarks/soak.py [--seconds 600] [--seed 0] [--workers 2]
+    .venv/bin/python benchmarks/soak.py [--seconds 600] [--seed 0] [--workers 2] [--drop 0.002]
 
 Data: ``data.format: synthetic`` (2,000 items, 2 ms of sleep per sample, so
-the producers, not the consumer, set the pace; no dataset or cache needed).
-Finite epochs (``stager.epochs`` far beyond what the time allows); this
-process is the consumer (consumer.batch_client.BatchClient) and checks every
-completed epoch against its plan: the items in plan order, each exactly once.
-Every 0.5-3 s (seeded) one random producer worker gets SIGKILL; the pool
-restarts it at once (``producers.restart_backoff_s: 0``: the pool's backoff
-doubles with each crash in a row, up to 30 s, and resets only after a worker
-ran 60 s healthy, which kills every few seconds never allow).
+the producers, not the consumer, set the pace; no dataset or cache needed),
+finite epochs far beyond what the time allows. The faults, all at once:
 
-Reported at the end: delivered and skipped items (the stager's counters),
-lost and duplicated items over the completed epochs, kills done, restarts the
-pool logged, the RSS of every process after warm-up and at the end with its
-growth, and the run's /dev/shm segments before and after. Targets: RSS growth
-< 5 % after warm-up for the long-lived processes, segments equal, 0 lost or
-duplicated. Workers are replaced by the kills, so their row compares the mean
-of the live workers, not one process.
+- the producers are remote (payloads as TCP frames) and reach the stager
+  through scripts/lossy_link.py, which drops ``--drop`` of the messages each
+  way, whole (GRANTs, READYs with their payload, HELLOs, WELCOMEs, REQUESTs);
+- item POISON_RAISE raises an unexpected exception in the producer's work,
+  and item POISON_EXIT ends its worker with exit code 0;
+- every 0.5-3 s (seeded) one random producer worker gets SIGKILL.
+
+This process is the consumer (BatchClient). It checks every row of every batch
+against the item it claims to be (producer.sources.check_synthetic_rows: a torn
+or misplaced row counts as torn), and every completed epoch against its plan:
+the items in plan order, each exactly once, the two poison items never.
+
+Reported at the end: delivered, skipped, lost, duplicated and torn; kills; the
+poison items' quarantine lines (one each per run); messages the link dropped
+and the stager's counters; the RSS of every process after warm-up and at the
+end; the run's /dev/shm segments before and after. Targets: 0 lost,
+duplicated or torn; each poison item quarantined once; RSS growth < 5 % after
+warm-up for the long-lived processes; segments equal. Workers are replaced by
+the kills, so their row compares the mean of the live workers.
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -42,13 +50,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from consumer.batch_client import BatchClient  # noqa: E402
-from consumer.slot_manager import EpochPlan  # noqa: E402
-from shared.config import config_from_dict  # noqa: E402
-from shared.ring import list_segments  # noqa: E402
-from tests.test_transport_e2e import worker_pids  # noqa: E402
+from consumer.stager.plan import EpochPlan  # noqa: E402
+from producer.sources import RowMismatch, check_synthetic_rows  # noqa: E402
+from scripts.lossy_link import LossyLink  # noqa: E402
+from scripts.runner import Run, worker_pids  # noqa: E402
+from shared.config import Config, config_from_dict  # noqa: E402
+from shared.quarantine import read_quarantine  # noqa: E402
+from shared.segments import list_segments  # noqa: E402
 
 N_ITEMS = 2000
+POISON_RAISE, POISON_EXIT = 7, 1234
 RSS_TARGET_PCT = 5.0
 EXIT_WAIT_S = 20.0
 # No batch for this long is a stall: the soak stops and reports it.
@@ -57,14 +68,27 @@ STALL_S = 30.0
 POOL_GRACE_S = 5.0
 
 
-def soak_config(root: Path, workers: int) -> dict:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def soak_config(root: Path, workers: int, port: int) -> dict:
     return {
-        "data": {"format": "synthetic", "synthetic_items": N_ITEMS, "synthetic_delay_s": 0.002},
+        "data": {
+            "format": "synthetic",
+            "synthetic_items": N_ITEMS,
+            "synthetic_delay_s": 0.002,
+            "synthetic_raise": [POISON_RAISE],
+            "synthetic_exit": [POISON_EXIT],
+        },
         "features": {"max_frames": 64, "cache": False},
         "text": {"max_text_len": 32},
         "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
         "stager": {"batch_size": 8, "epochs": 100_000},
         "producers": {"workers": workers, "restart_backoff_s": 0.0, "max_restarts": 10**6},
+        "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
         "run": {"root": str(root / "runs")},
     }
 
@@ -78,15 +102,8 @@ def rss_kb(pid: int) -> int:
     return next((int(s.split()[1]) for s in text.splitlines() if s.startswith("VmRSS:")), 0)
 
 
-def live_workers(pool_pid: int) -> list[int]:
-    try:
-        return worker_pids(pool_pid)
-    except (FileNotFoundError, ProcessLookupError):
-        return []  # a worker exited while /proc was read: try again next time
-
-
 def rss_table(stager: int, pool: int) -> dict[str, float]:
-    workers = [r for r in map(rss_kb, live_workers(pool)) if r]
+    workers = [r for r in map(rss_kb, worker_pids(pool)) if r]
     return {
         "stager": rss_kb(stager),
         "pool": rss_kb(pool),
@@ -96,23 +113,42 @@ def rss_table(stager: int, pool: int) -> dict[str, float]:
 
 
 class EpochCheck:
-    """Items in delivery order, checked against the plan one completed epoch at a time."""
+    """Items in delivery order, checked against the plan (less the poison items) one
+    completed epoch at a time; every row checked against the item it claims to be."""
 
-    def __init__(self, seed: int) -> None:
-        self.plan = EpochPlan(N_ITEMS, seed)
+    def __init__(self, cfg: Config) -> None:
+        self.cfg, self.plan = cfg, EpochPlan(N_ITEMS, cfg.stager.seed)
+        self.poison = {POISON_RAISE, POISON_EXIT}
+        self.per_epoch = N_ITEMS - len(self.poison)
         self.pending: list[int] = []
-        self.epochs = self.lost = self.duplicated = self.out_of_order = 0
+        self.epochs = self.lost = self.duplicated = self.out_of_order = self.torn = 0
+        self.first_torn = ""
 
-    def add(self, items: list[int]) -> None:
+    def add(self, arrays: dict, n_valid: int) -> None:
+        try:
+            items = check_synthetic_rows(arrays, n_valid, self.cfg)
+        except RowMismatch as exc:
+            self.torn += 1
+            self.first_torn = self.first_torn or str(exc)
+            items = [int(i) for i in arrays["items"][:n_valid]]
         self.pending.extend(items)
-        while len(self.pending) >= N_ITEMS:
-            got, self.pending = self.pending[:N_ITEMS], self.pending[N_ITEMS:]
-            want = self.plan.permutation(self.epochs).tolist()
+        while len(self.pending) >= self.per_epoch:
+            got, self.pending = self.pending[: self.per_epoch], self.pending[self.per_epoch :]
+            want = [i for i in self.plan.permutation(self.epochs).tolist() if i not in self.poison]
             counts = collections.Counter(got)
             self.lost += len(set(want) - set(counts))
             self.duplicated += sum(c - 1 for c in counts.values() if c > 1)
             self.out_of_order += got != want and counts == collections.Counter(want)
             self.epochs += 1
+
+
+@dataclass
+class Outcome:
+    check: EpochCheck
+    kills: int = 0
+    rss0: dict = field(default_factory=dict)
+    rss1: dict = field(default_factory=dict)
+    stalled: float | None = None
 
 
 def wait(proc: subprocess.Popen, timeout_s: float) -> int | None:
@@ -123,94 +159,100 @@ def wait(proc: subprocess.Popen, timeout_s: float) -> int | None:
         return None
 
 
-def start(verb: str, cfg_path: Path, run_id: str, log_dir: Path) -> subprocess.Popen:
-    with (log_dir / f"{verb}.log").open("w") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", verb, str(cfg_path), "--run-id", run_id],
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
 def soak(args: argparse.Namespace, tmp: Path) -> int:
-    raw = soak_config(tmp, args.workers)
+    stager_port, link_port = free_port(), free_port()
+    raw = soak_config(tmp, args.workers, stager_port)
     cfg_path = tmp / "soak.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
     cfg = config_from_dict(raw)
     run_id = f"soak-{uuid.uuid4().hex[:6]}"
     shm_before = sorted(p.name for p in list_segments())
-    stager = start("stager", cfg_path, run_id, tmp)
-    pool = start("producers", cfg_path, run_id, tmp)
-    client = BatchClient(cfg, run_id, "soak")
-    rng, check = random.Random(args.seed), EpochCheck(cfg.stager.seed)
-    kills, rss0, stalled = 0, None, None
-    warmup_s = min(30.0, args.seconds / 6)
-    try:
-        client.connect(timeout_s=60)
-        t0 = time.monotonic()
-        next_kill = t0 + rng.uniform(0.5, 3.0)
-        while (now := time.monotonic()) - t0 < args.seconds:
-            try:
-                batch = client.next(timeout_s=STALL_S)
-            except TimeoutError:
-                stalled = now - t0
-                break
-            if batch is None:
-                break
-            check.add(batch.arrays["items"][: batch.n_valid].tolist())
-            client.free(batch)
-            if rss0 is None and now - t0 >= warmup_s:
-                rss0 = rss_table(stager.pid, pool.pid)
-            if now >= next_kill:
-                pids = live_workers(pool.pid)
-                if pids:
-                    os.kill(rng.choice(pids), signal.SIGKILL)
-                    kills += 1
-                next_kill = now + rng.uniform(0.5, 3.0)
-        rss1 = rss_table(stager.pid, pool.pid)
-    finally:
+    link = LossyLink(link_port, stager_port, args.drop, seed=args.seed)
+    with Run(cfg_path, run_id, tmp) as run:
+        stager = run.start("stager")
+        link.start()
+        pool = run.start("producers", "--remote", "--connect", f"tcp://127.0.0.1:{link_port}")
+        client = run.client("soak")
+        out = soak_loop(args, cfg, client, stager, pool)
         client.close(finished=True)
         codes = {"stager": wait(stager, EXIT_WAIT_S), "producers": wait(pool, POOL_GRACE_S)}
         if codes["producers"] is None:
-            # A worker restarted after the stager's SHUTDOWN waits ORPHAN_S (30 s) before
-            # it gives up; a launcher SIGTERMs the pool instead (scripts/launch.sh).
+            # Workers that missed the stager's SHUTDOWN on the lossy link wait for their
+            # orphan timeout; a launcher SIGTERMs the pool instead (scripts/runner.py).
             pool.send_signal(signal.SIGTERM)
             codes["producers"] = wait(pool, EXIT_WAIT_S)
         for name, proc in (("stager", stager), ("producers", pool)):
-            if proc.poll() is None:  # never leave a process behind, whatever failed above
-                proc.kill()
-                proc.wait()
+            if proc.poll() is None:  # Run's exit kills it; say so in the table
                 codes[name] = "SIGKILLed"
+    link.stop.set()
     summary = json.loads((tmp / "runs" / run_id / "stager.json").read_text())
-    restarts = (tmp / "producers.log").read_text().count("died (signal SIGKILL)")
-    shm_after = sorted(p.name for p in list_segments())
-    if stalled is not None:
-        print(f"STALL: no batch for {STALL_S:.0f} s after {stalled:.1f} s of soak")
-    shm = (shm_before, shm_after)
-    code = report(args, check, summary, kills, restarts, rss0 or rss1, rss1, codes, shm)
-    return 1 if stalled is not None else code
+    quarantine = read_quarantine(tmp / "runs" / run_id / "quarantine.jsonl")
+    shm = (shm_before, sorted(p.name for p in list_segments()))
+    if out.stalled is not None:
+        print(f"STALL: no batch for {STALL_S:.0f} s after {out.stalled:.1f} s of soak")
+    code = report(args, out, summary, quarantine, link.dropped, codes, shm)
+    return 1 if out.stalled is not None else code
 
 
-def report(args, check, summary, kills, restarts, rss0, rss1, codes, shm) -> int:
+def soak_loop(args, cfg: Config, client, stager, pool) -> Outcome:
+    """Consume and check while killing workers."""
+    rng, out = random.Random(args.seed), Outcome(EpochCheck(cfg))
+    warmup_s = min(30.0, args.seconds / 6)
+    t0 = time.monotonic()
+    next_kill = t0 + rng.uniform(0.5, 3.0)
+    while (now := time.monotonic()) - t0 < args.seconds:
+        try:
+            batch = client.next(timeout_s=STALL_S)
+        except TimeoutError:
+            out.stalled = now - t0
+            break
+        if batch is None:
+            break
+        out.check.add(batch.arrays, batch.n_valid)
+        client.free(batch)
+        if not out.rss0 and now - t0 >= warmup_s:
+            out.rss0 = rss_table(stager.pid, pool.pid)
+        if now >= next_kill:
+            pids = worker_pids(pool.pid)
+            if pids:
+                os.kill(rng.choice(pids), signal.SIGKILL)
+                out.kills += 1
+            next_kill = now + rng.uniform(0.5, 3.0)
+    out.rss1 = rss_table(stager.pid, pool.pid)
+    out.rss0 = out.rss0 or out.rss1
+    return out
+
+
+def report(args, out: Outcome, summary, quarantine, link_dropped, codes, shm) -> int:
     """Print the summary table; returns 0 when every target is met."""
-    c = summary["counters"]
-    print(f"soak: {args.seconds:.0f} s, seed {args.seed}, {args.workers} workers, synthetic data")
+    c, check = summary["counters"], out.check
+    print(
+        f"soak: {args.seconds:.0f} s, seed {args.seed}, {args.workers} remote workers, "
+        f"link drops {args.drop:.1%} of messages, synthetic data"
+    )
     print(f"delivered {c['delivered']}  skipped {c['skipped']}  epochs checked {check.epochs}")
     print(
-        f"lost {check.lost}  duplicated {check.duplicated}  out of plan order {check.out_of_order}"
+        f"lost {check.lost}  duplicated {check.duplicated}  torn rows {check.torn}  "
+        f"out of plan order {check.out_of_order}"
     )
-    print(f"kills {kills}  restarts logged by the pool {restarts}  stager: {json.dumps(c)}")
-    print(f"dropped messages {json.dumps(summary['dropped'])}  exit codes {codes}")
+    if check.first_torn:
+        print(f"first torn row: {check.first_torn}")
+    poison = collections.Counter(r["item_id"] for r in quarantine)
+    wanted = {f"synthetic-{i:06d}": 1 for i in (POISON_RAISE, POISON_EXIT)}
+    print(f"quarantine {dict(poison)} (want {wanted})")
+    print(f"kills {out.kills}  messages dropped by the link {link_dropped}")
+    print(f"stager: {json.dumps(c)}  dropped {json.dumps(summary['dropped'])}")
+    print(f"exit codes {codes}")
     print(f"{'process':16s} {'RSS warm KiB':>13s} {'RSS end KiB':>12s} {'growth':>8s}")
     ok = True
-    for name in rss1:
-        growth = 100.0 * (rss1[name] - rss0[name]) / max(1.0, rss0[name])
+    for name in out.rss1:
+        growth = 100.0 * (out.rss1[name] - out.rss0[name]) / max(1.0, out.rss0[name])
         ok &= name.startswith("workers") or growth < RSS_TARGET_PCT
-        print(f"{name:16s} {rss0[name]:13.0f} {rss1[name]:12.0f} {growth:7.1f}%")
+        print(f"{name:16s} {out.rss0[name]:13.0f} {out.rss1[name]:12.0f} {growth:7.1f}%")
     before, after = shm
     print(f"/dev/shm ringfeed segments before {len(before)} {before}, after {len(after)} {after}")
-    ok &= check.lost == check.duplicated == check.out_of_order == 0 and before == after
+    ok &= check.lost == check.duplicated == check.out_of_order == check.torn == 0
+    ok &= before == after and dict(poison) == wanted
     ok &= codes == {"stager": 0, "producers": 0}
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
@@ -221,6 +263,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--drop", type=float, default=0.002, help="fraction of messages lost")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ringfeed-soak-"))
     code = soak(args, tmp)

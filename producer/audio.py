@@ -27,6 +27,43 @@ RESAMPLE_QUALITY = "HQ"
 _FALLBACK_EXTENSIONS = (".mp3", ".m4a", ".ogg", ".opus")
 
 
+def header_duration_s(path: str) -> float | None:
+    """The duration a file's header claims, without decoding it; None if no reader
+    knows the format (the decode then says why)."""
+    try:
+        info = sf.info(path)
+    except (sf.LibsndfileError, RuntimeError):
+        return None
+    if info.samplerate <= 0:
+        return None
+    return info.frames / info.samplerate
+
+
+def check_duration(path: str, cfg: Config) -> None:
+    """Reject from the header what would cost a long decode for nothing: longer than
+    audio.max_duration_s, or, with features.on_too_long: skip and no silence trimming,
+    longer than a slot holds (max_frames frames)."""
+    duration_s = header_duration_s(path)
+    if duration_s is None:
+        return
+    a, f = cfg.audio, cfg.features
+    if duration_s > a.max_duration_s:
+        raise SkipSample(
+            f"audio header says {duration_s:.1f} s > audio.max_duration_s={a.max_duration_s}"
+            " (not decoded): raise audio.max_duration_s to use it",
+            path,
+        )
+    slot_s = cfg.max_samples / a.sample_rate
+    # One sample of slack: resampling may round the length either way; decode decides.
+    if f.on_too_long == "skip" and not a.trim_silence and duration_s > slot_s + 1 / a.sample_rate:
+        raise SkipSample(
+            f"audio header says {duration_s:.2f} s >= {slot_s:.2f} s, more than "
+            f"features.max_frames={f.max_frames} frames (not decoded): raise max_frames "
+            "or set features.on_too_long: truncate",
+            path,
+        )
+
+
 def decode(path: str) -> tuple[np.ndarray, int]:
     """Read any supported file -> (float32 [n_samples, n_channels], sample_rate in Hz)."""
     try:
@@ -78,6 +115,7 @@ def load_audio(path: str, cfg: Config) -> np.ndarray:
     Raises SkipSample for unreadable, empty, non-finite, silent or too-short audio.
     """
     a = cfg.audio
+    check_duration(path, cfg)
     data, sr = decode(path)
     if data.size == 0:
         raise SkipSample("audio file has no samples", path)

@@ -210,7 +210,14 @@ class FeatureCache:
             if writer is not None and writer.pid == os.getpid():
                 writer.close()
             writer = self._writer = _ShardWriter(self.directory)
-        self._index[key] = writer.append(key, array, _FLAG_TRUNCATED if truncated else 0)
+        try:
+            self._index[key] = writer.append(key, array, _FLAG_TRUNCATED if truncated else 0)
+        except OSError:
+            # A half-written record (ENOSPC, EIO) would put the next one at a wrong offset:
+            # this shard is done; the next put opens a fresh one. Readers skip the torn tail.
+            writer.close()
+            self._writer = None
+            raise
         self.stats.writes += 1
 
     def rescan(self) -> int:

@@ -20,11 +20,11 @@ import numpy as np
 
 from producer.audio import load_audio
 from producer.cache import FeatureCache
-from producer.dataset import DatasetEntry
 from producer.features import fit_length, log_mel
 from producer.sample import Sample, SkipSample
 from producer.text import TextEncoder
 from shared.config import Config
+from shared.dataset import DatasetEntry
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class PipelineCounters:
     decoded: int = 0
     mels: int = 0
     cache_hits: int = 0
+    cache_errors: int = 0
 
 
 class SamplePipeline:
@@ -48,16 +49,23 @@ class SamplePipeline:
     def __init__(self, cfg: Config, cache: FeatureCache | None = None) -> None:
         self.cfg = cfg
         self.text = TextEncoder(cfg)
-        if cache is None and cfg.features.cache:
-            cache = FeatureCache(cfg)
-        self.cache = cache
         self.counters = PipelineCounters()
+        if cache is None and cfg.features.cache:
+            try:
+                cache = FeatureCache(cfg)
+            except OSError as exc:
+                self._cache_error("cannot open", exc)
+        self.cache = cache
+        # Where the sample in progress is: the stage of a quarantine entry.
+        self.stage = "start"
 
     def warm_up(self) -> None:
-        """Run every library once on a short synthetic signal.
+        """Run every stage once on a short synthetic signal, before the first grant.
 
-        librosa's first call costs ~1-2 s (numba and scipy imports, filterbank);
-        paying it here keeps it out of the first grant's lease.
+        The mel is numpy (producer/features.py) and costs milliseconds here; only
+        audio.trim_silence needs librosa, whose first call costs ~2 s on a 2-core
+        host (scipy.signal and numba imports): paying it here keeps it out of the
+        first grant's lease.
         """
         sr = self.cfg.audio.sample_rate
         t = np.arange(int(WARM_UP_S * sr), dtype=np.float32) / sr
@@ -75,13 +83,15 @@ class SamplePipeline:
         wave float32 [n_samples]); raises SkipSample with the reason and the audio path."""
         try:
             sample = self._process(entry)
-        except SkipSample:
+        except SkipSample as skip:
+            skip.stage = skip.stage or self.stage
             self.counters.skipped += 1
             raise
         self.counters.samples += 1
         return sample
 
     def _process(self, entry: DatasetEntry) -> Sample:
+        self.stage = "text"
         tokens, text_truncated = self.text.encode(entry.text, entry.audio_path)
         array, audio_truncated = self._features(entry.audio_path)
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
@@ -93,18 +103,13 @@ class SamplePipeline:
 
     def _features(self, path: str) -> tuple[np.ndarray, bool]:
         """-> (mel [n_frames, n_mels] or wave [n_samples], truncated), from cache if possible."""
-        key = None
-        if self.cache is not None:
-            try:
-                key = self.cache.key(path)
-            except FileNotFoundError:
-                raise SkipSample("audio file not found", path) from None
-            hit = self.cache.get(key)
-            if hit is not None:
-                self.counters.cache_hits += 1
-                return hit
+        key, hit = self._cache_get(path)
+        if hit is not None:
+            return hit
+        self.stage = "audio"
         wave = load_audio(path, self.cfg)
         self.counters.decoded += 1
+        self.stage = "features"
         wave, truncated = fit_length(wave, self.cfg, path)
         if self.cfg.features.device == "producer":
             array = log_mel(wave, self.cfg)
@@ -112,8 +117,37 @@ class SamplePipeline:
         else:
             array = wave
         if key is not None:
-            self.cache.put(key, array, truncated)
+            self.stage = "cache"
+            try:
+                self.cache.put(key, array, truncated)
+            except OSError as exc:  # a full or read-only disk costs the cache, not the sample
+                self._cache_error("cannot write", exc)
         return array, truncated
+
+    def _cache_get(self, path: str) -> tuple[bytes | None, tuple[np.ndarray, bool] | None]:
+        """(cache key, hit or None); a cache that cannot be read is a miss."""
+        if self.cache is None:
+            return None, None
+        self.stage = "cache"
+        try:
+            key = self.cache.key(path)
+        except FileNotFoundError:
+            raise SkipSample("audio file not found", path, "audio") from None
+        try:
+            hit = self.cache.get(key)
+        except OSError as exc:
+            self._cache_error("cannot read", exc)
+            return key, None
+        if hit is not None:
+            self.counters.cache_hits += 1
+        return key, hit
+
+    def _cache_error(self, what: str, exc: OSError) -> None:
+        self.counters.cache_errors += 1
+        n = self.counters.cache_errors
+        if n <= 3 or n % 1000 == 0:  # one per sample on a full disk: keep the log short
+            log.warning("feature cache %s (%d so far): %s; samples go on without it",
+                        what, n, exc)  # fmt: skip
 
     def close(self) -> None:
         if self.cache is not None:

@@ -2,10 +2,15 @@
 
 Process entry ``ringfeed producers``. Workers are started with the spawn
 method (never fork: a forked child would inherit ZeroMQ contexts and locks)
-and never import TensorFlow. A worker that dies (crash or SIGKILL) is
-restarted after restart_backoff_s * 2**k (at most MAX_BACKOFF_S), at most
-producers.max_restarts times in a row (a worker alive HEALTHY_S starts over);
-its traceback has been logged and sent to the stager by the worker itself.
+and never import TensorFlow. A worker that dies after the stager welcomed it
+(a poison input, an OOM kill, a library's exit(0)) is restarted after
+restart_backoff_s, always: the stager charges the input it was working on and
+skips that input after ring.max_item_attempts, so one item never stops the
+pool. A worker that dies before it ever joined (a broken install, a bad
+config) is restarted after restart_backoff_s * 2**k (at most MAX_BACKOFF_S),
+at most producers.max_restarts times in a row (a worker alive HEALTHY_S starts
+over). Only EXIT_FINISHED means the run is over. Tracebacks are logged and
+sent to the stager by the worker itself.
 On SIGTERM or Ctrl-C the pool stops its workers with SIGTERM, then SIGKILL
 after TERM_GRACE_S.
 """
@@ -20,9 +25,11 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
+from producer.worker import EXIT_FINISHED, run_worker
 from shared.config import Config, config_from_dict
-from shared.process import POLL_S, TERM_GRACE_S, StopFlag, setup_logging
+from shared.process import POLL_S, TERM_GRACE_S, StopFlag, die_with_parent, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +41,13 @@ HEALTHY_S = 60.0
 RUN_END_GRACE_S = 3.0
 
 
-def _child(config_yaml: str, name: str, endpoint: str, remote: bool) -> None:
+def _child(config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any) -> None:
     import yaml
 
-    from producer.worker import run_worker
-
+    die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
-    sys.exit(run_worker(config_from_dict(yaml.safe_load(config_yaml)), name, endpoint, remote))
+    cfg = config_from_dict(yaml.safe_load(config_yaml))
+    sys.exit(run_worker(cfg, name, endpoint, remote, on_welcome=joined.set))
 
 
 @dataclass
@@ -51,6 +58,7 @@ class Slot:
     restart_at: float = 0.0
     started_at: float = 0.0
     finished: bool = False
+    joined: Any = None  # set by the worker once the stager welcomed it
 
 
 class ProducerPool:
@@ -68,9 +76,10 @@ class ProducerPool:
         self.ended_at = 0.0  # when the first worker was told the run is over
 
     def start(self, slot: Slot) -> None:
+        slot.joined = self.ctx.Event()
         slot.proc = self.ctx.Process(
             target=_child,
-            args=(self._yaml, slot.name, self.endpoint, self.remote),
+            args=(self._yaml, slot.name, self.endpoint, self.remote, slot.joined),
             name=slot.name,
             daemon=False,
         )
@@ -112,7 +121,7 @@ class ProducerPool:
         code = slot.proc.exitcode
         slot.proc.join()
         slot.proc = None
-        if code == 0:
+        if code == EXIT_FINISHED:
             slot.finished = True  # the stager said stop: the run is over
             self.ended_at = self.ended_at or now
             return
@@ -120,6 +129,12 @@ class ProducerPool:
             slot.finished = True  # no restarts once the run is over
             return
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        if slot.joined.is_set():
+            # It died at work (a poison input, an OOM kill): the stager charges that input
+            # and skips it after ring.max_item_attempts; the pool never gives up on it.
+            log.error("%s died (%s) while working; restarting it", slot.name, how)
+            slot.restart_at = now + self.cfg.producers.restart_backoff_s
+            return
         slot.restarts += 1
         if slot.restarts > self.cfg.producers.max_restarts:
             log.error(

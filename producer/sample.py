@@ -30,9 +30,11 @@ class Sample:
 
 
 class SkipSample(Exception):  # noqa: N818 - it is a verdict, not an error of ours
-    """The input cannot be used; reason is a short specific sentence for the quarantine."""
+    """The input cannot be used; reason is a short specific sentence for the quarantine,
+    stage where it was found (the pipeline fills it in when the raiser did not)."""
 
-    def __init__(self, reason: str, path: str = "") -> None:
+    def __init__(self, reason: str, path: str = "", stage: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
         self.path = path
+        self.stage = stage

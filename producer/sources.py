@@ -2,13 +2,14 @@
 
 A source maps an item index (0..n_items-1, the order of the dataset file) to a
 :class:`producer.sample.Sample` or raises :class:`producer.sample.SkipSample`.
-The stager builds the same source list with ``prepare=False`` to learn the
-item count and ids without loading any audio code.
+The stager reads the same item list through shared.dataset.dataset_index,
+without any audio code.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Protocol
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from producer.sample import Sample
 from shared.config import Config
+from shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
 
 
 class Source(Protocol):
@@ -38,14 +40,31 @@ def synthetic_stamp(item: int, cfg: Config) -> int:
     return 3 + item % (cfg.vocab_size - 3)
 
 
-class SyntheticSource:
-    """Precomputed full-size samples: the transport's own cost, nothing else.
+def synthetic_tokens(item: int, n: int, cfg: Config) -> np.ndarray:
+    """Every token of a synthetic item: row i is (stamp + i) within the vocabulary."""
+    span = cfg.vocab_size - 3
+    return (3 + (item + np.arange(n, dtype=np.int64)) % span).astype(np.int32)
 
-    Each sample is a view of the same block of random values (no per-sample
-    copy, as for a cache hit) with :func:`synthetic_stamp` of the item in
-    tokens[0], so tests can check that a slot carries the item it claims to. Lengths vary
-    with the item so padding is exercised: tokens 20..max_text_len, frames
-    max_frames/2..max_frames.
+
+def synthetic_lengths(item: int, cfg: Config) -> tuple[int, int]:
+    """(text_len, frames-or-samples) of a synthetic item: varied, so padding is exercised."""
+    t_max = cfg.text.max_text_len
+    n_max = cfg.sample_fields()["mel" if cfg.features.device == "producer" else "wave"][0][0]
+    text_len = 20 + (item * 7919) % max(1, t_max - 19) if t_max > 20 else t_max
+    n = n_max // 2 + (item * 104729) % max(1, n_max - n_max // 2 + 1)
+    return min(text_len, t_max), min(n, n_max)
+
+
+class SyntheticSource:
+    """Precomputed samples: the transport's own cost and a checkable payload.
+
+    Every row says which item and which row it is: tokens are
+    :func:`synthetic_tokens`, and mel row r holds (item, r) in its first two
+    columns over a shared block of random values, so a consumer can check every
+    row it receives against the item it claims to be (tests/test_transport_e2e.py
+    ``check_rows``). Lengths vary with the item so padding is exercised: tokens
+    20..max_text_len, frames max_frames/2..max_frames. Items listed in
+    data.synthetic_raise raise, those in data.synthetic_exit end the process.
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -53,13 +72,15 @@ class SyntheticSource:
         self.n_items = cfg.data.synthetic_items
         rng = np.random.default_rng(0)
         fields = cfg.sample_fields()
-        self._tokens = rng.integers(3, cfg.vocab_size, fields["tokens"][0], dtype=np.int32)
         name = "mel" if "mel" in fields else "wave"
         self._name = name
         self._block = rng.standard_normal(fields[name][0], dtype=np.float32)
+        self._rows = np.arange(self._block.shape[0], dtype=np.float32)
+        self._raise, self._exit = set(cfg.data.synthetic_raise), set(cfg.data.synthetic_exit)
+        self.stage = "synthetic"
 
     def item_id(self, item: int) -> str:
-        return f"synthetic-{item:06d}"
+        return synthetic_item_id(item)
 
     def path(self, item: int) -> str:
         return ""
@@ -71,60 +92,89 @@ class SyntheticSource:
         return {}
 
     def lengths(self, item: int) -> tuple[int, int]:
-        """(text_len, frames-or-samples) of an item."""
-        t_max = self.cfg.text.max_text_len
-        n_max = self._block.shape[0]
-        text_len = 20 + (item * 7919) % max(1, t_max - 19) if t_max > 20 else t_max
-        n = n_max // 2 + (item * 104729) % max(1, n_max - n_max // 2 + 1)
-        return min(text_len, t_max), min(n, n_max)
+        return synthetic_lengths(item, self.cfg)
 
     def prepare(self, item: int) -> Sample:
         if self.cfg.data.synthetic_delay_s > 0:
             time.sleep(self.cfg.data.synthetic_delay_s)
+        if item in self._raise:
+            raise ZeroDivisionError(f"synthetic fault: item {item} is in data.synthetic_raise")
+        if item in self._exit:
+            os._exit(0)  # a library that ends the process as if all were well
         text_len, n = self.lengths(item)
-        tokens = self._tokens[:text_len].copy()
-        tokens[0] = synthetic_stamp(item, self.cfg)
-        sample = Sample(item_id=self.item_id(item), tokens=tokens)
-        setattr(sample, self._name, self._block[:n])
+        sample = Sample(
+            item_id=self.item_id(item), tokens=synthetic_tokens(item, text_len, self.cfg)
+        )
+        array = self._block[:n].copy()
+        if array.ndim == 2:
+            array[:, 0], array[:, 1] = item, self._rows[:n]
+        else:
+            array[0] = item
+        setattr(sample, self._name, array)
         return sample
+
+
+class RowMismatch(AssertionError):
+    """A delivered row is not the item it claims to be (torn, misplaced or stale)."""
+
+
+def check_synthetic_rows(arrays: dict[str, np.ndarray], n_valid: int, cfg: Config) -> list[int]:
+    """Check every row of one batch of synthetic items against the item it claims to be;
+    returns the valid rows' item ids, raises RowMismatch. Tests and the soak call it."""
+    items = [int(i) for i in arrays["items"][:n_valid]]
+
+    def expect(ok: bool, what: str) -> None:
+        if not ok:
+            raise RowMismatch(what)
+
+    expect(bool((arrays["items"][n_valid:] == -1).all()), "padding rows must say item -1")
+    for row, item in enumerate(items):
+        text_len, n_frames = synthetic_lengths(item, cfg)
+        expect(arrays["text_lens"][row] == text_len, f"row {row}: item {item} text length")
+        expect(arrays["mel_lens"][row] == n_frames, f"row {row}: item {item} frame count")
+        tokens, mel = arrays["tokens"][row], arrays["mel"][row]
+        want = synthetic_tokens(item, text_len, cfg)
+        expect(bool((tokens[:text_len] == want).all()), f"row {row}: tokens not item {item}'s")
+        expect(not tokens[text_len:].any(), f"row {row}: token padding is not zero")
+        expect(bool((mel[:n_frames, 0] == item).all()), f"row {row}: mel not item {item}'s")
+        rows = np.arange(n_frames)
+        expect(bool((mel[:n_frames, 1] == rows).all()), f"row {row}: mel rows out of place")
+        expect(not mel[n_frames:].any(), f"row {row}: mel padding is not zero")
+    for row in range(n_valid, len(arrays["items"])):
+        expect(not arrays["tokens"][row].any() and not arrays["mel"][row].any(), "padding")
+    return items
 
 
 class DatasetSource:
     """The real TTS path: dataset entries through producer.pipeline.SamplePipeline."""
 
-    def __init__(self, cfg: Config, prepare: bool = True) -> None:
-        from producer.dataset import read_dataset
+    def __init__(self, cfg: Config, index: DatasetIndex | None = None) -> None:
+        from producer.pipeline import SamplePipeline
 
         self.cfg = cfg
-        self.entries, self.bad_lines = read_dataset(cfg)
-        self.n_items = len(self.entries)
-        self._pipeline = None
-        if prepare:
-            from producer.pipeline import SamplePipeline
-
-            self._pipeline = SamplePipeline(cfg)
+        self.index = index if index is not None else dataset_index(cfg)
+        self.n_items = self.index.n_items
+        self._pipeline = SamplePipeline(cfg)
 
     def item_id(self, item: int) -> str:
-        return self.entries[item].item_id
+        return self.index.item_id(item)
 
     def path(self, item: int) -> str:
-        return self.entries[item].audio_path
+        return self.index.path(item)
 
     def warm_up(self) -> None:
-        assert self._pipeline is not None, "DatasetSource(prepare=False) cannot prepare"
         self._pipeline.warm_up()
 
     def prepare(self, item: int) -> Sample:
-        assert self._pipeline is not None, "DatasetSource(prepare=False) cannot prepare"
-        return self._pipeline(self.entries[item])
+        return self._pipeline(self.index.entries[item])
 
     def work(self) -> dict[str, int]:
         """How often each stage ran in this process: decoded, mels, cache_hits, ..."""
-        return dataclasses.asdict(self._pipeline.counters) if self._pipeline else {}
+        return dataclasses.asdict(self._pipeline.counters)
 
 
-def make_source(cfg: Config, prepare: bool = True) -> Source:
-    """The source for cfg.data.format; prepare=False skips building the audio pipeline."""
+def make_source(cfg: Config) -> Source:
+    """The per-sample work for cfg.data.format, in a producer process."""
     if cfg.data.format == "synthetic":
         return SyntheticSource(cfg)
-    return DatasetSource(cfg, prepare=prepare)
+    return DatasetSource(cfg)

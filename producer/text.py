@@ -60,8 +60,23 @@ _NUMBER_RE = re.compile(r"\d+")
 _WHITESPACE_RE = re.compile(r"\s+")
 
 
+# Longer digit runs are read digit by digit: num2words overflows past ~10**27 and
+# int() refuses over 4300 digits, and nobody reads a 16-digit number as one anyway.
+MAX_NUMBER_DIGITS = 15
+# Raw text longer than this many times text.max_text_len is not cleaned whole: cleaning
+# cost grows with the text, and no clean text of that length fits a slot.
+MAX_RAW_FACTOR = 8
+
+
 def _words(n: int, to: str = "cardinal") -> str:
     return num2words(n, to=to).replace("-", " ").replace(",", "")
+
+
+def _number_words(digits: str, to: str = "cardinal") -> str:
+    """A run of digits in words, in bounded time whatever its length."""
+    if len(digits) > MAX_NUMBER_DIGITS:
+        return " ".join(_words(int(d)) for d in digits)
+    return _words(int(digits), to)
 
 
 def _plural(n: int, unit: str) -> str:
@@ -73,6 +88,8 @@ def _plural(n: int, unit: str) -> str:
 def _expand_currency(m: re.Match[str]) -> str:
     unit, sub_unit = _CURRENCY_WORDS[m.group(1)]
     whole, _, frac = m.group(2).replace(",", "").partition(".")
+    if len(whole) > MAX_NUMBER_DIGITS:
+        return f"{_number_words(whole)} {_plural(2, unit)}"
     major = int(whole)
     # "$3.5" is three dollars fifty cents: pad the fraction to two digits.
     minor = int(frac[:2].ljust(2, "0")) if frac else 0
@@ -87,14 +104,14 @@ def _expand_currency(m: re.Match[str]) -> str:
 def _expand_decimal(m: re.Match[str]) -> str:
     whole, frac = m.group(0).split(".")
     digits = " ".join(_words(int(d)) for d in frac)
-    return f"{_words(int(whole))} point {digits}"
+    return f"{_number_words(whole)} point {digits}"
 
 
 def _expand_number(m: re.Match[str]) -> str:
     text = m.group(0)
-    n = int(text)
-    if len(text) > 1 and text.startswith("0"):
+    if len(text) > MAX_NUMBER_DIGITS or (len(text) > 1 and text.startswith("0")):
         return " ".join(_words(int(d)) for d in text)  # "007": read digit by digit
+    n = int(text)
     if 1000 < n < 3000 and n % 1000 >= 10:
         # A four-digit number in this range is most likely a year (Tacotron does the same).
         return _words(n, "year").replace(" and ", " ")
@@ -104,10 +121,10 @@ def _expand_number(m: re.Match[str]) -> str:
 def expand_numbers(text: str) -> str:
     """Spell out currency, comma numbers, decimals, percentages, ordinals and integers."""
     text = _CURRENCY_RE.sub(_expand_currency, text)
-    text = _COMMA_NUMBER_RE.sub(lambda m: _words(int(m.group(0).replace(",", ""))), text)
+    text = _COMMA_NUMBER_RE.sub(lambda m: _number_words(m.group(0).replace(",", "")), text)
     text = _DECIMAL_RE.sub(_expand_decimal, text)
     text = _PERCENT_RE.sub(r"\1 percent", text)
-    text = _ORDINAL_RE.sub(lambda m: _words(int(m.group(1)), "ordinal"), text)
+    text = _ORDINAL_RE.sub(lambda m: _number_words(m.group(1), "ordinal"), text)
     return _NUMBER_RE.sub(_expand_number, text)
 
 
@@ -155,6 +172,15 @@ class TextEncoder:
         Raises SkipSample for empty text, too many unknown characters, or (with
         features.on_too_long: skip) text longer than text.max_text_len.
         """
+        limit = MAX_RAW_FACTOR * self.cfg.text.max_text_len
+        if len(text) > limit:
+            if self.cfg.features.on_too_long == "skip":
+                raise SkipSample(
+                    f"text has {len(text)} characters before cleaning > {MAX_RAW_FACTOR} x "
+                    f"text.max_text_len={self.cfg.text.max_text_len}: far too long to fit",
+                    path,
+                )
+            text = text[:limit]  # truncate mode cuts it after cleaning anyway
         cleaned = self.clean(text)
         if not cleaned:
             raise SkipSample("empty text after cleaning", path)

@@ -22,6 +22,7 @@ import socket
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from shared import protocol as p
 from shared.config import Config
 from shared.keys import load_client
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
-from shared.ring import Ring, SlotState
+from shared.ring import Ring
 from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,19 @@ log = logging.getLogger(__name__)
 # A producer that hears nothing from the stager for ring.lease_s says HELLO again (the
 # stager restarted); one that hears nothing for ORPHAN_S exits (the run is over).
 ORPHAN_S = 30.0
+# The exit code of a worker whose run is over (SHUTDOWN, SIGTERM, orphaned). Any other
+# code, 0 included (a library that called sys.exit(0)), is a death the pool restarts.
+EXIT_FINISHED = 3
+# Longest quarantine reason for an unexpected exception, characters.
+MAX_REASON_CHARS = 400
+
+
+def describe(exc: BaseException, stage: str) -> str:
+    """One line for the quarantine: the exception, where in our stages, where in code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    text = f"unexpected {type(exc).__name__} in {stage}{where}: {exc}"
+    return text[:MAX_REASON_CHARS]
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,9 @@ class Worker:
         self.done_reported = 0
         self.last_sent = self.last_heard = self.last_heartbeat = time.monotonic()
         self.welcomed_at: float | None = None
+        self.welcomed = False
+        self.hello_at = self.last_request = 0.0
+        self.on_welcome: Callable[[], object] | None = None
 
     # ------------------------------------------------------------ setup
     def connect(self) -> None:
@@ -91,7 +108,8 @@ class Worker:
         self.grants.clear()
         self.ready.clear()
         self._send(p.Hello(self.name, os.getpid(), socket.gethostname(), self.remote))
-        self.last_heard = time.monotonic()
+        self.last_heard = self.hello_at = time.monotonic()
+        self.welcomed = False
 
     def _send(self, msg: p.Message, payload: list | None = None) -> None:
         assert self.sock is not None
@@ -149,11 +167,28 @@ class Worker:
             if self.ring is not None:
                 self.ring.close()
             self.ring = Ring.attach(msg.ring_name)
-        self.welcomed_at = time.monotonic()
+        self.welcomed_at = self.last_request = time.monotonic()
+        self.welcomed = True
+        if self.on_welcome is not None:
+            self.on_welcome()
         self._send(p.Request(self.cfg.producers.credits))
 
     def keep_alive(self) -> None:
+        """Heartbeats, and repairs of what a lossy link loses: a HELLO or WELCOME (say
+        HELLO again), a REQUEST or the credit a READY carried (an idle producer asks
+        again every heartbeat; the stager caps credits, so asking twice costs nothing)."""
         now = time.monotonic()
+        if not self.welcomed and now - self.hello_at > self.cfg.ring.lease_s:
+            log.warning("no WELCOME %.1f s after HELLO; saying HELLO again", now - self.hello_at)
+            self.connect()
+            return
+        if (
+            self.welcomed
+            and not self.grants
+            and now - self.last_request >= self.cfg.ring.heartbeat_s
+        ):
+            self._send(p.Request(self.cfg.producers.credits))
+            self.last_request = now
         # Every heartbeat_s, and as soon as it runs out of work, so the counters it
         # reports are current when a short run ends.
         gone_idle = not self.grants and self.done != self.done_reported
@@ -172,14 +207,10 @@ class Worker:
     def fill(self, grant: GrantEntry) -> None:
         """Prepare one item; queue its READY (sent in batches) or send its SKIP."""
         header = self.ring.slots[grant.slot] if self.ring is not None else None
-        if header is not None:
-            header["state"], header["t_write"] = SlotState.WRITING, time.time()
+        if header is not None:  # our progress fields only: the state is the stager's
+            header["writing_generation"], header["t_write"] = grant.generation, time.time()
         try:
             sample = self.source.prepare(grant.item)
-        except SkipSample as skip:
-            path = skip.path or self.source.path(grant.item)
-            self._send(p.Skip(grant.slot, grant.generation, grant.item, skip.reason, path))
-        else:
             if self.remote:
                 lengths, payload = self.frames(sample)
                 self._send(self._ready_msg([(grant, lengths, 0, sample.truncated)]), payload)
@@ -188,7 +219,17 @@ class Worker:
                 if self.cfg.ring.checksum:
                     checksum = self.ring.checksum(grant.slot, self._length_map(lengths))
                 self.ready.append((grant, lengths, checksum, sample.truncated))
+        except SkipSample as skip:
+            self.skip(grant, skip.reason, skip.path, skip.stage or "prepare")
+        except Exception as exc:  # one sample's failure, whatever it is, costs that sample
+            stage = getattr(self.source, "stage", "prepare")
+            log.error("%s: item %d failed", self.name, grant.item, exc_info=True)
+            self.skip(grant, describe(exc, stage), "", stage)
         self.done += 1  # each READY or SKIP entry also asks for one more grant
+
+    def skip(self, grant: GrantEntry, reason: str, path: str, stage: str) -> None:
+        path = path or self.source.path(grant.item)
+        self._send(p.Skip(grant.slot, grant.generation, grant.item, reason, path, stage))
 
     @staticmethod
     def _ready_msg(entries: list[tuple[GrantEntry, list[int], int, bool]]) -> p.Ready:
@@ -225,9 +266,8 @@ class Worker:
         header = self.ring.slots[grant.slot]
         header["lengths"][: len(lengths)] = lengths
         header["t_ready"] = time.time()
+        # Last: the stager accepts the READY only if this equals the granted generation.
         header["sealed_generation"] = grant.generation
-        # Filled; its READY may wait for the batch of READYs (the inspector shows READY).
-        header["state"] = SlotState.READY
         return lengths
 
     def frames(self, sample: Sample) -> tuple[list[int], list[memoryview]]:
@@ -265,15 +305,22 @@ class Worker:
             self._send(p.Crash(self.name, text))
 
 
-def run_worker(cfg: Config, name: str, endpoint: str, remote: bool = False) -> int:
+def run_worker(
+    cfg: Config,
+    name: str,
+    endpoint: str,
+    remote: bool = False,
+    on_welcome: Callable[[], object] | None = None,
+) -> int:
     """Process entry of one producer (spawned by producer/pool.py); returns the exit code."""
     from producer.threads import pin_math_threads
 
     pin_math_threads(cfg.producers.math_threads)
     stop = StopFlag().install()
     worker = Worker(cfg, name, endpoint, remote, stop)
+    worker.on_welcome = on_welcome
     try:
-        worker.source.warm_up()  # librosa's first call costs ~2 s: pay it before HELLO
+        worker.source.warm_up()  # every stage once, before HELLO: none of it in a lease
         worker.run()
     except Exception:
         text = traceback.format_exc()
@@ -282,4 +329,4 @@ def run_worker(cfg: Config, name: str, endpoint: str, remote: bool = False) -> i
         worker.close()
         return 1
     worker.close()
-    return 0
+    return EXIT_FINISHED

@@ -1,6 +1,7 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
 
 ringfeed validate CONFIG                 check a config, print derived sizes
+ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
 ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes
 ringfeed trainer CONFIG --run-id R       the model process
@@ -18,6 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
 
 def _config(path: str):
     from shared.config import ConfigError, load_config
@@ -29,30 +32,58 @@ def _config(path: str):
         sys.exit(2)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    from shared.config import ConfigError, check_shm_fits, free_shm_bytes, ring_bytes
+def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
+    """Check what can be checked without starting a run; exit 2 on a fatal finding."""
+    from scripts.preflight import preflight
+    from shared.ring import free_shm_bytes, rings_bytes, slot_bytes
 
     cfg = _config(args.config)
-    try:
-        check_shm_fits(cfg)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    findings = preflight(cfg)
+    for finding in findings:
+        print(
+            f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
+        )
+    if any(f.fatal for f in findings):
         return 2
+    if quiet:
+        return 0
     mib = 2**20
     print(f"{args.config}: ok")
     for name, (shape, dtype) in cfg.sample_fields().items():
         print(f"  sample field {name:8s} {str(list(shape)):14s} {dtype}")
-    print(f"  sample slot   {cfg.sample_slot_bytes / mib:8.3f} MiB x {cfg.ring.slots} slots")
-    print(f"  batch slot    {cfg.batch_slot_bytes / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")
+    sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_fields())
+    print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
+    print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")
     print(
-        f"  rings total   {ring_bytes(cfg) / mib:8.1f} MiB "
+        f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """A whole run on this host, watched until it ends (scripts/launch.sh calls this)."""
+    from scripts.runner import Run
+    from shared.process import StopFlag
+
+    if cmd_validate(args, quiet=True) != 0:
+        return 2  # the finding said what to change; nothing was started
+    run_id = args.run_id or new_run_id()
+    stop = StopFlag().install()
+    print(f"launch: run {run_id} with {args.config}")
+    print(f"launch: watch it with scripts/launch.sh inspect --run-id {run_id}")
+    with Run(Path(args.config), run_id) as run:
+        run.start_all(args.consumer)
+        code = run.watch(stop)
+    if stop.is_set():
+        print(f"launch: stopped run {run_id}", file=sys.stderr)
+    elif run.failure is not None:
+        print(f"launch: {run.failure[0]} exited with code {code}", file=sys.stderr)
+    return code
+
+
 def cmd_stager(args: argparse.Namespace) -> int:
-    from consumer.stager import main
+    from consumer.stager.stager import main
 
     return main(_config(args.config), args.run_id)
 
@@ -68,14 +99,14 @@ def cmd_producers(args: argparse.Namespace) -> int:
 
 
 def cmd_trainer(args: argparse.Namespace) -> int:
-    from consumer.trainer import main
+    from consumer.trainer.trainer import main
 
     return main(_config(args.config), args.run_id)
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
     """A consumer without a model: frees each batch, optionally after --step-s."""
-    from consumer.batch_client import BatchClient, StagerGone
+    from consumer.client.batch_client import BatchClient, StagerGone
     from shared.process import StopFlag
 
     cfg = _config(args.config)
@@ -83,7 +114,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     client = BatchClient(cfg, args.run_id, name="drain")
     n, t0, finished = 0, time.monotonic(), False
     try:
-        client.connect(timeout_s=60)
+        client.connect(timeout_s=60, stop=stop.is_set)
         while not stop.is_set() and (args.batches == 0 or n < args.batches):
             t_wait = time.monotonic()
             try:
@@ -109,7 +140,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from consumer.inspector import main
+    from consumer.tools.inspector import main
 
     return main(
         args.run_id,
@@ -133,11 +164,16 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from shared.ring import remove_stale_segments
+    from shared.segments import remove_dead_sockets, remove_stale_segments
 
     removed = remove_stale_segments(args.run_id or None)
+    sockets = remove_dead_sockets(args.run_id or None)
     print(
         f"removed {len(removed)} stale segment(s)" + (f": {' '.join(removed)}" if removed else "")
+    )
+    print(
+        f"removed {len(sockets)} dead socket file(s)"
+        + (f": {' '.join(sockets)}" if sockets else "")
     )
     return 0
 
@@ -159,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate")
     v.add_argument("config")
     v.set_defaults(fn=cmd_validate)
+    r = sub.add_parser("run")
+    r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
+    r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
+    r.add_argument("--consumer", choices=("trainer", "drain"), default="trainer")
+    r.set_defaults(fn=cmd_run)
     verb("stager", cmd_stager)
     pr = verb("producers", cmd_producers)
     pr.add_argument("--workers", type=int, default=0, help="default: producers.workers")

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import os
-import shutil
 import string
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,11 +21,9 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
+from shared.schema import ConfigError, build, check
+
 DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown, of the wrong type or impossible."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +34,10 @@ class DataConfig:
     synthetic_items: int = 256
     # Extra time each synthetic sample takes, seconds (to induce slow producers).
     synthetic_delay_s: float = 0.0
+    # Fault injection for tests and the soak: synthetic items whose work raises an
+    # unexpected exception, and items whose work ends its process with exit code 0.
+    synthetic_raise: tuple[int, ...] = ()
+    synthetic_exit: tuple[int, ...] = ()
     # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized).
     text_column: int = 2
 
@@ -60,6 +60,9 @@ class AudioConfig:
     normalize: Literal["none", "peak"] = "peak"
     peak_level: float = 0.95
     min_duration_s: float = 0.1
+    # Longer audio (by its file header) is rejected before it is decoded, seconds. With
+    # features.on_too_long: skip, audio longer than a slot is rejected the same way.
+    max_duration_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ class TransportConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    factory: str = "consumer.model:build_default_model"
+    factory: str = "consumer.trainer.model:build_default_model"
     d_model: int = 128
     n_layers: int = 3
     kernel_size: int = 5
@@ -148,6 +151,9 @@ class TrainConfig:
     cv_window: int = 50
     # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
     log_batches: bool = False
+    # TensorFlow intra-op threads when the trainer runs on the CPU; 0: every core of the
+    # host, shared with the producers by the OS (README: "The CPU trainer").
+    cpu_threads: int = 0
 
 
 @dataclass(frozen=True)
@@ -216,16 +222,9 @@ class Config:
             "items": ((b,), np.dtype(np.int64)),
         }
 
-    @property
-    def sample_slot_bytes(self) -> int:
-        return _fields_bytes(self.sample_fields())
-
-    @property
-    def batch_slot_bytes(self) -> int:
-        return _fields_bytes(self.batch_fields())
-
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain YAML-able data (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -238,15 +237,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _fields_bytes(fields: dict[str, tuple[tuple[int, ...], np.dtype]]) -> int:
-    return sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in fields.values())
-
-
-def _check(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}")
 
 
 def _validate(cfg: Config) -> None:
@@ -271,103 +261,68 @@ def _validate(cfg: Config) -> None:
         ("train.log_every", cfg.train.log_every),
         ("train.checkpoint_every", cfg.train.checkpoint_every),
     ]:
-        _check(value >= 1, key, f"must be >= 1, got {value}")
-    _check(
+        check(value >= 1, key, f"must be >= 1, got {value}")
+    _validate_features(cfg)
+    _validate_ring(cfg)
+    check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
+    _validate_transport(cfg)
+    check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
+    check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
+    check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
+
+
+def _validate_features(cfg: Config) -> None:
+    f = cfg.features
+    check(
         f.win_length <= f.n_fft,
         "features.win_length",
         f"{f.win_length} > features.n_fft={f.n_fft}: lower win_length or raise n_fft",
     )
-    _check(
+    check(
         0 <= f.fmin < f.fmax <= cfg.audio.sample_rate / 2,
         "features.fmax",
         f"need 0 <= fmin < fmax <= sample_rate/2 = {cfg.audio.sample_rate / 2}",
     )
-    _check(f.log_floor > 0, "features.log_floor", "must be > 0 (it guards log(0))")
-    _check(
+    check(f.log_floor > 0, "features.log_floor", "must be > 0 (it guards log(0))")
+    check(cfg.audio.max_duration_s > 0, "audio.max_duration_s", "must be > 0 seconds")
+    check(
         len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet != "",
         "text.alphabet",
         "must be a non-empty string of distinct characters",
     )
-    _check(0 <= cfg.text.max_unknown_frac <= 1, "text.max_unknown_frac", "must be in [0, 1]")
-    _check(r.heartbeat_s > 0, "ring.heartbeat_s", "must be > 0")
-    _check(
+    check(0 <= cfg.text.max_unknown_frac <= 1, "text.max_unknown_frac", "must be in [0, 1]")
+
+
+def _validate_ring(cfg: Config) -> None:
+    r, s = cfg.ring, cfg.stager
+    check(r.heartbeat_s > 0, "ring.heartbeat_s", "must be > 0")
+    check(
         r.lease_s >= 2 * r.heartbeat_s,
         "ring.lease_s",
         f"{r.lease_s} s must be at least 2 x ring.heartbeat_s={r.heartbeat_s} s, "
         "or live producers lose their grants",
     )
-    _check(
+    check(
         r.slots >= s.batch_size or not s.deterministic,
         "ring.slots",
         f"{r.slots} < stager.batch_size={s.batch_size}: in deterministic mode a batch "
         "needs that many slots in flight; raise ring.slots",
     )
-    _check(s.batch_slots >= 2, "stager.batch_slots", "must be >= 2 (3 = triple buffering)")
-    _check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
-    _check(1 <= cfg.transport.port <= 65535, "transport.port", "must be a TCP port number")
+    check(s.batch_slots >= 2, "stager.batch_slots", "must be >= 2 (3 = triple buffering)")
+
+
+def _validate_transport(cfg: Config) -> None:
     t = cfg.transport
-    _check(
+    check(1 <= t.port <= 65535, "transport.port", "must be a TCP port number")
+    check(
         t.kind != "tcp" or is_loopback(t.host) or t.keys_dir != "",
         "transport.keys_dir",
         f"binding {t.host} (not loopback) needs CURVE keys: run `ringfeed keys DIR --client "
         "NAME` and set transport.keys_dir, or bind transport.host: 127.0.0.1",
     )
-    _check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
-    _check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
 
 
 # ---------------------------------------------------------------- loading
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        _check(value in choices, key, f"must be one of {list(choices)}, got {value!r}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        raise ConfigError(f"{key}: union types are not supported in the config schema")
-    if dataclasses.is_dataclass(tp):
-        _check(isinstance(value, dict), key, f"must be a mapping, got {type(value).__name__}")
-        return _build(tp, value, key)
-    if tp is bool:
-        _check(isinstance(value, bool), key, f"must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        _check(
-            isinstance(value, int) and not isinstance(value, bool),
-            key,
-            f"must be an integer, got {value!r}",
-        )
-        return value
-    if tp is float:
-        _check(
-            isinstance(value, (int, float)) and not isinstance(value, bool),
-            key,
-            f"must be a number, got {value!r}",
-        )
-        return float(value)
-    if tp is str:
-        _check(isinstance(value, str), key, f"must be a string, got {value!r}")
-        return value
-    raise ConfigError(f"{key}: unsupported type {tp}")
-
-
-def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in names:
-            where = f"{prefix}.{key}" if prefix else key
-            raise ConfigError(f"{where}: unknown key; known keys here are {sorted(names)}")
-    kwargs = {}
-    for name in names & raw.keys():
-        where = f"{prefix}.{name}" if prefix else name
-        kwargs[name] = _coerce(raw[name], hints[name], where)
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # pragma: no cover - guarded by the checks above
-        raise ConfigError(f"{prefix or 'config'}: {exc}") from exc
 
 
 def config_from_dict(raw: dict[str, Any] | None) -> Config:
@@ -375,7 +330,7 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config: top level must be a mapping, got {type(raw).__name__}")
-    return _build(Config, raw)
+    return build(Config, raw)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -403,30 +358,14 @@ def replace(cfg: Config, **sections: dict[str, Any]) -> Config:
 
 # ---------------------------------------------------------------- environment
 
-SHM_DIR = Path("/dev/shm")
 
-
-def free_shm_bytes() -> int:
-    """Free bytes in /dev/shm, where POSIX shared memory lives on Linux."""
-    return shutil.disk_usage(SHM_DIR).free
-
-
-def check_shm_fits(cfg: Config) -> None:
-    """Raise ConfigError before anything starts if the rings cannot fit in /dev/shm."""
-    need = ring_bytes(cfg)
-    free = free_shm_bytes()
-    if need > free:
-        raise ConfigError(
-            f"ring.slots: the rings need {need / 2**20:.1f} MiB but /dev/shm has "
-            f"{free / 2**20:.1f} MiB free; lower ring.slots (each slot is "
-            f"{cfg.sample_slot_bytes / 2**20:.2f} MiB) or features.max_frames, or enlarge "
-            "/dev/shm (docker: --shm-size)"
-        )
-
-
-def ring_bytes(cfg: Config) -> int:
-    """Payload bytes of both rings (headers add a few KiB)."""
-    return cfg.ring.slots * cfg.sample_slot_bytes + cfg.stager.batch_slots * cfg.batch_slot_bytes
+def launch_grace_s() -> float:
+    """How long a launcher waits after SIGTERM before SIGKILL (RINGFEED_GRACE_S), seconds."""
+    raw = os.environ.get("RINGFEED_GRACE_S", "8")
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"RINGFEED_GRACE_S: {raw!r} is not a number of seconds") from None
 
 
 def runtime_dir() -> Path:

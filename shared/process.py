@@ -24,6 +24,9 @@ SHUTDOWN_WAIT_S = 2.0
 # How long a parent waits for a child after SIGTERM before SIGKILL, seconds.
 TERM_GRACE_S = 5.0
 
+# prctl(2) option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+
 LOG_FORMAT = "%(asctime)s %(levelname).1s %(processName)s %(name)s: %(message)s"
 
 
@@ -38,6 +41,20 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
     os.replace(tmp, path)
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Ask Linux to send this process `signum` when its parent dies (PR_SET_PDEATHSIG), so
+    a launcher killed with SIGKILL leaves no process of its run behind. No-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
+        os.kill(os.getpid(), signum)
 
 
 class StopFlag:

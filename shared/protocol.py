@@ -11,8 +11,8 @@ Who sends what::
 
     producer -> stager   HELLO, REQUEST, READY, SKIP, HEARTBEAT, CRASH, BYE
     stager -> producer   WELCOME, GRANT, SHUTDOWN, BYE_ACK, REHELLO
-    trainer -> stager    CONSUMER_HELLO, BATCH_FREE, STEP_STATS
-    stager -> trainer    BATCH_READY, END_OF_DATA, SHUTDOWN
+    trainer -> stager    CONSUMER_HELLO, BATCH_FREE, STEP_STATS, HEARTBEAT (while waiting)
+    stager -> trainer    BATCH_READY, END_OF_DATA, SHUTDOWN, REHELLO
     stager -> anyone     STATS (on the PUB socket)
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import msgpack
 
-VERSION = 1
+VERSION = 2
 # Control frames are small (slot indices, lengths, a traceback at most).
 MAX_HEADER_BYTES = 65536
 # Raw payload frames of a remote READY; the stager checks exact sizes anyway.
@@ -111,11 +111,14 @@ class Ready:
 
 @dataclass(frozen=True)
 class Skip:
+    """The producer cannot use this input; stage is where it gave up (text, audio, ...)."""
+
     slot: int
     generation: int
     item: int
     reason: str
     path: str
+    stage: str
 
 
 @dataclass(frozen=True)
@@ -166,8 +169,10 @@ class BatchReady:
     batch_index: int
     # Plan position just after this batch's last item: the resume cursor.
     next_position: int
-    epoch: int
+    epoch: int  # of the batch's last row
     n_valid: int
+    # Of its first row: a batch across an epoch boundary has first_epoch < epoch.
+    first_epoch: int
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,26 @@ Each slot holds every payload field at a fixed offset (64-byte aligned), so
 ``ring.view("mel")`` is a zero-copy numpy array of shape [n_slots, *shape] and
 ``ring.view("mel")[k]`` is slot k's field.
 
-Slot states, as written into the slot headers (a record for the inspector and
-for crash forensics; ownership itself travels in ZeroMQ messages, contract 1)::
+Slot states of the sample ring. Each field of a slot header has one writer
+(a record for the inspector and for crash forensics; ownership itself travels
+in ZeroMQ messages, contract 1). The stager's slot manager
+(consumer/stager/slot_manager.py) is the only writer of ``state``,
+``generation``, ``item``, ``epoch``, ``producer`` and ``t_granted``; the
+grantee writes only its own progress: ``writing_generation`` and ``t_write``
+when it starts, then the payload, ``lengths``, ``t_ready`` and last
+``sealed_generation``::
 
-            grant (stager: generation += 1)
-    FREE ----------------------------------> GRANTED
-     ^  ^                                       | producer starts writing
-     |  | lease expired, producer dead           v
-     |  +--------------------------------- WRITING
-     |        (FENCED while it may live)        | producer sealed the slot, sent READY
-     |                                          v
+            grant (manager: generation += 1)
+    FREE ----------------------------------> GRANTED  (WRITING, READY-sealed: shown
+     ^  ^                                       |      from the producer's fields)
+     |  | lease expired, producer dead          | READY accepted (owner, generation,
+     |  +---------------------------------------+  seal all match)
+     |        (FENCED while it may live)        v
      +------- stager copied it into a batch -- READY
+
+:func:`shown_state` is what the inspector draws: a GRANTED slot whose
+producer wrote ``writing_generation`` equal to its generation is WRITING, and
+one it has also sealed is READY, before the manager has read its READY.
 
 A slot whose lease expired while its producer might still be alive (stopped,
 not dead) is FENCED: its item is granted again into another slot, and the
@@ -28,6 +37,25 @@ HELLO again. Speaking is not enough: a woken producer may still hold grants
 queued for its old slots, so the stager answers it with REHELLO, and a
 producer empties its queue before it says HELLO. This is why a stopped
 producer that wakes up never scribbles over a slot that holds another item.
+
+Exactly once, with leases per grant (contract 2 and 3). Every grant names
+(slot, generation, item); only a READY that names the slot's current
+generation, from its grantee, sealed with that generation, is accepted. A
+grant that sees no READY within ring.lease_s is taken back whatever its
+producer's heartbeats say (a lost GRANT or READY looks exactly like that), a
+GRANT that could not be sent comes back at once, and a READY that must be
+dropped for a slot its producer holds (malformed, unsealed, wrong size, bad
+checksum) takes that producer's grants back at once. Taking back bumps the
+slot's generation, so whatever the old grantee sends later is stale and
+counted, never delivered; the item goes back to the plan and is granted again.
+A producer whose grants were taken back gets REHELLO and nothing more until it
+says HELLO again with an empty queue; until then its local slots stay FENCED,
+so it cannot write into a slot that another producer was granted. Each plan
+position therefore leaves the stager once, as a sample or as a skip with a
+reason (after ring.max_item_attempts charged failures).
+
+The batch ring has its own states (:class:`BatchState`), written by the
+stager's batch builder only.
 
 Ownership of the segment (contract 6): the creator (the stager) unlinks it.
 Every other process attaches by name without any resource tracker, because
@@ -39,29 +67,30 @@ is stale and is removed by :func:`remove_stale_segments` at start.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import os
+import shutil
 import time
 import zlib
-from collections.abc import Iterator
 from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
 
-from shared.config import SHM_DIR, ConfigError, free_shm_bytes
+from shared.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"RINGFEED"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 MAX_FIELDS = 8
 MAX_DIMS = 4
 MAX_LENGTHS = 4
 ALIGN = 64
 SEGMENT_PREFIX = "ringfeed-"
+# Where POSIX shared memory lives on Linux.
+SHM_DIR = Path("/dev/shm")
 
 FIELD_DTYPE = np.dtype(
     [
@@ -103,6 +132,8 @@ SLOT_DTYPE = np.dtype(
         ("t_granted", "<f8"),
         ("t_write", "<f8"),
         ("t_ready", "<f8"),
+        # Written by the producer before the payload: the generation it writes under.
+        ("writing_generation", "<u4"),
         # Written by the producer after the payload: the generation it wrote under.
         ("sealed_generation", "<u4"),
         ("checksum", "<u4"),
@@ -111,11 +142,34 @@ SLOT_DTYPE = np.dtype(
 
 
 class SlotState(IntEnum):
+    """A sample slot's state; WRITING is shown, never stored (see shown_state)."""
+
     FREE = 0
     GRANTED = 1
     WRITING = 2
     READY = 3
     FENCED = 4
+
+
+class BatchState(IntEnum):
+    """A batch slot: FREE, FILLING (rows being copied in), or SENT (announced to the
+    consumer, waiting for its BATCH_FREE)."""
+
+    FREE = 0
+    FILLING = 1
+    SENT = 2
+
+
+def shown_state(rec: np.void) -> SlotState:
+    """The state of one SLOT_DTYPE record as the inspector shows it: the manager's
+    state, refined by the producer's progress fields for a GRANTED slot."""
+    state = SlotState(int(rec["state"]))
+    if state is SlotState.GRANTED:
+        if int(rec["sealed_generation"]) == int(rec["generation"]):
+            return SlotState.READY
+        if int(rec["writing_generation"]) == int(rec["generation"]):
+            return SlotState.WRITING
+    return state
 
 
 class RingError(RuntimeError):
@@ -145,6 +199,40 @@ def layout(fields: FieldSpec, n_slots: int) -> tuple[dict[str, int], int, int, i
     payload = _align(slot_headers + n_slots * SLOT_DTYPE.itemsize)
     payload = (payload + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
     return offsets, stride, payload, payload + n_slots * stride
+
+
+def free_shm_bytes() -> int:
+    """Free bytes in /dev/shm."""
+    return shutil.disk_usage(SHM_DIR).free
+
+
+def segment_bytes(fields: FieldSpec, n_slots: int) -> int:
+    """The whole segment's size: headers, slot headers and payload."""
+    return layout(fields, n_slots)[3]
+
+
+def slot_bytes(fields: FieldSpec) -> int:
+    """Payload bytes of one slot (its stride: fields 64-byte aligned)."""
+    return layout(fields, 1)[1]
+
+
+def rings_bytes(cfg: Config) -> int:
+    """Both rings of a run, as the stager will create them."""
+    return segment_bytes(cfg.sample_fields(), cfg.ring.slots) + segment_bytes(
+        cfg.batch_fields(), cfg.stager.batch_slots
+    )
+
+
+def check_shm_fits(cfg: Config) -> None:
+    """Raise ConfigError before anything starts if the rings cannot fit in /dev/shm."""
+    need, free = rings_bytes(cfg), free_shm_bytes()
+    if need > free:
+        raise ConfigError(
+            f"ring.slots: the rings need {need / 2**20:.1f} MiB but /dev/shm has "
+            f"{free / 2**20:.1f} MiB free; lower ring.slots (each slot is "
+            f"{slot_bytes(cfg.sample_fields()) / 2**20:.2f} MiB) or features.max_frames, or "
+            "enlarge /dev/shm (docker: --shm-size)"
+        )
 
 
 class Ring:
@@ -331,60 +419,3 @@ class Ring:
     def __exit__(self, *exc: object) -> None:
         self.close()
         self.unlink()
-
-
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists on this host."""
-    if not 0 < pid < 2**31:  # os.kill raises OverflowError past a C int
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def read_owner_pid(path: Path) -> int | None:
-    """The owner pid in a segment's header, or None if it is not a ring."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(HEADER_DTYPE.itemsize)
-    except OSError:
-        return None
-    if len(raw) < HEADER_DTYPE.itemsize or not raw.startswith(MAGIC):
-        return None
-    return int(np.frombuffer(raw, dtype=HEADER_DTYPE)[0]["owner_pid"])
-
-
-HALF_MADE_GRACE_S = 5.0
-
-
-def _age_s(path: Path) -> float:
-    try:
-        return time.time() - path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
-
-
-def list_segments(run_id: str | None = None) -> Iterator[Path]:
-    """ringfeed segments in /dev/shm, optionally of one run."""
-    prefix = SEGMENT_PREFIX + (f"{run_id}-" if run_id else "")
-    yield from sorted(SHM_DIR.glob(prefix + "*"))
-
-
-def remove_stale_segments(run_id: str | None = None) -> list[str]:
-    """Unlink segments whose owner process is dead (logged); returns their names."""
-    removed = []
-    for path in list_segments(run_id):
-        pid = read_owner_pid(path)
-        if pid is not None and pid_alive(pid):
-            continue
-        if pid is None and _age_s(path) < HALF_MADE_GRACE_S:
-            continue  # its creator may be writing the header right now
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            removed.append(path.name)
-            log.warning("removed stale segment /dev/shm/%s (owner pid %s is gone)", path.name, pid)
-    return removed

@@ -101,3 +101,66 @@ def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
     lag = int(np.argmax(np.correlate(out[:4096], ref[:2048], mode="valid")))
     corr = np.corrcoef(out[lag : lag + n - 4096], ref[: n - 4096])[0, 1]
     assert corr > 0.9
+
+
+@pytest.mark.parametrize(
+    ("n_fft", "win_length", "hop"),
+    [(1024, 1024, 256), (1024, 800, 200), (512, 400, 160), (2048, 2048, 300)],
+)
+def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int, hop: int) -> None:
+    """The producer's numpy STFT is librosa's definition: same numbers, no librosa import."""
+    from producer.features import stft_magnitude
+
+    cfg = replace(Config(), features={"n_fft": n_fft, "win_length": win_length, "hop_length": hop})
+    wave, _ = sf.read(CLIP, dtype="float32")
+    for n in (len(wave), 1, n_fft // 2 + 3):
+        ours = stft_magnitude(wave[:n], cfg.features)
+        ref = np.abs(librosa.stft(wave[:n], n_fft=n_fft, hop_length=hop, win_length=win_length,
+                                  window="hann", center=True, pad_mode="constant")).T  # fmt: skip
+        assert ours.shape == ref.shape and ours.dtype == np.float32
+        np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("sr", "n_fft", "n_mels", "fmin", "fmax"),
+    [
+        (16000, 512, 40, 0.0, 8000.0),
+        (24000, 1024, 100, 20.0, 11000.0),
+        (44100, 2048, 128, 0.0, 22050.0),
+    ],
+)
+def test_filterbank_is_librosa_for_other_rates(
+    sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float
+) -> None:
+    from producer.features import mel_filterbank
+
+    raw = {
+        "audio": {"sample_rate": sr},
+        "features": {
+            "n_fft": n_fft,
+            "win_length": n_fft,
+            "n_mels": n_mels,
+            "fmin": fmin,
+            "fmax": fmax,
+        },
+    }
+    cfg = replace(Config(), **raw)
+    ref = librosa.filters.mel(
+        sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=False, norm="slaney"
+    )
+    np.testing.assert_allclose(mel_filterbank(cfg), ref, rtol=1e-6, atol=1e-9)
+
+
+def test_producer_features_never_import_librosa() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from shared.config import Config\n"
+        "from producer.features import log_mel\n"
+        "log_mel(np.zeros(22050, np.float32), Config())\n"
+        "sys.exit('librosa' in sys.modules)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    assert subprocess.run([sys.executable, "-c", code], cwd=repo, timeout=60).returncode == 0

@@ -1,4 +1,4 @@
-"""benchmarks/producer_cache.py still runs: smallest settings, no stager run (~10 s)."""
+"""The benchmarks still run: smallest settings (~15 s)."""
 
 import subprocess
 import sys
@@ -13,7 +13,16 @@ REPO = Path(__file__).resolve().parents[1]
 def test_producer_cache_benchmark_runs() -> None:
     out = subprocess.run(
         [sys.executable, "benchmarks/producer_cache.py", "--rounds", "1", "--passes", "1",
-         "--seconds", "0.2", "--rss-passes", "2", "--no-run"],
+         "--seconds", "0.2", "--rss-passes", "2"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     assert "warm / cold" in out and "RSS growth over run" in out
+
+
+@pytest.mark.slow
+def test_first_batch_benchmark_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "benchmarks/first_batch.py", "--rounds", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "first full batch (median of 1): cold cache" in out

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from producer.cache import FeatureCache, settings_hash
-from producer.dataset import read_dataset
 from producer.pipeline import SamplePipeline
 from shared.config import Config, replace
+from shared.dataset import read_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 N_CLIPS = 4

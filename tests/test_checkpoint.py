@@ -10,9 +10,9 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from consumer.checkpoint import KEEP_LAST, CheckpointManager  # noqa: E402
-from consumer.model import build_default_model, masked_l1  # noqa: E402
-from consumer.train_step import TrainStep, make_optimizer  # noqa: E402
+from consumer.trainer.checkpoint import KEEP_LAST, CheckpointManager  # noqa: E402
+from consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
+from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
 from shared.config import Config, replace  # noqa: E402
 
 try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.runs import REPO
+from scripts.runner import REPO
 
 
 def ringfeed(*args: str) -> subprocess.CompletedProcess:
@@ -48,3 +50,53 @@ def test_launch_help_lists_the_verbs() -> None:
         timeout=30,
     )
     assert out.returncode == 0 and "producers CONFIG --connect" in out.stdout
+
+
+def test_a_wrong_dataset_is_one_line_and_exit_2_before_anything_starts(tmp_path: Path) -> None:
+    bad = tmp_path / "nowhere.yaml"
+    raw = {"data": {"path": str(tmp_path / "no-such-dir")}, "run": {"root": str(tmp_path)}}
+    bad.write_text(yaml.safe_dump(raw))
+    out = ringfeed("validate", str(bad))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("config error: data.path: no metadata file at")
+    t0 = time.monotonic()
+    run = ringfeed("run", str(bad), "--run-id", "badpath")
+    assert run.returncode == 2 and "data.path" in run.stderr, run.stderr
+    assert time.monotonic() - t0 < 15 and "Traceback" not in run.stderr + run.stdout
+    assert not list(Path("/dev/shm").glob("ringfeed-badpath-*"))
+    assert not (tmp_path / "badpath").exists()  # no run directory either
+
+
+def test_validate_reads_a_sample_of_the_audio_files(tmp_path: Path) -> None:
+    data = tmp_path / "ds"
+    (data / "wavs").mkdir(parents=True)
+    lines = []
+    for i in range(4):
+        (data / "wavs" / f"x{i}.wav").write_bytes(b"RIFF but not really a wav file")
+        lines.append(f"x{i}|text {i}|text {i}")
+    (data / "metadata.csv").write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"path": str(data)}, "features": {"cache": False}}))
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 2 and "4 of 4 sampled audio files unreadable" in out.stderr
+
+
+def test_keys_of_a_non_loopback_endpoint_are_checked(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    tcp = {"kind": "tcp", "host": "0.0.0.0", "keys_dir": str(tmp_path / "keys")}
+    cfg.write_text(yaml.safe_dump({"transport": tcp}))
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 2 and "transport.keys_dir" in out.stderr, out.stderr
+
+
+def test_stager_mels_without_a_gpu_are_a_warning(tmp_path: Path) -> None:
+    from consumer.devices import count_gpus
+
+    if count_gpus()[0]:
+        pytest.skip("this host has a GPU")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"features": {"device": "stager", "cache": False}}))
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 0, out.stderr
+    assert "warning: features.device: stager, but this host has no GPU" in out.stderr
+    assert "set features.device: producer" in out.stderr

@@ -10,11 +10,11 @@ import yaml
 from shared.config import (
     Config,
     ConfigError,
-    check_shm_fits,
     config_from_dict,
     load_config,
     replace,
 )
+from shared.ring import check_shm_fits, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def test_defaults_and_derived_sizes() -> None:
     fields = cfg.sample_fields()
     assert fields["tokens"][0] == (200,) and fields["tokens"][1].name == "int32"
     assert fields["mel"][0] == (800, 80) and fields["mel"][1].name == "float32"
-    assert cfg.sample_slot_bytes == 200 * 4 + 800 * 80 * 4
+    assert slot_bytes(fields) == 832 + 800 * 80 * 4  # tokens padded to 64 bytes
     stager_mode = replace(cfg, features={"device": "stager"})
     assert "wave" in stager_mode.sample_fields() and "mel" not in stager_mode.sample_fields()
     assert stager_mode.max_samples == 800 * 256

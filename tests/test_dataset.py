@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from producer.dataset import DatasetError, read_dataset
-from producer.quarantine import QuarantineWriter, read_quarantine
 from shared.config import Config, replace
+from shared.dataset import DatasetError, read_dataset
+from shared.quarantine import QuarantineWriter, read_quarantine
 from tests.broken_dataset import make_broken_dataset
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from consumer.gpu_mel import MEL_ATOL, MEL_ATOL_ALL, MEL_COMPARE_FLOOR, TfLogMel  # noqa: E402
+from consumer.stager.gpu_mel import MEL_ATOL, MEL_ATOL_ALL, MEL_COMPARE_FLOOR, TfLogMel  # noqa: E402
 from shared.config import Config, replace  # noqa: E402
 
 CLIPS_DIR = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"

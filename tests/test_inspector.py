@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from consumer.diagnosis import diagnose
-from consumer.inspector import Inspector
-from tests.runs import REPO, Run, shm_segments
+from consumer.tools.diagnosis import diagnose
+from consumer.tools.inspector import Inspector
+from scripts.runner import REPO, Run
+from tests.runs import shm_segments
 from tests.test_transport_e2e import rid, small
 
 
@@ -67,6 +68,27 @@ def test_producers_evidence_quotes_numbers() -> None:
     d = diagnose(_snap())
     assert "95%" in d.evidence[0] and "20.0 samples/s" in d.evidence[1]
     assert "producers.workers" in d.advice
+
+
+@pytest.mark.parametrize("device", ["producer", "stager"])
+def test_advice_fits_a_host_without_gpu(device: str) -> None:
+    """No GPU: never advise stager-side mels, never call the limit 'the GPU'."""
+    cpu = {"gpus": 0, "features_device": device}
+    slow = diagnose(_snap(**cpu))
+    assert slow.stage == "producers" and "mels on the GPU" not in slow.advice
+    if device == "stager":
+        assert "features.device: producer" in slow.advice
+    busy = {"slots": {"READY": 16}, "batch_ready": 3, "trainer": {"step_s": 0.3, "wait_s": 0.0}}
+    trainer = diagnose(_snap(**cpu, **busy))
+    assert trainer.stage == "trainer" and "GPU" not in " ".join(trainer.evidence)
+    assert "the trainer's CPU step is the limit" in trainer.evidence[0]
+
+
+def test_advice_on_a_gpu_host_offers_stager_mels_and_names_the_gpu() -> None:
+    gpu = {"gpus": 2, "features_device": "producer"}
+    assert "features.device: stager (mels on the GPU)" in diagnose(_snap(**gpu)).advice
+    busy = {"slots": {"READY": 16}, "batch_ready": 3, "trainer": {"step_s": 0.3, "wait_s": 0.0}}
+    assert "the GPU is the limit" in diagnose(_snap(**gpu, **busy)).evidence[0]
 
 
 # ---------------------------------------------------------------- real runs

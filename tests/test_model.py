@@ -12,8 +12,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from consumer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
-from consumer.train_step import TrainStep, make_optimizer  # noqa: E402
+from consumer.trainer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
+from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
 from shared.config import Config, replace  # noqa: E402
 
 try:

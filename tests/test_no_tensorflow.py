@@ -6,14 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.runs import REPO
+from scripts.runner import REPO
 
 
 def test_cpu_side_modules_leave_tensorflow_unimported() -> None:
     code = (
         "import sys\n"
         "import producer.pool, producer.worker, producer.pipeline\n"
-        "import consumer.stager, consumer.inspector, consumer.batch_client, scripts.cli\n"
+        "import consumer.stager.stager, consumer.tools.inspector\n"
+        "import consumer.client.batch_client, scripts.cli\n"
         "sys.exit(1 if 'tensorflow' in sys.modules else 0)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60)

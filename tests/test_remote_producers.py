@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from scripts.runner import Run
 from shared.config import ConfigError, config_from_dict, endpoints, load_config
 from shared.keys import generate
-from tests.runs import Run, shm_segments
+from tests.runs import shm_segments
 from tests.test_transport_e2e import StatsReader, consume, rid, small
 
 pytestmark = pytest.mark.slow
@@ -58,6 +59,13 @@ def test_remote_and_local_producers_share_one_epoch_exactly_once(tmp_path: Path)
     assert local and local[0]["samples"] > 0
 
 
+def keyed_config(folder: Path, port: int, keys: Path) -> Path:
+    """A small config in folder whose tcp transport uses the keys in `keys`."""
+    folder.mkdir(exist_ok=True)
+    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port, "keys_dir": str(keys)}
+    return small(folder, items=150, delay_s=0.004, transport=tcp, producers={"workers": 1})
+
+
 def test_a_producer_without_an_accepted_key_is_refused_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -66,38 +74,10 @@ def test_a_producer_without_an_accepted_key_is_refused_and_the_run_goes_on(
     stranger = generate(tmp_path / "other-head", "stranger")  # a key pair the head never saw
     wrong_server = generate(tmp_path / "third-head", "lost")  # trusts another head's key
     shutil.copy(head / "server.key", stranger / "server.key")
-    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port}
-    cfg_path = small(
-        tmp_path,
-        items=150,
-        delay_s=0.004,
-        transport={**tcp, "keys_dir": str(head)},
-        producers={"workers": 1},
-    )
-    (tmp_path / "g").mkdir()
-    (tmp_path / "b").mkdir()
-    good_cfg = small(
-        tmp_path / "g",
-        items=150,
-        delay_s=0.004,
-        transport={**tcp, "keys_dir": str(good)},
-        producers={"workers": 1},
-    )
-    (tmp_path / "w").mkdir()
-    wrong_cfg = small(
-        tmp_path / "w",
-        items=150,
-        delay_s=0.004,
-        transport={**tcp, "keys_dir": str(wrong_server)},
-        producers={"workers": 1},
-    )
-    bad_cfg = small(
-        tmp_path / "b",
-        items=150,
-        delay_s=0.004,
-        transport={**tcp, "keys_dir": str(stranger)},
-        producers={"workers": 1},
-    )
+    cfg_path = keyed_config(tmp_path, port, head)
+    good_cfg = keyed_config(tmp_path / "g", port, good)
+    wrong_cfg = keyed_config(tmp_path / "w", port, wrong_server)
+    bad_cfg = keyed_config(tmp_path / "b", port, stranger)
     cfg = load_config(cfg_path)
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:

@@ -11,16 +11,9 @@ import uuid
 import numpy as np
 import pytest
 
-from shared.config import SHM_DIR, Config, replace
-from shared.ring import (
-    SLOT_DTYPE,
-    Ring,
-    RingError,
-    SlotState,
-    list_segments,
-    remove_stale_segments,
-    segment_name,
-)
+from shared.config import Config, replace
+from shared.ring import SHM_DIR, SLOT_DTYPE, Ring, RingError, SlotState, segment_name
+from shared.segments import list_segments, remove_stale_segments
 
 
 @pytest.fixture

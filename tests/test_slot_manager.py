@@ -7,7 +7,8 @@ import random
 import subprocess
 import sys
 
-from consumer.slot_manager import EpochPlan, SlotManager
+from consumer.stager.plan import EpochPlan
+from consumer.stager.slot_manager import SlotManager
 from shared.ring import SlotState
 
 HOST = "this-host"
@@ -168,7 +169,7 @@ def test_skip_from_a_producer_frees_the_slot_and_remembers_the_item() -> None:
     m = manager(n_items=3, epochs=2)
     join(m, b"a")
     slot, gen, item, _ = m.grant(b"a")
-    assert m.skip(b"a", slot, gen, item, "empty audio")
+    assert m.skip(b"a", slot, gen, item, "empty audio", "audio", "")
     assert m.slots[slot].state == SlotState.FREE
     events = drain(m, [b"a"], random.Random(0))
     skips = [e for e in events if e.kind == "skip"]
@@ -208,7 +209,7 @@ def test_only_the_sample_in_progress_counts_against_its_item() -> None:
     grants = [m.grant(b"w") for _ in range(3)]
     m.expire()  # dead: all three reclaimed, only slot 1's item was being written
     assert set(m.known_bad) == {g[2] for g in grants if g[0] == 1}  # skipped, with reason
-    assert len(m.retry) == 2  # the queued two go back to the plan uncharged
+    assert len(m.order.retry) == 2  # the queued two go back to the plan uncharged
 
 
 def test_a_clean_goodbye_charges_nothing() -> None:
@@ -217,4 +218,55 @@ def test_a_clean_goodbye_charges_nothing() -> None:
     m.grant(b"w")
     m.grant(b"w")
     m.drop_producer(b"w", charge=False)
-    assert m.pop_events(10) == [] and len(m.retry) == 2
+    assert m.pop_events(10) == [] and len(m.order.retry) == 2
+
+
+def test_a_heartbeating_producer_loses_a_grant_it_never_answers() -> None:
+    """Leases are per grant: touching (heartbeats) never keeps a grant alive."""
+    clock = Clock()
+    m = manager(n_items=6, n_slots=4, clock=clock)
+    join(m, b"mute", credits=2)
+    mute = m.grant_round()[b"mute"]
+    for _ in range(12):  # 6 s of heartbeats, past the 5 s lease
+        clock.t += 0.5
+        m.touch(b"mute")
+        m.expire()
+    assert m.producers[b"mute"].stalled and not m.producers[b"mute"].slots
+    assert all(m.slots[s].state == SlotState.FENCED for s, *_ in mute)  # local: may write
+    join(m, b"good")
+    events = drain(m, [b"good"], random.Random(0))
+    assert sorted(e.item for e in events if e.kind == "sample") == list(range(6))
+
+
+def test_a_grant_that_could_not_be_sent_comes_back_at_once_uncharged() -> None:
+    m = manager(n_items=6, n_slots=4, attempts=1)
+    join(m, b"a", credits=3)
+    grants = m.grant_round()[b"a"]
+    m.unsend(b"a", [g[0] for g in grants])
+    assert m.producers[b"a"].credits == 3 and not m.producers[b"a"].slots
+    assert all(m.slots[g[0]].state == SlotState.FREE for g in grants)
+    assert not m.known_bad  # attempts=1, yet nothing was charged
+    m.credit(b"a", 100)
+    events = drain(m, [b"a"], random.Random(0))
+    assert sorted(e.item for e in events if e.kind == "sample") == list(range(6))
+
+
+def test_revoke_gives_back_every_grant_and_charges_only_the_started_one() -> None:
+    started = set()
+    m = SlotManager(
+        EpochPlan(8, seed=1, epochs=1),
+        6,
+        5.0,
+        1,
+        True,
+        HOST,
+        clock=Clock(),
+        started=started.__contains__,
+    )
+    join(m, b"a")
+    grants = m.grant_round()[b"a"]
+    started.add(grants[0][0])
+    m.revoke(b"a")  # e.g. a READY it sent could not be accepted
+    assert m.producers[b"a"].stalled
+    assert set(m.known_bad) == {grants[0][2]}  # max_attempts=1: the started one is skipped
+    assert sorted(m.order.retry) == sorted(g[3] for g in grants[1:])

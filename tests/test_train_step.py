@@ -8,9 +8,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from consumer.metrics import StepMetrics, format_line  # noqa: E402
-from consumer.model import build_default_model, masked_l1  # noqa: E402
-from consumer.train_step import (  # noqa: E402
+from consumer.trainer.metrics import StepMetrics, format_line  # noqa: E402
+from consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
+from consumer.trainer.train_step import (  # noqa: E402
     TrainStep,
     batch_signature,
     make_optimizer,
@@ -99,3 +99,11 @@ def test_step_metrics_window() -> None:
     line = format_line(10, 0.25, s)
     assert "step 10" in line and "wait" in line
     assert StepMetrics(window=3).summary()["steps"] == 0
+
+
+def test_cpu_trainer_threads_default_to_every_core() -> None:
+    from consumer.trainer.trainer import cpu_threads
+    from shared.config import Config, replace
+
+    assert cpu_threads(Config(), 16) == 16  # producers.workers no longer takes cores away
+    assert cpu_threads(replace(Config(), train={"cpu_threads": 3}), 16) == 3

@@ -7,13 +7,15 @@ Shrunken configs so each run takes seconds on 2 cores; the shape of the run
 from __future__ import annotations
 
 import json
+import os
 import signal
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.runs import Run, shm_segments, write_config
+from scripts.runner import Run
+from tests.runs import shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +82,8 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
         assert summary["delivered"] > 0 and summary["skipped"] == 0
         assert (run.dir / "checkpoints" / "ckpt-30.index").exists()
         assert shm_segments(run.run_id) == []
+        # A CPU trainer uses every core by default; the OS shares them with producers.
+        assert f"(cpu, {os.cpu_count()} CPU threads," in run.logs(tail=1_000_000)
 
 
 def test_resumed_run_sees_the_same_batches(tmp_path: Path) -> None:

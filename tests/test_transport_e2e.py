@@ -1,6 +1,6 @@
 """Real stager and producer processes, real sockets and shared memory, no model.
 
-The test process is the consumer (consumer.batch_client.BatchClient), so it
+The test process is the consumer (consumer.client.batch_client.BatchClient), so it
 sees every delivered item id and checks exactly-once against the plan.
 """
 
@@ -17,12 +17,13 @@ import msgpack
 import pytest
 import zmq
 
-from consumer.batch_client import BatchClient
-from consumer.slot_manager import EpochPlan
-from producer.sources import synthetic_stamp
+from consumer.client.batch_client import BatchClient
+from consumer.stager.plan import EpochPlan
+from producer.sources import check_synthetic_rows
+from scripts.runner import REPO, Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
-from tests.runs import REPO, Run, shm_segments, write_config
+from tests.runs import shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -45,27 +46,15 @@ def rid() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
 
 
-def worker_pids(pool_pid: int) -> list[int]:
-    """The pool's worker processes (not multiprocessing's resource tracker)."""
-    text = Path(f"/proc/{pool_pid}/task/{pool_pid}/children").read_text()
-    pids = [int(x) for x in text.split()]
-    return [q for q in pids if b"spawn_main" in Path(f"/proc/{q}/cmdline").read_bytes()]
-
-
 def consume(client: BatchClient, on_batch=None, timeout_s: float = 60) -> list[int]:
-    """Every valid item id of every batch until the plan ends; checks each row's stamp."""
+    """Every valid item id of every batch until the plan ends; checks every row."""
     cfg, items = client.cfg, []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         batch = client.next(timeout_s=timeout_s)
         if batch is None:
             return items
-        n = batch.n_valid
-        got = batch.arrays["items"][:n].tolist()
-        # SyntheticSource stamps the item into tokens[0]: the row holds what it claims.
-        assert batch.arrays["tokens"][:n, 0].tolist() == [synthetic_stamp(i, cfg) for i in got]
-        assert (batch.arrays["items"][n:] == -1).all()
-        items.extend(got)
+        items.extend(check_synthetic_rows(batch.arrays, batch.n_valid, cfg))
         client.free(batch)
         if on_batch is not None:
             on_batch(len(items))
@@ -102,14 +91,14 @@ def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Pat
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
-        pool = run.start("producers")
+        run.start("producers")
         client = run.client(timeout_s=30)
         stats = StatsReader(endpoints(cfg, run_id).stats)
         killed = {}
 
         def kill_one(n_items: int) -> None:
             if n_items >= 80 and not killed:
-                victim = worker_pids(pool.pid)[0]
+                victim = run.worker_pids()[0]
                 t0 = time.monotonic()
                 subprocess.run(["kill", "-KILL", str(victim)], check=True)
                 while stats.latest()["counters"]["reclaimed"] == 0:
@@ -127,7 +116,7 @@ def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Pat
     # dead pid without waiting for the lease to run out.
     assert killed["reclaim_s"] < cfg.ring.lease_s + 0.5
     assert run.json("stager.json")["counters"]["delivered"] == 400
-    assert "restart 1/" in run.logs(tail=100_000)
+    assert "died (signal SIGKILL) while working; restarting it" in run.logs(tail=100_000)
 
 
 def test_backpressure_holds_producers_while_the_consumer_is_slow(tmp_path: Path) -> None:
@@ -260,3 +249,25 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
     assert sorted(items) == list(range(200))
     dropped = collections.Counter(run.json("stager.json")["dropped"])
     assert dropped["malformed"] >= 4 and dropped["stale"] >= 1
+
+
+def test_a_batch_across_an_epoch_boundary_says_both_epochs(tmp_path: Path) -> None:
+    n = 30  # batches of 8: the fourth holds the last 6 of epoch 0 and the first 2 of epoch 1
+    cfg_path = small(tmp_path, items=n, delay_s=0.0, stager={"batch_size": 8, "epochs": 2})
+    run_id, spans, seen = rid(), [], 0
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        while (batch := client.next(timeout_s=30)) is not None:
+            items = check_synthetic_rows(batch.arrays, batch.n_valid, client.cfg)
+            spans.append((batch.first_epoch, batch.epoch, seen // n, (seen + len(items) - 1) // n))
+            seen += len(items)
+            client.free(batch)
+        client.close()
+        assert run.wait("stager", 20) == 0
+    assert seen == 2 * n
+    assert all(
+        first == want_first and last == want_last for first, last, want_first, want_last in spans
+    )
+    assert (0, 1) in {(first, last) for first, last, *_ in spans}

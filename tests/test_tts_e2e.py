@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.batch_client import BatchClient
-from producer.dataset import read_dataset
-from producer.quarantine import read_quarantine
+from consumer.client.batch_client import BatchClient
+from scripts.runner import REPO, Run
 from shared.config import load_config
+from shared.dataset import read_dataset
+from shared.quarantine import read_quarantine
 from tests.broken_dataset import make_broken_dataset
-from tests.runs import REPO, Run, shm_segments, write_config
+from tests.runs import shm_segments, write_config
 from tests.test_transport_e2e import rid
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,7 @@ def test_broken_inputs_are_quarantined_and_good_ones_delivered_once(tmp_path: Pa
 
 
 def test_stager_mels_match_producer_mels(tmp_path: Path) -> None:
-    from consumer.gpu_mel import MEL_ATOL_ALL
+    from consumer.stager.gpu_mel import MEL_ATOL_ALL
 
     raw = {
         "data": {"path": str(REPO / "data" / "ljspeech-mini")},

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumer.batch_client import StagerGone
+from consumer.client.batch_client import StagerGone
 from consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
-from consumer.feeder import EndOfData, Feeder
-from consumer.metrics import StepMetrics, TensorBoardWriter, format_line
+from consumer.trainer.feeder import EndOfData, Feeder
+from consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
 from shared.config import Config, run_dir
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
 
@@ -64,12 +64,13 @@ class Session:
 
 
 def cpu_threads(cfg: Config, n_cpus: int) -> int:
-    """TF intra-op threads on the CPU: leave a core to each producer and one to the stager.
+    """TF intra-op threads on the CPU: train.cpu_threads, or every core (0).
 
-    TensorFlow's default (every core) oversubscribes a host that also runs the
-    producers, and step times then swing with their load.
+    Every core, shared with the producers by the OS scheduler: producers with a
+    warm cache sit idle most of the time, and reserving a core for each of them
+    left the trainer one thread on a 2-core host (README, "The CPU trainer").
     """
-    return max(1, n_cpus - cfg.producers.workers - 1)
+    return cfg.train.cpu_threads or n_cpus
 
 
 def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, int]]:
@@ -89,14 +90,15 @@ def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, int]]:
     return step, cursor
 
 
-def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
-    """Build everything the loop needs; called once by main after choose_device."""
+def build_step(cfg: Config) -> tuple[DevicePlan, str, Any, Any, Any]:
+    """(device plan, precision policy, model, optimizer, compiled step) as the trainer
+    builds them: the device is chosen before TensorFlow is imported. The trainer's setup
+    and the feed benchmark call this, so both train the same way."""
     plan = choose_device("trainer", cfg)
     import tensorflow as tf  # only now: CUDA_VISIBLE_DEVICES is set
 
-    from consumer.checkpoint import CheckpointManager
-    from consumer.model import load_model_factory
-    from consumer.train_step import TrainStep, make_optimizer, set_precision_policy
+    from consumer.trainer.model import load_model_factory
+    from consumer.trainer.train_step import TrainStep, make_optimizer, set_precision_policy
 
     if plan.mode == "cpu":
         tf.config.threading.set_intra_op_parallelism_threads(cpu_threads(cfg, os.cpu_count() or 1))
@@ -107,6 +109,14 @@ def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
     model, loss_fn = load_model_factory(cfg)
     optimizer = make_optimizer(cfg)
     step_fn = TrainStep(model, optimizer, loss_fn, jit_compile=cfg.train.jit_compile)
+    return plan, policy, model, optimizer, step_fn
+
+
+def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
+    """Build everything the loop needs; called once by main."""
+    from consumer.trainer.checkpoint import CheckpointManager
+
+    plan, policy, model, optimizer, step_fn = build_step(cfg)
     directory = run_dir(cfg, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     checkpoints = CheckpointManager(directory, model, optimizer)
@@ -114,9 +124,10 @@ def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
     device = "/GPU:0" if plan.mode != "cpu" else "/CPU:0"
     feeder = Feeder(cfg, run_id, cursor["position"], cursor["batch_index"], device, stop)
     log.info(
-        "trainer on %s (%s, %s, jit %s): %d params, step %d of %d",
+        "trainer on %s (%s%s, %s, jit %s): %d params, step %d of %d",
         device,
         plan.mode,
+        f", {cpu_threads(cfg, os.cpu_count() or 1)} CPU threads" if plan.mode == "cpu" else "",
         policy,
         cfg.train.jit_compile,
         model.count_params(),
@@ -168,7 +179,8 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             "seed": cfg.stager.seed,
         }
         if s.batch_log is not None:
-            record = {"step": s.step, "batch_index": batch.batch_index}
+            record = {"step": s.step, "batch_index": batch.batch_index,
+                      "epochs": [batch.first_epoch, batch.epoch]}  # fmt: skip
             s.batch_log.write(json.dumps(record | {"items": batch.items.tolist()}) + "\n")
             s.batch_log.flush()
         if s.step % cfg.train.log_every == 0:
@@ -254,9 +266,14 @@ def _open_batch_log(path: Path):
 
 
 def main(cfg: Config, run_id: str) -> int:
-    """Process entry of `ringfeed trainer`: 0 when finished or stopped, 1 on a lost stager."""
+    """Process entry of `ringfeed trainer`: 0 when finished or stopped, 1 on a lost stager
+    or any error (the launcher then stops the whole run)."""
     stop = StopFlag().install()
-    s = setup(cfg, run_id, stop)
+    try:
+        s = setup(cfg, run_id, stop)
+    except Exception as exc:
+        log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
+        return 1
     code = 0
     try:
         train(cfg, s, stop)
@@ -265,6 +282,10 @@ def main(cfg: Config, run_id: str) -> int:
             s.ended = f"stager lost: {exc}"
             log.error("%s", s.ended)
             code = 1
+    except Exception as exc:  # a failed step or feeder: say what, exit non-zero
+        s.ended = f"failed: {type(exc).__name__}: {exc}"
+        log.error("trainer %s", s.ended, exc_info=True)
+        code = 1
     finally:
         teardown(cfg, run_id, s, stop)
     return code

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from consumer.model import LossFn
+from consumer.trainer.model import LossFn
 from shared.config import Config
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """A tf.data adapter over the batch ring, for users who call model.fit on their own model.
 
-Called in the user's training process, in place of consumer/trainer.py:
+Called in the user's training process, in place of consumer/trainer/trainer.py:
 
     ds = ring_dataset(cfg, run_id)      # stager and producers already running
     model.fit(ds, steps_per_epoch=..., epochs=...)
@@ -27,8 +27,7 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from consumer.batch_client import BatchClient
-from consumer.feeder import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S
+from consumer.client.batch_client import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S, BatchClient
 from shared.config import Config
 
 

@@ -8,7 +8,7 @@ finite plan) hold zeros, lengths 0 and item -1, so masked losses ignore them.
 
 With ``features.device: stager`` the rows hold waveforms in a host staging
 array and :meth:`BatchBuilder.finish` computes the whole batch's log-mels at
-once (consumer/gpu_mel.py) on the stager's device, then writes them into the
+once (consumer/stager/gpu_mel.py) on the stager's device, then writes them into the
 batch slot.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from shared.config import Config
-from shared.ring import Ring, SlotState
+from shared.ring import BatchState, Ring
 
 
 class BatchBuilder:
@@ -35,7 +35,7 @@ class BatchBuilder:
         self.ring = batches
         self.mel_fn = mel_fn
         self.b = cfg.stager.batch_size
-        self.state = [SlotState.FREE] * batches.n_slots
+        self.state = [BatchState.FREE] * batches.n_slots
         self.generation = [0] * batches.n_slots
         self.current: int | None = None
         self.rows = 0
@@ -45,24 +45,25 @@ class BatchBuilder:
     def reset(self) -> None:
         """Forget every batch (a consumer restarted): all slots free, generations bumped."""
         for k in range(len(self.state)):
-            self.state[k] = SlotState.FREE
+            self.state[k] = BatchState.FREE
             self.generation[k] += 1
-            self.ring.slots[k]["state"] = SlotState.FREE
+            self.ring.slots[k]["state"] = BatchState.FREE
         self.current, self.rows = None, 0
 
     def room(self) -> int:
         """Rows that can be added now (0 when every batch slot is taken)."""
         if self.current is None:
-            free = [k for k, s in enumerate(self.state) if s == SlotState.FREE]
+            free = [k for k, s in enumerate(self.state) if s == BatchState.FREE]
             if not free:
                 return 0
             self.current = free[0]
-            self.state[self.current] = SlotState.GRANTED
+            self.state[self.current] = BatchState.FILLING
             self.rows = 0
         return self.b - self.rows
 
     def in_flight(self) -> int:
-        return sum(s == SlotState.READY for s in self.state)
+        """Batches announced and not yet freed by the consumer."""
+        return sum(s == BatchState.SENT for s in self.state)
 
     def add(self, samples: Ring, slot: int, item: int, lengths: list[int]) -> None:
         """Copy sample slot `slot` into the next row (room() must be > 0)."""
@@ -106,10 +107,10 @@ class BatchBuilder:
             view["mel"][:] = mel
             view["mel_lens"][:] = np.where(self.wave_lens > 0, mel_lens, 0)
         self.generation[k] += 1
-        self.state[k] = SlotState.READY
+        self.state[k] = BatchState.SENT
         header = self.ring.slots[k]
         header["state"], header["generation"], header["lengths"][0] = (
-            SlotState.READY,
+            BatchState.SENT,
             self.generation[k],
             n,
         )
@@ -120,8 +121,8 @@ class BatchBuilder:
         """The trainer copied batch slot `slot`; False for a stale or bogus release."""
         if not 0 <= slot < len(self.state) or self.generation[slot] != generation:
             return False
-        if self.state[slot] != SlotState.READY:
+        if self.state[slot] != BatchState.SENT:
             return False
-        self.state[slot] = SlotState.FREE
-        self.ring.slots[slot]["state"] = SlotState.FREE
+        self.state[slot] = BatchState.FREE
+        self.ring.slots[slot]["state"] = BatchState.FREE
         return True

@@ -10,6 +10,7 @@ lose the others.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -168,3 +169,51 @@ def _check_entry(entry: DatasetEntry, seen: dict[str, int]) -> str:
     if not os.path.isfile(entry.audio_path):
         return f"audio file not found: {entry.audio_path}"
     return ""
+
+
+@dataclass(frozen=True)
+class DatasetIndex:
+    """What the stager and every producer agree on: item k's id and audio path, in file
+    order, and the metadata lines that were not used. Synthetic data has no files and
+    no entries: its ids are computed, so 10**7 synthetic items cost nothing to index."""
+
+    entries: tuple[DatasetEntry, ...] = ()
+    bad_lines: tuple[BadLine, ...] = ()
+    synthetic_items: int = 0
+
+    @property
+    def n_items(self) -> int:
+        return self.synthetic_items or len(self.entries)
+
+    def item_id(self, item: int) -> str:
+        return synthetic_item_id(item) if self.synthetic_items else self.entries[item].item_id
+
+    def path(self, item: int) -> str:
+        return "" if self.synthetic_items else self.entries[item].audio_path
+
+    def find(self, item_id: str) -> int | None:
+        """The item whose id this is, or None."""
+        if self.synthetic_items:
+            number = item_id.removeprefix(SYNTHETIC_PREFIX)
+            found = int(number) if number.isdigit() else -1
+            return found if 0 <= found < self.synthetic_items else None
+        return self._by_id.get(item_id)
+
+    @functools.cached_property
+    def _by_id(self) -> dict[str, int]:
+        return {entry.item_id: k for k, entry in enumerate(self.entries)}
+
+
+SYNTHETIC_PREFIX = "synthetic-"
+
+
+def synthetic_item_id(item: int) -> str:
+    return f"{SYNTHETIC_PREFIX}{item:06d}"
+
+
+def dataset_index(cfg: Config) -> DatasetIndex:
+    """The index of cfg.data: read once by the stager (plan, quarantine) and each producer."""
+    if cfg.data.format == "synthetic":
+        return DatasetIndex(synthetic_items=cfg.data.synthetic_items)
+    entries, bad = read_dataset(cfg)
+    return DatasetIndex(tuple(entries), tuple(bad))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,12 @@ from shared.ring import Ring
 from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
+
+# Longest a consumer waits for the stager's WELCOME, seconds (it may start later).
+CONNECT_TIMEOUT_S = 60.0
+# Longest without a batch before a consumer gives up on the stager, seconds: the first
+# batch of a cold feature cache on slow producers is the worst case.
+DATA_TIMEOUT_S = 300.0
 
 # How often an unanswered CONSUMER_HELLO is repeated (the stager may start later).
 HELLO_RETRY_S = 1.0
@@ -41,9 +48,10 @@ class Batch:
     generation: int
     batch_index: int
     next_position: int
-    epoch: int
+    epoch: int  # of the last row
     n_valid: int
     arrays: dict[str, np.ndarray]
+    first_epoch: int = 0  # of the first row: < epoch across an epoch boundary
 
 
 class BatchClient:
@@ -67,28 +75,44 @@ class BatchClient:
         self.ended = False
         self.dropped = 0
 
-    def connect(self, timeout_s: float) -> None:
-        """Say hello until the stager answers with the batch ring's name."""
+    def connect(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> None:
+        """Say hello until the stager answers with the batch ring's name; raises
+        StagerGone after timeout_s, or at once when stop() says so (a signal)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop():
             send(self.sock, self.hello)
             msg = self._wait((p.Welcome,), HELLO_RETRY_S)
             if msg is not None:
-                self.ring = Ring.attach(msg.ring_name)
+                self._attach(msg)
                 return
+        if stop():
+            raise StagerGone("stopped before the stager answered")
         raise StagerGone(
             f"no stager answered on {endpoints(self.cfg, self.run_id).control} within "
             f"{timeout_s:.0f} s: start it first (scripts/launch.sh does)"
         )
 
+    def _attach(self, welcome: p.Welcome) -> None:
+        if self.ring is not None:
+            self.ring.close()
+        self.ring = Ring.attach(welcome.ring_name)
+
     def _wait(self, kinds: tuple[type, ...], timeout_s: float) -> p.Message | None:
-        deadline = time.monotonic() + timeout_s
+        """The next message of `kinds` within timeout_s, or None. Meanwhile a connected
+        client says it is alive every HELLO_RETRY_S, and rejoins a restarted stager: it
+        answers REHELLO with a hello at the batch after the last one it returned."""
+        deadline = last_heard = time.monotonic()
+        deadline += timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(min(left, POLL_S) * 1000):
                 if left <= 0:
                     return None
+                if self.ring is not None and time.monotonic() - last_heard > HELLO_RETRY_S:
+                    send(self.sock, p.Heartbeat(0, {}))  # a new stager answers REHELLO
+                    last_heard = time.monotonic()
                 continue
+            last_heard = time.monotonic()
             try:
                 _, msg, _ = recv(self.sock)
             except zmq.Again:
@@ -101,6 +125,12 @@ class BatchClient:
                 raise StagerGone(f"the stager stopped: {msg.reason}")
             if isinstance(msg, kinds):
                 return msg
+            if isinstance(msg, p.Rehello) and self.ring is not None:
+                log.warning("the stager restarted; rejoining at plan position %d (batch %d)",
+                            self.hello.position, self.hello.batch_index)  # fmt: skip
+                send(self.sock, self.hello)
+            elif isinstance(msg, p.Welcome) and self.ring is not None:
+                self._attach(msg)  # the restarted stager's rings
 
     def next(self, timeout_s: float) -> Batch | None:
         """The next batch, or None at the end of a finite plan; raises TimeoutError."""
@@ -112,6 +142,8 @@ class BatchClient:
         if isinstance(msg, p.EndOfData):
             self.ended = True
             return None
+        # Where a restarted stager must resume so that no batch comes twice or never.
+        self.hello = p.ConsumerHello(self.name, msg.next_position, msg.batch_index + 1)
         arrays = {name: self.ring.view(name)[msg.slot] for name in self.ring.fields}
         return Batch(
             msg.slot,
@@ -121,6 +153,7 @@ class BatchClient:
             msg.epoch,
             msg.n_valid,
             arrays,
+            msg.first_epoch,
         )
 
     def free(self, batch: Batch) -> None:

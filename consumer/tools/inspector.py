@@ -9,7 +9,8 @@ attaching it cannot change a run.
 Views: a live terminal screen (ANSI clear and redraw every interval, no
 curses), ``--json`` (one snapshot), ``--record FILE`` (one JSON snapshot per
 interval, jsonl) and ``--plot PNG --from FILE`` (a timeline of a recording).
-The diagnosis itself is consumer/diagnosis.py, a pure function of a snapshot.
+The diagnosis itself is consumer/tools/diagnosis.py, a pure function of a snapshot;
+the plot of a recording is consumer/tools/timeline.py.
 """
 
 from __future__ import annotations
@@ -25,19 +26,22 @@ from typing import Any
 import numpy as np
 import zmq
 
-from consumer.diagnosis import diagnose
+from consumer.tools.diagnosis import diagnose
+from consumer.tools.timeline import plot_recording
 from shared import protocol as p
-from shared.config import SHM_DIR, ConfigError, load_config
+from shared.config import ConfigError, load_config
 from shared.ring import (
     HEADER_DTYPE,
     MAGIC,
+    SHM_DIR,
+    BatchState,
     Ring,
     RingError,
     SlotState,
-    list_segments,
-    pid_alive,
     segment_name,
+    shown_state,
 )
+from shared.segments import list_segments, pid_alive
 from shared.sockets import make_socket, recv
 
 log = logging.getLogger(__name__)
@@ -172,8 +176,8 @@ class Inspector:
         per_slot, counts = [], {s.name: 0 for s in SlotState}
         oldest_grant = oldest_ready = None
         grants_by_producer: dict[str, int] = {}
-        for k, rec in enumerate(slots):
-            state = SlotState(int(rec["state"]))
+        shown = [shown_state(rec) for rec in slots]
+        for k, (rec, state) in enumerate(zip(slots, shown, strict=True)):
             counts[state.name] += 1
             age = None
             if state in (SlotState.GRANTED, SlotState.WRITING, SlotState.FENCED):
@@ -198,7 +202,7 @@ class Inspector:
             "run_id": self.run_id,
             "n_slots": len(slots),
             "slots": counts,
-            "slot_bar": "".join(STATE_CHARS[SlotState(int(s))] for s in slots["state"]),
+            "slot_bar": "".join(STATE_CHARS[s] for s in shown),
             "per_slot": per_slot,
             "oldest_grant_s": None if oldest_grant is None else round(oldest_grant, 3),
             "oldest_ready_s": None if oldest_ready is None else round(oldest_ready, 3),
@@ -209,7 +213,7 @@ class Inspector:
         if self.batches is not None:
             states = np.array(self.batches.slots["state"])
             snap["batch_slots"] = len(states)
-            snap["batch_ready"] = int((states == SlotState.READY).sum())
+            snap["batch_ready"] = int((states == BatchState.SENT).sum())
             first_shape = next(iter(self.batches.fields.values()))[0]
             snap["batch_size"] = int(first_shape[0])
         return snap
@@ -254,6 +258,8 @@ class Inspector:
             crashes=len(stats.get("crashes", [])),
             crash_names=[c.get("name", "?") for c in stats.get("crashes", [])],
             stager_slots=stats.get("slots", {}),
+            gpus=stats.get("gpus"),
+            features_device=stats.get("features_device"),
         )
 
     def close(self) -> None:
@@ -391,70 +397,3 @@ def main(
         return live(insp, interval_s, record)
     finally:
         insp.close()
-
-
-# ---------------------------------------------------------------- timeline plot
-STAGE_COLORS = {
-    "producers": "tab:red",
-    "stager": "tab:orange",
-    "trainer": "tab:green",
-    "stuck-producer": "tab:purple",
-    "no-consumer": "tab:gray",
-    "starting": "lightgray",
-}
-
-
-def plot_recording(recording: str, png: str) -> None:
-    """Render a --record jsonl file as a timeline PNG (ring occupancy, data wait, step time)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    snaps = [json.loads(line) for line in Path(recording).read_text().splitlines() if line]
-    if not snaps:
-        raise ValueError(f"{recording} holds no snapshots: record with `inspect --record`")
-    t = np.array([s["t"] - snaps[0]["t"] for s in snaps])
-    fig, axes = plt.subplots(
-        4, 1, figsize=(10, 7.5), sharex=True, height_ratios=[3, 2, 2, 0.5], layout="constrained"
-    )
-    occ = axes[0]
-    names = ("READY", "WRITING", "GRANTED", "FENCED", "FREE")
-    colors = ("tab:green", "tab:olive", "tab:blue", "tab:purple", "0.85")
-    stacks = [[s["slots"].get(n, 0) for s in snaps] for n in names]
-    occ.stackplot(t, stacks, labels=names, colors=colors, step="post")
-    occ.plot(t, [s["batch_ready"] for s in snaps], "k-", drawstyle="steps-post",
-             label="batch ring ready")  # fmt: skip
-    occ.set_ylabel("slots")
-    occ.set_title(f"ringfeed run {snaps[0]['run_id']}: sample ring occupancy")
-    occ.legend(loc="upper left", fontsize=8, ncol=6)
-    trainers = [s.get("trainer") or {} for s in snaps]
-    wait = [tr.get("wait_fraction", np.nan) for tr in trainers]
-    axes[1].plot(t, np.array(wait, float) * 100, "tab:red", drawstyle="steps-post")
-    axes[1].set_ylabel("data wait %")
-    axes[1].set_ylim(-5, 105)
-    step = [tr.get("step_s", np.nan) for tr in trainers]
-    axes[2].plot(t, np.array(step, float) * 1000, "tab:blue", drawstyle="steps-post")
-    axes[2].set_ylabel("step ms")
-    finite = [v for v in step if v == v]  # NaN != NaN: steps not reported yet
-    axes[2].set_ylim(0, max(finite, default=0.001) * 1250)  # headroom above the line
-    strip = axes[3]
-    ends = [*t[1:], t[-1] + (t[-1] - t[-2] if len(t) > 1 else 1.0)]
-    for s, t0, t1 in zip(snaps, t, ends, strict=True):
-        stage = s.get("diagnosis", {}).get("stage", "starting")
-        strip.axvspan(t0, t1, color=STAGE_COLORS.get(stage, "white"), lw=0)
-    strip.set_yticks([])
-    strip.set_ylabel("limit", rotation=0, ha="right", va="center")
-    strip.legend(
-        handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in STAGE_COLORS.values()],
-        labels=list(STAGE_COLORS),
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.9),
-        ncol=6,
-        fontsize=8,
-    )
-    strip.set_xlabel("seconds since the first snapshot")
-    for ax in axes[:3]:
-        ax.grid(alpha=0.3)
-    fig.savefig(png, dpi=100)
-    plt.close(fig)

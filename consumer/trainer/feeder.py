@@ -1,6 +1,6 @@
 """The trainer's feeder thread: owns the BatchClient, copies batch k+1 while step k runs.
 
-Used by the trainer process (consumer/trainer.py). BatchClient is not
+Used by the trainer process (consumer/trainer/trainer.py). BatchClient is not
 thread-safe, so every socket call of the trainer happens in this one thread:
 
     connect -> loop: next() -> copy views to tensors on the device -> free()
@@ -24,17 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from consumer.batch_client import BatchClient, StagerGone
+from consumer.client.batch_client import (
+    CONNECT_TIMEOUT_S,
+    DATA_TIMEOUT_S,
+    BatchClient,
+)
 from shared.config import Config
 from shared.process import POLL_S, StopFlag
 
 log = logging.getLogger(__name__)
 
-# Longest the feeder waits for the stager's WELCOME, seconds (it may start later).
-CONNECT_TIMEOUT_S = 60.0
-# Longest without a batch before the feeder gives up on the stager, seconds: the first
-# batch of a cold feature cache on slow producers is the worst case.
-DATA_TIMEOUT_S = 300.0
 # Batches copied ahead of the step: 2 = one on the device while another is copied.
 PREFETCH = 2
 
@@ -50,9 +49,10 @@ class FedBatch:
     tensors: dict[str, Any]
     batch_index: int
     next_position: int
-    epoch: int
+    epoch: int  # of the last row
     n_valid: int
     items: np.ndarray
+    first_epoch: int = 0  # of the first row
 
 
 class EndOfData:
@@ -79,6 +79,7 @@ class Feeder(threading.Thread):
         self._stats: queue.Queue[tuple[int, float, float, float]] = queue.Queue()
         self._done = threading.Event()
         self._finished = False
+        self.error: Exception | None = None
 
     # ------------------------------------------------------------ main thread API
     def get(self) -> FedBatch | EndOfData | None:
@@ -87,8 +88,8 @@ class Feeder(threading.Thread):
             try:
                 item = self.batches.get(timeout=POLL_S)
             except queue.Empty:
-                if not self.is_alive():
-                    return None
+                if not self.is_alive() and self.batches.empty():
+                    raise self.error or RuntimeError("the feeder ended without a batch") from None
                 continue
             if isinstance(item, BaseException):
                 raise item
@@ -117,22 +118,15 @@ class Feeder(threading.Thread):
             # Wait for the trainer's verdict so the last step's stats and BYE go out.
             while not (self.stop.is_set() or self._done.wait(POLL_S)):
                 self._flush_stats()
-        except (StagerGone, TimeoutError) as exc:
+        except Exception as exc:  # whatever ends this thread must reach the trainer
+            self.error = exc
             self._put(exc)
         finally:
             self._flush_stats()
             self.client.close(finished=self._finished)
 
     def _connect(self) -> None:
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        while not (self.stop.is_set() or self._done.is_set()):
-            try:
-                # Short tries so a stop during a long wait for the stager is seen.
-                self.client.connect(timeout_s=1.0)
-                return
-            except StagerGone:
-                if time.monotonic() > deadline:
-                    raise
+        self.client.connect(CONNECT_TIMEOUT_S, lambda: self.stop.is_set() or self._done.is_set())
 
     def _loop(self) -> None:
         last_batch = time.monotonic()
@@ -167,7 +161,13 @@ class Feeder(threading.Thread):
             }
         items = np.array(batch.arrays["items"][: batch.n_valid], copy=True)
         return FedBatch(
-            tensors, batch.batch_index, batch.next_position, batch.epoch, batch.n_valid, items
+            tensors,
+            batch.batch_index,
+            batch.next_position,
+            batch.epoch,
+            batch.n_valid,
+            items,
+            batch.first_epoch,
         )
 
     def _put(self, item: FedBatch | EndOfData | BaseException) -> None:

@@ -1,8 +1,8 @@
 """Which stage limits a run now: a pure function of one inspector snapshot.
 
-The inspector (consumer/inspector.py) calls :func:`diagnose` once per refresh
+The inspector (consumer/tools/inspector.py) calls :func:`diagnose` once per refresh
 and tests call it on hand-built snapshots. The snapshot keys it reads are the
-ones :func:`consumer.inspector.snapshot` writes; every key is optional, so a
+ones :func:`consumer.tools.inspector.snapshot` writes; every key is optional, so a
 snapshot taken before the first stats message still gets an answer.
 
 The rules, in order (the first that holds names the stage)::
@@ -12,6 +12,7 @@ The rules, in order (the first that holds names the stage)::
     a grant older than ring.lease_s, a stalled or fenced producer     stuck-producer
     no producer connected                                             producers
     trainer waits < 10 % of its step, or the batch ring is full       trainer
+      (advice names the GPU only where the stager's host has one: snapshot "gpus")
     sample ring mostly READY, yet the batch ring is empty             stager
       (unless an older grant blocks them: deterministic order)        producers
     otherwise (slots FREE/GRANTED, trainer waiting)                   producers
@@ -85,24 +86,25 @@ def _producers_advice(snap: dict[str, Any]) -> tuple[list[str], str]:
         # Past ~64 workers the estimate says "the step is free", not a worker count.
         if workers <= 64:
             advice += f" (about {workers} to keep up, CPU cores allowing)"
-    advice += ", turn on features.cache, or set features.device: stager (mels on the GPU)"
+    advice += ", turn on features.cache"
+    gpus, device = snap.get("gpus"), snap.get("features_device")
+    if device == "stager" and gpus == 0:
+        advice += ", or set features.device: producer (no GPU here: stager mels run on the CPU)"
+    elif device != "stager" and gpus != 0:
+        advice += ", or set features.device: stager (mels on the GPU)"
     return evidence, advice
 
 
-def diagnose(snap: dict[str, Any]) -> Diagnosis:
-    """Name the stage that limits the run now; pure, called by the inspector each refresh."""
-    slots = snap.get("slots", {})
-    n_slots = snap.get("n_slots") or max(sum(slots.values()), 1)
-    ready = slots.get("READY", 0)
-    batch_ready, batch_slots = snap.get("batch_ready", 0), snap.get("batch_slots", 3)
-    trainer = snap.get("trainer") or {}
-    wait = _wait_fraction(trainer)
-    ring_line = (
-        f"sample ring {ready}/{n_slots} READY, {slots.get('GRANTED', 0)} GRANTED, "
-        f"{slots.get('FREE', 0)} FREE; batch ring {batch_ready}/{batch_slots} ready"
-    )
-    wait_line = f"trainer waits for data {wait:.0%} of the time" if wait is not None else None
+def _stager_mel_advice(snap: dict[str, Any]) -> str:
+    if snap.get("features_device") != "stager":
+        return ""
+    if snap.get("gpus") == 0:
+        return "; its batch mels run on the CPU here: set features.device: producer"
+    return "; its batch mels run per batch on its device: give it a GPU of its own"
 
+
+def _not_running(snap: dict[str, Any], ring_line: str) -> Diagnosis | None:
+    """starting, no-consumer, stuck-producer or no producer at all; None if none holds."""
     if not snap.get("has_stats"):
         return Diagnosis("starting", ["no stats from the stager yet", ring_line], "wait")
     if not snap.get("consumer_connected"):
@@ -126,40 +128,67 @@ def diagnose(snap: dict[str, Any]) -> Diagnosis:
             [f"no producer connected ({crashes} crash(es) reported)", ring_line],
             "start `ringfeed producers CFG --run-id R`; check crash tracebacks in the stager log",
         )
+    return None
+
+
+def _ready_but_no_batch(snap: dict[str, Any], ring_line: str, wait_line: str | None) -> Diagnosis:
+    """Most sample slots READY and no batch: a slow item holds the order, or the stager."""
+    slots, n_slots = snap.get("slots", {}), snap.get("n_slots")
+    ready = slots.get("READY", 0)
+    oldest_grant, oldest_ready = snap.get("oldest_grant_s"), snap.get("oldest_ready_s")
+    if oldest_grant is not None and oldest_ready is not None and oldest_grant > oldest_ready:
+        evidence, advice = _producers_advice(snap)
+        return Diagnosis(
+            "producers",
+            [
+                f"{ready} READY slots wait behind a grant {oldest_grant:.1f} s old "
+                "(deterministic order): one slow item or producer",
+                *evidence,
+                ring_line,
+            ],
+            advice + "; or stager.deterministic: false",
+        )
+    return Diagnosis(
+        "stager",
+        [f"{ready}/{n_slots} sample slots READY but the batch ring is empty"]
+        + ([wait_line] if wait_line else []),
+        "the stager copies samples into batches too slowly: give it a core of its own"
+        + _stager_mel_advice(snap),
+    )
+
+
+def diagnose(snap: dict[str, Any]) -> Diagnosis:
+    """Name the stage that limits the run now; pure, called by the inspector each refresh."""
+    slots = snap.get("slots", {})
+    n_slots = snap.get("n_slots") or max(sum(slots.values()), 1)
+    ready = slots.get("READY", 0)
+    batch_ready, batch_slots = snap.get("batch_ready", 0), snap.get("batch_slots", 3)
+    wait = _wait_fraction(snap.get("trainer") or {})
+    ring_line = (
+        f"sample ring {ready}/{n_slots} READY, {slots.get('GRANTED', 0)} GRANTED, "
+        f"{slots.get('FREE', 0)} FREE; batch ring {batch_ready}/{batch_slots} ready"
+    )
+    wait_line = f"trainer waits for data {wait:.0%} of the time" if wait is not None else None
+    early = _not_running(snap, ring_line)
+    if early is not None:
+        return early
     if wait is None and batch_ready < batch_slots:
         return Diagnosis("starting", ["no trainer step reported yet", ring_line], "wait")
     if (wait is not None and wait < WAIT_LOW) or batch_ready >= batch_slots:
         if wait is not None and wait < WAIT_LOW:
-            first = f"{wait_line}: the GPU is the limit"
+            where = {0: "the trainer's CPU step", None: "the train step"}.get(
+                snap.get("gpus"), "the GPU"
+            )
+            first = f"{wait_line}: {where} is the limit"
         else:
             first = f"batch ring full ({batch_ready}/{batch_slots}): the trainer is the limit"
-        evidence = [first, ring_line]
         return Diagnosis(
             "trainer",
-            evidence,
+            [first, ring_line],
             "this is the goal; to go faster make the step cheaper (mixed precision, "
             "batch size); spare producers cost CPU only",
         )
     if ready >= READY_HIGH * n_slots and batch_ready == 0:
-        oldest_grant, oldest_ready = snap.get("oldest_grant_s"), snap.get("oldest_ready_s")
-        if oldest_grant is not None and oldest_ready is not None and oldest_grant > oldest_ready:
-            evidence, advice = _producers_advice(snap)
-            return Diagnosis(
-                "producers",
-                [
-                    f"{ready} READY slots wait behind a grant {oldest_grant:.1f} s old "
-                    "(deterministic order): one slow item or producer",
-                    *evidence,
-                    ring_line,
-                ],
-                advice + "; or stager.deterministic: false",
-            )
-        return Diagnosis(
-            "stager",
-            [f"{ready}/{n_slots} sample slots READY but the batch ring is empty"]
-            + ([wait_line] if wait_line else []),
-            "the stager copies samples into batches too slowly: give it a core of its own; "
-            "with features.device: stager its mel runs per batch, put it on a GPU",
-        )
+        return _ready_but_no_batch({**snap, "n_slots": n_slots}, ring_line, wait_line)
     evidence, advice = _producers_advice(snap)
     return Diagnosis("producers", [wait_line or "trainer waiting", *evidence, ring_line], advice)

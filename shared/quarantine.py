@@ -14,23 +14,46 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from shared.dataset import DatasetIndex
+
 
 class QuarantineWriter:
-    """Appends ``{"item_id", "path", "reason", "stage", "time"}`` lines, line-buffered."""
+    """Appends ``{"item_id", "path", "reason", "stage", "time"}`` lines, line-buffered.
+
+    One line per input per run: a record already in the file (a stager restarted
+    into the same run directory) is not written again. An item's key is its id;
+    a bad metadata line's (stage "metadata") is its file:line."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.earlier = read_quarantine(self.path)
+        self._seen = {_key(r["item_id"], r["path"], r["stage"]) for r in self.earlier}
         # buffering=1: each record reaches the file when written, so a reader sees it live.
         self._file = open(self.path, "a", buffering=1, encoding="utf-8")
         self.count = 0
 
-    def write(self, item_id: str, path: str, reason: str, stage: str) -> None:
-        """stage: where it was rejected ("dataset", "text", "audio", "features", "lease")."""
+    def write(self, item_id: str, path: str, reason: str, stage: str) -> bool:
+        """stage: where it was rejected ("metadata", "text", "audio", "features", "lease",
+        ...); False if this input is already in the file."""
+        key = _key(item_id, path, stage)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
         record = {"item_id": item_id, "path": path, "reason": reason, "stage": stage,
                   "time": time.time()}  # fmt: skip
         self._file.write(json.dumps(record) + "\n")
         self.count += 1
+        return True
+
+    def earlier_skips(self, index: DatasetIndex) -> dict[int, tuple[str, str]]:
+        """item -> (reason, stage) of the items already in the file (not metadata lines)."""
+        found = {}
+        for r in self.earlier:
+            item = index.find(r["item_id"]) if r["stage"] != "metadata" else None
+            if item is not None:
+                found[item] = (str(r.get("reason", "")), r["stage"])
+        return found
 
     def close(self) -> None:
         if not self._file.closed:
@@ -46,17 +69,23 @@ class QuarantineWriter:
         self.close()
 
 
+def _key(item_id: str, path: str, stage: str) -> tuple[str, str]:
+    return ("line", path) if stage == "metadata" else ("item", item_id)
+
+
 def read_quarantine(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """All records of a quarantine file, in order; a torn last line (a crash) is skipped."""
     path = Path(path)
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:  # only a line cut short by a crash can be malformed
             continue
+        if isinstance(record, dict) and {"item_id", "path", "stage"} <= record.keys():
+            records.append(record)
     return records

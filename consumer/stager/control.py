@@ -132,9 +132,9 @@ class ControlSockets:
                     self.remote_peers.add(ident)
                 yield ident, msg, payload
 
-    def reply(self, ident: bytes, msg: p.Message) -> None:
-        """Send to a peer on the socket it came from (never blocks)."""
-        send(self.remote if ident in self.remote_peers else self.local, msg, ident=ident)
+    def reply(self, ident: bytes, msg: p.Message) -> bool:
+        """Send to a peer on the socket it came from (never blocks); False if not sent."""
+        return send(self.remote if ident in self.remote_peers else self.local, msg, ident=ident)
 
     def publish(self, msg: p.Message) -> None:
         send(self.pub, msg)

@@ -1,0 +1,1 @@
+"""The data process: plan, slots, leases, batches (GPU:0 when it computes mels)."""

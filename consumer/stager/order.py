@@ -1,0 +1,110 @@
+"""Which plan positions the stager grants next, and in which order finished ones leave.
+
+Pure bookkeeping of plan positions, owned by the slot manager
+(consumer/stager/slot_manager.py), which owns the slots. A position is
+granted (possibly again, from ``retry``, after its grant was taken back), then
+finished as a sample or a skip, then leaves :meth:`PlanOrder.pop_events`
+exactly once. Deterministic mode releases finished positions in plan order
+(a reorder window); otherwise in any order, the cursor being the oldest
+position not yet out. Items known to be bad are skipped without a grant.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from consumer.stager.plan import EpochPlan, Event
+
+
+class PlanOrder:
+    def __init__(self, plan: EpochPlan, deterministic: bool) -> None:
+        self.plan = plan
+        self.deterministic = deterministic
+        # item -> (reason, stage): skipped without a grant for the rest of the run.
+        self.known_bad: dict[int, tuple[str, str]] = {}
+        self.counters = {"delivered": 0, "skipped": 0}
+        self.reset(0)
+
+    def reset(self, position: int) -> None:
+        """Start at `position`: nothing granted, finished or in flight."""
+        self.next_grant = position
+        self.next_event = position
+        self.retry: list[int] = []
+        self.attempts: dict[int, int] = {}  # position -> charged failed grants
+        self.finished: dict[int, Event] = {}
+        self.in_flight: dict[int, int] = {}  # position -> slot
+
+    @property
+    def cursor(self) -> int:
+        """The oldest position not yet handed out by pop_events."""
+        return self.next_event
+
+    def exhausted(self) -> bool:
+        """True once every position of a finite plan has left pop_events."""
+        return self.plan.end is not None and self.next_event >= self.plan.end
+
+    def next_position(self, window: int) -> int | None:
+        """The position to grant next (a retry first), or None: the plan's end, or in
+        deterministic mode `window` positions past the cursor."""
+        while True:
+            if self.retry:
+                position = heapq.heappop(self.retry)
+            else:
+                position = self.next_grant
+                if self.plan.end is not None and position >= self.plan.end:
+                    return None
+                if self.deterministic and position >= self.next_event + window:
+                    return None
+                self.next_grant += 1
+            item = self.plan.item_at(position)
+            if item in self.known_bad:
+                reason, stage = self.known_bad[item]
+                self.finish(Event("skip", position, item, reason=reason, stage=stage))
+                continue
+            return position
+
+    def taken_back(self, position: int, item: int, charged: bool, max_attempts: int) -> None:
+        """A grant of `position` came back unfinished: retry it, or skip its item once
+        max_attempts charged grants failed."""
+        self.in_flight.pop(position, None)
+        attempts = self.attempts.get(position, 0) + charged
+        self.attempts[position] = attempts
+        if attempts < max_attempts:
+            heapq.heappush(self.retry, position)
+            return
+        reason = (
+            f"lease expired {attempts} times (ring.max_item_attempts): its producers "
+            "died or stalled on this input; check it or raise ring.lease_s"
+        )
+        self.known_bad[item] = (reason, "lease")
+        self.finish(Event("skip", position, item, reason=reason, stage="lease"))
+
+    def finish(self, event: Event) -> None:
+        self.in_flight.pop(event.position, None)
+        self.attempts.pop(event.position, None)
+        self.finished[event.position] = event
+
+    def pop_events(self, max_samples: int) -> list[Event]:
+        """Finished positions, in plan order when deterministic, at most max_samples
+        of kind 'sample' (the caller's room in the batch it is building)."""
+        out: list[Event] = []
+        if self.deterministic:
+            while self.next_event in self.finished:
+                if self.finished[self.next_event].kind == "sample" and max_samples <= 0:
+                    break
+                event = self.finished.pop(self.next_event)
+                max_samples -= event.kind == "sample"
+                out.append(event)
+                self.next_event += 1
+        else:
+            for position in sorted(self.finished):
+                if self.finished[position].kind == "sample" and max_samples <= 0:
+                    continue
+                event = self.finished.pop(position)
+                max_samples -= event.kind == "sample"
+                out.append(event)
+            oldest = min([*self.in_flight, *self.retry, self.next_grant, *self.finished])
+            self.next_event = oldest
+        for event in out:
+            self.counters["delivered" if event.kind == "sample" else "skipped"] += 1
+        return out

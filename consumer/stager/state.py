@@ -1,0 +1,44 @@
+"""What the stager's slot manager remembers of each producer and each sample slot.
+
+Plain records, changed only by consumer/stager/slot_manager.py; the stager's
+stats (consumer/stager/stats.py) read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.ring import SlotState
+
+
+@dataclass
+class Producer:
+    ident: bytes
+    name: str
+    pid: int
+    host: str
+    remote: bool
+    last_seen: float
+    index: int = -1  # written into the headers of the slots it holds
+    credits: int = 0
+    slots: set[int] = field(default_factory=set)
+    # Slots taken back while this producer might still be writing them.
+    fenced: set[int] = field(default_factory=set)
+    samples: int = 0
+    # The producer's own per-sample counters, from its last heartbeat (for the inspector).
+    work: dict[str, int] = field(default_factory=dict)
+    # Its grants were taken back (lease expired, or the plan restarted) while it may
+    # still hold them queued: it gets nothing until it says HELLO again.
+    stalled: bool = False
+
+
+@dataclass
+class Slot:
+    state: SlotState = SlotState.FREE
+    generation: int = 0
+    position: int = -1
+    item: int = -1
+    producer: bytes | None = None
+    t_granted: float = 0.0
+    t_granted_wall: float = 0.0  # for the inspector, which has no access to our clock
+    owner_index: int = -1  # its producer's index, as the header shows it

@@ -1,0 +1,62 @@
+"""What the stager publishes on its stats stream and writes into stager.json.
+
+A pure function of the stager's state, plain data only: the inspector
+(consumer/tools/inspector.py) and tests read it. Called by the stager loop
+every STATS_INTERVAL_S and once at exit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from shared.ring import SlotState
+
+if TYPE_CHECKING:
+    from consumer.stager.stager import Stager
+
+
+def producer_rows(stager: Stager, now: float) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": pr.name,
+            "pid": pr.pid,
+            "host": pr.host,
+            "remote": pr.remote,
+            "samples": pr.samples,
+            "grants": len(pr.slots),
+            "fenced": len(pr.fenced),
+            "silent_s": round(now - pr.last_seen, 3),
+            "stalled": pr.stalled,
+            "work": pr.work,
+        }
+        for pr in stager.manager.producers.values()
+    ]
+
+
+def snapshot(stager: Stager) -> dict[str, Any]:
+    """Everything the inspector and stager.json show."""
+    now, manager = time.monotonic(), stager.manager
+    return {
+        "run_id": stager.run_id,
+        "uptime_s": round(now - stager.t_start, 3),
+        "n_items": stager.index.n_items,
+        "cursor": manager.cursor,
+        "epoch": manager.plan.epoch_of(manager.cursor),
+        "slots": dict(Counter(SlotState(s.state).name for s in manager.slots)),
+        "n_slots": stager.cfg.ring.slots,
+        "batch_slots_ready": stager.builder.in_flight(),
+        "batches": stager.batches_sent,
+        "counters": dict(manager.counters),
+        "dropped": dict(stager.dropped),
+        "bad_metadata_lines": len(stager.index.bad_lines),
+        "producers": producer_rows(stager, now),
+        "crashes": list(stager.crashes),
+        "trainer": stager.trainer,
+        "consumer_connected": stager.consumer is not None,
+        "refused_producers": stager.net.refused if stager.net is not None else 0,
+        # Where the work can run: the trainer shares the stager's host, on a GPU if any.
+        "gpus": getattr(stager, "gpus", None),
+        "features_device": stager.cfg.features.device,
+    }

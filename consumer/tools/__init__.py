@@ -1,0 +1,1 @@
+"""Read-only tools: the ring inspector and its stall diagnosis."""

@@ -1,0 +1,1 @@
+"""The model process: feeder, model, XLA train step, checkpoints, metrics (GPU:1)."""

@@ -1,0 +1,141 @@
+"""What `ringfeed validate` and `ringfeed run` check before any process starts.
+
+Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
+free /dev/shm, the dataset's path, format and lines, a sample of the audio
+files those lines name (headers only), the feature cache directory, the CURVE
+keys of a TCP endpoint, and whether stager-side mels have a GPU to run on. A
+fatal finding stops a run before it starts, with one line that says what to
+change (exit code 2, "configuration"); a warning is printed and the run goes on.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.config import Config, ConfigError, is_loopback
+
+# Audio files whose headers are read, spread over the dataset.
+AUDIO_SAMPLE = 8
+
+
+@dataclass(frozen=True)
+class Finding:
+    fatal: bool
+    message: str
+
+
+def preflight(cfg: Config) -> list[Finding]:
+    """Everything found wrong with cfg on this host, fatal ones first."""
+    findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
+    return sorted(findings, key=lambda f: not f.fatal)
+
+
+def _rings(cfg: Config) -> list[Finding]:
+    from shared.ring import check_shm_fits
+
+    try:
+        check_shm_fits(cfg)
+    except ConfigError as exc:
+        return [Finding(True, str(exc))]
+    return []
+
+
+def _dataset(cfg: Config) -> list[Finding]:
+    from shared.dataset import DatasetError, dataset_index
+
+    if cfg.data.format == "synthetic":
+        return []
+    try:
+        index = dataset_index(cfg)
+    except DatasetError as exc:
+        return [Finding(True, str(exc))]
+    out = []
+    if index.bad_lines:
+        first = index.bad_lines[0]
+        out.append(
+            Finding(
+                index.n_items == 0,
+                f"data.path: {len(index.bad_lines)} unusable metadata lines, the first "
+                f"{first.file}:{first.line}: {first.reason}",
+            )
+        )
+    if index.n_items == 0:
+        out.append(Finding(True, f"data.path: {cfg.data.path} has no usable items"))
+        return out
+    return out + _audio_sample(index)
+
+
+def _audio_sample(index) -> list[Finding]:
+    import soundfile as sf
+
+    step = max(1, index.n_items // AUDIO_SAMPLE)
+    picked = list(range(0, index.n_items, step))[:AUDIO_SAMPLE]
+    bad = []
+    for item in picked:
+        path = index.path(item)
+        try:
+            sf.info(path)
+        except Exception as exc:  # soundfile raises several types on a bad file
+            if not path.lower().endswith((".mp3", ".m4a", ".ogg", ".opus")):
+                bad.append(f"{path}: {exc}")
+    if not bad:
+        return []
+    return [
+        Finding(
+            len(bad) == len(picked),
+            f"data.path: {len(bad)} of {len(picked)} sampled audio files unreadable, "
+            f"the first {bad[0]}",
+        )
+    ]
+
+
+def _cache(cfg: Config) -> list[Finding]:
+    if not cfg.features.cache:
+        return []
+    directory = Path(cfg.features.cache_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return [
+            Finding(
+                False,
+                f"features.cache_dir: {directory} is not writable ({exc.strerror}); the run "
+                "goes on without the cache: fix the directory or set features.cache: false",
+            )
+        ]
+    return []
+
+
+def _keys(cfg: Config) -> list[Finding]:
+    from shared.keys import KeysError, load_server
+
+    t = cfg.transport
+    if t.kind != "tcp" or (not t.keys_dir and is_loopback(t.host)):
+        return []
+    try:
+        load_server(Path(t.keys_dir))
+    except (KeysError, OSError, ValueError) as exc:
+        return [Finding(True, f"transport.keys_dir: {exc}")]
+    return []
+
+
+def _devices(cfg: Config) -> list[Finding]:
+    if cfg.features.device != "stager":
+        return []
+    from consumer.devices import count_gpus
+
+    n_gpus, why = count_gpus()
+    if n_gpus:
+        return []
+    return [
+        Finding(
+            False,
+            f"features.device: stager, but this host has no GPU ({why}): stager-side mels "
+            "run on the CPU, about 3x slower than producer mels (README); set "
+            "features.device: producer",
+        )
+    ]

@@ -1,0 +1,206 @@
+"""One way to start a run from Python: the processes of one run id, watched and cleaned up.
+
+    with Run(config_path, run_id, log_dir) as run:   # log_dir None: inherit stdout
+        run.start_all("trainer")                      # stager, producers, consumer
+        code = run.watch(stop)                        # until done, a failure or stop
+
+Each process is ``python -m scripts.cli VERB CONFIG --run-id RID`` started in the
+repository root. Leaving the block SIGTERMs whatever is still alive, SIGKILLs
+it after the grace (``RINGFEED_GRACE_S``, 8 s), then removes the run's
+segments from /dev/shm and its ipc socket files, so a failing test, benchmark
+or run leaves nothing behind. Used by ``ringfeed run`` (and so by
+scripts/launch.sh), the tests and every benchmark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from consumer.client.batch_client import BatchClient
+from shared.config import launch_grace_s, load_config, run_dir
+from shared.process import StopFlag, die_with_parent
+from shared.segments import list_segments, socket_files
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+# A trainer spends its first ~10-30 s importing TensorFlow and compiling on 2 cores.
+DEFAULT_TIMEOUT_S = 120.0
+WATCH_POLL_S = 0.2
+
+
+def worker_pids(pool_pid: int) -> list[int]:
+    """A producer pool's live worker processes (not multiprocessing's resource tracker);
+    a process that exits while /proc is read is left out."""
+    workers = []
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        children = Path(f"/proc/{pool_pid}/task/{pool_pid}/children").read_text().split()
+        for pid in map(int, children):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    workers.append(pid)
+    return workers
+
+
+def exit_code(returncode: int) -> int:
+    """A Popen return code as a shell reports it (-9 -> 137)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Run:
+    """The processes of one run id: start verbs, wait, watch, signal, always clean up."""
+
+    def __init__(
+        self, config: Path, run_id: str, log_dir: Path | None = None, grace_s: float | None = None
+    ) -> None:
+        self.config, self.run_id, self.log_dir = Path(config).absolute(), run_id, log_dir
+        self.cfg = load_config(self.config)
+        self.grace_s = launch_grace_s() if grace_s is None else grace_s
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.clients: list[BatchClient] = []
+        self.launches = 0
+        self.failure: tuple[str, int] | None = None
+
+    @property
+    def dir(self) -> Path:
+        return run_dir(self.cfg, self.run_id)
+
+    # ------------------------------------------------------------ processes
+    def start(self, verb: str, *extra: str) -> subprocess.Popen:
+        """Start `ringfeed VERB CONFIG --run-id RID EXTRA...`; a restarted verb replaces
+        the earlier process of that name."""
+        self.launches += 1
+        cmd = [sys.executable, "-m", "scripts.cli", verb, str(self.config)]
+        cmd += ["--run-id", self.run_id, *extra]
+        # die_with_parent: a launcher killed with SIGKILL takes its run down with it.
+        if self.log_dir is None:
+            proc = subprocess.Popen(cmd, cwd=REPO, preexec_fn=die_with_parent)
+        else:
+            path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
+            with path.open("w") as out:  # the child holds its own descriptor
+                proc = subprocess.Popen(
+                    cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+                )
+        self.procs[verb] = proc
+        return proc
+
+    def start_all(self, consumer: str = "trainer") -> None:
+        for verb in ("stager", "producers", consumer):
+            self.start(verb)
+
+    def wait(self, verb: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+        try:
+            return self.procs[verb].wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            msg = f"{verb} still running after {timeout_s:.0f} s\n{self.logs()}"
+            raise AssertionError(msg) from None
+
+    def wait_all(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, int]:
+        deadline = time.monotonic() + timeout_s
+        return {v: self.wait(v, max(0.1, deadline - time.monotonic())) for v in self.procs}
+
+    def watch(self, stop: StopFlag | None = None) -> int:
+        """Wait for every process. The first that fails, or a stop signal, stops the
+        others; once the stager has ended the run, stragglers get the grace. Returns 0
+        if all exited 0, else the first failure's exit code (shell style)."""
+        stager_gone_at: float | None = None
+        while True:
+            codes = {verb: proc.poll() for verb, proc in self.procs.items()}
+            for verb, code in codes.items():
+                if code not in (None, 0) and self.failure is None:
+                    self.failure = (verb, exit_code(code))
+                    log.error("%s exited with code %d; stopping the run", verb, exit_code(code))
+            if all(code is not None for code in codes.values()):
+                break
+            if self.failure is not None or (stop is not None and stop.is_set()):
+                self.stop()
+                break
+            if codes.get("stager") is not None:
+                stager_gone_at = stager_gone_at or time.monotonic()
+                if time.monotonic() - stager_gone_at > self.grace_s:
+                    self.stop()
+                    break
+            time.sleep(WATCH_POLL_S)
+        if self.failure is None:
+            failed = [(v, exit_code(p.returncode)) for v, p in self.procs.items() if p.returncode]
+            self.failure = failed[0] if failed else None
+        return self.failure[1] if self.failure else 0
+
+    def signal(self, verb: str, signum: int = signal.SIGTERM) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.procs[verb].send_signal(signum)
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """SIGTERM everything alive, SIGKILL after the grace; idempotent."""
+        grace_s = self.grace_s if grace_s is None else grace_s
+        live = [p for p in self.procs.values() if p.poll() is None]
+        for p in live:
+            p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in live:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("pid %d ignored SIGTERM for %.0f s; killing it", p.pid, grace_s)
+                p.kill()
+                p.wait()
+
+    def worker_pids(self) -> list[int]:
+        return worker_pids(self.procs["producers"].pid)
+
+    # ------------------------------------------------------------ consumers and results
+    def client(self, name: str = "test", timeout_s: float = 60.0) -> BatchClient:
+        """A connected consumer of this run in this process (closed on exit)."""
+        client = BatchClient(self.cfg, self.run_id, name)
+        client.connect(timeout_s=timeout_s)
+        self.clients.append(client)
+        return client
+
+    def poll_for(
+        self, predicate: Callable[[], bool], timeout_s: float = DEFAULT_TIMEOUT_S, what: str = ""
+    ) -> None:
+        """Wait until predicate() is true; fail with the logs after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+            if any(p.poll() not in (None, 0) for p in self.procs.values()):
+                raise AssertionError(f"a process failed waiting for {what}\n{self.logs()}")
+            time.sleep(0.1)
+
+    def logs(self, tail: int = 4000) -> str:
+        if self.log_dir is None:
+            return ""
+        parts = []
+        for path in sorted(self.log_dir.glob(f"{self.run_id}-*.log")):
+            parts.append(f"--- {path.name}\n{path.read_text()[-tail:]}")
+        return "\n".join(parts)
+
+    def json(self, name: str) -> dict[str, Any]:
+        return json.loads((self.dir / name).read_text())
+
+    # ------------------------------------------------------------ cleanup
+    def cleanup(self) -> None:
+        """Remove the run's segments and ipc socket files (call once its processes are gone)."""
+        for path in list_segments(self.run_id):
+            path.unlink(missing_ok=True)
+        for path in socket_files(self.run_id):
+            path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for client in self.clients:
+            client.close(finished=False)
+        self.stop()
+        self.cleanup()

@@ -1,0 +1,78 @@
+"""Frozen dataclasses from a plain mapping (as YAML gives), with errors that name the key.
+
+The machinery under shared/config.py, which holds ringfeed's own schema and its
+rules: unknown keys, wrong types and impossible values raise
+:class:`ConfigError` naming the key (``ring.slots: must be an integer``).
+Supported field types: bool, int, float, str, Literal, tuple[T, ...] and
+nested dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or impossible."""
+
+
+def check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        check(value in choices, key, f"must be one of {list(choices)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        raise ConfigError(f"{key}: union types are not supported in the config schema")
+    if dataclasses.is_dataclass(tp):
+        check(isinstance(value, dict), key, f"must be a mapping, got {type(value).__name__}")
+        return build(tp, value, key)
+    if tp is bool:
+        check(isinstance(value, bool), key, f"must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        check(
+            isinstance(value, int) and not isinstance(value, bool),
+            key,
+            f"must be an integer, got {value!r}",
+        )
+        return value
+    if tp is float:
+        check(
+            isinstance(value, (int, float)) and not isinstance(value, bool),
+            key,
+            f"must be a number, got {value!r}",
+        )
+        return float(value)
+    if tp is str:
+        check(isinstance(value, str), key, f"must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        check(isinstance(value, list), key, f"must be a list, got {value!r}")
+        return tuple(_coerce(v, typing.get_args(tp)[0], f"{key}[{i}]") for i, v in enumerate(value))
+    raise ConfigError(f"{key}: unsupported type {tp}")
+
+
+def build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in names:
+            where = f"{prefix}.{key}" if prefix else key
+            raise ConfigError(f"{where}: unknown key; known keys here are {sorted(names)}")
+    kwargs = {}
+    for name in names & raw.keys():
+        where = f"{prefix}.{name}" if prefix else name
+        kwargs[name] = _coerce(raw[name], hints[name], where)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # pragma: no cover - guarded by the checks above
+        raise ConfigError(f"{prefix or 'config'}: {exc}") from exc

@@ -1,0 +1,104 @@
+"""Segments in /dev/shm and ipc socket files: which are ringfeed's, which are dead.
+
+Contract 6: only the owner (the stager) unlinks its segments, and a segment
+whose owner pid is dead is stale. The stager removes stale ones at start,
+``ringfeed cleanup`` on demand, and scripts/runner.py a finished run's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from shared.config import runtime_dir
+from shared.ring import HEADER_DTYPE, MAGIC, SEGMENT_PREFIX, SHM_DIR
+
+log = logging.getLogger(__name__)
+
+# A segment without a valid header this young may still be being created, seconds.
+HALF_MADE_GRACE_S = 5.0
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid exists on this host."""
+    if not 0 < pid < 2**31:  # os.kill raises OverflowError past a C int
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_owner_pid(path: Path) -> int | None:
+    """The owner pid in a segment's header, or None if it is not a ring."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(HEADER_DTYPE.itemsize)
+    except OSError:
+        return None
+    if len(raw) < HEADER_DTYPE.itemsize or not raw.startswith(MAGIC):
+        return None
+    return int(np.frombuffer(raw, dtype=HEADER_DTYPE)[0]["owner_pid"])
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def list_segments(run_id: str | None = None) -> Iterator[Path]:
+    """ringfeed segments in /dev/shm, optionally of one run."""
+    prefix = SEGMENT_PREFIX + (f"{run_id}-" if run_id else "")
+    yield from sorted(SHM_DIR.glob(prefix + "*"))
+
+
+def remove_stale_segments(run_id: str | None = None) -> list[str]:
+    """Unlink segments whose owner process is dead (logged); returns their names."""
+    removed = []
+    for path in list_segments(run_id):
+        pid = read_owner_pid(path)
+        if pid is not None and pid_alive(pid):
+            continue
+        if pid is None and _age_s(path) < HALF_MADE_GRACE_S:
+            continue  # its creator may be writing the header right now
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+            log.warning("removed stale segment /dev/shm/%s (owner pid %s is gone)", path.name, pid)
+    return removed
+
+
+def socket_files(run_id: str | None = None) -> list[Path]:
+    """ringfeed's ipc socket files (shared.config.endpoints), optionally of one run."""
+    prefix = SEGMENT_PREFIX + (f"{run_id}-" if run_id else "")
+    return [p for p in sorted(runtime_dir().glob(prefix + "*")) if p.is_socket()]
+
+
+def remove_dead_sockets(run_id: str | None = None) -> list[str]:
+    """Unlink ipc socket files nobody listens on (a stager killed with SIGKILL leaves
+    them; libzmq never removes them); returns their names."""
+    removed = []
+    for path in socket_files(run_id):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:  # the file is there, its listener is gone
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+        except OSError:
+            continue  # not ours to judge (permissions, a race with its removal)
+        finally:
+            probe.close()
+    return removed

@@ -1,0 +1,15 @@
+"""A model factory whose training step fails, for tests/test_failures_propagate.py."""
+
+from __future__ import annotations
+
+from consumer.trainer.model import build_default_model
+from shared.config import Config
+
+
+def build(cfg: Config):
+    """The default model with a loss that raises while the step is traced."""
+
+    def exploding_loss(*args):
+        raise FloatingPointError("the loss exploded (tests/faulty_model.py)")
+
+    return build_default_model(cfg), exploding_loss

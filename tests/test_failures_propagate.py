@@ -1,0 +1,146 @@
+"""A failure anywhere ends the whole run, says why and leaves nothing behind: a feeder
+that raises, a train step that raises, a launcher killed with SIGKILL, a stager killed
+with SIGKILL (its socket files), a worker that exits 0 unexpectedly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from consumer.trainer.feeder import Feeder
+from scripts.runner import REPO, Run
+from shared.config import load_config
+from shared.process import StopFlag
+from shared.segments import socket_files
+from tests.runs import shm_segments, write_config
+from tests.test_trainer_e2e import SYNTHETIC
+from tests.test_transport_e2e import rid, small
+
+pytestmark = pytest.mark.slow
+
+
+class BrokenFeeder(Feeder):
+    """The real feeder thread, whose copy to the device fails (a driver error, OOM)."""
+
+    def _copy(self, batch):
+        raise MemoryError("copy of batch to the device failed")
+
+
+def test_a_feeder_that_raises_reaches_the_trainer_loop(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=10_000, delay_s=0.002, stager={"epochs": 0})
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        feeder = BrokenFeeder(cfg, run_id, 0, 0, "/CPU:0", StopFlag())
+        feeder.start()
+        t0 = time.monotonic()
+        with pytest.raises(MemoryError, match="device failed"):
+            feeder.get()
+        assert time.monotonic() - t0 < 30
+        feeder.finish(False, timeout_s=5)
+        assert not feeder.is_alive()
+
+
+def ringfeed_run(config: Path, run_id: str, log: Path) -> subprocess.Popen:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "scripts.cli", "run", str(config), "--run-id", run_id],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_a_train_step_that_raises_ends_the_run_with_a_reason(tmp_path: Path) -> None:
+    raw = {**SYNTHETIC, "model": {**SYNTHETIC["model"], "factory": "tests.faulty_model:build"}}
+    config = write_config(tmp_path, {**raw, "stager": {"batch_size": 4, "epochs": 0}})
+    run_id, log = f"fail-{uuid.uuid4().hex[:6]}", tmp_path / "run.log"
+    proc = ringfeed_run(config, run_id, log)
+    try:
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert code == 1, text
+    assert "trainer failed: " in text and "FloatingPointError: the loss exploded" in text
+    assert "launch: trainer exited with code 1" in text
+    assert shm_segments(run_id) == [] and socket_files(run_id) == []
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    return state != "Z"
+
+
+def test_a_launcher_killed_with_sigkill_takes_its_run_down(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=100_000, delay_s=0.002)
+    run_id = rid()
+    proc = subprocess.Popen(
+        ["bash", "scripts/launch.sh", "run", str(cfg_path), "--run-id", run_id]
+        + ["--consumer", "drain"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(shm_segments(run_id)) < 2 or len(children(proc.pid)) < 3:
+            assert time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.1)
+        pool = next(c for c in children(proc.pid) if b"producers" in cmdline(c))
+        family = children(proc.pid) + children(pool)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        deadline = time.monotonic() + 15
+        while any(alive(pid) for pid in family) or shm_segments(run_id):
+            assert time.monotonic() < deadline, f"left alive: {[p for p in family if alive(p)]}"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert socket_files(run_id) == []
+
+
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=100, delay_s=0.002)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        # The rings come first, the sockets just after: wait for both.
+        ready = lambda: len(shm_segments(run_id)) == len(socket_files(run_id)) == 2  # noqa: E731
+        run.poll_for(ready, 30, "the rings and sockets")
+        run.signal("stager", signal.SIGKILL)
+        run.wait("stager", 10)
+        assert len(socket_files(run_id)) == 2 and len(shm_segments(run_id)) == 2
+        out = subprocess.run(
+            [sys.executable, "-m", "scripts.cli", "cleanup", "--run-id", run_id],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "removed 2 stale segment(s)" in out.stdout
+        assert "removed 2 dead socket file(s)" in out.stdout
+        assert socket_files(run_id) == [] and shm_segments(run_id) == []

@@ -1,0 +1,181 @@
+"""Faults that once stalled or ended a run: a producer that never answers its grants,
+a lossy TCP link, a poison item that raises or kills its worker, a stager restarted
+under its consumer. Real processes; every row of every batch is checked against the
+item it claims to be; every run ends within a bound and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from consumer.stager.plan import EpochPlan
+from scripts.lossy_link import LossyLink
+from scripts.runner import Run
+from shared import protocol as p
+from shared.config import endpoints, load_config
+from shared.quarantine import read_quarantine
+from tests.runs import peer_socket, shm_segments
+from tests.test_remote_producers import free_port
+from tests.test_transport_e2e import consume, rid, small
+
+pytestmark = pytest.mark.slow
+
+
+def plan_items(cfg_path: Path, n_items: int, epochs: int, skip: set[int]) -> list[int]:
+    """What a run must deliver in deterministic mode: the plan, less the skipped items."""
+    cfg = load_config(cfg_path)
+    plan = EpochPlan(n_items, cfg.stager.seed, epochs)
+    return [i for i in (plan.item_at(k) for k in range(n_items * epochs)) if i not in skip]
+
+
+class MuteProducer(threading.Thread):
+    """Says HELLO, asks for grants, then only heartbeats: never READY, never SKIP."""
+
+    def __init__(self, endpoint: str, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.endpoint, self.seconds, self.grants, self.rehellos = endpoint, seconds, 0, 0
+
+    def run(self) -> None:
+        with peer_socket(self.endpoint) as sock:
+            hello = p.Hello("mute", os.getpid(), socket.gethostname(), False)
+            sock.send_multipart(p.encode(hello))
+            deadline, beat = time.monotonic() + self.seconds, 0.0
+            while time.monotonic() < deadline:
+                if sock.poll(50):
+                    msg, _ = p.decode(sock.recv_multipart())
+                    if isinstance(msg, p.Welcome):
+                        sock.send_multipart(p.encode(p.Request(4)))
+                    self.grants += isinstance(msg, p.Grant)
+                    self.rehellos += isinstance(msg, p.Rehello)
+                if time.monotonic() > beat:  # alive and well, as far as heartbeats go
+                    sock.send_multipart(p.encode(p.Heartbeat(0, {})))
+                    beat = time.monotonic() + 0.2
+
+
+def test_grants_of_a_producer_that_heartbeats_but_never_answers_come_back(
+    tmp_path: Path,
+) -> None:
+    n = 200
+    cfg_path = small(tmp_path, items=n, delay_s=0.003, ring={"lease_s": 1.0})
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        mute = MuteProducer(endpoints(cfg, run_id).control, seconds=20)
+        mute.start()
+        client = run.client(timeout_s=30)
+        run.start("producers")
+        t0 = time.monotonic()
+        items = consume(client, timeout_s=30)
+        took_s = time.monotonic() - t0
+        client.close()
+        assert run.wait("stager", 20) == 0
+    assert mute.grants >= 1 and mute.rehellos >= 1, "the mute producer was never caught"
+    assert items == plan_items(cfg_path, n, 1, set())  # exactly once, in plan order
+    assert took_s < 25 and shm_segments(run_id) == []
+
+
+def test_an_epoch_crosses_a_link_that_drops_messages_exactly_once(tmp_path: Path) -> None:
+    n, stager_port, link_port = 120, free_port(), free_port()
+    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": stager_port}
+    cfg_path = small(
+        tmp_path, items=n, delay_s=0.002, transport=tcp, ring={"lease_s": 1.0, "heartbeat_s": 0.2}
+    )
+    run_id, link = rid(), LossyLink(link_port, stager_port, drop=0.1)
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        link.start()
+        run.start("producers", "--remote", "--connect", f"tcp://127.0.0.1:{link_port}")
+        client = run.client(timeout_s=30)
+        try:
+            items = consume(client, timeout_s=90)
+        finally:
+            link.stop.set()
+        client.close()
+        assert run.wait("stager", 20) == 0
+        summary = run.json("stager.json")
+    assert link.dropped >= 10, "the link dropped too little to mean anything"
+    assert items == plan_items(cfg_path, n, 1, set())
+    assert summary["counters"]["reclaimed"] >= 1  # lost GRANTs and READYs came back
+    assert shm_segments(run_id) == []
+
+
+@pytest.mark.parametrize("fault", ["raise", "exit"])
+def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fault: str) -> None:
+    """An item whose work raises is quarantined at once with the exception; one whose
+    work ends its process (exit 0, as a misbehaving library might) is charged for each
+    death and skipped after ring.max_item_attempts; the pool never gives up."""
+    n, poison = 60, 17
+    cfg_path = small(
+        tmp_path,
+        items=n,
+        delay_s=0.002,
+        data={"format": "synthetic", "synthetic_items": n, f"synthetic_{fault}": [poison]},
+        stager={"batch_size": 8, "epochs": 2},
+        producers={"workers": 2, "restart_backoff_s": 0.1, "max_restarts": 2},
+    )
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        items = consume(client, timeout_s=90)
+        client.close()
+        codes = run.wait_all(30)
+        summary = run.json("stager.json")
+        quarantine = read_quarantine(run.dir / "quarantine.jsonl")
+        logs = run.logs(tail=1_000_000)
+    assert codes == {"stager": 0, "producers": 0}, logs
+    assert items == plan_items(cfg_path, n, 2, {poison})  # twice each, poison never
+    assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]  # once per run
+    record = quarantine[0]
+    if fault == "raise":
+        assert record["stage"] == "synthetic" and "ZeroDivisionError" in record["reason"]
+        assert "died (" not in logs  # no worker died for it
+    else:
+        assert record["stage"] == "lease" and "max_item_attempts" in record["reason"]
+        assert logs.count("died (exit code 0) while working") == 3  # max_item_attempts
+    assert summary["counters"]["skipped"] == 2  # once per epoch, tried in the first only
+    assert shm_segments(run_id) == []
+
+
+def test_a_restarted_stager_is_rejoined_where_its_consumer_stands(tmp_path: Path) -> None:
+    """SIGKILL the stager mid-epoch and start a new one: the consumer answers its REHELLO
+    at the batch after the last it took, producers say HELLO again, an item quarantined
+    before the restart is skipped without a try after it, and the batches are exactly
+    those of an uninterrupted run."""
+    n, poison = 240, 3
+    cfg_path = small(
+        tmp_path,
+        items=n,
+        delay_s=0.004,
+        data={"format": "synthetic", "synthetic_items": n, "synthetic_raise": [poison]},
+        stager={"batch_size": 8, "epochs": 2},
+    )
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+
+        def restart_once(n_taken: int) -> None:
+            if n_taken >= 300 and run.launches == 2:
+                run.signal("stager", 9)
+                run.wait("stager", 10)
+                run.start("stager")
+
+        items = consume(client, on_batch=restart_once, timeout_s=120)
+        client.close()
+        assert run.wait("stager", 30) == 0
+        quarantine = read_quarantine(run.dir / "quarantine.jsonl")
+        logs = run.logs(tail=1_000_000)
+    assert run.launches == 3, "the stager was never restarted"
+    assert "1 items quarantined earlier in this run are skipped" in logs
+    assert items == plan_items(cfg_path, n, 2, {poison})
+    assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]
+    assert shm_segments(run_id) == []

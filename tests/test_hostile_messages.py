@@ -1,0 +1,180 @@
+"""Hostile and broken messages on the stager's live sockets: fuzzed frames, a HELLO with
+an impossible pid, a second HELLO on one socket. Real stager and producers; each run
+still delivers its epoch exactly once and the stager stays up."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import socket
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+from scripts.runner import Run
+from shared import protocol as p
+from shared.config import endpoints, load_config
+from tests.runs import peer_socket
+from tests.test_reliability import RSS_SLACK_KB, assert_exactly_once, finish, rss_kb
+from tests.test_transport_e2e import consume, rid, small
+
+pytestmark = pytest.mark.slow
+
+
+def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
+    """One hostile message: a mutated valid frame, a wrong type, a lie about slots."""
+    pick = rng.randrange(10)
+    k, big = rng.randint(0, 3), rng.choice([0, 1, n_slots, 2**31, 2**63 - 1, -1])
+    ready = p.Ready(
+        [rng.randrange(-2, n_slots + 2) for _ in range(k)],
+        [rng.randrange(0, 10**6) for _ in range(k)],
+        [rng.randrange(0, 10**6) for _ in range(k)],
+        [rng.randint(-1, 100) for _ in range(k * n_fields)],
+        [0] * k,
+        [0] * k,
+    )
+    valid = rng.choice(
+        [
+            ready,
+            p.Skip(
+                rng.randrange(-1, n_slots + 1), rng.randrange(10**6), big, "fuzz", "/x", "audio"
+            ),
+            p.Heartbeat(big, {"decoded": "many", "cache_hits": big}),
+            p.Request(big),
+            p.Crash("fuzz", "x" * rng.randrange(0, 60_000)),
+            p.BatchFree(rng.randrange(-1, 4), big),
+            p.StepStats(1, 0.1, 0.1, float("nan")),
+        ]
+    )
+    frames = [bytes(f) for f in p.encode(valid)]
+    header = bytearray(frames[0])
+    if pick == 0:  # flipped bytes
+        for _ in range(rng.randint(1, 4)):
+            header[rng.randrange(len(header))] ^= 1 << rng.randrange(8)
+    elif pick == 1:  # truncated
+        header = header[: rng.randrange(len(header))]
+    elif pick == 2:  # a kind of another message with these fields
+        header = bytearray(
+            msgpack.packb([p.VERSION, rng.randint(-1, 40), *valid.__dict__.values()])
+        )
+    elif pick == 3:  # huge lists
+        size = rng.choice([4097, 5000])
+        header = bytearray(msgpack.packb([p.VERSION, int(p.Kind.READY), *[[0] * size] * 6]))
+    elif pick == 4:  # wrong types
+        header = bytearray(
+            msgpack.packb([p.VERSION, int(p.Kind.READY), "a", 1.5, None, {}, b"", []])
+        )
+    elif pick == 5:  # extra frames (a payload on a control message, or too many)
+        return [bytes(header), *[b"\0" * rng.randrange(64)] * rng.choice([1, 9, 20])]
+    elif pick == 6:  # a remote-style READY with payload frames of the wrong sizes
+        return [bytes(header), *[os.urandom(rng.randrange(256)) for _ in range(n_fields)]]
+    elif pick == 7:  # random bytes
+        header = bytearray(os.urandom(rng.randrange(1, 128)))
+    return [bytes(header), *frames[1:]]  # 8, 9: valid frames that lie
+
+
+def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: Path) -> None:
+    n, n_msgs = 400, 2000
+    cfg_path = small(tmp_path, items=n, delay_s=0.005)
+    cfg = load_config(cfg_path)
+    n_fields = len(cfg.sample_fields())
+    run_id = rid()
+    sent = collections.Counter()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        stager = run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        control = endpoints(cfg, run_id).control
+        rss0 = rss_kb(stager.pid)
+
+        def fuzz() -> None:
+            rng = random.Random(2024)
+            with zmq.Context() as ctx:
+                stranger, fake = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+                for sock in (stranger, fake):
+                    sock.setsockopt(zmq.LINGER, 0)
+                    sock.connect(control)
+                # Another host's name: its grants are freed, not fenced, once it falls silent.
+                fake.send_multipart(p.encode(p.Hello("fuzz", 1, "fuzzhost", False)))
+                for i in range(n_msgs):
+                    sock = fake if i % 2 else stranger
+                    sock.send_multipart(fuzz_frames(rng, cfg.ring.slots, n_fields))
+                    sent["fake" if i % 2 else "stranger"] += 1
+                    while fake.poll(0):
+                        fake.recv_multipart()  # grants it will never fill, heartbeats
+                    if i % 50 == 0:
+                        time.sleep(0.01)
+                stranger.close()
+                fake.close()
+
+        thread = threading.Thread(target=fuzz, daemon=True)
+        thread.start()
+        try:
+            items = consume(client, timeout_s=30)
+            thread.join(20)
+            assert not thread.is_alive()
+            rss1 = rss_kb(stager.pid)
+        finally:
+            client.close()
+        summary = finish(run, run_id, "producers")
+    assert_exactly_once(items, cfg, n)
+    dropped = summary["dropped"]
+    assert sum(sent.values()) == n_msgs
+    assert dropped.get("malformed", 0) >= 500, dropped
+    assert dropped.get("unknown-peer", 0) >= 1 and dropped.get("stale", 0) >= 1, dropped
+    assert rss1 - rss0 < RSS_SLACK_KB, f"stager RSS {rss0} -> {rss1} KiB"
+
+
+def test_a_hello_with_an_out_of_range_pid_does_not_kill_the_stager(tmp_path: Path) -> None:
+    """HELLO.pid is any 64-bit int on the wire; os.kill takes a C int."""
+    n = 200
+    cfg_path = small(tmp_path, items=n, delay_s=0.002)
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        with peer_socket(endpoints(cfg, run_id).control) as rogue:
+            rogue.send_multipart(p.encode(p.Hello("huge", 2**40, socket.gethostname(), False)))
+            try:
+                items = consume(client, timeout_s=30)
+            finally:
+                client.close()
+        finish(run, run_id, "producers")
+    assert_exactly_once(items, cfg, n)
+
+
+def test_a_second_hello_on_one_socket_does_not_orphan_its_grants(tmp_path: Path) -> None:
+    """A peer that says HELLO twice on one identity, holding grants, then falls silent:
+    its grants must still expire with the lease, or their positions never finish."""
+    n = 200
+    cfg_path = small(tmp_path, items=n, delay_s=0.002, producers={"workers": 1})
+    cfg = load_config(cfg_path)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        with peer_socket(endpoints(cfg, run_id).control) as peer:
+            hello = p.encode(p.Hello("twice", 1, "elsewhere", False))
+            peer.send_multipart(hello)
+            peer.send_multipart(p.encode(p.Request(4)))
+            got: list = []
+            deadline = time.monotonic() + 10
+            while not any(isinstance(m, p.Grant) for m in got) and time.monotonic() < deadline:
+                if peer.poll(100):
+                    got.append(p.decode(peer.recv_multipart())[0])
+            peer.send_multipart(hello)  # then silence: no READY, no heartbeat
+            try:
+                items = consume(client, timeout_s=15)
+            finally:
+                client.close()
+        finish(run, run_id, "producers")
+    assert any(isinstance(m, p.Grant) for m in got), "the peer was never granted a slot"
+    assert_exactly_once(items, cfg, n)
