@@ -400,9 +400,21 @@ class Stager:
     def publish(self) -> None:
         self.net.publish(p.Stats(self.snapshot()))
 
+    def last_reports(self) -> None:
+        """Read the heartbeats and crash reports already queued, so stager.json holds each
+        producer's final counters: a producer reports as soon as it runs out of grants,
+        often just after the READY that ended the run. Nothing else is acted on now."""
+        if self.manager is None:
+            return
+        for ident, msg, payload in self.net.receive(0):
+            producer = self.manager.producers.get(ident)
+            if producer is not None and isinstance(msg, p.Heartbeat | p.Crash):
+                self.dispatch(self.HANDLERS, f"producer {producer.name}", msg, producer, payload)
+
     def teardown(self) -> None:
         """Stop peers, record the run, unlink the segments; safe after a partial setup."""
         if self.net is not None:
+            self.last_reports()
             for ident in list(self.manager.producers):
                 self.reply(ident, p.Shutdown("run finished"))
             if self.consumer is not None and not self.done:
