@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import time
 import traceback
@@ -35,7 +36,7 @@ from shared import protocol as p
 from shared.config import Config
 from shared.keys import load_client
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
-from shared.ring import Ring
+from shared.ring import Ring, rows_checksum
 from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class Worker:
         self.welcomed = False
         self.hello_at = self.last_request = 0.0
         self.on_welcome: Callable[[], object] | None = None
+        self.token = secrets.token_hex(16)  # this process, in every HELLO (shared.protocol)
+        self.n_taken_back = 0  # grants dropped unwritten: the stager had taken them back
 
     # ------------------------------------------------------------ setup
     def connect(self) -> None:
@@ -107,7 +110,7 @@ class Worker:
         self.sock.connect(self.endpoint)
         self.grants.clear()
         self.ready.clear()
-        self._send(p.Hello(self.name, os.getpid(), socket.gethostname(), self.remote))
+        self._send(p.Hello(self.name, os.getpid(), socket.gethostname(), self.remote, self.token))
         self.last_heard = self.hello_at = time.monotonic()
         self.welcomed = False
 
@@ -193,7 +196,8 @@ class Worker:
         # reports are current when a short run ends.
         gone_idle = not self.grants and self.done != self.done_reported
         if gone_idle or now - self.last_heartbeat >= self.cfg.ring.heartbeat_s:
-            self._send(p.Heartbeat(self.done, self.source.work()))
+            work = {**self.source.work(), "taken_back": self.n_taken_back}
+            self._send(p.Heartbeat(self.done, work))
             self.last_heartbeat, self.done_reported = now, self.done
         silent = now - self.last_heard
         if silent > ORPHAN_S:
@@ -206,18 +210,21 @@ class Worker:
     # ------------------------------------------------------------ work
     def fill(self, grant: GrantEntry) -> None:
         """Prepare one item; queue its READY (sent in batches) or send its SKIP."""
-        header = self.ring.slots[grant.slot] if self.ring is not None else None
-        if header is not None:  # our progress fields only: the state is the stager's
+        if self.taken_back(grant):
+            return
+        if self.ring is not None:  # our progress fields only: the state is the stager's
+            header = self.ring.slots[grant.slot]
             header["writing_generation"], header["t_write"] = grant.generation, time.time()
         try:
             sample = self.source.prepare(grant.item)
             if self.remote:
                 lengths, payload = self.frames(sample)
-                self._send(self._ready_msg([(grant, lengths, 0, sample.truncated)]), payload)
+                msg = self._ready_msg([(grant, lengths, rows_checksum(payload), sample.truncated)])
+                self._send(msg, payload)
             else:
-                lengths, checksum = self.write(grant, sample), 0
-                if self.cfg.ring.checksum:
-                    checksum = self.ring.checksum(grant.slot, self._length_map(lengths))
+                if self.taken_back(grant):
+                    return
+                lengths, checksum = self.write(grant, sample)
                 self.ready.append((grant, lengths, checksum, sample.truncated))
         except SkipSample as skip:
             self.skip(grant, skip.reason, skip.path, skip.stage or "prepare")
@@ -227,9 +234,22 @@ class Worker:
             self.skip(grant, describe(exc, stage), "", stage)
         self.done += 1  # each READY or SKIP entry also asks for one more grant
 
+    def taken_back(self, grant: GrantEntry) -> bool:
+        """Has the stager taken this local grant back (its generation in the slot header
+        moved on)? Then we neither write nor seal that slot; the stager re-grants the item.
+        The check narrows the window for a stale write; the stager's check after copying
+        closes it (shared/ring.py)."""
+        if self.ring is None or int(self.ring.slots[grant.slot]["generation"]) == grant.generation:
+            return False
+        log.info("%s: grant of slot %d was taken back; dropped", self.name, grant.slot)
+        self.n_taken_back += 1
+        return True
+
     def skip(self, grant: GrantEntry, reason: str, path: str, stage: str) -> None:
         path = path or self.source.path(grant.item)
-        self._send(p.Skip(grant.slot, grant.generation, grant.item, reason, path, stage))
+        cap = p.MAX_STR["reason"]  # the stager drops a SKIP over the protocol's limits
+        skip = p.Skip(grant.slot, grant.generation, grant.item, reason[:cap], path[-cap:], stage)
+        self._send(skip)
 
     @staticmethod
     def _ready_msg(entries: list[tuple[GrantEntry, list[int], int, bool]]) -> p.Ready:
@@ -251,24 +271,25 @@ class Worker:
         """Sample arrays in ring field order."""
         return [getattr(sample, name) for name in self.fields]
 
-    def _length_map(self, lengths: list[int]) -> dict[str, int]:
-        return dict(zip(self.fields, lengths, strict=True))
-
-    def write(self, grant: GrantEntry, sample: Sample) -> list[int]:
-        """Copy into the slot, zero the padding, seal; returns true lengths."""
-        lengths = []
+    def write(self, grant: GrantEntry, sample: Sample) -> tuple[list[int], int]:
+        """Copy into the slot, zero the padding, seal; returns the true lengths and the
+        checksum of the rows as written (computed from our copy, not from the slot)."""
+        lengths, written = [], []
         for name, arr in zip(self.fields, self._arrays(sample), strict=True):
             dst = self.ring.view(name)[grant.slot]
             n = arr.shape[0]
-            dst[:n] = arr
+            rows = np.ascontiguousarray(arr, dtype=dst.dtype)
+            dst[:n] = rows
             dst[n:] = 0
             lengths.append(n)
+            written.append(rows)
         header = self.ring.slots[grant.slot]
         header["lengths"][: len(lengths)] = lengths
         header["t_ready"] = time.time()
         # Last: the stager accepts the READY only if this equals the granted generation.
-        header["sealed_generation"] = grant.generation
-        return lengths
+        if int(header["generation"]) == grant.generation:  # not taken back meanwhile
+            header["sealed_generation"] = grant.generation
+        return lengths, rows_checksum(written)
 
     def frames(self, sample: Sample) -> tuple[list[int], list[memoryview]]:
         """Used rows of each field as contiguous buffers, for a remote READY."""
@@ -302,7 +323,7 @@ class Worker:
 
     def report_crash(self, text: str) -> None:
         if self.sock is not None:
-            self._send(p.Crash(self.name, text))
+            self._send(p.Crash(self.name, text[-p.MAX_STR["traceback"] :]))
 
 
 def run_worker(

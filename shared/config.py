@@ -90,9 +90,6 @@ class RingConfig:
     heartbeat_s: float = 1.0
     # An item whose lease expires this many times is skipped with a reason.
     max_item_attempts: int = 3
-    # CRC32 of each slot's used bytes, verified by the stager. Off by default: it
-    # costs ~45 us per 256 KiB slot, eight times the copy itself (README).
-    checksum: bool = False
 
 
 @dataclass(frozen=True)
@@ -368,9 +365,34 @@ def launch_grace_s() -> float:
         raise ConfigError(f"RINGFEED_GRACE_S: {raw!r} is not a number of seconds") from None
 
 
+# Every name ringfeed makes in a shared place (/dev/shm, the runtime directory) starts
+# with this: two users' runs never collide, and each sees only its own.
+USER_PREFIX = f"ringfeed-{os.getuid()}-"
+
+
 def runtime_dir() -> Path:
-    """Where ipc sockets live: short paths, as ipc endpoints are limited to ~107 bytes."""
-    return Path(os.environ.get("RINGFEED_RUNTIME_DIR", "/tmp"))
+    """Where ipc sockets live: a directory of this user's only (mode 0700), so no other
+    local user can connect to a run's control socket; short, as ipc endpoints are
+    limited to ~107 bytes. RINGFEED_RUNTIME_DIR moves its parent (default /tmp)."""
+    return Path(os.environ.get("RINGFEED_RUNTIME_DIR", "/tmp")) / USER_PREFIX.rstrip("-")
+
+
+def ensure_runtime_dir() -> Path:
+    """Create runtime_dir() with mode 0700, or check that the one there is ours and
+    private; raises ConfigError saying what to do otherwise."""
+    path = runtime_dir()
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.lstat()
+    if not path.is_dir() or path.is_symlink() or st.st_uid != os.getuid():
+        raise ConfigError(
+            f"{path} is not a directory of this user's: remove it, or set "
+            "RINGFEED_RUNTIME_DIR to a directory of your own"
+        )
+    if st.st_mode & 0o077:
+        raise ConfigError(
+            f"{path} is open to other users (mode {st.st_mode & 0o777:o}): run chmod 700 {path}"
+        )
+    return path
 
 
 @dataclass(frozen=True)
@@ -386,7 +408,7 @@ class Endpoints:
 def endpoints(cfg: Config, run_id: str) -> Endpoints:
     """Where the stager binds; producers and the trainer connect to the same strings."""
     t = cfg.transport
-    base = runtime_dir() / f"ringfeed-{run_id}"
+    base = runtime_dir() / f"{USER_PREFIX}{run_id}"
     remote = f"tcp://{t.host}:{t.port}" if t.kind == "tcp" else ""
     return Endpoints(f"ipc://{base}-control", f"ipc://{base}-stats", remote)
 

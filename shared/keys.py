@@ -13,11 +13,14 @@ and on a producer host::
 
 ``ringfeed keys DIR --client NAME`` makes the server pair once and a client
 pair per producer host, already authorized. Files are ZeroMQ's certificate
-format (zmq.auth), so zmq tools can read them.
+format (zmq.auth), so zmq tools can read them. Directories are made 0700 and
+secret keys 0600 (under umask 077, so no moment exists when they are not), and
+a secret key that others can read is refused with the chmod that fixes it.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,16 +54,22 @@ def generate(keys_dir: Path, client: str) -> Path:
 
     Returns the folder to copy to the producer host (server.key + client.key_secret).
     """
-    keys_dir.mkdir(parents=True, exist_ok=True)
-    (keys_dir / "authorized").mkdir(exist_ok=True)
-    if not (keys_dir / "server.key_secret").exists():
-        zmq.auth.create_certificates(keys_dir, "server")
-    zmq.auth.create_certificates(keys_dir / "authorized", client)
-    bundle = keys_dir / f"for-{client}"
-    bundle.mkdir(exist_ok=True)
-    shutil.copy(keys_dir / "server.key", bundle / "server.key")
-    secret = keys_dir / "authorized" / f"{client}.key_secret"
-    shutil.move(secret, bundle / "client.key_secret")
+    old_umask = os.umask(0o077)
+    try:
+        bundle = keys_dir / f"for-{client}"
+        for folder in (keys_dir, keys_dir / "authorized", bundle):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        if not (keys_dir / "server.key_secret").exists():
+            zmq.auth.create_certificates(keys_dir, "server")
+        zmq.auth.create_certificates(keys_dir / "authorized", client)
+        shutil.copy(keys_dir / "server.key", bundle / "server.key")
+        secret = keys_dir / "authorized" / f"{client}.key_secret"
+        shutil.move(secret, bundle / "client.key_secret")
+    finally:
+        os.umask(old_umask)
+    for path in (keys_dir / "server.key_secret", bundle / "client.key_secret"):
+        path.chmod(0o600)
     return bundle
 
 
@@ -68,6 +77,11 @@ def _load(path: Path, what: str) -> tuple[bytes, bytes | None]:
     if not path.exists():
         hint = "make keys with `ringfeed keys DIR --client NAME`"
         raise KeysError(f"{path} is missing ({what}); {hint}")
+    mode = path.stat().st_mode & 0o777
+    if path.name.endswith("_secret") and mode & 0o077:
+        raise KeysError(
+            f"{path} ({what}) can be read by other users (mode {mode:o}): run chmod 600 {path}"
+        )
     return zmq.auth.load_certificate(path)
 
 

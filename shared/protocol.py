@@ -6,6 +6,10 @@ field, the used rows only). Arrays never travel inside msgpack and nothing is
 ever pickled. :func:`encode` and :func:`decode` are pure functions, tested
 without sockets; :func:`decode` raises :class:`ProtocolError` on anything it
 does not fully understand, and the receiver counts and drops that message.
+Every field is range-checked at decode: integers are 0..2**53, strings are
+capped (MAX_STR, MAX_NAME), lists and maps hold at most 4096 entries, a
+header is at most MAX_HEADER_BYTES; what depends on the run (a slot index, a
+plan position) is checked by the stager against its ring and plan.
 
 Who sends what::
 
@@ -26,7 +30,7 @@ from typing import Any
 
 import msgpack
 
-VERSION = 2
+VERSION = 3
 # Control frames are small (slot indices, lengths, a traceback at most).
 MAX_HEADER_BYTES = 65536
 # Raw payload frames of a remote READY; the stager checks exact sizes anyway.
@@ -60,12 +64,16 @@ class Kind(IntEnum):
 
 @dataclass(frozen=True)
 class Hello:
-    """A producer introduces itself; a known name with a new pid is a restart."""
+    """A producer introduces itself. token: random, drawn once per process and never
+    shown, so a HELLO again from the same process (a new socket) is told apart from
+    another peer that uses its name. remote is a claim; the stager believes only the
+    socket it came on."""
 
     name: str
     pid: int
     host: str
     remote: bool
+    token: str
 
 
 @dataclass(frozen=True)
@@ -155,11 +163,14 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class ConsumerHello:
-    """The trainer (or any batch consumer) starts reading at plan position `position`."""
+    """The trainer (or any batch consumer) starts reading at plan position `position`.
+    secret: the run's consumer secret (the 0600 file the stager writes in its run
+    directory); without it no peer becomes the consumer."""
 
     name: str
     position: int
     batch_index: int
+    secret: str
 
 
 @dataclass(frozen=True)
@@ -245,8 +256,19 @@ def encode(msg: Message, payload: list[memoryview] | None = None) -> list[bytes 
     return [header, *(payload or [])]
 
 
+# Every integer on the wire is a count, index, position, pid, generation or checksum:
+# none is negative, and none needs more than a double's exact range (what msgpack
+# peers in other languages can hold).
+MAX_INT = 2**53
+# Longest string per field name; any other string field holds a name or a host.
+MAX_STR = {"traceback": 16384, "reason": 4096, "path": 4096, "secret": 128, "token": 64}
+MAX_NAME = 128
+# A producer's work counters (Heartbeat.work): a few named counts.
+MAX_WORK_KEYS, MAX_WORK_KEY = 32, 64
+
+
 def _is_int(v: Any) -> bool:
-    return type(v) is int and -(2**63) <= v < 2**63
+    return type(v) is int and 0 <= v < MAX_INT
 
 
 def _is_float(v: Any) -> bool:
@@ -254,26 +276,52 @@ def _is_float(v: Any) -> bool:
 
 
 def _is_int_list(v: Any) -> bool:
-    return type(v) is list and all(type(x) is int for x in v)
+    return type(v) is list and all(type(x) is int and 0 <= x < MAX_INT for x in v)
 
 
 def _is_str_dict(v: Any) -> bool:
     return type(v) is dict and all(type(k) is str for k in v)
 
 
+def _is_work(v: Any) -> bool:
+    return (
+        type(v) is dict
+        and len(v) <= MAX_WORK_KEYS
+        and all(type(k) is str and len(k) <= MAX_WORK_KEY for k in v)
+    )
+
+
+def _str_check(limit: int) -> Any:
+    return lambda v: type(v) is str and len(v) <= limit
+
+
 _CHECKS: dict[Any, Any] = {
     bool: lambda v: type(v) is bool,
     int: _is_int,
     float: _is_float,
-    str: lambda v: type(v) is str,
     list[int]: _is_int_list,
     dict[str, Any]: _is_str_dict,
 }
+
+
+def _check(name: str, tp: Any) -> Any:
+    if tp is str:
+        return _str_check(MAX_STR.get(name, MAX_NAME))
+    return _is_work if name == "work" else _CHECKS[tp]
+
+
 # Per message class: (field name, type, check) -- built once, as decode runs per message.
 _VALIDATORS: dict[type, list[tuple[str, Any, Any]]] = {
-    cls: [(name, tp, _CHECKS[tp]) for name, tp in fields] for cls, fields in _FIELDS.items()
+    cls: [(name, tp, _check(name, tp)) for name, tp in fields] for cls, fields in _FIELDS.items()
 }
 _BY_VALUE: dict[int, tuple[Kind, type]] = {int(k): (k, c) for k, c in MESSAGE_TYPES.items()}
+
+
+def _shown(value: Any) -> str:
+    """A short description of a rejected value for the log (never the value in full)."""
+    if type(value) in (str, list, dict, bytes):
+        return f"{type(value).__name__} of length {len(value)}"
+    return repr(value)[:40]
 
 
 def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
@@ -309,7 +357,8 @@ def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
         raise ProtocolError(f"{kind.name}: {len(values)} fields, expected {len(fields)}")
     for (name, tp, check), value in zip(fields, values, strict=True):
         if not check(value):
-            raise ProtocolError(f"{kind.name}.{name}: expected {tp}, got {type(value).__name__}")
+            what = getattr(tp, "__name__", str(tp))
+            raise ProtocolError(f"{kind.name}.{name}: not a valid {what} ({_shown(value)})")
     payload = list(frames[1:])
     if payload and kind is not Kind.READY:
         raise ProtocolError(f"{kind.name} carries {len(payload)} unexpected payload frames")

@@ -72,13 +72,14 @@ import mmap
 import os
 import shutil
 import time
-import zlib
+from collections.abc import Iterable
 from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
-from shared.config import Config, ConfigError
+from shared.config import USER_PREFIX, Config, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ MAX_FIELDS = 8
 MAX_DIMS = 4
 MAX_LENGTHS = 4
 ALIGN = 64
-SEGMENT_PREFIX = "ringfeed-"
+SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
 # Where POSIX shared memory lives on Linux.
 SHM_DIR = Path("/dev/shm")
 
@@ -139,6 +140,16 @@ SLOT_DTYPE = np.dtype(
         ("checksum", "<u4"),
     ]
 )
+
+
+def rows_checksum(arrays: Iterable[np.ndarray]) -> int:
+    """A 52-bit hash (xxh3) of the bytes of `arrays`, in order: what a producer puts
+    in its READY for the used rows of each field, and what the stager checks again
+    after copying the rows out. 52 bits: a protocol integer (shared.protocol)."""
+    h = xxhash.xxh3_64()
+    for a in arrays:
+        h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+    return h.intdigest() >> 12
 
 
 class SlotState(IntEnum):
@@ -382,12 +393,8 @@ class Ring:
         return self.header["stats_endpoint"].decode()
 
     def checksum(self, slot: int, lengths: dict[str, int]) -> int:
-        """CRC32 of the used part of each field (first `lengths[name]` rows)."""
-        crc = 0
-        for name in self.fields:
-            rows = self._views[name][slot][: lengths.get(name, None)]
-            crc = zlib.crc32(memoryview(np.ascontiguousarray(rows)).cast("B"), crc)
-        return crc
+        """rows_checksum of the used part of each field (first `lengths[name]` rows)."""
+        return rows_checksum(self._views[name][slot][: lengths[name]] for name in self.fields)
 
     # ------------------------------------------------------------ teardown
     def close(self) -> None:

@@ -7,7 +7,6 @@ whose owner pid is dead is stale. The stager removes stale ones at start,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -73,16 +72,23 @@ def remove_stale_segments(run_id: str | None = None) -> list[str]:
             continue
         if pid is None and _age_s(path) < HALF_MADE_GRACE_S:
             continue  # its creator may be writing the header right now
-        with contextlib.suppress(FileNotFoundError):
+        try:
             path.unlink()
-            removed.append(path.name)
-            log.warning("removed stale segment /dev/shm/%s (owner pid %s is gone)", path.name, pid)
+        except FileNotFoundError:
+            continue
+        except PermissionError:  # another user's file under our prefix: not ours to judge
+            log.warning("left /dev/shm/%s alone: it belongs to another user", path.name)
+            continue
+        removed.append(path.name)
+        log.warning("removed stale segment /dev/shm/%s (owner pid %s is gone)", path.name, pid)
     return removed
 
 
 def socket_files(run_id: str | None = None) -> list[Path]:
     """ringfeed's ipc socket files (shared.config.endpoints), optionally of one run."""
     prefix = SEGMENT_PREFIX + (f"{run_id}-" if run_id else "")
+    if not runtime_dir().is_dir():
+        return []
     return [p for p in sorted(runtime_dir().glob(prefix + "*")) if p.is_socket()]
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from shared import protocol as p
 
 EXAMPLES = [
-    p.Hello("host-0", 123, "host", False),
+    p.Hello("host-0", 123, "host", False, "9f2c"),
     p.Welcome("run", "ringfeed-run-samples", 13),
     p.Request(2),
     p.Grant([3, 4], [7, 1], [11, 12], [99, 100]),
@@ -23,7 +23,7 @@ EXAMPLES = [
     p.Bye(5),
     p.ByeAck(),
     p.Shutdown("run finished"),
-    p.ConsumerHello("trainer", 64, 2),
+    p.ConsumerHello("trainer", 64, 2, "s3cret"),
     p.BatchReady(1, 9, 40, 330, 3, 8, 2),
     p.BatchReady(1, 4, 10, 352, 0, 32, 0),
     p.BatchFree(1, 4),
@@ -80,6 +80,41 @@ def _header(*values: object) -> bytes:
 def test_malformed_messages_raise_protocol_error(frames: list[bytes], needle: str) -> None:
     with pytest.raises(p.ProtocolError, match=needle):
         p.decode(frames)
+
+
+def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
+    return [_header(p.VERSION, int(p.Kind.HELLO), name, pid, "host", False, "t")]
+
+
+@pytest.mark.parametrize(
+    ("frames", "needle"),
+    [
+        # A peer may not claim what no honest peer sends: negative or huge numbers,
+        # names longer than any producer's, more work counters than a producer has.
+        ([_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", -1, 0, "s")], "position"),
+        ([_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 2**60, "s")], "batch_index"),
+        (_hello(name="x" * (p.MAX_NAME + 1)), "HELLO.name: not a valid str"),
+        (_hello(pid=-5), "HELLO.pid"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), [1], [-2], [3], [4])], "GRANT.generations"),
+        ([_header(p.VERSION, int(p.Kind.BATCH_FREE), -1, 0)], "BATCH_FREE.slot"),
+        (
+            [_header(p.VERSION, int(p.Kind.HEARTBEAT), 0, {str(i): 1 for i in range(33)})],
+            "HEARTBEAT.work",
+        ),
+        ([_header(p.VERSION, int(p.Kind.HEARTBEAT), 0, {"k" * 65: 1})], "HEARTBEAT.work"),
+        ([_header(p.VERSION, int(p.Kind.SKIP), 0, 0, 0, "r" * 5000, "", "")], "SKIP.reason"),
+    ],
+)
+def test_out_of_range_fields_raise_protocol_error(frames: list[bytes], needle: str) -> None:
+    with pytest.raises(p.ProtocolError, match=needle):
+        p.decode(frames)
+
+
+def test_limits_admit_what_honest_peers_send() -> None:
+    long_ok = p.Skip(0, 0, 0, "r" * 4096, "/" * 4096, "audio")
+    assert p.decode([bytes(f) for f in p.encode(long_ok)])[0] == long_ok
+    name = p.Hello("n" * p.MAX_NAME, 2**31 - 1, "h" * p.MAX_NAME, True, "t" * 64)
+    assert p.decode([bytes(f) for f in p.encode(name)])[0] == name
 
 
 def test_encode_refuses_oversized_headers() -> None:

@@ -234,13 +234,15 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
         for frames in (
             [b"\xc1\xc1 garbage"],
             [header[:-3]],  # truncated
-            [b"\x91" + b"\x00" * (p.MAX_HEADER_BYTES + 1)],  # oversized
             [msgpack.packb([p.VERSION, 99])],  # unknown kind
         ):
             rogue.send_multipart(frames)
-        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", False)))
+        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", False, "t")))
         stale = p.Ready([0], [12345], [0], [3, 4], [0], [0])  # a generation never granted
         rogue.send_multipart(p.encode(stale))
+        # Oversized: dropped as malformed, or (past ZMQ_MAXMSGSIZE) by libzmq with the
+        # connection, before it reaches Python. Last, as it may cost the rogue its link.
+        rogue.send_multipart([b"\x91" + b"\x00" * (p.MAX_HEADER_BYTES + 1)])
         items = consume(client)
         client.close()
         rogue.close()
@@ -248,7 +250,7 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
         assert run.wait("stager", 20) == 0
     assert sorted(items) == list(range(200))
     dropped = collections.Counter(run.json("stager.json")["dropped"])
-    assert dropped["malformed"] >= 4 and dropped["stale"] >= 1
+    assert dropped["malformed"] >= 3 and dropped["stale"] >= 1
 
 
 def test_a_batch_across_an_epoch_boundary_says_both_epochs(tmp_path: Path) -> None:

@@ -19,9 +19,10 @@ import numpy as np
 import zmq
 
 from shared import protocol as p
-from shared.config import Config, endpoints
+from shared.config import Config, endpoints, run_dir
 from shared.process import POLL_S, SHUTDOWN_WAIT_S
 from shared.ring import Ring
+from shared.run_secret import read_consumer_secret
 from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ class BatchClient:
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
         self.sock.connect(endpoints(cfg, run_id).control)
         self.ring: Ring | None = None
-        self.hello = p.ConsumerHello(name, position, batch_index)
+        self.position, self.batch_index = position, batch_index
+        self.run_dir = run_dir(cfg, run_id)
         self.ended = False
         self.dropped = 0
 
@@ -80,17 +82,31 @@ class BatchClient:
         StagerGone after timeout_s, or at once when stop() says so (a signal)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not stop():
-            send(self.sock, self.hello)
+            hello = self.hello()
+            if not hello.secret:  # the stager writes it before it binds: not started yet
+                time.sleep(POLL_S)
+                continue
+            send(self.sock, hello)
             msg = self._wait((p.Welcome,), HELLO_RETRY_S)
             if msg is not None:
                 self._attach(msg)
                 return
         if stop():
             raise StagerGone("stopped before the stager answered")
+        if not read_consumer_secret(self.run_dir):
+            hint = "start it first (scripts/launch.sh does)"
+        else:  # the stager drops a hello whose secret is not its run's
+            hint = f"is {self.run_dir} the run directory of that stager (same run.root)?"
         raise StagerGone(
             f"no stager answered on {endpoints(self.cfg, self.run_id).control} within "
-            f"{timeout_s:.0f} s: start it first (scripts/launch.sh does)"
+            f"{timeout_s:.0f} s: {hint}"
         )
+
+    def hello(self) -> p.ConsumerHello:
+        """A hello at the client's position, with the run's secret as it is now (a
+        restarted stager draws a new one)."""
+        secret = read_consumer_secret(self.run_dir)
+        return p.ConsumerHello(self.name, self.position, self.batch_index, secret)
 
     def _attach(self, welcome: p.Welcome) -> None:
         if self.ring is not None:
@@ -127,8 +143,8 @@ class BatchClient:
                 return msg
             if isinstance(msg, p.Rehello) and self.ring is not None:
                 log.warning("the stager restarted; rejoining at plan position %d (batch %d)",
-                            self.hello.position, self.hello.batch_index)  # fmt: skip
-                send(self.sock, self.hello)
+                            self.position, self.batch_index)  # fmt: skip
+                send(self.sock, self.hello())
             elif isinstance(msg, p.Welcome) and self.ring is not None:
                 self._attach(msg)  # the restarted stager's rings
 
@@ -143,7 +159,7 @@ class BatchClient:
             self.ended = True
             return None
         # Where a restarted stager must resume so that no batch comes twice or never.
-        self.hello = p.ConsumerHello(self.name, msg.next_position, msg.batch_index + 1)
+        self.position, self.batch_index = msg.next_position, msg.batch_index + 1
         arrays = {name: self.ring.view(name)[msg.slot] for name in self.ring.fields}
         return Batch(
             msg.slot,

@@ -65,21 +65,33 @@ class BatchBuilder:
         """Batches announced and not yet freed by the consumer."""
         return sum(s == BatchState.SENT for s in self.state)
 
-    def add(self, samples: Ring, slot: int, item: int, lengths: list[int]) -> None:
-        """Copy sample slot `slot` into the next row (room() must be > 0)."""
+    def add(self, samples: Ring, slot: int, item: int, lengths: list[int]) -> list[np.ndarray]:
+        """Copy the used rows of sample slot `slot` into the next row, zeros after them
+        (room() must be > 0). Returns the copies, in sample-field order, for the
+        stager's check; :meth:`drop_last` undoes the row if that check fails."""
         k, row = self.current, self.rows
         assert k is not None and row < self.b
-        tokens = samples.view("tokens")[slot]
-        self.ring.view("tokens")[k][row] = tokens
-        self.ring.view("text_lens")[k][row] = lengths[0]
-        self.ring.view("items")[k][row] = item
+        dst = {"tokens": self.ring.view("tokens")[k][row]}
         if self.waves is None:
-            self.ring.view("mel")[k][row] = samples.view("mel")[slot]
+            dst["mel"] = self.ring.view("mel")[k][row]
             self.ring.view("mel_lens")[k][row] = lengths[1]
         else:
-            self.waves[row] = samples.view("wave")[slot]
+            dst["wave"] = self.waves[row]
             self.wave_lens[row] = lengths[1]
+        self.ring.view("text_lens")[k][row] = lengths[0]
+        self.ring.view("items")[k][row] = item
+        copies = []
+        for name, n in zip(samples.fields, lengths, strict=True):
+            dst[name][:n] = samples.view(name)[slot][:n]
+            dst[name][n:] = 0
+            copies.append(dst[name][:n])
         self.rows += 1
+        return copies
+
+    def drop_last(self) -> None:
+        """Forget the row just added (its sample failed the stager's check)."""
+        assert self.rows > 0
+        self.rows -= 1
 
     def full(self) -> bool:
         return self.current is not None and self.rows == self.b

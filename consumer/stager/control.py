@@ -6,6 +6,18 @@ other hosts; with ``transport.keys_dir`` it is a CURVE server and this module
 answers ZeroMQ's ZAP requests itself, so a producer whose public key is not
 listed never completes the handshake and each refusal is logged and counted.
 Replies go back on the socket a peer came from. Called only by the stager.
+
+Peers are told apart by socket as well as by identity: the identities this
+module hands out start with LOCAL or REMOTE, so a peer on the tcp socket can
+never pass for one on the ipc socket (a peer chooses its own ZeroMQ identity,
+and two sockets may well see the same one). Only the ipc socket, in a
+directory only this user can enter (shared.config.runtime_dir), can be the
+consumer's or a local producer's.
+
+Memory per peer is bounded: no frame over ZMQ_MAXMSGSIZE (a slot's largest
+field, or a control header if larger) reaches Python, and at most
+REMOTE_RCVHWM messages of at most MAX_PAYLOAD_FRAMES + 1 frames wait per
+remote peer.
 """
 
 from __future__ import annotations
@@ -27,6 +39,17 @@ log = logging.getLogger(__name__)
 
 # Messages read from one socket per poll before the stager grants and delivers again.
 MAX_MESSAGES_PER_TURN = 256
+# The first byte of every identity the stager sees: which socket the peer is on.
+LOCAL, REMOTE = b"L", b"R"
+# Messages queued per remote peer at most (a READY with its payload is one message).
+REMOTE_RCVHWM = 64
+
+
+def is_remote(ident: bytes) -> bool:
+    """Did this peer (an identity from ControlSockets.receive) come over tcp?"""
+    return ident[:1] == REMOTE
+
+
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 HANDSHAKE_FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -38,17 +61,25 @@ HANDSHAKE_FAILED = (
 class ControlSockets:
     """Bound on construction; :meth:`close` is idempotent."""
 
-    def __init__(self, cfg: Config, endpoints: Endpoints, on_malformed: Callable[[str], None]):
+    def __init__(
+        self,
+        cfg: Config,
+        endpoints: Endpoints,
+        on_malformed: Callable[[str], None],
+        max_frame_bytes: int = p.MAX_HEADER_BYTES,
+    ):
+        """max_frame_bytes: the largest frame a remote producer may send (a slot's
+        largest field); local peers send control headers only."""
         self.cfg, self.endpoints, self.on_malformed = cfg, endpoints, on_malformed
+        self.max_frame_bytes = max(max_frame_bytes, p.MAX_HEADER_BYTES)
         self.ctx = zmq.Context()
         self.poller = zmq.Poller()
-        self.remote_peers: set[bytes] = set()
         self.authorized: frozenset[bytes] = frozenset()
         self.refused = 0
         self.remote: zmq.Socket | None = None
         self.zap: zmq.Socket | None = None
         self.monitor: zmq.Socket | None = None
-        self.local = make_socket(self.ctx, zmq.ROUTER)
+        self.local = make_socket(self.ctx, zmq.ROUTER, max_msg_bytes=self.max_frame_bytes)
         self.local.bind(endpoints.control)
         self.poller.register(self.local, zmq.POLLIN)
         self.pub = make_socket(self.ctx, zmq.PUB)
@@ -58,7 +89,8 @@ class ControlSockets:
 
     def _bind_remote(self, endpoint: str) -> None:
         t = self.cfg.transport
-        self.remote = make_socket(self.ctx, zmq.ROUTER)
+        self.remote = make_socket(self.ctx, zmq.ROUTER, max_msg_bytes=self.max_frame_bytes)
+        self.remote.setsockopt(zmq.RCVHWM, REMOTE_RCVHWM)
         if t.keys_dir:
             keys = load_server(Path(t.keys_dir))
             self.authorized = keys.authorized
@@ -117,7 +149,7 @@ class ControlSockets:
             self._authenticate()
         if self.monitor is not None and self.monitor in ready:
             self._watch_handshakes()
-        for sock in (self.local, self.remote):
+        for sock, tag in ((self.local, LOCAL), (self.remote, REMOTE)):
             if sock is None or sock not in ready:
                 continue
             for _ in range(MAX_MESSAGES_PER_TURN):
@@ -128,13 +160,12 @@ class ControlSockets:
                 except p.ProtocolError as exc:
                     self.on_malformed(str(exc))
                     continue
-                if sock is self.remote:
-                    self.remote_peers.add(ident)
-                yield ident, msg, payload
+                yield tag + ident, msg, payload
 
     def reply(self, ident: bytes, msg: p.Message) -> bool:
         """Send to a peer on the socket it came from (never blocks); False if not sent."""
-        return send(self.remote if ident in self.remote_peers else self.local, msg, ident=ident)
+        sock = self.remote if is_remote(ident) else self.local
+        return sock is not None and send(sock, msg, ident=ident[1:])
 
     def publish(self, msg: p.Message) -> None:
         send(self.pub, msg)

@@ -84,6 +84,15 @@ class PlanOrder:
         self.attempts.pop(event.position, None)
         self.finished[event.position] = event
 
+    def unpop(self, events: list[Event]) -> None:
+        """Put events just returned by pop_events back (the first one's sample failed the
+        stager's check): its position is then taken back, the others leave again later."""
+        for event in events:
+            self.finished[event.position] = event
+            self.counters["delivered" if event.kind == "sample" else "skipped"] -= 1
+        self.finished.pop(events[0].position)
+        self.next_event = min(self.next_event, *(e.position for e in events))
+
     def pop_events(self, max_samples: int) -> list[Event]:
         """Finished positions, in plan order when deterministic, at most max_samples
         of kind 'sample' (the caller's room in the batch it is building)."""

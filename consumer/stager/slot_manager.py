@@ -28,16 +28,12 @@ import numpy as np
 
 from consumer.stager.order import PlanOrder
 from consumer.stager.plan import EpochPlan, Event
+from consumer.stager.producer_book import ProducerBook
 from consumer.stager.state import Producer, Slot
 from shared.ring import SLOT_DTYPE, SlotState
-from shared.segments import pid_alive
-
-# A producer silent this many leases, holding nothing, is forgotten (a lost remote host):
-# it no longer shows in the stats or dilutes the others' fair share of the ring.
-FORGET_LEASES = 3
 
 
-class SlotManager:
+class SlotManager(ProducerBook):
     """Owns the free list, grants with leases, reclaim, and ordered delivery."""
 
     def __init__(
@@ -76,7 +72,9 @@ class SlotManager:
         self.producers: dict[bytes, Producer] = {}
         self.order = PlanOrder(plan, deterministic)
         self.known_bad = self.order.known_bad
-        self._counters = dict.fromkeys(("grants", "ready", "reclaimed", "restarts"), 0)
+        self._counters = dict.fromkeys(
+            ("grants", "ready", "reclaimed", "restarts", "fences_lifted", "torn"), 0
+        )
         self.zombies: dict[bytes, Producer] = {}
         self.names_seen: set[str] = set()
         self.reset(0)
@@ -113,119 +111,6 @@ class SlotManager:
     def counters(self) -> dict[str, int]:
         return self._counters | self.order.counters
 
-    # ------------------------------------------------------------ producers
-    def hello(self, ident: bytes, name: str, pid: int, host: str, remote: bool) -> None:
-        """A producer (re)joins. Its earlier registrations are dropped: a new process of the
-        same name might still be racing an old one (fenced until that pid dies); the same
-        process saying HELLO again has emptied its grant queue, so it writes nothing old."""
-        if ident in self.producers:
-            self.drop_producer(ident)
-        for old_ident, old in list(self.producers.items()):
-            if old.name == name:
-                self.drop_producer(
-                    old_ident, may_write=not old.remote and old.pid != pid and pid_alive(old.pid)
-                )
-        for old_ident, old in list(self.zombies.items()):
-            if old.name == name and old.pid == pid:
-                self._unfence(old)
-                del self.zombies[old_ident]
-        if name in self.names_seen:
-            self._counters["restarts"] += 1
-        self.names_seen.add(name)
-        now, self.n_joined = self.clock(), self.n_joined + 1
-        self.producers[ident] = Producer(ident, name, pid, host, remote, now, self.n_joined - 1)
-
-    def touch(self, ident: bytes) -> Producer | None:
-        """Any message from a producer: it is alive. A stalled one keeps its slots fenced:
-        it may still hold queued grants for them, until it says HELLO again."""
-        producer = self.producers.get(ident)
-        if producer is not None:
-            producer.last_seen = self.clock()
-        return producer
-
-    def drop_producer(self, ident: bytes, may_write: bool = False, charge: bool = True) -> None:
-        """A producer left (BYE) or died: reclaim its grants now. may_write: it might
-        still be alive and writing (a stopped process), so its slots stay fenced.
-        charge: count the sample it was working on against its item (not for a BYE)."""
-        producer = self.producers.get(ident)
-        if producer is None:
-            return
-        self._reclaim_all(producer, fence=may_write, charge=charge)
-        if may_write:
-            self.zombies[ident] = producer
-        else:
-            self._unfence(producer)
-        del self.producers[ident]
-
-    def expire(self) -> list[str]:
-        """Leases are per grant: take back every grant older than lease_s, whatever its
-        producer's heartbeats say, and drop local producers whose process is dead;
-        returns the names of the producers concerned.
-
-        Who pays: a producer silent for the whole lease is stuck on its current input,
-        which is charged (revoke). One that kept talking while a grant expired lost that
-        GRANT or its READY on the way: nothing is charged. A remote one then loses just
-        the expired grants (it cannot write our memory, and a late READY is stale); a
-        local one is revoked, fenced, until it says HELLO with an empty queue."""
-        now, names = self.clock(), []
-        for ident, producer in list(self.producers.items()):
-            silent_s = now - producer.last_seen
-            if self._local(producer) and not pid_alive(producer.pid):
-                names.append(producer.name)
-                self.drop_producer(ident)
-                continue
-            if silent_s > FORGET_LEASES * self.lease_s and not producer.slots:
-                self.drop_producer(ident, charge=False)  # a lost host: forget it
-                continue
-            expired = [k for k in producer.slots if now - self.slots[k].t_granted > self.lease_s]
-            if not expired:
-                continue
-            names.append(producer.name)
-            if silent_s > self.lease_s:
-                self.revoke(ident)
-            elif producer.remote:
-                for k in expired:
-                    self._reclaim(k, fence=False, charged=False)
-            else:
-                self.revoke(ident, charge=False)
-        return names
-
-    def revoke(self, ident: bytes, charge: bool = True) -> None:
-        """Take back every grant of a live producer that may still hold them queued (an
-        expired lease, a READY that had to be dropped): it gets REHELLO and no grant until
-        it says HELLO again, which it does with an empty queue; its local slots stay
-        FENCED until then, so it cannot write into a slot granted again."""
-        producer = self.producers.get(ident)
-        if producer is not None:
-            producer.stalled = True
-            self._reclaim_all(producer, fence=self._local(producer), charge=charge)
-
-    def unsend(self, ident: bytes, slots: list[int]) -> None:
-        """A GRANT that could not be sent: its slots and positions come back at once,
-        uncharged, and the producer keeps the credits (it never saw them)."""
-        producer = self.producers.get(ident)
-        for k in slots:
-            if producer is not None and self.holds(ident, k):
-                self._reclaim(k, fence=False, charged=False)
-                producer.credits += 1
-
-    def _local(self, producer: Producer) -> bool:
-        return not producer.remote and producer.host == self.hostname
-
-    def _reclaim_all(self, producer: Producer, fence: bool, charge: bool = True) -> None:
-        """Take back every grant of a producer. Only the sample it was working on counts as
-        an attempt of that item: a producer killed with 16 grants queued did not fail on 16
-        inputs (repeated SIGKILLs once skipped innocent items this way)."""
-        slots = list(producer.slots)
-        if not charge or not slots:
-            charged: set[int] = set()
-        elif self.started is not None and not producer.remote:
-            charged = {k for k in slots if self.started(k)}
-        else:
-            charged = {min(slots, key=lambda k: self.slots[k].t_granted)}
-        for k in slots:
-            self._reclaim(k, fence, charged=k in charged)
-
     # ------------------------------------------------------------ grants
     def credit(self, ident: bytes, n: int) -> None:
         """The producer asks for n more grants; it never holds more than max_credits."""
@@ -234,8 +119,8 @@ class SlotManager:
 
     def share(self) -> int:
         """Most grants one producer may hold, so none holds the slots the others need
-        (producers waiting to say HELLO again do not count)."""
-        working = sum(not p.stalled for p in self.producers.values())
+        (producers that asked for nothing, or must say HELLO again, do not count)."""
+        working = sum(not p.stalled and bool(p.credits or p.slots) for p in self.producers.values())
         fair = (self.n_slots - 1) // max(1, working)
         return max(1, min(self.max_credits, fair))
 
@@ -291,6 +176,8 @@ class SlotManager:
                 self.free_slots.append(k)
             self.n_fenced += (state == SlotState.FENCED) - (old == SlotState.FENCED)
             slot.state = state
+            if state == SlotState.FENCED:
+                slot.t_fenced = self.clock()
         # One column view per field (set in attach_headers): ~10x cheaper per write than
         # a record's fields, and this runs three times per sample in the stager.
         col = self._columns
@@ -381,6 +268,17 @@ class SlotManager:
             and generation in (None, s.generation)
         )
 
+    def torn(self, events: list[Event]) -> None:
+        """events[0]'s rows changed after its READY was accepted (a stale writer the fence
+        could not see): its slot gets a new generation and its position is granted again,
+        uncharged; events[0:] go back to the plan order, to leave again in turn."""
+        first = events[0]
+        self.slots[first.slot].generation += 1
+        self._free(first.slot)
+        self._counters["torn"] += 1
+        self.order.unpop(events)
+        self.order.taken_back(first.position, first.item, False, self.max_attempts)
+
     def release(self, slot: int) -> None:
         """The stager copied a READY slot into a batch: it is free again."""
         self._free(slot)
@@ -396,30 +294,6 @@ class SlotManager:
         slot = self.slots[k]
         slot.position, slot.item, slot.producer, slot.owner_index = -1, -1, None, -1
         self._to(k, SlotState.FREE)
-
-    def _fence_or_free(self, k: int) -> None:
-        slot = self.slots[k]
-        slot.generation += 1
-        producer = self.producers.get(slot.producer) if slot.producer is not None else None
-        if producer is not None and not producer.remote:
-            slot.position = -1
-            self._to(k, SlotState.FENCED)
-            producer.fenced.add(k)
-        else:
-            self._free(k)
-
-    def _unfence(self, producer: Producer) -> None:
-        for k in producer.fenced:
-            if self.slots[k].state == SlotState.FENCED:
-                self._free(k)
-        producer.fenced.clear()
-
-    def reap_zombies(self) -> None:
-        """Free the fenced slots of dropped producers whose process has since died."""
-        for ident, producer in list(self.zombies.items()):
-            if not pid_alive(producer.pid):
-                self._unfence(producer)
-                del self.zombies[ident]
 
     def _reclaim(self, k: int, fence: bool, charged: bool = True) -> None:
         slot = self.slots[k]

@@ -22,9 +22,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from consumer.devices import count_gpus_for, stager_mel_fn
 from consumer.stager.batch_builder import BatchBuilder
-from consumer.stager.control import ControlSockets
+from consumer.stager.consumer_side import ConsumerSide
+from consumer.stager.control import ControlSockets, is_remote
 from consumer.stager.plan import EpochPlan, Event
 from consumer.stager.ready import (
     ReadyEntry,
@@ -38,11 +41,12 @@ from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
 from consumer.stager.stats import snapshot
 from shared import protocol as p
-from shared.config import Config, ConfigError, endpoints, run_dir
+from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
 from shared.dataset import DatasetError, dataset_index
 from shared.process import POLL_S, StopFlag, write_json_atomic
 from shared.quarantine import QuarantineWriter
-from shared.ring import Ring, check_shm_fits, segment_name, slot_bytes
+from shared.ring import Ring, check_shm_fits, rows_checksum, segment_name, slot_bytes
+from shared.run_secret import write_consumer_secret
 from shared.segments import remove_stale_segments
 
 log = logging.getLogger(__name__)
@@ -51,7 +55,7 @@ STATS_INTERVAL_S = 0.5
 LEASE_CHECK_S = 0.1
 
 
-class Stager:
+class Stager(ConsumerSide):
     def __init__(self, cfg: Config, run_id: str, stop: StopFlag) -> None:
         self.cfg, self.run_id, self.stop = cfg, run_id, stop
         self.dir = run_dir(cfg, run_id)
@@ -59,7 +63,8 @@ class Stager:
         self.dropped: Counter[str] = Counter()
         self.consumer: bytes | None = None
         self.consumer_at = (-1, -1)  # the (position, batch_index) its hello asked for
-        self.lengths: dict[int, list[int]] = {}
+        # slot -> (true lengths, checksum) of the READY accepted for it, checked at copy.
+        self.accepted: dict[int, tuple[list[int], int]] = {}
         self.batches_sent = 0
         self.first_position = self.last_position = 0  # of the batch being built
         self.end_sent = False
@@ -78,6 +83,7 @@ class Stager:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.yaml").write_text(self.cfg.to_yaml())
         remove_stale_segments()
+        ensure_runtime_dir()  # 0700: the ipc sockets are this user's only
         check_shm_fits(self.cfg)
         self.quarantine = QuarantineWriter(self.dir / "quarantine.jsonl")
         self.index = dataset_index(self.cfg)
@@ -97,6 +103,7 @@ class Stager:
         name, fields = segment_name(self.run_id, "batches"), self.cfg.batch_fields()
         self.batches = Ring.create(name, fields, st.batch_slots, self.run_id, "batches", stats)
         self.seals = self.samples.slots["sealed_generation"]  # producers' seals, read per READY
+        self.secret = write_consumer_secret(self.dir)
         self.manager = SlotManager(
             EpochPlan(self.index.n_items, st.seed, st.epochs),
             rc.slots,
@@ -116,7 +123,9 @@ class Stager:
                      len(self.manager.known_bad))  # fmt: skip
         self.gpus = count_gpus_for(self.cfg)  # the inspector's advice depends on it
         self.builder = BatchBuilder(self.cfg, self.batches, stager_mel_fn(self.cfg))
-        self.net = ControlSockets(self.cfg, self.endpoints, lambda why: self.drop("malformed", why))
+        largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in self.fields.values())
+        on_malformed = lambda why: self.drop("malformed", why)  # noqa: E731
+        self.net = ControlSockets(self.cfg, self.endpoints, on_malformed, largest)
         log.info(
             "stager ready: %s (%d x %.2f MiB slots), control %s",
             self.samples.name,
@@ -191,8 +200,14 @@ class Stager:
         if not 0 < msg.pid < 2**31:
             self.drop("malformed", f"HELLO with pid {msg.pid}")
             return
-        self.manager.hello(ident, msg.name, msg.pid, msg.host, msg.remote)
-        remote = ", remote" if msg.remote else ""
+        why = self.manager.refusal(ident, msg.name, msg.token)
+        if why:
+            self.drop("refused-hello", why)  # it says HELLO again after a lease
+            return
+        # A peer on the tcp socket is remote whatever it says: it never writes our memory.
+        remote = msg.remote or is_remote(ident)
+        self.manager.hello(ident, msg.name, msg.pid, msg.host, remote, msg.token)
+        remote = ", remote" if remote else ""
         log.info("producer %s joined (pid %d on %s%s)", msg.name, msg.pid, msg.host, remote)
         self.reply(ident, p.Welcome(self.run_id, self.samples.name, self.index.n_items))
 
@@ -260,57 +275,13 @@ class Stager:
                 self.drop("stale", detail)
             return
         if producer.remote:
-            copy_payload(self.samples, e.slot, e.lengths, payload)
+            copy_payload(self.samples, e.slot, e.generation, e.lengths, payload)
         elif int(self.seals[e.slot]) != e.generation:
             why = f"slot {e.slot} is not sealed with generation {e.generation}"
             self.reject(producer, "unsealed", why, [e.slot])
             return
-        elif self.cfg.ring.checksum:
-            used = dict(zip(self.fields, e.lengths, strict=True))
-            if self.samples.checksum(e.slot, used) != e.checksum:
-                self.reject(producer, "checksum", f"slot {e.slot} item {e.item}", [e.slot])
-                return
         self.manager.ready(producer.ident, e.slot, e.generation, e.item)
-        self.lengths[e.slot] = e.lengths
-
-    def consumer_hello(self, ident: bytes, msg: p.ConsumerHello) -> None:
-        if ident == self.consumer and (msg.position, msg.batch_index) == self.consumer_at:
-            # A hello repeated while we were starting: welcome it again, do not restart.
-            self.reply(ident, p.Welcome(self.run_id, self.batches.name, self.index.n_items))
-            return
-        self.consumer_at = (msg.position, msg.batch_index)
-        if self.consumer is not None:
-            log.warning(
-                "consumer %s replaces the previous one: restarting the plan at %d",
-                msg.name,
-                msg.position,
-            )
-        self.consumer = ident
-        self.manager.reset(msg.position)
-        self.builder.reset()
-        self.batches_sent, self.end_sent = msg.batch_index, False
-        log.info(
-            "consumer %s starts at plan position %d (epoch %d), batch %d",
-            msg.name,
-            msg.position,
-            self.manager.plan.epoch_of(msg.position),
-            msg.batch_index,
-        )
-        self.reply(ident, p.Welcome(self.run_id, self.batches.name, self.index.n_items))
-
-    def on_batch_free(self, msg: p.BatchFree, ident: bytes) -> None:
-        if not self.builder.free(msg.slot, msg.generation):
-            self.drop("stale", f"BATCH_FREE of slot {msg.slot} generation {msg.generation}")
-
-    def on_step_stats(self, msg: p.StepStats, ident: bytes) -> None:
-        t = time.time()
-        self.trainer = {"step": msg.step, "step_s": msg.step_s, "wait_s": msg.wait_s,
-                        "loss": msg.loss, "t": t}  # fmt: skip
-
-    def on_consumer_bye(self, msg: p.Bye, ident: bytes) -> None:
-        log.info("consumer finished after %d batches; stopping the run", self.batches_sent)
-        self.done = True
-        self.reply(ident, p.ByeAck())
+        self.accepted[e.slot] = (e.lengths, e.checksum)
 
     HANDLERS: dict[type, Callable[..., None]] = {
         p.Request: on_request,
@@ -319,16 +290,6 @@ class Stager:
         p.Heartbeat: on_heartbeat,
         p.Crash: on_crash,
         p.Bye: on_bye,
-    }
-
-    def on_consumer_heartbeat(self, msg: p.Heartbeat, ident: bytes) -> None:
-        """A waiting consumer's keep-alive: a new stager answers it with REHELLO instead."""
-
-    CONSUMER_HANDLERS: dict[type, Callable[..., None]] = {
-        p.BatchFree: on_batch_free,
-        p.StepStats: on_step_stats,
-        p.Heartbeat: on_consumer_heartbeat,
-        p.Bye: on_consumer_bye,
     }
 
     # ------------------------------------------------------------ grant and deliver
@@ -347,11 +308,12 @@ class Stager:
         while True:
             room = self.builder.room()
             events = self.manager.pop_events(room)
-            for event in events:
-                if event.kind == "sample":
-                    self.take(event)
-                else:
+            for i, event in enumerate(events):
+                if event.kind == "skip":
                     self.record_skip(event)
+                elif not self.take(event):
+                    self.manager.torn(events[i:])  # re-granted; the rest wait their turn
+                    break
             if self.builder.full():
                 self.announce()
                 continue
@@ -371,12 +333,27 @@ class Stager:
         if self.quarantine.write(item_id, path, event.reason, event.stage):
             log.warning("skipped %s (%s): %s", item_id, event.stage, event.reason)
 
-    def take(self, event: Event) -> None:
-        if self.builder.rows == 0:
+    def take(self, event: Event) -> bool:
+        """Copy a READY sample into the batch, then check it (seqlock): the slot still
+        carries the generation it was accepted with, and the copied rows hash to the
+        checksum its producer sent. False (nothing taken) if a stale writer touched it."""
+        lengths, checksum = self.accepted.pop(event.slot)
+        copies = self.builder.add(self.samples, event.slot, event.item, lengths)
+        header = self.samples.slots[event.slot]
+        generation = self.manager.slots[event.slot].generation
+        if (
+            int(header["writing_generation"]) != generation
+            or int(header["sealed_generation"]) != generation
+            or rows_checksum(copies) != checksum
+        ):
+            self.builder.drop_last()
+            self.drop("torn", f"slot {event.slot} item {event.item} changed after its READY")
+            return False
+        if self.builder.rows == 1:
             self.first_position = event.position
         self.last_position = event.position
-        self.builder.add(self.samples, event.slot, event.item, self.lengths.pop(event.slot))
         self.manager.release(event.slot)
+        return True
 
     def announce(self) -> None:
         slot, generation, n_valid = self.builder.finish()

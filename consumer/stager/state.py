@@ -19,7 +19,10 @@ class Producer:
     host: str
     remote: bool
     last_seen: float
-    index: int = -1  # written into the headers of the slots it holds
+    index: int = -1
+    # Drawn by the producer process once and never shown: a HELLO with the same name and
+    # token is that process again; the same name with another token is someone else.
+    token: str = ""  # written into the headers of the slots it holds
     credits: int = 0
     slots: set[int] = field(default_factory=set)
     # Slots taken back while this producer might still be writing them.
@@ -42,3 +45,4 @@ class Slot:
     t_granted: float = 0.0
     t_granted_wall: float = 0.0  # for the inspector, which has no access to our clock
     owner_index: int = -1  # its producer's index, as the header shows it
+    t_fenced: float = 0.0
