@@ -219,7 +219,8 @@ class Worker:
             sample = self.source.prepare(grant.item)
             if self.remote:
                 lengths, payload = self.frames(sample)
-                msg = self._ready_msg([(grant, lengths, rows_checksum(payload), sample.truncated)])
+                checksum = rows_checksum(np.frombuffer(b, np.uint8) for b in payload)
+                msg = self._ready_msg([(grant, lengths, checksum, sample.truncated)])
                 self._send(msg, payload)
             else:
                 if self.taken_back(grant):

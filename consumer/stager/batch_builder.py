@@ -71,22 +71,23 @@ class BatchBuilder:
         stager's check; :meth:`drop_last` undoes the row if that check fails."""
         k, row = self.current, self.rows
         assert k is not None and row < self.b
-        dst = {"tokens": self.ring.view("tokens")[k][row]}
+        n_text, n = lengths
+        view = self.ring.view
+        tokens = view("tokens")[k][row]
+        tokens[:n_text] = samples.view("tokens")[slot][:n_text]
+        tokens[n_text:] = 0
+        view("text_lens")[k][row], view("items")[k][row] = n_text, item
         if self.waves is None:
-            dst["mel"] = self.ring.view("mel")[k][row]
-            self.ring.view("mel_lens")[k][row] = lengths[1]
+            frames = view("mel")[k][row]
+            frames[:n] = samples.view("mel")[slot][:n]
+            view("mel_lens")[k][row] = n
         else:
-            dst["wave"] = self.waves[row]
-            self.wave_lens[row] = lengths[1]
-        self.ring.view("text_lens")[k][row] = lengths[0]
-        self.ring.view("items")[k][row] = item
-        copies = []
-        for name, n in zip(samples.fields, lengths, strict=True):
-            dst[name][:n] = samples.view(name)[slot][:n]
-            dst[name][n:] = 0
-            copies.append(dst[name][:n])
+            frames = self.waves[row]
+            frames[:n] = samples.view("wave")[slot][:n]
+            self.wave_lens[row] = n
+        frames[n:] = 0
         self.rows += 1
-        return copies
+        return [tokens[:n_text], frames[:n]]  # sample-field order: tokens, then mel or wave
 
     def drop_last(self) -> None:
         """Forget the row just added (its sample failed the stager's check)."""

@@ -39,7 +39,7 @@ from consumer.stager.ready import (
 )
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
-from consumer.stager.stats import snapshot
+from consumer.stager.stats import MAX_WORK, MAX_WORK_KEY, snapshot
 from shared import protocol as p
 from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
 from shared.dataset import DatasetError, dataset_index
@@ -102,7 +102,9 @@ class Stager(ConsumerSide):
         self.samples = Ring.create(name, self.fields, rc.slots, self.run_id, "samples", stats)
         name, fields = segment_name(self.run_id, "batches"), self.cfg.batch_fields()
         self.batches = Ring.create(name, fields, st.batch_slots, self.run_id, "batches", stats)
-        self.seals = self.samples.slots["sealed_generation"]  # producers' seals, read per READY
+        # Producers' progress fields, read per READY and per copy (column views: cheap).
+        self.seals = self.samples.slots["sealed_generation"]
+        self.writing = self.samples.slots["writing_generation"]
         self.secret = write_consumer_secret(self.dir)
         self.manager = SlotManager(
             EpochPlan(self.index.n_items, st.seed, st.epochs),
@@ -224,7 +226,8 @@ class Stager(ConsumerSide):
 
     def on_heartbeat(self, msg: p.Heartbeat, producer: Producer, payload: list[bytes]) -> None:
         # Plain counters only: the inspector does arithmetic on what a peer sent.
-        producer.work = {k: v for k, v in list(msg.work.items())[:16] if type(v) is int}
+        work = [(k, v) for k, v in msg.work.items() if type(v) is int and len(k) <= MAX_WORK_KEY]
+        producer.work = dict(work[:MAX_WORK])
         self.reply(producer.ident, p.Heartbeat(0, {}))
 
     def on_crash(self, msg: p.Crash, producer: Producer, payload: list[bytes]) -> None:
@@ -339,11 +342,10 @@ class Stager(ConsumerSide):
         checksum its producer sent. False (nothing taken) if a stale writer touched it."""
         lengths, checksum = self.accepted.pop(event.slot)
         copies = self.builder.add(self.samples, event.slot, event.item, lengths)
-        header = self.samples.slots[event.slot]
-        generation = self.manager.slots[event.slot].generation
+        k, generation = event.slot, self.manager.slots[event.slot].generation
         if (
-            int(header["writing_generation"]) != generation
-            or int(header["sealed_generation"]) != generation
+            self.writing[k] != generation
+            or self.seals[k] != generation
             or rows_checksum(copies) != checksum
         ):
             self.builder.drop_last()
@@ -404,7 +406,7 @@ class Stager(ConsumerSide):
             self.quarantine.close()
         if self.manager is not None:
             self.manager.attach_headers(self.manager.headers.copy())  # no view outlives the map
-        self.seals = None
+        self.seals = self.writing = None
         for ring in (self.samples, self.batches):
             if ring is not None:
                 ring.close()

@@ -15,6 +15,15 @@ from shared.ring import SlotState
 
 if TYPE_CHECKING:
     from consumer.stager.stager import Stager
+    from consumer.stager.state import Producer
+
+
+# The stats message stays under the protocol's header limit by construction: at most
+# this many producers are listed (the busiest; the rest summed in "producers_unlisted"),
+# names and hosts are capped at decode, and the stager keeps at most MAX_WORK counters
+# of at most MAX_WORK_KEY characters per producer (tests/test_trust.py: worst case).
+MAX_LISTED_PRODUCERS = 32
+MAX_WORK, MAX_WORK_KEY = 12, 32
 
 
 def producer_rows(stager: Stager, now: float) -> list[dict[str, Any]]:
@@ -31,8 +40,20 @@ def producer_rows(stager: Stager, now: float) -> list[dict[str, Any]]:
             "stalled": pr.stalled,
             "work": pr.work,
         }
-        for pr in stager.manager.producers.values()
+        for pr in listed(stager)[0]
     ]
+
+
+def listed(stager: Stager) -> tuple[list[Producer], dict[str, int]]:
+    """The producers the stats list (working ones first, then by samples), and a
+    summary of the rest."""
+    producers = sorted(
+        stager.manager.producers.values(), key=lambda pr: (pr.stalled, not pr.slots, -pr.samples)
+    )
+    shown, rest = producers[:MAX_LISTED_PRODUCERS], producers[MAX_LISTED_PRODUCERS:]
+    summary = {"count": len(rest), "samples": sum(pr.samples for pr in rest),
+               "grants": sum(len(pr.slots) for pr in rest)}  # fmt: skip
+    return shown, summary
 
 
 def snapshot(stager: Stager) -> dict[str, Any]:
@@ -52,6 +73,7 @@ def snapshot(stager: Stager) -> dict[str, Any]:
         "dropped": dict(stager.dropped),
         "bad_metadata_lines": len(stager.index.bad_lines),
         "producers": producer_rows(stager, now),
+        "producers_unlisted": listed(stager)[1],
         "crashes": list(stager.crashes),
         "trainer": stager.trainer,
         "consumer_connected": stager.consumer is not None,

@@ -234,6 +234,7 @@ class Inspector:
             }
             for pr in stats.get("producers", [])
         ]
+        snap["producers_unlisted"] = stats.get("producers_unlisted", {}).get("count", 0)
         trainer = dict(stats.get("trainer") or {})
         wall = trainer.get("step_s", 0.0) + trainer.get("wait_s", 0.0)
         if wall > 0:  # step_s is the step alone; the wait comes on top
@@ -312,6 +313,8 @@ def render(snap: dict[str, Any]) -> str:
                 f"{pr['grants']:6d} {pr['silent_s']:6.1f}s "
                 f"{_fmt(pr.get('cache_hit_frac'), '.0%'):>6s}  {state}"
             )
+        if snap.get("producers_unlisted"):
+            lines.append(f"... and {snap['producers_unlisted']} more (the stats list 32)")
         if not snap["producers"]:
             lines.append("(no producers connected)")
         tr = snap["trainer"]

@@ -1,0 +1,358 @@
+"""Trust boundaries, tested as an attacker would: real stager and producers, hand-played
+peers that lie. Each run must keep the stager up, deliver its epoch exactly once with
+every row checked against the item it claims to be, and count each refusal by reason."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from producer.sources import SyntheticSource
+from scripts.runner import REPO, Run, worker_pids
+from shared import protocol as p
+from shared.config import endpoints, load_config, run_dir
+from shared.keys import KeysError, generate, load_client, load_server
+from shared.process import die_with_parent
+from shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, rows_checksum
+from shared.run_secret import read_consumer_secret
+from tests.runs import peer_socket
+from tests.test_reliability import assert_exactly_once, finish
+from tests.test_remote_producers import free_port
+from tests.test_transport_e2e import StatsReader, consume, rid, small
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for_secret(cfg, run_id: str) -> str:
+    deadline = time.monotonic() + 30
+    while not (secret := read_consumer_secret(run_dir(cfg, run_id))):
+        assert time.monotonic() < deadline, "the stager never wrote its consumer secret"
+        time.sleep(0.05)
+    return secret
+
+
+def test_only_the_runs_consumer_can_be_the_consumer(tmp_path: Path) -> None:
+    port = free_port()
+    n = 300
+    cfg_path = small(
+        tmp_path, items=n, transport={"kind": "tcp", "host": "127.0.0.1", "port": port}
+    )
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        secret = wait_for_secret(cfg, run_id)
+        assert (run_dir(cfg, run_id) / "consumer.secret").stat().st_mode & 0o777 == 0o600
+        local, remote = endpoints(cfg, run_id).control, f"tcp://127.0.0.1:{port}"
+        with peer_socket(local) as impostor, peer_socket(remote) as far:
+            impostor.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, "guess")))
+            impostor.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, "")))
+            # Even the right secret does not make a tcp peer the consumer.
+            far.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, secret)))
+            # Out of range: negative (refused at decode), past the plan's end (by the stager).
+            impostor.send_multipart([msgpack.packb([p.VERSION, 12, "evil", -5, 0, secret])])
+            impostor.send_multipart(p.encode(p.ConsumerHello("x", 10**12, 0, "guess")))
+            for sock in (impostor, far):
+                sock.send_multipart(p.encode(p.Bye(0)))  # would end the run if believed
+            items = consume(client)
+        client.close()
+        summary = finish(run, run_id, "producers")
+    assert_exactly_once(items, cfg, n)
+    dropped = collections.Counter(summary["dropped"])
+    assert dropped["unauthorized"] >= 4, dropped
+    assert dropped["malformed"] >= 1 and dropped["unknown-peer"] >= 2, dropped
+
+
+def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path) -> None:
+    port = free_port()
+    n = 300
+    cfg_path = small(
+        tmp_path,
+        items=n,
+        delay_s=0.004,
+        transport={"kind": "tcp", "host": "127.0.0.1", "port": port},
+        producers={"workers": 1},
+    )
+    cfg, run_id = load_config(cfg_path), rid()
+    head = socket.gethostname()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        stats = StatsReader(endpoints(cfg, run_id).stats)
+        live = []
+        deadline = time.monotonic() + 20
+        while not live and time.monotonic() < deadline:
+            live = [pr["name"] for pr in stats.latest().get("producers", [])]
+        assert live, "no producer joined"
+        remote = f"tcp://127.0.0.1:{port}"
+        with peer_socket(remote) as liar, peer_socket(remote) as thief:
+            # A tcp peer that says it is local, on the head's host, with pid 1.
+            liar.send_multipart(p.encode(p.Hello("liar", 1, head, False, "t1")))
+            # A second HELLO under a live producer's name: refused, not an eviction.
+            thief.send_multipart(p.encode(p.Hello(live[0], 4242, head, False, "t2")))
+            # A name of 100 KiB: over ZMQ_MAXMSGSIZE, so libzmq closes the link before
+            # Python sees it (over the header limit, decode would drop it as malformed).
+            huge = [p.VERSION, int(p.Kind.HELLO), "n" * 102400, 7, head, False, "t"]
+            thief.send_multipart([msgpack.packb(huge)])
+            time.sleep(0.5)
+            liar_row = next(
+                (pr for pr in stats.latest().get("producers", []) if pr["name"] == "liar"), None
+            )
+            items = consume(client)
+        client.close()
+        stats.close()
+        summary = finish(run, run_id, "producers")
+    assert_exactly_once(items, cfg, n)
+    assert liar_row is not None and liar_row["remote"], liar_row  # believed only as remote
+    names = [pr["name"] for pr in summary["producers"]]
+    assert live[0] in names and names.count(live[0]) == 1
+    dropped = collections.Counter(summary["dropped"])
+    assert dropped["refused-hello"] >= 1, dropped
+    assert all(len(name) <= p.MAX_NAME for name in names)
+
+
+def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> None:
+    n = 400
+    cfg_path = small(tmp_path, items=n, delay_s=0.01, ring={"lease_s": 0.5, "heartbeat_s": 0.1})
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        client = run.client(timeout_s=30)
+        stats = StatsReader(endpoints(cfg, run_id).stats)
+        with zmq.Context() as ctx:
+            for i in range(500):
+                with ctx.socket(zmq.DEALER) as sock:
+                    sock.setsockopt(zmq.LINGER, 1000)
+                    sock.connect(endpoints(cfg, run_id).control)
+                    name = f"ghost-{i:03d}-" + "x" * 100  # as long as a name may be
+                    sock.send_multipart(p.encode(p.Hello(name, 10_000 + i, "far", True, "t")))
+        seen = stats.latest()
+        deadline = time.monotonic() + 10
+        while seen.get("producers_unlisted", {}).get("count", 0) < 400:
+            assert time.monotonic() < deadline, "the ghosts never showed in the stats"
+            seen = stats.latest()
+        # The stats stay under their limit by construction: 32 listed, the rest summed.
+        assert len(seen["producers"]) <= 32
+        run.start("producers")
+        items = consume(client)
+        late = stats.latest()
+        client.close()
+        stats.close()
+        finish(run, run_id, "producers")
+    assert_exactly_once(items, cfg, n)
+    # Forgotten after FORGET_LEASES silent leases: only the real producers remain.
+    assert late.get("producers_unlisted", {}).get("count", 0) == 0
+    assert all(not pr["name"].startswith("ghost") for pr in late["producers"])
+
+
+def stamped_rows(cfg, item: int) -> list[np.ndarray]:
+    """What a producer writes for a synthetic item, in ring field order."""
+    sample = SyntheticSource(cfg).prepare(item)
+    return [sample.tokens, sample.mel]
+
+
+def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: Path) -> None:
+    """Plays a local producer that fills two slots, then, as a stale writer the fence
+    could not see (another PID namespace), scribbles over one after its READY. The
+    stager must not deliver those bytes: it re-grants the item and counts it torn."""
+    n = 64
+    cfg_path = small(tmp_path, items=n, producers={"workers": 1})
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        client = run.client(timeout_s=30)
+        with peer_socket(endpoints(cfg, run_id).control) as sock:
+            sock.send_multipart(p.encode(p.Hello("stale", os.getpid(), "pod-7", False, "t")))
+            welcome, _ = p.decode(sock.recv_multipart())
+            sock.send_multipart(p.encode(p.Request(2)))
+            grant, _ = p.decode(sock.recv_multipart())
+            assert isinstance(grant, p.Grant) and len(grant.slots) == 2
+            ring = Ring.attach(welcome.ring_name)
+            entries = sorted(
+                zip(grant.positions, grant.slots, grant.generations, grant.items, strict=True)
+            )
+            try:
+                (_, s0, g0, i0), (_, s1, g1, i1) = entries
+                lengths1 = fill(ring, cfg, s1, g1, i1)
+                ready1 = p.Ready([s1], [g1], [i1], lengths1, [expected(cfg, i1)], [0])
+                sock.send_multipart(p.encode(ready1))
+                time.sleep(0.3)  # accepted; it waits behind position 0 (plan order)
+                ring.view("tokens")[s1][0] = 0  # the stale write
+                lengths0 = fill(ring, cfg, s0, g0, i0)
+                ready0 = p.Ready([s0], [g0], [i0], lengths0, [expected(cfg, i0)], [0])
+                sock.send_multipart(p.encode(ready0))
+                sock.send_multipart(p.encode(p.Bye(0)))  # a re-grant to us comes back at once
+                time.sleep(0.3)
+            finally:
+                ring.close()
+            run.start("producers")
+            items = consume(client)
+        client.close()
+        summary = finish(run, run_id, "producers")
+    assert_exactly_once(items, cfg, n)  # consume() checked every row's stamp
+    assert summary["counters"]["torn"] == 1 and summary["dropped"]["torn"] == 1
+
+
+def fill(ring: Ring, cfg, slot: int, generation: int, item: int) -> list[int]:
+    header = ring.slots[slot]
+    header["writing_generation"] = generation
+    rows = stamped_rows(cfg, item)
+    for name, arr in zip(ring.fields, rows, strict=True):
+        ring.view(name)[slot][: len(arr)] = arr
+        ring.view(name)[slot][len(arr) :] = 0
+    header["sealed_generation"] = generation
+    return [len(a) for a in rows]
+
+
+def expected(cfg, item: int) -> int:
+    return rows_checksum(stamped_rows(cfg, item))
+
+
+def test_key_files_are_private_and_readable_keys_are_refused(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    bundle = generate(keys, "worker-a")
+    for folder in (keys, keys / "authorized", bundle):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    for secret in (keys / "server.key_secret", bundle / "client.key_secret"):
+        assert secret.stat().st_mode & 0o777 == 0o600, secret
+    load_server(keys), load_client(bundle)  # as made, they load
+    (bundle / "client.key_secret").chmod(0o644)
+    with pytest.raises(KeysError, match="chmod 600"):
+        load_client(bundle)
+
+
+def can_unshare() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--pid", "--uts", "--fork", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not can_unshare(), reason="needs root and unshare (PID and UTS namespaces)")
+def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
+    tmp_path: Path,
+) -> None:
+    """A pool in its own PID and UTS namespaces (a pod sharing /dev/shm): its pids and
+    host name mean nothing here, so it cannot be fenced. Its worker is stopped past its
+    lease three times while its slots are granted again; every row must still be right."""
+    n, lease_s = 600, 0.5
+    cfg_path = small(
+        tmp_path,
+        items=n,
+        delay_s=0.004,
+        features={"max_frames": 1024},  # slots of 320 KiB: writes take a while
+        ring={"lease_s": lease_s, "heartbeat_s": 0.1},
+        producers={"workers": 1},
+    )
+    cfg, run_id = load_config(cfg_path), rid()
+    cli = [sys.executable, "-m", "scripts.cli", "producers", str(cfg_path), "--run-id", run_id]
+    pod_cmd = ["unshare", "--pid", "--uts", "--fork", "--kill-child", "sh", "-c",
+               'hostname pod-7 && exec "$@"', "sh", *cli]  # fmt: skip
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        pod = subprocess.Popen(pod_cmd, cwd=REPO, preexec_fn=die_with_parent)
+        run.procs["pod"] = pod
+        client = run.client(timeout_s=30)
+        stopped = []
+
+        def stop_the_pod(n_items: int) -> None:
+            if n_items < 100 * (len(stopped) + 1) or len(stopped) >= 3:
+                return
+            children = Path(f"/proc/{pod.pid}/task/{pod.pid}/children").read_text()
+            pool = [int(c) for c in children.split()]
+            workers = [w for pool_pid in pool for w in worker_pids(pool_pid)]
+            assert workers, "the pod's worker is not running"
+            os.kill(workers[0], signal.SIGSTOP)
+            time.sleep(2.5 * lease_s)  # its grants are taken back and granted again
+            os.kill(workers[0], signal.SIGCONT)
+            stopped.append(workers[0])
+
+        items = consume(client, on_batch=stop_the_pod)
+        client.close()
+        summary = finish(run, run_id, "producers", "pod")
+    assert len(stopped) == 3
+    assert_exactly_once(items, cfg, n)  # consume() checked every row's stamp
+    pod_rows = [pr for pr in summary["producers"] if pr["host"] == "pod-7"]
+    assert pod_rows and not pod_rows[0]["remote"]  # it maps the ring, like a local one
+    # The stale-writer situation did arise: woken, the worker found grants it still held
+    # granted again (their generation moved on) and dropped them; any write that slips
+    # past that check is caught by the stager's check after copying ("torn").
+    assert pod_rows[0]["work"]["taken_back"] + summary["counters"]["torn"] >= 1, summary
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a file of another user")
+def test_another_users_segment_in_dev_shm_does_not_stop_a_run(tmp_path: Path) -> None:
+    # Another user's file under our own prefix (the worst case: a squatter) and one
+    # under theirs: neither may stop the stager or `ringfeed cleanup`.
+    squat = [SHM_DIR / f"{SEGMENT_PREFIX}squat-samples", SHM_DIR / "ringfeed-65534-x-samples"]
+    for path in squat:
+        path.write_bytes(b"\0" * 64)
+        os.chown(path, 65534, 65534)
+        os.utime(path, (time.time() - 3600, time.time() - 3600))  # old: looks stale
+    try:
+        n = 120
+        cfg_path = small(tmp_path, items=n)
+        cfg, run_id = load_config(cfg_path), rid()
+        with Run(cfg_path, run_id, tmp_path) as run:
+            run.start("stager")
+            run.start("producers")
+            client = run.client(timeout_s=30)
+            items = consume(client)
+            client.close()
+            finish(run, run_id, "producers")
+        assert_exactly_once(items, cfg, n)
+        cleanup = subprocess.run(
+            [sys.executable, "-m", "scripts.cli", "cleanup"], cwd=REPO, capture_output=True
+        )
+        assert cleanup.returncode == 0, cleanup.stderr
+    finally:
+        for path in squat:
+            path.unlink(missing_ok=True)
+
+
+def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
+    """As many producers as a run admits, each with the longest name and host and the
+    most work counters a peer may send, and the longest crash reports kept."""
+    from types import SimpleNamespace
+
+    from consumer.stager.plan import EpochPlan
+    from consumer.stager.producer_book import MAX_PRODUCERS
+    from consumer.stager.slot_manager import SlotManager
+    from consumer.stager.stats import MAX_WORK, MAX_WORK_KEY, snapshot
+    from shared.config import config_from_dict
+
+    cfg = config_from_dict({})
+    manager = SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True, "head")
+    for i in range(MAX_PRODUCERS):
+        name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)
+        manager.hello(f"R{i}".encode(), name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}")
+        pr = manager.producers[f"R{i}".encode()]
+        pr.work = {f"{k:02d}" + "k" * (MAX_WORK_KEY - 2): 2**53 - 1 for k in range(MAX_WORK)}
+        pr.samples = 2**40
+    crash = {"name": "n" * p.MAX_NAME, "traceback": "t" * 2000}
+    stager = SimpleNamespace(
+        run_id="r" * 32, t_start=0.0, index=SimpleNamespace(n_items=100, bad_lines=[]),
+        manager=manager, cfg=cfg, builder=SimpleNamespace(in_flight=lambda: 3),
+        batches_sent=2**40, dropped={r: 2**40 for r in ("malformed", "stale", "torn")},
+        crashes=[crash] * 5, consumer=None, net=None, gpus=2,
+        trainer={"step": 2**40, "step_s": 1.0, "wait_s": 1.0, "loss": 1.0, "t": 1.0},
+    )  # fmt: skip
+    snap = snapshot(stager)
+    assert snap["producers_unlisted"]["count"] == MAX_PRODUCERS - len(snap["producers"])
+    header = p.encode(p.Stats(snap))[0]
+    assert len(header) < p.MAX_HEADER_BYTES, len(header)
