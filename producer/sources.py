@@ -47,9 +47,18 @@ def synthetic_tokens(item: int, n: int, cfg: Config) -> np.ndarray:
 
 
 def synthetic_lengths(item: int, cfg: Config) -> tuple[int, int]:
-    """(text_len, frames-or-samples) of a synthetic item: varied, so padding is exercised."""
+    """(text_len, frames-or-samples) of a synthetic item: varied, so padding is exercised.
+
+    data.synthetic_lengths "uniform": frames max/2..max, text 20..max_text_len.
+    "ljspeech": the shape of LJSpeech's clip lengths (1..10.1 s, mean ~6.6 s: a
+    Beta(4, 2.5) over 0.1..1 of the slot, drawn per item from its number), with
+    text proportional to the clip (LJSpeech reads ~15 characters a second)."""
     t_max = cfg.text.max_text_len
     n_max = cfg.sample_fields()["mel" if cfg.features.device == "producer" else "wave"][0][0]
+    if cfg.data.synthetic_lengths == "ljspeech":
+        frac = 0.1 + 0.9 * float(np.random.default_rng([item, 7]).beta(4.0, 2.5))
+        n = max(1, int(frac * n_max))
+        return max(1, min(t_max, int(frac * t_max))), n
     text_len = 20 + (item * 7919) % max(1, t_max - 19) if t_max > 20 else t_max
     n = n_max // 2 + (item * 104729) % max(1, n_max - n_max // 2 + 1)
     return min(text_len, t_max), min(n, n_max)

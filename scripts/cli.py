@@ -7,6 +7,7 @@ ringfeed producers CONFIG --run-id R     a pool of producer processes
 ringfeed trainer CONFIG --run-id R       the model process
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
+ringfeed manifest CONFIG                 measure every item's length (for length buckets)
 ringfeed keys DIR --client NAME          CURVE keys for a producer host
 ringfeed cleanup [--run-id R]            remove segments of dead runs
 """
@@ -51,7 +52,7 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     print(f"{args.config}: ok")
     for name, (shape, dtype) in cfg.sample_fields().items():
         print(f"  sample field {name:8s} {str(list(shape)):14s} {dtype}")
-    sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_fields())
+    sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
     print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
     print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")
     print(
@@ -153,6 +154,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_manifest(args: argparse.Namespace) -> int:
+    """Build or refresh the length manifest (shared/manifest.py); the stager calls it."""
+    from producer.manifest import build_manifest
+    from shared.dataset import DatasetError
+    from shared.manifest import manifest_path
+
+    cfg = _config(args.config)
+    try:
+        manifest = build_manifest(cfg)
+    except DatasetError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    known = manifest.frames[manifest.frames >= 0]
+    spread = f"{known.min()}..{known.max()} frames" if known.size else "no readable headers"
+    print(f"{manifest_path(cfg)}: {len(manifest.frames)} items, {spread}")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from shared.keys import generate
 
@@ -219,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--from", dest="recording", default="", help="a --record jsonl file")
     i.add_argument("--config", default="", help="the run's config (ring.lease_s); default: "
                    "runs/<run-id>/config.yaml")  # fmt: skip
+    m = verb("manifest", cmd_manifest, needs_run=False)
+    m.add_argument("config")
     k = verb("keys", cmd_keys, needs_run=False)
     k.add_argument("dir", help="keys directory of the head host")
     k.add_argument("--client", required=True, help="name of the producer host to authorize")

@@ -14,7 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Config, ConfigError, is_loopback
+from shared.config import Config, ConfigError
+from shared.config_checks import is_loopback
 
 # Audio files whose headers are read, spread over the dataset.
 AUDIO_SAMPLE = 8

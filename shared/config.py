@@ -10,7 +10,6 @@ only module that reads environment variables.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import os
 import string
@@ -21,7 +20,8 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from shared.schema import ConfigError, build, check
+from shared.config_checks import MIN_BUCKET_FRACTION, validate
+from shared.schema import ConfigError, build
 
 DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
 
@@ -38,6 +38,9 @@ class DataConfig:
     # unexpected exception, and items whose work ends its process with exit code 0.
     synthetic_raise: tuple[int, ...] = ()
     synthetic_exit: tuple[int, ...] = ()
+    # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
+    # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
+    synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
     # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized).
     text_column: int = 2
 
@@ -113,6 +116,25 @@ class StagerConfig:
     seed: int = 1234
     # 0 = run until stopped.
     epochs: int = 0
+    # Length buckets (README, "Length buckets"): the mel-frame lengths of the batch
+    # shapes the model sees, ascending, the largest = features.max_frames. Each bucket's
+    # batch holds batch_frames // length rows. () = one fixed shape [batch_size,
+    # max_frames]: the default, as a model must accept several shapes to use buckets.
+    buckets: tuple[int, ...] = ()
+    # > 0 (with buckets unset): that many buckets, from the length manifest's quantiles.
+    auto_buckets: int = 0
+    # Mel frames per batch (rows x bucket length). 0 = batch_size x max_frames: no
+    # bucket's batch is larger than the fixed shape's.
+    batch_frames: int = 0
+
+    @property
+    def bucketed(self) -> bool:
+        return bool(self.buckets) or self.auto_buckets > 0
+
+    @property
+    def n_shapes(self) -> int:
+        """Batch shapes the model may see: one per bucket (auto: at most that many)."""
+        return len(self.buckets) or self.auto_buckets or 1
 
 
 @dataclass(frozen=True)
@@ -180,7 +202,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
     # ---- derived values: computed here, never inline elsewhere ----
     @property
@@ -208,6 +230,33 @@ class Config:
             fields["wave"] = ((self.max_samples,), np.dtype(np.float32))
         return fields
 
+    @property
+    def batch_frames(self) -> int:
+        """Mel frames one batch may hold (stager.batch_frames, or the fixed shape's)."""
+        return self.stager.batch_frames or self.stager.batch_size * self.features.max_frames
+
+    @property
+    def max_batch_rows(self) -> int:
+        """Most rows a batch can have: the budget over the shortest bucket possible
+        (auto buckets are at least max_frames // MIN_BUCKET_FRACTION frames)."""
+        if not self.stager.bucketed:
+            return self.stager.batch_size
+        shortest = min(self.stager.buckets or (self.features.max_frames // MIN_BUCKET_FRACTION,))
+        return max(1, self.batch_frames // max(1, shortest))
+
+    def batch_ring_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Payload fields of one batch-ring slot, flat: a batch of any bucket's shape
+        [rows, frames, ...] is the first rows x frames entries (the client reshapes)."""
+        rows = self.max_batch_rows
+        frames = max(self.batch_frames, self.features.max_frames)
+        return {
+            "tokens": ((rows * self.text.max_text_len,), np.dtype(np.int32)),
+            "text_lens": ((rows,), np.dtype(np.int32)),
+            "mel": ((frames, self.features.n_mels), np.dtype(np.float32)),
+            "mel_lens": ((rows,), np.dtype(np.int32)),
+            "items": ((rows,), np.dtype(np.int64)),
+        }
+
     def batch_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Payload fields of one batch-ring slot (always mels, never waveforms)."""
         b = self.stager.batch_size
@@ -225,98 +274,6 @@ class Config:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _validate(cfg: Config) -> None:
-    f, r, s = cfg.features, cfg.ring, cfg.stager
-    for key, value in [
-        ("text.max_text_len", cfg.text.max_text_len),
-        ("audio.sample_rate", cfg.audio.sample_rate),
-        ("features.n_fft", f.n_fft),
-        ("features.hop_length", f.hop_length),
-        ("features.win_length", f.win_length),
-        ("features.n_mels", f.n_mels),
-        ("features.max_frames", f.max_frames),
-        ("ring.slots", r.slots),
-        ("producers.workers", cfg.producers.workers),
-        ("producers.credits", cfg.producers.credits),
-        ("producers.math_threads", cfg.producers.math_threads),
-        ("stager.batch_size", s.batch_size),
-        ("stager.batch_slots", s.batch_slots),
-        ("ring.max_item_attempts", r.max_item_attempts),
-        ("model.d_model", cfg.model.d_model),
-        ("model.n_layers", cfg.model.n_layers),
-        ("train.log_every", cfg.train.log_every),
-        ("train.checkpoint_every", cfg.train.checkpoint_every),
-    ]:
-        check(value >= 1, key, f"must be >= 1, got {value}")
-    _validate_features(cfg)
-    _validate_ring(cfg)
-    check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
-    _validate_transport(cfg)
-    check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
-    check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
-    check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
-
-
-def _validate_features(cfg: Config) -> None:
-    f = cfg.features
-    check(
-        f.win_length <= f.n_fft,
-        "features.win_length",
-        f"{f.win_length} > features.n_fft={f.n_fft}: lower win_length or raise n_fft",
-    )
-    check(
-        0 <= f.fmin < f.fmax <= cfg.audio.sample_rate / 2,
-        "features.fmax",
-        f"need 0 <= fmin < fmax <= sample_rate/2 = {cfg.audio.sample_rate / 2}",
-    )
-    check(f.log_floor > 0, "features.log_floor", "must be > 0 (it guards log(0))")
-    check(cfg.audio.max_duration_s > 0, "audio.max_duration_s", "must be > 0 seconds")
-    check(
-        len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet != "",
-        "text.alphabet",
-        "must be a non-empty string of distinct characters",
-    )
-    check(0 <= cfg.text.max_unknown_frac <= 1, "text.max_unknown_frac", "must be in [0, 1]")
-
-
-def _validate_ring(cfg: Config) -> None:
-    r, s = cfg.ring, cfg.stager
-    check(r.heartbeat_s > 0, "ring.heartbeat_s", "must be > 0")
-    check(
-        r.lease_s >= 2 * r.heartbeat_s,
-        "ring.lease_s",
-        f"{r.lease_s} s must be at least 2 x ring.heartbeat_s={r.heartbeat_s} s, "
-        "or live producers lose their grants",
-    )
-    check(
-        r.slots >= s.batch_size or not s.deterministic,
-        "ring.slots",
-        f"{r.slots} < stager.batch_size={s.batch_size}: in deterministic mode a batch "
-        "needs that many slots in flight; raise ring.slots",
-    )
-    check(s.batch_slots >= 2, "stager.batch_slots", "must be >= 2 (3 = triple buffering)")
-
-
-def _validate_transport(cfg: Config) -> None:
-    t = cfg.transport
-    check(1 <= t.port <= 65535, "transport.port", "must be a TCP port number")
-    check(
-        t.kind != "tcp" or is_loopback(t.host) or t.keys_dir != "",
-        "transport.keys_dir",
-        f"binding {t.host} (not loopback) needs CURVE keys: run `ringfeed keys DIR --client "
-        "NAME` and set transport.keys_dir, or bind transport.host: 127.0.0.1",
-    )
 
 
 # ---------------------------------------------------------------- loading

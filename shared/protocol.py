@@ -184,6 +184,10 @@ class BatchReady:
     n_valid: int
     # Of its first row: a batch across an epoch boundary has first_epoch < epoch.
     first_epoch: int
+    # Its shape (its length bucket's): tokens [rows, text_len], mel [rows, frames, n_mels].
+    rows: int
+    frames: int
+    text_len: int
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ import mmap
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import IntEnum
 from pathlib import Path
 
@@ -150,6 +150,22 @@ def rows_checksum(arrays: Iterable[np.ndarray]) -> int:
     for a in arrays:  # each array's hash seeds the next: one pass, no joined copy
         h = xxhash.xxh3_64_intdigest(a if a.flags.c_contiguous else np.ascontiguousarray(a), h)
     return h >> 12
+
+
+def batch_views(
+    slot: Mapping[str, np.ndarray], rows: int, frames: int, text: int
+) -> dict[str, np.ndarray]:
+    """One batch of shape (rows, frames, text) inside a batch-ring slot whose fields are
+    flat (Config.batch_ring_fields): zero-copy views, row-major from each field's start.
+    The one definition of that layout, for the stager's builder and the batch client."""
+    mel = slot["mel"]
+    return {
+        "tokens": slot["tokens"][: rows * text].reshape(rows, text),
+        "text_lens": slot["text_lens"][:rows],
+        "mel": mel[: rows * frames].reshape(rows, frames, mel.shape[-1]),
+        "mel_lens": slot["mel_lens"][:rows],
+        "items": slot["items"][:rows],
+    }
 
 
 class SlotState(IntEnum):
@@ -230,7 +246,7 @@ def slot_bytes(fields: FieldSpec) -> int:
 def rings_bytes(cfg: Config) -> int:
     """Both rings of a run, as the stager will create them."""
     return segment_bytes(cfg.sample_fields(), cfg.ring.slots) + segment_bytes(
-        cfg.batch_fields(), cfg.stager.batch_slots
+        cfg.batch_ring_fields(), cfg.stager.batch_slots
     )
 
 

@@ -26,3 +26,12 @@ def test_first_batch_benchmark_runs() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
     assert "first full batch (median of 1): cold cache" in out
+
+
+@pytest.mark.slow
+def test_length_manifest_benchmark_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "benchmarks/buckets.py", "--manifest", "64"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert "length manifest of 64 items, cold" in out and "current" in out

@@ -76,6 +76,32 @@ def test_train_step_traces_once(jit_compile: bool) -> None:
     assert int(optimizer.iterations.numpy()) == 4
 
 
+def bucket_batch(cfg: Config, rows: int, frames: int, text: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "tokens": rng.integers(0, cfg.vocab_size, (rows, text)).astype(np.int32),
+        "text_lens": rng.integers(1, text + 1, rows).astype(np.int32),
+        "mel": rng.normal(-4.0, 2.0, (rows, frames, cfg.features.n_mels)).astype(np.float32),
+        "mel_lens": rng.integers(1, frames + 1, rows).astype(np.int32),
+    }
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_with_buckets_the_step_compiles_once_per_bucket(jit_compile: bool) -> None:
+    cfg = replace(small_cfg(jit_compile), stager={"batch_size": 4, "buckets": [16, 32, 64]})
+    set_precision_policy(cfg)
+    model = build_default_model(cfg)
+    step = TrainStep(model, make_optimizer(cfg), masked_l1, jit_compile, max_shapes=3)
+    shapes = [(16, 16, 8), (8, 32, 16), (4, 64, 32)]  # rows x frames = the same budget
+    for seed in range(3):
+        for rows, frames, text in shapes:
+            loss = step(bucket_batch(cfg, rows, frames, text, seed))
+            assert np.isfinite(float(loss))
+    assert step.trace_count == len(shapes)
+    with pytest.raises(ValueError, match="more than the 3 length buckets"):
+        step(bucket_batch(cfg, 2, 48, 8, 0))
+
+
 def test_train_step_rejects_wrong_shapes() -> None:
     cfg = small_cfg()
     step = TrainStep(build_default_model(cfg), make_optimizer(cfg), masked_l1, jit_compile=False)

@@ -86,17 +86,30 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
         assert f"(cpu, {os.cpu_count()} CPU threads," in run.logs(tail=1_000_000)
 
 
-def test_resumed_run_sees_the_same_batches(tmp_path: Path) -> None:
-    raw = SYNTHETIC | {
-        "data": SYNTHETIC["data"] | {"synthetic_delay_s": 0.02},
-        "train": {
-            "steps": 16,
-            "checkpoint_every": 4,
-            "log_every": 4,
-            "jit_compile": False,
-            "log_batches": True,
-        },
-    }
+BUCKETS = {
+    "data": SYNTHETIC["data"] | {"synthetic_lengths": "ljspeech", "synthetic_items": 48},
+    "stager": {"batch_size": 4, "buckets": [16, 24, 32]},
+}
+
+
+@pytest.mark.parametrize("lengths", ["fixed", "buckets"])
+def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None:
+    over = BUCKETS if lengths == "buckets" else {"data": SYNTHETIC["data"]}
+    raw = (
+        SYNTHETIC
+        | over
+        | {
+            "data": over["data"] | {"synthetic_delay_s": 0.02},
+            "features": SYNTHETIC["features"] | {"cache_dir": str(tmp_path / "cache")},
+            "train": {
+                "steps": 16,
+                "checkpoint_every": 4,
+                "log_every": 4,
+                "jit_compile": False,
+                "log_batches": True,
+            },
+        }
+    )
     config = write_config(tmp_path, raw)
 
     with Run(config, rid("resA"), tmp_path) as a:
@@ -125,6 +138,14 @@ def test_resumed_run_sees_the_same_batches(tmp_path: Path) -> None:
     assert summary["steps"] == 16
     assert summary["steps_this_run"] < 16, "the relaunch should have resumed, not restarted"
     assert got == expected
+    shapes = {tuple(r["shape"]) for r in expected.values()}
+    if lengths == "buckets":  # several shapes, each compiled once (per run)
+        assert len(shapes) > 1 and {f for _, f, _ in shapes} <= {16, 24, 32}, shapes
+        assert summary["trace_count"] == len(
+            {tuple(r["shape"]) for r in got.values() if r["step"] > 16 - summary["steps_this_run"]}
+        )
+    else:
+        assert shapes == {(4, 32, 32)} and summary["trace_count"] == 1
 
 
 def test_sigterm_stops_every_process_cleanly(tmp_path: Path) -> None:

@@ -347,7 +347,8 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     crash = {"name": "n" * p.MAX_NAME, "traceback": "t" * 2000}
     stager = SimpleNamespace(
         run_id="r" * 32, t_start=0.0, index=SimpleNamespace(n_items=100, bad_lines=[]),
-        manager=manager, cfg=cfg, builder=SimpleNamespace(in_flight=lambda: 3),
+        manager=manager, cfg=cfg, builder=SimpleNamespace(in_flight=lambda: 3, filled=[1] * 4),
+        buckets=[SimpleNamespace(shape=(2**20, 2**20, 2**20))] * 16,
         batches_sent=2**40, dropped={r: 2**40 for r in ("malformed", "stale", "torn")},
         crashes=[crash] * 5, consumer=None, net=None, gpus=2,
         trainer={"step": 2**40, "step_s": 1.0, "wait_s": 1.0, "loss": 1.0, "t": 1.0},

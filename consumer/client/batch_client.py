@@ -21,7 +21,7 @@ import zmq
 from shared import protocol as p
 from shared.config import Config, endpoints, run_dir
 from shared.process import POLL_S, SHUTDOWN_WAIT_S
-from shared.ring import Ring
+from shared.ring import Ring, batch_views
 from shared.run_secret import read_consumer_secret
 from shared.sockets import make_socket, recv, send
 
@@ -160,7 +160,8 @@ class BatchClient:
             return None
         # Where a restarted stager must resume so that no batch comes twice or never.
         self.position, self.batch_index = msg.next_position, msg.batch_index + 1
-        arrays = {name: self.ring.view(name)[msg.slot] for name in self.ring.fields}
+        slot = {name: self.ring.view(name)[msg.slot] for name in self.ring.fields}
+        arrays = batch_views(slot, msg.rows, msg.frames, msg.text_len)
         return Batch(
             msg.slot,
             msg.generation,

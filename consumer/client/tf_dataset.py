@@ -8,9 +8,12 @@ Called in the user's training process, in place of consumer/trainer/trainer.py:
 Each element is one whole batch as cfg.batch_fields(): a dict of
 tokens int32 [B, T], text_lens int32 [B], mel float32 [B, F, n_mels],
 mel_lens int32 [B], items int64 [B] (plan item ids; rows >= the batch's valid
-count are padding, with mel_lens 0). The element_spec is fully static, so a
-model compiled with jit_compile=True traces once; split the dict into
-(inputs, targets) with `ds.map(...)` as the model needs.
+count are padding, with mel_lens 0). Without length buckets the element_spec is
+fully static, so a model compiled with jit_compile=True traces once. With
+length buckets (stager.buckets) B, T and F are None in the element_spec and
+each element has its bucket's shape: Keras compiles the step once per shape,
+that is once per bucket (keep the model's Inputs at None for those dims).
+Split the dict into (inputs, targets) with `ds.map(...)` as the model needs.
 
 The generator owns its BatchClient (tf.data runs it in one thread at a time)
 and copies each batch before freeing the slot: the stager refills the slot as
@@ -32,11 +35,14 @@ from shared.config import Config
 
 
 def element_spec(cfg: Config) -> dict[str, tf.TensorSpec]:
-    """Static TensorSpecs of one element: every field of cfg.batch_fields()."""
-    return {
-        name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
-        for name, (shape, dtype) in cfg.batch_fields().items()
-    }
+    """TensorSpecs of one element: every field of cfg.batch_fields(); with length
+    buckets the batch and length dims are None (each bucket has its own)."""
+    specs = {}
+    for name, (shape, dtype) in cfg.batch_fields().items():
+        if cfg.stager.bucketed:
+            shape = (None, None, *shape[2:]) if len(shape) > 1 else (None,)
+        specs[name] = tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
+    return specs
 
 
 def _batches(cfg: Config, run_id: str, position: int) -> Iterator[dict[str, np.ndarray]]:

@@ -19,11 +19,16 @@ from collections.abc import Callable
 import numpy as np
 
 from shared.config import Config
-from shared.ring import BatchState, Ring
+from shared.ring import BatchState, Ring, batch_views
 
 
 class BatchBuilder:
-    """Owns the batch ring's free list; called only from the stager loop."""
+    """Owns the batch ring's free list; called only from the stager loop.
+
+    Each batch has a shape (rows, frames, text): the fixed one (stager.batch_size,
+    features.max_frames, text.max_text_len), or its length bucket's, set with
+    :meth:`begin` before its first row. Rows are written into the slot's flat
+    fields through shared.ring.batch_views, the layout the client reads back."""
 
     def __init__(
         self,
@@ -34,13 +39,20 @@ class BatchBuilder:
         self.cfg = cfg
         self.ring = batches
         self.mel_fn = mel_fn
-        self.b = cfg.stager.batch_size
+        self.hop = cfg.features.hop_length
+        self.shape = (cfg.stager.batch_size, cfg.features.max_frames, cfg.text.max_text_len)
         self.state = [BatchState.FREE] * batches.n_slots
         self.generation = [0] * batches.n_slots
         self.current: int | None = None
+        self.view: dict[str, np.ndarray] = {}
         self.rows = 0
-        self.waves = np.zeros((self.b, cfg.max_samples), np.float32) if mel_fn is not None else None
-        self.wave_lens = np.zeros(self.b, np.int32)
+        # stager mels: waveforms of up to the batch's frames x hop samples per row.
+        cap = batches.view("mel").shape[1] * self.hop if mel_fn is not None else 0
+        self.wave_buf = np.zeros(cap, np.float32)
+        self.wave_lens = np.zeros(cfg.max_batch_rows, np.int32)
+        self.waves = None
+        # Over every batch sent: true mel frames, padded mel frames, true and padded tokens.
+        self.filled = np.zeros(4, np.int64)
 
     def reset(self) -> None:
         """Forget every batch (a consumer restarted): all slots free, generations bumped."""
@@ -49,6 +61,21 @@ class BatchBuilder:
             self.generation[k] += 1
             self.ring.slots[k]["state"] = BatchState.FREE
         self.current, self.rows = None, 0
+
+    def begin(self, shape: tuple[int, int, int]) -> None:
+        """The shape (rows, frames, text) of the batch about to start (rows == 0)."""
+        assert self.rows == 0
+        self.shape = shape
+        self._bind()
+
+    def _bind(self) -> None:
+        if self.current is None:
+            return
+        rows, frames, text = self.shape
+        slot = {name: self.ring.view(name)[self.current] for name in self.ring.fields}
+        self.view = batch_views(slot, rows, frames, text)
+        if self.mel_fn is not None:
+            self.waves = self.wave_buf[: rows * frames * self.hop].reshape(rows, -1)
 
     def room(self) -> int:
         """Rows that can be added now (0 when every batch slot is taken)."""
@@ -59,7 +86,8 @@ class BatchBuilder:
             self.current = free[0]
             self.state[self.current] = BatchState.FILLING
             self.rows = 0
-        return self.b - self.rows
+            self._bind()
+        return self.shape[0] - self.rows
 
     def in_flight(self) -> int:
         """Batches announced and not yet freed by the consumer."""
@@ -69,18 +97,17 @@ class BatchBuilder:
         """Copy the used rows of sample slot `slot` into the next row, zeros after them
         (room() must be > 0). Returns the copies, in sample-field order, for the
         stager's check; :meth:`drop_last` undoes the row if that check fails."""
-        k, row = self.current, self.rows
-        assert k is not None and row < self.b
+        row, view = self.rows, self.view
+        assert self.current is not None and row < self.shape[0]
         n_text, n = lengths
-        view = self.ring.view
-        tokens = view("tokens")[k][row]
+        tokens = view["tokens"][row]
         tokens[:n_text] = samples.view("tokens")[slot][:n_text]
         tokens[n_text:] = 0
-        view("text_lens")[k][row], view("items")[k][row] = n_text, item
+        view["text_lens"][row], view["items"][row] = n_text, item
         if self.waves is None:
-            frames = view("mel")[k][row]
+            frames = view["mel"][row]
             frames[:n] = samples.view("mel")[slot][:n]
-            view("mel_lens")[k][row] = n
+            view["mel_lens"][row] = n
         else:
             frames = self.waves[row]
             frames[:n] = samples.view("wave")[slot][:n]
@@ -95,17 +122,16 @@ class BatchBuilder:
         self.rows -= 1
 
     def full(self) -> bool:
-        return self.current is not None and self.rows == self.b
+        return self.current is not None and self.rows == self.shape[0]
 
     def partial(self) -> bool:
-        return self.current is not None and 0 < self.rows < self.b
+        return self.current is not None and 0 < self.rows < self.shape[0]
 
     def finish(self) -> tuple[int, int, int]:
         """Close the current batch: pad, compute stager mels; returns (slot, gen, n_valid)."""
-        k, n = self.current, self.rows
+        k, n, view = self.current, self.rows, self.view
         assert k is not None
-        view = {name: self.ring.view(name)[k] for name in self.ring.fields}
-        if n < self.b:
+        if n < self.shape[0]:
             view["tokens"][n:] = 0
             view["text_lens"][n:] = 0
             view["items"][n:] = -1
@@ -114,11 +140,15 @@ class BatchBuilder:
                 view["mel_lens"][n:] = 0
             else:
                 self.waves[n:] = 0
-                self.wave_lens[n:] = 0
+                self.wave_lens[n : self.shape[0]] = 0
         if self.waves is not None:
-            mel, mel_lens = self.mel_fn(self.waves, self.wave_lens)
-            view["mel"][:] = mel
-            view["mel_lens"][:] = np.where(self.wave_lens > 0, mel_lens, 0)
+            lens = self.wave_lens[: self.shape[0]]
+            mel, mel_lens = self.mel_fn(self.waves, lens)
+            view["mel"][:] = mel[:, : self.shape[1]]
+            view["mel_lens"][:] = np.where(lens > 0, np.minimum(mel_lens, self.shape[1]), 0)
+        rows, frames, text = self.shape
+        self.filled += (int(view["mel_lens"].sum()), rows * frames,
+                        int(view["text_lens"].sum()), rows * text)  # fmt: skip
         self.generation[k] += 1
         self.state[k] = BatchState.SENT
         header = self.ring.slots[k]

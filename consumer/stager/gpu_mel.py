@@ -68,10 +68,12 @@ class TfLogMel:
     """Batch log-mel in TensorFlow, matching the producers' librosa features.
 
     Called by the stager process once per batch. ``__call__(waves, wave_lens)``
-    takes waves float32 [B, cfg.max_samples] (samples at audio.sample_rate,
-    zero beyond wave_lens) and wave_lens int32 [B] (samples), and returns
-    (mel float32 [B, max_frames, n_mels] natural-log mel, zero beyond mel_lens;
-    mel_lens int32 [B] = min(1 + wave_len // hop_length, max_frames)).
+    takes waves float32 [B, S] (samples at audio.sample_rate, zero beyond
+    wave_lens; S = frames x hop_length of the batch's shape, cfg.max_samples
+    without length buckets) and wave_lens int32 [B] (samples), and returns
+    (mel float32 [B, S // hop_length, n_mels] natural-log mel, zero beyond
+    mel_lens; mel_lens int32 [B] = min(1 + wave_len // hop_length, S // hop_length)).
+    One trace serves every shape; under XLA each bucket's shape compiles once.
     """
 
     def __init__(self, cfg: Config, jit_compile: bool = False) -> None:
@@ -86,8 +88,8 @@ class TfLogMel:
         # [bins, n_mels] so a batch of [B, frames, bins] magnitudes maps with one matmul.
         self._filterbank = tf.constant(slaney_filterbank(cfg).T)
         signature = [
-            tf.TensorSpec([self.batch_size, self.max_samples], tf.float32, name="waves"),
-            tf.TensorSpec([self.batch_size], tf.int32, name="wave_lens"),
+            tf.TensorSpec([None, None], tf.float32, name="waves"),
+            tf.TensorSpec([None], tf.int32, name="wave_lens"),
         ]
         self._fn = tf.function(self._log_mel, input_signature=signature, jit_compile=jit_compile)
 
@@ -98,7 +100,9 @@ class TfLogMel:
     def _log_mel(self, waves: tf.Tensor, wave_lens: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # Zero anything past the true length: slot padding need not be zero, and
         # librosa sees the clip followed by exactly n_fft // 2 zeros.
-        inside = tf.sequence_mask(wave_lens, self.max_samples, dtype=waves.dtype)
+        n_samples = tf.shape(waves)[1]
+        max_frames = n_samples // self.hop_length
+        inside = tf.sequence_mask(wave_lens, n_samples, dtype=waves.dtype)
         waves = waves * inside
         half = self.n_fft // 2
         padded = tf.pad(waves, [[0, 0], [half, half]])
@@ -110,10 +114,10 @@ class TfLogMel:
             window_fn=lambda length, dtype: tf.cast(self._window, dtype),
             pad_end=False,
         )
-        # 1 + max_samples // hop = max_frames + 1 frames; the last one is never needed.
-        magnitude = tf.abs(stft[:, : self.max_frames, :])
+        # 1 + S // hop = max_frames + 1 frames; the last one is never needed.
+        magnitude = tf.abs(stft[:, :max_frames, :])
         mel = tf.matmul(magnitude, self._filterbank)
         log_mel = tf.math.log(tf.maximum(mel, self.log_floor))
-        mel_lens = tf.minimum(1 + wave_lens // self.hop_length, self.max_frames)
-        frames = tf.sequence_mask(mel_lens, self.max_frames, dtype=log_mel.dtype)
+        mel_lens = tf.minimum(1 + wave_lens // self.hop_length, max_frames)
+        frames = tf.sequence_mask(mel_lens, max_frames, dtype=log_mel.dtype)
         return log_mel * frames[:, :, None], mel_lens

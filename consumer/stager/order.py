@@ -93,12 +93,13 @@ class PlanOrder:
         self.finished.pop(events[0].position)
         self.next_event = min(self.next_event, *(e.position for e in events))
 
-    def pop_events(self, max_samples: int) -> list[Event]:
+    def pop_events(self, max_samples: int, until: int | None = None) -> list[Event]:
         """Finished positions, in plan order when deterministic, at most max_samples
-        of kind 'sample' (the caller's room in the batch it is building)."""
+        of kind 'sample' (the caller's room in the batch it is building), and none at
+        or past `until` (the end of that batch, with length buckets)."""
         out: list[Event] = []
         if self.deterministic:
-            while self.next_event in self.finished:
+            while self.next_event in self.finished and (until is None or self.next_event < until):
                 if self.finished[self.next_event].kind == "sample" and max_samples <= 0:
                     break
                 event = self.finished.pop(self.next_event)

@@ -104,8 +104,8 @@ class SlotManager(ProducerBook):
     def exhausted(self) -> bool:
         return self.order.exhausted()
 
-    def pop_events(self, max_samples: int) -> list[Event]:
-        return self.order.pop_events(max_samples)
+    def pop_events(self, max_samples: int, until: int | None = None) -> list[Event]:
+        return self.order.pop_events(max_samples, until)
 
     @property
     def counters(self) -> dict[str, int]:

@@ -26,16 +26,13 @@ import numpy as np
 
 from consumer.devices import count_gpus_for, stager_mel_fn
 from consumer.stager.batch_builder import BatchBuilder
+from consumer.stager.buckets import Bucket, BucketPlan, length_manifest, make_buckets
 from consumer.stager.consumer_side import ConsumerSide
 from consumer.stager.control import ControlSockets, is_remote
+from consumer.stager.intake import Intake
 from consumer.stager.plan import EpochPlan, Event
 from consumer.stager.ready import (
-    ReadyEntry,
-    copy_payload,
-    lengths_error,
-    payload_error,
     row_limits,
-    split_ready,
 )
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
@@ -45,7 +42,7 @@ from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, ru
 from shared.dataset import DatasetError, dataset_index
 from shared.process import POLL_S, StopFlag, write_json_atomic
 from shared.quarantine import QuarantineWriter
-from shared.ring import Ring, check_shm_fits, rows_checksum, segment_name, slot_bytes
+from shared.ring import Ring, check_shm_fits, segment_name, slot_bytes
 from shared.run_secret import write_consumer_secret
 from shared.segments import remove_stale_segments
 
@@ -55,7 +52,7 @@ STATS_INTERVAL_S = 0.5
 LEASE_CHECK_S = 0.1
 
 
-class Stager(ConsumerSide):
+class Stager(ConsumerSide, Intake):
     def __init__(self, cfg: Config, run_id: str, stop: StopFlag) -> None:
         self.cfg, self.run_id, self.stop = cfg, run_id, stop
         self.dir = run_dir(cfg, run_id)
@@ -65,6 +62,7 @@ class Stager(ConsumerSide):
         self.consumer_at = (-1, -1)  # the (position, batch_index) its hello asked for
         # slot -> (true lengths, checksum) of the READY accepted for it, checked at copy.
         self.accepted: dict[int, tuple[list[int], int]] = {}
+        self.buckets: list[Bucket] = []  # empty: one fixed batch shape
         self.batches_sent = 0
         self.first_position = self.last_position = 0  # of the batch being built
         self.end_sent = False
@@ -100,14 +98,14 @@ class Stager(ConsumerSide):
         self.limits = row_limits(self.fields)
         name, stats = segment_name(self.run_id, "samples"), self.endpoints.stats
         self.samples = Ring.create(name, self.fields, rc.slots, self.run_id, "samples", stats)
-        name, fields = segment_name(self.run_id, "batches"), self.cfg.batch_fields()
+        name, fields = segment_name(self.run_id, "batches"), self.cfg.batch_ring_fields()
         self.batches = Ring.create(name, fields, st.batch_slots, self.run_id, "batches", stats)
         # Producers' progress fields, read per READY and per copy (column views: cheap).
         self.seals = self.samples.slots["sealed_generation"]
         self.writing = self.samples.slots["writing_generation"]
         self.secret = write_consumer_secret(self.dir)
         self.manager = SlotManager(
-            EpochPlan(self.index.n_items, st.seed, st.epochs),
+            self.make_plan(),
             rc.slots,
             rc.lease_s,
             rc.max_item_attempts,
@@ -135,6 +133,21 @@ class Stager(ConsumerSide):
             slot_bytes(self.fields) / 2**20,
             self.endpoints.control,
         )
+
+    def make_plan(self) -> EpochPlan:
+        """The epoch plan; with length buckets, one that also says which batch each
+        position belongs to (consumer/stager/buckets.py)."""
+        st = self.cfg.stager
+        if not st.bucketed:
+            return EpochPlan(self.index.n_items, st.seed, st.epochs)
+        config_file = self.dir / "config.yaml"
+        manifest = length_manifest(self.cfg, self.index, config_file, self.stop.is_set)
+        self.buckets, of_item = make_buckets(self.cfg, manifest)
+        counts = np.bincount(of_item, minlength=len(self.buckets))
+        log.info("length buckets: %s", ", ".join(
+            f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
+            for b, n in zip(self.buckets, counts, strict=True)))  # fmt: skip
+        return BucketPlan(st.seed, st.epochs, self.buckets, of_item, manifest.text)
 
     def _started(self, k: int) -> bool:
         """Was the local producer holding slot k in the middle of its current grant: begun,
@@ -238,57 +251,9 @@ class Stager(ConsumerSide):
         self.manager.drop_producer(producer.ident, charge=False)
         self.reply(producer.ident, p.ByeAck())
 
-    def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
-        """Accept each filled slot of a READY that its producer still holds."""
-        entries = split_ready(msg, len(self.fields))
-        if isinstance(entries, str):
-            self.reject(producer, "malformed", entries, msg.slots)
-            return
-        self.manager.credit(producer.ident, len(entries))  # each entry asks for a grant
-        if producer.remote:
-            slots = [e.slot for e in entries]
-            if len(entries) != 1:
-                why = f"remote READY with {len(entries)} entries, need 1 with payload"
-                self.reject(producer, "malformed", why, slots)
-                return
-            why = payload_error(self.fields, entries[0].lengths, payload)
-            if why:
-                self.reject(producer, "malformed", why, slots)
-                return
-        for entry in entries:
-            self.accept(producer, entry, payload)
-
-    def reject(self, producer: Producer, why: str, detail: str, slots: list[int]) -> None:
-        """Drop and count a READY; if it names a slot its producer holds, that producer's
-        grants come back now instead of after a lease."""
-        self.drop(why, f"{detail} (from {producer.name})")
-        if any(self.manager.holds(producer.ident, slot) for slot in slots):
-            self.manager.revoke(producer.ident)
-
-    def accept(self, producer: Producer, e: ReadyEntry, payload: list[bytes]) -> None:
-        why = lengths_error(e.lengths, self.limits)
-        if why:
-            self.reject(producer, "malformed", why, [e.slot])
-            return
-        if not self.manager.owns(producer.ident, e.slot, e.generation, e.item):
-            detail = f"READY of slot {e.slot} gen {e.generation} item {e.item}"
-            if self.manager.holds(producer.ident, e.slot, e.generation):
-                self.reject(producer, "malformed", f"{detail}: not the item granted", [e.slot])
-            else:  # a late READY of a grant taken back: nothing of its producer's to return
-                self.drop("stale", detail)
-            return
-        if producer.remote:
-            copy_payload(self.samples, e.slot, e.generation, e.lengths, payload)
-        elif int(self.seals[e.slot]) != e.generation:
-            why = f"slot {e.slot} is not sealed with generation {e.generation}"
-            self.reject(producer, "unsealed", why, [e.slot])
-            return
-        self.manager.ready(producer.ident, e.slot, e.generation, e.item)
-        self.accepted[e.slot] = (e.lengths, e.checksum)
-
     HANDLERS: dict[type, Callable[..., None]] = {
         p.Request: on_request,
-        p.Ready: on_ready,
+        p.Ready: Intake.on_ready,
         p.Skip: on_skip,
         p.Heartbeat: on_heartbeat,
         p.Crash: on_crash,
@@ -309,16 +274,19 @@ class Stager(ConsumerSide):
         if self.consumer is None:
             return
         while True:
-            room = self.builder.room()
-            events = self.manager.pop_events(room)
+            room, until = self.builder.room(), None
+            if room and self.buckets:  # a batch is a range of plan positions
+                until = self.begin_batch()
+            events = self.manager.pop_events(room, until)
             for i, event in enumerate(events):
                 if event.kind == "skip":
                     self.record_skip(event)
                 elif not self.take(event):
                     self.manager.torn(events[i:])  # re-granted; the rest wait their turn
                     break
-            if self.builder.full():
-                self.announce()
+            if self.builder.full() or (until is not None and self.manager.cursor >= until):
+                if self.builder.rows:  # a batch whose items were all skipped is not sent
+                    self.announce()
                 continue
             if not events:
                 break
@@ -329,33 +297,20 @@ class Stager(ConsumerSide):
                 self.reply(self.consumer, p.EndOfData(self.batches_sent))
                 self.end_sent = True
 
+    def begin_batch(self) -> int:
+        """Length buckets: give the batch starting at the cursor its bucket's shape;
+        returns the position after its last."""
+        bucket, _, end = self.manager.plan.batch_at(self.manager.cursor)
+        if self.builder.rows == 0:
+            self.builder.begin(self.buckets[bucket].shape)
+        return end
+
     def record_skip(self, event: Event) -> None:
         """One quarantine line per skipped item per run, whoever gave up on it."""
         path = event.path or self.index.path(event.item)
         item_id = self.index.item_id(event.item)
         if self.quarantine.write(item_id, path, event.reason, event.stage):
             log.warning("skipped %s (%s): %s", item_id, event.stage, event.reason)
-
-    def take(self, event: Event) -> bool:
-        """Copy a READY sample into the batch, then check it (seqlock): the slot still
-        carries the generation it was accepted with, and the copied rows hash to the
-        checksum its producer sent. False (nothing taken) if a stale writer touched it."""
-        lengths, checksum = self.accepted.pop(event.slot)
-        copies = self.builder.add(self.samples, event.slot, event.item, lengths)
-        k, generation = event.slot, self.manager.slots[event.slot].generation
-        if (
-            self.writing[k] != generation
-            or self.seals[k] != generation
-            or rows_checksum(copies) != checksum
-        ):
-            self.builder.drop_last()
-            self.drop("torn", f"slot {event.slot} item {event.item} changed after its READY")
-            return False
-        if self.builder.rows == 1:
-            self.first_position = event.position
-        self.last_position = event.position
-        self.manager.release(event.slot)
-        return True
 
     def announce(self) -> None:
         slot, generation, n_valid = self.builder.finish()
@@ -368,6 +323,7 @@ class Stager(ConsumerSide):
             epoch_of(self.last_position),
             n_valid,
             epoch_of(self.first_position),
+            *self.builder.shape,
         )
         self.reply(self.consumer, msg)
         self.batches_sent += 1

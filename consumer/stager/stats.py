@@ -56,6 +56,15 @@ def listed(stager: Stager) -> tuple[list[Producer], dict[str, int]]:
     return shown, summary
 
 
+def padding_efficiency(filled: Any) -> dict[str, float | None]:
+    """True / padded mel frames and tokens over every batch sent (None before one)."""
+    true_f, pad_f, true_t, pad_t = (int(x) for x in filled)
+    return {
+        "frames": round(true_f / pad_f, 4) if pad_f else None,
+        "text": round(true_t / pad_t, 4) if pad_t else None,
+    }
+
+
 def snapshot(stager: Stager) -> dict[str, Any]:
     """Everything the inspector and stager.json show."""
     now, manager = time.monotonic(), stager.manager
@@ -69,6 +78,8 @@ def snapshot(stager: Stager) -> dict[str, Any]:
         "n_slots": stager.cfg.ring.slots,
         "batch_slots_ready": stager.builder.in_flight(),
         "batches": stager.batches_sent,
+        "padding_efficiency": padding_efficiency(stager.builder.filled),
+        "buckets": [list(b.shape) for b in stager.buckets],
         "counters": dict(manager.counters),
         "dropped": dict(stager.dropped),
         "bad_metadata_lines": len(stager.index.bad_lines),

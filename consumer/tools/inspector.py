@@ -214,12 +214,13 @@ class Inspector:
             states = np.array(self.batches.slots["state"])
             snap["batch_slots"] = len(states)
             snap["batch_ready"] = int((states == BatchState.SENT).sum())
-            first_shape = next(iter(self.batches.fields.values()))[0]
-            snap["batch_size"] = int(first_shape[0])
+            snap["batch_size"] = int(self.batches.fields["items"][0][0])  # rows, at most
         return snap
 
     def _stats_part(self, snap: dict[str, Any], stats: dict[str, Any], now: float) -> None:
         rates, delivered_rate = self.rates()
+        if stats.get("buckets"):  # rows per batch vary with the bucket: their mean
+            snap["batch_size"] = sum(b[0] for b in stats["buckets"]) / len(stats["buckets"])
         snap["producers"] = [
             {
                 "name": pr["name"],
@@ -248,6 +249,8 @@ class Inspector:
             cursor=stats.get("cursor"),
             n_items=stats.get("n_items"),
             batches=stats.get("batches"),
+            padding=stats.get("padding_efficiency", {}),
+            buckets=stats.get("buckets", []),
             consumer_connected=stats.get("consumer_connected", False),
             trainer=trainer,
             counters=counters,
@@ -283,6 +286,16 @@ def _hit_frac(work: dict[str, int]) -> float | None:
     return hits / (hits + decoded) if hits + decoded else None
 
 
+def _padding_text(snap: dict[str, Any]) -> str:
+    """'  padding: 93% of frames, 81% of tokens are real (4 buckets)', or ''."""
+    pad = snap.get("padding") or {}
+    if pad.get("frames") is None:
+        return ""
+    shapes = len(snap.get("buckets") or []) or 1
+    return (f"  padding: {pad['frames']:.0%} of frames, {pad['text']:.0%} of tokens real "
+            f"({shapes} shape{'s' if shapes > 1 else ''})")  # fmt: skip
+
+
 def render(snap: dict[str, Any]) -> str:
     """The live screen as text (ANSI bold only); one screen, called once per refresh."""
     d = snap["diagnosis"]
@@ -297,7 +310,8 @@ def render(snap: dict[str, Any]) -> str:
         + " ".join(f"{k}={v}" for k, v in snap["slots"].items() if v)
         + f"  oldest grant {_fmt(snap['oldest_grant_s'], '.1f')} s",
         f"batches [{'B' * snap['batch_ready']}{'.' * (snap['batch_slots'] - snap['batch_ready'])}]"
-        f"  {snap['batch_ready']}/{snap['batch_slots']} waiting for the trainer",
+        f"  {snap['batch_ready']}/{snap['batch_slots']} waiting for the trainer"
+        + _padding_text(snap),
     ]
     for note in snap.get("notes", []):
         lines.append(f"note: {note}")

@@ -53,6 +53,8 @@ class FedBatch:
     n_valid: int
     items: np.ndarray
     first_epoch: int = 0  # of the first row
+    # (true mel frames, padded mel frames, true tokens, padded tokens) of its rows.
+    fill: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 class EndOfData:
@@ -160,6 +162,9 @@ class Feeder(threading.Thread):
                 name: tf.constant(np.array(view, copy=True)) for name, view in batch.arrays.items()
             }
         items = np.array(batch.arrays["items"][: batch.n_valid], copy=True)
+        a = batch.arrays
+        fill = (int(a["mel_lens"].sum()), a["mel"].shape[0] * a["mel"].shape[1],
+                int(a["text_lens"].sum()), a["tokens"].size)  # fmt: skip
         return FedBatch(
             tensors,
             batch.batch_index,
@@ -168,6 +173,7 @@ class Feeder(threading.Thread):
             batch.n_valid,
             items,
             batch.first_epoch,
+            fill,
         )
 
     def _put(self, item: FedBatch | EndOfData | BaseException) -> None:

@@ -6,7 +6,10 @@ train.cv_window) this gives the numbers the project exists to improve:
 
 - wait_frac: share of wall time spent waiting for data (0 = never starved);
 - step_time_cv: std / mean of step time (the starving baseline swings 50-80 %);
-- samples_per_s: batch items over step + wait time.
+- samples_per_s: batch items over step + wait time;
+- padding efficiency: true frames / padded frames of the batches (and the same
+  for text), and useful_frames_per_s: true mel frames over step + wait time,
+  what length buckets improve.
 
 The math needs no TensorFlow; :class:`TensorBoardWriter` imports it lazily so
 the inspector and tests can use the rest without it.
@@ -30,17 +33,39 @@ class StepMetrics:
         self._step_s: deque[float] = deque(maxlen=window)
         self._wait_s: deque[float] = deque(maxlen=window)
         self._batch: deque[int] = deque(maxlen=window)
-        self._total = [0.0, 0.0, 0]  # step seconds, wait seconds, samples: whole run
+        self._frames: deque[int] = deque(maxlen=window)
+        # step seconds, wait seconds, samples, true frames: whole run
+        self._total = [0.0, 0.0, 0, 0]
+        self._fills: deque[tuple[int, int, int, int]] = deque(maxlen=window)
+        self._fill_total = [0, 0, 0, 0]
 
-    def record(self, step_time_s: float, wait_s: float, batch_size: int) -> None:
-        """One step: compute seconds, seconds waited for its batch, items in the batch."""
+    def record(self, step_time_s: float, wait_s: float, batch_size: int, frames: int = 0) -> None:
+        """One step: compute seconds, seconds waited for its batch, items in the batch,
+        true mel frames in it."""
         self.steps += 1
         self._total[0] += step_time_s
         self._total[1] += wait_s
         self._total[2] += batch_size
+        self._total[3] += frames
         self._step_s.append(step_time_s)
         self._wait_s.append(wait_s)
         self._batch.append(batch_size)
+        self._frames.append(frames)
+
+    def fill(self, fill: tuple[int, int, int, int]) -> None:
+        """One batch's (true frames, padded frames, true tokens, padded tokens)."""
+        self._fills.append(fill)
+        self._fill_total = [a + b for a, b in zip(self._fill_total, fill, strict=True)]
+
+    @staticmethod
+    @staticmethod
+    def _efficiency(fills: Any) -> dict[str, float]:
+        totals = [sum(col) for col in zip(*fills, strict=True)] if fills else [0, 0, 0, 0]
+        true_f, pad_f, true_t, pad_t = totals
+        return {
+            "padding_efficiency_frames": true_f / pad_f if pad_f else 0.0,
+            "padding_efficiency_text": true_t / pad_t if pad_t else 0.0,
+        }
 
     def summary(self) -> dict[str, float]:
         """Means over the window: step_time_s, wait_s, wait_frac, step_time_cv, samples_per_s.
@@ -50,8 +75,9 @@ class StepMetrics:
         n = len(self._step_s)
         if n == 0:
             return dict.fromkeys(
-                ("step_time_s", "wait_s", "wait_frac", "step_time_cv", "samples_per_s"), 0.0
-            ) | {"steps": 0}
+                ("step_time_s", "wait_s", "wait_frac", "step_time_cv", "samples_per_s",
+                 "useful_frames_per_s"), 0.0
+            ) | {"steps": 0} | self._efficiency(self._fills)  # fmt: skip
         step_total, wait_total = sum(self._step_s), sum(self._wait_s)
         mean = step_total / n
         var = sum((s - mean) ** 2 for s in self._step_s) / n
@@ -63,12 +89,13 @@ class StepMetrics:
             "wait_frac": wait_total / wall if wall > 0 else 0.0,
             "step_time_cv": math.sqrt(var) / mean if mean > 0 else 0.0,
             "samples_per_s": sum(self._batch) / wall if wall > 0 else 0.0,
-        }
+            "useful_frames_per_s": sum(self._frames) / wall if wall > 0 else 0.0,
+        } | self._efficiency(self._fills)
 
     def run_summary(self) -> dict[str, float]:
         """Over every recorded step (not the window): step_time_s, wait_frac, samples_per_s,
         plus step_time_cv and step_time_median_s of the last window."""
-        step_total, wait_total, samples = self._total
+        step_total, wait_total, samples, frames = self._total
         wall = step_total + wait_total
         steps = sorted(self._step_s)
         median = steps[len(steps) // 2] if steps else 0.0
@@ -77,6 +104,8 @@ class StepMetrics:
             "step_time_s": step_total / self.steps if self.steps else 0.0,
             "wait_frac": wait_total / wall if wall > 0 else 0.0,
             "samples_per_s": samples / wall if wall > 0 else 0.0,
+            "useful_frames_per_s": frames / wall if wall > 0 else 0.0,
+            **self._efficiency([self._fill_total]),
             "step_time_cv": self.summary()["step_time_cv"],
             "step_time_median_s": median,
         }

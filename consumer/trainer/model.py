@@ -13,7 +13,8 @@ parameters at d_model 128, n_layers 3) in the Tacotron/Transformer-TTS family:
 
 Teacher forcing: the decoder sees the true previous frame, and its convs are
 causal so frame f never sees frames >= f. Shapes are static (from cfg) so XLA
-compiles the step once.
+compiles the step once; with length buckets the inputs' batch and length dims
+are None and each bucket's shape compiles once (train_step.TrainStep).
 
 A user's factory takes cfg and returns a keras.Model taking the same input
 dict (tokens, text_lens, mel, mel_lens) and returning [B, F, n_mels], or a
@@ -64,9 +65,40 @@ def _positions(length: int, depth: int) -> np.ndarray:
     return np.concatenate([np.sin(angle), np.cos(angle)], axis=-1).astype(np.float32)
 
 
-def _mask(lens: keras.KerasTensor, length: int) -> keras.KerasTensor:
-    """[B, length] bool: True inside the true length."""
-    return ops.less(ops.arange(length)[None, :], ops.expand_dims(lens, 1))
+class LengthMask(layers.Layer):
+    """(lens [B], sequence [B, T, ...]) -> [B, T] bool, True inside the true length.
+    T comes from the sequence, so one model serves every length bucket's shape."""
+
+    def call(self, lens, sequence):
+        n = ops.shape(sequence)[1]
+        return ops.less(ops.arange(n)[None, :], ops.expand_dims(lens, 1))
+
+
+class AddPositions(layers.Layer):
+    """x [B, T, depth] -> x + sinusoidal positions [T, depth], for any T <= max_len."""
+
+    def __init__(self, max_len: int, depth: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.max_len, self.depth = max_len, depth
+        self.table = _positions(max_len, depth)
+
+    def call(self, x):
+        n = ops.shape(x)[1]
+        pe = ops.slice(ops.convert_to_tensor(self.table), [0, 0], [n, self.depth])
+        return x + ops.cast(pe, x.dtype)[None]
+
+    def get_config(self) -> dict:
+        return super().get_config() | {"max_len": self.max_len, "depth": self.depth}
+
+
+class AttentionMask(layers.Layer):
+    """(text_mask [B, T], frames [B, F, ...]) -> [B, F, T]: every frame may attend to
+    every true token, never to padding."""
+
+    def call(self, text_mask, frames):
+        shape = ops.shape(text_mask)
+        n = ops.shape(frames)[1]
+        return ops.broadcast_to(ops.expand_dims(text_mask, 1), (shape[0], n, shape[1]))
 
 
 def _encoder(tokens, text_mask, cfg: Config, name: str = "enc"):
@@ -81,8 +113,7 @@ def _encoder(tokens, text_mask, cfg: Config, name: str = "enc"):
         x = layers.LayerNormalization(name=f"{name}_norm{i}")(x + y)
         # Zero padded tokens so the same-padded convs do not smear them into the text.
         x = x * ops.cast(keep, x.dtype)
-    pe = _positions(cfg.text.max_text_len, m.d_model)
-    return x + ops.cast(pe, x.dtype)
+    return AddPositions(cfg.text.max_text_len, m.d_model, name=f"{name}_positions")(x)
 
 
 def _decoder_block(x, memory, attn_mask, cfg: Config, i: int):
@@ -101,12 +132,17 @@ def _decoder_block(x, memory, attn_mask, cfg: Config, i: int):
 
 
 def model_inputs(cfg: Config) -> dict[str, keras.KerasTensor]:
-    """Static-shape keras.Inputs for one batch, as cfg.batch_fields() (without items)."""
-    return {
-        name: keras.Input(batch_shape=shape, dtype=dtype.name, name=name)
-        for name, (shape, dtype) in cfg.batch_fields().items()
-        if name != "items"
-    }
+    """keras.Inputs for one batch, as cfg.batch_fields() (without items): static
+    shapes, or with length buckets None for the batch and length dims (each bucket's
+    shape is then static in its own compiled step)."""
+    inputs = {}
+    for name, (shape, dtype) in cfg.batch_fields().items():
+        if name == "items":
+            continue
+        if cfg.stager.bucketed:
+            shape = (None, None, *shape[2:]) if len(shape) > 1 else (None,)
+        inputs[name] = keras.Input(batch_shape=shape, dtype=dtype.name, name=name)
+    return inputs
 
 
 def build_default_model(cfg: Config) -> keras.Model:
@@ -115,9 +151,9 @@ def build_default_model(cfg: Config) -> keras.Model:
     Inputs: tokens int32 [B, T], text_lens int32 [B], mel float32 [B, F, n_mels]
     (teacher forcing), mel_lens int32 [B]. Output: mel float32 [B, F, n_mels].
     """
-    m, frames = cfg.model, cfg.features.max_frames
+    m = cfg.model
     inputs = model_inputs(cfg)
-    text_mask = _mask(inputs["text_lens"], cfg.text.max_text_len)
+    text_mask = LengthMask(name="text_mask")(inputs["text_lens"], inputs["tokens"])
     memory = _encoder(inputs["tokens"], text_mask, cfg)
 
     # Frame f is predicted from frames < f: shift right, a zero "go" frame first.
@@ -126,10 +162,8 @@ def build_default_model(cfg: Config) -> keras.Model:
     x = layers.Dropout(PRENET_DROPOUT)(x)
     x = layers.Dense(m.d_model, activation="relu", name="prenet1")(x)
     x = layers.Dropout(PRENET_DROPOUT)(x)
-    x = x + ops.cast(_positions(frames, m.d_model), x.dtype)
-
-    # [B, F, T]: every frame may attend to every true token, never to padding.
-    attn_mask = ops.repeat(ops.expand_dims(text_mask, 1), frames, axis=1)
+    x = AddPositions(cfg.features.max_frames, m.d_model, name="dec_positions")(x)
+    attn_mask = AttentionMask(name="attn_mask")(text_mask, x)
     for i in range(m.n_layers):
         x = _decoder_block(x, memory, attn_mask, cfg, i)
     mel = layers.Dense(cfg.features.n_mels, name="mel_out")(x)

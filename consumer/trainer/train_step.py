@@ -3,7 +3,11 @@
 The trainer process builds one :class:`TrainStep` and calls it once per batch.
 It is a ``tf.function`` with an explicit input signature (the batch fields of
 cfg, minus ``items``), so it traces once and XLA compiles once; ``trace_count``
-counts traces and a test checks it stays at 1. Two things would retrace it:
+counts traces and a test checks it stays at 1. With length buckets
+(stager.buckets) there is one such function per bucket shape, each traced and
+compiled once when its first batch arrives, and no more shapes than buckets
+(``max_shapes``): trace_count equals the number of buckets seen. Two things
+would retrace it:
 
 - An unbuilt Keras optimizer creates its slot variables on the first
   ``apply_gradients``, inside the trace; TrainStep builds it first.
@@ -84,24 +88,52 @@ class TrainStep:
         loss_fn: LossFn,
         jit_compile: bool,
         signature: Mapping[str, tf.TensorSpec] | None = None,
+        max_shapes: int = 1,
     ) -> None:
+        """max_shapes > 1: length buckets; each batch shape gets its own signature,
+        and a shape beyond max_shapes is an error, not a silent recompile."""
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
+        self.jit_compile = jit_compile
+        self.max_shapes = max_shapes
         self.trace_count = 0
-        self.signature = dict(signature) if signature is not None else _model_signature(model)
+        if max_shapes == 1:
+            self.signature = dict(signature) if signature else _model_signature(model)
+        else:
+            self.signature = {t.name: None for t in model.inputs} if not signature else signature
         # Slots made now, not inside the first trace (which would force a retrace).
         if not optimizer.built:
             optimizer.build(model.trainable_variables)
-        self._step = tf.function(
+        self._steps: dict[tuple, tf.types.experimental.GenericFunction] = {}
+        if max_shapes == 1:
+            self._steps[()] = self._function(self.signature)
+
+    def _function(self, signature: Mapping[str, tf.TensorSpec]):
+        return tf.function(
             self._train,
-            input_signature=[self.signature],
-            jit_compile=jit_compile,
+            input_signature=[dict(signature)],
+            jit_compile=self.jit_compile,
             reduce_retracing=False,
         )
 
     def __call__(self, batch: Mapping[str, np.ndarray | tf.Tensor]) -> tf.Tensor:
-        return self._step({name: batch[name] for name in self.signature})
+        inputs = {name: batch[name] for name in self.signature}
+        if self.max_shapes == 1:
+            return self._steps[()](inputs)
+        key = tuple(tuple(inputs[name].shape) for name in inputs)
+        step = self._steps.get(key)
+        if step is None:
+            if len(self._steps) >= self.max_shapes:
+                raise ValueError(
+                    f"a batch of shapes {key} would be compile {len(self._steps) + 1}, more "
+                    f"than the {self.max_shapes} length buckets (stager.buckets)"
+                )
+            spec = {
+                n: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype), name=n) for n, v in inputs.items()
+            }
+            step = self._steps[key] = self._function(spec)
+        return step(inputs)
 
     def _train(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
         # Runs only while tracing: counts compilations, not steps.

@@ -108,7 +108,9 @@ def build_step(cfg: Config) -> tuple[DevicePlan, str, Any, Any, Any]:
     policy = set_precision_policy(cfg)
     model, loss_fn = load_model_factory(cfg)
     optimizer = make_optimizer(cfg)
-    step_fn = TrainStep(model, optimizer, loss_fn, jit_compile=cfg.train.jit_compile)
+    step_fn = TrainStep(
+        model, optimizer, loss_fn, cfg.train.jit_compile, max_shapes=cfg.stager.n_shapes
+    )
     return plan, policy, model, optimizer, step_fn
 
 
@@ -160,17 +162,19 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
         if batch is None or isinstance(batch, EndOfData):
             s.ended = "stopped" if batch is None else "end of data"
             return
+        traces = s.step_fn.trace_count
         loss = float(s.step_fn(batch.tensors))  # float() waits for the device: true step time
         step_s = time.perf_counter() - t0 - wait_s
         s.step += 1
         s.samples += batch.n_valid
         s.losses.append(loss)
-        if s.compile_s is None:
-            # The first call traces and compiles (seconds under XLA): outside the window,
-            # or it would dominate the step-time mean and CV for cv_window steps.
-            s.compile_s = step_s
+        s.metrics.fill(batch.fill)
+        if s.step_fn.trace_count != traces:
+            # A step that traced and compiled (seconds under XLA; once per bucket shape)
+            # stays out of the window, or it would dominate the step-time mean and CV.
+            s.compile_s = step_s if s.compile_s is None else s.compile_s
         else:
-            s.metrics.record(step_s, wait_s, batch.n_valid)
+            s.metrics.record(step_s, wait_s, batch.n_valid, batch.fill[0])
         s.feeder.send_stats(s.step, step_s, wait_s, loss)
         s.cursor = {
             "position": batch.next_position,
@@ -179,8 +183,10 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             "seed": cfg.stager.seed,
         }
         if s.batch_log is not None:
+            rows, frames = batch.tensors["mel"].shape[:2]
             record = {"step": s.step, "batch_index": batch.batch_index,
-                      "epochs": [batch.first_epoch, batch.epoch]}  # fmt: skip
+                      "epochs": [batch.first_epoch, batch.epoch],
+                      "shape": [rows, frames, batch.tensors["tokens"].shape[1]]}  # fmt: skip
             s.batch_log.write(json.dumps(record | {"items": batch.items.tolist()}) + "\n")
             s.batch_log.flush()
         if s.step % cfg.train.log_every == 0:
@@ -236,6 +242,9 @@ def summarize(cfg: Config, run_id: str, s: Session) -> dict[str, Any]:
         "step_time_cv": m["step_time_cv"],
         "step_time_median_s": m["step_time_median_s"],
         "samples_per_s": m["samples_per_s"],
+        "useful_frames_per_s": m["useful_frames_per_s"],
+        "padding_efficiency_frames": m["padding_efficiency_frames"],
+        "padding_efficiency_text": m["padding_efficiency_text"],
         "first_loss": s.losses[0] if s.losses else None,
         "final_loss": s.losses[-1] if s.losses else None,
         "trace_count": s.step_fn.trace_count,

@@ -1,0 +1,150 @@
+"""Checks of a whole configuration, beyond each key's type (shared/schema.py).
+
+Called once per Config, from its __post_init__ (shared/config.py); each failed
+check raises ConfigError naming the key and what to change.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+from shared.schema import check
+
+if TYPE_CHECKING:
+    from shared.config import Config
+
+# Auto buckets are at least max_frames // this long, so a batch's rows are bounded.
+MIN_BUCKET_FRACTION = 8
+# Each bucket is one more compilation of the train step.
+MAX_BUCKETS = 16
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def validate(cfg: Config) -> None:
+    """Every check of a whole config; raises ConfigError naming the key and the fix."""
+    f, r, s = cfg.features, cfg.ring, cfg.stager
+    for key, value in [
+        ("text.max_text_len", cfg.text.max_text_len),
+        ("audio.sample_rate", cfg.audio.sample_rate),
+        ("features.n_fft", f.n_fft),
+        ("features.hop_length", f.hop_length),
+        ("features.win_length", f.win_length),
+        ("features.n_mels", f.n_mels),
+        ("features.max_frames", f.max_frames),
+        ("ring.slots", r.slots),
+        ("producers.workers", cfg.producers.workers),
+        ("producers.credits", cfg.producers.credits),
+        ("producers.math_threads", cfg.producers.math_threads),
+        ("stager.batch_size", s.batch_size),
+        ("stager.batch_slots", s.batch_slots),
+        ("ring.max_item_attempts", r.max_item_attempts),
+        ("model.d_model", cfg.model.d_model),
+        ("model.n_layers", cfg.model.n_layers),
+        ("train.log_every", cfg.train.log_every),
+        ("train.checkpoint_every", cfg.train.checkpoint_every),
+    ]:
+        check(value >= 1, key, f"must be >= 1, got {value}")
+    _validate_features(cfg)
+    _validate_ring(cfg)
+    check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
+    _validate_transport(cfg)
+    _validate_buckets(cfg)
+    check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
+    check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
+    check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
+
+
+def _validate_features(cfg: Config) -> None:
+    f = cfg.features
+    check(
+        f.win_length <= f.n_fft,
+        "features.win_length",
+        f"{f.win_length} > features.n_fft={f.n_fft}: lower win_length or raise n_fft",
+    )
+    check(
+        0 <= f.fmin < f.fmax <= cfg.audio.sample_rate / 2,
+        "features.fmax",
+        f"need 0 <= fmin < fmax <= sample_rate/2 = {cfg.audio.sample_rate / 2}",
+    )
+    check(f.log_floor > 0, "features.log_floor", "must be > 0 (it guards log(0))")
+    check(cfg.audio.max_duration_s > 0, "audio.max_duration_s", "must be > 0 seconds")
+    check(
+        len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet != "",
+        "text.alphabet",
+        "must be a non-empty string of distinct characters",
+    )
+    check(0 <= cfg.text.max_unknown_frac <= 1, "text.max_unknown_frac", "must be in [0, 1]")
+
+
+def _validate_ring(cfg: Config) -> None:
+    r, s = cfg.ring, cfg.stager
+    check(r.heartbeat_s > 0, "ring.heartbeat_s", "must be > 0")
+    check(
+        r.lease_s >= 2 * r.heartbeat_s,
+        "ring.lease_s",
+        f"{r.lease_s} s must be at least 2 x ring.heartbeat_s={r.heartbeat_s} s, "
+        "or live producers lose their grants",
+    )
+    check(
+        r.slots >= s.batch_size or not s.deterministic,
+        "ring.slots",
+        f"{r.slots} < stager.batch_size={s.batch_size}: in deterministic mode a batch "
+        "needs that many slots in flight; raise ring.slots",
+    )
+    check(s.batch_slots >= 2, "stager.batch_slots", "must be >= 2 (3 = triple buffering)")
+
+
+def _validate_buckets(cfg: Config) -> None:
+    s, top = cfg.stager, cfg.features.max_frames
+    check(s.batch_frames >= 0, "stager.batch_frames", "must be >= 0 (0 = batch_size x max_frames)")
+    check(0 <= s.auto_buckets <= MAX_BUCKETS, "stager.auto_buckets", f"must be 0..{MAX_BUCKETS}")
+    check(len(s.buckets) <= MAX_BUCKETS, "stager.buckets", f"at most {MAX_BUCKETS} buckets")
+    if not s.bucketed:
+        return
+    check(
+        not (s.buckets and s.auto_buckets),
+        "stager.auto_buckets",
+        "set stager.buckets or stager.auto_buckets, not both",
+    )
+    check(
+        s.deterministic,
+        "stager.deterministic",
+        "length buckets need deterministic: true (each batch is a fixed part of the plan)",
+    )
+    if s.buckets:
+        check(
+            list(s.buckets) == sorted(set(s.buckets)) and s.buckets[0] >= 1,
+            "stager.buckets",
+            f"must be distinct positive frame counts in ascending order, got {list(s.buckets)}",
+        )
+        check(
+            s.buckets[-1] == top,
+            "stager.buckets",
+            f"the largest bucket ({s.buckets[-1]}) must equal features.max_frames={top}: "
+            "it sets the slot size",
+        )
+    check(
+        cfg.batch_frames >= top,
+        "stager.batch_frames",
+        f"{cfg.batch_frames} < features.max_frames={top}: the longest bucket needs a row",
+    )
+
+
+def _validate_transport(cfg: Config) -> None:
+    t = cfg.transport
+    check(1 <= t.port <= 65535, "transport.port", "must be a TCP port number")
+    check(
+        t.kind != "tcp" or is_loopback(t.host) or t.keys_dir != "",
+        "transport.keys_dir",
+        f"binding {t.host} (not loopback) needs CURVE keys: run `ringfeed keys DIR --client "
+        "NAME` and set transport.keys_dir, or bind transport.host: 127.0.0.1",
+    )

@@ -1,0 +1,110 @@
+"""The length manifest: each item's mel frames and token count, for length buckets.
+
+Built by the producer side (producer/manifest.py, ``ringfeed manifest CONFIG``):
+mel frames from each audio file's header (never a decode) as an upper bound of
+what the producer will compute, tokens from the same text encoder the producers
+use. Read by the stager (consumer/stager/buckets.py) to plan batches by length.
+
+It lives beside the feature cache, in ``lengths-<key>.npz``; the key hashes
+every setting a length depends on (dataset path and format, sample rate, hop,
+text settings, slot size), and the file stores each item's id and its audio
+file's size and mtime, so a changed setting gives another file and a changed
+item is measured again (only that item: :func:`load_manifest` says which).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shared.config import Config
+from shared.dataset import DatasetIndex
+
+# Frames of an item whose length could not be read from its header: the producer may
+# still decode it (another decoder), so it goes to the largest bucket, which fits all.
+UNKNOWN = -1
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """frames: int32 [n_items] mel frames (upper bound; UNKNOWN if unreadable);
+    text: int32 [n_items] tokens (0 if the text is unusable: the producer skips it)."""
+
+    frames: np.ndarray
+    text: np.ndarray
+
+
+def settings_key(cfg: Config) -> str:
+    """A hash of every setting an item's lengths depend on."""
+    d, a, f = cfg.data, cfg.audio, cfg.features
+    settings = {
+        "data": [str(Path(d.path).absolute()), d.format, d.text_column, d.synthetic_items,
+                 d.synthetic_lengths],
+        "audio": [a.sample_rate],
+        "features": [f.hop_length, f.max_frames, f.device],
+        "text": cfg.to_dict()["text"],
+        "version": 1,
+    }  # fmt: skip
+    return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
+
+
+def manifest_path(cfg: Config) -> Path:
+    return Path(cfg.features.cache_dir) / f"lengths-{settings_key(cfg)}.npz"
+
+
+def file_stamps(index: DatasetIndex) -> np.ndarray:
+    """int64 [n_items, 2]: (size, mtime_ns) of each item's audio file; -1 if missing."""
+    stamps = np.full((index.n_items, 2), -1, np.int64)
+    for i, entry in enumerate(index.entries):
+        try:
+            st = os.stat(entry.audio_path)
+        except OSError:
+            continue
+        stamps[i] = st.st_size, st.st_mtime_ns
+    return stamps
+
+
+def load_manifest(cfg: Config, index: DatasetIndex) -> tuple[Manifest | None, np.ndarray]:
+    """(the manifest if every item is current, else None; bool [n_items] of the items
+    that need measuring). A missing or unreadable file means all of them."""
+    stale = np.ones(index.n_items, bool)
+    path = manifest_path(cfg)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            ids, stamps = z["ids"], z["stamps"]
+            frames, text = z["frames"], z["text"]
+    except (OSError, KeyError, ValueError):
+        return None, stale
+    known = {item_id: k for k, item_id in enumerate(ids.tolist())}
+    now = file_stamps(index)
+    out_frames = np.full(index.n_items, UNKNOWN, np.int32)
+    out_text = np.zeros(index.n_items, np.int32)
+    for i in range(index.n_items):
+        k = known.get(index.item_id(i))
+        if k is not None and (stamps[k] == now[i]).all():
+            stale[i] = False
+            out_frames[i], out_text[i] = frames[k], text[k]
+    if stale.any():
+        return None, stale
+    return Manifest(out_frames, out_text), stale
+
+
+def save_manifest(cfg: Config, index: DatasetIndex, manifest: Manifest) -> Path:
+    """Write atomically (a reader never sees half a file); returns the path."""
+    path = manifest_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.npz")
+    np.savez(
+        tmp,
+        ids=np.array([index.item_id(i) for i in range(index.n_items)], dtype=str),
+        stamps=file_stamps(index),
+        frames=manifest.frames.astype(np.int32),
+        text=manifest.text.astype(np.int32),
+    )
+    os.replace(tmp, path)
+    return path
