@@ -34,7 +34,7 @@ from producer.sample import Sample, SkipSample
 from producer.sources import Source, make_source
 from shared import protocol as p
 from shared.config import Config
-from shared.keys import load_client
+from shared.keys import ClientKeys, load_client
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
 from shared.ring import Ring, rows_checksum
 from shared.sockets import make_socket, recv, send
@@ -95,6 +95,9 @@ class Worker:
         self.on_welcome: Callable[[], object] | None = None
         self.token = secrets.token_hex(16)  # this process, in every HELLO (shared.protocol)
         self.n_taken_back = 0  # grants dropped unwritten: the stager had taken them back
+        # Set by a cluster engine (producer/ray_pool.py): keys handed over, where it runs.
+        self.keys: ClientKeys | None = None
+        self.place = ""
 
     # ------------------------------------------------------------ setup
     def connect(self) -> None:
@@ -104,13 +107,16 @@ class Worker:
         ident = f"{self.name}:{os.getpid()}:{time.monotonic_ns()}".encode()
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
         if self.endpoint.startswith("tcp://") and self.cfg.transport.keys_dir:
-            keys = load_client(Path(self.cfg.transport.keys_dir))
+            keys = self.keys or load_client(Path(self.cfg.transport.keys_dir))
             self.sock.curve_publickey, self.sock.curve_secretkey = keys.public, keys.secret
             self.sock.curve_serverkey = keys.server_public
         self.sock.connect(self.endpoint)
         self.grants.clear()
         self.ready.clear()
-        self._send(p.Hello(self.name, os.getpid(), socket.gethostname(), self.remote, self.token))
+        hello = p.Hello(
+            self.name, os.getpid(), socket.gethostname(), self.remote, self.token, self.place
+        )
+        self._send(hello)
         self.last_heard = self.hello_at = time.monotonic()
         self.welcomed = False
 
@@ -333,14 +339,20 @@ def run_worker(
     endpoint: str,
     remote: bool = False,
     on_welcome: Callable[[], object] | None = None,
+    keys: ClientKeys | None = None,
+    place: str = "",
+    stop: StopFlag | None = None,
 ) -> int:
-    """Process entry of one producer (spawned by producer/pool.py); returns the exit code."""
+    """Process entry of one producer (spawned by producer/pool.py, or run in a Ray actor
+    by producer/ray_pool.py with its keys, its place and its own stop flag); returns
+    the exit code."""
     from producer.threads import pin_math_threads
 
     pin_math_threads(cfg.producers.math_threads)
-    stop = StopFlag().install()
+    stop = stop or StopFlag().install()
     worker = Worker(cfg, name, endpoint, remote, stop)
     worker.on_welcome = on_welcome
+    worker.keys, worker.place = keys, place
     try:
         worker.source.warm_up()  # every stage once, before HELLO: none of it in a lease
         worker.run()

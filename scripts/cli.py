@@ -3,7 +3,7 @@
 ringfeed validate CONFIG                 check a config, print derived sizes
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
 ringfeed stager CONFIG --run-id R        the data process
-ringfeed producers CONFIG --run-id R     a pool of producer processes
+ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADDRESS: on Ray)
 ringfeed trainer CONFIG --run-id R       the model process
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
@@ -94,6 +94,10 @@ def cmd_producers(args: argparse.Namespace) -> int:
     from shared.config import endpoints
 
     cfg = _config(args.config)
+    if args.ray:
+        from producer.ray_pool import main as ray_main
+
+        return ray_main(cfg, args.ray, args.connect)
     endpoint = args.connect or endpoints(cfg, args.run_id).control
     workers = args.workers or cfg.producers.workers
     return main(cfg, endpoint, workers, remote=args.remote, prefix=args.name)
@@ -225,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--connect", default="", help="the head's control endpoint (remote hosts)")
     pr.add_argument("--remote", action="store_true", help="send payloads over the socket")
     pr.add_argument("--name", default="", help="producer name prefix (default: host name)")
+    pr.add_argument(
+        "--ray", default="", metavar="ADDRESS", help="producers as Ray actors (with --connect)"
+    )
     verb("trainer", cmd_trainer)
     d = verb("drain", cmd_drain)
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")

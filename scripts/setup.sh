@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 echo "setup: installing ringfeed into .venv (the first time downloads TensorFlow, ~600 MB)"
-if ! .venv/bin/python -m pip install -e '.[dev]' >.venv/setup.log 2>&1; then
+if ! .venv/bin/python -m pip install -e '.[dev,ray]' >.venv/setup.log 2>&1; then
   tail -n 30 .venv/setup.log >&2
   echo "setup: pip failed; the whole log is .venv/setup.log" >&2
   exit 1

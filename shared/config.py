@@ -106,6 +106,8 @@ class ProducersConfig:
     credits: int = 16
     # Math-library threads per producer; >1 oversubscribes cores (see README).
     math_threads: int = 1
+    # Producers per node with `ringfeed producers --ray` (0 = one per CPU a node offers).
+    per_node: int = 0
 
 
 @dataclass(frozen=True)

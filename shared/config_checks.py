@@ -61,6 +61,7 @@ def validate(cfg: Config) -> None:
     check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
     check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
     check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
+    check(cfg.producers.per_node >= 0, "producers.per_node", "must be >= 0 (0 = one per CPU)")
 
 
 def _validate_features(cfg: Config) -> None:

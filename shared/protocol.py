@@ -74,6 +74,8 @@ class Hello:
     host: str
     remote: bool
     token: str
+    # Where a cluster engine placed it ("ray actor ID on node ID"), or "".
+    place: str
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class MuteProducer(threading.Thread):
 
     def run(self) -> None:
         with peer_socket(self.endpoint) as sock:
-            hello = p.Hello("mute", os.getpid(), socket.gethostname(), False, "t")
+            hello = p.Hello("mute", os.getpid(), socket.gethostname(), False, "t", "")
             sock.send_multipart(p.encode(hello))
             deadline, beat = time.monotonic() + self.seconds, 0.0
             while time.monotonic() < deadline:

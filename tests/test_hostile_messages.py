@@ -100,7 +100,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
                     sock.setsockopt(zmq.LINGER, 0)
                     sock.connect(control)
                 # Another host's name: its grants are freed, not fenced, once it falls silent.
-                fake.send_multipart(p.encode(p.Hello("fuzz", 1, "fuzzhost", False, "t")))
+                fake.send_multipart(p.encode(p.Hello("fuzz", 1, "fuzzhost", False, "t", "")))
                 for i in range(n_msgs):
                     sock = fake if i % 2 else stranger
                     sock.send_multipart(fuzz_frames(rng, cfg.ring.slots, n_fields))
@@ -141,7 +141,9 @@ def test_a_hello_with_an_out_of_range_pid_does_not_kill_the_stager(tmp_path: Pat
         run.start("producers")
         client = run.client(timeout_s=30)
         with peer_socket(endpoints(cfg, run_id).control) as rogue:
-            rogue.send_multipart(p.encode(p.Hello("huge", 2**40, socket.gethostname(), False, "t")))
+            rogue.send_multipart(
+                p.encode(p.Hello("huge", 2**40, socket.gethostname(), False, "t", ""))
+            )
             try:
                 items = consume(client, timeout_s=30)
             finally:
@@ -162,7 +164,7 @@ def test_a_second_hello_on_one_socket_does_not_orphan_its_grants(tmp_path: Path)
         run.start("producers")
         client = run.client(timeout_s=30)
         with peer_socket(endpoints(cfg, run_id).control) as peer:
-            hello = p.encode(p.Hello("twice", 1, "elsewhere", False, "t"))
+            hello = p.encode(p.Hello("twice", 1, "elsewhere", False, "t", ""))
             peer.send_multipart(hello)
             peer.send_multipart(p.encode(p.Request(4)))
             got: list = []

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from shared import protocol as p
 
 EXAMPLES = [
-    p.Hello("host-0", 123, "host", False, "9f2c"),
+    p.Hello("host-0", 123, "host", False, "9f2c", "ray actor 1a2b on node 3c4d"),
     p.Welcome("run", "ringfeed-run-samples", 13),
     p.Request(2),
     p.Grant([3, 4], [7, 1], [11, 12], [99, 100]),
@@ -83,7 +83,7 @@ def test_malformed_messages_raise_protocol_error(frames: list[bytes], needle: st
 
 
 def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
-    return [_header(p.VERSION, int(p.Kind.HELLO), name, pid, "host", False, "t")]
+    return [_header(p.VERSION, int(p.Kind.HELLO), name, pid, "host", False, "t", "")]
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_out_of_range_fields_raise_protocol_error(frames: list[bytes], needle: s
 def test_limits_admit_what_honest_peers_send() -> None:
     long_ok = p.Skip(0, 0, 0, "r" * 4096, "/" * 4096, "audio")
     assert p.decode([bytes(f) for f in p.encode(long_ok)])[0] == long_ok
-    name = p.Hello("n" * p.MAX_NAME, 2**31 - 1, "h" * p.MAX_NAME, True, "t" * 64)
+    name = p.Hello("n" * p.MAX_NAME, 2**31 - 1, "h" * p.MAX_NAME, True, "t" * 64, "")
     assert p.decode([bytes(f) for f in p.encode(name)])[0] == name
 
 

@@ -223,7 +223,7 @@ class WokenProducer:
     def run(self) -> None:
         with peer_socket(endpoints(self.cfg, self.run_id).control) as sock:
             me = socket.gethostname()
-            sock.send_multipart(p.encode(p.Hello("woken", os.getpid(), me, False, "t")))
+            sock.send_multipart(p.encode(p.Hello("woken", os.getpid(), me, False, "t", "")))
             welcome = next(m for m in self.drain(sock, 5000) if isinstance(m, p.Welcome))
             sock.send_multipart(p.encode(p.Request(4)))
             deadline = time.monotonic() + 10

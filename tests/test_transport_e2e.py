@@ -237,7 +237,7 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
             [msgpack.packb([p.VERSION, 99])],  # unknown kind
         ):
             rogue.send_multipart(frames)
-        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", False, "t")))
+        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", False, "t", "")))
         stale = p.Ready([0], [12345], [0], [3, 4], [0], [0])  # a generation never granted
         rogue.send_multipart(p.encode(stale))
         # Oversized: dropped as malformed, or (past ZMQ_MAXMSGSIZE) by libzmq with the

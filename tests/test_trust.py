@@ -101,12 +101,12 @@ def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path)
         remote = f"tcp://127.0.0.1:{port}"
         with peer_socket(remote) as liar, peer_socket(remote) as thief:
             # A tcp peer that says it is local, on the head's host, with pid 1.
-            liar.send_multipart(p.encode(p.Hello("liar", 1, head, False, "t1")))
+            liar.send_multipart(p.encode(p.Hello("liar", 1, head, False, "t1", "")))
             # A second HELLO under a live producer's name: refused, not an eviction.
-            thief.send_multipart(p.encode(p.Hello(live[0], 4242, head, False, "t2")))
+            thief.send_multipart(p.encode(p.Hello(live[0], 4242, head, False, "t2", "")))
             # A name of 100 KiB: over ZMQ_MAXMSGSIZE, so libzmq closes the link before
             # Python sees it (over the header limit, decode would drop it as malformed).
-            huge = [p.VERSION, int(p.Kind.HELLO), "n" * 102400, 7, head, False, "t"]
+            huge = [p.VERSION, int(p.Kind.HELLO), "n" * 102400, 7, head, False, "t", ""]
             thief.send_multipart([msgpack.packb(huge)])
             time.sleep(0.5)
             liar_row = next(
@@ -139,7 +139,7 @@ def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> Non
                     sock.setsockopt(zmq.LINGER, 1000)
                     sock.connect(endpoints(cfg, run_id).control)
                     name = f"ghost-{i:03d}-" + "x" * 100  # as long as a name may be
-                    sock.send_multipart(p.encode(p.Hello(name, 10_000 + i, "far", True, "t")))
+                    sock.send_multipart(p.encode(p.Hello(name, 10_000 + i, "far", True, "t", "")))
         seen = stats.latest()
         deadline = time.monotonic() + 10
         while seen.get("producers_unlisted", {}).get("count", 0) < 400:
@@ -176,7 +176,7 @@ def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: P
         run.start("stager")
         client = run.client(timeout_s=30)
         with peer_socket(endpoints(cfg, run_id).control) as sock:
-            sock.send_multipart(p.encode(p.Hello("stale", os.getpid(), "pod-7", False, "t")))
+            sock.send_multipart(p.encode(p.Hello("stale", os.getpid(), "pod-7", False, "t", "")))
             welcome, _ = p.decode(sock.recv_multipart())
             sock.send_multipart(p.encode(p.Request(2)))
             grant, _ = p.decode(sock.recv_multipart())

@@ -222,6 +222,7 @@ class Stager(ConsumerSide, Intake):
         # A peer on the tcp socket is remote whatever it says: it never writes our memory.
         remote = msg.remote or is_remote(ident)
         self.manager.hello(ident, msg.name, msg.pid, msg.host, remote, msg.token)
+        self.manager.producers[ident].place = msg.place
         remote = ", remote" if remote else ""
         log.info("producer %s joined (pid %d on %s%s)", msg.name, msg.pid, msg.host, remote)
         self.reply(ident, p.Welcome(self.run_id, self.samples.name, self.index.n_items))

@@ -19,10 +19,11 @@ class Producer:
     host: str
     remote: bool
     last_seen: float
-    index: int = -1
+    index: int = -1  # written into the headers of the slots it holds
     # Drawn by the producer process once and never shown: a HELLO with the same name and
     # token is that process again; the same name with another token is someone else.
-    token: str = ""  # written into the headers of the slots it holds
+    token: str = ""
+    place: str = ""  # where a cluster engine runs it (Ray actor and node), or ""
     credits: int = 0
     slots: set[int] = field(default_factory=set)
     # Slots taken back while this producer might still be writing them.

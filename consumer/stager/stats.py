@@ -32,6 +32,7 @@ def producer_rows(stager: Stager, now: float) -> list[dict[str, Any]]:
             "name": pr.name,
             "pid": pr.pid,
             "host": pr.host,
+            "place": pr.place,
             "remote": pr.remote,
             "samples": pr.samples,
             "grants": len(pr.slots),

@@ -231,6 +231,7 @@ class Inspector:
                 "silent_s": pr.get("silent_s", 0.0),
                 "stalled": pr.get("stalled", False),
                 "remote": pr.get("remote", False),
+                "where": where(pr),
                 "cache_hit_frac": _hit_frac(pr.get("work", {})),
             }
             for pr in stats.get("producers", [])
@@ -286,6 +287,12 @@ def _hit_frac(work: dict[str, int]) -> float | None:
     return hits / (hits + decoded) if hits + decoded else None
 
 
+def where(pr: dict[str, Any]) -> str:
+    """Where a producer runs: its host, and its Ray actor and node when it has them."""
+    place = pr.get("place", "")
+    return f"{pr.get('host', '')}" + (f" ({place})" if place else "")
+
+
 def _padding_text(snap: dict[str, Any]) -> str:
     """'  padding: 93% of frames, 81% of tokens are real (4 buckets)', or ''."""
     pad = snap.get("padding") or {}
@@ -318,14 +325,15 @@ def render(snap: dict[str, Any]) -> str:
     if snap.get("has_stats"):
         lines += [
             "",
-            f"{'producer':24s} {'rate/s':>8s} {'grants':>6s} {'silent':>7s} {'cache':>6s}  state",
+            f"{'producer':24s} {'rate/s':>8s} {'grants':>6s} {'silent':>7s} {'cache':>6s}  "
+            f"{'state':7s} where",
         ]
         for pr in snap["producers"]:
             state = "STALLED" if pr["stalled"] else ("fenced" if pr["fenced"] else "ok")
             lines.append(
                 f"{pr['name'][:24]:24s} {_fmt(pr['rate_per_s'], '8.1f'):>8s} "
                 f"{pr['grants']:6d} {pr['silent_s']:6.1f}s "
-                f"{_fmt(pr.get('cache_hit_frac'), '.0%'):>6s}  {state}"
+                f"{_fmt(pr.get('cache_hit_frac'), '.0%'):>6s}  {state:7s} {pr.get('where', '')}"
             )
         if snap.get("producers_unlisted"):
             lines.append(f"... and {snap['producers_unlisted']} more (the stats list 32)")

@@ -1,0 +1,83 @@
+"""scripts/slurm.sh's shell logic under a fake Slurm: `srun` and `scontrol` on PATH that
+run each task here. The run is real: stager, producers and a drain consumer on the
+"head", one remote producer pool per other "node" over tcp with the job's CURVE keys."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scripts.runner import REPO
+from tests.test_remote_producers import free_port
+from tests.test_transport_e2e import small
+
+pytestmark = pytest.mark.slow
+
+FAKE_SRUN = r"""#!/usr/bin/env bash
+# Fake srun: log the call, run the command once per requested node, here.
+echo "srun $*" >> "$FAKE_SLURM_LOG"
+nodes=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes=*) nodes=${1#--nodes=}; shift ;;
+    --*) shift ;;
+    *) break ;;
+  esac
+done
+for i in $(seq 0 $((nodes - 1))); do SLURM_NODEID=$((i + 1)) "$@" & done
+wait
+"""
+FAKE_SCONTROL = """#!/usr/bin/env bash
+# Fake scontrol: `scontrol show hostnames a,b,c` prints one name a line.
+[ "$1 $2" = "show hostnames" ] && tr ',' '\\n' <<< "$3"
+"""
+
+
+def test_slurm_script_runs_head_and_remote_producers(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    port = free_port()
+    cfg_path = small(tmp_path, items=400, delay_s=0.004, producers={"workers": 1},
+                     transport={"port": port})  # fmt: skip
+    env = os.environ | {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "localhost,node-b,node-c",
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "FAKE_SLURM_LOG": str(tmp_path / "slurm.log"),
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm.sh"), str(cfg_path), "--consumer", "drain"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    calls = (tmp_path / "slurm.log").read_text().splitlines()
+    assert len(calls) == 1, calls
+    args = shlex.split(calls[0])
+    assert "--nodes=2" in args and "--exclude=localhost" in args
+    assert args[args.index("--connect") + 1] == f"tcp://localhost:{port}"
+    job_dir = tmp_path / ".ringfeed-slurm-4242"
+    assert (job_dir / "keys" / "server.key_secret").stat().st_mode & 0o777 == 0o600
+    import json
+
+    stager = json.loads((tmp_path / "runs" / "slurm-4242" / "stager.json").read_text())
+    assert stager["counters"]["delivered"] == 400
+    remote = [p for p in stager["producers"] if p["remote"]]
+    local = [p for p in stager["producers"] if not p["remote"]]
+    assert len(remote) == 2 and local, stager["producers"]  # one pool per other node
+
+
+def test_slurm_script_outside_a_job_says_so(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm.sh"), "configs/demo.yaml"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode != 0 and "inside a Slurm job" in done.stderr
