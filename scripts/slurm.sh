@@ -69,7 +69,11 @@ if [ "$others" -gt 0 ]; then
     --remote --connect "tcp://$head:$port" &
   pids+=($!)
 fi
-stop_producers() { [ ${#pids[@]} -gt 0 ] && kill -TERM "${pids[@]}" 2>/dev/null; wait; }
+stop_producers() {
+  # They may have ended already (the stager told them the run is over): never an error.
+  if [ ${#pids[@]} -gt 0 ]; then kill -TERM "${pids[@]}" 2>/dev/null || true; fi
+  wait || true
+}
 trap stop_producers EXIT
 
 code=0
