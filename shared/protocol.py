@@ -200,12 +200,15 @@ class BatchFree:
 
 @dataclass(frozen=True)
 class StepStats:
-    """One train step: step_s computing (the wait excluded), wait_s waiting for its batch."""
+    """One train step: step_s computing (the wait excluded), wait_s waiting for its batch,
+    rows the real rows of its batch, frames their true mel frames."""
 
     step: int
     step_s: float
     wait_s: float
     loss: float
+    rows: int
+    frames: int
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
             p.Request(big),
             p.Crash("fuzz", "x" * rng.randrange(0, 60_000)),
             p.BatchFree(rng.randrange(-1, 4), big),
-            p.StepStats(1, 0.1, 0.1, float("nan")),
+            p.StepStats(1, 0.1, 0.1, float("nan"), 1, 1),
         ]
     )
     frames = [bytes(f) for f in p.encode(valid)]

@@ -27,7 +27,7 @@ EXAMPLES = [
     p.BatchReady(1, 9, 40, 330, 3, 8, 2, 8, 800, 200),
     p.BatchReady(1, 4, 10, 352, 0, 32, 0, 64, 400, 96),
     p.BatchFree(1, 4),
-    p.StepStats(10, 0.25, 0.01, 1.5),
+    p.StepStats(10, 0.25, 0.01, 1.5, 8, 4321),
     p.EndOfData(12),
     p.Stats({"a": 1, "b": [1, 2]}),
     p.Rehello(),

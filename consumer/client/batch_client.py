@@ -178,8 +178,10 @@ class BatchClient:
         batch.arrays = {}
         send(self.sock, p.BatchFree(batch.slot, batch.generation))
 
-    def step_stats(self, step: int, step_s: float, wait_s: float, loss: float) -> None:
-        send(self.sock, p.StepStats(step, step_s, wait_s, loss))
+    def step_stats(
+        self, step: int, step_s: float, wait_s: float, loss: float, rows: int = 0, frames: int = 0
+    ) -> None:
+        send(self.sock, p.StepStats(step, step_s, wait_s, loss, rows, frames))
 
     def close(self, finished: bool = True) -> None:
         """finished: tell the stager the run is over (it then stops the producers).

@@ -71,7 +71,8 @@ class ConsumerSide:
     def on_step_stats(self, msg: p.StepStats, ident: bytes) -> None:
         t = time.time()
         self.trainer = {"step": msg.step, "step_s": msg.step_s, "wait_s": msg.wait_s,
-                        "loss": msg.loss, "t": t}  # fmt: skip
+                        "loss": msg.loss, "rows": msg.rows, "frames": msg.frames,
+                        "t": t}  # fmt: skip
 
     def on_consumer_bye(self, msg: p.Bye, ident: bytes) -> None:
         log.info("consumer finished after %d batches; stopping the run", self.batches_sent)

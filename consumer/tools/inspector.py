@@ -241,6 +241,8 @@ class Inspector:
         wall = trainer.get("step_s", 0.0) + trainer.get("wait_s", 0.0)
         if wall > 0:  # step_s is the step alone; the wait comes on top
             trainer["wait_fraction"] = round(trainer.get("wait_s", 0.0) / wall, 3)
+            trainer["samples_per_s"] = round(trainer.get("rows", 0) / wall, 2)
+            trainer["frames_per_s"] = round(trainer.get("frames", 0) / wall, 1)
         if "t" in trainer:
             trainer["age_s"] = round(now - trainer.pop("t"), 3)
         counters = stats.get("counters", {})
@@ -344,6 +346,8 @@ def render(snap: dict[str, Any]) -> str:
             "",
             f"trainer: step {tr.get('step', '-')}  step {_fmt(tr.get('step_s'), '.3f')} s  "
             f"data wait {_fmt(tr.get('wait_fraction'), '.0%')}  "
+            f"{_fmt(tr.get('samples_per_s'), '.1f')} samples/s, "
+            f"{_fmt(tr.get('frames_per_s'), '.0f')} true frames/s  "
             f"last report {_fmt(tr.get('age_s'), '.1f')} s ago"
             + ("" if snap["consumer_connected"] else "  (no consumer connected)"),
         ]

@@ -78,7 +78,7 @@ class Feeder(threading.Thread):
         self.client: BatchClient | None = None
         self.device, self.stop = device, stop
         self.batches: queue.Queue[FedBatch | EndOfData | BaseException] = queue.Queue(PREFETCH)
-        self._stats: queue.Queue[tuple[int, float, float, float]] = queue.Queue()
+        self._stats: queue.Queue[tuple[int, float, float, float, int, int]] = queue.Queue()
         self._done = threading.Event()
         self._finished = False
         self.error: Exception | None = None
@@ -98,9 +98,11 @@ class Feeder(threading.Thread):
             return item
         return None
 
-    def send_stats(self, step: int, step_s: float, wait_s: float, loss: float) -> None:
+    def send_stats(
+        self, step: int, step_s: float, wait_s: float, loss: float, rows: int, frames: int
+    ) -> None:
         """Queue one step's numbers for the stager (it shows them in the inspector)."""
-        self._stats.put((step, step_s, wait_s, loss))
+        self._stats.put((step, step_s, wait_s, loss, rows, frames))
 
     def finish(self, finished: bool, timeout_s: float) -> None:
         """End the thread; finished=True sends BYE so the stager ends the run."""

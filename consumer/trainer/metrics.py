@@ -116,7 +116,8 @@ def format_line(step: int, loss: float, summary: dict[str, float], gpu: dict | N
     line = (
         f"step {step} loss {loss:.4f} | {summary['step_time_s'] * 1e3:.1f} ms/step "
         f"cv {summary['step_time_cv']:.0%} | wait {summary['wait_s'] * 1e3:.1f} ms "
-        f"({summary['wait_frac']:.0%}) | {summary['samples_per_s']:.1f} samples/s"
+        f"({summary['wait_frac']:.0%}) | {summary['samples_per_s']:.1f} samples/s, "
+        f"{summary.get('useful_frames_per_s', 0.0):.0f} useful frames/s"
     )
     if gpu:
         line += (

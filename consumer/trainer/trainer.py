@@ -175,7 +175,7 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             s.compile_s = step_s if s.compile_s is None else s.compile_s
         else:
             s.metrics.record(step_s, wait_s, batch.n_valid, batch.fill[0])
-        s.feeder.send_stats(s.step, step_s, wait_s, loss)
+        s.feeder.send_stats(s.step, step_s, wait_s, loss, batch.n_valid, batch.fill[0])
         s.cursor = {
             "position": batch.next_position,
             "batch_index": batch.batch_index + 1,
