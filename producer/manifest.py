@@ -53,12 +53,11 @@ def text_tokens(encoder: TextEncoder, text: str) -> int:
 def build_manifest(cfg: Config, index: DatasetIndex | None = None) -> Manifest:
     """Measure the items the manifest on disk lacks, save, and return the whole."""
     index = index if index is not None else dataset_index(cfg)
-    current, stale = load_manifest(cfg, index)
-    if current is not None:
-        return current
-    n = index.n_items
-    frames, text = np.full(n, UNKNOWN, np.int32), np.zeros(n, np.int32)
-    reused = _reuse(cfg, index, frames, text, stale)
+    manifest, stale = load_manifest(cfg, index)
+    if not stale.any():
+        return manifest
+    frames, text = manifest.frames, manifest.text  # the current items are kept as they are
+    reused = index.n_items - int(stale.sum())
     todo = np.flatnonzero(stale)
     log.info("length manifest: measuring %d items (%d reused) -> %s",
              len(todo), reused, manifest_path(cfg))  # fmt: skip
@@ -75,26 +74,6 @@ def build_manifest(cfg: Config, index: DatasetIndex | None = None) -> Manifest:
             last = time.monotonic()
             share = 100 * done / len(todo)
             log.info("length manifest: %d/%d items (%.0f%%)", done, len(todo), share)
-    manifest = Manifest(frames, text)
     save_manifest(cfg, index, manifest)
     log.info("length manifest: %d items in %.1f s", len(todo), time.monotonic() - t0)
     return manifest
-
-
-def _reuse(
-    cfg: Config, index: DatasetIndex, frames: np.ndarray, text: np.ndarray, stale: np.ndarray
-) -> int:
-    """Copy the current items of an older manifest with these settings; returns how many."""
-    path = manifest_path(cfg)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            known = {item_id: k for k, item_id in enumerate(z["ids"].tolist())}
-            old_frames, old_text = z["frames"], z["text"]
-    except (OSError, KeyError, ValueError):
-        return 0
-    reused = 0
-    for i in np.flatnonzero(~stale):
-        k = known[index.item_id(int(i))]
-        frames[i], text[i] = old_frames[k], old_text[k]
-        reused += 1
-    return reused

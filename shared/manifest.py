@@ -69,29 +69,26 @@ def file_stamps(index: DatasetIndex) -> np.ndarray:
     return stamps
 
 
-def load_manifest(cfg: Config, index: DatasetIndex) -> tuple[Manifest | None, np.ndarray]:
-    """(the manifest if every item is current, else None; bool [n_items] of the items
-    that need measuring). A missing or unreadable file means all of them."""
+def load_manifest(cfg: Config, index: DatasetIndex) -> tuple[Manifest, np.ndarray]:
+    """(the lengths on disk of the items that are current, UNKNOWN and 0 for the others;
+    bool [n_items] of the items that need measuring). The manifest is usable as it is
+    only when nothing is stale; a missing or unreadable file makes every item stale."""
     stale = np.ones(index.n_items, bool)
-    path = manifest_path(cfg)
+    out = Manifest(np.full(index.n_items, UNKNOWN, np.int32), np.zeros(index.n_items, np.int32))
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(manifest_path(cfg), allow_pickle=False) as z:
             ids, stamps = z["ids"], z["stamps"]
             frames, text = z["frames"], z["text"]
     except (OSError, KeyError, ValueError):
-        return None, stale
+        return out, stale
     known = {item_id: k for k, item_id in enumerate(ids.tolist())}
     now = file_stamps(index)
-    out_frames = np.full(index.n_items, UNKNOWN, np.int32)
-    out_text = np.zeros(index.n_items, np.int32)
     for i in range(index.n_items):
         k = known.get(index.item_id(i))
         if k is not None and (stamps[k] == now[i]).all():
             stale[i] = False
-            out_frames[i], out_text[i] = frames[k], text[k]
-    if stale.any():
-        return None, stale
-    return Manifest(out_frames, out_text), stale
+            out.frames[i], out.text[i] = frames[k], text[k]
+    return out, stale
 
 
 def save_manifest(cfg: Config, index: DatasetIndex, manifest: Manifest) -> Path:

@@ -202,7 +202,7 @@ def length_manifest(
     code, so a subprocess: the stager never imports it) measures what is missing,
     with its progress on our stderr. Raises ConfigError if that fails."""
     manifest, stale = load_manifest(cfg, index)
-    if manifest is not None:
+    if not stale.any():
         return manifest
     log.info("length manifest: %d of %d items to measure", int(stale.sum()), index.n_items)
     cmd = [sys.executable, "-m", "scripts.cli", "manifest", str(config_file)]
@@ -213,8 +213,8 @@ def length_manifest(
             proc.wait()
             raise ConfigError("stopped while measuring the length manifest")
         time.sleep(0.1)
-    manifest, _ = load_manifest(cfg, index)
-    if proc.returncode != 0 or manifest is None:
+    manifest, stale = load_manifest(cfg, index)
+    if proc.returncode != 0 or stale.any():
         raise ConfigError(
             f"stager.buckets: `{' '.join(cmd[2:])}` failed (exit {proc.returncode}); "
             "run it by hand to see why"

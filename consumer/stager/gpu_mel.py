@@ -78,9 +78,6 @@ class TfLogMel:
 
     def __init__(self, cfg: Config, jit_compile: bool = False) -> None:
         f = cfg.features
-        self.batch_size = cfg.stager.batch_size
-        self.max_samples = cfg.max_samples
-        self.max_frames = f.max_frames
         self.n_fft = f.n_fft
         self.hop_length = f.hop_length
         self.log_floor = f.log_floor

@@ -26,7 +26,7 @@ MAX_LISTED_PRODUCERS = 32
 MAX_WORK, MAX_WORK_KEY = 12, 32
 
 
-def producer_rows(stager: Stager, now: float) -> list[dict[str, Any]]:
+def producer_rows(producers: list[Producer], now: float) -> list[dict[str, Any]]:
     return [
         {
             "name": pr.name,
@@ -41,7 +41,7 @@ def producer_rows(stager: Stager, now: float) -> list[dict[str, Any]]:
             "stalled": pr.stalled,
             "work": pr.work,
         }
-        for pr in listed(stager)[0]
+        for pr in producers
     ]
 
 
@@ -69,6 +69,7 @@ def padding_efficiency(filled: Any) -> dict[str, float | None]:
 def snapshot(stager: Stager) -> dict[str, Any]:
     """Everything the inspector and stager.json show."""
     now, manager = time.monotonic(), stager.manager
+    shown, unlisted = listed(stager)
     return {
         "run_id": stager.run_id,
         "uptime_s": round(now - stager.t_start, 3),
@@ -84,8 +85,8 @@ def snapshot(stager: Stager) -> dict[str, Any]:
         "counters": dict(manager.counters),
         "dropped": dict(stager.dropped),
         "bad_metadata_lines": len(stager.index.bad_lines),
-        "producers": producer_rows(stager, now),
-        "producers_unlisted": listed(stager)[1],
+        "producers": producer_rows(shown, now),
+        "producers_unlisted": unlisted,
         "crashes": list(stager.crashes),
         "trainer": stager.trainer,
         "consumer_connected": stager.consumer is not None,
