@@ -202,8 +202,7 @@ class Worker:
         # reports are current when a short run ends.
         gone_idle = not self.grants and self.done != self.done_reported
         if gone_idle or now - self.last_heartbeat >= self.cfg.ring.heartbeat_s:
-            work = {**self.source.work(), "taken_back": self.n_taken_back}
-            self._send(p.Heartbeat(self.done, work))
+            self._send(p.Heartbeat(self.done, self.work()))
             self.last_heartbeat, self.done_reported = now, self.done
         silent = now - self.last_heard
         if silent > ORPHAN_S:
@@ -240,6 +239,10 @@ class Worker:
             log.error("%s: item %d failed", self.name, grant.item, exc_info=True)
             self.skip(grant, describe(exc, stage), "", stage)
         self.done += 1  # each READY or SKIP entry also asks for one more grant
+
+    def work(self) -> dict[str, int]:
+        """This process's counters for the stager: its source's stages, grants dropped."""
+        return {**self.source.work(), "taken_back": self.n_taken_back}
 
     def taken_back(self, grant: GrantEntry) -> bool:
         """Has the stager taken this local grant back (its generation in the slot header
@@ -313,7 +316,7 @@ class Worker:
         if self.sock is not None and self.welcomed_at is not None:
             if self.ready:
                 self.flush_ready()
-            self._send(p.Bye(self.done))
+            self._send(p.Bye(self.done, self.work()))
             deadline = time.monotonic() + SHUTDOWN_WAIT_S
             while time.monotonic() < deadline and self.sock.poll(POLL_S * 1000):
                 try:

@@ -150,7 +150,10 @@ class Crash:
 
 @dataclass(frozen=True)
 class Bye:
+    """A producer leaves; work: its final counters (as in Heartbeat). {} from a consumer."""
+
     samples_done: int
+    work: dict[str, Any]
 
 
 @dataclass(frozen=True)

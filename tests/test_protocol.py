@@ -20,7 +20,7 @@ EXAMPLES = [
     p.Skip(3, 7, 11, "unreadable audio: not a RIFF file", "/x.wav", "audio"),
     p.Heartbeat(5, {"decoded": 3, "cache_hits": 2}),
     p.Crash("host-0", "Traceback ...\nValueError: boom"),
-    p.Bye(5),
+    p.Bye(5, {"decoded": 5}),
     p.ByeAck(),
     p.Shutdown("run finished"),
     p.ConsumerHello("trainer", 64, 2, "s3cret"),

@@ -240,7 +240,7 @@ class WokenProducer:
                 self.watch(sock, ring, queued)
             finally:
                 ring.close()
-            sock.send_multipart(p.encode(p.Bye(0)))
+            sock.send_multipart(p.encode(p.Bye(0, {})))
 
     def watch(self, sock: zmq.Socket, ring: Ring, queued: list[tuple[int, int]]) -> None:
         t0 = time.monotonic()

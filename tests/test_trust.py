@@ -66,7 +66,7 @@ def test_only_the_runs_consumer_can_be_the_consumer(tmp_path: Path) -> None:
             impostor.send_multipart([msgpack.packb([p.VERSION, 12, "evil", -5, 0, secret])])
             impostor.send_multipart(p.encode(p.ConsumerHello("x", 10**12, 0, "guess")))
             for sock in (impostor, far):
-                sock.send_multipart(p.encode(p.Bye(0)))  # would end the run if believed
+                sock.send_multipart(p.encode(p.Bye(0, {})))  # would end the run if believed
             items = consume(client)
         client.close()
         summary = finish(run, run_id, "producers")
@@ -195,7 +195,7 @@ def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: P
                 lengths0 = fill(ring, cfg, s0, g0, i0)
                 ready0 = p.Ready([s0], [g0], [i0], lengths0, [expected(cfg, i0)], [0])
                 sock.send_multipart(p.encode(ready0))
-                sock.send_multipart(p.encode(p.Bye(0)))  # a re-grant to us comes back at once
+                sock.send_multipart(p.encode(p.Bye(0, {})))  # a re-grant to us comes back at once
                 time.sleep(0.3)
             finally:
                 ring.close()

@@ -189,7 +189,7 @@ class BatchClient:
         if self.sock.closed:
             return
         if finished:
-            send(self.sock, p.Bye(0))
+            send(self.sock, p.Bye(0, {}))
             try:
                 self._wait((p.ByeAck,), SHUTDOWN_WAIT_S)
             except StagerGone:

@@ -50,6 +50,15 @@ log = logging.getLogger(__name__)
 
 STATS_INTERVAL_S = 0.5
 LEASE_CHECK_S = 0.1
+# At the end, how long the stager waits for producers' goodbyes (their final counters).
+LAST_WORDS_S = 1.0
+
+
+def take_work(producer: Producer, work: dict[str, Any]) -> None:
+    """Keep a producer's reported counters: plain ints only (the inspector does arithmetic
+    on what a peer sent), at most MAX_WORK of them."""
+    kept = [(k, v) for k, v in work.items() if type(v) is int and len(k) <= MAX_WORK_KEY]
+    producer.work = dict(kept[:MAX_WORK])
 
 
 class Stager(ConsumerSide, Intake):
@@ -239,9 +248,7 @@ class Stager(ConsumerSide, Intake):
             self.drop("stale", f"SKIP of slot {msg.slot} generation {msg.generation}")
 
     def on_heartbeat(self, msg: p.Heartbeat, producer: Producer, payload: list[bytes]) -> None:
-        # Plain counters only: the inspector does arithmetic on what a peer sent.
-        work = [(k, v) for k, v in msg.work.items() if type(v) is int and len(k) <= MAX_WORK_KEY]
-        producer.work = dict(work[:MAX_WORK])
+        take_work(producer, msg.work)
         self.reply(producer.ident, p.Heartbeat(0, {}))
 
     def on_crash(self, msg: p.Crash, producer: Producer, payload: list[bytes]) -> None:
@@ -337,24 +344,35 @@ class Stager(ConsumerSide, Intake):
         self.net.publish(p.Stats(self.snapshot()))
 
     def last_reports(self) -> None:
-        """Read the heartbeats and crash reports already queued, so stager.json holds each
-        producer's final counters: a producer reports as soon as it runs out of grants,
-        often just after the READY that ended the run. Nothing else is acted on now."""
-        if self.manager is None:
-            return
-        for ident, msg, payload in self.net.receive(0):
-            producer = self.manager.producers.get(ident)
-            if producer is not None and isinstance(msg, p.Heartbeat | p.Crash):
-                self.dispatch(self.HANDLERS, f"producer {producer.name}", msg, producer, payload)
+        """After SHUTDOWN: read producers' reports until each has said BYE, which carries
+        its final counters, or LAST_WORDS_S passed (a dead or cut-off producer), so
+        stager.json holds every producer's last counters however short the run was.
+        Only reports are acted on now; each BYE is acknowledged."""
+        waiting = set(self.manager.producers)
+        deadline = time.monotonic() + LAST_WORDS_S
+        while waiting and time.monotonic() < deadline:
+            for ident, msg, payload in self.net.receive(POLL_S):
+                producer = self.manager.producers.get(ident)
+                if producer is None or not isinstance(msg, p.Heartbeat | p.Crash | p.Bye):
+                    continue
+                if isinstance(msg, p.Bye):
+                    take_work(producer, msg.work)
+                    waiting.discard(ident)
+                    self.reply(ident, p.ByeAck())
+                else:
+                    self.dispatch(
+                        self.HANDLERS, f"producer {producer.name}", msg, producer, payload
+                    )
 
     def teardown(self) -> None:
         """Stop peers, record the run, unlink the segments; safe after a partial setup."""
         if self.net is not None:
-            self.last_reports()
-            for ident in list(self.manager.producers):
-                self.reply(ident, p.Shutdown("run finished"))
             if self.consumer is not None and not self.done:
                 self.reply(self.consumer, p.Shutdown("stager stopping"))
+            if self.manager is not None:
+                for ident in list(self.manager.producers):
+                    self.reply(ident, p.Shutdown("run finished"))
+                self.last_reports()
             write_json_atomic(self.dir / "stager.json", self.snapshot())
             time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
         if self.net is not None:
