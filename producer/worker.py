@@ -24,7 +24,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,14 +58,6 @@ def describe(exc: BaseException, stage: str) -> str:
     return text[:MAX_REASON_CHARS]
 
 
-@dataclass(frozen=True)
-class GrantEntry:
-    slot: int
-    generation: int
-    item: int
-    position: int
-
-
 class Worker:
     """State of one producer process between setup and teardown."""
 
@@ -83,8 +74,8 @@ class Worker:
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None
         self.ring: Ring | None = None
-        self.grants: deque[GrantEntry] = deque()
-        self.ready: list[tuple[GrantEntry, list[int], int, bool]] = []
+        self.grants: deque[p.GrantEntry] = deque()
+        self.ready: list[p.ReadyEntry] = []
         self.ready_batch = max(1, cfg.producers.credits // 4)
         self.done = 0
         self.done_reported = 0
@@ -153,10 +144,7 @@ class Worker:
 
     def handle(self, msg: p.Message) -> None:
         if isinstance(msg, p.Grant):
-            self.grants.extend(
-                GrantEntry(*g)
-                for g in zip(msg.slots, msg.generations, msg.items, msg.positions, strict=True)
-            )
+            self.grants.extend(msg.entries())
         elif isinstance(msg, p.Welcome):
             self.welcome(msg)
         elif isinstance(msg, p.Rehello):
@@ -213,7 +201,7 @@ class Worker:
             self.connect()
 
     # ------------------------------------------------------------ work
-    def fill(self, grant: GrantEntry) -> None:
+    def fill(self, grant: p.GrantEntry) -> None:
         """Prepare one item; queue its READY (sent in batches) or send its SKIP."""
         if self.taken_back(grant):
             return
@@ -225,13 +213,13 @@ class Worker:
             if self.remote:
                 lengths, payload = self.frames(sample)
                 checksum = rows_checksum(np.frombuffer(b, np.uint8) for b in payload)
-                msg = self._ready_msg([(grant, lengths, checksum, sample.truncated)])
-                self._send(msg, payload)
+                entry = self._entry(grant, lengths, checksum, sample.truncated)
+                self._send(p.Ready.of([entry]), payload)
             else:
                 if self.taken_back(grant):
                     return
                 lengths, checksum = self.write(grant, sample)
-                self.ready.append((grant, lengths, checksum, sample.truncated))
+                self.ready.append(self._entry(grant, lengths, checksum, sample.truncated))
         except SkipSample as skip:
             self.skip(grant, skip.reason, skip.path, skip.stage or "prepare")
         except Exception as exc:  # one sample's failure, whatever it is, costs that sample
@@ -244,7 +232,7 @@ class Worker:
         """This process's counters for the stager: its source's stages, grants dropped."""
         return {**self.source.work(), "taken_back": self.n_taken_back}
 
-    def taken_back(self, grant: GrantEntry) -> bool:
+    def taken_back(self, grant: p.GrantEntry) -> bool:
         """Has the stager taken this local grant back (its generation in the slot header
         moved on)? Then we neither write nor seal that slot; the stager re-grants the item.
         The check narrows the window for a stale write; the stager's check after copying
@@ -255,33 +243,28 @@ class Worker:
         self.n_taken_back += 1
         return True
 
-    def skip(self, grant: GrantEntry, reason: str, path: str, stage: str) -> None:
+    def skip(self, grant: p.GrantEntry, reason: str, path: str, stage: str) -> None:
         path = path or self.source.path(grant.item)
         cap = p.MAX_STR["reason"]  # the stager drops a SKIP over the protocol's limits
         skip = p.Skip(grant.slot, grant.generation, grant.item, reason[:cap], path[-cap:], stage)
         self._send(skip)
 
     @staticmethod
-    def _ready_msg(entries: list[tuple[GrantEntry, list[int], int, bool]]) -> p.Ready:
-        return p.Ready(
-            [g.slot for g, *_ in entries],
-            [g.generation for g, *_ in entries],
-            [g.item for g, *_ in entries],
-            [n for _, lengths, *_ in entries for n in lengths],
-            [c for _, _, c, _ in entries],
-            [int(t) for *_, t in entries],
-        )
+    def _entry(
+        grant: p.GrantEntry, lengths: list[int], checksum: int, truncated: bool
+    ) -> p.ReadyEntry:
+        return p.ReadyEntry(grant.slot, grant.generation, grant.item, lengths, checksum, truncated)
 
     def flush_ready(self) -> None:
         """Announce the filled slots in one message."""
-        self._send(self._ready_msg(self.ready))
+        self._send(p.Ready.of(self.ready))
         self.ready.clear()
 
     def _arrays(self, sample: Sample) -> list[np.ndarray]:
         """Sample arrays in ring field order."""
         return [getattr(sample, name) for name in self.fields]
 
-    def write(self, grant: GrantEntry, sample: Sample) -> tuple[list[int], int]:
+    def write(self, grant: p.GrantEntry, sample: Sample) -> tuple[list[int], int]:
         """Copy into the slot, zero the padding, seal; returns the true lengths and the
         checksum of the rows as written (computed from our copy, not from the slot)."""
         lengths, written = [], []

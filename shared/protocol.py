@@ -26,7 +26,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -92,9 +92,32 @@ class Request:
     credits: int
 
 
+class GrantEntry(NamedTuple):
+    """One grant: fill `slot` (stamped with `generation`) with `item`, the plan's
+    `position`."""
+
+    slot: int
+    generation: int
+    item: int
+    position: int
+
+
+class ReadyEntry(NamedTuple):
+    """One filled slot: `lengths` holds the true rows of each ring field in ring order,
+    `checksum` the rows_checksum (shared/ring.py) of those rows as written."""
+
+    slot: int
+    generation: int
+    item: int
+    lengths: list[int]
+    checksum: int
+    truncated: bool
+
+
 @dataclass(frozen=True)
 class Grant:
-    """One or more grants: entry i is (slots[i], generations[i], items[i], positions[i]).
+    """One or more grants (:class:`GrantEntry`), as parallel lists on the wire: build
+    with :meth:`of`, read with :meth:`entries`.
 
     Grants travel in batches because per-message cost, not bytes, limits the
     ring with small work per sample (README, ring benchmark)."""
@@ -104,12 +127,22 @@ class Grant:
     items: list[int]
     positions: list[int]
 
+    @classmethod
+    def of(cls, entries: list[GrantEntry]) -> Grant:
+        return cls(*(list(column) for column in zip(*entries, strict=True)))
+
+    def entries(self) -> list[GrantEntry]:
+        """The grants; a GRANT whose lists differ in length is refused at decode."""
+        columns = (self.slots, self.generations, self.items, self.positions)
+        return [GrantEntry(*g) for g in zip(*columns, strict=True)]
+
 
 @dataclass(frozen=True)
 class Ready:
-    """One or more filled slots. lengths holds n_fields true sizes per entry, in ring
-    field order, flattened; truncated is 0/1 per entry. A remote producer sends one
-    entry and its rows as raw payload frames, one per field."""
+    """One or more filled slots (:class:`ReadyEntry`), as parallel lists on the wire:
+    lengths holds n_fields true sizes per entry, flattened; truncated is 0/1 per entry.
+    Build with :meth:`of`, read with :meth:`entries`. A remote producer sends one entry
+    and its rows as raw payload frames, one per field."""
 
     slots: list[int]
     generations: list[int]
@@ -117,6 +150,37 @@ class Ready:
     lengths: list[int]
     checksums: list[int]
     truncated: list[int]
+
+    @classmethod
+    def of(cls, entries: list[ReadyEntry]) -> Ready:
+        return cls(
+            [e.slot for e in entries],
+            [e.generation for e in entries],
+            [e.item for e in entries],
+            [n for e in entries for n in e.lengths],
+            [e.checksum for e in entries],
+            [int(e.truncated) for e in entries],
+        )
+
+    def entries(self, n_fields: int) -> list[ReadyEntry] | str:
+        """The entries, or why the lists do not line up (the stager rejects the READY:
+        n_fields depends on the run, so decode cannot check it)."""
+        n = len(self.slots)
+        if not (len(self.generations) == len(self.items) == len(self.checksums) == n) or (
+            len(self.truncated) != n or len(self.lengths) != n * n_fields
+        ):
+            return f"READY with inconsistent list sizes ({n} slots)"
+        return [
+            ReadyEntry(
+                self.slots[i],
+                self.generations[i],
+                self.items[i],
+                self.lengths[i * n_fields : (i + 1) * n_fields],
+                self.checksums[i],
+                bool(self.truncated[i]),
+            )
+            for i in range(n)
+        ]
 
 
 @dataclass(frozen=True)
@@ -371,6 +435,8 @@ def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
         if not check(value):
             what = getattr(tp, "__name__", str(tp))
             raise ProtocolError(f"{kind.name}.{name}: not a valid {what} ({_shown(value)})")
+    if cls is Grant and len({len(column) for column in values}) != 1:
+        raise ProtocolError("GRANT: its lists differ in length")
     payload = list(frames[1:])
     if payload and kind is not Kind.READY:
         raise ProtocolError(f"{kind.name} carries {len(payload)} unexpected payload frames")

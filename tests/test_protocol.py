@@ -141,3 +141,21 @@ def test_mutated_valid_messages_decode_or_raise_protocol_error(msg, pos, byte) -
     except p.ProtocolError:
         return
     assert dataclasses.is_dataclass(decoded)
+
+
+def test_grant_and_ready_entries_round_trip_through_the_wire():
+    grants = [p.GrantEntry(3, 7, 11, 99), p.GrantEntry(4, 1, 12, 100)]
+    msg, _ = p.decode(p.encode(p.Grant.of(grants)))
+    assert msg.entries() == grants
+    ready = [
+        p.ReadyEntry(3, 7, 11, [40, 300], 0xBEEF, True),
+        p.ReadyEntry(4, 1, 12, [2, 5], 9, False),
+    ]
+    msg, _ = p.decode(p.encode(p.Ready.of(ready)))
+    assert msg.entries(2) == ready
+    assert "inconsistent" in msg.entries(3)  # a run with 3 fields: the lists do not line up
+
+
+def test_a_grant_whose_lists_differ_in_length_is_refused_at_decode():
+    with pytest.raises(p.ProtocolError, match="differ in length"):
+        p.decode(p.encode(p.Grant([1, 2], [1], [1, 2], [1, 2])))

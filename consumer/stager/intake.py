@@ -15,13 +15,7 @@ from __future__ import annotations
 import logging
 
 from consumer.stager.plan import Event
-from consumer.stager.ready import (
-    ReadyEntry,
-    copy_payload,
-    lengths_error,
-    payload_error,
-    split_ready,
-)
+from consumer.stager.ready import copy_payload, lengths_error, payload_error
 from consumer.stager.state import Producer
 from shared import protocol as p
 from shared.ring import rows_checksum
@@ -34,7 +28,7 @@ class Intake:
 
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
         """Accept each filled slot of a READY that its producer still holds."""
-        entries = split_ready(msg, len(self.fields))
+        entries = msg.entries(len(self.fields))
         if isinstance(entries, str):
             self.reject(producer, "malformed", entries, msg.slots)
             return
@@ -59,7 +53,7 @@ class Intake:
         if any(self.manager.holds(producer.ident, slot) for slot in slots):
             self.manager.revoke(producer.ident)
 
-    def accept(self, producer: Producer, e: ReadyEntry, payload: list[bytes]) -> None:
+    def accept(self, producer: Producer, e: p.ReadyEntry, payload: list[bytes]) -> None:
         why = lengths_error(e.lengths, self.limits)
         if why:
             self.reject(producer, "malformed", why, [e.slot])
@@ -84,7 +78,7 @@ class Intake:
         self.manager.ready(producer.ident, e.slot, e.generation, e.item)
         self.accepted[e.slot] = (e.lengths, e.checksum)
 
-    def misfit(self, e: ReadyEntry) -> str:
+    def misfit(self, e: p.ReadyEntry) -> str:
         """'' if the sample fits its batch's bucket, else why not (the length manifest
         said otherwise: a changed file, or a header that lies)."""
         if not self.buckets:

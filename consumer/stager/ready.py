@@ -1,8 +1,8 @@
 """Checks of a producer's READY, before the stager lets it count.
 
-Pure functions called by the stager loop (consumer/stager/stager.py): split a
-READY into its entries, check true lengths against the slot's limits, check a
-remote READY's raw payload frames against the granted slot, and copy them in.
+Pure functions called by the stager's intake (consumer/stager/intake.py): check
+true lengths against the slot's limits, check a remote READY's raw payload
+frames against the granted slot, and copy them in.
 A READY that fails for a slot its producer holds costs that producer its
 grants at once (the stager revokes them), so a bad READY never waits out a
 lease and never leaves a slot or item held.
@@ -10,39 +10,9 @@ lease and never leaves a slot or item held.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
-from shared import protocol as p
 from shared.ring import FieldSpec, Ring
-
-
-class ReadyEntry(NamedTuple):
-    slot: int
-    generation: int
-    item: int
-    lengths: list[int]
-    checksum: int
-
-
-def split_ready(msg: p.Ready, n_fields: int) -> list[ReadyEntry] | str:
-    """The entries of a READY, or why its lists do not line up."""
-    n = len(msg.slots)
-    if not (len(msg.generations) == len(msg.items) == len(msg.checksums) == n) or (
-        len(msg.truncated) != n or len(msg.lengths) != n * n_fields
-    ):
-        return f"READY with inconsistent list sizes ({n} slots)"
-    return [
-        ReadyEntry(
-            msg.slots[i],
-            msg.generations[i],
-            msg.items[i],
-            msg.lengths[i * n_fields : (i + 1) * n_fields],
-            msg.checksums[i],
-        )
-        for i in range(n)
-    ]
 
 
 def row_limits(fields: FieldSpec) -> list[int]:

@@ -274,7 +274,7 @@ class Stager(ConsumerSide, Intake):
         if self.consumer is None:
             return  # the consumer's cursor says where the plan starts
         for ident, grants in self.manager.grant_round().items():
-            if not self.reply(ident, p.Grant(*map(list, zip(*grants, strict=True)))):
+            if not self.reply(ident, p.Grant.of(grants)):
                 self.drop("unsent", f"GRANT of {len(grants)} slots: the peer is gone or full")
                 self.manager.unsend(ident, [g[0] for g in grants])
 
