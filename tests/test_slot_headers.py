@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from consumer.stager.plan import EpochPlan
+from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
+from shared import protocol as p
 from shared.ring import Ring, SlotState, segment_name, shown_state
 
 HOST = "this-host"
@@ -38,25 +40,25 @@ def ring():
         yield r
 
 
-def make(ring: Ring, clock: Clock, n_items: int = 40) -> SlotManager:
-    return SlotManager(
+def make(ring: Ring, clock: Clock, n_items: int = 40) -> ProducerBook:
+    """A producer book over a slot manager writing into the ring's headers (``m.slots``)."""
+    slots = SlotManager(
         EpochPlan(n_items, seed=1, epochs=3),
         ring.n_slots,
         lease_s=5.0,
         max_attempts=2,
         deterministic=True,
-        hostname=HOST,
         clock=clock,
         headers=ring.slots,
-        max_credits=4,
     )
+    return ProducerBook(slots, HOST, max_credits=4)
 
 
-def assert_headers_match(m: SlotManager, ring: Ring, after: str) -> None:
+def assert_headers_match(m: ProducerBook, ring: Ring, after: str) -> None:
     for k in range(ring.n_slots):
         rec = ring.slots[k]
-        header = {key: int(rec[key]) for key in m.record(k)}
-        assert header == m.record(k), f"slot {k} after {after}"
+        header = {key: int(rec[key]) for key in m.slots.record(k)}
+        assert header == m.slots.record(k), f"slot {k} after {after}"
 
 
 def dead_pid() -> int:
@@ -65,8 +67,12 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def join(m: SlotManager, ident: bytes, pid: int) -> None:
-    m.hello(ident, ident.decode(), pid, HOST, remote=False)
+def hello(name: str, pid: int) -> p.Hello:
+    return p.Hello(name, pid, HOST, False, token=f"{name}-{pid}", place="")
+
+
+def join(m: ProducerBook, ident: bytes, pid: int) -> None:
+    m.hello(ident, hello(ident.decode(), pid), remote=False)
     m.credit(ident, 100)
 
 
@@ -81,30 +87,30 @@ def test_every_kind_of_event_leaves_header_equal_to_manager(ring: Ring) -> None:
     assert grants and all(ring.slots[s]["state"] == SlotState.GRANTED for s, *_ in grants[b"a"])
     check("grant")
     slot, gen, item, _ = grants[b"a"][0]
-    assert m.ready(b"a", slot, gen, item)
+    assert m.slots.ready(b"a", slot, gen, item)
     check("ready")
-    for event in m.pop_events(10):
+    for event in m.slots.pop_events(10):
         if event.kind == "sample":
-            m.release(event.slot)
+            m.slots.release(event.slot)
     check("taken into a batch")
     slot, gen, item, _ = grants[b"a"][1]
-    assert m.skip(b"a", slot, gen, item, "bad input", "audio", "")
+    assert m.slots.skip(b"a", slot, gen, item, "bad input", "audio", "")
     check("skip")
     clock.t += 10.0  # past the lease: b's grants are fenced (it is local and alive)
     m.expire()
     assert any(ring.slots[k]["state"] == SlotState.FENCED for k in range(ring.n_slots))
     check("lease expired (fence)")
-    m.hello(b"b", "b", me, HOST, remote=False)  # b says HELLO again: unfenced
+    m.hello(b"b", hello("b", me), remote=False)  # b says HELLO again: unfenced
     check("hello again (unfence)")
     m.credit(b"b", 100)
     m.grant_round()
     check("grant after unfence")
-    m.drop_producer(b"a", may_write=True)  # a stopped process: fenced, a zombie
+    m.drop(b"a", may_write=True)  # a stopped process: fenced, a zombie
     check("producer dropped (may write)")
     m.zombies[b"a"].pid = dead_pid()
     m.reap_zombies()
     check("reap")
-    m.drop_producer(b"b")
+    m.drop(b"b")
     check("producer dropped")
     join(m, b"c", me)
     m.grant_round()
@@ -126,20 +132,20 @@ def test_random_event_sequences_keep_header_equal_to_manager(ring: Ring) -> None
         elif action in ("ready", "skip") and held:
             who, (slot, gen, item, _) = held.pop(rng.randrange(len(held)))
             if action == "ready":
-                m.ready(who, slot, gen, item)
+                m.slots.ready(who, slot, gen, item)
             else:
-                m.skip(who, slot, gen, item, "bad", "audio", "")
+                m.slots.skip(who, slot, gen, item, "bad", "audio", "")
         elif action == "pop":
-            for event in m.pop_events(rng.randint(0, 4)):
+            for event in m.slots.pop_events(rng.randint(0, 4)):
                 if event.kind == "sample":
-                    m.release(event.slot)
+                    m.slots.release(event.slot)
         elif action == "tick":
             clock.t += rng.choice([0.5, 6.0])
             m.expire()
         elif action == "drop" and ident in m.producers:
-            m.drop_producer(ident, may_write=rng.random() < 0.5)
+            m.drop(ident, may_write=rng.random() < 0.5)
         elif action == "reset" and rng.random() < 0.1:
-            m.reset(m.cursor)
+            m.reset(m.slots.cursor)
         assert_headers_match(m, ring, f"step {step} ({action})")
 
 

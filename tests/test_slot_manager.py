@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 from consumer.stager.plan import EpochPlan
+from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
+from shared import protocol as p
 from shared.ring import SlotState
 
 HOST = "this-host"
@@ -28,24 +30,32 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def manager(n_items=10, n_slots=4, deterministic=True, epochs=1, attempts=3, clock=None):
-    return SlotManager(
+def manager(
+    n_items=10, n_slots=4, deterministic=True, epochs=1, attempts=3, clock=None, started=None
+):
+    """A producer book over its slot manager (``m.slots``), as the stager builds them."""
+    slots = SlotManager(
         EpochPlan(n_items, seed=7, epochs=epochs),
         n_slots,
         lease_s=5.0,
         max_attempts=attempts,
         deterministic=deterministic,
-        hostname=HOST,
         clock=clock or Clock(),
+        started=started,
     )
+    return ProducerBook(slots, HOST, max_credits=16)
 
 
-def join(m: SlotManager, ident: bytes, pid: int | None = None, credits: int = 100) -> None:
-    m.hello(ident, ident.decode(), pid or os.getpid(), HOST, remote=False)
+def hello(name: str, pid: int) -> p.Hello:
+    return p.Hello(name, pid, HOST, False, token=f"{name}-{pid}", place="")
+
+
+def join(m: ProducerBook, ident: bytes, pid: int | None = None, credits: int = 100) -> None:
+    m.hello(ident, hello(ident.decode(), pid or os.getpid()), remote=False)
     m.producers[ident].credits = credits
 
 
-def drain(m: SlotManager, idents: list[bytes], rng: random.Random, room: int = 1000) -> list:
+def drain(m: ProducerBook, idents: list[bytes], rng: random.Random, room: int = 1000) -> list:
     """Grant to everyone, finish grants in random order, collect events, until exhausted."""
     events, held = [], []
     for _ in range(10_000):
@@ -55,12 +65,12 @@ def drain(m: SlotManager, idents: list[bytes], rng: random.Random, room: int = 1
         rng.shuffle(held)
         if held:
             ident, (slot, gen, item, _) = held.pop()
-            assert m.ready(ident, slot, gen, item)
-        for event in m.pop_events(room):
+            assert m.slots.ready(ident, slot, gen, item)
+        for event in m.slots.pop_events(room):
             events.append(event)
             if event.kind == "sample":
-                m.release(event.slot)
-        if m.exhausted():
+                m.slots.release(event.slot)
+        if m.slots.exhausted():
             return events
     raise AssertionError("plan never finished")
 
@@ -79,8 +89,8 @@ def test_deterministic_delivery_follows_the_plan_whatever_the_finish_order() -> 
     join(m, b"b")
     events = drain(m, [b"a", b"b"], random.Random(1))
     assert [e.position for e in events] == list(range(74))
-    assert [e.item for e in events] == [m.plan.item_at(p) for p in range(74)]
-    assert all(s.state == SlotState.FREE for s in m.slots)
+    assert [e.item for e in events] == [m.slots.plan.item_at(p) for p in range(74)]
+    assert all(s.state == SlotState.FREE for s in m.slots.slots)
 
 
 def test_unordered_mode_still_delivers_each_item_exactly_once() -> None:
@@ -88,7 +98,7 @@ def test_unordered_mode_still_delivers_each_item_exactly_once() -> None:
     join(m, b"a")
     events = drain(m, [b"a"], random.Random(2))
     assert sorted(e.item for e in events) == list(range(40))
-    assert m.cursor == 40
+    assert m.slots.cursor == 40
 
 
 def test_expired_lease_fences_the_slot_and_grants_the_item_again() -> None:
@@ -98,18 +108,18 @@ def test_expired_lease_fences_the_slot_and_grants_the_item_again() -> None:
     slot, gen, item, position = m.grant(b"slow")
     clock.t = 6.0  # past lease_s with no word from "slow" (alive: it is this process)
     assert m.expire() == ["slow"]
-    assert m.slots[slot].state == SlotState.FENCED  # it may still be writing
+    assert m.slots.slots[slot].state == SlotState.FENCED  # it may still be writing
     join(m, b"fast", credits=1)
     slot2, gen2, item2, position2 = m.grant(b"fast")
     assert (item2, position2) == (item, position) and slot2 != slot
-    assert m.ready(b"fast", slot2, gen2, item2)
-    assert not m.ready(b"slow", slot, gen, item)  # the late READY is stale
+    assert m.slots.ready(b"fast", slot2, gen2, item2)
+    assert not m.slots.ready(b"slow", slot, gen, item)  # the late READY is stale
     m.touch(b"slow")  # it speaks, but may still hold grants queued for that slot
-    assert m.slots[slot].state == SlotState.FENCED and m.grant(b"slow") is None
-    m.hello(b"slow-again", "slow", os.getpid(), HOST, remote=False)  # its queue is empty
-    assert m.slots[slot].state == SlotState.FREE
-    assert [e.item for e in m.pop_events(10)] == [item]
-    assert m.counters["reclaimed"] == 1
+    assert m.slots.slots[slot].state == SlotState.FENCED and m.grant(b"slow") is None
+    m.hello(b"slow-again", hello("slow", os.getpid()), remote=False)  # its queue is empty
+    assert m.slots.slots[slot].state == SlotState.FREE
+    assert [e.item for e in m.slots.pop_events(10)] == [item]
+    assert m.slots.counters["reclaimed"] == 1
 
 
 def test_dead_producer_frees_its_slots_at_once() -> None:
@@ -117,17 +127,17 @@ def test_dead_producer_frees_its_slots_at_once() -> None:
     join(m, b"gone", pid=dead_pid(), credits=2)
     granted = [m.grant(b"gone"), m.grant(b"gone")]
     assert m.expire() == ["gone"]
-    assert all(m.slots[g[0]].state == SlotState.FREE for g in granted)
+    assert all(m.slots.slots[g[0]].state == SlotState.FREE for g in granted)
     assert b"gone" not in m.producers
 
 
 def test_restarted_producer_takes_over_its_name() -> None:
     m = manager()
-    m.hello(b"w-0:old", "w-0", dead_pid(), HOST, remote=False)
+    m.hello(b"w-0:old", hello("w-0", dead_pid()), remote=False)
     m.producers[b"w-0:old"].credits = 1
     slot, *_ = m.grant(b"w-0:old")
-    m.hello(b"w-0:new", "w-0", os.getpid(), HOST, remote=False)
-    assert m.slots[slot].state == SlotState.FREE and m.counters["restarts"] == 1
+    m.hello(b"w-0:new", hello("w-0", os.getpid()), remote=False)
+    assert m.slots.slots[slot].state == SlotState.FREE and m.restarts == 1
 
 
 def test_an_item_whose_lease_keeps_expiring_is_skipped_with_a_reason() -> None:
@@ -139,7 +149,7 @@ def test_an_item_whose_lease_keeps_expiring_is_skipped_with_a_reason() -> None:
         slot, gen, item, position = m.grant(ident)
         assert position == 0
         m.expire()
-    event = m.pop_events(10)[0]
+    event = m.slots.pop_events(10)[0]
     assert event.kind == "skip" and "lease expired 2 times" in event.reason
     join(m, b"ok")
     assert m.grant(b"ok")[3] == 1  # the plan goes on
@@ -156,8 +166,8 @@ def test_reorder_window_leaves_a_slot_for_the_oldest_item() -> None:
         grants.append(g)
     assert len(grants) == 2  # window n_slots - 1: one slot stays free for the head
     for slot, gen, item, _ in grants:
-        m.ready(b"busy", slot, gen, item)
-    assert m.pop_events(10) == []  # waiting for the head in plan order
+        m.slots.ready(b"busy", slot, gen, item)
+    assert m.slots.pop_events(10) == []  # waiting for the head in plan order
     clock.t = 100.0
     m.touch(b"busy")
     m.expire()  # "stuck" is alive but silent: its slot is fenced
@@ -169,13 +179,13 @@ def test_skip_from_a_producer_frees_the_slot_and_remembers_the_item() -> None:
     m = manager(n_items=3, epochs=2)
     join(m, b"a")
     slot, gen, item, _ = m.grant(b"a")
-    assert m.skip(b"a", slot, gen, item, "empty audio", "audio", "")
-    assert m.slots[slot].state == SlotState.FREE
+    assert m.slots.skip(b"a", slot, gen, item, "empty audio", "audio", "")
+    assert m.slots.slots[slot].state == SlotState.FREE
     events = drain(m, [b"a"], random.Random(0))
     skips = [e for e in events if e.kind == "skip"]
     assert [e.item for e in skips] == [item, item]  # reported once per epoch
     assert sum(e.kind == "sample" for e in events) == 4
-    assert m.counters["grants"] == 5  # epoch 2 skipped it without granting it again
+    assert m.slots.counters["grants"] == 5  # epoch 2 skipped it without granting it again
 
 
 def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
@@ -183,33 +193,24 @@ def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
     join(m, b"a")
     slot, gen, item, _ = m.grant(b"a")
     m.reset(25)
-    assert m.cursor == 25 and m.slots[slot].state == SlotState.FENCED
-    assert not m.ready(b"a", slot, gen, item)
+    assert m.slots.cursor == 25 and m.slots.slots[slot].state == SlotState.FENCED
+    assert not m.slots.ready(b"a", slot, gen, item)
     assert m.grant(b"a") is None  # its queued grants are void until it says HELLO again
-    m.hello(b"a:again", "a", os.getpid(), HOST, remote=False)
+    m.hello(b"a:again", hello("a", os.getpid()), remote=False)
     m.producers[b"a:again"].credits = 1
-    assert m.slots[slot].state == SlotState.FREE
+    assert m.slots.slots[slot].state == SlotState.FREE
     assert m.grant(b"a:again")[3] == 25
 
 
 def test_only_the_sample_in_progress_counts_against_its_item() -> None:
     started = {1}
-    m = SlotManager(
-        EpochPlan(10, seed=7, epochs=1),
-        4,
-        lease_s=5.0,
-        max_attempts=1,
-        deterministic=True,
-        hostname=HOST,
-        clock=Clock(),
-        started=lambda k: k in started,
-    )
-    m.hello(b"w", "w", dead_pid(), HOST, remote=False)
+    m = manager(n_items=10, n_slots=4, attempts=1, started=lambda k: k in started)
+    m.hello(b"w", hello("w", dead_pid()), remote=False)
     m.producers[b"w"].credits = 3
     grants = [m.grant(b"w") for _ in range(3)]
     m.expire()  # dead: all three reclaimed, only slot 1's item was being written
-    assert set(m.known_bad) == {g[2] for g in grants if g[0] == 1}  # skipped, with reason
-    assert len(m.order.retry) == 2  # the queued two go back to the plan uncharged
+    assert set(m.slots.known_bad) == {g[2] for g in grants if g[0] == 1}  # skipped, with reason
+    assert len(m.slots.order.retry) == 2  # the queued two go back to the plan uncharged
 
 
 def test_a_clean_goodbye_charges_nothing() -> None:
@@ -217,8 +218,8 @@ def test_a_clean_goodbye_charges_nothing() -> None:
     join(m, b"w", credits=2)
     m.grant(b"w")
     m.grant(b"w")
-    m.drop_producer(b"w", charge=False)
-    assert m.pop_events(10) == [] and len(m.order.retry) == 2
+    m.drop(b"w", charge=False)
+    assert m.slots.pop_events(10) == [] and len(m.slots.order.retry) == 2
 
 
 def test_a_heartbeating_producer_loses_a_grant_it_never_answers() -> None:
@@ -231,8 +232,8 @@ def test_a_heartbeating_producer_loses_a_grant_it_never_answers() -> None:
         clock.t += 0.5
         m.touch(b"mute")
         m.expire()
-    assert m.producers[b"mute"].stalled and not m.producers[b"mute"].slots
-    assert all(m.slots[s].state == SlotState.FENCED for s, *_ in mute)  # local: may write
+    assert m.producers[b"mute"].stalled and not m.slots.holding(b"mute")
+    assert all(m.slots.slots[s].state == SlotState.FENCED for s, *_ in mute)  # local: may write
     join(m, b"good")
     events = drain(m, [b"good"], random.Random(0))
     assert sorted(e.item for e in events if e.kind == "sample") == list(range(6))
@@ -243,9 +244,9 @@ def test_a_grant_that_could_not_be_sent_comes_back_at_once_uncharged() -> None:
     join(m, b"a", credits=3)
     grants = m.grant_round()[b"a"]
     m.unsend(b"a", [g[0] for g in grants])
-    assert m.producers[b"a"].credits == 3 and not m.producers[b"a"].slots
-    assert all(m.slots[g[0]].state == SlotState.FREE for g in grants)
-    assert not m.known_bad  # attempts=1, yet nothing was charged
+    assert m.producers[b"a"].credits == 3 and not m.slots.holding(b"a")
+    assert all(m.slots.slots[g[0]].state == SlotState.FREE for g in grants)
+    assert not m.slots.known_bad  # attempts=1, yet nothing was charged
     m.credit(b"a", 100)
     events = drain(m, [b"a"], random.Random(0))
     assert sorted(e.item for e in events if e.kind == "sample") == list(range(6))
@@ -253,20 +254,11 @@ def test_a_grant_that_could_not_be_sent_comes_back_at_once_uncharged() -> None:
 
 def test_revoke_gives_back_every_grant_and_charges_only_the_started_one() -> None:
     started = set()
-    m = SlotManager(
-        EpochPlan(8, seed=1, epochs=1),
-        6,
-        5.0,
-        1,
-        True,
-        HOST,
-        clock=Clock(),
-        started=started.__contains__,
-    )
+    m = manager(n_items=8, n_slots=6, attempts=1, started=started.__contains__)
     join(m, b"a")
     grants = m.grant_round()[b"a"]
     started.add(grants[0][0])
     m.revoke(b"a")  # e.g. a READY it sent could not be accepted
     assert m.producers[b"a"].stalled
-    assert set(m.known_bad) == {grants[0][2]}  # max_attempts=1: the started one is skipped
-    assert sorted(m.order.retry) == sorted(g[3] for g in grants[1:])
+    assert set(m.slots.known_bad) == {grants[0][2]}  # max_attempts=1: the started one is skipped
+    assert sorted(m.slots.order.retry) == sorted(g[3] for g in grants[1:])

@@ -331,27 +331,33 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     from types import SimpleNamespace
 
     from consumer.stager.plan import EpochPlan
-    from consumer.stager.producer_book import MAX_PRODUCERS
+    from consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
     from consumer.stager.slot_manager import SlotManager
-    from consumer.stager.stats import MAX_WORK, MAX_WORK_KEY, snapshot
+    from consumer.stager.stats import snapshot
     from shared.config import config_from_dict
 
     cfg = config_from_dict({})
-    manager = SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True, "head")
+    book = ProducerBook(SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True), "head", 16)
     for i in range(MAX_PRODUCERS):
         name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)
-        manager.hello(f"R{i}".encode(), name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}")
-        pr = manager.producers[f"R{i}".encode()]
-        pr.work = {f"{k:02d}" + "k" * (MAX_WORK_KEY - 2): 2**53 - 1 for k in range(MAX_WORK)}
+        hello = p.Hello(name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}", "")
+        pr = book.hello(f"R{i}".encode(), hello, remote=True)
+        pr.work = {
+            f"{k:02d}" + "k" * (p.MAX_WORK_KEY - 2): 2**53 - 1 for k in range(p.MAX_WORK_KEYS)
+        }
         pr.samples = 2**40
     crash = {"name": "n" * p.MAX_NAME, "traceback": "t" * 2000}
     stager = SimpleNamespace(
         run_id="r" * 32, t_start=0.0, index=SimpleNamespace(n_items=100, bad_lines=[]),
-        manager=manager, cfg=cfg, builder=SimpleNamespace(in_flight=lambda: 3, filled=[1] * 4),
+        slots=book.slots, book=book, cfg=cfg,
+        builder=SimpleNamespace(in_flight=lambda: 3, filled=[1] * 4),
         buckets=[SimpleNamespace(shape=(2**20, 2**20, 2**20))] * 16,
-        batches_sent=2**40, dropped={r: 2**40 for r in ("malformed", "stale", "torn")},
-        crashes=[crash] * 5, consumer=None, net=None, gpus=2,
-        trainer={"step": 2**40, "step_s": 1.0, "wait_s": 1.0, "loss": 1.0, "t": 1.0},
+        delivery=SimpleNamespace(batches_sent=2**40),
+        drop=SimpleNamespace(counts={r: 2**40 for r in ("malformed", "stale", "torn")}),
+        producers=SimpleNamespace(crashes=[crash] * 5), net=SimpleNamespace(refused=2**40),
+        consumer=SimpleNamespace(ident=None, trainer={
+            "step": 2**40, "step_s": 1.0, "wait_s": 1.0, "loss": 1.0, "t": 1.0}),
+        gpus=2,
     )  # fmt: skip
     snap = snapshot(stager)
     assert snap["producers_unlisted"]["count"] == MAX_PRODUCERS - len(snap["producers"])

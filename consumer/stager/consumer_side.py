@@ -1,10 +1,10 @@
 """The stager's side facing its one consumer (the trainer, or any batch client).
 
-Mixed into consumer/stager/stager.py's Stager. Only a peer on the ipc socket
-that presents the run's consumer secret (shared/run_secret.py) becomes the
-consumer, at a plan position inside the plan; anything else is dropped and
-counted as "unauthorized". The consumer's messages (BATCH_FREE, STEP_STATS,
-HEARTBEAT, BYE) are accepted from that peer only.
+A part of the stager (consumer/stager/stager.py). Only a peer on the ipc
+socket that presents the run's consumer secret (shared/run_secret.py) becomes
+the consumer, at a plan position inside the plan; anything else is dropped
+and counted as "unauthorized". The consumer's messages (BATCH_FREE,
+STEP_STATS, HEARTBEAT, BYE) are accepted from that peer only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from consumer.stager.control import is_remote
+from consumer.stager.batch_builder import BatchBuilder
+from consumer.stager.control import ControlSockets, is_remote
+from consumer.stager.delivery import Delivery
+from consumer.stager.drops import Drops
+from consumer.stager.producer_book import ProducerBook
 from shared import protocol as p
 from shared.run_secret import FILE as SECRET_FILE
 
@@ -22,69 +26,85 @@ log = logging.getLogger(__name__)
 
 
 class ConsumerSide:
-    """Consumer handlers of the Stager: hello (authenticated), frees, stats, bye."""
+    """The consumer: who it is, where it started, its last step report, whether it is done."""
 
-    def consumer_refusal(self, ident: bytes, msg: p.ConsumerHello) -> str:
+    def __init__(
+        self,
+        secret: str,
+        welcome: p.Welcome,
+        book: ProducerBook,
+        delivery: Delivery,
+        builder: BatchBuilder,
+        net: ControlSockets,
+        drop: Drops,
+    ) -> None:
+        """welcome: what a consumer is told (the batch ring's name)."""
+        self.secret, self.welcome, self.book, self.delivery = secret, welcome, book, delivery
+        self.builder, self.net, self.drop = builder, net, drop
+        self.ident: bytes | None = None
+        self.at = (-1, -1)  # the (position, batch_index) its hello asked for
+        self.trainer: dict = {}  # its last STEP_STATS, with the time it came
+        self.done = False  # it said BYE: the run is over
+
+    def refusal(self, ident: bytes, msg: p.ConsumerHello) -> str:
         """'' if this peer may be the consumer from msg.position, else why not."""
         if is_remote(ident):
             return f"consumer hello from {msg.name!r} over tcp: the consumer runs on this host"
         if not hmac.compare_digest(msg.secret.encode(), self.secret.encode()):
             return f"consumer hello from {msg.name!r} without this run's secret ({SECRET_FILE})"
-        end = self.manager.plan.end
+        end = self.book.slots.plan.end
         if end is not None and msg.position > end:
             return f"consumer hello at position {msg.position}, past the plan's end {end}"
         return ""
 
-    def consumer_hello(self, ident: bytes, msg: p.ConsumerHello) -> None:
-        why = self.consumer_refusal(ident, msg)
+    def hello(self, ident: bytes, msg: p.ConsumerHello) -> None:
+        why = self.refusal(ident, msg)
         if why:
             self.drop("unauthorized", why)
             return
-        if ident == self.consumer and (msg.position, msg.batch_index) == self.consumer_at:
+        if ident == self.ident and (msg.position, msg.batch_index) == self.at:
             # A hello repeated while we were starting: welcome it again, do not restart.
-            self.reply(ident, p.Welcome(self.run_id, self.batches.name, self.index.n_items))
+            self.net.reply(ident, self.welcome)
             return
-        self.consumer_at = (msg.position, msg.batch_index)
-        if self.consumer is not None:
-            log.warning(
-                "consumer %s replaces the previous one: restarting the plan at %d",
-                msg.name,
-                msg.position,
-            )
-        self.consumer = ident
-        self.manager.reset(msg.position)
-        self.builder.reset()
-        self.batches_sent, self.end_sent = msg.batch_index, False
-        log.info(
-            "consumer %s starts at plan position %d (epoch %d), batch %d",
-            msg.name,
-            msg.position,
-            self.manager.plan.epoch_of(msg.position),
-            msg.batch_index,
-        )
-        self.reply(ident, p.Welcome(self.run_id, self.batches.name, self.index.n_items))
+        if self.ident is not None:
+            log.warning("consumer %s replaces the previous one: restarting the plan at %d",
+                        msg.name, msg.position)  # fmt: skip
+        self.ident, self.at = ident, (msg.position, msg.batch_index)
+        self.book.reset(msg.position)
+        self.delivery.reset(msg.batch_index)
+        epoch = self.book.slots.plan.epoch_of(msg.position)
+        log.info("consumer %s starts at plan position %d (epoch %d), batch %d",
+                 msg.name, msg.position, epoch, msg.batch_index)  # fmt: skip
+        self.net.reply(ident, self.welcome)
 
-    def on_batch_free(self, msg: p.BatchFree, ident: bytes) -> None:
+    def handle(self, msg: p.Message) -> bool:
+        """One message from the consumer; False if it is not one a consumer sends."""
+        handler = self.HANDLERS.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+        return handler is not None
+
+    def on_batch_free(self, msg: p.BatchFree) -> None:
         if not self.builder.free(msg.slot, msg.generation):
             self.drop("stale", f"BATCH_FREE of slot {msg.slot} generation {msg.generation}")
 
-    def on_step_stats(self, msg: p.StepStats, ident: bytes) -> None:
-        t = time.time()
+    def on_step_stats(self, msg: p.StepStats) -> None:
         self.trainer = {"step": msg.step, "step_s": msg.step_s, "wait_s": msg.wait_s,
                         "loss": msg.loss, "rows": msg.rows, "frames": msg.frames,
-                        "t": t}  # fmt: skip
+                        "t": time.time()}  # fmt: skip
 
-    def on_consumer_bye(self, msg: p.Bye, ident: bytes) -> None:
-        log.info("consumer finished after %d batches; stopping the run", self.batches_sent)
+    def on_bye(self, msg: p.Bye) -> None:
+        log.info("consumer finished after %d batches; stopping the run",
+                 self.delivery.batches_sent)  # fmt: skip
         self.done = True
-        self.reply(ident, p.ByeAck())
+        self.net.reply(self.ident, p.ByeAck())
 
-    def on_consumer_heartbeat(self, msg: p.Heartbeat, ident: bytes) -> None:
+    def on_heartbeat(self, msg: p.Heartbeat) -> None:
         """A waiting consumer's keep-alive: a new stager answers it with REHELLO instead."""
 
-    CONSUMER_HANDLERS: dict[type, Callable[..., None]] = {
+    HANDLERS: dict[type, Callable[..., None]] = {
         p.BatchFree: on_batch_free,
         p.StepStats: on_step_stats,
-        p.Heartbeat: on_consumer_heartbeat,
-        p.Bye: on_consumer_bye,
+        p.Heartbeat: on_heartbeat,
+        p.Bye: on_bye,
     }

@@ -1,34 +1,48 @@
-"""Who the producers are, and when their grants are taken back: the slot manager's
-producer side (consumer/stager/slot_manager.py mixes it in).
+"""Who the producers are, what each may be granted, and who pays when a grant comes back.
+
+A part of the stager (consumer/stager/stager.py) that holds the producer
+records and decides; every slot change it asks of the slot manager
+(consumer/stager/slot_manager.py), the one writer of slot state.
 
 A HELLO joins under a name that belongs to one process at a time (told apart by
-the token it draws once); a grant's lease is its own, whatever its producer's
-heartbeats say; a producer that may still be writing (alive, local) has its slots
-FENCED, for FENCE_LEASES leases at most, since a pid proves nothing across PID
-namespaces. The guarantee against a late write is the stager's check after
-copying (consumer/stager/stager.py, Stager.take); fencing only saves the work.
+the token it draws once). A grant's lease is its own, whatever its producer's
+heartbeats say (README, "Design", contract 2). A producer that may still be
+writing (alive, local) has the slots taken back from it FENCED until it says
+HELLO again with an empty queue, dies, or FENCE_LEASES pass. Fair share: each
+producer that works holds at most (slots - 1) / working grants, so none holds
+the slots the others need.
 """
 
 from __future__ import annotations
 
+from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
-from shared.ring import SlotState
+from shared import protocol as p
 from shared.segments import pid_alive
 
 # A producer silent this many leases, holding nothing, is forgotten (a lost remote host):
 # it no longer shows in the stats or dilutes the others' fair share of the ring.
 FORGET_LEASES = 3
-# A fenced slot is free again after this many leases whatever its producer's pid says: a
-# pid proves nothing across PID namespaces and a liar may name pid 1, and the stager's
-# check after copying (seqlock, consumer/stager/stager.py) catches a late write anyway.
-FENCE_LEASES = 4
 # Producers known at once, at most: a flood of HELLOs cannot grow the stager's memory.
 MAX_PRODUCERS = 1024
 
 
 class ProducerBook:
-    """Producer bookkeeping of SlotManager: joins, leases, fences."""
+    """The producers of one stager: joins, credits, fair share, leases, zombies."""
 
+    def __init__(self, slots: SlotManager, hostname: str, max_credits: int) -> None:
+        """max_credits: most grants one producer may hold (producers.credits)."""
+        self.slots, self.hostname, self.max_credits = slots, hostname, max_credits
+        self.lease_s, self.clock = slots.lease_s, slots.clock
+        self.producers: dict[bytes, Producer] = {}
+        # Dropped producers that may still write: their fenced slots wait for their death.
+        self.zombies: dict[bytes, Producer] = {}
+        self.names_seen: set[str] = set()
+        self.n_joined = 0
+        self.turn = 0  # rotates which producer is granted first
+        self.restarts = 0
+
+    # ------------------------------------------------------------ joining
     def refusal(self, ident: bytes, name: str, token: str) -> str:
         """'' if this HELLO may join, else why not. A name belongs to one process at a
         time: the same process (same token) may say HELLO again on a new socket, another
@@ -38,58 +52,129 @@ class ProducerBook:
         for old_ident, old in self.producers.items():
             if old.name != name or old_ident == ident or old.token == token:
                 continue
-            dead = self._local(old) and not pid_alive(old.pid)
+            dead = self.local(old) and not pid_alive(old.pid)
             if not dead and self.clock() - old.last_seen <= self.lease_s:
                 return f"name {name!r} is taken by a live producer (pid {old.pid} on {old.host})"
         return ""
 
-    def hello(
-        self, ident: bytes, name: str, pid: int, host: str, remote: bool, token: str = ""
-    ) -> None:
+    def hello(self, ident: bytes, msg: p.Hello, remote: bool) -> Producer:
         """A producer (re)joins (after :meth:`refusal` said yes). Its earlier registrations
         are dropped: a new process of the same name might still be racing an old one
         (fenced until that pid dies, FENCE_LEASES at most); the same process saying HELLO
         again has emptied its grant queue, so it writes nothing old."""
         if ident in self.producers:
-            self.drop_producer(ident)
+            self.drop(ident)
         for old_ident, old in list(self.producers.items()):
-            if old.name == name:
-                alive = old.token != token and pid_alive(old.pid)
-                self.drop_producer(old_ident, may_write=self._local(old) and alive)
+            if old.name == msg.name:
+                alive = old.token != msg.token and pid_alive(old.pid)
+                self.drop(old_ident, may_write=self.local(old) and alive)
         for old_ident, old in list(self.zombies.items()):
-            if old.name == name and old.token == token:
-                self._unfence(old)
+            if old.name == msg.name and old.token == msg.token:
+                self.slots.unfence(old_ident)
                 del self.zombies[old_ident]
-        if name in self.names_seen:
-            self._counters["restarts"] += 1
+        if msg.name in self.names_seen:
+            self.restarts += 1
         elif len(self.names_seen) < MAX_PRODUCERS * 4:  # bounded, whoever says HELLO
-            self.names_seen.add(name)
-        now, self.n_joined = self.clock(), self.n_joined + 1
-        self.producers[ident] = Producer(
-            ident, name, pid, host, remote, now, self.n_joined - 1, token=token
-        )
+            self.names_seen.add(msg.name)
+        self.n_joined += 1
+        producer = Producer(ident, msg.name, msg.pid, msg.host, remote, self.clock(),
+                            self.n_joined - 1, msg.token, msg.place)  # fmt: skip
+        self.producers[ident] = producer
+        return producer
 
     def touch(self, ident: bytes) -> Producer | None:
-        """Any message from a producer: it is alive. A stalled one keeps its slots fenced:
-        it may still hold queued grants for them, until it says HELLO again."""
+        """Any message from a producer: it is alive (which keeps no grant alive)."""
         producer = self.producers.get(ident)
         if producer is not None:
             producer.last_seen = self.clock()
         return producer
 
-    def drop_producer(self, ident: bytes, may_write: bool = False, charge: bool = True) -> None:
-        """A producer left (BYE) or died: reclaim its grants now. may_write: it might
+    def local(self, producer: Producer) -> bool:
+        return not producer.remote and producer.host == self.hostname
+
+    # ------------------------------------------------------------ grants
+    def credit(self, ident: bytes, n: int) -> None:
+        """The producer asks for n more grants; it never holds more than max_credits."""
+        producer = self.producers[ident]
+        producer.credits = min(producer.credits + max(0, n), self.max_credits)
+
+    def share(self) -> int:
+        """Most grants one producer may hold, so none holds the slots the others need
+        (producers that asked for nothing, or must say HELLO again, do not count)."""
+        working = sum(
+            not pr.stalled and bool(pr.credits or self.slots.holding(ident))
+            for ident, pr in self.producers.items()
+        )
+        fair = (self.slots.n_slots - 1) // max(1, working)
+        return max(1, min(self.max_credits, fair))
+
+    def grant_round(self) -> dict[bytes, list[p.GrantEntry]]:
+        """What each producer is granted now, up to its credits and its fair share; the
+        producer served first rotates so none is always last."""
+        order = list(self.producers)
+        if not order:
+            return {}
+        self.turn = (self.turn + 1) % len(order)
+        share, out = self.share(), {}
+        for ident in order[self.turn :] + order[: self.turn]:
+            grants = []
+            while self.slots.holding(ident) < share and (g := self.grant(ident)):
+                grants.append(g)
+            if grants:
+                out[ident] = grants
+        return out
+
+    def grant(self, ident: bytes) -> p.GrantEntry | None:
+        """One grant for this producer if its credits allow, or None."""
+        producer = self.producers.get(ident)
+        if producer is None or producer.credits <= 0 or producer.stalled:
+            return None
+        entry = self.slots.grant(ident, producer.index)
+        if entry is not None:
+            producer.credits -= 1
+        return entry
+
+    def unsend(self, ident: bytes, slots: list[int]) -> None:
+        """A GRANT that could not be sent: its slots and positions come back at once,
+        uncharged, and the producer keeps the credits (it never saw them)."""
+        producer = self.producers.get(ident)
+        for k in slots:
+            if producer is not None and self.slots.holds(ident, k):
+                self.slots.reclaim(k, fence=False, charged=False)
+                producer.credits += 1
+
+    def reset(self, position: int) -> None:
+        """A consumer starts the plan at `position`: grants in flight are void, and their
+        producers get nothing until they say HELLO again with an empty queue."""
+        may_write = lambda ident: ident in self.producers and not self.producers[ident].remote  # noqa: E731
+        for ident in self.slots.reset(position, may_write):
+            if ident in self.producers:
+                self.producers[ident].stalled = True
+
+    # ------------------------------------------------------------ leases
+    def drop(self, ident: bytes, may_write: bool = False, charge: bool = True) -> None:
+        """A producer left (BYE) or died: its grants come back now. may_write: it might
         still be alive and writing (a stopped process), so its slots stay fenced.
         charge: count the sample it was working on against its item (not for a BYE)."""
-        producer = self.producers.get(ident)
+        producer = self.producers.pop(ident, None)
         if producer is None:
             return
-        self._reclaim_all(producer, fence=may_write, charge=charge)
+        self.slots.reclaim_all(ident, fence=may_write, charge=charge, local=not producer.remote)
         if may_write:
             self.zombies[ident] = producer
         else:
-            self._unfence(producer)
-        del self.producers[ident]
+            self.slots.unfence(ident)
+
+    def revoke(self, ident: bytes, charge: bool = True) -> None:
+        """Take back every grant of a live producer that may still hold them queued (an
+        expired lease, a READY that had to be dropped): it gets REHELLO and no grant until
+        it says HELLO again, which it does with an empty queue; its local slots stay
+        FENCED until then, so it cannot write into a slot granted again."""
+        producer = self.producers.get(ident)
+        if producer is not None:
+            producer.stalled = True
+            fence = self.local(producer)
+            self.slots.reclaim_all(ident, fence, charge, local=not producer.remote)
 
     def expire(self) -> list[str]:
         """Leases are per grant: take back every grant older than lease_s, whatever its
@@ -102,100 +187,34 @@ class ProducerBook:
         the expired grants (it cannot write our memory, and a late READY is stale); a
         local one is revoked, fenced, until it says HELLO with an empty queue."""
         now, names = self.clock(), []
-        self._lift_old_fences(now)
+        self.slots.lift_old_fences(now)
+        self.zombies = {i: z for i, z in self.zombies.items() if self.slots.fences(i)}
         for ident, producer in list(self.producers.items()):
             silent_s = now - producer.last_seen
-            if self._local(producer) and not pid_alive(producer.pid):
+            if self.local(producer) and not pid_alive(producer.pid):
                 names.append(producer.name)
-                self.drop_producer(ident)
-                continue
-            if silent_s > FORGET_LEASES * self.lease_s and not producer.slots:
+                self.drop(ident)
+            elif silent_s > FORGET_LEASES * self.lease_s and not self.slots.holding(ident):
                 # A lost host: forget it. A local one that may live keeps its fences.
-                alive = self._local(producer) and pid_alive(producer.pid)
-                self.drop_producer(ident, may_write=alive, charge=False)
-                continue
-            expired = [k for k in producer.slots if now - self.slots[k].t_granted > self.lease_s]
-            if not expired:
-                continue
-            names.append(producer.name)
-            if silent_s > self.lease_s:
-                self.revoke(ident)
-            elif producer.remote:
-                for k in expired:
-                    self._reclaim(k, fence=False, charged=False)
-            else:
-                self.revoke(ident, charge=False)
+                alive = self.local(producer) and pid_alive(producer.pid)
+                self.drop(ident, may_write=alive, charge=False)
+            elif expired := self.slots.expired(ident, now):
+                names.append(producer.name)
+                self._expire(ident, producer, expired, silent_s)
         return names
 
-    def revoke(self, ident: bytes, charge: bool = True) -> None:
-        """Take back every grant of a live producer that may still hold them queued (an
-        expired lease, a READY that had to be dropped): it gets REHELLO and no grant until
-        it says HELLO again, which it does with an empty queue; its local slots stay
-        FENCED until then, so it cannot write into a slot granted again."""
-        producer = self.producers.get(ident)
-        if producer is not None:
-            producer.stalled = True
-            self._reclaim_all(producer, fence=self._local(producer), charge=charge)
-
-    def unsend(self, ident: bytes, slots: list[int]) -> None:
-        """A GRANT that could not be sent: its slots and positions come back at once,
-        uncharged, and the producer keeps the credits (it never saw them)."""
-        producer = self.producers.get(ident)
-        for k in slots:
-            if producer is not None and self.holds(ident, k):
-                self._reclaim(k, fence=False, charged=False)
-                producer.credits += 1
-
-    def _local(self, producer: Producer) -> bool:
-        return not producer.remote and producer.host == self.hostname
-
-    def _reclaim_all(self, producer: Producer, fence: bool, charge: bool = True) -> None:
-        """Take back every grant of a producer. Only the sample it was working on counts as
-        an attempt of that item: a producer killed with 16 grants queued did not fail on 16
-        inputs (repeated SIGKILLs once skipped innocent items this way)."""
-        slots = list(producer.slots)
-        if not charge or not slots:
-            charged: set[int] = set()
-        elif self.started is not None and not producer.remote:
-            charged = {k for k in slots if self.started(k)}
+    def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
+        if silent_s > self.lease_s:
+            self.revoke(ident)
+        elif producer.remote:
+            for k in expired:
+                self.slots.reclaim(k, fence=False, charged=False)
         else:
-            charged = {min(slots, key=lambda k: self.slots[k].t_granted)}
-        for k in slots:
-            self._reclaim(k, fence, charged=k in charged)
-
-    def _fence_or_free(self, k: int) -> None:
-        slot = self.slots[k]
-        slot.generation += 1
-        producer = self.producers.get(slot.producer) if slot.producer is not None else None
-        if producer is not None and not producer.remote:
-            slot.position = -1
-            self._to(k, SlotState.FENCED)
-            producer.fenced.add(k)
-        else:
-            self._free(k)
-
-    def _unfence(self, producer: Producer) -> None:
-        for k in producer.fenced:
-            if self.slots[k].state == SlotState.FENCED:
-                self._free(k)
-        producer.fenced.clear()
-
-    def _lift_old_fences(self, now: float) -> None:
-        """Free slots fenced for FENCE_LEASES leases: fencing saves work, it does not
-        guarantee anything (the stager's check after copying does)."""
-        for k, slot in enumerate(self.slots):
-            if slot.state == SlotState.FENCED and now - slot.t_fenced > FENCE_LEASES * self.lease_s:
-                for producer in (*self.producers.values(), *self.zombies.values()):
-                    producer.fenced.discard(k)
-                self._free(k)
-                self._counters["fences_lifted"] += 1
-        for ident, zombie in list(self.zombies.items()):
-            if not zombie.fenced:
-                del self.zombies[ident]
+            self.revoke(ident, charge=False)
 
     def reap_zombies(self) -> None:
         """Free the fenced slots of dropped producers whose process has since died."""
         for ident, producer in list(self.zombies.items()):
             if not pid_alive(producer.pid):
-                self._unfence(producer)
+                self.slots.unfence(ident)
                 del self.zombies[ident]

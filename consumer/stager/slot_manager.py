@@ -1,21 +1,31 @@
-"""The stager's bookkeeping of the sample ring: grants, credits, leases, delivery.
+"""The stager's sample ring: which slot holds what, for whom, and what leaves in order.
 
 Pure logic, no sockets, so every contract is testable with a fake clock.
-Called only by the stager (consumer/stager/stager.py). It is the one writer of
-the slots' state: every transition goes through :meth:`SlotManager._to`, which
-also writes the slot's record into ``headers`` (the ring's SLOT_DTYPE array,
-or any array of that dtype in tests), so the record the inspector reads always
-equals the manager's view. Plan positions are consumer/stager/plan.py's.
+Called by the stager's parts (consumer/stager/): the producer book decides
+who is granted and who pays for a grant taken back; the intake reports READY
+and SKIP; delivery pops finished positions. SlotManager is the one writer of
+slot state: every transition goes through :meth:`SlotManager._to`, which also
+writes the slot's record into ``headers`` (the ring's SLOT_DTYPE array, or
+any array of that dtype in tests), so the record the inspector reads always
+equals the manager's view. It also keeps which slots each producer holds and
+which are fenced against it, keyed by the producer's identity. Plan positions
+are consumer/stager/plan.py's.
 
-Exactly once (contract 3). Each position is granted, possibly again after its
-lease expired, until it is READY or SKIPPED; a READY is accepted only for the
-slot's current generation from its grantee, so a late READY is dropped and
-counted. Each position leaves :meth:`SlotManager.pop_events` exactly once.
+Exactly once (README, "Design", contract 3). Each position is granted,
+possibly again after its grant was taken back, until it is READY or SKIPPED;
+a READY is accepted only for the slot's current generation from its grantee,
+so a late READY is dropped and counted. Each position leaves
+:meth:`SlotManager.pop_events` exactly once.
 
 Deterministic order. Events leave in plan order; READY slots wait in a reorder
 window. Grants are limited to ``n_slots - 1 - fenced`` positions past the
 oldest unfinished one, so the oldest one always finds a free slot and the
 window can never deadlock on a stalled producer.
+
+Fences. A slot taken back from a producer that may still be writing it (alive,
+local) is FENCED, not free, for FENCE_LEASES leases at most: a pid proves
+nothing across PID namespaces, and the stager's check after copying (seqlock,
+consumer/stager/intake.py) catches a late write anyway; fencing saves work.
 """
 
 from __future__ import annotations
@@ -28,13 +38,16 @@ import numpy as np
 
 from consumer.stager.order import PlanOrder
 from consumer.stager.plan import EpochPlan, Event
-from consumer.stager.producer_book import ProducerBook
-from consumer.stager.state import Producer, Slot
+from consumer.stager.state import Slot
+from shared import protocol as p
 from shared.ring import SLOT_DTYPE, SlotState
 
+# A fenced slot is free again after this many leases whatever its producer's pid says.
+FENCE_LEASES = 4
 
-class SlotManager(ProducerBook):
-    """Owns the free list, grants with leases, reclaim, and ordered delivery."""
+
+class SlotManager:
+    """Owns the free list, grants, reclaim and fences, and ordered delivery."""
 
     def __init__(
         self,
@@ -43,58 +56,43 @@ class SlotManager(ProducerBook):
         lease_s: float,
         max_attempts: int,
         deterministic: bool,
-        hostname: str,
         clock: Callable[[], float] = time.monotonic,
         started: Callable[[int], bool] | None = None,
         headers: np.ndarray | None = None,
-        max_credits: int = 16,
     ) -> None:
         """started(slot): did its local producer begin that sample (the stager reads the
         slot header)? Only begun samples count against ring.max_item_attempts when a
         producer dies; without it, each producer's oldest grant does. headers: where
-        each slot's record is written (SLOT_DTYPE [n_slots]); max_credits: most grants
-        one producer may hold (producers.credits)."""
+        each slot's record is written (SLOT_DTYPE [n_slots])."""
         self.plan = plan
         self.attach_headers(headers if headers is not None else np.zeros(n_slots, SLOT_DTYPE))
-        self.max_credits = max_credits
-        self.turn = 0  # rotates which producer is granted first
-        self.n_joined = 0
-        self.started = started
-        self.n_slots = n_slots
-        self.lease_s = lease_s
-        self.max_attempts = max_attempts
-        self.deterministic = deterministic
-        self.hostname = hostname
-        self.clock = clock
+        self.n_slots, self.lease_s, self.max_attempts = n_slots, lease_s, max_attempts
+        self.clock, self.started = clock, started
         self.slots = [Slot() for _ in range(n_slots)]
         self.free_slots: collections.deque[int] = collections.deque(range(n_slots))
         self.n_fenced = 0
-        self.producers: dict[bytes, Producer] = {}
+        self.held: dict[bytes, set[int]] = {}  # producer -> its GRANTED slots
+        self.fenced: dict[bytes, set[int]] = {}  # producer -> slots fenced against it
         self.order = PlanOrder(plan, deterministic)
         self.known_bad = self.order.known_bad
-        self._counters = dict.fromkeys(
-            ("grants", "ready", "reclaimed", "restarts", "fences_lifted", "torn"), 0
-        )
-        self.zombies: dict[bytes, Producer] = {}
-        self.names_seen: set[str] = set()
-        self.reset(0)
+        self._counters = dict.fromkeys(("grants", "ready", "reclaimed", "fences_lifted", "torn"), 0)
         for k in range(n_slots):
             self._to(k, SlotState.FREE)  # the headers start as our view: FREE, no item
 
     # ------------------------------------------------------------ plan cursor
-    def reset(self, position: int) -> None:
-        """Start delivering at `position` (a consumer's cursor). Slots in flight are
-        fenced until their producer speaks again; READY slots are dropped."""
+    def reset(self, position: int, may_write: Callable[[bytes], bool]) -> set[bytes]:
+        """Start delivering at `position` (a consumer's cursor). Granted slots are fenced
+        where may_write(their producer), else freed; READY slots are dropped. Returns the
+        producers that held grants: their queued grants are void."""
+        holders = {ident for ident, slots in self.held.items() if slots}
         for k, slot in enumerate(self.slots):
             if slot.state == SlotState.GRANTED:
-                self._fence_or_free(k)
+                self._take(k, fence=slot.producer is not None and may_write(slot.producer))
             elif slot.state == SlotState.READY:
                 self._free(k)
-        for producer in self.producers.values():
-            if producer.slots:
-                producer.stalled = True  # its queued grants are void: it must HELLO again
-            producer.slots.clear()
+        self.held.clear()
         self.order.reset(position)
+        return holders
 
     @property
     def cursor(self) -> int:
@@ -112,57 +110,155 @@ class SlotManager(ProducerBook):
         return self._counters | self.order.counters
 
     # ------------------------------------------------------------ grants
-    def credit(self, ident: bytes, n: int) -> None:
-        """The producer asks for n more grants; it never holds more than max_credits."""
-        producer = self.producers[ident]
-        producer.credits = min(producer.credits + max(0, n), self.max_credits)
-
-    def share(self) -> int:
-        """Most grants one producer may hold, so none holds the slots the others need
-        (producers that asked for nothing, or must say HELLO again, do not count)."""
-        working = sum(not p.stalled and bool(p.credits or p.slots) for p in self.producers.values())
-        fair = (self.n_slots - 1) // max(1, working)
-        return max(1, min(self.max_credits, fair))
-
-    def grant_round(self) -> dict[bytes, list[tuple[int, int, int, int]]]:
-        """What each producer is granted now, up to its credits and its fair share; the
-        producer served first rotates so none is always last."""
-        order = list(self.producers)
-        if not order:
-            return {}
-        self.turn = (self.turn + 1) % len(order)
-        share, out = self.share(), {}
-        for ident in order[self.turn :] + order[: self.turn]:
-            grants = []
-            while len(self.producers[ident].slots) < share and (g := self.grant(ident)):
-                grants.append(g)
-            if grants:
-                out[ident] = grants
-        return out
-
-    def grant(self, ident: bytes) -> tuple[int, int, int, int] | None:
-        """Next (slot, generation, item, position) for this producer, or None."""
-        producer = self.producers.get(ident)
-        if producer is None or producer.credits <= 0 or producer.stalled:
-            return None
-        free = self._free_slot()
+    def grant(self, ident: bytes, owner_index: int) -> p.GrantEntry | None:
+        """The next free slot and plan position for this producer, or None (no free slot,
+        the plan's end, or the reorder window is full)."""
+        free = self.free_slots[0] if self.free_slots else None
         position = self.order.next_position(self._window()) if free is not None else None
-        if position is None:
+        if free is None or position is None:
             return None
         slot = self.slots[free]
         slot.generation += 1
         slot.position, slot.item = position, self.plan.item_at(position)
         slot.producer, slot.t_granted, slot.t_granted_wall = ident, self.clock(), time.time()
-        slot.owner_index = producer.index
+        slot.owner_index = owner_index
         self._to(free, SlotState.GRANTED)
-        producer.credits -= 1
-        producer.slots.add(free)
+        self.held.setdefault(ident, set()).add(free)
         self.order.in_flight[position] = free
         self._counters["grants"] += 1
-        return free, slot.generation, slot.item, position
+        return p.GrantEntry(free, slot.generation, slot.item, position)
 
-    def _free_slot(self) -> int | None:
-        return self.free_slots[0] if self.free_slots else None
+    def holding(self, ident: bytes) -> int:
+        """How many grants this producer holds now."""
+        return len(self.held.get(ident, ()))
+
+    def expired(self, ident: bytes, now: float) -> list[int]:
+        """This producer's slots granted more than a lease ago."""
+        return [k for k in self.held.get(ident, ()) if now - self.slots[k].t_granted > self.lease_s]
+
+    def _window(self) -> int:
+        return max(1, self.n_slots - 1 - self.n_fenced)
+
+    # ------------------------------------------------------------ results
+    def owns(self, ident: bytes, slot: int, generation: int, item: int) -> bool:
+        """Does this producer hold this grant right now?"""
+        return self.holds(ident, slot, generation) and self.slots[slot].item == item
+
+    def holds(self, ident: bytes, slot: int, generation: int | None = None) -> bool:
+        """Does this producer hold a grant of `slot` now (of `generation`, if given)?"""
+        if not 0 <= slot < self.n_slots:
+            return False
+        s = self.slots[slot]
+        return (
+            s.producer == ident
+            and s.state == SlotState.GRANTED
+            and generation in (None, s.generation)
+        )
+
+    def ready(self, ident: bytes, slot: int, generation: int, item: int) -> bool:
+        """The grantee filled the slot; False (a stale READY) if it no longer owns it."""
+        if not self.owns(ident, slot, generation, item):
+            return False
+        self._to(slot, SlotState.READY)
+        self.held[ident].discard(slot)
+        self._counters["ready"] += 1
+        self.order.finish(Event("sample", self.slots[slot].position, item, slot=slot))
+        return True
+
+    def skip(
+        self, ident: bytes, slot: int, generation: int, item: int, reason: str, stage: str,
+        path: str,
+    ) -> bool:  # fmt: skip
+        """The grantee cannot use this input; the slot is free again, and the item known
+        bad for the rest of the run: later epochs skip it without a grant."""
+        if not self.owns(ident, slot, generation, item):
+            return False
+        self.known_bad[item] = (reason, stage)
+        self.held[ident].discard(slot)
+        position = self.slots[slot].position
+        self._free(slot)
+        self.order.finish(Event("skip", position, item, reason=reason, stage=stage, path=path))
+        return True
+
+    def torn(self, events: list[Event]) -> None:
+        """events[0]'s rows changed after its READY was accepted (a stale writer the fence
+        could not see): its slot gets a new generation and its position is granted again,
+        uncharged; events[0:] go back to the plan order, to leave again in turn."""
+        first = events[0]
+        self.slots[first.slot].generation += 1
+        self._free(first.slot)
+        self._counters["torn"] += 1
+        self.order.unpop(events)
+        self.order.taken_back(first.position, first.item, False, self.max_attempts)
+
+    def release(self, slot: int) -> None:
+        """The stager copied a READY slot into a batch: it is free again."""
+        self._free(slot)
+
+    # ------------------------------------------------------------ taking grants back
+    def reclaim(self, k: int, fence: bool, charged: bool) -> None:
+        """Take back the grant of slot k: a new generation, fenced against its producer
+        (fence) or free; its position goes back to the plan, charged to its item or not."""
+        slot = self.slots[k]
+        position, item = slot.position, slot.item
+        self._take(k, fence)
+        self._counters["reclaimed"] += 1
+        self.order.taken_back(position, item, charged, self.max_attempts)
+
+    def reclaim_all(self, ident: bytes, fence: bool, charge: bool, local: bool) -> None:
+        """Take back every grant of a producer. Only the sample it was working on counts as
+        an attempt of that item (the slot header says, for a local one; else its oldest
+        grant): a producer killed with 16 grants queued did not fail on 16 inputs."""
+        slots = list(self.held.get(ident, ()))
+        if not charge or not slots:
+            charged: set[int] = set()
+        elif self.started is not None and local:
+            charged = {k for k in slots if self.started(k)}
+        else:
+            charged = {min(slots, key=lambda k: self.slots[k].t_granted)}
+        for k in slots:
+            self.reclaim(k, fence, charged=k in charged)
+
+    def unfence(self, ident: bytes) -> None:
+        """This producer cannot write any more (it died, or said HELLO with an empty
+        queue): the slots fenced against it are free."""
+        for k in self.fenced.pop(ident, ()):
+            if self.slots[k].state == SlotState.FENCED:
+                self._free(k)
+
+    def lift_old_fences(self, now: float) -> None:
+        """Free slots fenced for FENCE_LEASES leases: fencing saves work, it guarantees
+        nothing (the stager's check after copying does)."""
+        for k, slot in enumerate(self.slots):
+            if slot.state == SlotState.FENCED and now - slot.t_fenced > FENCE_LEASES * self.lease_s:
+                for slots in self.fenced.values():
+                    slots.discard(k)
+                self._free(k)
+                self._counters["fences_lifted"] += 1
+
+    def fences(self, ident: bytes) -> int:
+        """How many slots are fenced against this producer."""
+        return len(self.fenced.get(ident, ()))
+
+    # ------------------------------------------------------------ internals
+    def _take(self, k: int, fence: bool) -> None:
+        """Slot k leaves its producer with a new generation: FENCED against it, or free."""
+        slot = self.slots[k]
+        ident = slot.producer
+        slot.generation += 1
+        if ident is not None:
+            self.held.get(ident, set()).discard(k)
+        if fence and ident is not None:
+            slot.position = -1
+            self._to(k, SlotState.FENCED)
+            self.fenced.setdefault(ident, set()).add(k)
+        else:
+            self._free(k)
+
+    def _free(self, k: int) -> None:
+        slot = self.slots[k]
+        slot.position, slot.item, slot.producer, slot.owner_index = -1, -1, None, -1
+        self._to(k, SlotState.FREE)
 
     def _to(self, k: int, state: SlotState) -> None:
         """Every slot change ends here: it keeps the free list and counts, and writes the
@@ -202,110 +298,3 @@ class SlotManager(ProducerBook):
             "epoch": self.plan.epoch_of(slot.position) if slot.position >= 0 else 0,
             "producer": slot.owner_index,
         }
-
-    def _window(self) -> int:
-        return max(1, self.n_slots - 1 - self.n_fenced)
-
-    # ------------------------------------------------------------ results
-    def owns(self, ident: bytes, slot: int, generation: int, item: int) -> bool:
-        """Does this producer hold this grant right now?"""
-        return self._owned(ident, slot, generation, item) is not None
-
-    def _owned(self, ident: bytes, slot: int, generation: int, item: int) -> Slot | None:
-        if not 0 <= slot < self.n_slots:
-            return None
-        s = self.slots[slot]
-        if (
-            s.state != SlotState.GRANTED
-            or s.generation != generation
-            or s.producer != ident
-            or s.item != item
-        ):
-            return None
-        return s
-
-    def ready(self, ident: bytes, slot: int, generation: int, item: int) -> bool:
-        """The grantee filled the slot; False (a stale READY) if it no longer owns it."""
-        s = self._owned(ident, slot, generation, item)
-        if s is None:
-            return False
-        self._to(slot, SlotState.READY)
-        self._release_grant(ident, slot)
-        self._counters["ready"] += 1
-        self.order.finish(Event("sample", s.position, item, slot=slot))
-        return True
-
-    def skip(
-        self,
-        ident: bytes,
-        slot: int,
-        generation: int,
-        item: int,
-        reason: str,
-        stage: str,
-        path: str,
-    ) -> bool:
-        """The grantee cannot use this input; the slot is free again. The item is known
-        bad for the rest of the run: later epochs skip it without a grant."""
-        s = self._owned(ident, slot, generation, item)
-        if s is None:
-            return False
-        self.known_bad[item] = (reason, stage)
-        self._release_grant(ident, slot)
-        position = s.position
-        self._free(slot)
-        self.order.finish(Event("skip", position, item, reason=reason, stage=stage, path=path))
-        return True
-
-    def holds(self, ident: bytes, slot: int, generation: int | None = None) -> bool:
-        """Does this producer hold a grant of `slot` now (of `generation`, if given)?"""
-        if not 0 <= slot < self.n_slots:
-            return False
-        s = self.slots[slot]
-        return (
-            s.producer == ident
-            and s.state == SlotState.GRANTED
-            and generation in (None, s.generation)
-        )
-
-    def torn(self, events: list[Event]) -> None:
-        """events[0]'s rows changed after its READY was accepted (a stale writer the fence
-        could not see): its slot gets a new generation and its position is granted again,
-        uncharged; events[0:] go back to the plan order, to leave again in turn."""
-        first = events[0]
-        self.slots[first.slot].generation += 1
-        self._free(first.slot)
-        self._counters["torn"] += 1
-        self.order.unpop(events)
-        self.order.taken_back(first.position, first.item, False, self.max_attempts)
-
-    def release(self, slot: int) -> None:
-        """The stager copied a READY slot into a batch: it is free again."""
-        self._free(slot)
-
-    # ------------------------------------------------------------ internals
-    def _release_grant(self, ident: bytes, slot: int) -> None:
-        producer = self.producers.get(ident)
-        if producer is not None:
-            producer.slots.discard(slot)
-            producer.samples += 1
-
-    def _free(self, k: int) -> None:
-        slot = self.slots[k]
-        slot.position, slot.item, slot.producer, slot.owner_index = -1, -1, None, -1
-        self._to(k, SlotState.FREE)
-
-    def _reclaim(self, k: int, fence: bool, charged: bool = True) -> None:
-        slot = self.slots[k]
-        position, item, ident = slot.position, slot.item, slot.producer
-        if ident is not None and ident in self.producers:
-            self.producers[ident].slots.discard(k)
-        slot.generation += 1
-        if fence and ident is not None and ident in self.producers:
-            slot.position = -1
-            self._to(k, SlotState.FENCED)
-            self.producers[ident].fenced.add(k)
-        else:
-            self._free(k)
-        self._counters["reclaimed"] += 1
-        self.order.taken_back(position, item, charged, self.max_attempts)

@@ -1,7 +1,9 @@
 """What the stager's slot manager remembers of each producer and each sample slot.
 
-Plain records, changed only by consumer/stager/slot_manager.py; the stager's
-stats (consumer/stager/stats.py) read them.
+Plain records: a Slot is changed only by consumer/stager/slot_manager.py (which
+also keeps the slots each producer holds), a Producer by the producer book
+(consumer/stager/producer_book.py) and the handlers of its messages; the
+stager's stats (consumer/stager/stats.py) read them.
 """
 
 from __future__ import annotations
@@ -25,10 +27,7 @@ class Producer:
     token: str = ""
     place: str = ""  # where a cluster engine runs it (Ray actor and node), or ""
     credits: int = 0
-    slots: set[int] = field(default_factory=set)
-    # Slots taken back while this producer might still be writing them.
-    fenced: set[int] = field(default_factory=set)
-    samples: int = 0
+    samples: int = 0  # READY and SKIP entries accepted from it
     # The producer's own per-sample counters, from its last heartbeat (for the inspector).
     work: dict[str, int] = field(default_factory=dict)
     # Its grants were taken back (lease expired, or the plan restarted) while it may

@@ -20,13 +20,13 @@ if TYPE_CHECKING:
 
 # The stats message stays under the protocol's header limit by construction: at most
 # this many producers are listed (the busiest; the rest summed in "producers_unlisted"),
-# names and hosts are capped at decode, and the stager keeps at most MAX_WORK counters
-# of at most MAX_WORK_KEY characters per producer (tests/test_trust.py: worst case).
+# names, hosts and work counters are capped at decode (shared/protocol.py MAX_WORK_KEYS;
+# tests/test_trust.py: the worst case).
 MAX_LISTED_PRODUCERS = 32
-MAX_WORK, MAX_WORK_KEY = 12, 32
 
 
-def producer_rows(producers: list[Producer], now: float) -> list[dict[str, Any]]:
+def producer_rows(stager: Stager, producers: list[Producer], now: float) -> list[dict[str, Any]]:
+    slots = stager.slots
     return [
         {
             "name": pr.name,
@@ -35,8 +35,8 @@ def producer_rows(producers: list[Producer], now: float) -> list[dict[str, Any]]
             "place": pr.place,
             "remote": pr.remote,
             "samples": pr.samples,
-            "grants": len(pr.slots),
-            "fenced": len(pr.fenced),
+            "grants": slots.holding(pr.ident),
+            "fenced": slots.fences(pr.ident),
             "silent_s": round(now - pr.last_seen, 3),
             "stalled": pr.stalled,
             "work": pr.work,
@@ -48,12 +48,14 @@ def producer_rows(producers: list[Producer], now: float) -> list[dict[str, Any]]
 def listed(stager: Stager) -> tuple[list[Producer], dict[str, int]]:
     """The producers the stats list (working ones first, then by samples), and a
     summary of the rest."""
+    holding = stager.slots.holding
     producers = sorted(
-        stager.manager.producers.values(), key=lambda pr: (pr.stalled, not pr.slots, -pr.samples)
+        stager.book.producers.values(),
+        key=lambda pr: (pr.stalled, not holding(pr.ident), -pr.samples),
     )
     shown, rest = producers[:MAX_LISTED_PRODUCERS], producers[MAX_LISTED_PRODUCERS:]
     summary = {"count": len(rest), "samples": sum(pr.samples for pr in rest),
-               "grants": sum(len(pr.slots) for pr in rest)}  # fmt: skip
+               "grants": sum(holding(pr.ident) for pr in rest)}  # fmt: skip
     return shown, summary
 
 
@@ -68,7 +70,7 @@ def padding_efficiency(filled: Any) -> dict[str, float | None]:
 
 def snapshot(stager: Stager) -> dict[str, Any]:
     """Everything the inspector and stager.json show."""
-    now, manager = time.monotonic(), stager.manager
+    now, manager = time.monotonic(), stager.slots
     shown, unlisted = listed(stager)
     return {
         "run_id": stager.run_id,
@@ -79,19 +81,19 @@ def snapshot(stager: Stager) -> dict[str, Any]:
         "slots": dict(Counter(SlotState(s.state).name for s in manager.slots)),
         "n_slots": stager.cfg.ring.slots,
         "batch_slots_ready": stager.builder.in_flight(),
-        "batches": stager.batches_sent,
+        "batches": stager.delivery.batches_sent,
         "padding_efficiency": padding_efficiency(stager.builder.filled),
         "buckets": [list(b.shape) for b in stager.buckets],
-        "counters": dict(manager.counters),
-        "dropped": dict(stager.dropped),
+        "counters": manager.counters | {"restarts": stager.book.restarts},
+        "dropped": dict(stager.drop.counts),
         "bad_metadata_lines": len(stager.index.bad_lines),
-        "producers": producer_rows(shown, now),
+        "producers": producer_rows(stager, shown, now),
         "producers_unlisted": unlisted,
-        "crashes": list(stager.crashes),
-        "trainer": stager.trainer,
-        "consumer_connected": stager.consumer is not None,
-        "refused_producers": stager.net.refused if stager.net is not None else 0,
+        "crashes": list(stager.producers.crashes),
+        "trainer": stager.consumer.trainer,
+        "consumer_connected": stager.consumer.ident is not None,
+        "refused_producers": stager.net.refused,
         # Where the work can run: the trainer shares the stager's host, on a GPU if any.
-        "gpus": getattr(stager, "gpus", None),
+        "gpus": stager.gpus,
         "features_device": stager.cfg.features.device,
     }

@@ -1,0 +1,115 @@
+"""Delivery: finished plan positions into batches, and batches announced to the consumer.
+
+A part of the stager (consumer/stager/stager.py). Each turn it pops the
+positions that finished, in plan order when deterministic, as many as the
+batch being built has room for; a sample is copied in through the intake's
+checked copy (a torn one goes back to be granted again), a skip becomes one
+quarantine line per item per run. A full batch (or, with length buckets, the
+end of its run of positions) is announced with BATCH_READY; when a finite
+plan is exhausted the last partial batch goes out, then END_OF_DATA.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from consumer.stager.batch_builder import BatchBuilder
+from consumer.stager.buckets import Bucket
+from consumer.stager.control import ControlSockets
+from consumer.stager.intake import Intake
+from consumer.stager.plan import Event
+from consumer.stager.slot_manager import SlotManager
+from shared import protocol as p
+from shared.dataset import DatasetIndex
+from shared.quarantine import QuarantineWriter
+
+log = logging.getLogger(__name__)
+
+
+class Delivery:
+    """Builds and announces batches; one consumer at a time (its identity per call)."""
+
+    def __init__(
+        self,
+        slots: SlotManager,
+        builder: BatchBuilder,
+        intake: Intake,
+        buckets: list[Bucket],
+        quarantine: QuarantineWriter,
+        index: DatasetIndex,
+        net: ControlSockets,
+    ) -> None:
+        self.slots, self.builder, self.intake, self.buckets = slots, builder, intake, buckets
+        self.quarantine, self.index, self.net = quarantine, index, net
+        self.batches_sent = 0
+        self.first_position = self.last_position = 0  # of the batch being built
+        self.end_sent = False
+
+    def reset(self, batch_index: int) -> None:
+        """A consumer (re)starts: no batch in the ring, the next one is `batch_index`."""
+        self.builder.reset()
+        self.batches_sent, self.end_sent = batch_index, False
+
+    def deliver(self, consumer: bytes) -> None:
+        """Move every finished position the batch ring has room for; announce batches."""
+        while True:
+            room, until = self.builder.room(), None
+            if room and self.buckets:  # a batch is a range of plan positions
+                until = self.begin_batch()
+            events = self.slots.pop_events(room, until)
+            self.take(events)
+            if self.builder.full() or (until is not None and self.slots.cursor >= until):
+                if self.builder.rows:  # a batch whose items were all skipped is not sent
+                    self.announce(consumer)
+                continue
+            if not events:
+                break
+        if self.slots.exhausted() and not self.end_sent:
+            if self.builder.partial():
+                self.announce(consumer)
+            if not self.builder.partial():
+                self.net.reply(consumer, p.EndOfData(self.batches_sent))
+                self.end_sent = True
+
+    def take(self, events: list[Event]) -> None:
+        for i, event in enumerate(events):
+            if event.kind == "skip":
+                self.record_skip(event)
+            elif self.intake.take(event):
+                if self.builder.rows == 1:
+                    self.first_position = event.position
+                self.last_position = event.position
+            else:
+                self.slots.torn(events[i:])  # granted again; the rest wait their turn
+                return
+
+    def begin_batch(self) -> int:
+        """Length buckets: give the batch starting at the cursor its bucket's shape;
+        returns the position after its last."""
+        bucket, _, end = self.slots.plan.batch_at(self.slots.cursor)
+        if self.builder.rows == 0:
+            self.builder.begin(self.buckets[bucket].shape)
+        return end
+
+    def record_skip(self, event: Event) -> None:
+        """One quarantine line per skipped item per run, whoever gave up on it."""
+        path = event.path or self.index.path(event.item)
+        item_id = self.index.item_id(event.item)
+        if self.quarantine.write(item_id, path, event.reason, event.stage):
+            log.warning("skipped %s (%s): %s", item_id, event.stage, event.reason)
+
+    def announce(self, consumer: bytes) -> None:
+        slot, generation, n_valid = self.builder.finish()
+        epoch_of = self.slots.plan.epoch_of
+        msg = p.BatchReady(
+            slot,
+            generation,
+            self.batches_sent,
+            self.slots.cursor,
+            epoch_of(self.last_position),
+            n_valid,
+            epoch_of(self.first_position),
+            *self.builder.shape,
+        )
+        self.net.reply(consumer, msg)
+        self.batches_sent += 1

@@ -1,0 +1,150 @@
+"""The stager's desk for producers: their messages in, their grants out.
+
+A part of the stager (consumer/stager/stager.py). One short handler per
+message kind, found in a table; READY goes to the intake. Decisions about
+who may join and who pays for a grant taken back are the producer book's
+(consumer/stager/producer_book.py); slot changes are the slot manager's.
+At the end, :meth:`ProducerDesk.shut_down` tells every producer to stop and
+collects their last counters.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from consumer.stager.control import ControlSockets, is_remote
+from consumer.stager.drops import Drops
+from consumer.stager.intake import Intake
+from consumer.stager.producer_book import ProducerBook
+from consumer.stager.slot_manager import SlotManager
+from consumer.stager.state import Producer
+from shared import protocol as p
+from shared.process import POLL_S
+
+log = logging.getLogger(__name__)
+
+# At the end, how long the stager waits for producers' goodbyes (their final counters).
+LAST_WORDS_S = 1.0
+# Crash reports the stats show: the latest few (every one is in the stager's log).
+CRASHES_KEPT = 5
+
+
+def take_work(producer: Producer, work: dict[str, Any]) -> None:
+    """Keep a producer's reported counters, plain ints only (the protocol bounds their
+    number and names at decode)."""
+    producer.work = {k: v for k, v in work.items() if type(v) is int}
+
+
+class ProducerDesk:
+    """Producer messages: HELLO, REQUEST, READY (to the intake), SKIP, HEARTBEAT, CRASH,
+    BYE; and the GRANTs of each turn."""
+
+    def __init__(
+        self,
+        book: ProducerBook,
+        intake: Intake,
+        welcome: p.Welcome,
+        net: ControlSockets,
+        drop: Drops,
+    ) -> None:
+        """welcome: what a producer is told (the sample ring's name, the plan's items)."""
+        self.book, self.intake, self.welcome, self.net, self.drop = book, intake, welcome, net, drop
+        self.slots: SlotManager = book.slots
+        self.crashes: collections.deque[dict[str, str]] = collections.deque(maxlen=CRASHES_KEPT)
+
+    def hello(self, ident: bytes, msg: p.Hello) -> None:
+        if not 0 < msg.pid < 2**31:
+            self.drop("malformed", f"HELLO with pid {msg.pid}")
+            return
+        why = self.book.refusal(ident, msg.name, msg.token)
+        if why:
+            self.drop("refused-hello", why)  # it says HELLO again after a lease
+            return
+        # A peer on the tcp socket is remote whatever it says: it never writes our memory.
+        remote = msg.remote or is_remote(ident)
+        self.book.hello(ident, msg, remote)
+        where = ", remote" if remote else ""
+        log.info("producer %s joined (pid %d on %s%s)", msg.name, msg.pid, msg.host, where)
+        self.net.reply(ident, self.welcome)
+
+    def handle(self, producer: Producer, msg: p.Message, payload: list[bytes]) -> None:
+        """A known producer's message, by kind; anything else is dropped and counted."""
+        handler = self.HANDLERS.get(type(msg))
+        if handler is None:
+            self.drop("unexpected", f"{type(msg).__name__} from producer {producer.name}")
+        else:
+            handler(self, msg, producer, payload)
+
+    def on_request(self, msg: p.Request, producer: Producer, payload: list[bytes]) -> None:
+        self.book.credit(producer.ident, msg.credits)
+
+    def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
+        self.intake.on_ready(msg, producer, payload)
+
+    def on_skip(self, msg: p.Skip, producer: Producer, payload: list[bytes]) -> None:
+        self.book.credit(producer.ident, 1)
+        args = (msg.slot, msg.generation, msg.item, msg.reason, msg.stage, msg.path)
+        if self.slots.skip(producer.ident, *args):
+            producer.samples += 1
+        else:
+            self.drop("stale", f"SKIP of slot {msg.slot} generation {msg.generation}")
+
+    def on_heartbeat(self, msg: p.Heartbeat, producer: Producer, payload: list[bytes]) -> None:
+        take_work(producer, msg.work)
+        self.net.reply(producer.ident, p.Heartbeat(0, {}))
+
+    def on_crash(self, msg: p.Crash, producer: Producer, payload: list[bytes]) -> None:
+        log.error("producer %s crashed:\n%s", msg.name, msg.traceback)
+        self.crashes.append({"name": msg.name, "traceback": msg.traceback[-2000:]})
+
+    def on_bye(self, msg: p.Bye, producer: Producer, payload: list[bytes]) -> None:
+        take_work(producer, msg.work)
+        self.book.drop(producer.ident, charge=False)
+        self.net.reply(producer.ident, p.ByeAck())
+
+    HANDLERS: dict[type, Callable[..., None]] = {
+        p.Request: on_request,
+        p.Ready: on_ready,
+        p.Skip: on_skip,
+        p.Heartbeat: on_heartbeat,
+        p.Crash: on_crash,
+        p.Bye: on_bye,
+    }
+
+    def grant(self) -> None:
+        """Give each producer what its credits allow, in one GRANT message per producer."""
+        for ident, grants in self.book.grant_round().items():
+            if not self.net.reply(ident, p.Grant.of(grants)):
+                self.drop("unsent", f"GRANT of {len(grants)} slots: the peer is gone or full")
+                self.book.unsend(ident, [g.slot for g in grants])
+
+    def expire(self, lease_s: float) -> None:
+        for name in self.book.expire():
+            log.warning("took back grants of %s: no READY within ring.lease_s=%.1f s"
+                        " (or its process died)", name, lease_s)  # fmt: skip
+        self.book.reap_zombies()
+
+    def shut_down(self) -> None:
+        """SHUTDOWN to every producer, then read their reports until each has said BYE,
+        which carries its final counters, or LAST_WORDS_S passed (a dead or cut-off
+        producer), so stager.json holds every producer's last counters however short the
+        run was. Only reports are acted on now; each BYE is acknowledged."""
+        for ident in list(self.book.producers):
+            self.net.reply(ident, p.Shutdown("run finished"))
+        waiting = set(self.book.producers)
+        deadline = time.monotonic() + LAST_WORDS_S
+        while waiting and time.monotonic() < deadline:
+            for ident, msg, _ in self.net.receive(POLL_S):
+                producer = self.book.producers.get(ident)
+                if producer is None or not isinstance(msg, p.Heartbeat | p.Crash | p.Bye):
+                    continue
+                if isinstance(msg, p.Bye):
+                    take_work(producer, msg.work)
+                    waiting.discard(ident)
+                    self.net.reply(ident, p.ByeAck())
+                else:
+                    self.handle(producer, msg, [])
