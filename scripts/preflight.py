@@ -34,10 +34,10 @@ def preflight(cfg: Config) -> list[Finding]:
 
 
 def _rings(cfg: Config) -> list[Finding]:
-    from shared.ring import check_shm_fits
+    from shared.ring import check_rings_fit
 
     try:
-        check_shm_fits(cfg)
+        check_rings_fit(cfg)
     except ConfigError as exc:
         return [Finding(True, str(exc))]
     return []

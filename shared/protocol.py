@@ -6,10 +6,7 @@ field, the used rows only). Arrays never travel inside msgpack and nothing is
 ever pickled. :func:`encode` and :func:`decode` are pure functions, tested
 without sockets; :func:`decode` raises :class:`ProtocolError` on anything it
 does not fully understand, and the receiver counts and drops that message.
-Every field is range-checked at decode: integers are 0..2**53, strings are
-capped (MAX_STR, MAX_NAME), lists and maps hold at most 4096 entries, a
-header is at most MAX_HEADER_BYTES; what depends on the run (a slot index, a
-plan position) is checked by the stager against its ring and plan.
+Every field is range-checked at decode (shared/field_checks.py).
 
 Who sends what::
 
@@ -30,9 +27,15 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+# The limits decode enforces are part of the protocol: shared/field_checks.py holds them.
+from shared.field_checks import MAX_HEADER_BYTES as MAX_HEADER_BYTES
+from shared.field_checks import MAX_NAME as MAX_NAME
+from shared.field_checks import MAX_STR as MAX_STR
+from shared.field_checks import MAX_WORK_KEY as MAX_WORK_KEY
+from shared.field_checks import MAX_WORK_KEYS as MAX_WORK_KEYS
+from shared.field_checks import field_check
+
 VERSION = 3
-# Control frames are small (slot indices, lengths, a traceback at most).
-MAX_HEADER_BYTES = 65536
 # Raw payload frames of a remote READY; the stager checks exact sizes anyway.
 MAX_PAYLOAD_FRAMES = 8
 
@@ -332,64 +335,10 @@ def encode(msg: Message, payload: list[memoryview] | None = None) -> list[bytes 
     return [header, *(payload or [])]
 
 
-# Every integer on the wire is a count, index, position, pid, generation or checksum:
-# none is negative, and none needs more than a double's exact range (what msgpack
-# peers in other languages can hold).
-MAX_INT = 2**53
-# Longest string per field name; any other string field holds a name or a host.
-MAX_STR = {"traceback": 16384, "reason": 4096, "path": 4096, "secret": 128, "token": 64}
-MAX_NAME = 128
-# A producer's work counters (Heartbeat.work, Bye.work): a few named counts, kept by the
-# stager as they are and listed in its stats (tests/test_trust.py: the stats' worst case).
-MAX_WORK_KEYS, MAX_WORK_KEY = 12, 32
-
-
-def _is_int(v: Any) -> bool:
-    return type(v) is int and 0 <= v < MAX_INT
-
-
-def _is_float(v: Any) -> bool:
-    return type(v) in (int, float)
-
-
-def _is_int_list(v: Any) -> bool:
-    return type(v) is list and all(type(x) is int and 0 <= x < MAX_INT for x in v)
-
-
-def _is_str_dict(v: Any) -> bool:
-    return type(v) is dict and all(type(k) is str for k in v)
-
-
-def _is_work(v: Any) -> bool:
-    return (
-        type(v) is dict
-        and len(v) <= MAX_WORK_KEYS
-        and all(type(k) is str and len(k) <= MAX_WORK_KEY for k in v)
-    )
-
-
-def _str_check(limit: int) -> Any:
-    return lambda v: type(v) is str and len(v) <= limit
-
-
-_CHECKS: dict[Any, Any] = {
-    bool: lambda v: type(v) is bool,
-    int: _is_int,
-    float: _is_float,
-    list[int]: _is_int_list,
-    dict[str, Any]: _is_str_dict,
-}
-
-
-def _check(name: str, tp: Any) -> Any:
-    if tp is str:
-        return _str_check(MAX_STR.get(name, MAX_NAME))
-    return _is_work if name == "work" else _CHECKS[tp]
-
-
 # Per message class: (field name, type, check) -- built once, as decode runs per message.
 _VALIDATORS: dict[type, list[tuple[str, Any, Any]]] = {
-    cls: [(name, tp, _check(name, tp)) for name, tp in fields] for cls, fields in _FIELDS.items()
+    cls: [(name, tp, field_check(name, tp)) for name, tp in fields]
+    for cls, fields in _FIELDS.items()
 }
 _BY_VALUE: dict[int, tuple[Kind, type]] = {int(k): (k, c) for k, c in MESSAGE_TYPES.items()}
 

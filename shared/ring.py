@@ -30,34 +30,14 @@ when it starts, then the payload, ``lengths``, ``t_ready`` and last
 producer wrote ``writing_generation`` equal to its generation is WRITING, and
 one it has also sealed is READY, before the manager has read its READY.
 
-A slot whose lease expired while its producer might still be alive (stopped,
-not dead) is FENCED: its item is granted again into another slot, and the
-fenced slot returns to FREE only once that producer is known dead or says
-HELLO again. Speaking is not enough: a woken producer may still hold grants
-queued for its old slots, so the stager answers it with REHELLO, and a
-producer empties its queue before it says HELLO. This is why a stopped
-producer that wakes up never scribbles over a slot that holds another item.
+FENCED: a slot taken back from a producer that may still write it; why and
+for how long: consumer/stager/slot_manager.py. Exactly once, with leases per
+grant: README, "Design", contracts 2 and 3.
 
-Exactly once, with leases per grant (contract 2 and 3). Every grant names
-(slot, generation, item); only a READY that names the slot's current
-generation, from its grantee, sealed with that generation, is accepted. A
-grant that sees no READY within ring.lease_s is taken back whatever its
-producer's heartbeats say (a lost GRANT or READY looks exactly like that), a
-GRANT that could not be sent comes back at once, and a READY that must be
-dropped for a slot its producer holds (malformed, unsealed, wrong size, bad
-checksum) takes that producer's grants back at once. Taking back bumps the
-slot's generation, so whatever the old grantee sends later is stale and
-counted, never delivered; the item goes back to the plan and is granted again.
-A producer whose grants were taken back gets REHELLO and nothing more until it
-says HELLO again with an empty queue; until then its local slots stay FENCED,
-so it cannot write into a slot that another producer was granted. Each plan
-position therefore leaves the stager once, as a sample or as a skip with a
-reason (after ring.max_item_attempts charged failures).
+The batch ring has its own states and a flat layout of one batch per slot
+(shared/batch_ring.py), written by the stager's batch builder only.
 
-The batch ring has its own states (:class:`BatchState`), written by the
-stager's batch builder only.
-
-Ownership of the segment (contract 6): the creator (the stager) unlinks it.
+Ownership of the segment (README "Design", contract 6): the creator (the stager) unlinks it.
 Every other process attaches by name without any resource tracker, because
 this module maps /dev/shm files directly instead of using
 multiprocessing.shared_memory, whose tracker on Python 3.11 unlinks segments
@@ -72,9 +52,10 @@ import mmap
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from enum import IntEnum
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import xxhash
@@ -152,22 +133,6 @@ def rows_checksum(arrays: Iterable[np.ndarray]) -> int:
     return h >> 12
 
 
-def batch_views(
-    slot: Mapping[str, np.ndarray], rows: int, frames: int, text: int
-) -> dict[str, np.ndarray]:
-    """One batch of shape (rows, frames, text) inside a batch-ring slot whose fields are
-    flat (Config.batch_ring_fields): zero-copy views, row-major from each field's start.
-    The one definition of that layout, for the stager's builder and the batch client."""
-    mel = slot["mel"]
-    return {
-        "tokens": slot["tokens"][: rows * text].reshape(rows, text),
-        "text_lens": slot["text_lens"][:rows],
-        "mel": mel[: rows * frames].reshape(rows, frames, mel.shape[-1]),
-        "mel_lens": slot["mel_lens"][:rows],
-        "items": slot["items"][:rows],
-    }
-
-
 class SlotState(IntEnum):
     """A sample slot's state; WRITING is shown, never stored (see shown_state)."""
 
@@ -176,15 +141,6 @@ class SlotState(IntEnum):
     WRITING = 2
     READY = 3
     FENCED = 4
-
-
-class BatchState(IntEnum):
-    """A batch slot: FREE, FILLING (rows being copied in), or SENT (announced to the
-    consumer, waiting for its BATCH_FREE)."""
-
-    FREE = 0
-    FILLING = 1
-    SENT = 2
 
 
 def shown_state(rec: np.void) -> SlotState:
@@ -215,8 +171,17 @@ def segment_name(run_id: str, kind: str) -> str:
     return f"{SEGMENT_PREFIX}{run_id}-{kind}"
 
 
-def layout(fields: FieldSpec, n_slots: int) -> tuple[dict[str, int], int, int, int]:
-    """Field offsets within a slot, slot stride, payload offset and total bytes."""
+class Layout(NamedTuple):
+    """Where everything is in a segment, bytes: each field's offset within a slot, the
+    slot stride, where the first slot starts (page-aligned), and the segment's size."""
+
+    offsets: dict[str, int]
+    stride: int
+    payload: int
+    total: int
+
+
+def layout(fields: FieldSpec, n_slots: int) -> Layout:
     offsets, pos = {}, 0
     for name, (shape, dtype) in fields.items():
         offsets[name] = pos
@@ -225,7 +190,16 @@ def layout(fields: FieldSpec, n_slots: int) -> tuple[dict[str, int], int, int, i
     slot_headers = _align(HEADER_DTYPE.itemsize)
     payload = _align(slot_headers + n_slots * SLOT_DTYPE.itemsize)
     payload = (payload + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-    return offsets, stride, payload, payload + n_slots * stride
+    return Layout(offsets, stride, payload, payload + n_slots * stride)
+
+
+def parse_header(buf: bytes | mmap.mmap) -> np.void | None:
+    """The HEADER_DTYPE record at the start of `buf` (a view of it, for a mapping), or
+    None if `buf` does not start like a ring (too short, or no MAGIC). The one reader of
+    a ring header, for Ring and for shared/segments.py's read_header(path)."""
+    if len(buf) < HEADER_DTYPE.itemsize or bytes(buf[: len(MAGIC)]) != MAGIC:
+        return None
+    return np.frombuffer(buf, dtype=HEADER_DTYPE, count=1)[0]
 
 
 def free_shm_bytes() -> int:
@@ -233,33 +207,33 @@ def free_shm_bytes() -> int:
     return shutil.disk_usage(SHM_DIR).free
 
 
-def segment_bytes(fields: FieldSpec, n_slots: int) -> int:
-    """The whole segment's size: headers, slot headers and payload."""
-    return layout(fields, n_slots)[3]
-
-
 def slot_bytes(fields: FieldSpec) -> int:
     """Payload bytes of one slot (its stride: fields 64-byte aligned)."""
-    return layout(fields, 1)[1]
+    return layout(fields, 1).stride
 
 
 def rings_bytes(cfg: Config) -> int:
     """Both rings of a run, as the stager will create them."""
-    return segment_bytes(cfg.sample_fields(), cfg.ring.slots) + segment_bytes(
-        cfg.batch_ring_fields(), cfg.stager.batch_slots
-    )
+    samples = layout(cfg.sample_fields(), cfg.ring.slots).total
+    return samples + layout(cfg.batch_ring_fields(), cfg.stager.batch_slots).total
 
 
-def check_shm_fits(cfg: Config) -> None:
-    """Raise ConfigError before anything starts if the rings cannot fit in /dev/shm."""
-    need, free = rings_bytes(cfg), free_shm_bytes()
+def check_shm_fits(need: int, what: str, slot: int) -> None:
+    """Raise ConfigError, saying what to change, if `need` bytes (`what`: "the rings",
+    "ring NAME") do not fit in free /dev/shm; slot: bytes of one sample slot."""
+    free = free_shm_bytes()
     if need > free:
         raise ConfigError(
-            f"ring.slots: the rings need {need / 2**20:.1f} MiB but /dev/shm has "
+            f"ring.slots: {what} need {need / 2**20:.1f} MiB, but /dev/shm has "
             f"{free / 2**20:.1f} MiB free; lower ring.slots (each slot is "
-            f"{slot_bytes(cfg.sample_fields()) / 2**20:.2f} MiB) or features.max_frames, or "
+            f"{slot / 2**20:.2f} MiB) or features.max_frames, or "
             "enlarge /dev/shm (docker: --shm-size)"
         )
+
+
+def check_rings_fit(cfg: Config) -> None:
+    """Before anything starts: can both rings of this config fit in /dev/shm?"""
+    check_shm_fits(rings_bytes(cfg), "the rings", slot_bytes(cfg.sample_fields()))
 
 
 class Ring:
@@ -279,13 +253,13 @@ class Ring:
         self._views: dict[str, np.ndarray] = {}
         buf = np.frombuffer(mm, dtype=np.uint8)
         self._buf = buf
-        hdr = buf[: HEADER_DTYPE.itemsize].view(HEADER_DTYPE)
-        self.header = hdr[0]
-        if bytes(self.header["magic"]) != MAGIC:
+        header = parse_header(mm)
+        if header is None:
             self.close()
-            raise RingError(f"/dev/shm/{name} is not a ringfeed ring (bad magic)")
-        if int(self.header["layout_version"]) != LAYOUT_VERSION:
-            version = int(self.header["layout_version"])
+            raise RingError(f"/dev/shm/{name} is not a ringfeed ring (too small, or bad magic)")
+        self.header = header
+        version = int(self.header["layout_version"])
+        if version != LAYOUT_VERSION:
             self.close()
             raise RingError(
                 f"/dev/shm/{name} has layout version {version}, this code reads "
@@ -295,24 +269,17 @@ class Ring:
         off = int(self.header["slot_headers_offset"])
         self.slots = buf[off : off + self.n_slots * SLOT_DTYPE.itemsize].view(SLOT_DTYPE)
         self.fields: FieldSpec = {}
-        payload, stride = int(self.header["payload_offset"]), int(self.header["slot_stride"])
         for rec in self.header["fields"][: int(self.header["n_fields"])]:
-            fname = rec["name"].decode()
             shape = tuple(int(d) for d in rec["shape"][: int(rec["ndim"])])
-            dtype = np.dtype(rec["dtype"].decode())
-            self.fields[fname] = (shape, dtype)
-            start = payload + int(rec["offset"])
+            self.fields[rec["name"].decode()] = (shape, np.dtype(rec["dtype"].decode()))
+        where = layout(self.fields, self.n_slots)
+        for fname, (shape, dtype) in self.fields.items():
             self._views[fname] = np.ndarray(
-                (self.n_slots, *shape),
-                dtype=dtype,
-                buffer=mm,
-                offset=start,
-                strides=(stride, *np.empty(shape, dtype).strides),
-            )
-            if not writable:
-                self._views[fname].flags.writeable = False
-        if not writable:
-            self.slots.flags.writeable = False
+                (self.n_slots, *shape), dtype, mm, where.payload + where.offsets[fname],
+                (where.stride, *np.empty(shape, dtype).strides),
+            )  # fmt: skip
+            self._views[fname].flags.writeable = writable
+        self.slots.flags.writeable = writable
 
     # ------------------------------------------------------------ creation
     @classmethod
@@ -328,48 +295,23 @@ class Ring:
         """Create and own a new segment (the stager calls this). Fails if it exists."""
         if len(fields) > MAX_FIELDS:
             raise RingError(f"at most {MAX_FIELDS} fields per slot, got {len(fields)}")
-        offsets, stride, payload, total = layout(fields, n_slots)
-        free = free_shm_bytes()
-        if total > free:
-            raise ConfigError(
-                f"ring.slots: ring {name} needs {total / 2**20:.1f} MiB but /dev/shm has "
-                f"{free / 2**20:.1f} MiB free; lower ring.slots or features.max_frames, or "
-                "enlarge /dev/shm (docker: --shm-size)"
-            )
+        if any(len(shape) > MAX_DIMS for shape, _ in fields.values()):
+            raise RingError(f"at most {MAX_DIMS} dimensions per field: {fields}")
+        where = layout(fields, n_slots)
+        check_shm_fits(where.total, f"ring {name} and its headers", where.stride)
         path = SHM_DIR / name
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
-            os.ftruncate(fd, total)
-            mm = mmap.mmap(fd, total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            os.ftruncate(fd, where.total)
+            mm = mmap.mmap(fd, where.total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise
-        hdr = np.frombuffer(mm, dtype=np.uint8)[: HEADER_DTYPE.itemsize].view(HEADER_DTYPE)
-        h = hdr[0]
-        h["layout_version"] = LAYOUT_VERSION
-        h["n_slots"] = n_slots
-        h["n_fields"] = len(fields)
-        h["owner_pid"] = os.getpid()
-        h["run_id"] = run_id.encode()
-        h["kind"] = kind.encode()
-        h["created_s"] = time.time()
-        h["stats_endpoint"] = stats_endpoint.encode()
-        h["slot_headers_offset"] = _align(HEADER_DTYPE.itemsize)
-        h["payload_offset"] = payload
-        h["slot_stride"] = stride
-        for i, (fname, (shape, dtype)) in enumerate(fields.items()):
-            if len(shape) > MAX_DIMS:
-                raise RingError(f"field {fname}: at most {MAX_DIMS} dimensions")
-            rec = h["fields"][i]
-            rec["name"] = fname.encode()
-            rec["dtype"] = np.dtype(dtype).str.encode()
-            rec["ndim"] = len(shape)
-            rec["shape"][: len(shape)] = shape
-            rec["offset"] = offsets[fname]
-            rec["nbytes"] = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        del hdr, h
-        mm[:8] = MAGIC  # written last: a reader never sees a half-made header as valid
+        header = np.frombuffer(mm, dtype=HEADER_DTYPE, count=1)[0]
+        _write_header(header, fields, where, n_slots, run_id, kind, stats_endpoint)
+        del header
+        mm[: len(MAGIC)] = MAGIC  # last: a reader never sees a half-made header as valid
         return cls(name, fd, mm, owner=True, writable=True)
 
     @classmethod
@@ -381,10 +323,10 @@ class Ring:
         except FileNotFoundError:
             raise RingError(
                 f"no ring /dev/shm/{name}: is the stager of this run running? "
-                "(`ringfeed inspect --list` shows live rings)"
+                "(`ringfeed inspect` finds the newest live run)"
             ) from None
         size = os.fstat(fd).st_size
-        if size < HEADER_DTYPE.itemsize:
+        if size < HEADER_DTYPE.itemsize:  # mmap cannot map an empty file
             os.close(fd)
             raise RingError(f"/dev/shm/{name} is too small to be a ring ({size} bytes)")
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
@@ -407,10 +349,6 @@ class Ring:
     @property
     def stats_endpoint(self) -> str:
         return self.header["stats_endpoint"].decode()
-
-    def checksum(self, slot: int, lengths: dict[str, int]) -> int:
-        """rows_checksum of the used part of each field (first `lengths[name]` rows)."""
-        return rows_checksum(self._views[name][slot][: lengths[name]] for name in self.fields)
 
     # ------------------------------------------------------------ teardown
     def close(self) -> None:
@@ -442,3 +380,21 @@ class Ring:
     def __exit__(self, *exc: object) -> None:
         self.close()
         self.unlink()
+
+
+def _write_header(
+    h: np.void, fields: FieldSpec, where: Layout, n_slots: int, run_id: str, kind: str,
+    stats_endpoint: str,
+) -> None:  # fmt: skip
+    """Fill a new segment's header (all but MAGIC, which :meth:`Ring.create` writes last)."""
+    h["layout_version"], h["n_slots"], h["n_fields"] = LAYOUT_VERSION, n_slots, len(fields)
+    h["owner_pid"], h["created_s"] = os.getpid(), time.time()
+    h["run_id"], h["kind"] = run_id.encode(), kind.encode()
+    h["stats_endpoint"] = stats_endpoint.encode()
+    h["slot_headers_offset"] = _align(HEADER_DTYPE.itemsize)
+    h["payload_offset"], h["slot_stride"] = where.payload, where.stride
+    for rec, (fname, (shape, dtype)) in zip(h["fields"], fields.items(), strict=False):
+        rec["name"], rec["dtype"] = fname.encode(), np.dtype(dtype).str.encode()
+        rec["ndim"], rec["shape"][: len(shape)] = len(shape), shape
+        rec["offset"] = where.offsets[fname]
+        rec["nbytes"] = int(np.prod(shape)) * np.dtype(dtype).itemsize

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from shared.config import runtime_dir
-from shared.ring import HEADER_DTYPE, MAGIC, SEGMENT_PREFIX, SHM_DIR
+from shared.ring import HEADER_DTYPE, SEGMENT_PREFIX, SHM_DIR, parse_header
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +38,19 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def read_owner_pid(path: Path) -> int | None:
-    """The owner pid in a segment's header, or None if it is not a ring."""
+def read_header(path: Path) -> np.void | None:
+    """The header of the segment at `path`, or None if it is gone or not a ring."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(HEADER_DTYPE.itemsize)
+            return parse_header(fh.read(HEADER_DTYPE.itemsize))
     except OSError:
         return None
-    if len(raw) < HEADER_DTYPE.itemsize or not raw.startswith(MAGIC):
-        return None
-    return int(np.frombuffer(raw, dtype=HEADER_DTYPE)[0]["owner_pid"])
+
+
+def read_owner_pid(path: Path) -> int | None:
+    """The owner pid in a segment's header, or None if it is not a ring."""
+    header = read_header(path)
+    return None if header is None else int(header["owner_pid"])
 
 
 def _age_s(path: Path) -> float:

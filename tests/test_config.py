@@ -14,7 +14,7 @@ from shared.config import (
     load_config,
     replace,
 )
-from shared.ring import check_shm_fits, slot_bytes
+from shared.ring import check_rings_fit, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_errors_name_the_key(raw: dict, needle: str) -> None:
 def test_ring_larger_than_dev_shm_is_refused_before_start() -> None:
     cfg = replace(Config(), ring={"slots": 1_000_000})  # ~245 GiB of slots
     with pytest.raises(ConfigError, match="lower ring.slots"):
-        check_shm_fits(cfg)
+        check_rings_fit(cfg)
 
 
 def test_load_names_the_file(tmp_path: Path) -> None:

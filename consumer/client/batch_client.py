@@ -19,9 +19,10 @@ import numpy as np
 import zmq
 
 from shared import protocol as p
+from shared.batch_ring import batch_views
 from shared.config import Config, endpoints, run_dir
 from shared.process import POLL_S, SHUTDOWN_WAIT_S
-from shared.ring import Ring, batch_views
+from shared.ring import Ring
 from shared.run_secret import read_consumer_secret
 from shared.sockets import make_socket, recv, send
 

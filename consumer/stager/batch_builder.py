@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from shared.batch_ring import BatchState, batch_views
 from shared.config import Config
-from shared.ring import BatchState, Ring, batch_views
+from shared.ring import Ring
 
 
 class BatchBuilder:

@@ -23,9 +23,14 @@ oldest unfinished one, so the oldest one always finds a free slot and the
 window can never deadlock on a stalled producer.
 
 Fences. A slot taken back from a producer that may still be writing it (alive,
-local) is FENCED, not free, for FENCE_LEASES leases at most: a pid proves
-nothing across PID namespaces, and the stager's check after copying (seqlock,
-consumer/stager/intake.py) catches a late write anyway; fencing saves work.
+local: stopped, not dead) is FENCED, not free: its item is granted again into
+another slot, and the fenced slot is free again once that producer is known
+dead or says HELLO again, or FENCE_LEASES leases passed. Speaking is not
+enough: a woken producer may still hold grants queued for its old slots, so
+the stager answers it with REHELLO, and a producer empties its queue before it
+says HELLO. A pid proves nothing across PID namespaces, and the stager's check
+after copying (seqlock, consumer/stager/intake.py) catches a late write anyway:
+fencing saves work, it guarantees nothing.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, ru
 from shared.dataset import DatasetError, DatasetIndex, dataset_index
 from shared.process import POLL_S, StopFlag, write_json_atomic
 from shared.quarantine import QuarantineWriter
-from shared.ring import Ring, check_shm_fits, segment_name, slot_bytes
+from shared.ring import Ring, check_rings_fit, segment_name, slot_bytes
 from shared.run_secret import write_consumer_secret
 from shared.segments import remove_stale_segments
 
@@ -177,7 +177,7 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
     (directory / "config.yaml").write_text(cfg.to_yaml())
     remove_stale_segments()
     ensure_runtime_dir()  # 0700: the ipc sockets are this user's only
-    check_shm_fits(cfg)
+    check_rings_fit(cfg)
     quarantine = cleanup.enter_context(QuarantineWriter(directory / "quarantine.jsonl"))
     index = open_index(cfg, quarantine, directory)
     ends = endpoints(cfg, run_id)

@@ -1,0 +1,70 @@
+"""What shared/protocol.py's decode accepts in each field: one range check per type.
+
+Every field of every message is checked at decode, before any handler sees it:
+integers are 0..MAX_INT, strings are capped by field name (MAX_STR, else
+MAX_NAME), work counters are few and short, lists and maps hold at most 4096
+entries (msgpack's limits, set in decode), a header is at most
+MAX_HEADER_BYTES. What depends on the run (a slot index, a plan position) is
+checked by the stager against its ring and plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Control frames are small (slot indices, lengths, a traceback at most).
+MAX_HEADER_BYTES = 65536
+# Every integer on the wire is a count, index, position, pid, generation or checksum:
+# none is negative, and none needs more than a double's exact range (what msgpack
+# peers in other languages can hold).
+MAX_INT = 2**53
+# Longest string per field name; any other string field holds a name or a host.
+MAX_STR = {"traceback": 16384, "reason": 4096, "path": 4096, "secret": 128, "token": 64}
+MAX_NAME = 128
+# A producer's work counters (Heartbeat.work, Bye.work): a few named counts, kept by the
+# stager as they are and listed in its stats (tests/test_trust.py: the stats' worst case).
+MAX_WORK_KEYS, MAX_WORK_KEY = 12, 32
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int and 0 <= v < MAX_INT
+
+
+def _is_float(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _is_int_list(v: Any) -> bool:
+    return type(v) is list and all(type(x) is int and 0 <= x < MAX_INT for x in v)
+
+
+def _is_str_dict(v: Any) -> bool:
+    return type(v) is dict and all(type(k) is str for k in v)
+
+
+def _is_work(v: Any) -> bool:
+    return (
+        type(v) is dict
+        and len(v) <= MAX_WORK_KEYS
+        and all(type(k) is str and len(k) <= MAX_WORK_KEY for k in v)
+    )
+
+
+def _str_check(limit: int) -> Any:
+    return lambda v: type(v) is str and len(v) <= limit
+
+
+_CHECKS: dict[Any, Any] = {
+    bool: lambda v: type(v) is bool,
+    int: _is_int,
+    float: _is_float,
+    list[int]: _is_int_list,
+    dict[str, Any]: _is_str_dict,
+}
+
+
+def field_check(name: str, tp: Any) -> Any:
+    """The check of one message field, from its name and annotated type."""
+    if tp is str:
+        return _str_check(MAX_STR.get(name, MAX_NAME))
+    return _is_work if name == "work" else _CHECKS[tp]
