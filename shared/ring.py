@@ -11,7 +11,7 @@ Each slot holds every payload field at a fixed offset (64-byte aligned), so
 
 Slot states of the sample ring. Each field of a slot header has one writer
 (a record for the inspector and for crash forensics; ownership itself travels
-in ZeroMQ messages, contract 1). The stager's slot manager
+in ZeroMQ messages, README "Design", contract 1). The stager's slot manager
 (consumer/stager/slot_manager.py) is the only writer of ``state``,
 ``generation``, ``item``, ``epoch``, ``producer`` and ``t_granted``; the
 grantee writes only its own progress: ``writing_generation`` and ``t_write``

@@ -8,7 +8,7 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
     checkpoint                              TF's pointer to the latest
 
 The cursor (epoch, batch_index, seed) lets the stager resume its plan in O(1)
-(ARCHITECTURE.md, contract 4). The sidecar JSON is written first, via a temp
+(README, "Design", contract 4). The sidecar JSON is written first, via a temp
 file and os.replace, so it is never half-written; TF updates its ``checkpoint``
 pointer last, so a crash mid-save leaves the previous checkpoint as the latest
 and at worst an orphan sidecar, which the next save removes.
