@@ -237,15 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = verb("drain", cmd_drain)
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
     d.add_argument("--step-s", type=float, default=0.0, help="pretend each batch takes this long")
-    i = verb("inspect", cmd_inspect, needs_run=False)
-    i.add_argument("--run-id", default="", help="default: the newest live run")
-    i.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
-    i.add_argument("--interval", type=float, default=1.0, help="refresh period, seconds")
-    i.add_argument("--record", default="", help="append one JSON snapshot per refresh (jsonl)")
-    i.add_argument("--plot", default="", help="render a timeline PNG of --from RECORDING")
-    i.add_argument("--from", dest="recording", default="", help="a --record jsonl file")
-    i.add_argument("--config", default="", help="the run's config (ring.lease_s); default: "
-                   "runs/<run-id>/config.yaml")  # fmt: skip
+    add_inspect_options(verb("inspect", cmd_inspect, needs_run=False))
     m = verb("manifest", cmd_manifest, needs_run=False)
     m.add_argument("config")
     k = verb("keys", cmd_keys, needs_run=False)
@@ -254,6 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
     c = verb("cleanup", cmd_cleanup, needs_run=False)
     c.add_argument("--run-id", default="")
     return parser
+
+
+def add_inspect_options(i: argparse.ArgumentParser) -> None:
+    i.add_argument("--run-id", default="", help="default: the newest live run")
+    i.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
+    i.add_argument("--interval", type=float, default=1.0, help="refresh period, seconds")
+    i.add_argument("--record", default="", help="append one JSON snapshot per refresh (jsonl)")
+    i.add_argument("--plot", default="", help="render a timeline PNG of --from RECORDING")
+    i.add_argument("--from", dest="recording", default="", help="a --record jsonl file")
+    i.add_argument("--config", default="", help="the run's config (ring.lease_s); default: "
+                   "runs/<run-id>/config.yaml")  # fmt: skip
 
 
 def new_run_id() -> str:
