@@ -50,7 +50,7 @@ def first_batch_s(cache_dir: Path, tmp: Path) -> float:
         client = run.client("first-batch", timeout_s=TIMEOUT_S)
         batch = client.next(timeout_s=TIMEOUT_S)
         elapsed = time.perf_counter() - t0
-        assert batch is not None and batch.n_valid == client.cfg.stager.batch_size
+        assert batch is not None and batch.meta.n_valid == client.cfg.stager.batch_size
         client.free(batch)
         client.close(finished=True)
     return elapsed

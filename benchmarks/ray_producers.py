@@ -75,7 +75,7 @@ def one_run(variant: str, tmp: Path, items: int, address: str) -> float:
         marks: dict[int, tuple[float, int]] = {}
         delivered = 0
         while (batch := client.next(timeout_s=120)) is not None:
-            delivered += batch.n_valid
+            delivered += batch.meta.n_valid
             client.free(batch)
             for share in (10, 90):  # the steady middle: start-up and the tail excluded
                 if share not in marks and delivered >= items * share // 100:

@@ -96,7 +96,7 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
         while time.perf_counter() - t0 < seconds:
             batch = client.next(timeout_s=30)
             client.free(batch)
-            n += batch.n_valid
+            n += batch.meta.n_valid
         rate = n / (time.perf_counter() - t0)
     return rate
 

@@ -208,7 +208,7 @@ def soak_loop(args, cfg: Config, client, stager, pool) -> Outcome:
             break
         if batch is None:
             break
-        out.check.add(batch.arrays, batch.n_valid)
+        out.check.add(batch.arrays, batch.meta.n_valid)
         client.free(batch)
         if not out.rss0 and now - t0 >= warmup_s:
             out.rss0 = rss_table(stager.pid, pool.pid)

@@ -129,7 +129,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
             wait_s = time.monotonic() - t_wait
             if batch is None:
                 break
-            rows, frames = batch.n_valid, int(batch.arrays["mel_lens"].sum())
+            rows, frames = batch.meta.n_valid, int(batch.arrays["mel_lens"].sum())
             client.free(batch)
             time.sleep(args.step_s)  # stands in for a train step
             client.step_stats(n, time.monotonic() - t_wait - wait_s, wait_s, 0.0, rows, frames)

@@ -44,16 +44,11 @@ class StagerGone(RuntimeError):
 
 @dataclass
 class Batch:
-    """One batch: views into the batch ring (valid until free()), plus its place in the plan."""
+    """One batch: views into the batch ring (valid until free()), and `meta`, the stager's
+    BATCH_READY: its slot, its place in the plan, its valid rows and shape."""
 
-    slot: int
-    generation: int
-    batch_index: int
-    next_position: int
-    epoch: int  # of the last row
-    n_valid: int
+    meta: p.BatchReady
     arrays: dict[str, np.ndarray]
-    first_epoch: int = 0  # of the first row: < epoch across an epoch boundary
 
 
 class BatchClient:
@@ -163,21 +158,12 @@ class BatchClient:
         self.position, self.batch_index = msg.next_position, msg.batch_index + 1
         slot = {name: self.ring.view(name)[msg.slot] for name in self.ring.fields}
         arrays = batch_views(slot, msg.rows, msg.frames, msg.text_len)
-        return Batch(
-            msg.slot,
-            msg.generation,
-            msg.batch_index,
-            msg.next_position,
-            msg.epoch,
-            msg.n_valid,
-            arrays,
-            msg.first_epoch,
-        )
+        return Batch(msg, arrays)
 
     def free(self, batch: Batch) -> None:
         """The caller has copied the batch: the stager may refill its slot."""
         batch.arrays = {}
-        send(self.sock, p.BatchFree(batch.slot, batch.generation))
+        send(self.sock, p.BatchFree(batch.meta.slot, batch.meta.generation))
 
     def step_stats(
         self, step: int, step_s: float, wait_s: float, loss: float, rows: int = 0, frames: int = 0

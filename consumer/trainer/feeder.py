@@ -24,11 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from consumer.client.batch_client import (
-    CONNECT_TIMEOUT_S,
-    DATA_TIMEOUT_S,
-    BatchClient,
-)
+from consumer.client.batch_client import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S, Batch, BatchClient
+from shared import protocol as p
 from shared.config import Config
 from shared.process import POLL_S, StopFlag
 
@@ -40,19 +37,15 @@ PREFETCH = 2
 
 @dataclass
 class FedBatch:
-    """One batch copied to the trainer's device, with its place in the plan.
+    """One batch copied to the trainer's device, with `meta`, the stager's BATCH_READY.
 
     tensors: name -> tf.Tensor as cfg.batch_fields() ([B, ...], on the device);
     items: int64 [n_valid] plan item ids of the real (non-padding) rows.
     """
 
+    meta: p.BatchReady
     tensors: dict[str, Any]
-    batch_index: int
-    next_position: int
-    epoch: int  # of the last row
-    n_valid: int
     items: np.ndarray
-    first_epoch: int = 0  # of the first row
     # (true mel frames, padded mel frames, true tokens, padded tokens) of its rows.
     fill: tuple[int, int, int, int] = (0, 0, 0, 0)
 
@@ -153,7 +146,7 @@ class Feeder(threading.Thread):
             self.client.free(batch)
             self._put(fed)
 
-    def _copy(self, batch) -> FedBatch:
+    def _copy(self, batch: Batch) -> FedBatch:
         import tensorflow as tf
 
         # np.array(copy=True) first: on the CPU tf.constant may alias an aligned numpy
@@ -163,20 +156,11 @@ class Feeder(threading.Thread):
             tensors = {
                 name: tf.constant(np.array(view, copy=True)) for name, view in batch.arrays.items()
             }
-        items = np.array(batch.arrays["items"][: batch.n_valid], copy=True)
+        items = np.array(batch.arrays["items"][: batch.meta.n_valid], copy=True)
         a = batch.arrays
         fill = (int(a["mel_lens"].sum()), a["mel"].shape[0] * a["mel"].shape[1],
                 int(a["text_lens"].sum()), a["tokens"].size)  # fmt: skip
-        return FedBatch(
-            tensors,
-            batch.batch_index,
-            batch.next_position,
-            batch.epoch,
-            batch.n_valid,
-            items,
-            batch.first_epoch,
-            fill,
-        )
+        return FedBatch(batch.meta, tensors, items, fill)
 
     def _put(self, item: FedBatch | EndOfData | BaseException) -> None:
         while not (self.stop.is_set() or self._done.is_set()):

@@ -166,7 +166,8 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
         loss = float(s.step_fn(batch.tensors))  # float() waits for the device: true step time
         step_s = time.perf_counter() - t0 - wait_s
         s.step += 1
-        s.samples += batch.n_valid
+        meta = batch.meta
+        s.samples += meta.n_valid
         s.losses.append(loss)
         s.metrics.fill(batch.fill)
         if s.step_fn.trace_count != traces:
@@ -174,19 +175,18 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             # stays out of the window, or it would dominate the step-time mean and CV.
             s.compile_s = step_s if s.compile_s is None else s.compile_s
         else:
-            s.metrics.record(step_s, wait_s, batch.n_valid, batch.fill[0])
-        s.feeder.send_stats(s.step, step_s, wait_s, loss, batch.n_valid, batch.fill[0])
+            s.metrics.record(step_s, wait_s, meta.n_valid, batch.fill[0])
+        s.feeder.send_stats(s.step, step_s, wait_s, loss, meta.n_valid, batch.fill[0])
         s.cursor = {
-            "position": batch.next_position,
-            "batch_index": batch.batch_index + 1,
-            "epoch": batch.epoch,
+            "position": meta.next_position,
+            "batch_index": meta.batch_index + 1,
+            "epoch": meta.epoch,
             "seed": cfg.stager.seed,
         }
         if s.batch_log is not None:
-            rows, frames = batch.tensors["mel"].shape[:2]
-            record = {"step": s.step, "batch_index": batch.batch_index,
-                      "epochs": [batch.first_epoch, batch.epoch],
-                      "shape": [rows, frames, batch.tensors["tokens"].shape[1]]}  # fmt: skip
+            record = {"step": s.step, "batch_index": meta.batch_index,
+                      "epochs": [meta.first_epoch, meta.epoch],
+                      "shape": [meta.rows, meta.frames, meta.text_len]}  # fmt: skip
             s.batch_log.write(json.dumps(record | {"items": batch.items.tolist()}) + "\n")
             s.batch_log.flush()
         if s.step % cfg.train.log_every == 0:
