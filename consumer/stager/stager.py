@@ -337,11 +337,8 @@ class Stager(ConsumerSide, Intake):
         self.batches_sent += 1
 
     # ------------------------------------------------------------ stats and teardown
-    def snapshot(self) -> dict[str, Any]:
-        return snapshot(self)
-
     def publish(self) -> None:
-        self.net.publish(p.Stats(self.snapshot()))
+        self.net.publish(p.Stats(snapshot(self).to_dict()))
 
     def last_reports(self) -> None:
         """After SHUTDOWN: read producers' reports until each has said BYE, which carries
@@ -373,7 +370,7 @@ class Stager(ConsumerSide, Intake):
                 for ident in list(self.manager.producers):
                     self.reply(ident, p.Shutdown("run finished"))
                 self.last_reports()
-            write_json_atomic(self.dir / "stager.json", self.snapshot())
+            write_json_atomic(self.dir / "stager.json", snapshot(self).to_dict())
             time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
         if self.net is not None:
             self.net.close()
