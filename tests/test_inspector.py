@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from consumer.tools.inspector import Inspector
 from consumer.tools.screen import render
 from consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
 from scripts.runner import REPO, Run
+from shared.ring import Ring, SlotState, shown_state
 from shared.stats import (
     CrashReport,
     Padding,
@@ -174,9 +175,12 @@ def test_json_of_a_snapshot_keeps_the_keys_of_before() -> None:
 # ---------------------------------------------------------------- real runs
 
 
-def _stage_after_settling(run: Run, settle_s: float = 4.0) -> tuple[str, dict]:
-    """`ringfeed inspect --json` as a user runs it, after the run settled."""
-    time.sleep(settle_s)
+# Trainer steps past start-up: by then its data wait and the batch ring are steady.
+SETTLED_STEPS = 5
+
+
+def _inspect_json(run: Run) -> dict[str, Any]:
+    """`ringfeed inspect --json` as a user runs it."""
     out = subprocess.run(
         [
             sys.executable,
@@ -195,8 +199,19 @@ def _stage_after_settling(run: Run, settle_s: float = 4.0) -> tuple[str, dict]:
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    snap = json.loads(out.stdout)
-    return snap["diagnosis"]["stage"], snap
+    return json.loads(out.stdout)
+
+
+def _stage_after_settling(run: Run) -> tuple[str, dict[str, Any]]:
+    """The stage `inspect --json` names once the trainer has taken SETTLED_STEPS steps."""
+    seen: list[dict[str, Any]] = []
+
+    def settled() -> bool:
+        seen.append(_inspect_json(run))
+        return (seen[-1].get("trainer") or {}).get("step", 0) >= SETTLED_STEPS
+
+    run.poll_for(settled, 60, f"{SETTLED_STEPS} trainer steps in `inspect --json`")
+    return seen[-1]["diagnosis"]["stage"], seen[-1]
 
 
 @pytest.mark.slow
@@ -227,6 +242,21 @@ def test_inspector_names_the_limiting_stage_of_a_real_run(
         assert shm_segments(run.run_id) == []
 
 
+def _stopped_moving(ring: Ring) -> Callable[[], bool]:
+    """A predicate for poll_for: true once no sample slot is granted or being written and
+    the slot records are as at the previous call (so the stager grants nothing more)."""
+    last: list[np.ndarray] = []
+
+    def still() -> bool:
+        slots = ring.slots.copy()
+        busy = any(shown_state(rec) in (SlotState.GRANTED, SlotState.WRITING) for rec in slots)
+        same = bool(last) and np.array_equal(last[-1], slots)
+        last[:] = [slots]
+        return same and not busy
+
+    return still
+
+
 @pytest.mark.slow
 def test_inspector_never_changes_the_ring(tmp_path: Path) -> None:
     # A stopped consumer freezes the run: every slot and field must stay as it was.
@@ -237,12 +267,12 @@ def test_inspector_never_changes_the_ring(tmp_path: Path) -> None:
         held = run.client()
         for _ in range(3):  # take every batch slot: the run stops moving
             held.next(timeout_s=30)
-        time.sleep(1.0)
         insp = Inspector(run.run_id, str(cfg_path))
+        run.poll_for(_stopped_moving(insp.samples), 30, "the sample ring to stop moving")
         before = (insp.samples.slots.copy(), insp.samples.view("mel").copy())
         for _ in range(5):
             insp.poll_stats(0.2)
-            insp.snapshot()
+            insp.snapshot().to_dict()
         with pytest.raises(ValueError, match="read-only"):
             insp.samples.slots[0]["state"] = 0
         with pytest.raises(ValueError, match="read-only"):
