@@ -335,6 +335,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     from consumer.stager.slot_manager import SlotManager
     from consumer.stager.stats import snapshot
     from shared.config import config_from_dict
+    from shared.stats import CrashReport, TrainerReport
 
     cfg = config_from_dict({})
     book = ProducerBook(SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True), "head", 16)
@@ -346,7 +347,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
             f"{k:02d}" + "k" * (p.MAX_WORK_KEY - 2): 2**53 - 1 for k in range(p.MAX_WORK_KEYS)
         }
         pr.samples = 2**40
-    crash = {"name": "n" * p.MAX_NAME, "traceback": "t" * 2000}
+    crash = CrashReport("n" * p.MAX_NAME, "t" * 2000)
     stager = SimpleNamespace(
         run_id="r" * 32, t_start=0.0, index=SimpleNamespace(n_items=100, bad_lines=[]),
         slots=book.slots, book=book, cfg=cfg,
@@ -355,11 +356,11 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
         delivery=SimpleNamespace(batches_sent=2**40),
         drop=SimpleNamespace(counts={r: 2**40 for r in ("malformed", "stale", "torn")}),
         producers=SimpleNamespace(crashes=[crash] * 5), net=SimpleNamespace(refused=2**40),
-        consumer=SimpleNamespace(ident=None, trainer={
-            "step": 2**40, "step_s": 1.0, "wait_s": 1.0, "loss": 1.0, "t": 1.0}),
+        consumer=SimpleNamespace(
+            ident=None, trainer=TrainerReport(2**40, 1.0, 1.0, 1.0, 2**40, 2**40, 1.0)),
         gpus=2,
     )  # fmt: skip
-    snap = snapshot(stager)
+    snap = snapshot(stager).to_dict()
     assert snap["producers_unlisted"]["count"] == MAX_PRODUCERS - len(snap["producers"])
     header = p.encode(p.Stats(snap))[0]
     assert len(header) < p.MAX_HEADER_BYTES, len(header)

@@ -21,6 +21,7 @@ from consumer.stager.drops import Drops
 from consumer.stager.producer_book import ProducerBook
 from shared import protocol as p
 from shared.run_secret import FILE as SECRET_FILE
+from shared.stats import TrainerReport
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class ConsumerSide:
         self.builder, self.net, self.drop = builder, net, drop
         self.ident: bytes | None = None
         self.at = (-1, -1)  # the (position, batch_index) its hello asked for
-        self.trainer: dict = {}  # its last STEP_STATS, with the time it came
+        self.trainer: TrainerReport | None = None  # its last STEP_STATS, with the time
         self.done = False  # it said BYE: the run is over
 
     def refusal(self, ident: bytes, msg: p.ConsumerHello) -> str:
@@ -89,9 +90,8 @@ class ConsumerSide:
             self.drop("stale", f"BATCH_FREE of slot {msg.slot} generation {msg.generation}")
 
     def on_step_stats(self, msg: p.StepStats) -> None:
-        self.trainer = {"step": msg.step, "step_s": msg.step_s, "wait_s": msg.wait_s,
-                        "loss": msg.loss, "rows": msg.rows, "frames": msg.frames,
-                        "t": time.time()}  # fmt: skip
+        self.trainer = TrainerReport(msg.step, msg.step_s, msg.wait_s, msg.loss, msg.rows,
+                                     msg.frames, time.time())  # fmt: skip
 
     def on_bye(self, msg: p.Bye) -> None:
         log.info("consumer finished after %d batches; stopping the run",

@@ -24,6 +24,7 @@ from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
 from shared import protocol as p
 from shared.process import POLL_S
+from shared.stats import CrashReport
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class ProducerDesk:
         """welcome: what a producer is told (the sample ring's name, the plan's items)."""
         self.book, self.intake, self.welcome, self.net, self.drop = book, intake, welcome, net, drop
         self.slots: SlotManager = book.slots
-        self.crashes: collections.deque[dict[str, str]] = collections.deque(maxlen=CRASHES_KEPT)
+        self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
 
     def hello(self, ident: bytes, msg: p.Hello) -> None:
         if not 0 < msg.pid < 2**31:
@@ -99,7 +100,7 @@ class ProducerDesk:
 
     def on_crash(self, msg: p.Crash, producer: Producer, payload: list[bytes]) -> None:
         log.error("producer %s crashed:\n%s", msg.name, msg.traceback)
-        self.crashes.append({"name": msg.name, "traceback": msg.traceback[-2000:]})
+        self.crashes.append(CrashReport(msg.name, msg.traceback[-2000:]))
 
     def on_bye(self, msg: p.Bye, producer: Producer, payload: list[bytes]) -> None:
         take_work(producer, msg.work)

@@ -96,7 +96,7 @@ class Stager:
                 self.producers.grant()
                 self.delivery.deliver(self.consumer.ident)
             if now >= next_stats:
-                self.net.publish(p.Stats(snapshot(self)))
+                self.net.publish(p.Stats(snapshot(self).to_dict()))
                 next_stats = now + STATS_INTERVAL_S
 
     def route(self, ident: bytes, msg: p.Message, payload: list[bytes]) -> None:
@@ -124,7 +124,7 @@ class Stager:
         if self.consumer.ident is not None and not self.consumer.done:
             self.net.reply(self.consumer.ident, p.Shutdown("stager stopping"))
         self.producers.shut_down()
-        write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", snapshot(self))
+        write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", snapshot(self).to_dict())
         time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
         log.info("stager done: %s", json.dumps(self.slots.counters))
 
