@@ -129,7 +129,9 @@ def test_diagnose_stages(over: dict[str, Any], stage: str) -> None:
 def test_producers_evidence_quotes_numbers() -> None:
     d = diagnose(_snap())
     assert "95%" in d.evidence[0] and "20.0 samples/s" in d.evidence[1]
-    assert "producers.workers" in d.advice
+    # 4 rows per 0.01 s step (the wait excluded): 400 samples/s, 20 producers at 20/s.
+    assert "the trainer could take 400 samples/s" in d.evidence[2]
+    assert "producers.workers (about 20 to keep up" in d.advice
 
 
 @pytest.mark.parametrize("device", ["producer", "stager"])

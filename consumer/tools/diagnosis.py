@@ -81,7 +81,7 @@ def _producers_advice(snap: InspectorSnapshot, stats: StagerStats) -> tuple[list
     trainer = stats.trainer
     need = None
     if trainer is not None and trainer.step_s and snap.batch_size:
-        compute_s = max(trainer.step_s - trainer.wait_s, 1e-3)
+        compute_s = max(trainer.step_s, 1e-3)  # step_s is the step alone, the wait excluded
         need = snap.batch_size / compute_s
         evidence.append(f"the trainer could take {need:.0f} samples/s")
     advice = "raise producers.workers"
