@@ -21,7 +21,15 @@ from shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
 
 
 class Source(Protocol):
+    """Per-sample work of one producer process (called by producer/worker.py).
+
+    stage: where the sample in progress is ("text", "audio", "features", "cache",
+    ...): the stage of the quarantine entry when prepare raises unexpectedly."""
+
     n_items: int
+
+    @property
+    def stage(self) -> str: ...
 
     def item_id(self, item: int) -> str: ...
 
@@ -173,6 +181,11 @@ class DatasetSource:
 
     def warm_up(self) -> None:
         self._pipeline.warm_up()
+
+    @property
+    def stage(self) -> str:
+        """Where the pipeline is with the sample in progress (SamplePipeline.stage)."""
+        return self._pipeline.stage
 
     def prepare(self, item: int) -> Sample:
         return self._pipeline(self.index.entries[item])

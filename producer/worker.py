@@ -9,6 +9,10 @@ How a sample reaches the stager is the SlotWriter's business
 into the shared-memory slot; a remote one (``remote=True``, another host) sends
 the used rows of each field as raw ZeroMQ frames and the stager copies them in.
 
+An unexpected exception in a sample's work is that sample's SKIP, with the
+stage the source was in (``Source.stage``: text, audio, features, cache, ...)
+or "write" when the sample did not fit its slot.
+
 Goodbyes: on stop the worker sends BYE and waits up to SHUTDOWN_WAIT_S for
 BYE_ACK, because ZeroMQ may drop the last messages of a process that exits
 right after sending; correctness never depends on it (leases cover a lost
@@ -231,9 +235,9 @@ class Worker:
         try:
             return self.source.prepare(grant.item)
         except SkipSample as skip:
-            self.skip(grant, skip.reason, skip.path, skip.stage or "prepare")
+            self.skip(grant, skip.reason, skip.path, skip.stage or self.source.stage)
         except Exception as exc:  # one sample's failure, whatever it is, costs that sample
-            self.fail(grant, exc, getattr(self.source, "stage", "prepare"))
+            self.fail(grant, exc, self.source.stage)
         return None
 
     def write(self, writer: SlotWriter, grant: p.GrantEntry, sample: Sample) -> bool:
