@@ -75,7 +75,6 @@ def bench_config(dataset: str, variant: str, root: Path, steps: int) -> dict[str
     raw["producers"] = {"workers": 1}
     raw["train"] = raw.get("train", {}) | {
         "steps": steps,
-        "cv_window": steps,
         "log_every": steps,
         "checkpoint_every": steps,
         "jit_compile": True,

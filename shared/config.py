@@ -24,6 +24,10 @@ from shared.config_checks import MIN_BUCKET_FRACTION, validate
 from shared.schema import ConfigError, build
 
 DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
+# Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
+# log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
+# and the stager's GPU mels (consumer/stager/gpu_mel.py), which must agree.
+LOG_FLOOR = 1e-5
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,6 @@ class TextConfig:
     add_eos: bool = True
     # A text whose share of characters outside the alphabet exceeds this is quarantined.
     max_unknown_frac: float = 0.1
-    cache_size: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,6 @@ class FeaturesConfig:
     n_mels: int = 80
     fmin: float = 0.0
     fmax: float = 8000.0
-    log_floor: float = 1e-5
     max_frames: int = 800
     on_too_long: Literal["skip", "truncate"] = "skip"
     # producer: producers compute the mel; stager: producers write the waveform and
@@ -168,8 +170,6 @@ class TrainConfig:
     log_every: int = 10
     mixed_precision: bool = True
     jit_compile: bool = True
-    # Window, in steps, of the step-time coefficient of variation.
-    cv_window: int = 50
     # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
     log_batches: bool = False
     # TensorFlow intra-op threads when the trainer runs on the CPU; 0: every core of the

@@ -76,7 +76,6 @@ def _validate_features(cfg: Config) -> None:
         "features.fmax",
         f"need 0 <= fmin < fmax <= sample_rate/2 = {cfg.audio.sample_rate / 2}",
     )
-    check(f.log_floor > 0, "features.log_floor", "must be > 0 (it guards log(0))")
     check(cfg.audio.max_duration_s > 0, "audio.max_duration_s", "must be > 0 seconds")
     check(
         len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet != "",

@@ -14,7 +14,7 @@ keras = pytest.importorskip("keras")
 
 from consumer.trainer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
 from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
-from shared.config import Config, replace  # noqa: E402
+from shared.config import LOG_FLOOR, Config, replace  # noqa: E402
 
 try:
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -62,7 +62,7 @@ def _real_batch(cfg: Config) -> dict[str, np.ndarray] | None:
             pad_mode="constant",
         )
         ids = [3 + t.alphabet.index(c) if c in t.alphabet else 1 for c in text][: t.max_text_len]
-        batch["mel"][i, :n_frames] = np.log(np.maximum(mel.T, f.log_floor))
+        batch["mel"][i, :n_frames] = np.log(np.maximum(mel.T, LOG_FLOOR))
         batch["mel_lens"][i], batch["text_lens"][i] = n_frames, len(ids)
         batch["tokens"][i, : len(ids)] = ids
     return batch
