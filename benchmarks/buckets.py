@@ -79,7 +79,7 @@ def bench_config(dataset: str, variant: str, root: Path, steps: int) -> dict[str
         "checkpoint_every": steps,
         "jit_compile": True,
     }
-    raw["run"] = {"root": str(root / "runs")}
+    raw["run_root"] = str(root / "runs")
     return raw
 
 

@@ -69,7 +69,7 @@ RESULT_TAG = "FEED_RESULT "
 
 
 def bench_config(raw: dict[str, Any], root: Path, workers: int, warmup: int, steps: int) -> dict:
-    """demo.yaml's raw config with the benchmark's overrides; root is the run.root."""
+    """demo.yaml's raw config with the benchmark's overrides; root is the run_root."""
     raw = json.loads(json.dumps(raw))  # deep copy
     raw.setdefault("features", {}).update({"cache": False, "on_too_long": "truncate"})
     raw.setdefault("producers", {})["workers"] = workers
@@ -83,7 +83,7 @@ def bench_config(raw: dict[str, Any], root: Path, workers: int, warmup: int, ste
         "checkpoint_every": total,
         "log_batches": False,
     }
-    raw["run"] = {"root": str(root)}
+    raw["run_root"] = str(root)
     return raw
 
 

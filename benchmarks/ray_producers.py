@@ -51,7 +51,7 @@ def config(tmp: Path, items: int, port: int) -> Path:
         "stager": {"batch_size": 16, "epochs": 1},
         "producers": {"workers": 1, "per_node": 1},
         "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
-        "run": {"root": str(tmp / "runs")},
+        "run_root": str(tmp / "runs"),
     }
     path = tmp / f"ray-bench-{port}.yaml"
     path.write_text(yaml.safe_dump(raw))

@@ -89,7 +89,7 @@ def soak_config(root: Path, workers: int, port: int) -> dict:
         "stager": {"batch_size": 8, "epochs": 100_000},
         "producers": {"workers": workers, "restart_backoff_s": 0.0, "max_restarts": 10**6},
         "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
-        "run": {"root": str(root / "runs")},
+        "run_root": str(root / "runs"),
     }
 
 

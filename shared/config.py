@@ -184,11 +184,6 @@ class DevicesConfig:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    root: str = "runs"
-
-
-@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     text: TextConfig = field(default_factory=TextConfig)
@@ -201,7 +196,8 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     devices: DevicesConfig = field(default_factory=DevicesConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+    # Where run directories go: run_root/<run-id>/.
+    run_root: str = "runs"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -304,11 +300,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def replace(cfg: Config, **sections: dict[str, Any]) -> Config:
-    """A copy of cfg with some keys of some sections changed (for tests and benchmarks)."""
+def replace(cfg: Config, **changes: Any) -> Config:
+    """A copy of cfg with some keys of some sections changed, or top-level keys
+    (run_root) replaced (for tests and benchmarks)."""
     raw = cfg.to_dict()
-    for section, values in sections.items():
-        raw[section].update(values)
+    for name, value in changes.items():
+        raw[name] = {**raw[name], **value} if isinstance(raw.get(name), dict) else value
     return config_from_dict(raw)
 
 
@@ -373,7 +370,7 @@ def endpoints(cfg: Config, run_id: str) -> Endpoints:
 
 
 def run_dir(cfg: Config, run_id: str) -> Path:
-    return Path(cfg.run.root) / run_id
+    return Path(cfg.run_root) / run_id
 
 
 def tensorflow_log_level() -> str:
