@@ -28,6 +28,8 @@ DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
 # and the stager's GPU mels (consumer/stager/gpu_mel.py), which must agree.
 LOG_FLOOR = 1e-5
+# Environment variable naming a source hook, "module:callable" (see source_hook).
+SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,6 @@ class DataConfig:
     # synthetic: precomputed arrays, no files (transport tests and benchmarks).
     format: Literal["ljspeech", "csv", "synthetic"] = "ljspeech"
     synthetic_items: int = 256
-    # Extra time each synthetic sample takes, seconds (to induce slow producers).
-    synthetic_delay_s: float = 0.0
-    # Fault injection for tests and the soak: synthetic items whose work raises an
-    # unexpected exception, and items whose work ends its process with exit code 0.
-    synthetic_raise: tuple[int, ...] = ()
-    synthetic_exit: tuple[int, ...] = ()
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
     # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
     synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
@@ -371,6 +367,23 @@ def endpoints(cfg: Config, run_id: str) -> Endpoints:
 
 def run_dir(cfg: Config, run_id: str) -> Path:
     return Path(cfg.run_root) / run_id
+
+
+def source_hook() -> str:
+    """RINGFEED_SOURCE_HOOK: "module:callable", or "" (the default: no hook).
+
+    For tests and benchmarks only: each producer wraps its source as
+    callable(cfg, source) -> Source (producer/sources.py make_source), e.g. to
+    inject faults (tests/fault_sources.py). Processes a launcher spawns inherit
+    it; producers on Ray get it from source_hook_env."""
+    return os.environ.get(SOURCE_HOOK_ENV, "")
+
+
+def source_hook_env() -> dict[str, str]:
+    """The source hook as environment variables, for a producer started where this
+    process's environment does not reach (a Ray actor); {} when none is set."""
+    hook = source_hook()
+    return {SOURCE_HOOK_ENV: hook} if hook else {}
 
 
 def tensorflow_log_level() -> str:
