@@ -151,11 +151,11 @@ class TransportConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    # "module:function", called as function(cfg, **kwargs) by the trainer.
     factory: str = "consumer.trainer.model:build_default_model"
-    d_model: int = 128
-    n_layers: int = 3
-    kernel_size: int = 5
-    dropout: float = 0.1
+    # The factory's own hyper-parameters; it checks them (the default model's:
+    # d_model, n_layers, kernel_size, dropout, consumer/trainer/model.py).
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,6 @@ def validate(cfg: Config) -> None:
         ("stager.batch_size", s.batch_size),
         ("stager.batch_slots", s.batch_slots),
         ("ring.max_item_attempts", r.max_item_attempts),
-        ("model.d_model", cfg.model.d_model),
-        ("model.n_layers", cfg.model.n_layers),
         ("train.log_every", cfg.train.log_every),
         ("train.checkpoint_every", cfg.train.checkpoint_every),
     ]:

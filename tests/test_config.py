@@ -13,6 +13,7 @@ from shared.config import (
     config_from_dict,
     load_config,
     replace,
+    run_dir,
 )
 from shared.ring import check_shm_fits, slot_bytes
 
@@ -49,6 +50,29 @@ def test_errors_name_the_key(raw: dict, needle: str) -> None:
         config_from_dict(raw)
 
 
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ({"model": {"kwargs": [64]}}, "model.kwargs: must be a mapping"),
+        ({"model": {"kwargs": {"d_model": {1, 2}}}}, "model.kwargs.d_model: must be plain YAML"),
+        ({"run_root": 3}, "run_root: must be a string"),
+    ],
+)
+def test_mapping_and_top_level_keys_name_the_key(raw: dict, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        config_from_dict(raw)
+
+
+def test_model_kwargs_and_run_root_round_trip_through_yaml(tmp_path: Path) -> None:
+    kwargs = {"d_model": 64, "dropout": 0.0, "widths": [1, 2], "name": "x"}
+    cfg = config_from_dict({"model": {"kwargs": kwargs}, "run_root": str(tmp_path)})
+    path = tmp_path / "resolved.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(path) == cfg and cfg.model.kwargs == kwargs
+    assert run_dir(cfg, "r1") == tmp_path / "r1"
+    assert replace(cfg, run_root="elsewhere").run_root == "elsewhere"
+
+
 def test_ring_larger_than_dev_shm_is_refused_before_start() -> None:
     cfg = replace(Config(), ring={"slots": 1_000_000})  # ~245 GiB of slots
     with pytest.raises(ConfigError, match="lower ring.slots"):
@@ -78,6 +102,7 @@ def test_shipped_configs_load_and_every_key_is_read(path: Path) -> None:
         for p in (ROOT / d).rglob("*.py")
     )
     for key in _keys(yaml.safe_load(path.read_text()) or {}):
-        name = key.split(".", 1)[1]
-        # Sections are often bound to a short name (rc = cfg.ring): look for the attribute.
+        name = key.rsplit(".", 1)[-1]
+        # Sections are often bound to a short name (rc = cfg.ring), and a factory's
+        # model.kwargs to its own (m = DefaultModelKwargs): look for the attribute.
         assert f".{name}" in code, f"{path.name}: {key} is read by no code"

@@ -27,7 +27,7 @@ SYNTHETIC = {
     "ring": {"slots": 8},
     "stager": {"batch_size": 4},
     "producers": {"workers": 2},
-    "model": {"d_model": 16, "n_layers": 1},
+    "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
 }
 
 
@@ -61,7 +61,7 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
             "text": {"max_text_len": 64},
             "stager": {"batch_size": 4},
             "ring": {"slots": 16},
-            "model": {"d_model": 32, "n_layers": 1},
+            "model": {"kwargs": {"d_model": 32, "n_layers": 1}},
             "train": {
                 "steps": 30,
                 "log_every": 5,
