@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from shared.config_checks import MIN_BUCKET_FRACTION, validate
+from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
 from shared.schema import ConfigError, build
 
 DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
@@ -278,6 +278,7 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config: top level must be a mapping, got {type(raw).__name__}")
+    check_moved(raw)
     return build(Config, raw)
 
 

@@ -1,15 +1,16 @@
 """Checks of a whole configuration, beyond each key's type (shared/schema.py).
 
 Called once per Config, from its __post_init__ (shared/config.py); each failed
-check raises ConfigError naming the key and what to change.
+check raises ConfigError naming the key and what to change. Before that,
+check_moved turns a key of an earlier schema into an error saying where it went.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from shared.schema import check
+from shared.schema import ConfigError, check
 
 if TYPE_CHECKING:
     from shared.config import Config
@@ -18,6 +19,32 @@ if TYPE_CHECKING:
 MIN_BUCKET_FRACTION = 8
 # Each bucket is one more compilation of the train step.
 MAX_BUCKETS = 16
+
+_TESTS_ONLY = "fault injection is for tests only (RINGFEED_SOURCE_HOOK, tests/fault_sources.py)"
+# Keys of earlier versions of the schema, and where each went: a config of the old
+# shape gets this instead of "unknown key".
+MOVED_KEYS = {
+    "model.d_model": "moved to model.kwargs.d_model",
+    "model.n_layers": "moved to model.kwargs.n_layers",
+    "model.kernel_size": "moved to model.kwargs.kernel_size",
+    "model.dropout": "moved to model.kwargs.dropout",
+    "run.root": "moved to run_root",
+    "text.cache_size": "no longer a setting (a constant in producer/text.py)",
+    "train.cv_window": "no longer a setting (a constant in consumer/trainer/metrics.py)",
+    "features.log_floor": "no longer a setting (LOG_FLOOR in shared/config.py)",
+    "data.synthetic_raise": _TESTS_ONLY,
+    "data.synthetic_exit": _TESTS_ONLY,
+    "data.synthetic_delay_s": _TESTS_ONLY,
+}
+
+
+def check_moved(raw: dict[str, Any]) -> None:
+    """Raise ConfigError for a key of an earlier schema (MOVED_KEYS) in a raw config
+    mapping, saying where it went."""
+    for key, note in MOVED_KEYS.items():
+        section, name = key.split(".")
+        if isinstance(raw.get(section), dict) and name in raw[section]:
+            raise ConfigError(f"{key}: {note}")
 
 
 def is_loopback(host: str) -> bool:

@@ -15,6 +15,7 @@ from shared.config import (
     replace,
     run_dir,
 )
+from shared.config_checks import MOVED_KEYS
 from shared.ring import check_shm_fits, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,43 @@ def test_defaults_and_derived_sizes() -> None:
 def test_errors_name_the_key(raw: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         config_from_dict(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"model": {"d_model": 64}}, "model.d_model: moved to model.kwargs.d_model"),
+        ({"model": {"dropout": 0.0}}, "model.dropout: moved to model.kwargs.dropout"),
+        ({"run": {"root": "runs"}}, "run.root: moved to run_root"),
+        (
+            {"text": {"cache_size": 10}},
+            "text.cache_size: no longer a setting (a constant in producer/text.py)",
+        ),
+        ({"train": {"cv_window": 50}}, "train.cv_window: no longer a setting (a constant in"),
+        (
+            {"features": {"log_floor": 1e-5}},
+            "features.log_floor: no longer a setting (LOG_FLOOR in shared/config.py)",
+        ),
+        (
+            {"data": {"synthetic_raise": [3]}},
+            "data.synthetic_raise: fault injection is for tests only (RINGFEED_SOURCE_HOOK",
+        ),
+        ({"data": {"synthetic_exit": [3]}}, "data.synthetic_exit: fault injection is for tests"),
+        ({"data": {"synthetic_delay_s": 0.1}}, "data.synthetic_delay_s: fault injection is"),
+    ],
+)
+def test_a_key_of_the_old_shape_says_where_it_went(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    assert str(info.value).startswith(message)
+
+
+def test_moved_keys_are_not_keys_of_the_schema() -> None:
+    """A note for an old key must never hide a key that is still read."""
+    raw = Config().to_dict()
+    for key in MOVED_KEYS:
+        section, name = key.split(".")
+        assert not isinstance(raw.get(section), dict) or name not in raw[section], key
 
 
 @pytest.mark.parametrize(
