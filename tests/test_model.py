@@ -155,6 +155,15 @@ def test_the_default_model_checks_its_kwargs_by_name(kwargs: dict, needle: str) 
     assert str(info.value).startswith(needle)
 
 
+def test_kwargs_a_factory_does_not_take_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("user_tts")
+    module.cfg_only = lambda cfg: build_default_model(cfg)
+    monkeypatch.setitem(sys.modules, "user_tts", module)
+    cfg = replace(small_cfg(), model={"factory": "user_tts:cfg_only"})  # kwargs d_model, ...
+    with pytest.raises(ConfigError, match=r"model\.kwargs: user_tts:cfg_only does not take"):
+        load_model_factory(cfg)
+
+
 def test_loss_drops_over_30_steps() -> None:
     cfg = small_cfg()
     keras.utils.set_random_seed(0)

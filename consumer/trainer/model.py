@@ -27,6 +27,7 @@ loss_fn(pred, target, mel_lens) -> scalar.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,7 @@ import tensorflow as tf
 from keras import layers, ops
 
 from shared.config import Config
-from shared.schema import build, check
+from shared.schema import ConfigError, build, check
 
 LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -215,7 +216,12 @@ def load_model_factory(cfg: Config) -> tuple[keras.Model, LossFn]:
     factory = getattr(module, func_name, None)
     if not callable(factory):
         raise ValueError(f"model.factory={spec!r}: {module_name} has no function {func_name}")
-    built = factory(cfg, **cfg.model.kwargs)
+    kwargs = cfg.model.kwargs
+    try:
+        inspect.signature(factory).bind(cfg, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"model.kwargs: {spec} does not take {sorted(kwargs)}: {exc}") from None
+    built = factory(cfg, **kwargs)
     model, loss_fn = built if isinstance(built, tuple) else (built, masked_l1)
     if not isinstance(model, keras.Model):
         raise TypeError(
