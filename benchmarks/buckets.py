@@ -71,16 +71,15 @@ def bench_config(dataset: str, variant: str, root: Path, steps: int) -> dict[str
     raw["stager"] = {"batch_size": 8, "epochs": 0, "batch_slots": 3}
     if variant != "fixed":
         raw["stager"]["auto_buckets"] = 4
-    raw["model"] = raw.get("model", {}) | {"d_model": 64, "n_layers": 2}
+    raw["model"] = raw.get("model", {}) | {"kwargs": {"d_model": 64, "n_layers": 2}}
     raw["producers"] = {"workers": 1}
     raw["train"] = raw.get("train", {}) | {
         "steps": steps,
-        "cv_window": steps,
         "log_every": steps,
         "checkpoint_every": steps,
         "jit_compile": True,
     }
-    raw["run"] = {"root": str(root / "runs")}
+    raw["run_root"] = str(root / "runs")
     return raw
 
 

@@ -23,9 +23,12 @@ Each variant is its own process with the trainer's TensorFlow thread settings
 Every variant times ``warmup + steps`` steps the trainer's way (wait = time
 blocked on the next batch; step = until the loss is on the host) and reports
 the last ``steps`` only: the first steps trace and compile. For ringfeed that
-is train.steps = warmup + steps with train.cv_window = steps. Step time is the
-mean over those steps (summary.json has no per-step times); samples/s is
-samples over (step + wait) time; wait is wait time over (step + wait) time.
+is train.steps = warmup + steps; the trainer leaves only its compiling step out
+of summary.json, and its step-time CV is over its last CV_WINDOW_STEPS (50,
+consumer/trainer/metrics.py) steps, so warm-up steps count when steps < 50.
+Step time is the mean over those steps (summary.json has no per-step times);
+samples/s is samples over (step + wait) time; wait is wait time over (step +
+wait) time.
 
 The rounds alternate the variants so machine noise hits them alike; the table
 gives the median over rounds and the ratios. On a CPU-only host the train step
@@ -66,7 +69,7 @@ RESULT_TAG = "FEED_RESULT "
 
 
 def bench_config(raw: dict[str, Any], root: Path, workers: int, warmup: int, steps: int) -> dict:
-    """demo.yaml's raw config with the benchmark's overrides; root is the run.root."""
+    """demo.yaml's raw config with the benchmark's overrides; root is the run_root."""
     raw = json.loads(json.dumps(raw))  # deep copy
     raw.setdefault("features", {}).update({"cache": False, "on_too_long": "truncate"})
     raw.setdefault("producers", {})["workers"] = workers
@@ -76,12 +79,11 @@ def bench_config(raw: dict[str, Any], root: Path, workers: int, warmup: int, ste
     # No checkpoint or log inside the timed loop; the window is exactly the last `steps`.
     raw["train"] = raw.get("train", {}) | {
         "steps": total,
-        "cv_window": steps,
         "log_every": total,
         "checkpoint_every": total,
         "log_batches": False,
     }
-    raw["run"] = {"root": str(root)}
+    raw["run_root"] = str(root)
     return raw
 
 
@@ -173,7 +175,7 @@ def run_variant(variant: str, cfg: Config, warmup: int) -> dict[str, Any]:
         batches = (fixed[k % len(fixed)] for k in range(10**9))
     else:
         batches = iter(tf_dataset(cfg, entries, pipe))
-    metrics = StepMetrics(cfg.train.cv_window)
+    metrics = StepMetrics(window=cfg.train.steps)  # every timed step
     step_times: list[float] = []
     for k in range(cfg.train.steps):
         t0 = time.perf_counter()

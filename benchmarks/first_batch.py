@@ -39,7 +39,7 @@ def first_batch_s(cache_dir: Path, tmp: Path) -> float:
     raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     raw["data"]["path"] = str(REPO / "data" / "ljspeech-mini")
     raw["features"] = {**raw.get("features", {}), "cache_dir": str(cache_dir)}
-    raw["run"] = {"root": str(tmp / "runs")}
+    raw["run_root"] = str(tmp / "runs")
     run_id = f"first-{uuid.uuid4().hex[:6]}"
     cfg_path = tmp / f"{run_id}.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))

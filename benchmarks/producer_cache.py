@@ -52,7 +52,7 @@ from producer.features import fit_length, log_mel  # noqa: E402
 from producer.pipeline import SamplePipeline  # noqa: E402
 from producer.text import TextEncoder  # noqa: E402
 from producer.threads import pin_math_threads  # noqa: E402
-from shared.config import Config, config_from_dict  # noqa: E402
+from shared.config import LOG_FLOOR, Config, config_from_dict  # noqa: E402
 from shared.dataset import DatasetEntry, read_dataset  # noqa: E402
 
 BATCH_SIZE = 8
@@ -104,7 +104,7 @@ def raw_mel(path: str, cfg: Config) -> np.ndarray:
         window="hann", center=True, pad_mode="constant", power=1.0, n_mels=f.n_mels,
         fmin=f.fmin, fmax=f.fmax, htk=False, norm="slaney",
     )  # fmt: skip
-    return np.log(np.maximum(mel, f.log_floor)).T
+    return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 
 def bench_raw(cfg: Config, entries: list[DatasetEntry], passes: int) -> float:

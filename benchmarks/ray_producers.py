@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scripts.runner import Run  # noqa: E402
+from tests.fault_sources import inject_faults  # noqa: E402
 
 
 def free_port() -> int:
@@ -44,17 +45,19 @@ def free_port() -> int:
 
 def config(tmp: Path, items: int, port: int) -> Path:
     raw = {
-        "data": {"format": "synthetic", "synthetic_items": items, "synthetic_delay_s": 0.002},
+        "data": {"format": "synthetic", "synthetic_items": items},
         "features": {"max_frames": 200, "cache": False},
         "text": {"max_text_len": 64},
         "ring": {"slots": 64},
         "stager": {"batch_size": 16, "epochs": 1},
         "producers": {"workers": 1, "per_node": 1},
         "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
-        "run": {"root": str(tmp / "runs")},
+        "run_root": str(tmp / "runs"),
     }
     path = tmp / f"ray-bench-{port}.yaml"
     path.write_text(yaml.safe_dump(raw))
+    # 2 ms of work per sample, through the source hook (Ray actors get it from the driver).
+    inject_faults(path, delay_s=0.002)
     return path
 
 

@@ -87,7 +87,7 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
         "text": {"max_text_len": T},
         "stager": {"batch_size": B},
         "producers": {"workers": workers},
-        "run": {"root": str(tmp / "runs")},
+        "run_root": str(tmp / "runs"),
     }
     with live_run(raw, tmp) as client:
         for _ in range(20):  # warm up

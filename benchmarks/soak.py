@@ -10,7 +10,8 @@ finite epochs far beyond what the time allows. The faults, all at once:
   through scripts/lossy_link.py, which drops ``--drop`` of the messages each
   way, whole (GRANTs, READYs with their payload, HELLOs, WELCOMEs, REQUESTs);
 - item POISON_RAISE raises an unexpected exception in the producer's work,
-  and item POISON_EXIT ends its worker with exit code 0;
+  and item POISON_EXIT ends its worker with exit code 0 (injected with the
+  sleep through the source hook, tests/fault_sources.py);
 - every 0.5-3 s (seeded) one random producer worker gets SIGKILL.
 
 This process is the consumer (BatchClient). It checks every row of every batch
@@ -57,6 +58,7 @@ from scripts.runner import Run, worker_pids  # noqa: E402
 from shared.config import Config, config_from_dict  # noqa: E402
 from shared.quarantine import read_quarantine  # noqa: E402
 from shared.segments import list_segments  # noqa: E402
+from tests.fault_sources import inject_faults  # noqa: E402
 
 N_ITEMS = 2000
 POISON_RAISE, POISON_EXIT = 7, 1234
@@ -76,20 +78,14 @@ def free_port() -> int:
 
 def soak_config(root: Path, workers: int, port: int) -> dict:
     return {
-        "data": {
-            "format": "synthetic",
-            "synthetic_items": N_ITEMS,
-            "synthetic_delay_s": 0.002,
-            "synthetic_raise": [POISON_RAISE],
-            "synthetic_exit": [POISON_EXIT],
-        },
+        "data": {"format": "synthetic", "synthetic_items": N_ITEMS},
         "features": {"max_frames": 64, "cache": False},
         "text": {"max_text_len": 32},
         "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
         "stager": {"batch_size": 8, "epochs": 100_000},
         "producers": {"workers": workers, "restart_backoff_s": 0.0, "max_restarts": 10**6},
         "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
-        "run": {"root": str(root / "runs")},
+        "run_root": str(root / "runs"),
     }
 
 
@@ -164,6 +160,7 @@ def soak(args: argparse.Namespace, tmp: Path) -> int:
     raw = soak_config(tmp, args.workers, stager_port)
     cfg_path = tmp / "soak.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
+    inject_faults(cfg_path, raise_items=[POISON_RAISE], exit_items=[POISON_EXIT], delay_s=0.002)
     cfg = config_from_dict(raw)
     run_id = f"soak-{uuid.uuid4().hex[:6]}"
     shm_before = sorted(p.name for p in list_segments())

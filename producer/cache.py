@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from producer.audio import RESAMPLE_QUALITY
-from shared.config import Config
+from shared.config import LOG_FLOOR, Config
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ def settings_hash(cfg: Config) -> str:
 def _settings_json(cfg: Config) -> str:
     features = dataclasses.asdict(cfg.features)
     del features["cache_dir"], features["cache"]  # where and whether: not what
+    features["log_floor"] = LOG_FLOOR  # once a key: caches made then keep their name
     settings = {
         "version": CACHE_FORMAT_VERSION,
         "resample_quality": RESAMPLE_QUALITY,

@@ -7,7 +7,7 @@ exactly librosa's, so features computed elsewhere can be checked against it::
         y=wave, sr=sample_rate, n_fft=n_fft, hop_length=hop_length,
         win_length=win_length, window="hann", center=True, pad_mode="constant",
         power=1.0, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=False, norm="slaney")
-    log_mel = np.log(np.maximum(mel, log_floor)).T        # [n_frames, n_mels]
+    log_mel = np.log(np.maximum(mel, LOG_FLOOR)).T        # [n_frames, n_mels]
 
 Here the STFT and the filterbank are librosa's definitions written in numpy
 (no librosa import on the producer's path: its first call costs ~2 s), the
@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from producer.sample import SkipSample
-from shared.config import Config, FeaturesConfig
+from shared.config import LOG_FLOOR, Config, FeaturesConfig
 
 # Slaney's mel scale (librosa.hz_to_mel, htk=False): linear below 1 kHz, log above.
 _F_SP = 200.0 / 3
@@ -98,7 +98,7 @@ def log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
     """Waveform float32 [n] at audio.sample_rate -> log-mel float32 [1 + n // hop, n_mels]."""
     mag = stft_magnitude(wave, cfg.features)
     mel = mag @ mel_filterbank(cfg).T
-    return np.log(np.maximum(mel, np.float32(cfg.features.log_floor)), out=mel)
+    return np.log(np.maximum(mel, np.float32(LOG_FLOOR)), out=mel)
 
 
 def n_frames(n_samples: int, cfg: Config) -> int:

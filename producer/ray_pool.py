@@ -9,6 +9,10 @@ own data plane: each actor is a remote producer (producer/worker.py) that
 connects to the stager's tcp endpoint with CURVE and sends its samples as
 payload frames; nothing of a sample passes through Ray's object store.
 
+Environment. Actors do not inherit the driver's environment (a raylet starts
+them), so the driver hands them the one variable a producer reads from it, the
+source hook (shared/config.py source_hook_env), as Ray's runtime_env.
+
 Keys. The driver reads the client key bundle (``transport.keys_dir`` on its
 host) and hands the keys to each actor as a task argument, so no one copies
 files to the nodes. That goes over Ray's own channels, which are not
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from producer.worker import EXIT_FINISHED
-from shared.config import Config
+from shared.config import Config, source_hook_env
 from shared.keys import ClientKeys, load_client
 from shared.process import POLL_S, StopFlag
 
@@ -88,6 +92,8 @@ class RayProducers:
         self.ray, self.cfg, self.endpoint = ray, cfg, endpoint
         self.actor_class = ray.remote(ProducerActor)
         self.cfg_yaml, self.keys = cfg.to_yaml(), key_payload(cfg, endpoint)
+        env = source_hook_env()
+        self.options = {**ACTOR_OPTIONS, **({"runtime_env": {"env_vars": env}} if env else {})}
         self.placed: set[str] = set()
         self.running: dict[Any, tuple[str, Any]] = {}  # run ref -> (node id, actor)
         self.finished = 0
@@ -96,7 +102,7 @@ class RayProducers:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         strategy = NodeAffinitySchedulingStrategy(node_id, soft=True)
-        actor = self.actor_class.options(scheduling_strategy=strategy, **ACTOR_OPTIONS).remote()
+        actor = self.actor_class.options(scheduling_strategy=strategy, **self.options).remote()
         self.running[actor.run.remote(self.cfg_yaml, self.endpoint, self.keys)] = (node_id, actor)
 
     def place_new_nodes(self) -> None:

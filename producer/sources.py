@@ -4,24 +4,36 @@ A source maps an item index (0..n_items-1, the order of the dataset file) to a
 :class:`producer.sample.Sample` or raises :class:`producer.sample.SkipSample`.
 The stager reads the same item list through shared.dataset.dataset_index,
 without any audio code.
+
+Tests and benchmarks may wrap the source with a hook (RINGFEED_SOURCE_HOOK,
+shared/config.py source_hook), e.g. to inject faults (tests/fault_sources.py);
+production code never does, and nothing here ends a process or sleeps.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import time
+import importlib
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
 from producer.sample import Sample
-from shared.config import Config
+from shared.config import SOURCE_HOOK_ENV, Config, source_hook
 from shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
 
 
 class Source(Protocol):
+    """Per-sample work of one producer process (called by producer/worker.py).
+
+    stage: where the sample in progress is ("text", "audio", "features", "cache",
+    ...): the stage of the quarantine entry when prepare raises unexpectedly."""
+
     n_items: int
+
+    @property
+    def stage(self) -> str: ...
 
     def item_id(self, item: int) -> str: ...
 
@@ -72,8 +84,7 @@ class SyntheticSource:
     columns over a shared block of random values, so a consumer can check every
     row it receives against the item it claims to be (tests/test_transport_e2e.py
     ``check_rows``). Lengths vary with the item so padding is exercised: tokens
-    20..max_text_len, frames max_frames/2..max_frames. Items listed in
-    data.synthetic_raise raise, those in data.synthetic_exit end the process.
+    20..max_text_len, frames max_frames/2..max_frames.
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -85,7 +96,6 @@ class SyntheticSource:
         self._name = name
         self._block = rng.standard_normal(fields[name][0], dtype=np.float32)
         self._rows = np.arange(self._block.shape[0], dtype=np.float32)
-        self._raise, self._exit = set(cfg.data.synthetic_raise), set(cfg.data.synthetic_exit)
         self.stage = "synthetic"
 
     def item_id(self, item: int) -> str:
@@ -104,12 +114,6 @@ class SyntheticSource:
         return synthetic_lengths(item, self.cfg)
 
     def prepare(self, item: int) -> Sample:
-        if self.cfg.data.synthetic_delay_s > 0:
-            time.sleep(self.cfg.data.synthetic_delay_s)
-        if item in self._raise:
-            raise ZeroDivisionError(f"synthetic fault: item {item} is in data.synthetic_raise")
-        if item in self._exit:
-            os._exit(0)  # a library that ends the process as if all were well
         text_len, n = self.lengths(item)
         sample = Sample(
             item_id=self.item_id(item), tokens=synthetic_tokens(item, text_len, self.cfg)
@@ -174,6 +178,11 @@ class DatasetSource:
     def warm_up(self) -> None:
         self._pipeline.warm_up()
 
+    @property
+    def stage(self) -> str:
+        """Where the pipeline is with the sample in progress (SamplePipeline.stage)."""
+        return self._pipeline.stage
+
     def prepare(self, item: int) -> Sample:
         return self._pipeline(self.index.entries[item])
 
@@ -183,7 +192,23 @@ class DatasetSource:
 
 
 def make_source(cfg: Config) -> Source:
-    """The per-sample work for cfg.data.format, in a producer process."""
-    if cfg.data.format == "synthetic":
-        return SyntheticSource(cfg)
-    return DatasetSource(cfg)
+    """The per-sample work for cfg.data.format, in a producer process, wrapped by the
+    source hook when one is set."""
+    source: Source = SyntheticSource(cfg) if cfg.data.format == "synthetic" else DatasetSource(cfg)
+    hook = source_hook()
+    return load_hook(hook)(cfg, source) if hook else source
+
+
+def load_hook(spec: str) -> Callable[[Config, Source], Source]:
+    """Import the source hook "module:callable"; errors name RINGFEED_SOURCE_HOOK."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise ValueError(f"{SOURCE_HOOK_ENV}={spec!r}: write it as 'package.module:callable'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{SOURCE_HOOK_ENV}={spec!r}: cannot import {module_name}: {exc}") from exc
+    hook = getattr(module, name, None)
+    if not callable(hook):
+        raise ValueError(f"{SOURCE_HOOK_ENV}={spec!r}: {module_name} has no callable {name}")
+    return hook

@@ -27,6 +27,9 @@ from shared.config import Config
 
 PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
 FIRST_CHAR_ID = 3
+# Cleaned texts one producer keeps (LRU): more than LJSpeech's 13,100 lines, so from the
+# second epoch on cleaning is a dict lookup; a few tens of MB per producer when full.
+TEXT_CACHE_SIZE = 100_000
 
 # Typographic characters unidecode would map to something the alphabet lacks
 # (unidecode turns "£" into "PS", an em dash into "--").
@@ -143,7 +146,7 @@ class TextEncoder:
     """Text -> int32 token ids, with an LRU cache of cleaned texts.
 
     One per producer process (inside SamplePipeline). The cache (size
-    ``text.cache_size``) makes a text seen in an earlier epoch cost a dict
+    TEXT_CACHE_SIZE) makes a text seen in an earlier epoch cost a dict
     lookup instead of the regex passes and num2words calls.
     """
 
@@ -155,7 +158,7 @@ class TextEncoder:
         self._lut[[ord(c) for c in alphabet]] = np.arange(
             FIRST_CHAR_ID, FIRST_CHAR_ID + len(alphabet), dtype=np.int32
         )
-        self.clean = functools.lru_cache(maxsize=cfg.text.cache_size)(clean_text)
+        self.clean = functools.lru_cache(maxsize=TEXT_CACHE_SIZE)(clean_text)
 
     def tokenize(self, cleaned: str) -> np.ndarray:
         """Cleaned text -> int32 [len(cleaned) (+1 with text.add_eos)], no padding."""

@@ -4,9 +4,14 @@ Main loop (one screen): poll the stager, take one grant, prepare the sample
 (producer/sources.py), write it into the granted slot, seal and announce it,
 heartbeat, check the stop flag. TensorFlow is never imported here.
 
-A local producer writes straight into the shared-memory slot; a remote one
-(``remote=True``, another host) sends the used rows of each field as raw
-ZeroMQ frames and the stager copies them into the slot.
+How a sample reaches the stager is the SlotWriter's business
+(producer/slot_writer.py), chosen at WELCOME: a local producer writes straight
+into the shared-memory slot; a remote one (``remote=True``, another host) sends
+the used rows of each field as raw ZeroMQ frames and the stager copies them in.
+
+An unexpected exception in a sample's work is that sample's SKIP, with the
+stage the source was in (``Source.stage``: text, audio, features, cache, ...)
+or "write" when the sample did not fit its slot.
 
 Goodbyes: on stop the worker sends BYE and waits up to SHUTDOWN_WAIT_S for
 BYE_ACK, because ZeroMQ may drop the last messages of a process that exits
@@ -26,16 +31,16 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import zmq
 
 from producer.sample import Sample, SkipSample
+from producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
 from producer.sources import Source, make_source
 from shared import protocol as p
 from shared.config import Config
 from shared.keys import ClientKeys, load_client
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
-from shared.ring import Ring, rows_checksum
+from shared.ring import Ring
 from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
@@ -73,15 +78,13 @@ class Worker:
         self.fields = cfg.sample_fields()  # name -> (shape, dtype), in ring order
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None
-        self.ring: Ring | None = None
+        self.writer: SlotWriter | None = None  # from WELCOME on (connect drops it)
         self.grants: deque[p.GrantEntry] = deque()
-        self.ready: list[p.ReadyEntry] = []
         self.ready_batch = max(1, cfg.producers.credits // 4)
         self.done = 0
         self.done_reported = 0
         self.last_sent = self.last_heard = self.last_heartbeat = time.monotonic()
-        self.welcomed_at: float | None = None
-        self.welcomed = False
+        self.welcomed = False  # by the stager, on the current socket
         self.hello_at = self.last_request = 0.0
         self.on_welcome: Callable[[], object] | None = None
         self.token = secrets.token_hex(16)  # this process, in every HELLO (shared.protocol)
@@ -103,13 +106,18 @@ class Worker:
             self.sock.curve_serverkey = keys.server_public
         self.sock.connect(self.endpoint)
         self.grants.clear()
-        self.ready.clear()
+        self.drop_writer()  # READY entries not yet sent belong to the old session
         hello = p.Hello(
             self.name, os.getpid(), socket.gethostname(), self.remote, self.token, self.place
         )
         self._send(hello)
         self.last_heard = self.hello_at = time.monotonic()
         self.welcomed = False
+
+    def drop_writer(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
 
     def _send(self, msg: p.Message, payload: list | None = None) -> None:
         assert self.sock is not None
@@ -121,10 +129,12 @@ class Worker:
         self.connect()
         while not self.stop.is_set():
             self.poll(POLL_S if not self.grants else 0)
-            if self.grants and (self.ring is not None or self.remote):
+            if self.grants and self.writer is not None:
                 self.fill(self.grants.popleft())
-            if self.ready and (len(self.ready) >= self.ready_batch or not self.grants):
-                self.flush_ready()
+            if self.writer is not None and (
+                self.writer.pending() >= self.ready_batch or not self.grants
+            ):
+                self.writer.flush()
             self.keep_alive()
 
     def poll(self, timeout_s: float) -> None:
@@ -160,15 +170,21 @@ class Worker:
                 f"the stager plans {msg.n_items} items but this producer reads "
                 f"{self.source.n_items}: both must use the same data.path and config"
             )
-        if not self.remote:
-            if self.ring is not None:
-                self.ring.close()
-            self.ring = Ring.attach(msg.ring_name)
-        self.welcomed_at = self.last_request = time.monotonic()
+        if self.writer is not None:  # welcomed twice on one socket: send what we wrote
+            self.writer.flush()
+        self.drop_writer()
+        self.writer = self.make_writer(msg.ring_name)
+        self.last_request = time.monotonic()
         self.welcomed = True
         if self.on_welcome is not None:
             self.on_welcome()
         self._send(p.Request(self.cfg.producers.credits))
+
+    def make_writer(self, ring_name: str) -> SlotWriter:
+        """The one place where local and remote producers differ."""
+        if self.remote:
+            return RemoteSlotWriter(self.fields, self._send)
+        return LocalSlotWriter(Ring.attach(ring_name), self.fields, self._send)
 
     def keep_alive(self) -> None:
         """Heartbeats, and repairs of what a lossy link loses: a HELLO or WELCOME (say
@@ -202,46 +218,49 @@ class Worker:
 
     # ------------------------------------------------------------ work
     def fill(self, grant: p.GrantEntry) -> None:
-        """Prepare one item; queue its READY (sent in batches) or send its SKIP."""
-        if self.taken_back(grant):
+        """Prepare one item and hand it to the writer, or send its SKIP (after WELCOME)."""
+        writer = self.writer
+        assert writer is not None
+        if not writer.claim(grant):
+            self.dropped(grant)
             return
-        if self.ring is not None:  # our progress fields only: the state is the stager's
-            header = self.ring.slots[grant.slot]
-            header["writing_generation"], header["t_write"] = grant.generation, time.time()
-        try:
-            sample = self.source.prepare(grant.item)
-            if self.remote:
-                lengths, payload = self.frames(sample)
-                checksum = rows_checksum(np.frombuffer(b, np.uint8) for b in payload)
-                entry = self._entry(grant, lengths, checksum, sample.truncated)
-                self._send(p.Ready.of([entry]), payload)
-            else:
-                if self.taken_back(grant):
-                    return
-                lengths, checksum = self.write(grant, sample)
-                self.ready.append(self._entry(grant, lengths, checksum, sample.truncated))
-        except SkipSample as skip:
-            self.skip(grant, skip.reason, skip.path, skip.stage or "prepare")
-        except Exception as exc:  # one sample's failure, whatever it is, costs that sample
-            stage = getattr(self.source, "stage", "prepare")
-            log.error("%s: item %d failed", self.name, grant.item, exc_info=True)
-            self.skip(grant, describe(exc, stage), "", stage)
+        sample = self.prepare(grant)
+        if sample is not None and not self.write(writer, grant, sample):
+            self.dropped(grant)
+            return
         self.done += 1  # each READY or SKIP entry also asks for one more grant
+
+    def prepare(self, grant: p.GrantEntry) -> Sample | None:
+        """The item's sample, or None once its SKIP is sent."""
+        try:
+            return self.source.prepare(grant.item)
+        except SkipSample as skip:
+            self.skip(grant, skip.reason, skip.path, skip.stage or self.source.stage)
+        except Exception as exc:  # one sample's failure, whatever it is, costs that sample
+            self.fail(grant, exc, self.source.stage)
+        return None
+
+    def write(self, writer: SlotWriter, grant: p.GrantEntry, sample: Sample) -> bool:
+        """Hand the sample to the writer; False if the grant was taken back meanwhile."""
+        try:
+            return writer.write(grant, sample)
+        except Exception as exc:  # a sample that does not fit its slot costs that sample
+            self.fail(grant, exc, "write")
+            return True
+
+    def dropped(self, grant: p.GrantEntry) -> None:
+        """The stager took this grant back: it re-grants the item; we send nothing."""
+        log.info("%s: grant of slot %d was taken back; dropped", self.name, grant.slot)
+        self.n_taken_back += 1
 
     def work(self) -> dict[str, int]:
         """This process's counters for the stager: its source's stages, grants dropped."""
         return {**self.source.work(), "taken_back": self.n_taken_back}
 
-    def taken_back(self, grant: p.GrantEntry) -> bool:
-        """Has the stager taken this local grant back (its generation in the slot header
-        moved on)? Then we neither write nor seal that slot; the stager re-grants the item.
-        The check narrows the window for a stale write; the stager's check after copying
-        closes it (shared/ring.py)."""
-        if self.ring is None or int(self.ring.slots[grant.slot]["generation"]) == grant.generation:
-            return False
-        log.info("%s: grant of slot %d was taken back; dropped", self.name, grant.slot)
-        self.n_taken_back += 1
-        return True
+    def fail(self, grant: p.GrantEntry, exc: Exception, stage: str) -> None:
+        """An unexpected exception in the item's work: log it and quarantine the item."""
+        log.error("%s: item %d failed in %s", self.name, grant.item, stage, exc_info=exc)
+        self.skip(grant, describe(exc, stage), "", stage)
 
     def skip(self, grant: p.GrantEntry, reason: str, path: str, stage: str) -> None:
         path = path or self.source.path(grant.item)
@@ -249,56 +268,12 @@ class Worker:
         skip = p.Skip(grant.slot, grant.generation, grant.item, reason[:cap], path[-cap:], stage)
         self._send(skip)
 
-    @staticmethod
-    def _entry(
-        grant: p.GrantEntry, lengths: list[int], checksum: int, truncated: bool
-    ) -> p.ReadyEntry:
-        return p.ReadyEntry(grant.slot, grant.generation, grant.item, lengths, checksum, truncated)
-
-    def flush_ready(self) -> None:
-        """Announce the filled slots in one message."""
-        self._send(p.Ready.of(self.ready))
-        self.ready.clear()
-
-    def _arrays(self, sample: Sample) -> list[np.ndarray]:
-        """Sample arrays in ring field order."""
-        return [getattr(sample, name) for name in self.fields]
-
-    def write(self, grant: p.GrantEntry, sample: Sample) -> tuple[list[int], int]:
-        """Copy into the slot, zero the padding, seal; returns the true lengths and the
-        checksum of the rows as written (computed from our copy, not from the slot)."""
-        lengths, written = [], []
-        for name, arr in zip(self.fields, self._arrays(sample), strict=True):
-            dst = self.ring.view(name)[grant.slot]
-            n = arr.shape[0]
-            rows = np.ascontiguousarray(arr, dtype=dst.dtype)
-            dst[:n] = rows
-            dst[n:] = 0
-            lengths.append(n)
-            written.append(rows)
-        header = self.ring.slots[grant.slot]
-        header["lengths"][: len(lengths)] = lengths
-        header["t_ready"] = time.time()
-        # Last: the stager accepts the READY only if this equals the granted generation.
-        if int(header["generation"]) == grant.generation:  # not taken back meanwhile
-            header["sealed_generation"] = grant.generation
-        return lengths, rows_checksum(written)
-
-    def frames(self, sample: Sample) -> tuple[list[int], list[memoryview]]:
-        """Used rows of each field as contiguous buffers, for a remote READY."""
-        arrays = self._arrays(sample)
-        bufs = [
-            memoryview(np.ascontiguousarray(a, dtype=self.fields[name][1])).cast("B")
-            for name, a in zip(self.fields, arrays, strict=True)
-        ]
-        return [a.shape[0] for a in arrays], bufs
-
     # ------------------------------------------------------------ teardown
     def close(self) -> None:
         """Say BYE, wait briefly for BYE_ACK, and let go of everything (never unlinks)."""
-        if self.sock is not None and self.welcomed_at is not None:
-            if self.ready:
-                self.flush_ready()
+        if self.sock is not None and self.welcomed:
+            if self.writer is not None:
+                self.writer.flush()
             self._send(p.Bye(self.done, self.work()))
             deadline = time.monotonic() + SHUTDOWN_WAIT_S
             while time.monotonic() < deadline and self.sock.poll(POLL_S * 1000):
@@ -310,8 +285,7 @@ class Worker:
                     break
         if self.sock is not None:
             self.sock.close()
-        if self.ring is not None:
-            self.ring.close()
+        self.drop_writer()
         self.ctx.term()
 
     def report_crash(self, text: str) -> None:

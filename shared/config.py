@@ -20,10 +20,16 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from shared.config_checks import MIN_BUCKET_FRACTION, validate
+from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
 from shared.schema import ConfigError, build
 
 DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
+# Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
+# log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
+# and the stager's GPU mels (consumer/stager/gpu_mel.py), which must agree.
+LOG_FLOOR = 1e-5
+# Environment variable naming a source hook, "module:callable" (see source_hook).
+SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
 
 
 @dataclass(frozen=True)
@@ -32,12 +38,6 @@ class DataConfig:
     # synthetic: precomputed arrays, no files (transport tests and benchmarks).
     format: Literal["ljspeech", "csv", "synthetic"] = "ljspeech"
     synthetic_items: int = 256
-    # Extra time each synthetic sample takes, seconds (to induce slow producers).
-    synthetic_delay_s: float = 0.0
-    # Fault injection for tests and the soak: synthetic items whose work raises an
-    # unexpected exception, and items whose work ends its process with exit code 0.
-    synthetic_raise: tuple[int, ...] = ()
-    synthetic_exit: tuple[int, ...] = ()
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
     # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
     synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
@@ -52,7 +52,6 @@ class TextConfig:
     add_eos: bool = True
     # A text whose share of characters outside the alphabet exceeds this is quarantined.
     max_unknown_frac: float = 0.1
-    cache_size: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,6 @@ class FeaturesConfig:
     n_mels: int = 80
     fmin: float = 0.0
     fmax: float = 8000.0
-    log_floor: float = 1e-5
     max_frames: int = 800
     on_too_long: Literal["skip", "truncate"] = "skip"
     # producer: producers compute the mel; stager: producers write the waveform and
@@ -153,11 +151,11 @@ class TransportConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    # "module:function", called as function(cfg, **kwargs) by the trainer.
     factory: str = "consumer.trainer.model:build_default_model"
-    d_model: int = 128
-    n_layers: int = 3
-    kernel_size: int = 5
-    dropout: float = 0.1
+    # The factory's own hyper-parameters; it checks them (the default model's:
+    # d_model, n_layers, kernel_size, dropout, consumer/trainer/model.py).
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -168,8 +166,6 @@ class TrainConfig:
     log_every: int = 10
     mixed_precision: bool = True
     jit_compile: bool = True
-    # Window, in steps, of the step-time coefficient of variation.
-    cv_window: int = 50
     # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
     log_batches: bool = False
     # TensorFlow intra-op threads when the trainer runs on the CPU; 0: every core of the
@@ -181,11 +177,6 @@ class TrainConfig:
 class DevicesConfig:
     stager_gpu: int = 0
     trainer_gpu: int = 1
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    root: str = "runs"
 
 
 @dataclass(frozen=True)
@@ -201,7 +192,8 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     devices: DevicesConfig = field(default_factory=DevicesConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+    # Where run directories go: run_root/<run-id>/.
+    run_root: str = "runs"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -286,6 +278,7 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config: top level must be a mapping, got {type(raw).__name__}")
+    check_moved(raw)
     return build(Config, raw)
 
 
@@ -304,11 +297,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def replace(cfg: Config, **sections: dict[str, Any]) -> Config:
-    """A copy of cfg with some keys of some sections changed (for tests and benchmarks)."""
+def replace(cfg: Config, **changes: Any) -> Config:
+    """A copy of cfg with some keys of some sections changed, or top-level keys
+    (run_root) replaced (for tests and benchmarks)."""
     raw = cfg.to_dict()
-    for section, values in sections.items():
-        raw[section].update(values)
+    for name, value in changes.items():
+        raw[name] = {**raw[name], **value} if isinstance(raw.get(name), dict) else value
     return config_from_dict(raw)
 
 
@@ -373,7 +367,24 @@ def endpoints(cfg: Config, run_id: str) -> Endpoints:
 
 
 def run_dir(cfg: Config, run_id: str) -> Path:
-    return Path(cfg.run.root) / run_id
+    return Path(cfg.run_root) / run_id
+
+
+def source_hook() -> str:
+    """RINGFEED_SOURCE_HOOK: "module:callable", or "" (the default: no hook).
+
+    For tests and benchmarks only: each producer wraps its source as
+    callable(cfg, source) -> Source (producer/sources.py make_source), e.g. to
+    inject faults (tests/fault_sources.py). Processes a launcher spawns inherit
+    it; producers on Ray get it from source_hook_env."""
+    return os.environ.get(SOURCE_HOOK_ENV, "")
+
+
+def source_hook_env() -> dict[str, str]:
+    """The source hook as environment variables, for a producer started where this
+    process's environment does not reach (a Ray actor); {} when none is set."""
+    hook = source_hook()
+    return {SOURCE_HOOK_ENV: hook} if hook else {}
 
 
 def tensorflow_log_level() -> str:

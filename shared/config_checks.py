@@ -1,15 +1,16 @@
 """Checks of a whole configuration, beyond each key's type (shared/schema.py).
 
 Called once per Config, from its __post_init__ (shared/config.py); each failed
-check raises ConfigError naming the key and what to change.
+check raises ConfigError naming the key and what to change. Before that,
+check_moved turns a key of an earlier schema into an error saying where it went.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from shared.schema import check
+from shared.schema import ConfigError, check
 
 if TYPE_CHECKING:
     from shared.config import Config
@@ -18,6 +19,32 @@ if TYPE_CHECKING:
 MIN_BUCKET_FRACTION = 8
 # Each bucket is one more compilation of the train step.
 MAX_BUCKETS = 16
+
+_TESTS_ONLY = "fault injection is for tests only (RINGFEED_SOURCE_HOOK, tests/fault_sources.py)"
+# Keys of earlier versions of the schema, and where each went: a config of the old
+# shape gets this instead of "unknown key".
+MOVED_KEYS = {
+    "model.d_model": "moved to model.kwargs.d_model",
+    "model.n_layers": "moved to model.kwargs.n_layers",
+    "model.kernel_size": "moved to model.kwargs.kernel_size",
+    "model.dropout": "moved to model.kwargs.dropout",
+    "run.root": "moved to run_root",
+    "text.cache_size": "no longer a setting (a constant in producer/text.py)",
+    "train.cv_window": "no longer a setting (a constant in consumer/trainer/metrics.py)",
+    "features.log_floor": "no longer a setting (LOG_FLOOR in shared/config.py)",
+    "data.synthetic_raise": _TESTS_ONLY,
+    "data.synthetic_exit": _TESTS_ONLY,
+    "data.synthetic_delay_s": _TESTS_ONLY,
+}
+
+
+def check_moved(raw: dict[str, Any]) -> None:
+    """Raise ConfigError for a key of an earlier schema (MOVED_KEYS) in a raw config
+    mapping, saying where it went."""
+    for key, note in MOVED_KEYS.items():
+        section, name = key.split(".")
+        if isinstance(raw.get(section), dict) and name in raw[section]:
+            raise ConfigError(f"{key}: {note}")
 
 
 def is_loopback(host: str) -> bool:
@@ -47,8 +74,6 @@ def validate(cfg: Config) -> None:
         ("stager.batch_size", s.batch_size),
         ("stager.batch_slots", s.batch_slots),
         ("ring.max_item_attempts", r.max_item_attempts),
-        ("model.d_model", cfg.model.d_model),
-        ("model.n_layers", cfg.model.n_layers),
         ("train.log_every", cfg.train.log_every),
         ("train.checkpoint_every", cfg.train.checkpoint_every),
     ]:
@@ -76,7 +101,6 @@ def _validate_features(cfg: Config) -> None:
         "features.fmax",
         f"need 0 <= fmin < fmax <= sample_rate/2 = {cfg.audio.sample_rate / 2}",
     )
-    check(f.log_floor > 0, "features.log_floor", "must be > 0 (it guards log(0))")
     check(cfg.audio.max_duration_s > 0, "audio.max_duration_s", "must be > 0 seconds")
     check(
         len(set(cfg.text.alphabet)) == len(cfg.text.alphabet) and cfg.text.alphabet != "",

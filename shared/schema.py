@@ -3,8 +3,9 @@
 The machinery under shared/config.py, which holds ringfeed's own schema and its
 rules: unknown keys, wrong types and impossible values raise
 :class:`ConfigError` naming the key (``ring.slots: must be an integer``).
-Supported field types: bool, int, float, str, Literal, tuple[T, ...] and
-nested dataclasses.
+Supported field types: bool, int, float, str, Literal, tuple[T, ...],
+dict[str, T] (keys named ``key.name`` in errors), Any (plain YAML data,
+checked by whoever reads it) and nested dataclasses.
 """
 
 from __future__ import annotations
@@ -24,7 +25,22 @@ def check(ok: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
+def is_plain(value: Any) -> bool:
+    """YAML's own data: None, bool, int, float, str, and lists and string-keyed
+    mappings of those (what a config can write back to YAML)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_plain(v) for k, v in value.items())
+    return False
+
+
 def _coerce(value: Any, tp: Any, key: str) -> Any:
+    if tp is Any:
+        check(is_plain(value), key, f"must be plain YAML data, got {type(value).__name__}")
+        return value
     origin = typing.get_origin(tp)
     if origin is Literal:
         choices = typing.get_args(tp)
@@ -55,6 +71,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is str:
         check(isinstance(value, str), key, f"must be a string, got {value!r}")
         return value
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        check(key_tp is str, key, f"unsupported mapping type {tp}: keys must be str")
+        check(isinstance(value, dict), key, f"must be a mapping, got {value!r}")
+        for k in value:
+            check(isinstance(k, str), key, f"keys must be strings, got {k!r}")
+        return {k: _coerce(v, value_tp, f"{key}.{k}") for k, v in value.items()}
     if origin is tuple:
         check(isinstance(value, list), key, f"must be a list, got {value!r}")
         return tuple(_coerce(v, typing.get_args(tp)[0], f"{key}[{i}]") for i, v in enumerate(value))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from consumer.trainer.model import build_default_model
 from shared.config import Config
 
 
-def build(cfg: Config):
-    """The default model with a loss that raises while the step is traced."""
+def build(cfg: Config, **kwargs: Any):
+    """The default model (model.kwargs as its own) with a loss that raises while the
+    step is traced."""
 
     def exploding_loss(*args):
         raise FloatingPointError("the loss exploded (tests/faulty_model.py)")
 
-    return build_default_model(cfg), exploding_loss
+    return build_default_model(cfg, **kwargs), exploding_loss

@@ -20,8 +20,8 @@ from shared.segments import list_segments
 
 
 def write_config(tmp_path: Path, raw: dict[str, Any], name: str = "config.yaml") -> Path:
-    """Write raw as YAML with run.root in tmp_path; returns the file."""
-    raw = {**raw, "run": {"root": str(tmp_path / "runs")}}
+    """Write raw as YAML with run_root in tmp_path; returns the file."""
+    raw = {**raw, "run_root": str(tmp_path / "runs")}
     path = tmp_path / name
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

@@ -13,7 +13,7 @@ import soxr
 from producer.audio import load_audio
 from producer.features import fit_length, log_mel, mel_filterbank
 from producer.sample import SkipSample
-from shared.config import Config, replace
+from shared.config import LOG_FLOOR, Config, replace
 
 WAVS = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
 CLIP = WAVS / "LJ001-0002.wav"
@@ -27,7 +27,7 @@ def _librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
         win_length=f.win_length, window="hann", center=True, pad_mode="constant",
         power=1.0, n_mels=f.n_mels, fmin=f.fmin, fmax=f.fmax, htk=False, norm="slaney",
     )  # fmt: skip
-    return np.log(np.maximum(mel, f.log_floor)).T
+    return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 
 def _copies(tmp_path: Path) -> dict[str, Path]:

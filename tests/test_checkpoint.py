@@ -28,7 +28,7 @@ def small_cfg() -> Config:
         stager={"batch_size": 4},
         features={"max_frames": 32},
         text={"max_text_len": 16},
-        model={"d_model": 16, "n_layers": 1},
+        model={"kwargs": {"d_model": 16, "n_layers": 1}},
         train={"mixed_precision": False},
     )
 
@@ -44,7 +44,7 @@ def _batch(cfg: Config) -> dict[str, np.ndarray]:
 
 def test_save_restore_round_trip(tmp_path: Path) -> None:
     cfg = small_cfg()
-    model, optimizer = build_default_model(cfg), make_optimizer(cfg)
+    model, optimizer = build_default_model(cfg, **cfg.model.kwargs), make_optimizer(cfg)
     manager = CheckpointManager(tmp_path, model, optimizer)
     assert manager.restore_latest() is None
     step = TrainStep(model, optimizer, masked_l1, jit_compile=False)
@@ -55,7 +55,7 @@ def test_save_restore_round_trip(tmp_path: Path) -> None:
     saved = [w.numpy().copy() for w in model.weights]
     saved_slots = [v.numpy().copy() for v in optimizer.variables]
 
-    fresh_model, fresh_opt = build_default_model(cfg), make_optimizer(cfg)
+    fresh_model, fresh_opt = build_default_model(cfg, **cfg.model.kwargs), make_optimizer(cfg)
     restored = CheckpointManager(tmp_path, fresh_model, fresh_opt).restore_latest()
 
     assert restored == (3, cursor)
@@ -69,7 +69,8 @@ def test_save_restore_round_trip(tmp_path: Path) -> None:
 
 def test_keeps_last_three_with_their_sidecars(tmp_path: Path) -> None:
     cfg = small_cfg()
-    manager = CheckpointManager(tmp_path, build_default_model(cfg), make_optimizer(cfg))
+    model = build_default_model(cfg, **cfg.model.kwargs)
+    manager = CheckpointManager(tmp_path, model, make_optimizer(cfg))
     for step in (10, 20, 30, 40, 50):
         manager.save(step, {"epoch": 0, "batch_index": step, "seed": 1}, "x: 1\n")
     assert [p.rsplit("-", 1)[1] for p in manager.checkpoints] == ["30", "40", "50"][-KEEP_LAST:]

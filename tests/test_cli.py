@@ -54,7 +54,7 @@ def test_launch_help_lists_the_verbs() -> None:
 
 def test_a_wrong_dataset_is_one_line_and_exit_2_before_anything_starts(tmp_path: Path) -> None:
     bad = tmp_path / "nowhere.yaml"
-    raw = {"data": {"path": str(tmp_path / "no-such-dir")}, "run": {"root": str(tmp_path)}}
+    raw = {"data": {"path": str(tmp_path / "no-such-dir")}, "run_root": str(tmp_path)}
     bad.write_text(yaml.safe_dump(raw))
     out = ringfeed("validate", str(bad))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr

@@ -13,7 +13,9 @@ from shared.config import (
     config_from_dict,
     load_config,
     replace,
+    run_dir,
 )
+from shared.config_checks import MOVED_KEYS
 from shared.ring import check_rings_fit, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +51,66 @@ def test_errors_name_the_key(raw: dict, needle: str) -> None:
         config_from_dict(raw)
 
 
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"model": {"d_model": 64}}, "model.d_model: moved to model.kwargs.d_model"),
+        ({"model": {"dropout": 0.0}}, "model.dropout: moved to model.kwargs.dropout"),
+        ({"run": {"root": "runs"}}, "run.root: moved to run_root"),
+        (
+            {"text": {"cache_size": 10}},
+            "text.cache_size: no longer a setting (a constant in producer/text.py)",
+        ),
+        ({"train": {"cv_window": 50}}, "train.cv_window: no longer a setting (a constant in"),
+        (
+            {"features": {"log_floor": 1e-5}},
+            "features.log_floor: no longer a setting (LOG_FLOOR in shared/config.py)",
+        ),
+        (
+            {"data": {"synthetic_raise": [3]}},
+            "data.synthetic_raise: fault injection is for tests only (RINGFEED_SOURCE_HOOK",
+        ),
+        ({"data": {"synthetic_exit": [3]}}, "data.synthetic_exit: fault injection is for tests"),
+        ({"data": {"synthetic_delay_s": 0.1}}, "data.synthetic_delay_s: fault injection is"),
+    ],
+)
+def test_a_key_of_the_old_shape_says_where_it_went(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    assert str(info.value).startswith(message)
+
+
+def test_moved_keys_are_not_keys_of_the_schema() -> None:
+    """A note for an old key must never hide a key that is still read."""
+    raw = Config().to_dict()
+    for key in MOVED_KEYS:
+        section, name = key.split(".")
+        assert not isinstance(raw.get(section), dict) or name not in raw[section], key
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ({"model": {"kwargs": [64]}}, "model.kwargs: must be a mapping"),
+        ({"model": {"kwargs": {"d_model": {1, 2}}}}, "model.kwargs.d_model: must be plain YAML"),
+        ({"run_root": 3}, "run_root: must be a string"),
+    ],
+)
+def test_mapping_and_top_level_keys_name_the_key(raw: dict, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        config_from_dict(raw)
+
+
+def test_model_kwargs_and_run_root_round_trip_through_yaml(tmp_path: Path) -> None:
+    kwargs = {"d_model": 64, "dropout": 0.0, "widths": [1, 2], "name": "x"}
+    cfg = config_from_dict({"model": {"kwargs": kwargs}, "run_root": str(tmp_path)})
+    path = tmp_path / "resolved.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(path) == cfg and cfg.model.kwargs == kwargs
+    assert run_dir(cfg, "r1") == tmp_path / "r1"
+    assert replace(cfg, run_root="elsewhere").run_root == "elsewhere"
+
+
 def test_ring_larger_than_dev_shm_is_refused_before_start() -> None:
     cfg = replace(Config(), ring={"slots": 1_000_000})  # ~245 GiB of slots
     with pytest.raises(ConfigError, match="lower ring.slots"):
@@ -78,6 +140,7 @@ def test_shipped_configs_load_and_every_key_is_read(path: Path) -> None:
         for p in (ROOT / d).rglob("*.py")
     )
     for key in _keys(yaml.safe_load(path.read_text()) or {}):
-        name = key.split(".", 1)[1]
-        # Sections are often bound to a short name (rc = cfg.ring): look for the attribute.
+        name = key.rsplit(".", 1)[-1]
+        # Sections are often bound to a short name (rc = cfg.ring), and a factory's
+        # model.kwargs to its own (m = DefaultModelKwargs): look for the attribute.
         assert f".{name}" in code, f"{path.name}: {key} is read by no code"

@@ -19,6 +19,7 @@ from scripts.runner import Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
 from shared.quarantine import read_quarantine
+from tests.fault_sources import inject_faults
 from tests.runs import peer_socket, shm_segments
 from tests.test_remote_producers import free_port
 from tests.test_transport_e2e import consume, rid, small
@@ -115,10 +116,10 @@ def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fau
         tmp_path,
         items=n,
         delay_s=0.002,
-        data={"format": "synthetic", "synthetic_items": n, f"synthetic_{fault}": [poison]},
         stager={"batch_size": 8, "epochs": 2},
         producers={"workers": 2, "restart_backoff_s": 0.1, "max_restarts": 2},
     )
+    inject_faults(cfg_path, delay_s=0.002, **{f"{fault}_items": [poison]})
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
@@ -154,9 +155,9 @@ def test_a_restarted_stager_is_rejoined_where_its_consumer_stands(tmp_path: Path
         tmp_path,
         items=n,
         delay_s=0.004,
-        data={"format": "synthetic", "synthetic_items": n, "synthetic_raise": [poison]},
         stager={"batch_size": 8, "epochs": 2},
     )
+    inject_faults(cfg_path, delay_s=0.004, raise_items=[poison])
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")

@@ -11,7 +11,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from consumer.stager.gpu_mel import MEL_ATOL, MEL_ATOL_ALL, MEL_COMPARE_FLOOR, TfLogMel  # noqa: E402
-from shared.config import Config, replace  # noqa: E402
+from shared.config import LOG_FLOOR, Config, replace  # noqa: E402
 
 CLIPS_DIR = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
 
@@ -49,7 +49,7 @@ def _librosa_log_mel(y: np.ndarray, cfg: Config) -> tuple[np.ndarray, np.ndarray
         htk=False,
         norm="slaney",
     )
-    return np.log(np.maximum(mel, f.log_floor)).T, mel.T
+    return np.log(np.maximum(mel, LOG_FLOOR)).T, mel.T
 
 
 @pytest.mark.parametrize("win_length", [1024, 800])

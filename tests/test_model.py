@@ -14,7 +14,7 @@ keras = pytest.importorskip("keras")
 
 from consumer.trainer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
 from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
-from shared.config import Config, replace  # noqa: E402
+from shared.config import LOG_FLOOR, Config, ConfigError, replace  # noqa: E402
 
 try:
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -31,7 +31,7 @@ def small_cfg(**model: object) -> Config:
         stager={"batch_size": 4},
         features={"max_frames": 64},
         text={"max_text_len": 32},
-        model={"d_model": 32, "n_layers": 2, "dropout": 0.0, **model},
+        model={"kwargs": {"d_model": 32, "n_layers": 2, "dropout": 0.0, **model}},
         train={"learning_rate": 3e-3, "mixed_precision": False},
     )
 
@@ -62,7 +62,7 @@ def _real_batch(cfg: Config) -> dict[str, np.ndarray] | None:
             pad_mode="constant",
         )
         ids = [3 + t.alphabet.index(c) if c in t.alphabet else 1 for c in text][: t.max_text_len]
-        batch["mel"][i, :n_frames] = np.log(np.maximum(mel.T, f.log_floor))
+        batch["mel"][i, :n_frames] = np.log(np.maximum(mel.T, LOG_FLOOR))
         batch["mel_lens"][i], batch["text_lens"][i] = n_frames, len(ids)
         batch["tokens"][i, : len(ids)] = ids
     return batch
@@ -92,7 +92,7 @@ def structured_batch(cfg: Config, seed: int = 0) -> dict[str, np.ndarray]:
 
 def test_default_model_shapes_and_size() -> None:
     cfg = small_cfg()
-    model = build_default_model(cfg)
+    model = build_default_model(cfg, **cfg.model.kwargs)
     batch = structured_batch(cfg)
     out = model({k: v for k, v in batch.items() if k != "items"})
     assert out.shape == (4, 64, cfg.features.n_mels) and out.dtype == tf.float32
@@ -102,7 +102,7 @@ def test_default_model_shapes_and_size() -> None:
 
 def test_decoder_is_causal_and_ignores_padding() -> None:
     cfg = small_cfg()
-    model = build_default_model(cfg)
+    model = build_default_model(cfg, **cfg.model.kwargs)
     batch = {k: v for k, v in structured_batch(cfg, seed=1).items() if k != "items"}
     base = model(batch).numpy()
     changed = dict(batch, mel=batch["mel"].copy())
@@ -129,7 +129,7 @@ def test_factory_hook_accepts_model_or_model_and_loss(monkeypatch: pytest.Monkey
         return masked_l1(pred, target, mel_lens) * 2.0
 
     module.plain = build_default_model
-    module.with_loss = lambda cfg: (build_default_model(cfg), custom_loss)
+    module.with_loss = lambda cfg, **kwargs: (build_default_model(cfg, **kwargs), custom_loss)
     monkeypatch.setitem(sys.modules, "user_tts", module)
     _, loss_fn = load_model_factory(replace(small_cfg(), model={"factory": "user_tts:plain"}))
     assert loss_fn is masked_l1
@@ -137,6 +137,31 @@ def test_factory_hook_accepts_model_or_model_and_loss(monkeypatch: pytest.Monkey
     assert loss_fn is custom_loss
     with pytest.raises(ValueError, match="no function"):
         load_model_factory(replace(small_cfg(), model={"factory": "user_tts:missing"}))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"d_modle": 64}, "model.kwargs.d_modle: unknown key; known keys here are"),
+        ({"n_layers": 0}, "model.kwargs.n_layers: must be >= 1, got 0"),
+        ({"kernel_size": 2.5}, "model.kwargs.kernel_size: must be an integer"),
+        ({"dropout": 1.0}, "model.kwargs.dropout: must be in [0, 1)"),
+    ],
+)
+def test_the_default_model_checks_its_kwargs_by_name(kwargs: dict, needle: str) -> None:
+    cfg = replace(small_cfg(), model={"kwargs": kwargs})
+    with pytest.raises(ConfigError) as info:
+        load_model_factory(cfg)
+    assert str(info.value).startswith(needle)
+
+
+def test_kwargs_a_factory_does_not_take_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("user_tts")
+    module.cfg_only = lambda cfg: build_default_model(cfg)
+    monkeypatch.setitem(sys.modules, "user_tts", module)
+    cfg = replace(small_cfg(), model={"factory": "user_tts:cfg_only"})  # kwargs d_model, ...
+    with pytest.raises(ConfigError, match=r"model\.kwargs: user_tts:cfg_only does not take"):
+        load_model_factory(cfg)
 
 
 def test_loss_drops_over_30_steps() -> None:

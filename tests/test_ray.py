@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from scripts.runner import REPO, Run
-from shared.config import endpoints, load_config
+from shared.config import SOURCE_HOOK_ENV, endpoints, load_config
+from shared.quarantine import read_quarantine
+from tests.fault_sources import inject_faults
 from tests.test_reliability import assert_exactly_once, finish
 from tests.test_remote_producers import free_port
 from tests.test_transport_e2e import StatsReader, consume, rid, small
@@ -122,6 +124,35 @@ def test_a_lost_node_and_a_new_node_keep_the_epoch_exactly_once(tmp_path: Path, 
     assert lost and after.get(lost[0]) == first_id, (before, after)
     on_new = [r for r in seen["after"] if r.get("place", "").endswith(new_id)]
     assert on_new and on_new[0]["samples"] > 0, seen["after"]
+
+
+@pytest.fixture
+def raylets_without_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes started after this do not inherit a source hook an earlier test set."""
+    monkeypatch.delenv(SOURCE_HOOK_ENV, raising=False)
+
+
+def test_a_fault_injected_by_a_test_reaches_producers_on_ray(
+    tmp_path: Path, raylets_without_hook: None, cluster
+) -> None:
+    """Ray starts actors from its raylets, not from the driver: the driver hands them
+    the source hook, so an injected fault happens there too (quarantined once)."""
+    cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    n, poison = 60, 5
+    cfg_path, port = ray_config(tmp_path, n, delay_s=0.002)
+    inject_faults(cfg_path, delay_s=0.002, raise_items=[poison])
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        start_ray_producers(run, cluster, port)
+        client = run.client(timeout_s=90)
+        items = consume(client, timeout_s=120)
+        client.close()
+        finish(run, run_id, "ray")
+        quarantine = read_quarantine(run.dir / "quarantine.jsonl")
+    assert sorted(items) == [i for i in range(n) if i != poison]
+    assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]
 
 
 def test_without_ray_the_verb_says_what_to_install(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def small_cfg(jit_compile: bool = False) -> Config:
         stager={"batch_size": 4},
         features={"max_frames": 64},
         text={"max_text_len": 32},
-        model={"d_model": 32, "n_layers": 2},
+        model={"kwargs": {"d_model": 32, "n_layers": 2}},
         train={"jit_compile": jit_compile},
     )
 
@@ -58,7 +58,7 @@ def test_train_step_traces_once(jit_compile: bool) -> None:
     assert set_precision_policy(cfg) == (
         "mixed_float16" if tf.config.list_physical_devices("GPU") else "float32"
     )
-    model = build_default_model(cfg)
+    model = build_default_model(cfg, **cfg.model.kwargs)
     optimizer = make_optimizer(cfg)
     step = TrainStep(model, optimizer, masked_l1, jit_compile=cfg.train.jit_compile)
     assert step.signature.keys() == batch_signature(cfg).keys()
@@ -90,7 +90,7 @@ def bucket_batch(cfg: Config, rows: int, frames: int, text: int, seed: int) -> d
 def test_with_buckets_the_step_compiles_once_per_bucket(jit_compile: bool) -> None:
     cfg = replace(small_cfg(jit_compile), stager={"batch_size": 4, "buckets": [16, 32, 64]})
     set_precision_policy(cfg)
-    model = build_default_model(cfg)
+    model = build_default_model(cfg, **cfg.model.kwargs)
     step = TrainStep(model, make_optimizer(cfg), masked_l1, jit_compile, max_shapes=3)
     shapes = [(16, 16, 8), (8, 32, 16), (4, 64, 32)]  # rows x frames = the same budget
     for seed in range(3):
@@ -104,7 +104,8 @@ def test_with_buckets_the_step_compiles_once_per_bucket(jit_compile: bool) -> No
 
 def test_train_step_rejects_wrong_shapes() -> None:
     cfg = small_cfg()
-    step = TrainStep(build_default_model(cfg), make_optimizer(cfg), masked_l1, jit_compile=False)
+    model = build_default_model(cfg, **cfg.model.kwargs)
+    step = TrainStep(model, make_optimizer(cfg), masked_l1, jit_compile=False)
     bigger = random_batch(replace(cfg, stager={"batch_size": 8}), 0)
     with pytest.raises((TypeError, ValueError)):
         step(bigger)

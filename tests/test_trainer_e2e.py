@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from scripts.runner import Run
+from tests.fault_sources import inject_faults
 from tests.runs import shm_segments, write_config
 
 pytestmark = pytest.mark.slow
@@ -26,7 +27,7 @@ SYNTHETIC = {
     "ring": {"slots": 8},
     "stager": {"batch_size": 4},
     "producers": {"workers": 2},
-    "model": {"d_model": 16, "n_layers": 1},
+    "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
 }
 
 
@@ -60,7 +61,7 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
             "text": {"max_text_len": 64},
             "stager": {"batch_size": 4},
             "ring": {"slots": 16},
-            "model": {"d_model": 32, "n_layers": 1},
+            "model": {"kwargs": {"d_model": 32, "n_layers": 1}},
             "train": {
                 "steps": 30,
                 "log_every": 5,
@@ -99,7 +100,6 @@ def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None
         SYNTHETIC
         | over
         | {
-            "data": over["data"] | {"synthetic_delay_s": 0.02},
             "features": SYNTHETIC["features"] | {"cache_dir": str(tmp_path / "cache")},
             "train": {
                 "steps": 16,
@@ -111,6 +111,7 @@ def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None
         }
     )
     config = write_config(tmp_path, raw)
+    inject_faults(config, delay_s=0.02)
 
     with Run(config, rid("resA"), tmp_path) as a:
         a.start_all()

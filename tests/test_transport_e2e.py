@@ -23,6 +23,7 @@ from producer.sources import check_synthetic_rows
 from scripts.runner import REPO, Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
+from tests.fault_sources import inject_faults
 from tests.runs import shm_segments, write_config
 
 pytestmark = pytest.mark.slow
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict) -> Path:
     raw = {
-        "data": {"format": "synthetic", "synthetic_items": items, "synthetic_delay_s": delay_s},
+        "data": {"format": "synthetic", "synthetic_items": items},
         "features": {"max_frames": 64, "cache": False},
         "text": {"max_text_len": 32},
         "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
@@ -39,7 +40,9 @@ def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict
     }
     for section, values in over.items():
         raw[section] = {**raw.get(section, {}), **values}
-    return write_config(tmp_path, raw)
+    path = write_config(tmp_path, raw)
+    inject_faults(path, delay_s=delay_s)  # each sample delay_s longer
+    return path
 
 
 def rid() -> str:

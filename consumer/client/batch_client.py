@@ -92,7 +92,7 @@ class BatchClient:
         if not read_consumer_secret(self.run_dir):
             hint = "start it first (scripts/launch.sh does)"
         else:  # the stager drops a hello whose secret is not its run's
-            hint = f"is {self.run_dir} the run directory of that stager (same run.root)?"
+            hint = f"is {self.run_dir} the run directory of that stager (same run_root)?"
         raise StagerGone(
             f"no stager answered on {endpoints(self.cfg, self.run_id).control} within "
             f"{timeout_s:.0f} s: {hint}"

@@ -31,7 +31,7 @@ import librosa
 import numpy as np
 import tensorflow as tf
 
-from shared.config import Config
+from shared.config import LOG_FLOOR, Config
 
 # Absolute tolerance in natural-log space on frames within the true length and
 # bins whose librosa mel >= MEL_COMPARE_FLOOR (measured 8.1e-5; tests/test_gpu_mel.py).
@@ -80,7 +80,7 @@ class TfLogMel:
         f = cfg.features
         self.n_fft = f.n_fft
         self.hop_length = f.hop_length
-        self.log_floor = f.log_floor
+        self.log_floor = LOG_FLOOR
         self._window = tf.constant(librosa_window(cfg))
         # [bins, n_mels] so a batch of [B, frames, bins] magnitudes maps with one matmul.
         self._filterbank = tf.constant(slaney_filterbank(cfg).T)

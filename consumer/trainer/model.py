@@ -16,15 +16,21 @@ causal so frame f never sees frames >= f. Shapes are static (from cfg) so XLA
 compiles the step once; with length buckets the inputs' batch and length dims
 are None and each bucket's shape compiles once (train_step.TrainStep).
 
-A user's factory takes cfg and returns a keras.Model taking the same input
-dict (tokens, text_lens, mel, mel_lens) and returning [B, F, n_mels], or a
-tuple (model, loss_fn) with loss_fn(pred, target, mel_lens) -> scalar.
+A factory is called as ``factory(cfg, **cfg.model.kwargs)``: its own
+hyper-parameters live in the config's ``model.kwargs`` mapping (the default
+model's are :class:`DefaultModelKwargs`). A user's factory returns a
+keras.Model taking the same input dict (tokens, text_lens, mel, mel_lens) and
+returning [B, F, n_mels], or a tuple (model, loss_fn) with
+loss_fn(pred, target, mel_lens) -> scalar.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import keras
 import numpy as np
@@ -32,6 +38,7 @@ import tensorflow as tf
 from keras import layers, ops
 
 from shared.config import Config
+from shared.schema import ConfigError, build, check
 
 LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -40,6 +47,26 @@ LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 PRENET_DROPOUT = 0.5
 N_HEADS = 4
 FFN_MULT = 4
+
+
+@dataclass(frozen=True)
+class DefaultModelKwargs:
+    """model.kwargs of the default model (build_default_model)."""
+
+    d_model: int = 128
+    n_layers: int = 3
+    kernel_size: int = 5
+    dropout: float = 0.1
+
+
+def default_model_kwargs(kwargs: dict[str, Any]) -> DefaultModelKwargs:
+    """model.kwargs checked for the default model; ConfigError names model.kwargs.<key>."""
+    m = build(DefaultModelKwargs, kwargs, "model.kwargs")
+    for name in ("d_model", "n_layers", "kernel_size"):
+        value = getattr(m, name)
+        check(value >= 1, f"model.kwargs.{name}", f"must be >= 1, got {value}")
+    check(0 <= m.dropout < 1, "model.kwargs.dropout", f"must be in [0, 1), got {m.dropout}")
+    return m
 
 
 def masked_l1(pred: tf.Tensor, target: tf.Tensor, mel_lens: tf.Tensor) -> tf.Tensor:
@@ -101,8 +128,7 @@ class AttentionMask(layers.Layer):
         return ops.broadcast_to(ops.expand_dims(text_mask, 1), (shape[0], n, shape[1]))
 
 
-def _encoder(tokens, text_mask, cfg: Config, name: str = "enc"):
-    m = cfg.model
+def _encoder(tokens, text_mask, cfg: Config, m: DefaultModelKwargs, name: str = "enc"):
     keep = ops.expand_dims(ops.cast(text_mask, "float32"), -1)
     x = layers.Embedding(cfg.vocab_size, m.d_model, name=f"{name}_embed")(tokens)
     x = x * ops.cast(keep, x.dtype)
@@ -116,8 +142,7 @@ def _encoder(tokens, text_mask, cfg: Config, name: str = "enc"):
     return AddPositions(cfg.text.max_text_len, m.d_model, name=f"{name}_positions")(x)
 
 
-def _decoder_block(x, memory, attn_mask, cfg: Config, i: int):
-    m = cfg.model
+def _decoder_block(x, memory, attn_mask, m: DefaultModelKwargs, i: int):
     y = layers.Conv1D(m.d_model, m.kernel_size, padding="causal", name=f"dec_conv{i}")(x)
     y = layers.Dropout(m.dropout)(layers.ReLU()(y))
     x = layers.LayerNormalization(name=f"dec_norm_conv{i}")(x + y)
@@ -145,16 +170,17 @@ def model_inputs(cfg: Config) -> dict[str, keras.KerasTensor]:
     return inputs
 
 
-def build_default_model(cfg: Config) -> keras.Model:
-    """The default text-to-mel model; called by the trainer via load_model_factory.
+def build_default_model(cfg: Config, **kwargs: Any) -> keras.Model:
+    """The default text-to-mel model; called by the trainer via load_model_factory
+    with model.kwargs (DefaultModelKwargs: d_model, n_layers, kernel_size, dropout).
 
     Inputs: tokens int32 [B, T], text_lens int32 [B], mel float32 [B, F, n_mels]
     (teacher forcing), mel_lens int32 [B]. Output: mel float32 [B, F, n_mels].
     """
-    m = cfg.model
+    m = default_model_kwargs(kwargs)
     inputs = model_inputs(cfg)
     text_mask = LengthMask(name="text_mask")(inputs["text_lens"], inputs["tokens"])
-    memory = _encoder(inputs["tokens"], text_mask, cfg)
+    memory = _encoder(inputs["tokens"], text_mask, cfg, m)
 
     # Frame f is predicted from frames < f: shift right, a zero "go" frame first.
     previous = ops.pad(inputs["mel"], [[0, 0], [1, 0], [0, 0]])[:, :-1, :]
@@ -165,7 +191,7 @@ def build_default_model(cfg: Config) -> keras.Model:
     x = AddPositions(cfg.features.max_frames, m.d_model, name="dec_positions")(x)
     attn_mask = AttentionMask(name="attn_mask")(text_mask, x)
     for i in range(m.n_layers):
-        x = _decoder_block(x, memory, attn_mask, cfg, i)
+        x = _decoder_block(x, memory, attn_mask, m, i)
     mel = layers.Dense(cfg.features.n_mels, name="mel_out")(x)
     # Under mixed_float16 the loss must see float32.
     mel = layers.Activation("linear", dtype="float32", name="mel_float32")(mel)
@@ -173,7 +199,8 @@ def build_default_model(cfg: Config) -> keras.Model:
 
 
 def load_model_factory(cfg: Config) -> tuple[keras.Model, LossFn]:
-    """Import and call cfg.model.factory ("module:function"); returns (model, loss_fn).
+    """Import cfg.model.factory ("module:function") and call it with cfg and
+    model.kwargs; returns (model, loss_fn).
 
     Called once by the trainer process after the precision policy is set. A
     factory returning only a model gets masked_l1 as its loss.
@@ -189,7 +216,12 @@ def load_model_factory(cfg: Config) -> tuple[keras.Model, LossFn]:
     factory = getattr(module, func_name, None)
     if not callable(factory):
         raise ValueError(f"model.factory={spec!r}: {module_name} has no function {func_name}")
-    built = factory(cfg)
+    kwargs = cfg.model.kwargs
+    try:
+        inspect.signature(factory).bind(cfg, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"model.kwargs: {spec} does not take {sorted(kwargs)}: {exc}") from None
+    built = factory(cfg, **kwargs)
     model, loss_fn = built if isinstance(built, tuple) else (built, masked_l1)
     if not isinstance(model, keras.Model):
         raise TypeError(

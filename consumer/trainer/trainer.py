@@ -146,7 +146,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
         feeder,
         step,
         cursor,
-        StepMetrics(cfg.train.cv_window),
+        StepMetrics(),
         TensorBoardWriter(str(directory / "tensorboard")),
         batch_log=_open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
     )
