@@ -19,8 +19,7 @@ from scripts.runner import REPO, Run
 from shared.config import config_from_dict, load_config
 from shared.dataset import dataset_index
 from shared.manifest import Manifest, load_manifest, manifest_path
-from tests.test_reliability import finish
-from tests.test_transport_e2e import rid, small
+from tests.runs import finish, rid, small
 
 SHIPPED = REPO / "data" / "ljspeech-mini"
 

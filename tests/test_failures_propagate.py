@@ -19,9 +19,7 @@ from scripts.runner import REPO, Run
 from shared.config import load_config
 from shared.process import StopFlag
 from shared.segments import socket_files
-from tests.runs import shm_segments, write_config
-from tests.test_trainer_e2e import SYNTHETIC
-from tests.test_transport_e2e import rid, small
+from tests.runs import SYNTHETIC, rid, shm_segments, small, write_config
 
 pytestmark = pytest.mark.slow
 

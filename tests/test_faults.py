@@ -19,9 +19,9 @@ from scripts.runner import Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
 from shared.quarantine import read_quarantine
-from tests.runs import peer_socket, shm_segments
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import consume, rid, small
+from tests.checks import consume
+from tests.peers import free_port, peer_socket
+from tests.runs import rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,10 @@ import zmq
 from scripts.runner import Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
-from tests.runs import peer_socket
-from tests.test_reliability import RSS_SLACK_KB, assert_exactly_once, finish, rss_kb
-from tests.test_transport_e2e import consume, rid, small
+from tests.checks import assert_exactly_once, consume
+from tests.peers import peer_socket
+from tests.processes import RSS_SLACK_KB, rss_kb
+from tests.runs import finish, rid, small
 
 pytestmark = pytest.mark.slow
 

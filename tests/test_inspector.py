@@ -15,8 +15,7 @@ import pytest
 from consumer.tools.diagnosis import diagnose
 from consumer.tools.inspector import Inspector
 from scripts.runner import REPO, Run
-from tests.runs import shm_segments
-from tests.test_transport_e2e import rid, small
+from tests.runs import rid, shm_segments, small
 
 
 def _snap(**over: Any) -> dict[str, Any]:

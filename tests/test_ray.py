@@ -13,9 +13,9 @@ import pytest
 
 from scripts.runner import REPO, Run
 from shared.config import endpoints, load_config
-from tests.test_reliability import assert_exactly_once, finish
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.checks import assert_exactly_once, consume
+from tests.peers import StatsReader, free_port
+from tests.runs import finish, rid, small
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 pytestmark = pytest.mark.slow

@@ -9,7 +9,6 @@ resident memory is compared before and after the fault.
 
 from __future__ import annotations
 
-import collections
 import os
 import random
 import signal
@@ -24,55 +23,17 @@ from pathlib import Path
 import pytest
 import zmq
 
-from consumer.stager.plan import EpochPlan
 from scripts.runner import REPO, Run, worker_pids
 from shared import protocol as p
 from shared.config import Config, endpoints, load_config
 from shared.keys import generate
 from shared.ring import Ring, SlotState, shown_state
-from tests.runs import peer_socket, shm_segments
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.checks import assert_exactly_once, consume
+from tests.peers import StatsReader, free_port, peer_socket
+from tests.processes import RSS_SLACK_KB, rss_kb, send_signal
+from tests.runs import finish, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
-
-# The stager's RSS may grow by this much over a short faulty run (allocator noise).
-RSS_SLACK_KB = 16 * 1024
-
-
-def rss_kb(pid: int) -> int:
-    """Resident set size of a live process, KiB, from /proc/PID/status."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-def send_signal(pid: int, signum: int) -> bool:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:
-    """The delivered multiset is the epoch's plan; deterministic mode also keeps its order."""
-    plan = EpochPlan(n_items, cfg.stager.seed, 1)
-    expected = [plan.item_at(i) for i in range(n_items)]
-    counts = collections.Counter(items)
-    lost = sorted(set(expected) - set(counts))
-    dup = sorted(i for i, c in counts.items() if c > 1)
-    assert not lost and not dup, f"lost {lost[:20]}, duplicated {dup[:20]}"
-    assert items == expected
-
-
-def finish(run: Run, run_id: str, *verbs: str) -> dict:
-    """Wait (bounded) for the stager and `verbs` to exit 0; no segment left; stager.json."""
-    for verb in ("stager", *verbs):
-        assert run.wait(verb, 20) == 0, f"{verb} failed\n{run.logs()}"
-    assert shm_segments(run_id) == []
-    return run.json("stager.json")
 
 
 def test_producers_sigkilled_repeatedly_still_deliver_the_epoch_once(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -12,16 +11,11 @@ import pytest
 from scripts.runner import Run
 from shared.config import ConfigError, config_from_dict, endpoints, load_config
 from shared.keys import generate
-from tests.runs import shm_segments
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.checks import consume
+from tests.peers import StatsReader, free_port
+from tests.runs import rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_non_loopback_bind_needs_keys() -> None:

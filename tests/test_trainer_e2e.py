@@ -9,29 +9,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
 from pathlib import Path
 
 import pytest
 
 from scripts.runner import Run
-from tests.runs import shm_segments, write_config
+from tests.runs import SYNTHETIC, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
-
-SYNTHETIC = {
-    "data": {"format": "synthetic", "synthetic_items": 32},
-    "features": {"max_frames": 32, "cache": False},
-    "text": {"max_text_len": 32},
-    "ring": {"slots": 8},
-    "stager": {"batch_size": 4},
-    "producers": {"workers": 2},
-    "model": {"d_model": 16, "n_layers": 1},
-}
-
-
-def rid(name: str) -> str:
-    return f"t{name}-{uuid.uuid4().hex[:6]}"
 
 
 def batch_records(path: Path) -> dict[int, dict]:

@@ -10,79 +10,22 @@ import collections
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import msgpack
 import pytest
 import zmq
 
-from consumer.client.batch_client import BatchClient
 from consumer.stager.plan import EpochPlan
 from producer.sources import check_synthetic_rows
 from scripts.runner import REPO, Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
-from tests.runs import shm_segments, write_config
+from tests.checks import consume
+from tests.peers import StatsReader
+from tests.runs import rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
-
-
-def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict) -> Path:
-    raw = {
-        "data": {"format": "synthetic", "synthetic_items": items, "synthetic_delay_s": delay_s},
-        "features": {"max_frames": 64, "cache": False},
-        "text": {"max_text_len": 32},
-        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
-        "stager": {"batch_size": 8, "epochs": 1},
-        "producers": {"workers": 2, "restart_backoff_s": 0.1},
-    }
-    for section, values in over.items():
-        raw[section] = {**raw.get(section, {}), **values}
-    return write_config(tmp_path, raw)
-
-
-def rid() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
-
-
-def consume(client: BatchClient, on_batch=None, timeout_s: float = 60) -> list[int]:
-    """Every valid item id of every batch until the plan ends; checks every row."""
-    cfg, items = client.cfg, []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        batch = client.next(timeout_s=timeout_s)
-        if batch is None:
-            return items
-        items.extend(check_synthetic_rows(batch.arrays, batch.n_valid, cfg))
-        client.free(batch)
-        if on_batch is not None:
-            on_batch(len(items))
-    raise AssertionError("the plan did not end in time")
-
-
-class StatsReader:
-    """Subscribes to the stager's stats stream (what the inspector reads)."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.SUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sock.connect(endpoint)
-
-    def latest(self, timeout_s: float = 3.0) -> dict:
-        msg = None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and (msg is None or self.sock.poll(0)):
-            if self.sock.poll(100):
-                msg, _ = p.decode(self.sock.recv_multipart())
-        assert msg is not None, "no stats from the stager"
-        return msg.data
-
-    def close(self) -> None:
-        self.sock.close()
-        self.ctx.term()
 
 
 def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Path) -> None:

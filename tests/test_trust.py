@@ -27,10 +27,9 @@ from shared.keys import KeysError, generate, load_client, load_server
 from shared.process import die_with_parent
 from shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, rows_checksum
 from shared.run_secret import read_consumer_secret
-from tests.runs import peer_socket
-from tests.test_reliability import assert_exactly_once, finish
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.checks import assert_exactly_once, consume
+from tests.peers import StatsReader, free_port, peer_socket
+from tests.runs import finish, rid, small
 
 pytestmark = pytest.mark.slow
 

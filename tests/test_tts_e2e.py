@@ -14,8 +14,7 @@ from shared.config import load_config
 from shared.dataset import read_dataset
 from shared.quarantine import read_quarantine
 from tests.broken_dataset import make_broken_dataset
-from tests.runs import shm_segments, write_config
-from tests.test_transport_e2e import rid
+from tests.runs import rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 

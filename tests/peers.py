@@ -1,0 +1,56 @@
+"""What a test plays by hand against a live stager: a peer's socket, a stats subscriber,
+a free tcp port for a stager to bind."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import zmq
+
+from shared import protocol as p
+
+
+@contextlib.contextmanager
+def peer_socket(endpoint: str) -> Iterator[zmq.Socket]:
+    """A DEALER connected to a stager's endpoint, for tests that play a peer by hand."""
+    with zmq.Context() as ctx, ctx.socket(zmq.DEALER) as sock:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        yield sock
+
+
+def free_port() -> int:
+    """A tcp port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StatsReader:
+    """Subscribes to the stager's stats stream (what the inspector reads)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.connect(endpoint)
+
+    def latest(self, timeout_s: float = 3.0) -> dict[str, Any]:
+        """The newest stats snapshot: waits up to timeout_s for one, then skips to the last
+        one queued."""
+        msg = None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (msg is None or self.sock.poll(0)):
+            if self.sock.poll(100):
+                msg, _ = p.decode(self.sock.recv_multipart())
+        assert msg is not None, "no stats from the stager"
+        return msg.data
+
+    def close(self) -> None:
+        self.sock.close()
+        self.ctx.term()
