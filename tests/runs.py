@@ -1,5 +1,5 @@
-"""Test helpers around scripts.runner.Run: a config file in tmp, a run id, the run's
-segments, and the end of a run.
+"""Real runs in tests: scripts.runner.Run plus what only tests need, a config file in
+tmp, a run id, the run's segments, and the end of a run.
 
 A test wraps a run in ``with Run(config, rid(), tmp_path) as run:``; leaving the
 block stops every process and removes the run's segments and socket files, so
@@ -9,14 +9,21 @@ assert empty.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
-from scripts.runner import Run
+from scripts import runner
+from scripts.runner import DEFAULT_TIMEOUT_S
 from shared.segments import list_segments
+from tests.polling import wait_for
+
+T = TypeVar("T")
 
 # A trainer run shrunk to seconds on 2 cores: 32 synthetic items, a one-layer model.
 SYNTHETIC: dict[str, dict[str, Any]] = {
@@ -28,6 +35,34 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
     "producers": {"workers": 2},
     "model": {"d_model": 16, "n_layers": 1},
 }
+
+
+class Run(runner.Run):
+    """The launcher's Run, with the waits and signals tests use on it."""
+
+    def poll_for(
+        self, condition: Callable[[], T], timeout_s: float = DEFAULT_TIMEOUT_S, what: str = ""
+    ) -> T:
+        """wait_for(condition) that fails at once, with the logs, if a process of the
+        run exits non-zero meanwhile; returns condition()'s first true value."""
+
+        def holds() -> T:
+            value = condition()
+            failed = [verb for verb, proc in self.procs.items() if proc.poll() not in (None, 0)]
+            if not value and failed:
+                raise AssertionError(f"{failed} failed waiting for {what}\n{self.logs()}")
+            return value
+
+        return wait_for(holds, timeout_s, what, context=self.logs)
+
+    def signal(self, verb: str, signum: int = signal.SIGTERM) -> None:
+        """Send signum to verb's process unless it is gone."""
+        with contextlib.suppress(ProcessLookupError):
+            self.procs[verb].send_signal(signum)
+
+    def worker_pids(self) -> list[int]:
+        """The live workers of the local producer pool."""
+        return runner.worker_pids(self.procs["producers"].pid)
 
 
 def write_config(tmp_path: Path, raw: dict[str, Any], name: str = "config.yaml") -> Path:

@@ -15,11 +15,11 @@ from consumer.stager.buckets import BucketPlan, assign, least_padding, make_buck
 from producer.manifest import build_manifest
 from producer.pipeline import SamplePipeline
 from producer.sources import check_synthetic_rows
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import config_from_dict, load_config
 from shared.dataset import dataset_index
 from shared.manifest import Manifest, load_manifest, manifest_path
-from tests.runs import finish, rid, small
+from tests.runs import Run, finish, rid, small
 
 SHIPPED = REPO / "data" / "ljspeech-mini"
 

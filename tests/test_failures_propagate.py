@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from consumer.trainer.feeder import Feeder
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import load_config
 from shared.process import StopFlag
 from shared.segments import socket_files
-from tests.runs import SYNTHETIC, rid, shm_segments, small, write_config
+from tests.runs import SYNTHETIC, Run, rid, shm_segments, small, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -15,13 +15,12 @@ import pytest
 
 from consumer.stager.plan import EpochPlan
 from scripts.lossy_link import LossyLink
-from scripts.runner import Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
 from shared.quarantine import read_quarantine
 from tests.checks import consume
 from tests.peers import free_port, peer_socket
-from tests.runs import rid, shm_segments, small
+from tests.runs import Run, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
 

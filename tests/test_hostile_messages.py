@@ -16,13 +16,12 @@ import msgpack
 import pytest
 import zmq
 
-from scripts.runner import Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
 from tests.checks import assert_exactly_once, consume
 from tests.peers import peer_socket
 from tests.processes import RSS_SLACK_KB, rss_kb
-from tests.runs import finish, rid, small
+from tests.runs import Run, finish, rid, small
 
 pytestmark = pytest.mark.slow
 

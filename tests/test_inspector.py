@@ -14,8 +14,8 @@ import pytest
 
 from consumer.tools.diagnosis import diagnose
 from consumer.tools.inspector import Inspector
-from scripts.runner import REPO, Run
-from tests.runs import rid, shm_segments, small
+from scripts.runner import REPO
+from tests.runs import Run, rid, shm_segments, small
 
 
 def _snap(**over: Any) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import endpoints, load_config
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port
-from tests.runs import finish, rid, small
+from tests.runs import Run, finish, rid, small
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from scripts.runner import REPO, Run, worker_pids
+from scripts.runner import REPO, worker_pids
 from shared import protocol as p
 from shared.config import Config, endpoints, load_config
 from shared.keys import generate
@@ -31,7 +31,7 @@ from shared.ring import Ring, SlotState, shown_state
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port, peer_socket
 from tests.processes import RSS_SLACK_KB, rss_kb, send_signal
-from tests.runs import finish, rid, shm_segments, small
+from tests.runs import Run, finish, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
 

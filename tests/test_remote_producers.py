@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import Run
 from shared.config import ConfigError, config_from_dict, endpoints, load_config
 from shared.keys import generate
 from tests.checks import consume
 from tests.peers import StatsReader, free_port
-from tests.runs import rid, shm_segments, small
+from tests.runs import Run, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
 

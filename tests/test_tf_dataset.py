@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from producer.sources import check_synthetic_rows
-from scripts.runner import Run
 from shared.config import load_config
-from tests.runs import shm_segments, write_config
+from tests.runs import Run, shm_segments, write_config
 
 tf = pytest.importorskip("tensorflow")
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import Run
-from tests.runs import SYNTHETIC, rid, shm_segments, write_config
+from tests.runs import SYNTHETIC, Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -18,12 +18,12 @@ import zmq
 
 from consumer.stager.plan import EpochPlan
 from producer.sources import check_synthetic_rows
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared import protocol as p
 from shared.config import endpoints, load_config
 from tests.checks import consume
 from tests.peers import StatsReader
-from tests.runs import rid, shm_segments, small
+from tests.runs import Run, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ import pytest
 import zmq
 
 from producer.sources import SyntheticSource
-from scripts.runner import REPO, Run, worker_pids
+from scripts.runner import REPO, worker_pids
 from shared import protocol as p
 from shared.config import endpoints, load_config, run_dir
 from shared.keys import KeysError, generate, load_client, load_server
@@ -29,7 +29,7 @@ from shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, rows_checksum
 from shared.run_secret import read_consumer_secret
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port, peer_socket
-from tests.runs import finish, rid, small
+from tests.runs import Run, finish, rid, small
 
 pytestmark = pytest.mark.slow
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from consumer.client.batch_client import BatchClient
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import load_config
 from shared.dataset import read_dataset
 from shared.quarantine import read_quarantine
 from tests.broken_dataset import make_broken_dataset
-from tests.runs import rid, shm_segments, write_config
+from tests.runs import Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 
