@@ -4,13 +4,13 @@ exactly once."""
 from __future__ import annotations
 
 import collections
-import time
 from collections.abc import Callable
 
 from consumer.client.batch_client import BatchClient
 from consumer.stager.plan import EpochPlan
 from producer.sources import check_synthetic_rows
 from shared.config import Config
+from tests.polling import wait_for
 
 
 def consume(
@@ -18,17 +18,20 @@ def consume(
 ) -> list[int]:
     """Every valid item id of every batch until the plan ends; checks every row against
     its item (synthetic data). on_batch(n_items_so_far) runs after each batch."""
-    cfg, items = client.cfg, []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    items: list[int] = []
+
+    def plan_ended() -> bool:
         batch = client.next(timeout_s=timeout_s)
         if batch is None:
-            return items
-        items.extend(check_synthetic_rows(batch.arrays, batch.n_valid, cfg))
+            return True
+        items.extend(check_synthetic_rows(batch.arrays, batch.n_valid, client.cfg))
         client.free(batch)
         if on_batch is not None:
             on_batch(len(items))
-    raise AssertionError("the plan did not end in time")
+        return False
+
+    wait_for(plan_ended, timeout_s, "the end of the plan", interval_s=0)
+    return items
 
 
 def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:

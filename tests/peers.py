@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
 
 from shared import protocol as p
+from tests.polling import wait_for
 
 
 @contextlib.contextmanager
@@ -43,14 +43,29 @@ class StatsReader:
     def latest(self, timeout_s: float = 3.0) -> dict[str, Any]:
         """The newest stats snapshot: waits up to timeout_s for one, then skips to the last
         one queued."""
-        msg = None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and (msg is None or self.sock.poll(0)):
-            if self.sock.poll(100):
-                msg, _ = p.decode(self.sock.recv_multipart())
-        assert msg is not None, "no stats from the stager"
-        return msg.data
+        wait_for(lambda: self.sock.poll(100), timeout_s, "stats from the stager", interval_s=0)
+        while True:
+            msg, _ = p.decode(self.sock.recv_multipart())
+            if not self.sock.poll(0):
+                return msg.data
+
+    def first(
+        self, holds: Callable[[dict[str, Any]], bool], timeout_s: float, what: str
+    ) -> dict[str, Any]:
+        """The first snapshot from now on for which holds(snapshot) is true."""
+
+        def snapshot_that_holds() -> dict[str, Any] | None:
+            snap = self.latest()
+            return snap if holds(snap) else None
+
+        return wait_for(snapshot_that_holds, timeout_s, what)
 
     def close(self) -> None:
         self.sock.close()
         self.ctx.term()
+
+    def __enter__(self) -> StatsReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -93,11 +93,13 @@ def test_a_lost_node_and_a_new_node_keep_the_epoch_exactly_once(tmp_path: Path, 
     cfg_path, port = ray_config(tmp_path, n, delay_s=0.01)
     cfg, run_id = load_config(cfg_path), rid()
     seen: dict[str, object] = {}
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
         start_ray_producers(run, cluster, port)
         client = run.client(timeout_s=90)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
 
         def chaos(delivered: int) -> None:
             if delivered >= 300 and "removed" not in seen:
@@ -110,7 +112,6 @@ def test_a_lost_node_and_a_new_node_keep_the_epoch_exactly_once(tmp_path: Path, 
         items = consume(client, on_batch=chaos, timeout_s=240)
         seen["after"] = stats.latest()["producers"]
         client.close()
-        stats.close()
         finish(run, run_id, "ray")
     assert_exactly_once(items, cfg, n)
     before, after = seen["before"], nodes_of(seen["after"])

@@ -30,6 +30,7 @@ from shared.keys import generate
 from shared.ring import Ring, SlotState, shown_state
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port, peer_socket
+from tests.polling import wait_for
 from tests.processes import RSS_SLACK_KB, rss_kb, send_signal
 from tests.runs import Run, finish, rid, shm_segments, small
 
@@ -93,21 +94,25 @@ def stop_a_producer_past_its_lease(tmp_path: Path, patience_s: float) -> tuple[l
     pool_cfg = small(tmp_path / "pool", items=n, delay_s=0.01, ring={"lease_s": patience_s}, **over)
     cfg = load_config(cfg_path)
     run_id, seen, stopped = rid(), {"fenced": 0}, []
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         stager = run.start("stager")
         run.config = pool_cfg
         pool = run.start("producers")
         run.config = cfg_path
         client = run.client(timeout_s=30)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
 
         def watch_and_resume() -> None:
-            """While it is stopped its slots become FENCED; then wake it."""
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 2.5 * lease_s:
-                fenced = stats.latest().get("slots", {}).get("FENCED", 0)
-                seen["fenced"] = max(seen["fenced"], fenced)
-            send_signal(stopped[0], signal.SIGCONT)
+            """Wake it once its slots show FENCED and it has been stopped 2.5 leases."""
+            try:
+                fenced = stats.first(lambda s: s["slots"].get("FENCED", 0), 10, "FENCED slots")
+                seen["fenced"] = fenced["slots"]["FENCED"]
+                # The fault: silent past the stager's lease and past its own patience.
+                time.sleep(max(0.0, seen["stopped_at"] + 2.5 * lease_s - time.monotonic()))
+            finally:
+                send_signal(stopped[0], signal.SIGCONT)
 
         thread = threading.Thread(target=watch_and_resume, daemon=True)
 
@@ -116,6 +121,7 @@ def stop_a_producer_past_its_lease(tmp_path: Path, patience_s: float) -> tuple[l
                 stopped.append(worker_pids(pool.pid)[0])
                 seen["rss0"] = rss_kb(stager.pid)
                 os.kill(stopped[0], signal.SIGSTOP)
+                seen["stopped_at"] = time.monotonic()
                 thread.start()
 
         try:
@@ -126,7 +132,6 @@ def stop_a_producer_past_its_lease(tmp_path: Path, patience_s: float) -> tuple[l
             for pid in stopped:
                 send_signal(pid, signal.SIGCONT)
             client.close()
-            stats.close()
         seen["summary"] = finish(run, run_id, "producers")
     assert_exactly_once(seen["items"], cfg, n)  # consume() also checked every row's stamp
     assert seen["fenced"] >= 1, "the stopped producer's slots were never FENCED"
@@ -187,34 +192,41 @@ class WokenProducer:
             sock.send_multipart(p.encode(p.Hello("woken", os.getpid(), me, False, "t", "")))
             welcome = next(m for m in self.drain(sock, 5000) if isinstance(m, p.Welcome))
             sock.send_multipart(p.encode(p.Request(4)))
-            deadline = time.monotonic() + 10
-            while len(self.grants) < 2 and time.monotonic() < deadline:
-                self.drain(sock, 100)
+            wait_for(lambda: self.granted(sock, 2), 10, "two grants", interval_s=0)
             self.held = sorted(self.grants)
-            time.sleep(2.0 * self.lease_s)  # SIGSTOPped: silent past the lease
+            time.sleep(2.0 * self.lease_s)  # the fault: silent past the lease, as if SIGSTOPped
             (slot0, gen0), queued = self.held[0], self.held[1:]
             k = len(self.cfg.sample_fields())
             wrong_item = 10**9  # not the item granted: the stager must revoke this producer
             sock.send_multipart(p.encode(p.Ready([slot0], [gen0], [wrong_item], [1] * k, [0], [0])))
+            # Woken, a worker heartbeats on: if the READY itself revoked it (a stager too
+            # busy to see the lease run out first), REHELLO answers this.
+            sock.send_multipart(p.encode(p.Heartbeat(0, {})))
             ring = Ring.attach(welcome.ring_name, writable=False)
             try:
-                self.watch(sock, ring, queued)
+                wait_for(lambda: self.settled(sock, ring, queued), 10, "REHELLO", interval_s=0)
             finally:
                 ring.close()
             sock.send_multipart(p.encode(p.Bye(0, {})))
 
-    def watch(self, sock: zmq.Socket, ring: Ring, queued: list[tuple[int, int]]) -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 3.0 and len(self.regranted) < len(queued):
-            self.drain(sock, 10)
-            for slot, gen in queued:
-                h = ring.slots[slot]
-                g = int(h["generation"])
-                live = shown_state(h) in (SlotState.GRANTED, SlotState.WRITING)
-                mine = (slot, g) in self.grants
-                if g > gen + 1 and live and not mine and self.rehello is None:
-                    self.regranted.append((slot, gen, g))
-                    queued = [q for q in queued if q[0] != slot]
+    def granted(self, sock: zmq.Socket, n: int) -> bool:
+        """Read what the stager sent; True once it granted this producer n slots."""
+        self.drain(sock, 100)
+        return len(self.grants) >= n
+
+    def settled(self, sock: zmq.Socket, ring: Ring, queued: list[tuple[int, int]]) -> bool:
+        """Read what the stager sent and record each queued slot granted to another
+        producer before any REHELLO; True once REHELLO came or all of them were."""
+        self.drain(sock, 10)
+        for slot, gen in queued:
+            h = ring.slots[slot]
+            g = int(h["generation"])
+            live = shown_state(h) in (SlotState.GRANTED, SlotState.WRITING)
+            mine = (slot, g) in self.grants
+            seen = any(slot == s for s, _, _ in self.regranted)
+            if g > gen + 1 and live and not mine and self.rehello is None and not seen:
+                self.regranted.append((slot, gen, g))
+        return self.rehello is not None or len(self.regranted) == len(queued)
 
 
 def test_a_woken_producer_keeps_its_queued_grants_until_told_otherwise(tmp_path: Path) -> None:
@@ -245,6 +257,7 @@ def test_a_woken_producer_keeps_its_queued_grants_until_told_otherwise(tmp_path:
             client.close()
         finish(run, run_id, "producers")
     assert len(woken.held) >= 2, "the hand-played producer got too few grants"
+    assert woken.rehello is not None, "the woken producer was never told to drop its grants"
     assert_exactly_once(items, cfg, n)
     assert woken.regranted == [], (
         f"slots still queued in the woken producer (slot, its generation, new generation) "
