@@ -249,6 +249,21 @@ def pod_holds_nothing(stats: dict) -> bool:
     return all(pr["grants"] == 0 for pr in stats["producers"] if pr["host"] == "pod-7")
 
 
+def stop_the_pods_worker(pod_pid: int, stats: StatsReader, lease_s: float) -> int:
+    """SIGSTOP the worker of the pool inside the pod (pod_pid: its unshare) past its
+    lease, until the stager took back its grants; SIGCONT it; returns its pid."""
+    children = Path(f"/proc/{pod_pid}/task/{pod_pid}/children").read_text()
+    workers = [w for pool_pid in map(int, children.split()) for w in worker_pids(pool_pid)]
+    assert workers, "the pod's worker is not running"
+    os.kill(workers[0], signal.SIGSTOP)
+    try:
+        time.sleep(2.5 * lease_s)  # the fault: stopped past its lease, grants queued
+        stats.first(pod_holds_nothing, 10, "the stopped pod's grants taken back")
+    finally:
+        os.kill(workers[0], signal.SIGCONT)
+    return workers[0]
+
+
 @pytest.mark.skipif(not can_unshare(), reason="needs root and unshare (PID and UTS namespaces)")
 def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
     tmp_path: Path,
@@ -281,19 +296,8 @@ def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
         stopped = []
 
         def stop_the_pod(n_items: int) -> None:
-            if n_items < 100 * (len(stopped) + 1) or len(stopped) >= 3:
-                return
-            children = Path(f"/proc/{pod.pid}/task/{pod.pid}/children").read_text()
-            pool = [int(c) for c in children.split()]
-            workers = [w for pool_pid in pool for w in worker_pids(pool_pid)]
-            assert workers, "the pod's worker is not running"
-            os.kill(workers[0], signal.SIGSTOP)
-            try:
-                time.sleep(2.5 * lease_s)  # the fault: stopped past its lease, grants queued
-                stats.first(pod_holds_nothing, 10, "the stopped pod's grants taken back")
-            finally:
-                os.kill(workers[0], signal.SIGCONT)
-            stopped.append(workers[0])
+            if n_items >= 100 * (len(stopped) + 1) and len(stopped) < 3:
+                stopped.append(stop_the_pods_worker(pod.pid, stats, lease_s))
 
         items = consume(client, on_batch=stop_the_pod)
         client.close()
