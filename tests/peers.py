@@ -61,6 +61,8 @@ class StatsReader:
         return wait_for(snapshot_that_holds, timeout_s, what)
 
     def close(self) -> None:
+        """Close the socket, then its context (a context left to the garbage collector
+        can block a later test in Context.term)."""
         self.sock.close()
         self.ctx.term()
 
