@@ -9,7 +9,8 @@ repository root. Leaving the block SIGTERMs whatever is still alive, SIGKILLs
 it after the grace (``RINGFEED_GRACE_S``, 8 s), then removes the run's
 segments from /dev/shm and its ipc socket files, so a failing test, benchmark
 or run leaves nothing behind. Used by ``ringfeed run`` (and so by
-scripts/launch.sh), the tests and every benchmark.
+scripts/launch.sh), the tests and every benchmark; what only tests need (waiting
+for a condition, signalling one verb) is tests/runs.py's subclass.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,10 @@ REPO = Path(__file__).resolve().parent.parent
 # A trainer spends its first ~10-30 s importing TensorFlow and compiling on 2 cores.
 DEFAULT_TIMEOUT_S = 120.0
 WATCH_POLL_S = 0.2
+
+
+class RunError(RuntimeError):
+    """A process of a run did not end in time; the message carries every process's log."""
 
 
 def worker_pids(pool_pid: int) -> list[int]:
@@ -98,11 +102,12 @@ class Run:
             self.start(verb)
 
     def wait(self, verb: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+        """The exit code of `verb`; RunError with the logs if it runs past timeout_s."""
         try:
             return self.procs[verb].wait(timeout_s)
         except subprocess.TimeoutExpired:
             msg = f"{verb} still running after {timeout_s:.0f} s\n{self.logs()}"
-            raise AssertionError(msg) from None
+            raise RunError(msg) from None
 
     def wait_all(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, int]:
         deadline = time.monotonic() + timeout_s
@@ -135,10 +140,6 @@ class Run:
             self.failure = failed[0] if failed else None
         return self.failure[1] if self.failure else 0
 
-    def signal(self, verb: str, signum: int = signal.SIGTERM) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.procs[verb].send_signal(signum)
-
     def stop(self, grace_s: float | None = None) -> None:
         """SIGTERM everything alive, SIGKILL after the grace; idempotent."""
         grace_s = self.grace_s if grace_s is None else grace_s
@@ -154,9 +155,6 @@ class Run:
                 p.kill()
                 p.wait()
 
-    def worker_pids(self) -> list[int]:
-        return worker_pids(self.procs["producers"].pid)
-
     # ------------------------------------------------------------ consumers and results
     def client(self, name: str = "test", timeout_s: float = 60.0) -> BatchClient:
         """A connected consumer of this run in this process (closed on exit)."""
@@ -164,18 +162,6 @@ class Run:
         client.connect(timeout_s=timeout_s)
         self.clients.append(client)
         return client
-
-    def poll_for(
-        self, predicate: Callable[[], bool], timeout_s: float = DEFAULT_TIMEOUT_S, what: str = ""
-    ) -> None:
-        """Wait until predicate() is true; fail with the logs after timeout_s."""
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
-            if any(p.poll() not in (None, 0) for p in self.procs.values()):
-                raise AssertionError(f"a process failed waiting for {what}\n{self.logs()}")
-            time.sleep(0.1)
 
     def logs(self, tail: int = 4000) -> str:
         if self.log_dir is None:

@@ -1,6 +1,7 @@
-"""Test helpers around scripts.runner.Run: a config file in tmp, the run's segments.
+"""Real runs in tests: scripts.runner.Run plus what only tests need, a config file in
+tmp, a run id, the run's segments, and the end of a run.
 
-A test wraps a run in ``with Run(config, rid, tmp_path) as run:``; leaving the
+A test wraps a run in ``with Run(config, rid(), tmp_path) as run:``; leaving the
 block stops every process and removes the run's segments and socket files, so
 a failing test leaves nothing behind. ``shm_segments(rid)`` is what the tests
 assert empty.
@@ -9,14 +10,60 @@ assert empty.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import signal
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-import zmq
 
+from scripts import runner
+from scripts.runner import DEFAULT_TIMEOUT_S
 from shared.segments import list_segments
+from tests.fault_sources import inject_faults
+from tests.polling import wait_for
+
+T = TypeVar("T")
+
+# A trainer run shrunk to seconds on 2 cores: 32 synthetic items, a one-layer model.
+SYNTHETIC: dict[str, dict[str, Any]] = {
+    "data": {"format": "synthetic", "synthetic_items": 32},
+    "features": {"max_frames": 32, "cache": False},
+    "text": {"max_text_len": 32},
+    "ring": {"slots": 8},
+    "stager": {"batch_size": 4},
+    "producers": {"workers": 2},
+    "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
+}
+
+
+class Run(runner.Run):
+    """The launcher's Run, with the waits and signals tests use on it."""
+
+    def poll_for(
+        self, condition: Callable[[], T], timeout_s: float = DEFAULT_TIMEOUT_S, what: str = ""
+    ) -> T:
+        """wait_for(condition) that fails at once, with the logs, if a process of the
+        run exits non-zero meanwhile; returns condition()'s first true value."""
+
+        def holds() -> T:
+            value = condition()
+            failed = [verb for verb, proc in self.procs.items() if proc.poll() not in (None, 0)]
+            if not value and failed:
+                raise AssertionError(f"{failed} failed waiting for {what}\n{self.logs()}")
+            return value
+
+        return wait_for(holds, timeout_s, what, context=self.logs)
+
+    def signal(self, verb: str, signum: int = signal.SIGTERM) -> None:
+        """Send signum to verb's process unless it is gone."""
+        with contextlib.suppress(ProcessLookupError):
+            self.procs[verb].send_signal(signum)
+
+    def worker_pids(self) -> list[int]:
+        """The live workers of the local producer pool."""
+        return runner.worker_pids(self.procs["producers"].pid)
 
 
 def write_config(tmp_path: Path, raw: dict[str, Any], name: str = "config.yaml") -> Path:
@@ -27,14 +74,38 @@ def write_config(tmp_path: Path, raw: dict[str, Any], name: str = "config.yaml")
     return path
 
 
+def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict[str, Any]) -> Path:
+    """A config file for a run without a model: `items` synthetic items of
+    `delay_s` seconds' work each, small slots and short leases; each keyword names a
+    section whose keys it overrides."""
+    raw = {
+        "data": {"format": "synthetic", "synthetic_items": items},
+        "features": {"max_frames": 64, "cache": False},
+        "text": {"max_text_len": 32},
+        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
+        "stager": {"batch_size": 8, "epochs": 1},
+        "producers": {"workers": 2, "restart_backoff_s": 0.1},
+    }
+    for section, values in over.items():
+        raw[section] = {**raw.get(section, {}), **values}
+    path = write_config(tmp_path, raw)
+    inject_faults(path, delay_s=delay_s)  # each sample delay_s longer
+    return path
+
+
+def rid(tag: str = "") -> str:
+    """A fresh run id, so runs of concurrent tests never share segments or sockets."""
+    return f"t{tag}{uuid.uuid4().hex[:8]}"
+
+
 def shm_segments(run_id: str) -> list[str]:
+    """The names of the run's segments in /dev/shm."""
     return [p.name for p in list_segments(run_id)]
 
 
-@contextlib.contextmanager
-def peer_socket(endpoint: str) -> Iterator[zmq.Socket]:
-    """A DEALER connected to a stager's endpoint, for tests that play a peer by hand."""
-    with zmq.Context() as ctx, ctx.socket(zmq.DEALER) as sock:
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
-        yield sock
+def finish(run: Run, run_id: str, *verbs: str) -> dict[str, Any]:
+    """Wait (bounded) for the stager and `verbs` to exit 0; no segment left; stager.json."""
+    for verb in ("stager", *verbs):
+        assert run.wait(verb, 20) == 0, f"{verb} failed\n{run.logs()}"
+    assert shm_segments(run_id) == []
+    return run.json("stager.json")

@@ -15,12 +15,11 @@ from consumer.stager.buckets import BucketPlan, assign, least_padding, make_buck
 from producer.manifest import build_manifest
 from producer.pipeline import SamplePipeline
 from producer.sources import check_synthetic_rows
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import config_from_dict, load_config
 from shared.dataset import dataset_index
 from shared.manifest import Manifest, load_manifest, manifest_path
-from tests.test_reliability import finish
-from tests.test_transport_e2e import rid, small
+from tests.runs import Run, finish, rid, small
 
 SHIPPED = REPO / "data" / "ljspeech-mini"
 
@@ -148,7 +147,7 @@ def test_bucketed_batches_have_their_shapes_and_every_row_its_item(tmp_path: Pat
             shape = (a["tokens"].shape[0], a["mel"].shape[1], a["tokens"].shape[1])
             shapes.add(shape)
             assert a["mel"].shape[1] * a["mel"].shape[0] <= cfg.batch_frames
-            items.extend(check_synthetic_rows(a, batch.n_valid, cfg))
+            items.extend(check_synthetic_rows(a, batch.meta.n_valid, cfg))
             client.free(batch)
         client.close()
         summary = finish(run, run_id, "producers")

@@ -15,11 +15,7 @@ from consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
 from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
 from shared.config import Config, replace  # noqa: E402
 
-try:
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-except RuntimeError:
-    pass  # another test module already initialised TF's thread pools
+pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
 
 def small_cfg() -> Config:

@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 
 from consumer.trainer.feeder import Feeder
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import load_config
 from shared.process import StopFlag
 from shared.segments import socket_files
-from tests.runs import shm_segments, write_config
-from tests.test_trainer_e2e import SYNTHETIC
-from tests.test_transport_e2e import rid, small
+from tests.polling import wait_for
+from tests.runs import SYNTHETIC, Run, rid, shm_segments, small, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -100,18 +99,21 @@ def test_a_launcher_killed_with_sigkill_takes_its_run_down(tmp_path: Path) -> No
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while len(shm_segments(run_id)) < 2 or len(children(proc.pid)) < 3:
-            assert time.monotonic() < deadline, "the run did not start"
-            time.sleep(0.1)
+        wait_for(
+            lambda: len(shm_segments(run_id)) == 2 and len(children(proc.pid)) >= 3,
+            30,
+            "the run to start",
+        )
         pool = next(c for c in children(proc.pid) if b"producers" in cmdline(c))
         family = children(proc.pid) + children(pool)
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)
-        deadline = time.monotonic() + 15
-        while any(alive(pid) for pid in family) or shm_segments(run_id):
-            assert time.monotonic() < deadline, f"left alive: {[p for p in family if alive(p)]}"
-            time.sleep(0.1)
+        wait_for(
+            lambda: not any(alive(pid) for pid in family) and not shm_segments(run_id),
+            15,
+            "the run's processes and segments to go",
+            context=lambda: f"left alive: {[p for p in family if alive(p)]}",
+        )
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -15,14 +15,13 @@ import pytest
 
 from consumer.stager.plan import EpochPlan
 from scripts.lossy_link import LossyLink
-from scripts.runner import Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
 from shared.quarantine import read_quarantine
+from tests.checks import consume
 from tests.fault_sources import inject_faults
-from tests.runs import peer_socket, shm_segments
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import consume, rid, small
+from tests.peers import free_port, peer_socket
+from tests.runs import Run, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
 
@@ -35,18 +34,20 @@ def plan_items(cfg_path: Path, n_items: int, epochs: int, skip: set[int]) -> lis
 
 
 class MuteProducer(threading.Thread):
-    """Says HELLO, asks for grants, then only heartbeats: never READY, never SKIP."""
+    """Says HELLO, asks for grants, then only heartbeats: never READY, never SKIP; until
+    its stop event is set."""
 
-    def __init__(self, endpoint: str, seconds: float) -> None:
+    def __init__(self, endpoint: str) -> None:
         super().__init__(daemon=True)
-        self.endpoint, self.seconds, self.grants, self.rehellos = endpoint, seconds, 0, 0
+        self.endpoint, self.grants, self.rehellos = endpoint, 0, 0
+        self.stop = threading.Event()
 
     def run(self) -> None:
         with peer_socket(self.endpoint) as sock:
             hello = p.Hello("mute", os.getpid(), socket.gethostname(), False, "t", "")
             sock.send_multipart(p.encode(hello))
-            deadline, beat = time.monotonic() + self.seconds, 0.0
-            while time.monotonic() < deadline:
+            beat = 0.0
+            while not self.stop.is_set():
                 if sock.poll(50):
                     msg, _ = p.decode(sock.recv_multipart())
                     if isinstance(msg, p.Welcome):
@@ -65,17 +66,21 @@ def test_grants_of_a_producer_that_heartbeats_but_never_answers_come_back(
     cfg_path = small(tmp_path, items=n, delay_s=0.003, ring={"lease_s": 1.0})
     cfg = load_config(cfg_path)
     run_id = rid()
+    mute = MuteProducer(endpoints(cfg, run_id).control)
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
-        mute = MuteProducer(endpoints(cfg, run_id).control, seconds=20)
         mute.start()
-        client = run.client(timeout_s=30)
-        run.start("producers")
-        t0 = time.monotonic()
-        items = consume(client, timeout_s=30)
-        took_s = time.monotonic() - t0
-        client.close()
-        assert run.wait("stager", 20) == 0
+        try:
+            client = run.client(timeout_s=30)
+            run.start("producers")
+            t0 = time.monotonic()
+            items = consume(client, timeout_s=30)
+            took_s = time.monotonic() - t0
+            client.close()
+            assert run.wait("stager", 20) == 0
+        finally:
+            mute.stop.set()
+            mute.join(5)
     assert mute.grants >= 1 and mute.rehellos >= 1, "the mute producer was never caught"
     assert items == plan_items(cfg_path, n, 1, set())  # exactly once, in plan order
     assert took_s < 25 and shm_segments(run_id) == []
@@ -115,7 +120,6 @@ def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fau
     cfg_path = small(
         tmp_path,
         items=n,
-        delay_s=0.002,
         stager={"batch_size": 8, "epochs": 2},
         producers={"workers": 2, "restart_backoff_s": 0.1, "max_restarts": 2},
     )
@@ -154,7 +158,6 @@ def test_a_restarted_stager_is_rejoined_where_its_consumer_stands(tmp_path: Path
     cfg_path = small(
         tmp_path,
         items=n,
-        delay_s=0.004,
         stager={"batch_size": 8, "epochs": 2},
     )
     inject_faults(cfg_path, delay_s=0.004, raise_items=[poison])

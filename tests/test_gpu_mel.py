@@ -13,6 +13,8 @@ tf = pytest.importorskip("tensorflow")
 from consumer.stager.gpu_mel import MEL_ATOL, MEL_ATOL_ALL, MEL_COMPARE_FLOOR, TfLogMel  # noqa: E402
 from shared.config import LOG_FLOOR, Config, replace  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("tf_single_threaded")
+
 CLIPS_DIR = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
 
 
@@ -54,8 +56,6 @@ def _librosa_log_mel(y: np.ndarray, cfg: Config) -> tuple[np.ndarray, np.ndarray
 
 @pytest.mark.parametrize("win_length", [1024, 800])
 def test_tf_log_mel_matches_librosa(win_length: int) -> None:
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
     base = Config()
     clips = _clips(base.audio.sample_rate)
     hop = base.features.hop_length

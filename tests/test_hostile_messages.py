@@ -16,12 +16,13 @@ import msgpack
 import pytest
 import zmq
 
-from scripts.runner import Run
 from shared import protocol as p
 from shared.config import endpoints, load_config
-from tests.runs import peer_socket
-from tests.test_reliability import RSS_SLACK_KB, assert_exactly_once, finish, rss_kb
-from tests.test_transport_e2e import consume, rid, small
+from tests.checks import assert_exactly_once, consume
+from tests.peers import peer_socket
+from tests.polling import wait_for
+from tests.processes import RSS_SLACK_KB, rss_kb
+from tests.runs import Run, finish, rid, small
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +108,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
                     sent["fake" if i % 2 else "stranger"] += 1
                     while fake.poll(0):
                         fake.recv_multipart()  # grants it will never fill, heartbeats
-                    if i % 50 == 0:
+                    if i % 50 == 0:  # the flood's own pace, not a wait: about 1000 a second
                         time.sleep(0.01)
                 stranger.close()
                 fake.close()
@@ -168,15 +169,17 @@ def test_a_second_hello_on_one_socket_does_not_orphan_its_grants(tmp_path: Path)
             peer.send_multipart(hello)
             peer.send_multipart(p.encode(p.Request(4)))
             got: list = []
-            deadline = time.monotonic() + 10
-            while not any(isinstance(m, p.Grant) for m in got) and time.monotonic() < deadline:
+
+            def granted() -> bool:
                 if peer.poll(100):
                     got.append(p.decode(peer.recv_multipart())[0])
+                return any(isinstance(m, p.Grant) for m in got)
+
+            wait_for(granted, 10, "a grant to the peer", interval_s=0)
             peer.send_multipart(hello)  # then silence: no READY, no heartbeat
             try:
                 items = consume(client, timeout_s=15)
             finally:
                 client.close()
         finish(run, run_id, "producers")
-    assert any(isinstance(m, p.Grant) for m in got), "the peer was never granted a slot"
     assert_exactly_once(items, cfg, n)

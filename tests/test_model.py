@@ -16,11 +16,7 @@ from consumer.trainer.model import build_default_model, load_model_factory, mask
 from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
 from shared.config import LOG_FLOOR, Config, ConfigError, replace  # noqa: E402
 
-try:
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-except RuntimeError:
-    pass  # another test module already initialised TF's thread pools
+pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini"
 

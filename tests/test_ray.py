@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import SOURCE_HOOK_ENV, endpoints, load_config
 from shared.quarantine import read_quarantine
+from tests.checks import assert_exactly_once, consume
 from tests.fault_sources import inject_faults
-from tests.test_reliability import assert_exactly_once, finish
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.peers import StatsReader, free_port
+from tests.runs import Run, finish, rid, small
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 pytestmark = pytest.mark.slow
@@ -95,11 +95,13 @@ def test_a_lost_node_and_a_new_node_keep_the_epoch_exactly_once(tmp_path: Path, 
     cfg_path, port = ray_config(tmp_path, n, delay_s=0.01)
     cfg, run_id = load_config(cfg_path), rid()
     seen: dict[str, object] = {}
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
         start_ray_producers(run, cluster, port)
         client = run.client(timeout_s=90)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
 
         def chaos(delivered: int) -> None:
             if delivered >= 300 and "removed" not in seen:
@@ -112,7 +114,6 @@ def test_a_lost_node_and_a_new_node_keep_the_epoch_exactly_once(tmp_path: Path, 
         items = consume(client, on_batch=chaos, timeout_s=240)
         seen["after"] = stats.latest()["producers"]
         client.close()
-        stats.close()
         finish(run, run_id, "ray")
     assert_exactly_once(items, cfg, n)
     before, after = seen["before"], nodes_of(seen["after"])
@@ -124,6 +125,21 @@ def test_a_lost_node_and_a_new_node_keep_the_epoch_exactly_once(tmp_path: Path, 
     assert lost and after.get(lost[0]) == first_id, (before, after)
     on_new = [r for r in seen["after"] if r.get("place", "").endswith(new_id)]
     assert on_new and on_new[0]["samples"] > 0, seen["after"]
+
+
+def test_without_ray_the_verb_says_what_to_install(tmp_path: Path) -> None:
+    import subprocess
+
+    cfg_path, port = ray_config(tmp_path, 10, 0.0)
+    hide_ray = (
+        "import sys; sys.modules['ray'] = None; from scripts.cli import main; sys.exit(main())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", hide_ray, "producers", str(cfg_path), "--run-id", "x",
+         "--ray", "auto", "--connect", f"tcp://127.0.0.1:{port}"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and "pip install 'ringfeed[ray]'" in out.stderr
 
 
 @pytest.fixture
@@ -153,18 +169,3 @@ def test_a_fault_injected_by_a_test_reaches_producers_on_ray(
         quarantine = read_quarantine(run.dir / "quarantine.jsonl")
     assert sorted(items) == [i for i in range(n) if i != poison]
     assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]
-
-
-def test_without_ray_the_verb_says_what_to_install(tmp_path: Path) -> None:
-    import subprocess
-
-    cfg_path, port = ray_config(tmp_path, 10, 0.0)
-    hide_ray = (
-        "import sys; sys.modules['ray'] = None; from scripts.cli import main; sys.exit(main())"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", hide_ray, "producers", str(cfg_path), "--run-id", "x",
-         "--ray", "auto", "--connect", f"tcp://127.0.0.1:{port}"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 2 and "pip install 'ringfeed[ray]'" in out.stderr

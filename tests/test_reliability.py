@@ -1,4 +1,5 @@
-"""Reliability under faults: killed, stopped and remote producers, fuzzed sockets, full shm.
+"""Reliability under faults: killed and remote producers, a full /dev/shm, a producer
+in another network namespace (stopped producers: test_stopped_producers.py).
 
 Real stager and producer processes; the test process is the consumer. Every
 run checks the three things a fault must never cost: each item of the epoch
@@ -9,11 +10,9 @@ resident memory is compared before and after the fault.
 
 from __future__ import annotations
 
-import collections
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,57 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import zmq
 
-from consumer.stager.plan import EpochPlan
-from scripts.runner import REPO, Run, worker_pids
-from shared import protocol as p
-from shared.config import Config, endpoints, load_config
+from scripts.runner import REPO, worker_pids
+from shared.config import load_config
 from shared.keys import generate
-from shared.ring import Ring, SlotState, shown_state
-from tests.runs import peer_socket, shm_segments
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.checks import assert_exactly_once, consume
+from tests.peers import free_port
+from tests.processes import RSS_SLACK_KB, rss_kb, send_signal
+from tests.runs import Run, finish, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
-
-# The stager's RSS may grow by this much over a short faulty run (allocator noise).
-RSS_SLACK_KB = 16 * 1024
-
-
-def rss_kb(pid: int) -> int:
-    """Resident set size of a live process, KiB, from /proc/PID/status."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-def send_signal(pid: int, signum: int) -> bool:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:
-    """The delivered multiset is the epoch's plan; deterministic mode also keeps its order."""
-    plan = EpochPlan(n_items, cfg.stager.seed, 1)
-    expected = [plan.item_at(i) for i in range(n_items)]
-    counts = collections.Counter(items)
-    lost = sorted(set(expected) - set(counts))
-    dup = sorted(i for i, c in counts.items() if c > 1)
-    assert not lost and not dup, f"lost {lost[:20]}, duplicated {dup[:20]}"
-    assert items == expected
-
-
-def finish(run: Run, run_id: str, *verbs: str) -> dict:
-    """Wait (bounded) for the stager and `verbs` to exit 0; no segment left; stager.json."""
-    for verb in ("stager", *verbs):
-        assert run.wait(verb, 20) == 0, f"{verb} failed\n{run.logs()}"
-    assert shm_segments(run_id) == []
-    return run.json("stager.json")
 
 
 def test_producers_sigkilled_repeatedly_still_deliver_the_epoch_once(tmp_path: Path) -> None:
@@ -115,180 +73,6 @@ def test_producers_sigkilled_repeatedly_still_deliver_the_epoch_once(tmp_path: P
     assert run.logs(tail=1_000_000).count("died (signal SIGKILL)") == len(kills)
     assert summary["counters"]["reclaimed"] >= 1
     assert rss[-1] - rss[0] < RSS_SLACK_KB, f"stager RSS {rss[0]} -> {rss[-1]} KiB"
-
-
-def stop_a_producer_past_its_lease(tmp_path: Path, patience_s: float) -> tuple[list, dict]:
-    """SIGSTOP one of two producers for 2.5 leases mid-epoch, then SIGCONT it.
-
-    patience_s: the producers' own ring.lease_s, how long a producer waits for word
-    from the stager before it says HELLO again on a new socket (the stager's is 1 s).
-    Returns (delivered items, what was seen) with seen["summary"] = stager.json."""
-    n, lease_s = 400, 1.0
-    # credits 4: a READY leaves after each sample, so the woken producer announces the
-    # slot it was writing when stopped at once.
-    over = {"producers": {"workers": 2, "credits": 4}}
-    cfg_path = small(tmp_path, items=n, delay_s=0.01, ring={"lease_s": lease_s}, **over)
-    (tmp_path / "pool").mkdir()
-    pool_cfg = small(tmp_path / "pool", items=n, delay_s=0.01, ring={"lease_s": patience_s}, **over)
-    cfg = load_config(cfg_path)
-    run_id, seen, stopped = rid(), {"fenced": 0}, []
-    with Run(cfg_path, run_id, tmp_path) as run:
-        stager = run.start("stager")
-        run.config = pool_cfg
-        pool = run.start("producers")
-        run.config = cfg_path
-        client = run.client(timeout_s=30)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
-
-        def watch_and_resume() -> None:
-            """While it is stopped its slots become FENCED; then wake it."""
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 2.5 * lease_s:
-                fenced = stats.latest().get("slots", {}).get("FENCED", 0)
-                seen["fenced"] = max(seen["fenced"], fenced)
-            send_signal(stopped[0], signal.SIGCONT)
-
-        thread = threading.Thread(target=watch_and_resume, daemon=True)
-
-        def stop_one(n_items: int) -> None:
-            if n_items >= 40 and not stopped:
-                stopped.append(worker_pids(pool.pid)[0])
-                seen["rss0"] = rss_kb(stager.pid)
-                os.kill(stopped[0], signal.SIGSTOP)
-                thread.start()
-
-        try:
-            seen["items"] = consume(client, on_batch=stop_one, timeout_s=30)
-            thread.join(10)
-            seen["rss1"] = rss_kb(stager.pid)
-        finally:
-            for pid in stopped:
-                send_signal(pid, signal.SIGCONT)
-            client.close()
-            stats.close()
-        seen["summary"] = finish(run, run_id, "producers")
-    assert_exactly_once(seen["items"], cfg, n)  # consume() also checked every row's stamp
-    assert seen["fenced"] >= 1, "the stopped producer's slots were never FENCED"
-    assert seen["summary"]["counters"]["reclaimed"] >= 1
-    assert seen["rss1"] - seen["rss0"] < RSS_SLACK_KB
-    return seen["items"], seen
-
-
-def test_stopped_producer_is_fenced_and_its_late_ready_dropped(tmp_path: Path) -> None:
-    # A patient producer keeps its socket, so its late READY reaches the stager and is
-    # dropped as stale; or, woken before it wrote, it sees its grant's generation moved
-    # on in the slot header and drops the grant itself (it reports that in heartbeats).
-    _, seen = stop_a_producer_past_its_lease(tmp_path, patience_s=30.0)
-    summary = seen["summary"]
-    dropped_itself = sum(p["work"].get("taken_back", 0) for p in summary["producers"])
-    assert summary["dropped"].get("stale", 0) + dropped_itself >= 1, summary
-    assert summary["slots"].get("FENCED", 0) == 0, summary["slots"]
-
-
-def test_stopped_producer_that_says_hello_again_gets_its_fenced_slots_back(
-    tmp_path: Path,
-) -> None:
-    # Same patience as the stager's lease: on waking, the producer drops its grants and
-    # says HELLO again from the same pid. It can no longer write the slots fenced under
-    # its old identity, so they must return to FREE, not stay fenced until it dies.
-    _, seen = stop_a_producer_past_its_lease(tmp_path, patience_s=1.0)
-    summary = seen["summary"]
-    assert summary["slots"].get("FENCED", 0) == 0, summary["slots"]
-
-
-class WokenProducer:
-    """Plays a local producer by hand: takes grants, goes silent past its lease, then
-    READYs one slot and watches whether its other, still queued, slots are granted to
-    someone else before the stager told it to drop them (REHELLO)."""
-
-    def __init__(self, cfg: Config, run_id: str, lease_s: float) -> None:
-        self.cfg, self.run_id, self.lease_s = cfg, run_id, lease_s
-        self.grants: set[tuple[int, int]] = set()
-        self.held: list[tuple[int, int]] = []
-        self.regranted: list[tuple[int, int, int]] = []
-        self.rehello: float | None = None
-
-    def drain(self, sock: zmq.Socket, timeout_ms: int) -> list:
-        out = []
-        while sock.poll(timeout_ms):
-            msg, _ = p.decode(sock.recv_multipart())
-            out.append(msg)
-            if isinstance(msg, p.Grant):
-                self.grants.update(zip(msg.slots, msg.generations, strict=True))
-            if isinstance(msg, p.Rehello) and self.rehello is None:
-                self.rehello = time.monotonic()
-            timeout_ms = 0
-        return out
-
-    def run(self) -> None:
-        with peer_socket(endpoints(self.cfg, self.run_id).control) as sock:
-            me = socket.gethostname()
-            sock.send_multipart(p.encode(p.Hello("woken", os.getpid(), me, False, "t", "")))
-            welcome = next(m for m in self.drain(sock, 5000) if isinstance(m, p.Welcome))
-            sock.send_multipart(p.encode(p.Request(4)))
-            deadline = time.monotonic() + 10
-            while len(self.grants) < 2 and time.monotonic() < deadline:
-                self.drain(sock, 100)
-            self.held = sorted(self.grants)
-            time.sleep(2.0 * self.lease_s)  # SIGSTOPped: silent past the lease
-            (slot0, gen0), queued = self.held[0], self.held[1:]
-            k = len(self.cfg.sample_fields())
-            wrong_item = 10**9  # not the item granted: the stager must revoke this producer
-            sock.send_multipart(p.encode(p.Ready([slot0], [gen0], [wrong_item], [1] * k, [0], [0])))
-            ring = Ring.attach(welcome.ring_name, writable=False)
-            try:
-                self.watch(sock, ring, queued)
-            finally:
-                ring.close()
-            sock.send_multipart(p.encode(p.Bye(0, {})))
-
-    def watch(self, sock: zmq.Socket, ring: Ring, queued: list[tuple[int, int]]) -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 3.0 and len(self.regranted) < len(queued):
-            self.drain(sock, 10)
-            for slot, gen in queued:
-                h = ring.slots[slot]
-                g = int(h["generation"])
-                live = shown_state(h) in (SlotState.GRANTED, SlotState.WRITING)
-                mine = (slot, g) in self.grants
-                if g > gen + 1 and live and not mine and self.rehello is None:
-                    self.regranted.append((slot, gen, g))
-                    queued = [q for q in queued if q[0] != slot]
-
-
-def test_a_woken_producer_keeps_its_queued_grants_until_told_otherwise(tmp_path: Path) -> None:
-    """A local producer stopped past its lease holds several grants in its queue (credits).
-
-    When it speaks again its fenced slots are unfenced at once, but nothing tells it
-    that the grants still queued in it are void: a real worker goes on to write them
-    (producer/worker.py fills its queue in order). So none of those slots may be
-    granted to another producer unless the stager first told this one to drop its
-    grants (REHELLO). This test plays that producer by hand and watches the ring."""
-    n, lease_s = 400, 1.0
-    cfg_path = small(
-        tmp_path, items=n, delay_s=0.005, ring={"lease_s": lease_s}, producers={"workers": 1}
-    )
-    cfg = load_config(cfg_path)
-    run_id = rid()
-    woken = WokenProducer(cfg, run_id, lease_s)
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=30)
-        thread = threading.Thread(target=woken.run, daemon=True)
-        thread.start()
-        try:
-            items = consume(client, timeout_s=30)
-            thread.join(15)
-        finally:
-            client.close()
-        finish(run, run_id, "producers")
-    assert len(woken.held) >= 2, "the hand-played producer got too few grants"
-    assert_exactly_once(items, cfg, n)
-    assert woken.regranted == [], (
-        f"slots still queued in the woken producer (slot, its generation, new generation) "
-        f"were granted to another producer without a REHELLO: {woken.regranted}"
-    )
 
 
 def test_remote_tcp_producer_sigkilled_mid_send(tmp_path: Path) -> None:

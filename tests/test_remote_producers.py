@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import shutil
-import socket
-import time
 from pathlib import Path
 
 import pytest
 
-from scripts.runner import Run
 from shared.config import ConfigError, config_from_dict, endpoints, load_config
 from shared.keys import generate
-from tests.runs import shm_segments
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.checks import consume
+from tests.peers import StatsReader, free_port
+from tests.polling import wait_for
+from tests.runs import Run, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_non_loopback_bind_needs_keys() -> None:
@@ -80,9 +73,11 @@ def test_a_producer_without_an_accepted_key_is_refused_and_the_run_goes_on(
     bad_cfg = keyed_config(tmp_path / "b", port, stranger)
     cfg = load_config(cfg_path)
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
-        stats = StatsReader(endpoints(cfg, run_id).stats)
         run.config = bad_cfg
         run.procs["bad"] = run.start(
             "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "bad"
@@ -97,12 +92,14 @@ def test_a_producer_without_an_accepted_key_is_refused_and_the_run_goes_on(
         )
         run.config = cfg_path
         client = run.client(timeout_s=30)
-        deadline = time.monotonic() + 20
-        while stats.latest()["refused_producers"] < 2:  # one by ZAP, one at the handshake
-            assert time.monotonic() < deadline, run.logs()
+        wait_for(
+            lambda: stats.latest()["refused_producers"] >= 2,
+            20,
+            "two refusals: one by ZAP, one at the handshake",
+            context=run.logs,
+        )
         items = consume(client)
         client.close()
-        stats.close()
         assert run.wait("stager", 20) == 0
     assert sorted(items) == list(range(150))
     names = {p["name"] for p in run.json("stager.json")["producers"]}

@@ -100,7 +100,7 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
         f"Ring.create(segment_name('{run_id}', 'samples'), Config().sample_fields(), 2, "
         f"'{run_id}', 'samples')\n"
         "print('up', flush=True)\n"
-        "time.sleep(60)\n"
+        "time.sleep(60)\n"  # the owner lives on, holding its segment, until SIGKILLed below
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "up"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from scripts.runner import REPO
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import small
+from tests.peers import free_port
+from tests.runs import small
 
 pytestmark = pytest.mark.slow
 

@@ -8,19 +8,14 @@ from pathlib import Path
 import pytest
 
 from producer.sources import check_synthetic_rows
-from scripts.runner import Run
 from shared.config import load_config
-from tests.runs import shm_segments, write_config
+from tests.runs import Run, shm_segments, write_config
 
 tf = pytest.importorskip("tensorflow")
 
 from consumer.client.tf_dataset import ring_dataset  # noqa: E402
 
-try:
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-except RuntimeError:
-    pass  # another test module already initialised TF's thread pools
+pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
 
 @pytest.mark.slow

@@ -18,11 +18,7 @@ from consumer.trainer.train_step import (  # noqa: E402
 )
 from shared.config import Config, replace  # noqa: E402
 
-try:
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-except RuntimeError:
-    pass  # another test module already initialised TF's thread pools
+pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
 
 def small_cfg(jit_compile: bool = False) -> Config:

@@ -9,30 +9,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
 from pathlib import Path
 
 import pytest
 
-from scripts.runner import Run
 from tests.fault_sources import inject_faults
-from tests.runs import shm_segments, write_config
+from tests.runs import SYNTHETIC, Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
-
-SYNTHETIC = {
-    "data": {"format": "synthetic", "synthetic_items": 32},
-    "features": {"max_frames": 32, "cache": False},
-    "text": {"max_text_len": 32},
-    "ring": {"slots": 8},
-    "stager": {"batch_size": 4},
-    "producers": {"workers": 2},
-    "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
-}
-
-
-def rid(name: str) -> str:
-    return f"t{name}-{uuid.uuid4().hex[:6]}"
 
 
 def batch_records(path: Path) -> dict[int, dict]:
@@ -93,32 +77,30 @@ BUCKETS = {
 }
 
 
-@pytest.mark.parametrize("lengths", ["fixed", "buckets"])
-def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None:
+def resumable_config(tmp_path: Path, lengths: str) -> Path:
+    """16 steps, a checkpoint every 4, every batch logged; fixed shapes or buckets."""
     over = BUCKETS if lengths == "buckets" else {"data": SYNTHETIC["data"]}
-    raw = (
-        SYNTHETIC
-        | over
-        | {
-            "features": SYNTHETIC["features"] | {"cache_dir": str(tmp_path / "cache")},
-            "train": {
-                "steps": 16,
-                "checkpoint_every": 4,
-                "log_every": 4,
-                "jit_compile": False,
-                "log_batches": True,
-            },
-        }
-    )
+    train = {"steps": 16, "checkpoint_every": 4, "log_every": 4, "jit_compile": False}
+    raw = SYNTHETIC | over | {
+        "features": SYNTHETIC["features"] | {"cache_dir": str(tmp_path / "cache")},
+        "train": train | {"log_batches": True},
+    }  # fmt: skip
     config = write_config(tmp_path, raw)
     inject_faults(config, delay_s=0.02)
+    return config
 
+
+def batches_of_a_whole_run(config: Path, tmp_path: Path) -> dict[int, dict]:
+    """step -> batch record of a run that is never interrupted."""
     with Run(config, rid("resA"), tmp_path) as a:
         a.start_all()
         assert a.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, a.logs()
-        expected = batch_records(a.dir / "batches.jsonl")
-    assert sorted(expected) == list(range(1, 17))
+        return batch_records(a.dir / "batches.jsonl")
 
+
+def batches_of_a_resumed_run(config: Path, tmp_path: Path) -> tuple[dict, dict[int, dict]]:
+    """A run whose trainer is SIGKILLed after its first checkpoint, stopped, and launched
+    again under the same run id: (its summary.json, step -> batch record)."""
     with Run(config, rid("resB"), tmp_path) as b:
         b.start_all()
         # TensorFlow writes its "checkpoint" state file last: only then is ckpt-4 restorable.
@@ -133,9 +115,16 @@ def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None
         assert b.wait("stager", 10) == 0 and b.wait("producers", 10) == 0, b.logs()
         b.start_all()
         assert b.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, b.logs()
-        summary = b.json("summary.json")
-        got = batch_records(b.dir / "batches.jsonl")
         assert shm_segments(b.run_id) == []
+        return b.json("summary.json"), batch_records(b.dir / "batches.jsonl")
+
+
+@pytest.mark.parametrize("lengths", ["fixed", "buckets"])
+def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None:
+    config = resumable_config(tmp_path, lengths)
+    expected = batches_of_a_whole_run(config, tmp_path)
+    assert sorted(expected) == list(range(1, 17))
+    summary, got = batches_of_a_resumed_run(config, tmp_path)
     assert summary["steps"] == 16
     assert summary["steps_this_run"] < 16, "the relaunch should have resumed, not restarted"
     assert got == expected

@@ -10,93 +10,35 @@ import collections
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import msgpack
 import pytest
 import zmq
 
-from consumer.client.batch_client import BatchClient
 from consumer.stager.plan import EpochPlan
 from producer.sources import check_synthetic_rows
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared import protocol as p
 from shared.config import endpoints, load_config
-from tests.fault_sources import inject_faults
-from tests.runs import shm_segments, write_config
+from tests.checks import consume
+from tests.peers import StatsReader
+from tests.runs import Run, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
-
-
-def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict) -> Path:
-    raw = {
-        "data": {"format": "synthetic", "synthetic_items": items},
-        "features": {"max_frames": 64, "cache": False},
-        "text": {"max_text_len": 32},
-        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
-        "stager": {"batch_size": 8, "epochs": 1},
-        "producers": {"workers": 2, "restart_backoff_s": 0.1},
-    }
-    for section, values in over.items():
-        raw[section] = {**raw.get(section, {}), **values}
-    path = write_config(tmp_path, raw)
-    inject_faults(path, delay_s=delay_s)  # each sample delay_s longer
-    return path
-
-
-def rid() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
-
-
-def consume(client: BatchClient, on_batch=None, timeout_s: float = 60) -> list[int]:
-    """Every valid item id of every batch until the plan ends; checks every row."""
-    cfg, items = client.cfg, []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        batch = client.next(timeout_s=timeout_s)
-        if batch is None:
-            return items
-        items.extend(check_synthetic_rows(batch.arrays, batch.n_valid, cfg))
-        client.free(batch)
-        if on_batch is not None:
-            on_batch(len(items))
-    raise AssertionError("the plan did not end in time")
-
-
-class StatsReader:
-    """Subscribes to the stager's stats stream (what the inspector reads)."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.SUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sock.connect(endpoint)
-
-    def latest(self, timeout_s: float = 3.0) -> dict:
-        msg = None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and (msg is None or self.sock.poll(0)):
-            if self.sock.poll(100):
-                msg, _ = p.decode(self.sock.recv_multipart())
-        assert msg is not None, "no stats from the stager"
-        return msg.data
-
-    def close(self) -> None:
-        self.sock.close()
-        self.ctx.term()
 
 
 def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Path) -> None:
     cfg_path = small(tmp_path, items=400, delay_s=0.01, ring={"lease_s": 2.0})
     cfg = load_config(cfg_path)
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
         run.start("producers")
         client = run.client(timeout_s=30)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
         killed = {}
 
         def kill_one(n_items: int) -> None:
@@ -104,13 +46,13 @@ def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Pat
                 victim = run.worker_pids()[0]
                 t0 = time.monotonic()
                 subprocess.run(["kill", "-KILL", str(victim)], check=True)
-                while stats.latest()["counters"]["reclaimed"] == 0:
-                    assert time.monotonic() - t0 < 10, "the dead producer's slot was not reclaimed"
+                stats.first(
+                    lambda s: s["counters"]["reclaimed"] > 0, 10, "the dead producer's slot back"
+                )
                 killed["reclaim_s"] = time.monotonic() - t0
 
         items = consume(client, on_batch=kill_one)
         client.close()
-        stats.close()
         assert run.wait("stager", 20) == 0 and run.wait("producers", 20) == 0
         assert shm_segments(run_id) == []
     plan = EpochPlan(400, cfg.stager.seed, 1)
@@ -126,17 +68,23 @@ def test_backpressure_holds_producers_while_the_consumer_is_slow(tmp_path: Path)
     cfg_path = small(tmp_path, items=200, delay_s=0.0)
     cfg = load_config(cfg_path)
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
         run.start("producers")
         client = run.client(timeout_s=30)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
         held = [client.next(timeout_s=30) for _ in range(cfg.stager.batch_slots)]
-        time.sleep(1.0)
-        first = stats.latest()
-        time.sleep(1.0)
-        second = stats.latest()
         # Every batch slot is taken: the stager stops taking samples, slots fill, grants stop.
+        first = stats.first(
+            lambda s: s["slots"].get("READY", 0) >= cfg.ring.slots - 1, 10, "a full sample ring"
+        )
+        # Grants must stay put for a second of the stager's own time (its uptime, so a
+        # stager that a loaded machine did not schedule is not taken for a held one).
+        second = stats.first(
+            lambda s: s["uptime_s"] >= first["uptime_s"] + 1.0, 10, "a second of stager time"
+        )
         assert second["counters"]["grants"] == first["counters"]["grants"]
         assert first["counters"]["grants"] <= 3 * 8 + cfg.ring.slots
         assert second["slots"].get("READY", 0) >= cfg.ring.slots - 1
@@ -145,18 +93,25 @@ def test_backpressure_holds_producers_while_the_consumer_is_slow(tmp_path: Path)
             client.free(b)
         items += consume(client)
         client.close()
-        stats.close()
         assert run.wait("stager", 20) == 0
     assert sorted(items) == list(range(200))
+
+
+def flowing(stats: dict) -> bool:
+    """Batches go out: a run past its start, in the middle of its work."""
+    return stats["batches"] >= 10
 
 
 def test_sigterm_stops_a_run_cleanly(tmp_path: Path) -> None:
     cfg_path = small(tmp_path, items=100_000, delay_s=0.002)
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(run.cfg, run_id).stats) as stats,
+    ):
         run.start_all(consumer="drain")
         run.poll_for(lambda: len(shm_segments(run_id)) == 2, 30, "the rings")
-        time.sleep(2.0)
+        stats.first(flowing, 30, "batches flowing to the drain consumer")
         t0 = time.monotonic()
         for verb in ("producers", "drain", "stager"):
             run.signal(verb, signal.SIGTERM)
@@ -168,34 +123,22 @@ def test_sigterm_stops_a_run_cleanly(tmp_path: Path) -> None:
 
 def test_launcher_sigterm_exits_zero_and_leaves_no_segment(tmp_path: Path) -> None:
     cfg_path = small(tmp_path, items=100_000, delay_s=0.002)
-    run_id = rid()
-    log = (tmp_path / "launch.log").open("w")
-    proc = subprocess.Popen(
-        [
-            "bash",
-            "scripts/launch.sh",
-            "run",
-            str(cfg_path),
-            "--run-id",
-            run_id,
-            "--consumer",
-            "drain",
-        ],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while len(shm_segments(run_id)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.5)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0, (tmp_path / "launch.log").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
+    run_id, log = rid(), tmp_path / "launch.log"
+    launch = ["bash", "scripts/launch.sh", "run", str(cfg_path), "--run-id", run_id]
+    with (
+        StatsReader(endpoints(load_config(cfg_path), run_id).stats) as stats,  # connects on bind
+        log.open("w") as out,
+    ):
+        proc = subprocess.Popen(
+            [*launch, "--consumer", "drain"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            stats.first(flowing, 30, "batches flowing to the drain consumer")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(15) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert shm_segments(run_id) == []
 
 
@@ -265,8 +208,10 @@ def test_a_batch_across_an_epoch_boundary_says_both_epochs(tmp_path: Path) -> No
         run.start("producers")
         client = run.client(timeout_s=30)
         while (batch := client.next(timeout_s=30)) is not None:
-            items = check_synthetic_rows(batch.arrays, batch.n_valid, client.cfg)
-            spans.append((batch.first_epoch, batch.epoch, seen // n, (seen + len(items) - 1) // n))
+            items = check_synthetic_rows(batch.arrays, batch.meta.n_valid, client.cfg)
+            spans.append(
+                (batch.meta.first_epoch, batch.meta.epoch, seen // n, (seen + len(items) - 1) // n)
+            )
             seen += len(items)
             client.free(batch)
         client.close()

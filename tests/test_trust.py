@@ -20,27 +20,19 @@ import pytest
 import zmq
 
 from producer.sources import SyntheticSource
-from scripts.runner import REPO, Run, worker_pids
+from scripts.runner import REPO, worker_pids
 from shared import protocol as p
 from shared.config import endpoints, load_config, run_dir
 from shared.keys import KeysError, generate, load_client, load_server
 from shared.process import die_with_parent
-from shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, rows_checksum
+from shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, SlotState, rows_checksum
 from shared.run_secret import read_consumer_secret
-from tests.runs import peer_socket
-from tests.test_reliability import assert_exactly_once, finish
-from tests.test_remote_producers import free_port
-from tests.test_transport_e2e import StatsReader, consume, rid, small
+from tests.checks import assert_exactly_once, consume
+from tests.peers import StatsReader, free_port, peer_socket
+from tests.polling import wait_for
+from tests.runs import Run, finish, rid, small
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for_secret(cfg, run_id: str) -> str:
-    deadline = time.monotonic() + 30
-    while not (secret := read_consumer_secret(run_dir(cfg, run_id))):
-        assert time.monotonic() < deadline, "the stager never wrote its consumer secret"
-        time.sleep(0.05)
-    return secret
 
 
 def test_only_the_runs_consumer_can_be_the_consumer(tmp_path: Path) -> None:
@@ -54,7 +46,9 @@ def test_only_the_runs_consumer_can_be_the_consumer(tmp_path: Path) -> None:
         run.start("stager")
         run.start("producers")
         client = run.client(timeout_s=30)
-        secret = wait_for_secret(cfg, run_id)
+        secret = run.poll_for(
+            lambda: read_consumer_secret(run_dir(cfg, run_id)), 30, "the consumer secret"
+        )
         assert (run_dir(cfg, run_id) / "consumer.secret").stat().st_mode & 0o777 == 0o600
         local, remote = endpoints(cfg, run_id).control, f"tcp://127.0.0.1:{port}"
         with peer_socket(local) as impostor, peer_socket(remote) as far:
@@ -88,16 +82,15 @@ def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path)
     )
     cfg, run_id = load_config(cfg_path), rid()
     head = socket.gethostname()
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
         run.start("producers")
         client = run.client(timeout_s=30)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
-        live = []
-        deadline = time.monotonic() + 20
-        while not live and time.monotonic() < deadline:
-            live = [pr["name"] for pr in stats.latest().get("producers", [])]
-        assert live, "no producer joined"
+        joined = stats.first(lambda s: s.get("producers"), 20, "a producer joining")
+        live = [pr["name"] for pr in joined["producers"]]
         remote = f"tcp://127.0.0.1:{port}"
         with peer_socket(remote) as liar, peer_socket(remote) as thief:
             # A tcp peer that says it is local, on the head's host, with pid 1.
@@ -108,13 +101,9 @@ def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path)
             # Python sees it (over the header limit, decode would drop it as malformed).
             huge = [p.VERSION, int(p.Kind.HELLO), "n" * 102400, 7, head, False, "t", ""]
             thief.send_multipart([msgpack.packb(huge)])
-            time.sleep(0.5)
-            liar_row = next(
-                (pr for pr in stats.latest().get("producers", []) if pr["name"] == "liar"), None
-            )
+            liar_row = wait_for(lambda: row_of(stats.latest(), "liar"), 10, "the liar's row")
             items = consume(client)
         client.close()
-        stats.close()
         summary = finish(run, run_id, "producers")
     assert_exactly_once(items, cfg, n)
     assert liar_row is not None and liar_row["remote"], liar_row  # believed only as remote
@@ -125,14 +114,21 @@ def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path)
     assert all(len(name) <= p.MAX_NAME for name in names)
 
 
+def row_of(stats: dict, name: str) -> dict | None:
+    """The stats row of the producer called name, if listed."""
+    return next((pr for pr in stats.get("producers", []) if pr["name"] == name), None)
+
+
 def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> None:
     n = 400
     cfg_path = small(tmp_path, items=n, delay_s=0.01, ring={"lease_s": 0.5, "heartbeat_s": 0.1})
     cfg, run_id = load_config(cfg_path), rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
         client = run.client(timeout_s=30)
-        stats = StatsReader(endpoints(cfg, run_id).stats)
         with zmq.Context() as ctx:
             for i in range(500):
                 with ctx.socket(zmq.DEALER) as sock:
@@ -140,18 +136,15 @@ def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> Non
                     sock.connect(endpoints(cfg, run_id).control)
                     name = f"ghost-{i:03d}-" + "x" * 100  # as long as a name may be
                     sock.send_multipart(p.encode(p.Hello(name, 10_000 + i, "far", True, "t", "")))
-        seen = stats.latest()
-        deadline = time.monotonic() + 10
-        while seen.get("producers_unlisted", {}).get("count", 0) < 400:
-            assert time.monotonic() < deadline, "the ghosts never showed in the stats"
-            seen = stats.latest()
+        seen = stats.first(
+            lambda s: s.get("producers_unlisted", {}).get("count", 0) >= 400, 10, "the ghosts"
+        )
         # The stats stay under their limit by construction: 32 listed, the rest summed.
         assert len(seen["producers"]) <= 32
         run.start("producers")
         items = consume(client)
         late = stats.latest()
         client.close()
-        stats.close()
         finish(run, run_id, "producers")
     assert_exactly_once(items, cfg, n)
     # Forgotten after FORGET_LEASES silent leases: only the real producers remain.
@@ -190,13 +183,17 @@ def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: P
                 lengths1 = fill(ring, cfg, s1, g1, i1)
                 ready1 = p.Ready([s1], [g1], [i1], lengths1, [expected(cfg, i1)], [0])
                 sock.send_multipart(p.encode(ready1))
-                time.sleep(0.3)  # accepted; it waits behind position 0 (plan order)
+                # Accepted (the stager wrote READY into the slot's record); it waits
+                # behind position 0 (plan order), so it is not copied yet.
+                wait_for(lambda: ring.slots[s1]["state"] == SlotState.READY, 10, "READY accepted")
                 ring.view("tokens")[s1][0] = 0  # the stale write
                 lengths0 = fill(ring, cfg, s0, g0, i0)
                 ready0 = p.Ready([s0], [g0], [i0], lengths0, [expected(cfg, i0)], [0])
                 sock.send_multipart(p.encode(ready0))
                 sock.send_multipart(p.encode(p.Bye(0, {})))  # a re-grant to us comes back at once
-                time.sleep(0.3)
+                # Its answer: both READYs and the BYE were handled before the socket
+                # closes (linger 0 drops what has not left).
+                wait_for(lambda: got(sock, p.ByeAck), 10, "BYE_ACK", interval_s=0)
             finally:
                 ring.close()
             run.start("producers")
@@ -205,6 +202,11 @@ def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: P
         summary = finish(run, run_id, "producers")
     assert_exactly_once(items, cfg, n)  # consume() checked every row's stamp
     assert summary["counters"]["torn"] == 1 and summary["dropped"]["torn"] == 1
+
+
+def got(sock: zmq.Socket, kind: type) -> bool:
+    """Read one message if one comes within 100 ms: is it a `kind`?"""
+    return bool(sock.poll(100)) and isinstance(p.decode(sock.recv_multipart())[0], kind)
 
 
 def fill(ring: Ring, cfg, slot: int, generation: int, item: int) -> list[int]:
@@ -242,6 +244,26 @@ def can_unshare() -> bool:
     return probe.returncode == 0
 
 
+def pod_holds_nothing(stats: dict) -> bool:
+    """No producer of the pod (host pod-7) holds a grant: any it held were taken back."""
+    return all(pr["grants"] == 0 for pr in stats["producers"] if pr["host"] == "pod-7")
+
+
+def stop_the_pods_worker(pod_pid: int, stats: StatsReader, lease_s: float) -> int:
+    """SIGSTOP the worker of the pool inside the pod (pod_pid: its unshare) past its
+    lease, until the stager took back its grants; SIGCONT it; returns its pid."""
+    children = Path(f"/proc/{pod_pid}/task/{pod_pid}/children").read_text()
+    workers = [w for pool_pid in map(int, children.split()) for w in worker_pids(pool_pid)]
+    assert workers, "the pod's worker is not running"
+    os.kill(workers[0], signal.SIGSTOP)
+    try:
+        time.sleep(2.5 * lease_s)  # the fault: stopped past its lease, grants queued
+        stats.first(pod_holds_nothing, 10, "the stopped pod's grants taken back")
+    finally:
+        os.kill(workers[0], signal.SIGCONT)
+    return workers[0]
+
+
 @pytest.mark.skipif(not can_unshare(), reason="needs root and unshare (PID and UTS namespaces)")
 def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
     tmp_path: Path,
@@ -262,7 +284,10 @@ def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
     cli = [sys.executable, "-m", "scripts.cli", "producers", str(cfg_path), "--run-id", run_id]
     pod_cmd = ["unshare", "--pid", "--uts", "--fork", "--kill-child", "sh", "-c",
                'hostname pod-7 && exec "$@"', "sh", *cli]  # fmt: skip
-    with Run(cfg_path, run_id, tmp_path) as run:
+    with (
+        Run(cfg_path, run_id, tmp_path) as run,
+        StatsReader(endpoints(cfg, run_id).stats) as stats,
+    ):
         run.start("stager")
         run.start("producers")
         pod = subprocess.Popen(pod_cmd, cwd=REPO, preexec_fn=die_with_parent)
@@ -271,16 +296,8 @@ def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
         stopped = []
 
         def stop_the_pod(n_items: int) -> None:
-            if n_items < 100 * (len(stopped) + 1) or len(stopped) >= 3:
-                return
-            children = Path(f"/proc/{pod.pid}/task/{pod.pid}/children").read_text()
-            pool = [int(c) for c in children.split()]
-            workers = [w for pool_pid in pool for w in worker_pids(pool_pid)]
-            assert workers, "the pod's worker is not running"
-            os.kill(workers[0], signal.SIGSTOP)
-            time.sleep(2.5 * lease_s)  # its grants are taken back and granted again
-            os.kill(workers[0], signal.SIGCONT)
-            stopped.append(workers[0])
+            if n_items >= 100 * (len(stopped) + 1) and len(stopped) < 3:
+                stopped.append(stop_the_pods_worker(pod.pid, stats, lease_s))
 
         items = consume(client, on_batch=stop_the_pod)
         client.close()

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 from consumer.client.batch_client import BatchClient
-from scripts.runner import REPO, Run
+from scripts.runner import REPO
 from shared.config import load_config
 from shared.dataset import read_dataset
 from shared.quarantine import read_quarantine
 from tests.broken_dataset import make_broken_dataset
-from tests.runs import shm_segments, write_config
-from tests.test_transport_e2e import rid
+from tests.runs import Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +24,7 @@ def collect(client: BatchClient) -> dict[str, list]:
     rows: dict[str, list] = collections.defaultdict(list)
     while (batch := client.next(timeout_s=90)) is not None:
         for name, arr in batch.arrays.items():
-            rows[name].extend(np.array(arr[: batch.n_valid]))
+            rows[name].extend(np.array(arr[: batch.meta.n_valid]))
         client.free(batch)
     return rows
 

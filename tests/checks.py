@@ -1,0 +1,45 @@
+"""What every real run in the tests must deliver: each row right, each item of the plan
+exactly once."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+
+from consumer.client.batch_client import BatchClient
+from consumer.stager.plan import EpochPlan
+from producer.sources import check_synthetic_rows
+from shared.config import Config
+from tests.polling import wait_for
+
+
+def consume(
+    client: BatchClient, on_batch: Callable[[int], None] | None = None, timeout_s: float = 60
+) -> list[int]:
+    """Every valid item id of every batch until the plan ends; checks every row against
+    its item (synthetic data). on_batch(n_items_so_far) runs after each batch."""
+    items: list[int] = []
+
+    def plan_ended() -> bool:
+        batch = client.next(timeout_s=timeout_s)
+        if batch is None:
+            return True
+        items.extend(check_synthetic_rows(batch.arrays, batch.meta.n_valid, client.cfg))
+        client.free(batch)
+        if on_batch is not None:
+            on_batch(len(items))
+        return False
+
+    wait_for(plan_ended, timeout_s, "the end of the plan", interval_s=0)
+    return items
+
+
+def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:
+    """The delivered multiset is the epoch's plan; deterministic mode also keeps its order."""
+    plan = EpochPlan(n_items, cfg.stager.seed, 1)
+    expected = [plan.item_at(i) for i in range(n_items)]
+    counts = collections.Counter(items)
+    lost = sorted(set(expected) - set(counts))
+    dup = sorted(i for i, c in counts.items() if c > 1)
+    assert not lost and not dup, f"lost {lost[:20]}, duplicated {dup[:20]}"
+    assert items == expected

@@ -1,0 +1,21 @@
+"""Fixtures shared by the test modules (helpers that are plain functions live in
+tests/runs.py, peers.py, checks.py, processes.py and polling.py)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tf_single_threaded() -> None:
+    """TensorFlow in the test process runs each op on one thread, and one op at a time:
+    the 2 cores are shared with the producers and stagers that other tests start.
+
+    TF fixes its thread pools at its first op, so every module that runs TF ops asks
+    for this fixture (``pytestmark = pytest.mark.usefixtures("tf_single_threaded")``)."""
+    tf = pytest.importorskip("tensorflow")
+    with contextlib.suppress(RuntimeError):  # pools already made: an op ran before us
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
