@@ -1,11 +1,13 @@
-"""The inspector: diagnose() on hand-built snapshots, then on real induced stalls."""
+"""The inspector: the stats record's round trip, diagnose() on hand-built snapshots,
+then on real induced stalls."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,47 +16,107 @@ import pytest
 
 from consumer.tools.diagnosis import diagnose
 from consumer.tools.inspector import Inspector
+from consumer.tools.screen import render
+from consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
 from scripts.runner import REPO
+from shared.ring import Ring, SlotState, shown_state
+from shared.stats import (
+    CrashReport,
+    Padding,
+    ProducerStats,
+    StagerStats,
+    TrainerReport,
+    UnlistedProducers,
+)
 from tests.runs import Run, rid, shm_segments, small
 
 
-def _snap(**over: Any) -> dict[str, Any]:
-    snap: dict[str, Any] = {
-        "has_stats": True,
-        "consumer_connected": True,
-        "n_slots": 16,
-        "slots": {"FREE": 14, "GRANTED": 2, "READY": 0},
-        "batch_slots": 3,
-        "batch_ready": 0,
-        "batch_size": 4,
-        "lease_s": 10.0,
-        "oldest_grant_s": 0.1,
-        "oldest_ready_s": None,
-        "producers": [{"name": "p0", "rate_per_s": 20.0, "grants": 2, "silent_s": 0.1}],
-        "trainer": {"step": 5, "step_s": 0.01, "wait_s": 0.19},
-    }
-    snap.update(over)
-    return snap
+def test_stats_record_round_trips_through_plain_data() -> None:
+    stats = StagerStats(
+        run_id="r1", uptime_s=12.5, n_items=100, cursor=40, epoch=1,
+        slots={"READY": 3, "FREE": 13}, n_slots=16, batch_slots_ready=2, batches=9,
+        padding_efficiency=Padding(0.93, None), buckets=((4, 64, 32), (8, 32, 16)),
+        counters={"delivered": 36, "skipped": 1}, dropped={"stale": 2}, bad_metadata_lines=1,
+        producers=(ProducerStats("p0", 11, "h", "actor 1", True, 30, 2, 1, 0.2, False,
+                                 {"cache_hits": 3, "decoded": 27}),),
+        producers_unlisted=UnlistedProducers(count=2, samples=6, grants=1),
+        crashes=(CrashReport("p9", "Traceback ..."),),
+        trainer=TrainerReport(8, 0.1, 0.02, 1.5, 4, 200, 1.7e9),
+        consumer_connected=True, refused_producers=1, gpus=0, features_device="producer",
+    )  # fmt: skip
+    plain = stats.to_dict()
+    assert json.loads(json.dumps(plain)) == plain  # lists and dicts only, as JSON reads back
+    assert plain["producers"][0]["work"] == {"cache_hits": 3, "decoded": 27}
+    assert plain["producers_unlisted"]["count"] == 2 and plain["buckets"][1] == [8, 32, 16]
+    assert StagerStats.from_dict(plain) == stats
+    assert StagerStats.from_dict(replace(stats, trainer=None).to_dict()).trainer is None
+
+
+def test_stats_record_of_an_older_stager_takes_defaults() -> None:
+    old = {"run_id": "r0", "counters": {"delivered": 5}, "producers": [{"name": "p0"}],
+           "trainer": {}, "from_the_future": 1}  # fmt: skip
+    stats = StagerStats.from_dict(old)
+    assert stats.run_id == "r0" and stats.counters == {"delivered": 5}
+    assert stats.producers == (ProducerStats(name="p0"),) and stats.producers[0].work == {}
+    assert stats.trainer is None and stats.padding_efficiency == Padding(None, None)
+    assert stats.producers_unlisted == UnlistedProducers() and stats.gpus is None
+    assert StagerStats.from_dict({}) == StagerStats()
+
+
+RING = RingView(
+    n_slots=16, slots={"FREE": 14, "GRANTED": 2, "READY": 0}, batch_slots=3, batch_ready=0,
+    oldest_grant_s=0.1, oldest_ready_s=None,
+)  # fmt: skip
+STATS = StagerStats(
+    consumer_connected=True, trainer=TrainerReport(step=5, step_s=0.01, wait_s=0.19)
+)
+P0 = ProducerRow("p0", rate_per_s=20.0, grants=2, silent_s=0.1)
+
+
+def _snap(
+    ring: dict[str, Any] | None = None,
+    stats: dict[str, Any] | None = None,
+    producers: tuple[ProducerRow, ...] = (P0,),
+    has_stats: bool = True,
+) -> InspectorSnapshot:
+    """A snapshot of a run where producers are the limit, with ring and stats fields
+    replaced as given."""
+    return InspectorSnapshot(
+        t=0.0,
+        run_id="r",
+        ring=replace(RING, **(ring or {})),
+        lease_s=10.0,
+        stats=replace(STATS, **(stats or {})) if has_stats else None,
+        producers=producers if has_stats else (),
+        batch_size=4,
+    )
+
+
+BUSY = {"ring": {"slots": {"READY": 16}, "batch_ready": 3}}
+BUSY_TRAINER = TrainerReport(step_s=0.3, wait_s=0.0)
 
 
 @pytest.mark.parametrize(
     ("over", "stage"),
     [
         ({"has_stats": False}, "starting"),
-        ({"consumer_connected": False}, "no-consumer"),
-        ({"oldest_grant_s": 12.0}, "stuck-producer"),
-        ({"producers": [{"name": "p0", "stalled": True, "silent_s": 11.0}]}, "stuck-producer"),
+        ({"stats": {"consumer_connected": False}}, "no-consumer"),
+        ({"ring": {"oldest_grant_s": 12.0}}, "stuck-producer"),
+        ({"producers": (ProducerRow("p0", stalled=True, silent_s=11.0),)}, "stuck-producer"),
         ({}, "producers"),
-        ({"slots": {"READY": 14, "GRANTED": 2}, "oldest_ready_s": 2.0}, "stager"),
+        ({"ring": {"slots": {"READY": 14, "GRANTED": 2}, "oldest_ready_s": 2.0}}, "stager"),
         (
-            {"slots": {"READY": 14, "GRANTED": 2}, "oldest_ready_s": 0.5, "oldest_grant_s": 3.0},
+            {
+                "ring": {
+                    "slots": {"READY": 14, "GRANTED": 2},
+                    "oldest_ready_s": 0.5,
+                    "oldest_grant_s": 3.0,
+                }
+            },
             "producers",
-        ),
-        (
-            {"slots": {"READY": 16}, "batch_ready": 3, "trainer": {"step_s": 0.3, "wait_s": 0.0}},
-            "trainer",
-        ),
-        ({"trainer": {}}, "starting"),
+        ),  # fmt: skip
+        ({**BUSY, "stats": {"trainer": BUSY_TRAINER}}, "trainer"),
+        ({"stats": {"trainer": None}}, "starting"),
     ],
 )
 def test_diagnose_stages(over: dict[str, Any], stage: str) -> None:
@@ -66,36 +128,60 @@ def test_diagnose_stages(over: dict[str, Any], stage: str) -> None:
 def test_producers_evidence_quotes_numbers() -> None:
     d = diagnose(_snap())
     assert "95%" in d.evidence[0] and "20.0 samples/s" in d.evidence[1]
-    assert "producers.workers" in d.advice
+    # 4 rows per 0.01 s step (the wait excluded): 400 samples/s, 20 producers at 20/s.
+    assert "the trainer could take 400 samples/s" in d.evidence[2]
+    assert "producers.workers (about 20 to keep up" in d.advice
 
 
 @pytest.mark.parametrize("device", ["producer", "stager"])
 def test_advice_fits_a_host_without_gpu(device: str) -> None:
     """No GPU: never advise stager-side mels, never call the limit 'the GPU'."""
     cpu = {"gpus": 0, "features_device": device}
-    slow = diagnose(_snap(**cpu))
+    slow = diagnose(_snap(stats=cpu))
     assert slow.stage == "producers" and "mels on the GPU" not in slow.advice
     if device == "stager":
         assert "features.device: producer" in slow.advice
-    busy = {"slots": {"READY": 16}, "batch_ready": 3, "trainer": {"step_s": 0.3, "wait_s": 0.0}}
-    trainer = diagnose(_snap(**cpu, **busy))
+    trainer = diagnose(_snap(**BUSY, stats={**cpu, "trainer": BUSY_TRAINER}))
     assert trainer.stage == "trainer" and "GPU" not in " ".join(trainer.evidence)
     assert "the trainer's CPU step is the limit" in trainer.evidence[0]
 
 
 def test_advice_on_a_gpu_host_offers_stager_mels_and_names_the_gpu() -> None:
     gpu = {"gpus": 2, "features_device": "producer"}
-    assert "features.device: stager (mels on the GPU)" in diagnose(_snap(**gpu)).advice
-    busy = {"slots": {"READY": 16}, "batch_ready": 3, "trainer": {"step_s": 0.3, "wait_s": 0.0}}
-    assert "the GPU is the limit" in diagnose(_snap(**gpu, **busy)).evidence[0]
+    assert "features.device: stager (mels on the GPU)" in diagnose(_snap(stats=gpu)).advice
+    busy = _snap(**BUSY, stats={**gpu, "trainer": BUSY_TRAINER})
+    assert "the GPU is the limit" in diagnose(busy).evidence[0]
+
+
+def test_json_of_a_snapshot_keeps_the_keys_of_before() -> None:
+    """`inspect --json` and `--record` readers (timeline.py, scripts) keep their keys."""
+    ring_keys = {"t", "run_id", "n_slots", "slots", "slot_bar", "per_slot", "oldest_grant_s",
+                 "oldest_ready_s", "grants_by_producer_index", "batch_slots", "batch_ready",
+                 "batch_size", "lease_s", "has_stats", "notes", "diagnosis"}  # fmt: skip
+    stats_keys = {"producers", "producers_unlisted", "uptime_s", "epoch", "cursor", "n_items",
+                  "batches", "padding", "buckets", "consumer_connected", "trainer", "counters",
+                  "delivered_per_s", "dropped", "skipped", "reclaimed", "bad_metadata_lines",
+                  "crashes", "crash_names", "stager_slots", "gpus", "features_device"}  # fmt: skip
+    starting = _snap(has_stats=False).to_dict()
+    assert set(starting) == ring_keys and starting["notes"]
+    snap = _snap()
+    data = json.loads(json.dumps(snap.to_dict()))
+    assert set(data) == ring_keys | stats_keys
+    assert data["diagnosis"]["stage"] == snap.diagnosis.stage == "producers"
+    assert data["producers"][0]["rate_per_s"] == 20.0 and data["trainer"]["step"] == 5
+    assert "PRODUCERS" in render(snap) and "p0" in render(snap)
+    assert "note: no stats received" in render(_snap(has_stats=False))
 
 
 # ---------------------------------------------------------------- real runs
 
 
-def _stage_after_settling(run: Run, settle_s: float = 4.0) -> tuple[str, dict]:
-    """`ringfeed inspect --json` as a user runs it, after the run settled."""
-    time.sleep(settle_s)
+# Trainer steps past start-up: by then its data wait and the batch ring are steady.
+SETTLED_STEPS = 5
+
+
+def _inspect_json(run: Run) -> dict[str, Any]:
+    """`ringfeed inspect --json` as a user runs it."""
     out = subprocess.run(
         [
             sys.executable,
@@ -114,8 +200,19 @@ def _stage_after_settling(run: Run, settle_s: float = 4.0) -> tuple[str, dict]:
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    snap = json.loads(out.stdout)
-    return snap["diagnosis"]["stage"], snap
+    return json.loads(out.stdout)
+
+
+def _stage_after_settling(run: Run) -> tuple[str, dict[str, Any]]:
+    """The stage `inspect --json` names once the trainer has taken SETTLED_STEPS steps."""
+    seen: list[dict[str, Any]] = []
+
+    def settled() -> bool:
+        seen.append(_inspect_json(run))
+        return (seen[-1].get("trainer") or {}).get("step", 0) >= SETTLED_STEPS
+
+    run.poll_for(settled, 60, f"{SETTLED_STEPS} trainer steps in `inspect --json`")
+    return seen[-1]["diagnosis"]["stage"], seen[-1]
 
 
 @pytest.mark.slow
@@ -146,6 +243,21 @@ def test_inspector_names_the_limiting_stage_of_a_real_run(
         assert shm_segments(run.run_id) == []
 
 
+def _stopped_moving(ring: Ring) -> Callable[[], bool]:
+    """A predicate for poll_for: true once no sample slot is granted or being written and
+    the slot records are as at the previous call (so the stager grants nothing more)."""
+    last: list[np.ndarray] = []
+
+    def still() -> bool:
+        slots = ring.slots.copy()
+        busy = any(shown_state(rec) in (SlotState.GRANTED, SlotState.WRITING) for rec in slots)
+        same = bool(last) and np.array_equal(last[-1], slots)
+        last[:] = [slots]
+        return same and not busy
+
+    return still
+
+
 @pytest.mark.slow
 def test_inspector_never_changes_the_ring(tmp_path: Path) -> None:
     # A stopped consumer freezes the run: every slot and field must stay as it was.
@@ -156,12 +268,12 @@ def test_inspector_never_changes_the_ring(tmp_path: Path) -> None:
         held = run.client()
         for _ in range(3):  # take every batch slot: the run stops moving
             held.next(timeout_s=30)
-        time.sleep(1.0)
         insp = Inspector(run.run_id, str(cfg_path))
+        run.poll_for(_stopped_moving(insp.samples), 30, "the sample ring to stop moving")
         before = (insp.samples.slots.copy(), insp.samples.view("mel").copy())
         for _ in range(5):
             insp.poll_stats(0.2)
-            insp.snapshot()
+            insp.snapshot().to_dict()
         with pytest.raises(ValueError, match="read-only"):
             insp.samples.slots[0]["state"] = 0
         with pytest.raises(ValueError, match="read-only"):
