@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Protocol
 
 import numpy as np
@@ -82,9 +85,9 @@ class SyntheticSource:
     Every row says which item and which row it is: tokens are
     :func:`synthetic_tokens`, and mel row r holds (item, r) in its first two
     columns over a shared block of random values, so a consumer can check every
-    row it receives against the item it claims to be (tests/test_transport_e2e.py
-    ``check_rows``). Lengths vary with the item so padding is exercised: tokens
-    20..max_text_len, frames max_frames/2..max_frames.
+    row it receives against the item it claims to be (:func:`check_synthetic_rows`,
+    called by tests/checks.py ``consume`` and the soak). Lengths vary with the item
+    so padding is exercised: tokens 20..max_text_len, frames max_frames/2..max_frames.
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -127,7 +130,7 @@ class SyntheticSource:
         return sample
 
 
-class RowMismatch(AssertionError):
+class RowMismatch(ValueError):
     """A delivered row is not the item it claims to be (torn, misplaced or stale)."""
 
 
@@ -191,6 +194,18 @@ class DatasetSource:
         return dataclasses.asdict(self._pipeline.counters)
 
 
+def _import(module_name: str) -> ModuleType:
+    if not module_name.endswith(".py"):
+        return importlib.import_module(module_name)
+    spec = importlib.util.spec_from_file_location("ringfeed_source_hook", module_name)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{module_name} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_source(cfg: Config) -> Source:
     """The per-sample work for cfg.data.format, in a producer process, wrapped by the
     source hook when one is set."""
@@ -200,13 +215,15 @@ def make_source(cfg: Config) -> Source:
 
 
 def load_hook(spec: str) -> Callable[[Config, Source], Source]:
-    """Import the source hook "module:callable"; errors name RINGFEED_SOURCE_HOOK."""
-    module_name, sep, name = spec.partition(":")
+    """Import the source hook "package.module:callable" or "/path/to/file.py:callable"
+    (a file imports from any working directory, as producers started by a launcher
+    elsewhere need); errors name RINGFEED_SOURCE_HOOK."""
+    module_name, sep, name = spec.rpartition(":")
     if not sep or not module_name or not name:
         raise ValueError(f"{SOURCE_HOOK_ENV}={spec!r}: write it as 'package.module:callable'")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
+        module = _import(module_name)
+    except (ImportError, OSError) as exc:
         raise ValueError(f"{SOURCE_HOOK_ENV}={spec!r}: cannot import {module_name}: {exc}") from exc
     hook = getattr(module, name, None)
     if not callable(hook):

@@ -105,6 +105,7 @@ class Worker:
             self.sock.curve_publickey, self.sock.curve_secretkey = keys.public, keys.secret
             self.sock.curve_serverkey = keys.server_public
         self.sock.connect(self.endpoint)
+        self.n_taken_back += len(self.grants)  # void: the stager took them back (REHELLO)
         self.grants.clear()
         self.drop_writer()  # READY entries not yet sent belong to the old session
         hello = p.Hello(

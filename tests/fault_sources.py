@@ -36,7 +36,9 @@ from producer.sample import Sample
 from producer.sources import Source
 from shared.config import SOURCE_HOOK_ENV, Config, load_config
 
-HOOK = "tests.fault_sources:with_faults"
+# By file, not module name: producers that a launcher starts in another working
+# directory (scripts/slurm.sh, Ray actors) cannot import the tests package.
+HOOK = f"{Path(__file__).resolve()}:with_faults"
 # Beside the run directories under run_root: one fault plan per config.
 FAULTS_FILE = "faults.json"
 

@@ -64,3 +64,17 @@ def test_a_bad_hook_says_which_variable_and_what_is_wrong(
     cfg = replace(Config(), **SYNTHETIC)
     with pytest.raises(ValueError, match=f"{SOURCE_HOOK_ENV}=.*{needle}"):
         make_source(cfg)
+
+
+def test_a_hook_given_as_a_file_loads_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Producers a launcher starts elsewhere (slurm.sh, Ray) cannot import `tests`."""
+    hook = tmp_path / "my_hook.py"
+    hook.write_text("def wrap(cfg, source):\n    source.wrapped = True\n    return source\n")
+    monkeypatch.chdir(tmp_path.parent)
+    monkeypatch.setenv(SOURCE_HOOK_ENV, f"{hook}:wrap")
+    assert make_source(replace(Config(), **SYNTHETIC)).wrapped
+    monkeypatch.setenv(SOURCE_HOOK_ENV, f"{tmp_path / 'missing.py'}:wrap")
+    with pytest.raises(ValueError, match="cannot import"):
+        make_source(replace(Config(), **SYNTHETIC))
