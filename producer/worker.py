@@ -256,7 +256,10 @@ class Worker:
 
     def work(self) -> dict[str, int]:
         """This process's counters for the stager: its source's stages, grants dropped."""
-        return {**self.source.work(), "taken_back": self.n_taken_back}
+        counters = {**self.source.work(), "taken_back": self.n_taken_back}
+        # Within the protocol's bounds, or the stager drops the whole HEARTBEAT and BYE.
+        kept = [(k, v) for k, v in counters.items() if len(k) <= p.MAX_WORK_KEY]
+        return dict(kept[: p.MAX_WORK_KEYS])
 
     def fail(self, grant: p.GrantEntry, exc: Exception, stage: str) -> None:
         """An unexpected exception in the item's work: log it and quarantine the item."""

@@ -3,7 +3,8 @@
 Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
 free /dev/shm, the dataset's path, format and lines, a sample of the audio
 files those lines name (headers only), the feature cache directory, the CURVE
-keys of a TCP endpoint, and whether stager-side mels have a GPU to run on. A
+keys of a TCP endpoint, whether stager-side mels have a GPU to run on, and
+the default model's model.kwargs. A
 fatal finding stops a run before it starts, with one line that says what to
 change (exit code 2, "configuration"); a warning is printed and the run goes on.
 """
@@ -30,6 +31,7 @@ class Finding:
 def preflight(cfg: Config) -> list[Finding]:
     """Everything found wrong with cfg on this host, fatal ones first."""
     findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
+    findings += _model(cfg)
     return sorted(findings, key=lambda f: not f.fatal)
 
 
@@ -38,6 +40,19 @@ def _rings(cfg: Config) -> list[Finding]:
 
     try:
         check_rings_fit(cfg)
+    except ConfigError as exc:
+        return [Finding(True, str(exc))]
+    return []
+
+
+def _model(cfg: Config) -> list[Finding]:
+    """The default model's model.kwargs (another factory checks its own when it runs)."""
+    from consumer.trainer.model_kwargs import DEFAULT_FACTORY, default_model_kwargs
+
+    if cfg.model.factory != DEFAULT_FACTORY:
+        return []
+    try:
+        default_model_kwargs(dict(cfg.model.kwargs))
     except ConfigError as exc:
         return [Finding(True, str(exc))]
     return []

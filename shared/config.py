@@ -152,7 +152,7 @@ class TransportConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     # "module:function", called as function(cfg, **kwargs) by the trainer.
-    factory: str = "consumer.trainer.model:build_default_model"
+    factory: str = "consumer.trainer.model:build_default_model"  # model_kwargs.DEFAULT_FACTORY
     # The factory's own hyper-parameters; it checks them (the default model's:
     # d_model, n_layers, kernel_size, dropout, consumer/trainer/model.py).
     kwargs: dict[str, Any] = field(default_factory=dict)

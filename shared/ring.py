@@ -66,13 +66,9 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"RINGFEED"
 LAYOUT_VERSION = 2
-MAX_FIELDS = 8
-MAX_DIMS = 4
-MAX_LENGTHS = 4
-ALIGN = 64
+MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 8, 4, 4, 64
 SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
-# Where POSIX shared memory lives on Linux.
-SHM_DIR = Path("/dev/shm")
+SHM_DIR = Path("/dev/shm")  # where POSIX shared memory lives on Linux
 
 FIELD_DTYPE = np.dtype(
     [
@@ -172,8 +168,8 @@ def segment_name(run_id: str, kind: str) -> str:
 
 
 class Layout(NamedTuple):
-    """Where everything is in a segment, bytes: each field's offset within a slot, the
-    slot stride, where the first slot starts (page-aligned), and the segment's size."""
+    """In bytes: each field's offset in a slot, the slot stride, the first slot's offset
+    (page-aligned), the segment's size. Written into the header, which readers go by."""
 
     offsets: dict[str, int]
     stride: int
@@ -182,6 +178,7 @@ class Layout(NamedTuple):
 
 
 def layout(fields: FieldSpec, n_slots: int) -> Layout:
+    """Where a segment of `n_slots` slots of `fields` keeps everything (Layout)."""
     offsets, pos = {}, 0
     for name, (shape, dtype) in fields.items():
         offsets[name] = pos
@@ -203,7 +200,6 @@ def parse_header(buf: bytes | mmap.mmap) -> np.void | None:
 
 
 def free_shm_bytes() -> int:
-    """Free bytes in /dev/shm."""
     return shutil.disk_usage(SHM_DIR).free
 
 
@@ -218,22 +214,21 @@ def rings_bytes(cfg: Config) -> int:
     return samples + layout(cfg.batch_ring_fields(), cfg.stager.batch_slots).total
 
 
-def check_shm_fits(need: int, what: str, slot: int) -> None:
-    """Raise ConfigError, saying what to change, if `need` bytes (`what`: "the rings",
-    "ring NAME") do not fit in free /dev/shm; slot: bytes of one sample slot."""
+def check_shm_fits(need: int, what: str, key: str, slot: int) -> None:
+    """ConfigError, saying what to change, if `need` bytes of `what` do not fit in free
+    /dev/shm; key: the setting that counts its slots, slot: bytes of one slot."""
     free = free_shm_bytes()
     if need > free:
         raise ConfigError(
-            f"ring.slots: {what} need {need / 2**20:.1f} MiB, but /dev/shm has "
-            f"{free / 2**20:.1f} MiB free; lower ring.slots (each slot is "
-            f"{slot / 2**20:.2f} MiB) or features.max_frames, or "
-            "enlarge /dev/shm (docker: --shm-size)"
+            f"{key}: {what} need {need / 2**20:.1f} MiB, but /dev/shm has {free / 2**20:.1f} "
+            f"MiB free; lower {key} (each slot is {slot / 2**20:.2f} MiB) or "
+            "features.max_frames, or enlarge /dev/shm (docker: --shm-size)"
         )
 
 
 def check_rings_fit(cfg: Config) -> None:
     """Before anything starts: can both rings of this config fit in /dev/shm?"""
-    check_shm_fits(rings_bytes(cfg), "the rings", slot_bytes(cfg.sample_fields()))
+    check_shm_fits(rings_bytes(cfg), "the rings", "ring.slots", slot_bytes(cfg.sample_fields()))
 
 
 class Ring:
@@ -269,14 +264,17 @@ class Ring:
         off = int(self.header["slot_headers_offset"])
         self.slots = buf[off : off + self.n_slots * SLOT_DTYPE.itemsize].view(SLOT_DTYPE)
         self.fields: FieldSpec = {}
+        payload, stride = int(self.header["payload_offset"]), int(self.header["slot_stride"])
+        if payload + self.n_slots * stride > len(mm):  # the header is all we go by
+            self.close()
+            raise RingError(f"/dev/shm/{name} is shorter than its header says: not a whole ring")
         for rec in self.header["fields"][: int(self.header["n_fields"])]:
             shape = tuple(int(d) for d in rec["shape"][: int(rec["ndim"])])
-            self.fields[rec["name"].decode()] = (shape, np.dtype(rec["dtype"].decode()))
-        where = layout(self.fields, self.n_slots)
-        for fname, (shape, dtype) in self.fields.items():
+            fname, dtype = rec["name"].decode(), np.dtype(rec["dtype"].decode())
+            self.fields[fname] = (shape, dtype)
             self._views[fname] = np.ndarray(
-                (self.n_slots, *shape), dtype, mm, where.payload + where.offsets[fname],
-                (where.stride, *np.empty(shape, dtype).strides),
+                (self.n_slots, *shape), dtype, mm, payload + int(rec["offset"]),
+                (stride, *np.empty(shape, dtype).strides),
             )  # fmt: skip
             self._views[fname].flags.writeable = writable
         self.slots.flags.writeable = writable
@@ -298,7 +296,8 @@ class Ring:
         if any(len(shape) > MAX_DIMS for shape, _ in fields.values()):
             raise RingError(f"at most {MAX_DIMS} dimensions per field: {fields}")
         where = layout(fields, n_slots)
-        check_shm_fits(where.total, f"ring {name} and its headers", where.stride)
+        key = "stager.batch_slots" if kind == "batches" else "ring.slots"
+        check_shm_fits(where.total, f"ring {name} and its headers", key, where.stride)
         path = SHM_DIR / name
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:

@@ -13,7 +13,7 @@ newer version still reads.
 The stats message stays under the protocol's header limit by construction: at
 most MAX_LISTED_PRODUCERS producers are listed (the busiest; the rest summed in
 ``producers_unlisted``), names and hosts are capped at decode, and the stager
-keeps a bounded number of work counters per producer (MAX_WORK, MAX_WORK_KEY;
+keeps the work counters decode bounds (shared/field_checks.py MAX_WORK_KEYS;
 tests/test_trust.py checks the worst case).
 """
 

@@ -41,6 +41,20 @@ def test_validate_names_the_key_to_change(tmp_path: Path) -> None:
     assert out.returncode == 2 and "/dev/shm" in out.stderr and "ring.slots" in out.stderr
 
 
+def test_validate_checks_the_default_models_kwargs(tmp_path: Path) -> None:
+    """model.kwargs is free YAML for any factory; the default model's are checked before
+    a run starts, not when the trainer builds the model."""
+    for kwargs, key in (({"d_model": 0}, "model.kwargs.d_model"), ({"d_modle": 8}, "d_modle")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump({"model": {"kwargs": kwargs}}))
+        out = ringfeed("validate", str(bad))
+        assert out.returncode == 2 and key in out.stderr, out.stderr
+    from consumer.trainer.model_kwargs import DEFAULT_FACTORY
+    from shared.config import Config
+
+    assert Config().model.factory == DEFAULT_FACTORY
+
+
 def test_launch_help_lists_the_verbs() -> None:
     out = subprocess.run(
         ["bash", "scripts/launch.sh", "--help"],

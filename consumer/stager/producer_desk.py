@@ -103,7 +103,6 @@ class ProducerDesk:
         self.crashes.append(CrashReport(msg.name, msg.traceback[-2000:]))
 
     def on_bye(self, msg: p.Bye, producer: Producer, payload: list[bytes]) -> None:
-        take_work(producer, msg.work)
         self.book.drop(producer.ident, charge=False)
         self.net.reply(producer.ident, p.ByeAck())
 

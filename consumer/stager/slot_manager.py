@@ -133,6 +133,11 @@ class SlotManager:
         self._counters["grants"] += 1
         return p.GrantEntry(free, slot.generation, slot.item, position)
 
+    def mark_bad(self, bad: dict[int, tuple[str, str]]) -> None:
+        """Items known bad before the plan starts (item -> (reason, stage): quarantined
+        earlier in this run): skipped without a grant."""
+        self.known_bad.update(bad)
+
     def holding(self, ident: bytes) -> int:
         """How many grants this producer holds now."""
         return len(self.held.get(ident, ()))
@@ -223,6 +228,7 @@ class SlotManager:
             charged = {min(slots, key=lambda k: self.slots[k].t_granted)}
         for k in slots:
             self.reclaim(k, fence, charged=k in charged)
+        self.held.pop(ident, None)  # identities come and go: keep no empty entry
 
     def unfence(self, ident: bytes) -> None:
         """This producer cannot write any more (it died, or said HELLO with an empty
@@ -240,6 +246,7 @@ class SlotManager:
                     slots.discard(k)
                 self._free(k)
                 self._counters["fences_lifted"] += 1
+        self.fenced = {ident: slots for ident, slots in self.fenced.items() if slots}
 
     def fences(self, ident: bytes) -> int:
         """How many slots are fenced against this producer."""

@@ -124,9 +124,10 @@ class Stager:
         if self.consumer.ident is not None and not self.consumer.done:
             self.net.reply(self.consumer.ident, p.Shutdown("stager stopping"))
         self.producers.shut_down()
-        write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", snapshot(self).to_dict())
+        stats = snapshot(self)
+        write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", stats.to_dict())
         time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
-        log.info("stager done: %s", json.dumps(self.slots.counters))
+        log.info("stager done: %s", json.dumps(stats.counters))
 
 
 def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitStack):
@@ -189,7 +190,7 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
     cleanup.callback(lambda: slots.attach_headers(slots.headers.copy()))  # before unmapping
     # Items quarantined earlier in this run (a restarted stager, a resumed run) are
     # skipped without a try: the skips are part of where a resumed run stands.
-    slots.known_bad.update(quarantine.earlier_skips(index))
+    slots.mark_bad(quarantine.earlier_skips(index))
     if slots.known_bad:
         log.info("%d items quarantined earlier in this run are skipped", len(slots.known_bad))
     drop, book = Drops(), ProducerBook(slots, socket.gethostname(), cfg.producers.credits)

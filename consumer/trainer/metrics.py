@@ -2,7 +2,7 @@
 
 The trainer process records, per step, the compute time of the step and how
 long it waited for the next batch. Over the last ``window`` steps
-(CV_WINDOW_STEPS in the trainer) this gives the numbers the project exists to improve:
+(CV_WINDOW_STEPS, below) this gives the numbers the project exists to improve:
 
 - wait_frac: share of wall time spent waiting for data (0 = never starved);
 - step_time_cv: std / mean of step time (the starving baseline swings 50-80 %);

@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -37,8 +36,9 @@ import numpy as np
 import tensorflow as tf
 from keras import layers, ops
 
+from consumer.trainer.model_kwargs import DefaultModelKwargs, default_model_kwargs
 from shared.config import Config
-from shared.schema import ConfigError, build, check
+from shared.schema import ConfigError
 
 LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -47,26 +47,6 @@ LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 PRENET_DROPOUT = 0.5
 N_HEADS = 4
 FFN_MULT = 4
-
-
-@dataclass(frozen=True)
-class DefaultModelKwargs:
-    """model.kwargs of the default model (build_default_model)."""
-
-    d_model: int = 128
-    n_layers: int = 3
-    kernel_size: int = 5
-    dropout: float = 0.1
-
-
-def default_model_kwargs(kwargs: dict[str, Any]) -> DefaultModelKwargs:
-    """model.kwargs checked for the default model; ConfigError names model.kwargs.<key>."""
-    m = build(DefaultModelKwargs, kwargs, "model.kwargs")
-    for name in ("d_model", "n_layers", "kernel_size"):
-        value = getattr(m, name)
-        check(value >= 1, f"model.kwargs.{name}", f"must be >= 1, got {value}")
-    check(0 <= m.dropout < 1, "model.kwargs.dropout", f"must be in [0, 1), got {m.dropout}")
-    return m
 
 
 def masked_l1(pred: tf.Tensor, target: tf.Tensor, mel_lens: tf.Tensor) -> tf.Tensor:
