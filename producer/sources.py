@@ -187,6 +187,9 @@ class DatasetSource:
         return self._pipeline.stage
 
     def prepare(self, item: int) -> Sample:
+        # The stage starts over with each item: a failure before the pipeline's first
+        # stage (reading the item's entry) must not carry the last item's stage.
+        self._pipeline.stage = "metadata"
         return self._pipeline(self.index.entries[item])
 
     def work(self) -> dict[str, int]:

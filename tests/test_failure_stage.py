@@ -19,6 +19,7 @@ import zmq
 
 import producer.pipeline
 from producer.cache import FeatureCache
+from producer.sources import DatasetSource
 from producer.text import TextEncoder
 from producer.worker import Worker
 from shared import protocol as p
@@ -133,3 +134,16 @@ def test_a_sample_that_does_not_fit_its_slot_is_quarantined_at_write(
     skip, _ = fill_one(cfg, stager_socket, ring)
     assert int(ring.slots[0]["sealed_generation"]) != GENERATION
     assert skip.stage == "write" and skip.reason.startswith("unexpected ValueError in write")
+
+
+def test_a_failure_before_the_first_stage_does_not_carry_the_last_items_stage(
+    tmp_path: Path,
+) -> None:
+    """The stage starts over with each item: after a whole sample (its stage ends at
+    cache), a failure reading the next item's entry is a metadata failure."""
+    source = DatasetSource(make_cfg(tmp_path))
+    source.prepare(ITEM)
+    assert source.stage == "cache"
+    with pytest.raises(IndexError):
+        source.prepare(source.n_items)  # no such entry
+    assert source.stage == "metadata"
