@@ -79,6 +79,20 @@ def test_attach_errors_say_what_to_do(run_id: str) -> None:
         path.unlink()
 
 
+def test_a_segment_shorter_than_its_header_says_is_refused(run_id: str) -> None:
+    """A reader goes by the header; a cut-short copy of a real ring is not mapped."""
+    fields = {"mel": ((8, 4), np.dtype(np.float32))}
+    with Ring.create(segment_name(run_id, "samples"), fields, 4, run_id, "samples") as ring:
+        whole = (SHM_DIR / ring.name).read_bytes()
+    path = SHM_DIR / segment_name(run_id, "cut")
+    path.write_bytes(whole[: len(whole) - 1])
+    try:
+        with pytest.raises(RingError, match="shorter than its header says"):
+            Ring.attach(path.name)
+    finally:
+        path.unlink()
+
+
 def test_only_the_owner_unlinks(run_id: str) -> None:
     fields = Config().sample_fields()
     owner = Ring.create(segment_name(run_id, "samples"), fields, 2, run_id, "samples")

@@ -220,6 +220,7 @@ def test_a_clean_goodbye_charges_nothing() -> None:
     m.grant(b"w")
     m.drop(b"w", charge=False)
     assert m.slots.pop_events(10) == [] and len(m.slots.order.retry) == 2
+    assert b"w" not in m.slots.held and b"w" not in m.slots.fenced  # nothing kept per ident
 
 
 def test_a_heartbeating_producer_loses_a_grant_it_never_answers() -> None:
