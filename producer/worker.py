@@ -38,6 +38,7 @@ from producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
 from producer.sources import Source, make_source
 from shared import protocol as p
 from shared.config import Config
+from shared.content import content_error
 from shared.keys import ClientKeys, load_client
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
 from shared.ring import Ring
@@ -234,7 +235,12 @@ class Worker:
     def prepare(self, grant: p.GrantEntry) -> Sample | None:
         """The item's sample, or None once its SKIP is sent."""
         try:
-            return self.source.prepare(grant.item)
+            sample = self.source.prepare(grant.item)
+            rows = {name: getattr(sample, name) for name in self.fields}
+            why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
+            if why:
+                raise SkipSample(why, stage="check")
+            return sample
         except SkipSample as skip:
             self.skip(grant, skip.reason, skip.path, skip.stage or self.source.stage)
         except Exception as exc:  # one sample's failure, whatever it is, costs that sample

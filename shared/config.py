@@ -91,6 +91,9 @@ class RingConfig:
     heartbeat_s: float = 1.0
     # An item whose lease expires this many times is skipped with a reason.
     max_item_attempts: int = 3
+    # Rejected messages in 10 minutes that get a peer refused for the run (0 = never).
+    max_strikes: int = 3
+    max_producers_per_peer: int = 64  # joined at once per CURVE key, tcp host, local pool
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ def validate(cfg: Config) -> None:
         ("stager.batch_size", s.batch_size),
         ("stager.batch_slots", s.batch_slots),
         ("ring.max_item_attempts", r.max_item_attempts),
+        ("ring.max_producers_per_peer", r.max_producers_per_peer),
         ("train.log_every", cfg.train.log_every),
         ("train.checkpoint_every", cfg.train.checkpoint_every),
     ]:
@@ -86,6 +87,7 @@ def validate(cfg: Config) -> None:
     check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
     check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
     check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
+    check(r.max_strikes >= 0, "ring.max_strikes", "must be >= 0 (0 = never refuse a peer)")
     check(cfg.producers.per_node >= 0, "producers.per_node", "must be >= 0 (0 = one per CPU)")
 
 

@@ -51,9 +51,10 @@ def test_producers_sigkilled_repeatedly_still_deliver_the_epoch_once(tmp_path: P
         stager = run.start("stager")
         pool = run.start("producers")
         client = run.client(timeout_s=30)
-        done = threading.Event()
+        done, flowing = threading.Event(), threading.Event()
 
         def killer() -> None:
+            flowing.wait(30)  # kills before the workers joined would take back nothing
             while len(kills) < 5 and not done.wait(0.3):
                 pids = worker_pids(pool.pid)
                 if pids and send_signal(victim := rng.choice(pids), signal.SIGKILL):
@@ -63,7 +64,9 @@ def test_producers_sigkilled_repeatedly_still_deliver_the_epoch_once(tmp_path: P
         thread = threading.Thread(target=killer, daemon=True)
         thread.start()
         try:
-            items = consume(client, on_batch=lambda k: rss.append(rss_kb(stager.pid)))
+            items = consume(
+                client, on_batch=lambda k: [flowing.set(), rss.append(rss_kb(stager.pid))]
+            )
             rss.append(rss_kb(stager.pid))
         finally:
             done.set()

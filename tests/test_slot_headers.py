@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from consumer.stager.peers import PeerId
 from consumer.stager.plan import EpochPlan
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
@@ -21,6 +22,7 @@ from shared import protocol as p
 from shared.ring import Ring, SlotState, segment_name, shown_state
 
 HOST = "this-host"
+PEER = PeerId("pool 1", "uid 0 pid 1")  # every producer here: one local pool
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = {"tokens": ((4,), np.dtype(np.int32))}
 
@@ -51,7 +53,7 @@ def make(ring: Ring, clock: Clock, n_items: int = 40) -> ProducerBook:
         clock=clock,
         headers=ring.slots,
     )
-    return ProducerBook(slots, HOST, max_credits=4)
+    return ProducerBook(slots, HOST, max_credits=4, max_strikes=3, max_per_peer=64)
 
 
 def assert_headers_match(m: ProducerBook, ring: Ring, after: str) -> None:
@@ -72,7 +74,7 @@ def hello(name: str, pid: int) -> p.Hello:
 
 
 def join(m: ProducerBook, ident: bytes, pid: int) -> None:
-    m.hello(ident, hello(ident.decode(), pid), remote=False)
+    m.hello(ident, hello(ident.decode(), pid), remote=False, peer=PEER)
     m.credit(ident, 100)
 
 
@@ -100,7 +102,7 @@ def test_every_kind_of_event_leaves_header_equal_to_manager(ring: Ring) -> None:
     m.expire()
     assert any(ring.slots[k]["state"] == SlotState.FENCED for k in range(ring.n_slots))
     check("lease expired (fence)")
-    m.hello(b"b", hello("b", me), remote=False)  # b says HELLO again: unfenced
+    m.hello(b"b", hello("b", me), remote=False, peer=PEER)  # b says HELLO again: unfenced
     check("hello again (unfence)")
     m.credit(b"b", 100)
     m.grant_round()

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 
+from consumer.stager.peers import PeerId
 from consumer.stager.plan import EpochPlan
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
@@ -22,6 +23,10 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+# Every producer of these tests: one local pool.
+PEER = PeerId("pool 1", "uid 0 pid 1")
 
 
 def dead_pid() -> int:
@@ -43,7 +48,7 @@ def manager(
         clock=clock or Clock(),
         started=started,
     )
-    return ProducerBook(slots, HOST, max_credits=16)
+    return ProducerBook(slots, HOST, max_credits=16, max_strikes=3, max_per_peer=64)
 
 
 def hello(name: str, pid: int) -> p.Hello:
@@ -51,7 +56,7 @@ def hello(name: str, pid: int) -> p.Hello:
 
 
 def join(m: ProducerBook, ident: bytes, pid: int | None = None, credits: int = 100) -> None:
-    m.hello(ident, hello(ident.decode(), pid or os.getpid()), remote=False)
+    m.hello(ident, hello(ident.decode(), pid or os.getpid()), remote=False, peer=PEER)
     m.producers[ident].credits = credits
 
 
@@ -116,7 +121,9 @@ def test_expired_lease_fences_the_slot_and_grants_the_item_again() -> None:
     assert not m.slots.ready(b"slow", slot, gen, item)  # the late READY is stale
     m.touch(b"slow")  # it speaks, but may still hold grants queued for that slot
     assert m.slots.slots[slot].state == SlotState.FENCED and m.grant(b"slow") is None
-    m.hello(b"slow-again", hello("slow", os.getpid()), remote=False)  # its queue is empty
+    m.hello(
+        b"slow-again", hello("slow", os.getpid()), remote=False, peer=PEER
+    )  # its queue is empty
     assert m.slots.slots[slot].state == SlotState.FREE
     assert [e.item for e in m.slots.pop_events(10)] == [item]
     assert m.slots.counters["reclaimed"] == 1
@@ -133,10 +140,10 @@ def test_dead_producer_frees_its_slots_at_once() -> None:
 
 def test_restarted_producer_takes_over_its_name() -> None:
     m = manager()
-    m.hello(b"w-0:old", hello("w-0", dead_pid()), remote=False)
+    m.hello(b"w-0:old", hello("w-0", dead_pid()), remote=False, peer=PEER)
     m.producers[b"w-0:old"].credits = 1
     slot, *_ = m.grant(b"w-0:old")
-    m.hello(b"w-0:new", hello("w-0", os.getpid()), remote=False)
+    m.hello(b"w-0:new", hello("w-0", os.getpid()), remote=False, peer=PEER)
     assert m.slots.slots[slot].state == SlotState.FREE and m.restarts == 1
 
 
@@ -196,7 +203,7 @@ def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
     assert m.slots.cursor == 25 and m.slots.slots[slot].state == SlotState.FENCED
     assert not m.slots.ready(b"a", slot, gen, item)
     assert m.grant(b"a") is None  # its queued grants are void until it says HELLO again
-    m.hello(b"a:again", hello("a", os.getpid()), remote=False)
+    m.hello(b"a:again", hello("a", os.getpid()), remote=False, peer=PEER)
     m.producers[b"a:again"].credits = 1
     assert m.slots.slots[slot].state == SlotState.FREE
     assert m.grant(b"a:again")[3] == 25
@@ -205,7 +212,7 @@ def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
 def test_only_the_sample_in_progress_counts_against_its_item() -> None:
     started = {1}
     m = manager(n_items=10, n_slots=4, attempts=1, started=lambda k: k in started)
-    m.hello(b"w", hello("w", dead_pid()), remote=False)
+    m.hello(b"w", hello("w", dead_pid()), remote=False, peer=PEER)
     m.producers[b"w"].credits = 3
     grants = [m.grant(b"w") for _ in range(3)]
     m.expire()  # dead: all three reclaimed, only slot 1's item was being written

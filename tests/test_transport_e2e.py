@@ -164,7 +164,7 @@ def test_stager_sigkill_then_restart_cleans_up_and_completes(tmp_path: Path) -> 
     assert sorted(items) == list(range(120))
 
 
-def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) -> None:
+def test_malformed_messages_and_lying_readys_are_dropped_and_counted(tmp_path: Path) -> None:
     cfg_path = small(tmp_path, items=200, delay_s=0.001)
     cfg = load_config(cfg_path)
     run_id = rid()
@@ -184,8 +184,8 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
         ):
             rogue.send_multipart(frames)
         rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", False, "t", "")))
-        stale = p.Ready([0], [12345], [0], [3, 4], [0], [0])  # a generation never granted
-        rogue.send_multipart(p.encode(stale))
+        never = p.Ready([0], [12345], [0], [3, 4], [0], [0])  # a generation never granted
+        rogue.send_multipart(p.encode(never))
         # Oversized: dropped as malformed, or (past ZMQ_MAXMSGSIZE) by libzmq with the
         # connection, before it reaches Python. Last, as it may cost the rogue its link.
         rogue.send_multipart([b"\x91" + b"\x00" * (p.MAX_HEADER_BYTES + 1)])
@@ -195,8 +195,10 @@ def test_malformed_and_stale_messages_are_dropped_and_counted(tmp_path: Path) ->
         ctx.term()
         assert run.wait("stager", 20) == 0
     assert sorted(items) == list(range(200))
-    dropped = collections.Counter(run.json("stager.json")["dropped"])
-    assert dropped["malformed"] >= 3 and dropped["stale"] >= 1
+    summary = run.json("stager.json")
+    dropped = collections.Counter(summary["dropped"])
+    # A READY of a generation never granted is a lie, not a late answer: a strike.
+    assert dropped["malformed"] >= 4 and summary["counters"]["strikes"] >= 1
 
 
 def test_a_batch_across_an_epoch_boundary_says_both_epochs(tmp_path: Path) -> None:

@@ -119,6 +119,10 @@ def row_of(stats: dict, name: str) -> dict | None:
     return next((pr for pr in stats.get("producers", []) if pr["name"] == name), None)
 
 
+def joined(stats: dict) -> int:
+    return len(stats.get("producers", [])) + stats.get("producers_unlisted", {}).get("count", 0)
+
+
 def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> None:
     n = 400
     cfg_path = small(tmp_path, items=n, delay_s=0.01, ring={"lease_s": 0.5, "heartbeat_s": 0.1})
@@ -136,17 +140,20 @@ def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> Non
                     sock.connect(endpoints(cfg, run_id).control)
                     name = f"ghost-{i:03d}-" + "x" * 100  # as long as a name may be
                     sock.send_multipart(p.encode(p.Hello(name, 10_000 + i, "far", True, "t", "")))
-        seen = stats.first(
-            lambda s: s.get("producers_unlisted", {}).get("count", 0) >= 400, 10, "the ghosts"
-        )
+        # One process is one peer: ring.max_producers_per_peer of them join, the rest
+        # are refused.
+        cap = cfg.ring.max_producers_per_peer
+        seen = stats.first(lambda s: joined(s) >= cap, 10, "the ghosts")
+        assert joined(seen) == cap
         # The stats stay under their limit by construction: 32 listed, the rest summed.
         assert len(seen["producers"]) <= 32
         run.start("producers")
         items = consume(client)
         late = stats.latest()
         client.close()
-        finish(run, run_id, "producers")
+        summary = finish(run, run_id, "producers")
     assert_exactly_once(items, cfg, n)
+    assert summary["dropped"]["refused-hello"] == 500 - cap
     # Forgotten after FORGET_LEASES silent leases: only the real producers remain.
     assert late.get("producers_unlisted", {}).get("count", 0) == 0
     assert all(not pr["name"].startswith("ghost") for pr in late["producers"])
@@ -201,7 +208,11 @@ def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: P
         client.close()
         summary = finish(run, run_id, "producers")
     assert_exactly_once(items, cfg, n)  # consume() checked every row's stamp
-    assert summary["counters"]["torn"] == 1 and summary["dropped"]["torn"] == 1
+    # Rows changed under an intact seqlock: the grantee's rows fail their checksum, a
+    # strike against it (one is no ban); the item is granted again.
+    counters = summary["counters"]
+    assert counters["torn"] == 1 and summary["dropped"]["bad-rows"] == 1
+    assert counters["strikes"] == 1 and counters["peers_banned"] == 0
 
 
 def got(sock: zmq.Socket, kind: type) -> bool:
@@ -347,6 +358,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     most work counters a peer may send, and the longest crash reports kept."""
     from types import SimpleNamespace
 
+    from consumer.stager.peers import PeerId
     from consumer.stager.plan import EpochPlan
     from consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
     from consumer.stager.slot_manager import SlotManager
@@ -355,11 +367,12 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     from shared.stats import CrashReport, TrainerReport
 
     cfg = config_from_dict({})
-    book = ProducerBook(SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True), "head", 16)
+    manager = SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True)
+    book = ProducerBook(manager, "head", 16, max_strikes=3, max_per_peer=MAX_PRODUCERS)
     for i in range(MAX_PRODUCERS):
         name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)
         hello = p.Hello(name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}", "")
-        pr = book.hello(f"R{i}".encode(), hello, remote=True)
+        pr = book.hello(f"R{i}".encode(), hello, remote=True, peer=PeerId(f"key {i}", "x"))
         pr.work = {
             f"{k:02d}" + "k" * (p.MAX_WORK_KEY - 2): 2**53 - 1 for k in range(p.MAX_WORK_KEYS)
         }

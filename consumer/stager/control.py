@@ -25,15 +25,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import zmq
 import zmq.utils.z85
 from zmq.utils.monitor import recv_monitor_message
 
+from consumer.stager.peers import PeerId, peer_of
 from shared import protocol as p
 from shared.config import Config, Endpoints
 from shared.keys import load_server
-from shared.sockets import make_socket, recv, send
+from shared.sockets import make_socket, send
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,24 @@ LOCAL, REMOTE = b"L", b"R"
 REMOTE_RCVHWM = 64
 
 
+class Incoming(NamedTuple):
+    ident: bytes
+    msg: p.Message
+    payload: list[bytes]
+    peer: PeerId | None  # for a HELLO: who sent it
+
+
 def is_remote(ident: bytes) -> bool:
     """Did this peer (an identity from ControlSockets.receive) come over tcp?"""
     return ident[:1] == REMOTE
+
+
+def rest_of_message(sock: zmq.Socket) -> list[bytes]:
+    """The frames after one just received (what recv_multipart would have added)."""
+    frames = []
+    while sock.getsockopt(zmq.RCVMORE):
+        frames.append(sock.recv(copy=True))
+    return frames
 
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -139,11 +156,14 @@ class ControlSockets:
                 shown = zmq.utils.z85.encode(key).decode() if len(key) == 32 else "(none)"
                 where = f"{self.cfg.transport.keys_dir}/authorized"
                 self._refuse(address.decode(errors="replace"), f"key {shown} is not in {where}")
+            # The user id names the key in every message's metadata (consumer/stager/peers.py).
+            user = zmq.utils.z85.encode(key) if ok else b""
             status = [b"200", b"OK"] if ok else [b"400", b"unknown producer key"]
-            self.zap.send_multipart([version, request_id, *status, b"", b""])
+            self.zap.send_multipart([version, request_id, *status, user, b""])
 
-    def receive(self, timeout_s: float) -> Iterator[tuple[bytes, p.Message, list[bytes]]]:
-        """Messages waiting now (after up to timeout_s); malformed ones are reported."""
+    def receive(self, timeout_s: float) -> Iterator[Incoming]:
+        """Messages waiting now (after up to timeout_s); malformed ones are reported.
+        A HELLO comes with who sent it (peer); other messages with None."""
         ready = dict(self.poller.poll(timeout_s * 1000))
         if self.zap is not None and self.zap in ready:
             self._authenticate()
@@ -154,13 +174,15 @@ class ControlSockets:
                 continue
             for _ in range(MAX_MESSAGES_PER_TURN):
                 try:
-                    ident, msg, payload = recv(sock, routed=True)
+                    first = sock.recv(zmq.NOBLOCK, copy=False)  # the identity, with metadata
+                    msg, payload = p.decode(rest_of_message(sock))
                 except zmq.Again:
                     break
                 except p.ProtocolError as exc:
                     self.on_malformed(str(exc))
                     continue
-                yield tag + ident, msg, payload
+                peer = peer_of(first, tag == REMOTE) if isinstance(msg, p.Hello) else None
+                yield Incoming(tag + first.bytes, msg, payload, peer)
 
     def reply(self, ident: bytes, msg: p.Message) -> bool:
         """Send to a peer on the socket it came from (never blocks); False if not sent."""

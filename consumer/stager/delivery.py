@@ -75,12 +75,12 @@ class Delivery:
         for i, event in enumerate(events):
             if event.kind == "skip":
                 self.record_skip(event)
-            elif self.intake.take(event):
+            elif (bad := self.intake.take(event)) is None:
                 if self.builder.rows == 1:
                     self.first_position = event.position
                 self.last_position = event.position
             else:
-                self.slots.torn(events[i:])  # granted again; the rest wait their turn
+                self.slots.torn(events[i:], bad)  # granted again or skipped; the rest wait
                 return
 
     def begin_batch(self) -> int:

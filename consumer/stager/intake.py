@@ -6,9 +6,13 @@ or with payload frames of exactly the used rows (remote), and fitting its
 length bucket. When delivery later copies the rows into a batch, :meth:`take`
 checks again (seqlock, README "Design", contract 7): the slot still carries
 the accepted generation in both producer fields, and the copied rows hash to
-the checksum of the READY. A READY that fails for a slot its producer holds
-costs that producer its grants at once, so a bad READY never waits out a
-lease and never leaves a slot or item held.
+the checksum of the READY, and hold nothing out of range (shared/content.py).
+
+Whatever fails these checks, except a late READY of a grant taken back, is a
+strike against the producer that sent it (README, "Design", contract 10): its
+grants come back at once and uncharged, so a bad READY never waits out a
+lease, never leaves a slot held, and never counts against an innocent item.
+An item is skipped for its content only when two peers sent bad rows for it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from consumer.stager.ready import copy_payload, lengths_error, payload_error, ro
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
 from shared import protocol as p
+from shared.content import content_error
 from shared.ring import Ring, rows_checksum
+
+# Items remembered with the peer that first sent bad rows for them.
+MAX_SUSPECTS = 4096
 
 
 class Intake:
@@ -36,32 +44,39 @@ class Intake:
         builder: BatchBuilder,
         buckets: list[Bucket],
         hop_length: int,
+        vocab_size: int,
         drop: Drops,
     ) -> None:
         """buckets: the length buckets ([]: one fixed batch shape); hop_length turns a
-        bucket's frames into samples when slots hold waveforms."""
+        bucket's frames into samples when slots hold waveforms; vocab_size bounds the
+        token ids a sample may hold."""
         self.samples, self.slots, self.book, self.builder = samples, slots, book, builder
         self.buckets, self.hop_length, self.drop = buckets, hop_length, drop
+        self.vocab = vocab_size
         self.limits = row_limits(samples.fields)
         # Producers' progress fields, read per READY and per copy (column views: cheap).
         self.seals = samples.slots["sealed_generation"]
         self.writing = samples.slots["writing_generation"]
         # slot -> the READY entry accepted for it, checked again at copy.
         self.accepted: dict[int, p.ReadyEntry] = {}
+        # item -> the peer (ban key) that first sent bad rows for it.
+        self.suspects: dict[int, str] = {}
 
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
         """Accept each filled slot of a READY that its producer still holds."""
         entries = msg.entries(len(self.limits))
         if isinstance(entries, str):
-            self.reject(producer, "malformed", entries, msg.slots)
+            self.reject(producer, "malformed", entries)
             return
         self.book.credit(producer.ident, len(entries))  # each entry asks for a grant
         if producer.remote:
             why = self.remote_error(entries, payload)
             if why:
-                self.reject(producer, "malformed", why, [e.slot for e in entries])
+                self.reject(producer, "malformed", why)
                 return
         for entry in entries:
+            if producer.ident not in self.book.producers:
+                return  # struck out by an earlier entry of this READY
             self.accept(producer, entry, payload)
 
     def remote_error(self, entries: list[p.ReadyEntry], payload: list[bytes]) -> str:
@@ -70,22 +85,23 @@ class Intake:
             return f"remote READY with {len(entries)} entries, need 1 with payload"
         return payload_error(self.samples.fields, entries[0].lengths, payload)
 
-    def reject(self, producer: Producer, why: str, detail: str, slots: list[int]) -> None:
-        """Drop and count a READY; if it names a slot its producer holds, that producer's
-        grants come back now instead of after a lease."""
+    def reject(self, producer: Producer, why: str, detail: str) -> None:
+        """Drop and count a READY, and strike its producer: its grants come back now,
+        uncharged, instead of after a lease (README, "Design", contract 10)."""
         self.drop(why, f"{detail} (from {producer.name})")
-        if any(self.slots.holds(producer.ident, slot) for slot in slots):
-            self.book.revoke(producer.ident)
+        self.book.strike(producer.ident, f"{why}: {detail}")
 
     def accept(self, producer: Producer, e: p.ReadyEntry, payload: list[bytes]) -> None:
         why = lengths_error(e.lengths, self.limits)
         if why:
-            self.reject(producer, "malformed", why, [e.slot])
+            self.reject(producer, "malformed", why)
             return
         if not self.slots.owns(producer.ident, e.slot, e.generation, e.item):
             detail = f"READY of slot {e.slot} gen {e.generation} item {e.item}"
             if self.slots.holds(producer.ident, e.slot, e.generation):
-                self.reject(producer, "malformed", f"{detail}: not the item granted", [e.slot])
+                self.reject(producer, "malformed", f"{detail}: not the item granted")
+            elif not self.slots.granted_ever(e.slot, e.generation):
+                self.reject(producer, "malformed", f"{detail}: never granted")
             else:  # a late READY of a grant taken back: nothing of its producer's to return
                 self.drop("stale", detail)
             return
@@ -93,9 +109,9 @@ class Intake:
             copy_payload(self.samples, e.slot, e.generation, e.lengths, payload)
         elif int(self.seals[e.slot]) != e.generation:
             why = f"slot {e.slot} is not sealed with generation {e.generation}"
-            self.reject(producer, "unsealed", why, [e.slot])
+            self.reject(producer, "unsealed", why)
             return
-        producer.samples += 1
+        self.book.delivered(producer)
         why = self.misfit(e)
         if why:
             self.slots.skip(producer.ident, e.slot, e.generation, e.item, why, "bucket", "")
@@ -118,23 +134,48 @@ class Intake:
             "length manifest is stale; `ringfeed manifest CONFIG` measures it again"
         )
 
-    def take(self, event: Event) -> bool:
-        """Copy a READY sample into the batch, then check it (seqlock): the slot still
-        carries the generation it was accepted with, and the copied rows hash to the
-        checksum its producer sent. False (nothing taken) if a stale writer touched it."""
+    def take(self, event: Event) -> str | None:
+        """Copy a READY sample into the batch, then check it: None if it is taken.
+        A stale writer touched the slot (seqlock: either producer field moved) or its
+        producer's rows fail the check (checksum, content): nothing is taken, and the
+        answer is '' (grant the item again) or, when a second peer sent bad content for
+        the item, the reason to skip it."""
         entry = self.accepted.pop(event.slot)
         copies = self.builder.add(self.samples, event.slot, event.item, entry.lengths)
-        k, generation = event.slot, self.slots.slots[event.slot].generation
-        if (
-            self.writing[k] != generation
-            or self.seals[k] != generation
-            or rows_checksum(copies) != entry.checksum
-        ):
+        k, slot = event.slot, self.slots.slots[event.slot]
+        if self.writing[k] != slot.generation or self.seals[k] != slot.generation:
             self.builder.drop_last()
-            self.drop("torn", f"slot {event.slot} item {event.item} changed after its READY")
-            return False
+            self.drop("torn", f"slot {k} item {event.item} changed after its READY")
+            return ""
+        if rows_checksum(copies) != entry.checksum:
+            why, content = "rows that do not hash to the checksum of its READY", False
+        else:
+            rows = dict(zip(self.samples.fields, copies, strict=True))
+            why, content = content_error(rows, self.vocab), True
+        if why:
+            self.builder.drop_last()
+            return self.bad_rows(event, slot.producer, why, content)
         self.slots.release(event.slot)
-        return True
+        return None
+
+    def bad_rows(self, event: Event, ident: bytes | None, why: str, content: bool) -> str:
+        """A producer sent rows that fail the check: a strike against it. Its item is
+        skipped only when a second peer sent out-of-range content for it too."""
+        producer = self.book.producers.get(ident) if ident is not None else None
+        name = producer.name if producer is not None else "a producer gone since"
+        self.drop("bad-rows", f"item {event.item} from {name}: {why}")
+        if producer is None:
+            return ""
+        self.book.strike(producer.ident, why)
+        if not content:
+            return ""
+        first = self.suspects.pop(event.item, None)
+        if first is not None and first != producer.peer.ban:
+            return f"two producers sent bad rows for it ({first}; {producer.peer.ban}): {why}"
+        self.suspects[event.item] = producer.peer.ban
+        while len(self.suspects) > MAX_SUSPECTS:
+            del self.suspects[next(iter(self.suspects))]
+        return ""
 
     def forget_views(self) -> None:
         """Before the ring is unmapped: no view of it may outlive the map."""

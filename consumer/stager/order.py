@@ -6,11 +6,13 @@ granted (possibly again, from ``retry``, after its grant was taken back), then
 finished as a sample or a skip, then leaves :meth:`PlanOrder.pop_events`
 exactly once. Deterministic mode releases finished positions in plan order
 (a reorder window); otherwise in any order, the cursor being the oldest
-position not yet out. Items known to be bad are skipped without a grant.
+position not yet out. Items known to be bad are skipped without a grant, and
+an item never has two grants out at once.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 
 from consumer.stager.plan import EpochPlan, Event
@@ -33,6 +35,8 @@ class PlanOrder:
         self.attempts: dict[int, int] = {}  # position -> charged failed grants
         self.finished: dict[int, Event] = {}
         self.in_flight: dict[int, int] = {}  # position -> slot
+        self.busy: collections.Counter[int] = collections.Counter()  # item -> grants out
+        self.taken_from: dict[int, str] = {}  # retry position -> peer it came back from
 
     @property
     def cursor(self) -> int:
@@ -43,19 +47,24 @@ class PlanOrder:
         """True once every position of a finite plan has left pop_events."""
         return self.plan.end is not None and self.next_event >= self.plan.end
 
-    def next_position(self, window: int) -> int | None:
+    def next_position(self, window: int, avoid: str = "") -> int | None:
         """The position to grant next (a retry first), or None: the plan's end, or in
-        deterministic mode `window` positions past the cursor."""
+        deterministic mode `window` positions past the cursor. Never a position whose
+        item has a grant out (it waits: a bad item costs one attempt, however far
+        grants run ahead), nor a retry taken back from the peer `avoid` (it goes to
+        another peer, so a peer that never delivers cannot hold it forever)."""
         while True:
-            if self.retry:
-                position = heapq.heappop(self.retry)
-            else:
+            position = self._retry(avoid)
+            if position is None:
                 position = self.next_grant
                 if self.plan.end is not None and position >= self.plan.end:
                     return None
                 if self.deterministic and position >= self.next_event + window:
                     return None
                 self.next_grant += 1
+                if self.busy[self.plan.item_at(position)]:
+                    heapq.heappush(self.retry, position)
+                    continue
             item = self.plan.item_at(position)
             if item in self.known_bad:
                 reason, stage = self.known_bad[item]
@@ -63,14 +72,43 @@ class PlanOrder:
                 continue
             return position
 
-    def taken_back(self, position: int, item: int, charged: bool, max_attempts: int) -> None:
-        """A grant of `position` came back unfinished: retry it, or skip its item once
-        max_attempts charged grants failed."""
-        self.in_flight.pop(position, None)
+    def _retry(self, avoid: str) -> int | None:
+        """The first retry that may be granted now (see next_position), taken out."""
+        for position in sorted(self.retry):
+            if self.busy[self.plan.item_at(position)]:
+                continue
+            if avoid and self.taken_from.get(position) == avoid:
+                continue
+            self.retry.remove(position)
+            heapq.heapify(self.retry)
+            self.taken_from.pop(position, None)
+            return position
+        return None
+
+    def granted(self, position: int, slot: int) -> None:
+        self.in_flight[position] = slot
+        self.busy[self.plan.item_at(position)] += 1
+
+    def _landed(self, position: int) -> None:
+        """position's grant is over (finished or taken back)."""
+        if self.in_flight.pop(position, None) is not None:
+            item = self.plan.item_at(position)
+            self.busy[item] -= 1
+            if not self.busy[item]:
+                del self.busy[item]
+
+    def taken_back(
+        self, position: int, item: int, charged: bool, max_attempts: int, peer: str = ""
+    ) -> None:
+        """A grant of `position` (held by `peer`) came back unfinished: retry it, or
+        skip its item once max_attempts charged grants failed."""
+        self._landed(position)
         attempts = self.attempts.get(position, 0) + charged
         self.attempts[position] = attempts
         if attempts < max_attempts:
             heapq.heappush(self.retry, position)
+            if peer:
+                self.taken_from[position] = peer
             return
         reason = (
             f"lease expired {attempts} times (ring.max_item_attempts): its producers "
@@ -80,7 +118,7 @@ class PlanOrder:
         self.finish(Event("skip", position, item, reason=reason, stage="lease"))
 
     def finish(self, event: Event) -> None:
-        self.in_flight.pop(event.position, None)
+        self._landed(event.position)
         self.attempts.pop(event.position, None)
         self.finished[event.position] = event
 

@@ -15,6 +15,9 @@ the slots the others need.
 
 from __future__ import annotations
 
+import collections
+
+from consumer.stager.peers import PeerId, PeerTrust
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
 from shared import protocol as p
@@ -30,10 +33,17 @@ MAX_PRODUCERS = 1024
 class ProducerBook:
     """The producers of one stager: joins, credits, fair share, leases, zombies."""
 
-    def __init__(self, slots: SlotManager, hostname: str, max_credits: int) -> None:
-        """max_credits: most grants one producer may hold (producers.credits)."""
+    def __init__(
+        self, slots: SlotManager, hostname: str, max_credits: int, max_strikes: int,
+        max_per_peer: int,
+    ) -> None:  # fmt: skip
+        """max_credits: most grants one producer may hold (producers.credits);
+        max_strikes, max_per_peer: ring.max_strikes, ring.max_producers_per_peer."""
         self.slots, self.hostname, self.max_credits = slots, hostname, max_credits
         self.lease_s, self.clock = slots.lease_s, slots.clock
+        self.trust = PeerTrust(max_strikes, slots.n_slots, slots.clock)
+        self.max_per_peer = max_per_peer
+        self.n_banned = 0
         self.producers: dict[bytes, Producer] = {}
         # Dropped producers that may still write: their fenced slots wait for their death.
         self.zombies: dict[bytes, Producer] = {}
@@ -43,12 +53,22 @@ class ProducerBook:
         self.restarts = 0
 
     # ------------------------------------------------------------ joining
-    def refusal(self, ident: bytes, name: str, token: str) -> str:
+    def refusal(self, ident: bytes, name: str, token: str, peer: PeerId) -> str:
         """'' if this HELLO may join, else why not. A name belongs to one process at a
         time: the same process (same token) may say HELLO again on a new socket, another
-        one gets the name only once its holder is dead or silent for a lease."""
+        one gets the name only once its holder is dead or silent for a lease. A banned
+        peer, or one with ring.max_producers_per_peer joined, is refused."""
+        why = self.trust.refusal(peer)
+        if why:
+            return why
         if ident not in self.producers and len(self.producers) >= MAX_PRODUCERS:
             return f"{len(self.producers)} producers already joined (the most one run takes)"
+        same = [pr for i, pr in self.producers.items() if pr.peer.share == peer.share]
+        if len(same) >= self.max_per_peer and all(pr.name != name for pr in same):
+            return (
+                f"{peer.share} already has {len(same)} producers joined: raise "
+                "ring.max_producers_per_peer if it really runs that many"
+            )
         for old_ident, old in self.producers.items():
             if old.name != name or old_ident == ident or old.token == token:
                 continue
@@ -57,7 +77,7 @@ class ProducerBook:
                 return f"name {name!r} is taken by a live producer (pid {old.pid} on {old.host})"
         return ""
 
-    def hello(self, ident: bytes, msg: p.Hello, remote: bool) -> Producer:
+    def hello(self, ident: bytes, msg: p.Hello, remote: bool, peer: PeerId) -> Producer:
         """A producer (re)joins (after :meth:`refusal` said yes). Its earlier registrations
         are dropped: a new process of the same name might still be racing an old one
         (fenced until that pid dies, FENCE_LEASES at most); the same process saying HELLO
@@ -78,7 +98,7 @@ class ProducerBook:
             self.names_seen.add(msg.name)
         self.n_joined += 1
         producer = Producer(ident, msg.name, msg.pid, msg.host, remote, self.clock(),
-                            self.n_joined - 1, msg.token, msg.place)  # fmt: skip
+                            self.n_joined - 1, msg.token, msg.place, peer=peer)  # fmt: skip
         self.producers[ident] = producer
         return producer
 
@@ -98,38 +118,54 @@ class ProducerBook:
         producer = self.producers[ident]
         producer.credits = min(producer.credits + max(0, n), self.max_credits)
 
-    def share(self) -> int:
-        """Most grants one producer may hold, so none holds the slots the others need
-        (producers that asked for nothing, or must say HELLO again, do not count)."""
-        working = sum(
-            not pr.stalled and bool(pr.credits or self.slots.holding(ident))
+    def shares(self) -> tuple[dict[str, int], collections.Counter[str]]:
+        """Most grants each working peer may hold together (the ring's slots but one,
+        split evenly between peers, and at most the peer's own limit), and how many of
+        its producers work. Producers that asked for nothing, or must say HELLO again,
+        do not count: a peer of 30 identities gets one peer's share."""
+        working = collections.Counter(
+            pr.peer.share
             for ident, pr in self.producers.items()
+            if not pr.stalled and bool(pr.credits or self.slots.holding(ident))
         )
-        fair = (self.slots.n_slots - 1) // max(1, working)
-        return max(1, min(self.max_credits, fair))
+        fair = (self.slots.n_slots - 1) // max(1, len(working))
+        return {key: max(1, min(fair, self.trust.limit(key))) for key in working}, working
 
     def grant_round(self) -> dict[bytes, list[p.GrantEntry]]:
-        """What each producer is granted now, up to its credits and its fair share; the
-        producer served first rotates so none is always last."""
+        """What each producer is granted now, up to its credits, its share of its peer's
+        share, and the peer's; the producer served first rotates so none is always last."""
         order = list(self.producers)
         if not order:
             return {}
         self.turn = (self.turn + 1) % len(order)
-        share, out = self.share(), {}
+        shares, working = self.shares()
+        held = collections.Counter()
+        for ident, pr in self.producers.items():
+            held[pr.peer.share] += self.slots.holding(ident)
+        out = {}
         for ident in order[self.turn :] + order[: self.turn]:
-            grants = []
-            while self.slots.holding(ident) < share and (g := self.grant(ident)):
+            key, grants = self.producers[ident].peer.share, []
+            if key not in shares:
+                continue
+            own = min(self.max_credits, -(-shares[key] // working[key]))
+            while (
+                self.slots.holding(ident) < own
+                and held[key] < shares[key]
+                and (g := self.grant(ident, others=len(shares) > 1))
+            ):
                 grants.append(g)
+                held[key] += 1
             if grants:
                 out[ident] = grants
         return out
 
-    def grant(self, ident: bytes) -> p.GrantEntry | None:
-        """One grant for this producer if its credits allow, or None."""
+    def grant(self, ident: bytes, others: bool = False) -> p.GrantEntry | None:
+        """One grant for this producer if its credits allow, or None. others: other
+        peers work too (see SlotManager.grant)."""
         producer = self.producers.get(ident)
         if producer is None or producer.credits <= 0 or producer.stalled:
             return None
-        entry = self.slots.grant(ident, producer.index)
+        entry = self.slots.grant(ident, producer.index, producer.peer.share, others)
         if entry is not None:
             producer.credits -= 1
         return entry
@@ -206,11 +242,34 @@ class ProducerBook:
     def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
         if silent_s > self.lease_s:
             self.revoke(ident)
-        elif producer.remote:
+            return
+        self.trust.expired_while_talking(producer.peer.share, self.slots.holding(ident))
+        if producer.remote:
             for k in expired:
                 self.slots.reclaim(k, fence=False, charged=False)
         else:
             self.revoke(ident, charge=False)
+
+    # ------------------------------------------------------------ strikes
+    def strike(self, ident: bytes, why: str) -> None:
+        """The stager rejected what this producer sent: its grants come back uncharged
+        (its lie says nothing about the items), and its peer gets a strike; at
+        ring.max_strikes every producer of that peer goes, refused from now on."""
+        producer = self.producers.get(ident)
+        if producer is None:
+            return
+        self.revoke(ident, charge=False)
+        if not self.trust.strike(producer.peer, why):
+            return
+        self.n_banned += 1
+        for other_ident, other in list(self.producers.items()):
+            if other.peer.ban == producer.peer.ban:
+                self.drop(other_ident, may_write=self.local(other), charge=False)
+
+    def delivered(self, producer: Producer) -> None:
+        """A sample of this producer was accepted."""
+        producer.samples += 1
+        self.trust.delivered(producer.peer.share)
 
     def reap_zombies(self) -> None:
         """Free the fenced slots of dropped producers whose process has since died."""

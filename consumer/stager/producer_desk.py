@@ -19,6 +19,7 @@ from typing import Any
 from consumer.stager.control import ControlSockets, is_remote
 from consumer.stager.drops import Drops
 from consumer.stager.intake import Intake
+from consumer.stager.peers import PeerId
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
@@ -57,17 +58,17 @@ class ProducerDesk:
         self.slots: SlotManager = book.slots
         self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
 
-    def hello(self, ident: bytes, msg: p.Hello) -> None:
+    def hello(self, ident: bytes, msg: p.Hello, peer: PeerId) -> None:
         if not 0 < msg.pid < 2**31:
             self.drop("malformed", f"HELLO with pid {msg.pid}")
             return
-        why = self.book.refusal(ident, msg.name, msg.token)
+        why = self.book.refusal(ident, msg.name, msg.token, peer)
         if why:
             self.drop("refused-hello", why)  # it says HELLO again after a lease
             return
         # A peer on the tcp socket is remote whatever it says: it never writes our memory.
         remote = msg.remote or is_remote(ident)
-        self.book.hello(ident, msg, remote)
+        self.book.hello(ident, msg, remote, peer)
         where = ", remote" if remote else ""
         log.info("producer %s joined (pid %d on %s%s)", msg.name, msg.pid, msg.host, where)
         self.net.reply(ident, self.welcome)
@@ -138,7 +139,7 @@ class ProducerDesk:
         waiting = set(self.book.producers)
         deadline = time.monotonic() + LAST_WORDS_S
         while waiting and time.monotonic() < deadline:
-            for ident, msg, _ in self.net.receive(POLL_S):
+            for ident, msg, _, _ in self.net.receive(POLL_S):
                 producer = self.book.producers.get(ident)
                 if producer is None or not isinstance(msg, p.Heartbeat | p.Crash | p.Bye):
                     continue

@@ -115,21 +115,27 @@ class SlotManager:
         return self._counters | self.order.counters
 
     # ------------------------------------------------------------ grants
-    def grant(self, ident: bytes, owner_index: int) -> p.GrantEntry | None:
-        """The next free slot and plan position for this producer, or None (no free slot,
-        the plan's end, or the reorder window is full)."""
+    def grant(
+        self, ident: bytes, owner_index: int, peer: str = "", avoid: bool = False
+    ) -> p.GrantEntry | None:
+        """The next free slot and plan position for this producer of `peer` (its share
+        key), or None (no free slot, the plan's end, or the reorder window is full).
+        avoid: other peers work, so no retry taken back from this peer is given to it."""
         free = self.free_slots[0] if self.free_slots else None
-        position = self.order.next_position(self._window()) if free is not None else None
-        if free is None or position is None:
+        if free is None:
+            return None
+        position = self.order.next_position(self._window(), peer if avoid else "")
+        if position is None:
             return None
         slot = self.slots[free]
+        slot.peer = peer
         slot.generation += 1
         slot.position, slot.item = position, self.plan.item_at(position)
         slot.producer, slot.t_granted, slot.t_granted_wall = ident, self.clock(), time.time()
         slot.owner_index = owner_index
         self._to(free, SlotState.GRANTED)
         self.held.setdefault(ident, set()).add(free)
-        self.order.in_flight[position] = free
+        self.order.granted(position, free)
         self._counters["grants"] += 1
         return p.GrantEntry(free, slot.generation, slot.item, position)
 
@@ -190,16 +196,26 @@ class SlotManager:
         self.order.finish(Event("skip", position, item, reason=reason, stage=stage, path=path))
         return True
 
-    def torn(self, events: list[Event]) -> None:
-        """events[0]'s rows changed after its READY was accepted (a stale writer the fence
-        could not see): its slot gets a new generation and its position is granted again,
-        uncharged; events[0:] go back to the plan order, to leave again in turn."""
+    def torn(self, events: list[Event], bad: str = "") -> None:
+        """events[0]'s rows failed the stager's check after copy: its slot gets a new
+        generation, and events[0:] go back to the plan order, to leave again in turn.
+        Its position is granted again, uncharged (a stale writer, or a lying producer,
+        says nothing about the item); or, given `bad` (the same bad rows came from a
+        second producer), its item is skipped with that reason."""
         first = events[0]
         self.slots[first.slot].generation += 1
         self._free(first.slot)
         self._counters["torn"] += 1
         self.order.unpop(events)
-        self.order.taken_back(first.position, first.item, False, self.max_attempts)
+        if not bad:
+            self.order.taken_back(first.position, first.item, False, self.max_attempts)
+            return
+        self.known_bad[first.item] = (bad, "content")
+        self.order.finish(Event("skip", first.position, first.item, reason=bad, stage="content"))
+
+    def granted_ever(self, slot: int, generation: int) -> bool:
+        """Could a producer have been granted this slot at this generation?"""
+        return 0 <= slot < self.n_slots and 0 < generation <= self.slots[slot].generation
 
     def release(self, slot: int) -> None:
         """The stager copied a READY slot into a batch: it is free again."""
@@ -210,10 +226,10 @@ class SlotManager:
         """Take back the grant of slot k: a new generation, fenced against its producer
         (fence) or free; its position goes back to the plan, charged to its item or not."""
         slot = self.slots[k]
-        position, item = slot.position, slot.item
+        position, item, peer = slot.position, slot.item, slot.peer
         self._take(k, fence)
         self._counters["reclaimed"] += 1
-        self.order.taken_back(position, item, charged, self.max_attempts)
+        self.order.taken_back(position, item, charged, self.max_attempts, peer)
 
     def reclaim_all(self, ident: bytes, fence: bool, charge: bool, local: bool) -> None:
         """Take back every grant of a producer. Only the sample it was working on counts as
@@ -270,6 +286,7 @@ class SlotManager:
     def _free(self, k: int) -> None:
         slot = self.slots[k]
         slot.position, slot.item, slot.producer, slot.owner_index = -1, -1, None, -1
+        slot.peer = ""
         self._to(k, SlotState.FREE)
 
     def _to(self, k: int, state: SlotState) -> None:

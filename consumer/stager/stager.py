@@ -38,6 +38,7 @@ from consumer.stager.control import ControlSockets
 from consumer.stager.delivery import Delivery
 from consumer.stager.drops import Drops
 from consumer.stager.intake import Intake
+from consumer.stager.peers import PeerId
 from consumer.stager.plan import EpochPlan
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.producer_desk import ProducerDesk
@@ -86,8 +87,8 @@ class Stager:
         """Poll, expire leases, grant, deliver, publish, until stopped or done."""
         next_lease = next_stats = 0.0
         while not self.stop.is_set() and not self.consumer.done:
-            for ident, msg, payload in self.net.receive(POLL_S):
-                self.route(ident, msg, payload)
+            for incoming in self.net.receive(POLL_S):
+                self.route(*incoming)
             now = time.monotonic()
             if now >= next_lease:
                 self.producers.expire(self.cfg.ring.lease_s)
@@ -99,9 +100,11 @@ class Stager:
                 self.net.publish(p.Stats(snapshot(self).to_dict()))
                 next_stats = now + STATS_INTERVAL_S
 
-    def route(self, ident: bytes, msg: p.Message, payload: list[bytes]) -> None:
+    def route(
+        self, ident: bytes, msg: p.Message, payload: list[bytes], peer: PeerId | None
+    ) -> None:
         """Hellos and the consumer's messages first, then a known producer's by kind;
-        anything else is dropped and counted."""
+        anything else is dropped and counted. peer: who sent a HELLO."""
         producer = self.book.touch(ident)
         if producer is not None and producer.stalled and not isinstance(msg, p.Hello):
             self.net.reply(ident, p.Rehello())  # its queued grants are void: start over
@@ -110,8 +113,8 @@ class Stager:
         elif ident == self.consumer.ident and not isinstance(msg, p.Hello):
             if not self.consumer.handle(msg):
                 self.drop("unexpected", f"{type(msg).__name__} from the consumer")
-        elif isinstance(msg, p.Hello):
-            self.producers.hello(ident, msg)
+        elif isinstance(msg, p.Hello) and peer is not None:
+            self.producers.hello(ident, msg, peer)
         elif producer is None:
             self.drop("unknown-peer", f"{type(msg).__name__} from a peer that never said HELLO")
             self.net.reply(ident, p.Rehello())  # a producer of a previous stager
@@ -193,9 +196,12 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
     slots.mark_bad(quarantine.earlier_skips(index))
     if slots.known_bad:
         log.info("%d items quarantined earlier in this run are skipped", len(slots.known_bad))
-    drop, book = Drops(), ProducerBook(slots, socket.gethostname(), cfg.producers.credits)
+    drop = Drops()
+    book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
+                        cfg.ring.max_strikes, cfg.ring.max_producers_per_peer)  # fmt: skip
     builder = BatchBuilder(cfg, batches, stager_mel_fn(cfg))
-    intake = Intake(samples, slots, book, builder, buckets, cfg.features.hop_length, drop)
+    intake = Intake(samples, slots, book, builder, buckets, cfg.features.hop_length,
+                    cfg.vocab_size, drop)  # fmt: skip
     cleanup.callback(intake.forget_views)
     largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
     net = ControlSockets(cfg, ends, lambda why: drop("malformed", why), largest)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from consumer.stager.peers import PeerId
 from shared.ring import SlotState
 
 
@@ -26,6 +27,7 @@ class Producer:
     # token is that process again; the same name with another token is someone else.
     token: str = ""
     place: str = ""  # where a cluster engine runs it (Ray actor and node), or ""
+    peer: PeerId = PeerId("local", "local")  # who stands behind its socket (peers.py)
     credits: int = 0
     samples: int = 0  # READY and SKIP entries accepted from it
     # The producer's own per-sample counters, from its last heartbeat (for the inspector).
@@ -42,6 +44,7 @@ class Slot:
     position: int = -1
     item: int = -1
     producer: bytes | None = None
+    peer: str = ""  # its producer's share key (consumer/stager/peers.py)
     t_granted: float = 0.0
     t_granted_wall: float = 0.0  # for the inspector, which has no access to our clock
     owner_index: int = -1  # its producer's index, as the header shows it

@@ -86,7 +86,12 @@ def snapshot(stager: Stager) -> StagerStats:
         batches=stager.delivery.batches_sent,
         padding_efficiency=padding_efficiency(stager.builder.filled),
         buckets=tuple(tuple(b.shape) for b in stager.buckets),
-        counters=manager.counters | {"restarts": stager.book.restarts},
+        counters=manager.counters
+        | {
+            "restarts": stager.book.restarts,
+            "strikes": stager.book.trust.n_strikes,
+            "peers_banned": stager.book.n_banned,
+        },
         dropped=dict(stager.drop.counts),
         bad_metadata_lines=len(stager.index.bad_lines),
         producers=tuple(producer_stats(stager, pr, now) for pr in shown),

@@ -1,0 +1,125 @@
+"""Who stands behind a producer's socket, and what the stager holds against it.
+
+A part of the stager's producer book (consumer/stager/producer_book.py). A
+peer is known by what it cannot choose: on the ipc socket the kernel's
+credentials of the connecting process (ZeroMQ's ``Peer-Address`` metadata
+carries its uid and real pid; its parent is read from /proc), on the tcp socket
+its CURVE public key (the ZAP handler names it in ``User-Id``), or its address
+where no keys are configured. Two keys come of it: the one fair share is
+counted by (a key, a tcp host, or one local pool: every worker of a pool has
+the same parent) and the one a ban refuses (the key, the host, or the local
+uid and pid: one buggy worker does not take its pool down).
+
+Strikes (README, "Design", contract 10): whatever a peer sends that the stager
+rejects costs a strike; ``max_strikes`` of them within STRIKE_WINDOW_S ban its
+ban key for the rest of the run. A peer whose grants keep expiring while it
+talks has its grant limit halved each time, raised by one per sample it
+delivers (additive increase, multiplicative decrease).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+
+import zmq
+
+log = logging.getLogger(__name__)
+
+# Strikes count within this window; older ones are forgiven.
+STRIKE_WINDOW_S = 600.0
+# Peers remembered at once (strikes and limits); the oldest unbanned go first.
+MAX_REMEMBERED = 4096
+
+
+@dataclass(frozen=True)
+class PeerId:
+    share: str  # whose fair share of the ring it draws on
+    ban: str  # what a ban refuses
+    pid: int = 0  # the kernel's pid of a local peer (0: unknown, or remote)
+
+
+def parent_pid(pid: int) -> int:
+    """pid's parent from /proc, or 0 if it cannot be read (gone, or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def peer_of(frame: zmq.Frame, remote: bool) -> PeerId:
+    """The peer behind a received frame (see the module docstring)."""
+    if remote:
+        try:
+            key = frame.get("User-Id")  # set by our ZAP handler: the CURVE public key
+            return PeerId(f"key {key}", f"key {key}")
+        except zmq.ZMQError:  # no keys configured: its address is all we know
+            host = str(frame.get("Peer-Address"))
+            return PeerId(f"host {host}", f"host {host}")
+    address = str(frame.get("Peer-Address"))  # "localhost:uid:gid:pid" over ipc
+    try:
+        _, uid, _, pid = address.rsplit(":", 3)
+        return PeerId(f"pool {parent_pid(int(pid)) or pid}", f"uid {uid} pid {pid}", int(pid))
+    except ValueError:  # no peer credentials on this platform
+        return PeerId("local", f"local {address}")
+
+
+class PeerTrust:
+    """Strikes, bans and grant limits per peer."""
+
+    def __init__(self, max_strikes: int, n_slots: int, clock) -> None:
+        """max_strikes: strikes in STRIKE_WINDOW_S that ban a peer (0: never)."""
+        self.max_strikes, self.n_slots, self.clock = max_strikes, n_slots, clock
+        self.strikes: dict[str, collections.deque[float]] = {}
+        self.banned: dict[str, str] = {}  # ban key -> why
+        self.limits: dict[str, int] = {}  # share key -> most grants it holds at once
+        self.n_strikes = 0
+
+    def refusal(self, peer: PeerId) -> str:
+        why = self.banned.get(peer.ban)
+        return f"{peer.ban} is refused for the rest of the run: {why}" if why else ""
+
+    def strike(self, peer: PeerId, why: str) -> bool:
+        """Count a strike; True if it bans the peer now."""
+        self.n_strikes += 1
+        if peer.ban in self.banned:
+            return False
+        now = self.clock()
+        times = self.strikes.pop(peer.ban, collections.deque())
+        times.append(now)
+        while times and now - times[0] > STRIKE_WINDOW_S:
+            times.popleft()
+        self.strikes[peer.ban] = times  # re-inserted: the dict's order is by last strike
+        self._forget(self.strikes)
+        if not self.max_strikes or len(times) < self.max_strikes:
+            return False
+        self.banned[peer.ban] = f"{len(times)} strikes (ring.max_strikes), the last: {why}"
+        log.warning("banned %s: %s", peer.ban, self.banned[peer.ban])
+        return True
+
+    def limit(self, share: str) -> int:
+        """Most grants the peer of this share key may hold at once."""
+        return self.limits.get(share, self.n_slots)
+
+    def expired_while_talking(self, share: str, holding: int) -> None:
+        """Its grants expired though it kept talking: it may hold half as many."""
+        self.limits[share] = max(1, min(holding, self.limit(share)) // 2)
+        self._forget(self.limits)
+
+    def delivered(self, share: str) -> None:
+        """A sample accepted: one grant more, up to no limit of its own."""
+        limit = self.limits.get(share)
+        if limit is None:
+            return
+        if limit + 1 >= self.n_slots:
+            del self.limits[share]
+        else:
+            self.limits[share] = limit + 1
+
+    @staticmethod
+    def _forget(table: dict) -> None:
+        while len(table) > MAX_REMEMBERED:
+            del table[next(iter(table))]

@@ -1,0 +1,33 @@
+"""What a sample's rows may hold: token ids inside the vocabulary, finite floats.
+
+Checked twice (README, "Design", contract 10). The producer checks each sample
+before it sends it: one that fails is skipped with the reason, like any bad
+input, so an honest producer never sends one. The stager checks the rows it
+copied into a batch: one that fails there comes from a producer that skipped
+the first check (a bug or a lie), which costs that producer a strike; the same
+bad rows from a second producer make the item quarantined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+# No log-mel or waveform value comes near this; a float beyond it is garbage.
+MAX_ABS = 1e4
+
+
+def content_error(rows: Mapping[str, np.ndarray], vocab_size: int) -> str:
+    """'' if every used row is in range, else why not. rows: field name -> used rows;
+    'tokens' holds token ids (0 <= id < vocab_size), float fields finite values."""
+    for name, x in rows.items():
+        if not x.size:
+            continue
+        lo, hi = x.min(), x.max()  # NaN propagates: every comparison below fails
+        if name == "tokens":
+            if not (lo >= 0 and hi < vocab_size):
+                return f"token ids {lo}..{hi} outside the vocabulary 0..{vocab_size - 1}"
+        elif x.dtype.kind == "f" and not (lo >= -MAX_ABS and hi <= MAX_ABS):
+            return f"{name} values {lo}..{hi}: not finite, or beyond +-{MAX_ABS:g}"
+    return ""
