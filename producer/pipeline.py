@@ -41,6 +41,8 @@ class PipelineCounters:
     mels: int = 0
     cache_hits: int = 0
     cache_errors: int = 0
+    # Samples not written to the cache because it stopped writing after repeated failures.
+    cache_writes_off: int = 0
 
 
 class SamplePipeline:
@@ -119,7 +121,8 @@ class SamplePipeline:
         if key is not None:
             self.stage = "cache"
             try:
-                self.cache.put(key, array, truncated)
+                if not self.cache.put(key, array, truncated):
+                    self.counters.cache_writes_off += 1
             except OSError as exc:  # a full or read-only disk costs the cache, not the sample
                 self._cache_error("cannot write", exc)
         return array, truncated

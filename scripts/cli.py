@@ -36,7 +36,8 @@ def _config(path: str):
 def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     """Check what can be checked without starting a run; exit 2 on a fatal finding."""
     from scripts.preflight import preflight
-    from shared.ring import free_shm_bytes, rings_bytes, slot_bytes
+    from shared.ring import rings_bytes, slot_bytes
+    from shared.shm import free_shm_bytes
 
     cfg = _config(args.config)
     findings = preflight(cfg)

@@ -37,10 +37,20 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON so a reader sees the old file or the whole new one, never half."""
+    """Write JSON so a reader sees the old file or the whole new one, never half, and
+    the new one survives a power loss once this returns (checkpoint sidecars decide
+    where a resume starts): temp file, fsync, os.replace, fsync of the directory."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, indent=2, sort_keys=True))
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself lives in the directory
+    finally:
+        os.close(fd)
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:

@@ -2,7 +2,9 @@
 
 Written by the stager only (one writer per file); read by the run summary,
 the inspector and tests. JSON lines so a crash loses at most the last line
-and ``grep``/``jq`` work on a live run.
+and ``grep``/``jq`` work on a live run. An item's line decides what a resumed
+run skips, so it is fsynced when written (lines are rare: one per bad input);
+a bad metadata line is found again at every start and is only flushed.
 """
 
 from __future__ import annotations
@@ -29,8 +31,15 @@ class QuarantineWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.earlier = read_quarantine(self.path)
         self._seen = {_key(r["item_id"], r["path"], r["stage"]) for r in self.earlier}
+        new = not self.path.exists()
         # buffering=1: each record reaches the file when written, so a reader sees it live.
         self._file = open(self.path, "a", buffering=1, encoding="utf-8")
+        if new:  # the file's name lives in the directory: make it survive a power loss too
+            fd = os.open(self.path.parent, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        if _ends_torn(self.path):  # a crash cut the last line: the next one starts fresh
+            self._file.write("\n")
         self.count = 0
 
     def write(self, item_id: str, path: str, reason: str, stage: str) -> bool:
@@ -43,6 +52,8 @@ class QuarantineWriter:
         record = {"item_id": item_id, "path": path, "reason": reason, "stage": stage,
                   "time": time.time()}  # fmt: skip
         self._file.write(json.dumps(record) + "\n")
+        if stage != "metadata":
+            os.fsync(self._file.fileno())  # line-buffered: the line is in the file already
         self.count += 1
         return True
 
@@ -67,6 +78,16 @@ class QuarantineWriter:
         tb: TracebackType | None,
     ) -> None:  # fmt: skip
         self.close()
+
+
+def _ends_torn(path: Path) -> bool:
+    """True if the file's last byte is not a newline (its last line was cut short)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 def _key(item_id: str, path: str, stage: str) -> tuple[str, str]:

@@ -42,7 +42,9 @@ Every other process attaches by name without any resource tracker, because
 this module maps /dev/shm files directly instead of using
 multiprocessing.shared_memory, whose tracker on Python 3.11 unlinks segments
 that an attaching process did not create. A segment whose owner pid is dead
-is stale and is removed by :func:`remove_stale_segments` at start.
+is stale and is removed by :func:`remove_stale_segments` at start. The creator
+reserves every byte of the segment before anyone maps it (shared/shm.py): a
+/dev/shm too small is an error at creation, never a SIGBUS at a later write.
 """
 
 from __future__ import annotations
@@ -50,17 +52,16 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import shutil
 import time
 from collections.abc import Iterable
 from enum import IntEnum
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import xxhash
 
-from shared.config import USER_PREFIX, Config, ConfigError
+from shared.config import USER_PREFIX, Config
+from shared.shm import SHM_DIR, check_shm_fits, reserve
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,6 @@ MAGIC = b"RINGFEED"
 LAYOUT_VERSION = 2
 MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 8, 4, 4, 64
 SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
-SHM_DIR = Path("/dev/shm")  # where POSIX shared memory lives on Linux
 
 FIELD_DTYPE = np.dtype(
     [
@@ -199,10 +199,6 @@ def parse_header(buf: bytes | mmap.mmap) -> np.void | None:
     return np.frombuffer(buf, dtype=HEADER_DTYPE, count=1)[0]
 
 
-def free_shm_bytes() -> int:
-    return shutil.disk_usage(SHM_DIR).free
-
-
 def slot_bytes(fields: FieldSpec) -> int:
     """Payload bytes of one slot (its stride: fields 64-byte aligned)."""
     return layout(fields, 1).stride
@@ -212,18 +208,6 @@ def rings_bytes(cfg: Config) -> int:
     """Both rings of a run, as the stager will create them."""
     samples = layout(cfg.sample_fields(), cfg.ring.slots).total
     return samples + layout(cfg.batch_ring_fields(), cfg.stager.batch_slots).total
-
-
-def check_shm_fits(need: int, what: str, key: str, slot: int) -> None:
-    """ConfigError, saying what to change, if `need` bytes of `what` do not fit in free
-    /dev/shm; key: the setting that counts its slots, slot: bytes of one slot."""
-    free = free_shm_bytes()
-    if need > free:
-        raise ConfigError(
-            f"{key}: {what} need {need / 2**20:.1f} MiB, but /dev/shm has {free / 2**20:.1f} "
-            f"MiB free; lower {key} (each slot is {slot / 2**20:.2f} MiB) or "
-            "features.max_frames, or enlarge /dev/shm (docker: --shm-size)"
-        )
 
 
 def check_rings_fit(cfg: Config) -> None:
@@ -297,11 +281,12 @@ class Ring:
             raise RingError(f"at most {MAX_DIMS} dimensions per field: {fields}")
         where = layout(fields, n_slots)
         key = "stager.batch_slots" if kind == "batches" else "ring.slots"
-        check_shm_fits(where.total, f"ring {name} and its headers", key, where.stride)
+        what = f"ring {name} and its headers"
+        check_shm_fits(where.total, what, key, where.stride)
         path = SHM_DIR / name
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, where.total)
+        try:  # every page taken now: no SIGBUS at a later write (shared/shm.py)
+            reserve(fd, where.total, what, key, where.stride)
             mm = mmap.mmap(fd, where.total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from shared.config import runtime_dir
-from shared.ring import HEADER_DTYPE, SEGMENT_PREFIX, SHM_DIR, parse_header
+from shared.ring import HEADER_DTYPE, SEGMENT_PREFIX, parse_header
+from shared.shm import SHM_DIR
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
 
 from consumer.trainer.checkpoint import KEEP_LAST, CheckpointManager  # noqa: E402
 from consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
@@ -74,3 +75,74 @@ def test_keeps_last_three_with_their_sidecars(tmp_path: Path) -> None:
     assert sidecars == ["ckpt-30.json", "ckpt-40.json", "ckpt-50.json"]
     assert json.loads((manager.directory / "ckpt-50.json").read_text())["checkpoint"] == 50
     assert not list(manager.directory.glob(".*.tmp"))
+
+
+def _cursor(step: int) -> dict[str, int]:
+    return {"epoch": 0, "batch_index": step, "seed": 1}
+
+
+def _three_trained_checkpoints(tmp_path: Path, cfg: Config) -> dict[int, list[np.ndarray]]:
+    """Checkpoints 10, 20, 30, one train step apart; -> the weights saved in each."""
+    model, optimizer = build_default_model(cfg, **cfg.model.kwargs), make_optimizer(cfg)
+    manager = CheckpointManager(tmp_path, model, optimizer)
+    step, saved = TrainStep(model, optimizer, masked_l1, jit_compile=False), {}
+    for number in (10, 20, 30):
+        step(_batch(cfg))
+        manager.save(number, _cursor(number), cfg.to_yaml())
+        saved[number] = [w.numpy().copy() for w in model.weights]
+    return saved
+
+
+def _restore_fresh(tmp_path: Path, cfg: Config) -> tuple[object, keras.Model]:
+    """What a resumed trainer does: a new model, then restore_latest."""
+    model = build_default_model(cfg, **cfg.model.kwargs)
+    return CheckpointManager(tmp_path, model, make_optimizer(cfg)).restore_latest(), model
+
+
+def _flip_bytes(path: Path) -> None:
+    path.write_bytes(bytes(b ^ 0xFF for b in path.read_bytes()))
+
+
+DAMAGE = {
+    "data flipped": lambda d: _flip_bytes(next(d.glob("ckpt-30.data-*"))),
+    "data cut short": lambda d: [
+        p.write_bytes(p.read_bytes()[:100]) for p in d.glob("ckpt-30.data-*")
+    ],
+    "index garbage": lambda d: (d / "ckpt-30.index").write_bytes(b"garbage"),
+    "sidecar cut short": lambda d: (d / "ckpt-30.json").write_text('{"checkpoint": 30, "st'),
+    "sidecar missing": lambda d: (d / "ckpt-30.json").unlink(),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = small_cfg()
+    saved = _three_trained_checkpoints(tmp_path, cfg)
+    DAMAGE[damage](tmp_path / "checkpoints")
+    with caplog.at_level("WARNING", logger="consumer.trainer.checkpoint"):
+        restored, model = _restore_fresh(tmp_path, cfg)
+    assert restored == (20, _cursor(20))
+    for a, b in zip(saved[20], model.weights, strict=True):
+        np.testing.assert_array_equal(a, b.numpy())
+    assert any("ckpt-30" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_no_readable_checkpoint_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
+    cfg = small_cfg()
+    _three_trained_checkpoints(tmp_path, cfg)
+    for path in (tmp_path / "checkpoints").glob("ckpt-*.index"):
+        path.write_bytes(b"garbage")
+    with pytest.raises(RuntimeError, match="none of the 3 checkpoints .* move it away"):
+        _restore_fresh(tmp_path, cfg)
+
+
+def test_an_unreadable_pointer_file_does_not_start_the_run_over(tmp_path: Path) -> None:
+    """TF reads a garbled ``checkpoint`` file as "no checkpoint": the ones on disk count."""
+    cfg = small_cfg()
+    saved = _three_trained_checkpoints(tmp_path, cfg)
+    (tmp_path / "checkpoints" / "checkpoint").write_text("garbage {{{")
+    restored, model = _restore_fresh(tmp_path, cfg)
+    assert restored == (30, _cursor(30))
+    np.testing.assert_array_equal(saved[30][0], model.weights[0].numpy())

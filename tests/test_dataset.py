@@ -61,3 +61,16 @@ def test_quarantine_round_trip(tmp_path: Path) -> None:
     records = read_quarantine(path)
     assert [r["item_id"] for r in records] == ["LJ1", "LJ2"]
     assert set(records[0]) == {"item_id", "path", "reason", "stage", "time"}
+
+
+def test_a_record_after_a_torn_line_is_kept(tmp_path: Path) -> None:
+    """A stager that crashed mid-line, restarted into the same run: its next record
+    must start on a line of its own, or the resumed run forgets that item."""
+    path = tmp_path / "quarantine.jsonl"
+    with QuarantineWriter(path) as q:
+        q.write("LJ1", "/a.wav", "zero-byte audio file", "audio")
+    with open(path, "a") as f:
+        f.write('{"item_id": "torn')  # a crash mid-line
+    with QuarantineWriter(path) as q:
+        assert q.write("LJ3", "/c.wav", "empty text", "text")
+    assert [r["item_id"] for r in read_quarantine(path)] == ["LJ1", "LJ3"]

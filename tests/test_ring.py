@@ -14,6 +14,8 @@ import pytest
 from shared.config import Config, replace
 from shared.ring import SHM_DIR, SLOT_DTYPE, Ring, RingError, SlotState, segment_name
 from shared.segments import list_segments, remove_stale_segments
+from shared.shm import write_zeros
+from tests.processes import run_on_small_tmpfs
 
 
 @pytest.fixture
@@ -123,3 +125,71 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
     proc.wait(10)
     assert remove_stale_segments(run_id) == [segment_name(run_id, "samples")]
     assert list(list_segments(run_id)) == []
+
+
+def test_a_new_ring_owns_every_page_of_its_segment(run_id: str) -> None:
+    """tmpfs takes a page only when written unless it is reserved: a sparse ring passed
+    the free-space check and a later write died of SIGBUS (issue 18, case 6)."""
+    fields = {"mel": ((256, 80), np.dtype(np.float32))}
+    with Ring.create(segment_name(run_id, "samples"), fields, 8, run_id, "samples") as ring:
+        st = os.stat(SHM_DIR / ring.name)
+        assert st.st_size > 8 * 256 * 80 * 4
+        assert st.st_blocks * 512 >= st.st_size, "the segment is sparse: pages not reserved"
+
+
+def test_write_zeros_takes_every_page(run_id: str) -> None:
+    """The fallback where posix_fallocate is unsupported reserves as well."""
+    path = SHM_DIR / segment_name(run_id, "zeros")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        write_zeros(fd, 3 * 2**20 + 5)
+        st = os.fstat(fd)
+        assert st.st_size == 3 * 2**20 + 5 and st.st_blocks * 512 >= st.st_size
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+# Two rings of ~2.9 MiB in a /dev/shm with fewer bytes free than both need; every page of
+# each ring made is then written, which kills this process with SIGBUS if not reserved.
+TWO_RINGS = """
+import os, sys
+import numpy as np
+from shared.config import ConfigError
+from shared.ring import Ring, segment_name
+rid, made = sys.argv[1], []
+for kind in ("samples", "batches"):
+    try:
+        made.append(Ring.create(segment_name(rid, kind), {"x": ((950_000,), np.uint8)}, 3,
+                                rid, kind))
+    except ConfigError as exc:
+        print("refused:", exc)
+for ring in made:
+    ring.view("x")[:] = 1
+print("left:", *sorted(n.rsplit("-", 1)[1] for n in os.listdir("/dev/shm") if rid in n))
+"""
+
+
+def test_rings_that_do_not_fit_are_refused_when_reserved(run_id: str) -> None:
+    """RLIMIT_FSIZE (1 MiB) makes the reservation fail for real, root or not: a clear
+    error naming the key to change, and no segment left behind."""
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (2**20, 2**20))\n"
+    proc = subprocess.run([sys.executable, "-c", limit + TWO_RINGS, run_id],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("refused: ring.slots: cannot reserve") == 1, proc.stdout
+    assert "stager.batch_slots: cannot reserve" in proc.stdout
+    assert "features.max_frames, or enlarge /dev/shm" in proc.stdout
+    assert list(list_segments(run_id)) == []
+
+
+def test_a_small_dev_shm_refuses_the_second_ring_at_creation(run_id: str) -> None:
+    """A real 4 MiB tmpfs on /dev/shm, seen only by the child: the first ring is made and
+    written in full, the second is refused and leaves nothing; sparse rings died of
+    SIGBUS here (rc -7)."""
+    proc = run_on_small_tmpfs("/dev/shm", "4m", [sys.executable, "-c", TWO_RINGS, run_id])
+    assert proc.returncode == 0, f"rc {proc.returncode} (-7 is SIGBUS): {proc.stderr}"
+    refusals = [line for line in proc.stdout.splitlines() if line.startswith("refused:")]
+    assert len(refusals) == 1 and "refused: stager.batch_slots:" in refusals[0], proc.stdout
+    assert "enlarge /dev/shm" in refusals[0]
+    assert "left: samples\n" in proc.stdout  # by kind: a user namespace has its own uid

@@ -9,9 +9,15 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
 
 The cursor (epoch, batch_index, seed) lets the stager resume its plan in O(1)
 (README, "Design", contract 4). The sidecar JSON is written first, via a temp
-file and os.replace, so it is never half-written; TF updates its ``checkpoint``
-pointer last, so a crash mid-save leaves the previous checkpoint as the latest
-and at worst an orphan sidecar, which the next save removes.
+file, fsync and os.replace (shared.process.write_json_atomic), so it is never
+half-written, even after a power loss; TF updates its ``checkpoint`` pointer
+last, so a crash mid-save leaves the previous checkpoint as the latest and at
+worst an orphan sidecar, which the next save removes.
+
+A kept checkpoint that cannot be read (corrupt TF files, a missing or unreadable
+sidecar) is passed over on restore with a warning naming it, for the one kept
+before it: a corrupt latest checkpoint used to end the trainer at set-up with
+two good ones beside it (issue 18, case 12).
 """
 
 from __future__ import annotations
@@ -20,15 +26,20 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import keras
 import tensorflow as tf
+
+from shared.process import write_json_atomic
 
 log = logging.getLogger(__name__)
 
 KEEP_LAST = 3
 PREFIX = "ckpt"
+# What reading one damaged checkpoint raises (TF: DataLossError and kin are OpErrors, a
+# cut-short .data file is an IndexError; the sidecar: OSError, ValueError for bad JSON).
+# Not AssertionError: a model that no longer matches is no damage, an older one won't fit.
+UNREADABLE = (tf.errors.OpError, OSError, ValueError, KeyError, IndexError)
 
 
 class CheckpointManager:
@@ -57,7 +68,7 @@ class CheckpointManager:
         cursor: {"epoch", "batch_index", "seed"} of the next batch to train on.
         """
         sidecar = {"checkpoint": step, "step": step, "cursor": cursor, "config_yaml": config_yaml}
-        _write_json_atomic(self._sidecar(step), sidecar)
+        write_json_atomic(self._sidecar(step), sidecar)
         self._step.assign(step)
         path = self._manager.save(checkpoint_number=step)
         self._remove_stale_sidecars()
@@ -65,10 +76,32 @@ class CheckpointManager:
         return path
 
     def restore_latest(self) -> tuple[int, dict[str, int]] | None:
-        """Restore the newest checkpoint into model and optimizer; (step, cursor) or None."""
-        path = self._manager.latest_checkpoint
-        if path is None:
+        """Restore the newest kept checkpoint that can be read into model and optimizer:
+        (step, cursor), or None if there is none. One that cannot be read is passed over
+        with a warning naming it; RuntimeError, saying what to do, if none can be."""
+        candidates, failures = self._candidates(), []
+        for path in candidates:
+            try:
+                restored = self._restore(path)
+            except UNREADABLE as exc:
+                failures.append(f"{Path(path).name}: {type(exc).__name__}: {exc}")
+                log.warning("checkpoint %s cannot be restored (%s: %s); trying the one before",
+                            path, type(exc).__name__, exc)  # fmt: skip
+                continue
+            if failures:
+                log.warning("resumed from %s: newer checkpoints unreadable (%s)",
+                            path, "; ".join(failures))  # fmt: skip
+            return restored
+        if not candidates:
             return None
+        raise RuntimeError(
+            f"none of the {len(candidates)} checkpoints in {self.directory} can be restored "
+            f"({'; '.join(failures)}): put back a copy of that directory, or move it away to "
+            "start this run from step 0"
+        )
+
+    def _restore(self, path: str) -> tuple[int, dict[str, int]]:
+        """Restore checkpoint `path` (sidecar first: a bad one leaves the model untouched)."""
         number = _number(path)
         sidecar_path = self._sidecar(number)
         try:
@@ -78,13 +111,27 @@ class CheckpointManager:
                 f"{path} has no {sidecar_path.name} (cursor and config): the run directory "
                 "was copied incompletely; copy the .json files too or start a new run"
             ) from None
-        if sidecar.get("checkpoint") != number:
-            raise ValueError(f"{sidecar_path} names checkpoint {sidecar.get('checkpoint')}")
+        if not isinstance(sidecar, dict) or sidecar.get("checkpoint") != number:
+            raise ValueError(f"{sidecar_path} is not the sidecar of checkpoint {number}")
+        cursor = sidecar["cursor"]
         # Fails loudly if the model or optimizer no longer match what was saved.
         self._checkpoint.restore(path).assert_existing_objects_matched()
         step = int(self._step.numpy())
-        log.info("restored %s at step %d, cursor %s", path, step, sidecar["cursor"])
-        return step, sidecar["cursor"]
+        log.info("restored %s at step %d, cursor %s", path, step, cursor)
+        return step, cursor
+
+    def _candidates(self) -> list[str]:
+        """Kept checkpoints, newest first: TF's list, or the ones on disk where its pointer
+        file is gone or unreadable (a fresh start would overwrite them)."""
+        listed = list(reversed(self._manager.checkpoints))
+        if listed:
+            return listed
+        indexes = self.directory.glob(f"{PREFIX}-*.index")
+        on_disk = sorted((str(p.with_suffix("")) for p in indexes), key=_number, reverse=True)
+        if on_disk:
+            log.warning("%s names no checkpoint, %d are on disk: trying them newest first",
+                        self.directory / "checkpoint", len(on_disk))  # fmt: skip
+        return on_disk
 
     def config_yaml(self, step: int) -> str:
         """The resolved config saved with checkpoint `step`."""
@@ -108,10 +155,3 @@ class CheckpointManager:
 def _number(path: str) -> int:
     """The checkpoint number in '.../ckpt-<n>'."""
     return int(Path(path).name.rsplit("-", 1)[1])
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    # os.replace is atomic on POSIX: readers see the old file or the whole new one.
-    os.replace(tmp, path)
