@@ -6,8 +6,9 @@ through a :class:`PeerLog`. Each peer may cause PEER_BURST lines at once, then
 one per PEER_REFILL_S; all peers together TOTAL_BURST, then one per
 TOTAL_REFILL_S, so a key that opens many identities is bounded too. A line over
 either budget is not written and is counted as a dropped message, reason
-"rate-limited" (stager.json, the inspector); the peer's next line that is
-written says how many of its lines were suppressed since. Measured without
+"rate-limited" (stager.json, the inspector); once the peer's budget allows
+again, one line (its next, or :meth:`PeerLog.summarize`'s) says how many of its
+lines were suppressed since. Measured without
 it: 100,800 CRASH messages in 10 s grew the stager's log by 1.5 GiB (issue 18).
 The strings in a line were cleaned of control characters at decode
 (shared/field_checks.py).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from consumer.stager.drops import Drops
@@ -58,23 +59,40 @@ class PeerLog:
         self, drop: Drops, logger: logging.Logger, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.drop, self.log, self.clock = drop, logger, clock
-        self.peers: dict[Hashable, Bucket] = {}
+        self.peers: dict[str, Bucket] = {}
+        self.untold: set[str] = set()  # peers with suppressed lines not yet told
         self.total = Bucket(TOTAL_BURST, TOTAL_REFILL_S, TOTAL_BURST, clock())
 
-    def __call__(self, peer: Hashable, level: int, fmt: str, *args: object) -> bool:
-        """Log fmt % args about peer (its ident, or its name) if its budget and the total
-        allow; else count it dropped. True if written."""
+    def __call__(self, peer: str, level: int, fmt: str, *args: object) -> bool:
+        """Log fmt % args about peer (a producer's name) if its budget and the total allow;
+        else count it dropped. True if written."""
         now, bucket = self.clock(), self.peers.get(peer)
         if bucket is None:
             if len(self.peers) >= MAX_PEERS:
-                del self.peers[next(iter(self.peers))]
+                self.untold.discard(forgotten := next(iter(self.peers)))
+                del self.peers[forgotten]
             bucket = self.peers[peer] = Bucket(PEER_BURST, PEER_REFILL_S, PEER_BURST, now)
         if not (bucket.take(now) and self.total.take(now)):
             bucket.suppressed += 1
-            self.drop("rate-limited", f"a log line about peer {peer!r}: {fmt.split(':')[0]}")
+            self.untold.add(peer)
+            self.drop("rate-limited", f"a log line about {peer}: {fmt.split(':')[0]}")
             return False
-        if bucket.suppressed:
-            fmt += " [%d earlier lines about this peer suppressed]"
-            args, bucket.suppressed = (*args, bucket.suppressed), 0
         self.log.log(level, fmt, *args)
+        if bucket.suppressed:
+            self._tell(peer, bucket)
         return True
+
+    def summarize(self) -> None:
+        """For each peer with suppressed lines whose budget (and the total) allows a line
+        again, say how many. Called every LEASE_CHECK_S (by ProducerDesk.expire)."""
+        now = self.clock()
+        for peer in list(self.untold):
+            bucket = self.peers[peer]
+            if bucket.take(now) and self.total.take(now):
+                self._tell(peer, bucket)
+
+    def _tell(self, peer: str, bucket: Bucket) -> None:
+        self.log.warning("%d log lines about %s were suppressed (over %d per %.0f s)",
+                         bucket.suppressed, peer, PEER_BURST, PEER_REFILL_S)  # fmt: skip
+        bucket.suppressed = 0
+        self.untold.discard(peer)

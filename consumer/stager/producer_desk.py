@@ -72,7 +72,7 @@ class ProducerDesk:
         remote = msg.remote or is_remote(ident)
         self.book.hello(ident, msg, remote)
         where = ", remote" if remote else ""
-        self.say(ident, logging.INFO, "producer %s joined (pid %d on %s%s)", msg.name, msg.pid,
+        self.say(msg.name, logging.INFO, "producer %s joined (pid %d on %s%s)", msg.name, msg.pid,
                  msg.host, where)  # fmt: skip
         self.net.reply(ident, self.welcome)
 
@@ -105,7 +105,7 @@ class ProducerDesk:
     def on_crash(self, msg: p.Crash, producer: Producer, payload: list[bytes]) -> None:
         """Logged and kept for the stats unless this peer's crashes come too fast (then
         counted "rate-limited"): a worker sends one CRASH before it exits."""
-        if self.say(producer.ident, logging.ERROR, "producer %s crashed:\n%s", msg.name,
+        if self.say(producer.name, logging.ERROR, "producer %s crashed:\n%s", msg.name,
                     msg.traceback):  # fmt: skip
             self.crashes.append(CrashReport(msg.name, msg.traceback[-2000:]))
 
@@ -134,6 +134,7 @@ class ProducerDesk:
             self.say(name, logging.WARNING, "took back grants of %s: no READY within"
                      " ring.lease_s=%.1f s (or its process died)", name, lease_s)  # fmt: skip
         self.book.reap_zombies()
+        self.say.summarize()
 
     def shut_down(self) -> None:
         """SHUTDOWN to every producer, then read their reports until each has said BYE,
