@@ -111,8 +111,9 @@ def cmd_trainer(args: argparse.Namespace) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    """A consumer without a model: frees each batch, optionally after --step-s."""
-    from consumer.client.batch_client import BatchClient, StagerGone
+    """A consumer without a model: frees each batch, optionally after --step-s; 1 if the
+    stager refused it (another consumer holds the run)."""
+    from consumer.client.batch_client import BatchClient, ConsumerRefused, StagerGone
     from shared.process import StopFlag
 
     cfg = _config(args.config)
@@ -136,6 +137,9 @@ def cmd_drain(args: argparse.Namespace) -> int:
             client.step_stats(n, time.monotonic() - t_wait - wait_s, wait_s, 0.0, rows, frames)
             n += 1
         finished = not stop.is_set()
+    except ConsumerRefused as exc:
+        print(f"drain: {exc}", file=sys.stderr)
+        return 1
     except StagerGone as exc:
         print(f"drain: {exc}", file=sys.stderr)
     finally:

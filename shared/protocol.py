@@ -33,7 +33,7 @@ from shared.field_checks import MAX_NAME as MAX_NAME
 from shared.field_checks import MAX_STR as MAX_STR
 from shared.field_checks import MAX_WORK_KEY as MAX_WORK_KEY
 from shared.field_checks import MAX_WORK_KEYS as MAX_WORK_KEYS
-from shared.field_checks import field_check
+from shared.field_checks import clean_fields, field_check
 
 VERSION = 3
 # Raw payload frames of a remote READY; the stager checks exact sizes anyway.
@@ -390,4 +390,4 @@ def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
     payload = list(frames[1:])
     if payload and kind is not Kind.READY:
         raise ProtocolError(f"{kind.name} carries {len(payload)} unexpected payload frames")
-    return cls(*values), payload
+    return cls(*clean_fields(fields, values)), payload  # no peer's control characters

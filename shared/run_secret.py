@@ -7,6 +7,10 @@ dropped and counted ("unauthorized"), so no other peer (another local user, a
 remote producer, a stray script) can take the consumer role, restart the plan
 or end the run. Remote peers can never be the consumer: the batch ring is
 local shared memory.
+
+One consumer at a time: a consumer's ZeroMQ identity carries its pid
+(:func:`consumer_identity`), so the stager can tell a live consumer, busy or
+idle, from a dead one (consumer/stager/consumer_side.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,20 @@ import secrets
 from pathlib import Path
 
 FILE = "consumer.secret"
+
+
+def consumer_identity(name: str, pid: int, nonce: int) -> bytes:
+    """A consumer socket's ZeroMQ identity, "name:pid:nonce" (nonce: new per socket)."""
+    return f"{name}:{pid}:{nonce}".encode()
+
+
+def consumer_pid(identity: bytes) -> int | None:
+    """The pid a consumer identity carries, or None for an identity of another form (a
+    peer chooses its own: this is a claim, only ever trusted from a secret's holder)."""
+    parts = identity.rsplit(b":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 10:
+        return None
+    return int(parts[1])
 
 
 def write_consumer_secret(run_dir: Path) -> str:

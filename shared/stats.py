@@ -14,7 +14,9 @@ The stats message stays under the protocol's header limit by construction: at
 most MAX_LISTED_PRODUCERS producers are listed (the busiest; the rest summed in
 ``producers_unlisted``), names and hosts are capped at decode, and the stager
 keeps the work counters decode bounds (shared/field_checks.py MAX_WORK_KEYS;
-tests/test_trust.py checks the worst case).
+tests/test_trust.py checks the worst case). Peer-written strings are cleaned at
+decode; :meth:`StagerStats.from_dict` cleans them again, so the inspector shows no
+control character even from a stager.json an older stager wrote.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from shared.field_checks import clean
 
 MAX_LISTED_PRODUCERS = 32
 
@@ -62,7 +66,9 @@ class ProducerStats:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProducerStats:
-        return cls(**{**_known(cls, data), "work": dict(data.get("work") or {})})
+        shown = {k: clean(str(data.get(k, ""))) for k in ("name", "host", "place")}
+        work = {clean(str(k)): v for k, v in (data.get("work") or {}).items()}
+        return cls(**{**_known(cls, data), **shown, "work": work})
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,8 @@ class CrashReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CrashReport:
-        return cls(**_known(cls, data))
+        name, traceback = str(data.get("name", "?")), str(data.get("traceback", ""))
+        return cls(name=clean(name), traceback=clean(traceback, lines=True))
 
 
 @dataclass(frozen=True)

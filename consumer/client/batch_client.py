@@ -23,7 +23,7 @@ from shared.batch_ring import batch_views
 from shared.config import Config, endpoints, run_dir
 from shared.process import POLL_S, SHUTDOWN_WAIT_S
 from shared.ring import Ring
-from shared.run_secret import read_consumer_secret
+from shared.run_secret import consumer_identity, read_consumer_secret
 from shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,11 @@ HELLO_RETRY_S = 1.0
 
 class StagerGone(RuntimeError):
     """The stager stopped (SHUTDOWN) or never answered."""
+
+
+class ConsumerRefused(StagerGone):
+    """The stager answered this consumer's hello with SHUTDOWN: another consumer, alive,
+    holds the run (the reason names its process)."""
 
 
 @dataclass
@@ -64,7 +69,7 @@ class BatchClient:
     ) -> None:
         self.cfg, self.run_id, self.name = cfg, run_id, name
         self.ctx = zmq.Context()
-        ident = f"{name}:{os.getpid()}:{time.monotonic_ns()}".encode()
+        ident = consumer_identity(name, os.getpid(), time.monotonic_ns())
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
         self.sock.connect(endpoints(cfg, run_id).control)
         self.ring: Ring | None = None
@@ -133,6 +138,8 @@ class BatchClient:
                 self.dropped += 1
                 log.warning("dropped a malformed message from the stager: %s", exc)
                 continue
+            if isinstance(msg, p.Shutdown) and self.ring is None:  # before any WELCOME
+                raise ConsumerRefused(f"the stager refused this consumer: {msg.reason}")
             if isinstance(msg, p.Shutdown):
                 raise StagerGone(f"the stager stopped: {msg.reason}")
             if isinstance(msg, kinds):

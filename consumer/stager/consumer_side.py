@@ -5,6 +5,16 @@ socket that presents the run's consumer secret (shared/run_secret.py) becomes
 the consumer, at a plan position inside the plan; anything else is dropped
 and counted as "unauthorized". The consumer's messages (BATCH_FREE,
 STEP_STATS, HEARTBEAT, BYE) are accepted from that peer only.
+
+One consumer at a time: while the consumer holding the run is alive, another
+one with the secret is refused (counted "refused-consumer") and told so by a
+SHUTDOWN that names the holder, instead of each hello restarting the plan (two
+trainers of one run once fought: 51 plan restarts in 20 s, neither finished).
+Alive means its process exists (its pid travels in its identity,
+shared/run_secret.py), however long it has been busy elsewhere; a holder whose
+identity carries no pid is alive while it spoke within SILENT_LEASES leases. A
+new socket of the holder's own process, or any consumer once the holder is dead
+or silent, takes over at once: a trainer restarted after SIGKILL resumes.
 """
 
 from __future__ import annotations
@@ -21,9 +31,15 @@ from consumer.stager.drops import Drops
 from consumer.stager.producer_book import ProducerBook
 from shared import protocol as p
 from shared.run_secret import FILE as SECRET_FILE
+from shared.run_secret import consumer_pid
+from shared.segments import pid_alive
 from shared.stats import TrainerReport
 
 log = logging.getLogger(__name__)
+
+# A holder whose pid is unknown is gone after this many ring.lease_s without a message
+# (a waiting BatchClient says something every HELLO_RETRY_S, 1 s).
+SILENT_LEASES = 3
 
 
 class ConsumerSide:
@@ -43,6 +59,9 @@ class ConsumerSide:
         self.secret, self.welcome, self.book, self.delivery = secret, welcome, book, delivery
         self.builder, self.net, self.drop = builder, net, drop
         self.ident: bytes | None = None
+        self.name = ""
+        self.pid: int | None = None  # from its identity (None: the identity has none)
+        self.last_heard = 0.0  # time.monotonic() of its last message
         self.at = (-1, -1)  # the (position, batch_index) its hello asked for
         self.trainer: TrainerReport | None = None  # its last STEP_STATS, with the time
         self.done = False  # it said BYE: the run is over
@@ -58,19 +77,45 @@ class ConsumerSide:
             return f"consumer hello at position {msg.position}, past the plan's end {end}"
         return ""
 
+    def holder(self, ident: bytes) -> str:
+        """'' if the peer `ident` may be the consumer now, else who holds the run."""
+        if self.ident is None or ident == self.ident:
+            return ""
+        pid = consumer_pid(ident)
+        if self.pid is not None and pid == self.pid:
+            return ""  # the holder's own process, on a new socket
+        if self.pid is not None:
+            alive = pid_alive(self.pid)
+        else:
+            alive = time.monotonic() - self.last_heard <= SILENT_LEASES * self.book.lease_s
+        if not alive:
+            return ""
+        pid_shown = "unknown" if self.pid is None else self.pid
+        return (f"run {self.welcome.run_id} is held by consumer {self.name!r} (pid"
+                f" {pid_shown}), alive: one consumer at a time; stop that one or wait for"
+                " it to finish")  # fmt: skip
+
     def hello(self, ident: bytes, msg: p.ConsumerHello) -> None:
         why = self.refusal(ident, msg)
         if why:
             self.drop("unauthorized", why)
             return
+        held = self.holder(ident)
+        if held:  # it holds the secret: tell it, or it waits for a WELCOME forever
+            self.drop("refused-consumer", f"consumer hello from {msg.name!r}: {held}")
+            self.net.reply(ident, p.Shutdown(held))
+            return
+        self.last_heard = time.monotonic()
         if ident == self.ident and (msg.position, msg.batch_index) == self.at:
             # A hello repeated while we were starting: welcome it again, do not restart.
             self.net.reply(ident, self.welcome)
             return
         if self.ident is not None:
-            log.warning("consumer %s replaces the previous one: restarting the plan at %d",
-                        msg.name, msg.position)  # fmt: skip
+            log.warning("consumer %s replaces %s (pid %s, gone or the same process):"
+                        " restarting the plan at %d", msg.name, self.name, self.pid,
+                        msg.position)  # fmt: skip
         self.ident, self.at = ident, (msg.position, msg.batch_index)
+        self.name, self.pid = msg.name, consumer_pid(ident)
         self.book.reset(msg.position)
         self.delivery.reset(msg.batch_index)
         epoch = self.book.slots.plan.epoch_of(msg.position)
@@ -82,6 +127,7 @@ class ConsumerSide:
         """One message from the consumer; False if it is not one a consumer sends."""
         handler = self.HANDLERS.get(type(msg))
         if handler is not None:
+            self.last_heard = time.monotonic()
             handler(self, msg)
         return handler is not None
 

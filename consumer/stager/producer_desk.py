@@ -19,6 +19,7 @@ from typing import Any
 from consumer.stager.control import ControlSockets, is_remote
 from consumer.stager.drops import Drops
 from consumer.stager.intake import Intake
+from consumer.stager.peer_log import PeerLog
 from consumer.stager.peers import PeerId
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 # At the end, how long the stager waits for producers' goodbyes (their final counters).
 LAST_WORDS_S = 1.0
-# Crash reports the stats show: the latest few (every one is in the stager's log).
+# Crash reports the stats show: the latest few (each one the stager's log shows).
 CRASHES_KEPT = 5
 
 
@@ -57,6 +58,8 @@ class ProducerDesk:
         self.book, self.intake, self.welcome, self.net, self.drop = book, intake, welcome, net, drop
         self.slots: SlotManager = book.slots
         self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
+        # Every line a producer's message causes: a flood of them costs a few lines.
+        self.say = PeerLog(drop, log)
 
     def hello(self, ident: bytes, msg: p.Hello, peer: PeerId) -> None:
         if not 0 < msg.pid < 2**31:
@@ -70,7 +73,8 @@ class ProducerDesk:
         remote = msg.remote or is_remote(ident)
         self.book.hello(ident, msg, remote, peer)
         where = ", remote" if remote else ""
-        log.info("producer %s joined (pid %d on %s%s)", msg.name, msg.pid, msg.host, where)
+        self.say(msg.name, logging.INFO, "producer %s joined (pid %d on %s%s)", msg.name, msg.pid,
+                 msg.host, where)  # fmt: skip
         self.net.reply(ident, self.welcome)
 
     def handle(self, producer: Producer, msg: p.Message, payload: list[bytes]) -> None:
@@ -100,8 +104,11 @@ class ProducerDesk:
         self.net.reply(producer.ident, p.Heartbeat(0, {}))
 
     def on_crash(self, msg: p.Crash, producer: Producer, payload: list[bytes]) -> None:
-        log.error("producer %s crashed:\n%s", msg.name, msg.traceback)
-        self.crashes.append(CrashReport(msg.name, msg.traceback[-2000:]))
+        """Logged and kept for the stats unless this peer's crashes come too fast (then
+        counted "rate-limited"): a worker sends one CRASH before it exits."""
+        if self.say(producer.name, logging.ERROR, "producer %s crashed:\n%s", msg.name,
+                    msg.traceback):  # fmt: skip
+            self.crashes.append(CrashReport(msg.name, msg.traceback[-2000:]))
 
     def on_bye(self, msg: p.Bye, producer: Producer, payload: list[bytes]) -> None:
         self.book.drop(producer.ident, charge=False)
@@ -125,9 +132,10 @@ class ProducerDesk:
 
     def expire(self, lease_s: float) -> None:
         for name in self.book.expire():
-            log.warning("took back grants of %s: no READY within ring.lease_s=%.1f s"
-                        " (or its process died)", name, lease_s)  # fmt: skip
+            self.say(name, logging.WARNING, "took back grants of %s: no READY within"
+                     " ring.lease_s=%.1f s (or its process died)", name, lease_s)  # fmt: skip
         self.book.reap_zombies()
+        self.say.summarize()
 
     def shut_down(self) -> None:
         """SHUTDOWN to every producer, then read their reports until each has said BYE,

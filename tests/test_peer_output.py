@@ -1,0 +1,202 @@
+"""Bounded peer output (issue 18, case 4): a peer that holds the key and floods CRASH, or
+writes terminal escape sequences into its name, host, place, traceback and counters.
+The stager's log stays small, what it does not log is counted, no control character
+from a peer reaches the log, stager.json or the inspector, and the epoch is still
+delivered exactly once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from consumer.stager.drops import Drops
+from consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_BURST, PeerLog
+from consumer.tools.inspector import Inspector
+from consumer.tools.screen import BOLD, CLEAR, RESET, render
+from scripts.runner import REPO
+from shared import protocol as p
+from shared.config import endpoints, load_config
+from shared.field_checks import clean
+from tests.checks import assert_exactly_once, consume
+from tests.peers import StatsReader, peer_socket
+from tests.runs import Run, finish, rid, small
+
+# A traceback as long as decode takes (shared/field_checks.py MAX_STR).
+LONG_TRACEBACK = "Traceback (most recent call last):\n" + "  x\n" * 4000
+# Without the limit the flood below wrote over 100 MiB; with it, a few tracebacks.
+MAX_LOG_GROWTH_BYTES = 256 * 1024
+# Escape sequences and other controls a hostile peer writes: clear the screen, set the
+# terminal's title, a C1 CSI, bell, DEL, a bidi override, NUL, a bare CR.
+HOSTILE = "\x1b[2J\x1b]0;owned\x07\x9b31m\x7f\u202e\x00\r"
+PERSIAN = "تولیدکننده\u200cها"  # a ZWNJ inside: printable text that must survive
+# The bidi embeddings, overrides and isolates (Unicode category Cf, as ZWNJ is).
+BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def control_characters(text: str) -> set[str]:
+    """The characters of text no peer's string may bring (newlines aside)."""
+    return {c for c in text if c != "\n" and (unicodedata.category(c) == "Cc" or c in BIDI)}
+
+
+def test_decode_removes_controls_and_keeps_every_script() -> None:
+    hello = p.Hello(f"w{HOSTILE}{PERSIAN}", 7, f"h{HOSTILE}", False, "t", f"on{HOSTILE}")
+    got, _ = p.decode([bytes(f) for f in p.encode(hello)])
+    assert (got.name, got.host, got.place) == (f"w[2J]0;owned31m{PERSIAN}", "h[2J]0;owned31m",
+                                               "on[2J]0;owned31m")  # fmt: skip
+    crash, _ = p.decode([bytes(f) for f in p.encode(p.Crash("c", f"line 1\n{HOSTILE}line 2\n"))])
+    assert crash.traceback == "line 1\n[2J]0;owned31mline 2\n"
+    beat, _ = p.decode([bytes(f) for f in p.encode(p.Heartbeat(1, {f"k{HOSTILE}": 3}))])
+    assert beat.work == {"k[2J]0;owned31m": 3}
+    skip = p.Skip(1, 1, 1, f"bad{HOSTILE}", f"/a\n{HOSTILE}", f"audio{HOSTILE}")
+    got, _ = p.decode([bytes(f) for f in p.encode(skip)])
+    assert not control_characters(got.reason + got.path + got.stage) and "\n" not in got.path
+    assert clean(PERSIAN) == PERSIAN
+
+
+def test_peer_log_bounds_each_peer_and_all_of_them(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    drops, logger = Drops(), logging.getLogger("peer-log-test")
+    say = PeerLog(drops, logger, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="peer-log-test"):
+        written = sum(say("flood", logging.ERROR, "crashed: %s", i) for i in range(1000))
+        assert written == PEER_BURST and drops.counts["rate-limited"] == 1000 - PEER_BURST
+        say.summarize()  # no budget yet: nothing told
+        now[0] += PEER_REFILL_S
+        say.summarize()
+        told = [r.getMessage() for r in caplog.records if "suppressed" in r.getMessage()]
+        assert told == [f"{1000 - PEER_BURST} log lines about flood were suppressed (over "
+                        f"{PEER_BURST} per {PEER_REFILL_S:.0f} s)"]  # fmt: skip
+        # Many names at once: the total budget holds whatever the number of peers.
+        many = sum(say(f"peer{i}", logging.INFO, "joined") for i in range(10_000))
+    assert many <= TOTAL_BURST, many
+    ours = [r for r in caplog.records if r.name == "peer-log-test"]
+    assert len(ours) <= PEER_BURST + 1 + TOTAL_BURST
+
+
+def flood_crashes(endpoint: str, stop: threading.Event, sent: list[int]) -> None:
+    """An authenticated local producer (this user's process, on the ipc socket) that says
+    HELLO and then CRASH as fast as the stager takes them, until stop."""
+    with peer_socket(endpoint) as peer:
+        hello = p.Hello("flood", os.getpid(), socket.gethostname(), False, "t", "")
+        peer.send_multipart(p.encode(hello))
+        crash = p.encode(p.Crash("flood", LONG_TRACEBACK))
+        while not stop.is_set():
+            peer.send_multipart(crash)  # blocks when the stager's queue is full: its pace
+            sent[0] += 1
+        peer.setsockopt(zmq.LINGER, 10_000)  # deliver what is queued: every one is counted
+
+
+@pytest.mark.slow
+def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
+    n, flood_s = 400, 3.0
+    cfg_path = small(tmp_path, items=n, delay_s=0.01)
+    cfg, run_id = load_config(cfg_path), rid()
+    stop, sent = threading.Event(), [0]
+    with Run(cfg_path, run_id, tmp_path) as run, StatsReader(endpoints(cfg, run_id).stats) as st:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        log_path = tmp_path / f"{run_id}-stager-1.log"
+        size0, t0 = log_path.stat().st_size, time.monotonic()
+        flood = threading.Thread(
+            target=flood_crashes, args=(endpoints(cfg, run_id).control, stop, sent), daemon=True
+        )
+        flood.start()
+        try:
+            items = consume(client, timeout_s=60)
+            stop.wait(max(0.0, flood_s - (time.monotonic() - t0)))
+            stop.set()
+            flood.join(10)
+            allowed = PEER_BURST + int((time.monotonic() - t0) / PEER_REFILL_S) + 1
+            st.first(lambda s: s["dropped"].get("rate-limited", 0) >= sent[0] - allowed, 30,
+                     "every CRASH of the flood read by the stager")  # fmt: skip
+        finally:
+            client.close()
+        summary = finish(run, run_id, "producers")
+        grown = log_path.stat().st_size - size0
+        logged = log_path.read_text().count("producer flood crashed")
+    print(f"{sent[0]} CRASH in {flood_s:.0f}+ s: log +{grown} bytes, {logged} logged")
+    assert_exactly_once(items, cfg, n)
+    assert sent[0] > 1000, f"the flood sent only {sent[0]} messages"
+    assert grown < MAX_LOG_GROWTH_BYTES, f"the stager's log grew {grown} bytes"
+    assert 1 <= logged <= allowed
+    assert summary["dropped"]["rate-limited"] == sent[0] - logged, summary["dropped"]
+
+
+def inspect_json(run: Run) -> str:
+    """`ringfeed inspect --json` as a user runs it: its stdout."""
+    cmd = [sys.executable, "-m", "scripts.cli", "inspect", "--run-id", run.run_id, "--json"]
+    out = subprocess.run(
+        [*cmd, "--config", str(run.config)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def strings_in(value: Any) -> list[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, dict):
+        return [*value, *(s for v in value.values() for s in strings_in(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def screen_of(run: Run) -> str:
+    """The inspector's live screen, one refresh, without its own bold and clear codes."""
+    insp = Inspector(run.run_id, str(run.config))
+    try:
+        insp.poll_stats(3.0)
+        text = render(insp.snapshot())
+    finally:
+        insp.close()
+    for code in (BOLD, RESET, CLEAR):
+        text = text.replace(code, "")
+    return text
+
+
+@pytest.mark.slow
+def test_no_control_character_from_a_peer_reaches_log_json_or_inspector(tmp_path: Path) -> None:
+    n = 100
+    cfg_path = small(tmp_path, items=n, ring={"lease_s": 5.0})  # the peer stays listed
+    cfg, run_id = load_config(cfg_path), rid()
+    name, shown = f"evil{HOSTILE}{PERSIAN}", clean(f"evil{HOSTILE}{PERSIAN}")
+    with Run(cfg_path, run_id, tmp_path) as run, StatsReader(endpoints(cfg, run_id).stats) as st:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)  # connected, not reading yet: the run waits
+        with peer_socket(endpoints(cfg, run_id).control) as peer:
+            hello = p.Hello(name, os.getpid(), f"host{HOSTILE}", False, "t", f"at{HOSTILE}")
+            peer.send_multipart(p.encode(hello))
+            peer.send_multipart(p.encode(p.Heartbeat(0, {f"decoded{HOSTILE}": 1})))
+            peer.send_multipart(p.encode(p.Crash(name, f"Traceback\n{HOSTILE}boom\n")))
+            st.first(lambda s: s["crashes"] and s["producers"], 20, "the peer's row and crash")
+            screen, as_json = screen_of(run), inspect_json(run)
+            items = consume(client, timeout_s=30)
+        client.close()
+        finish(run, run_id, "producers")
+        stager_json = json.loads((run.dir / "stager.json").read_text())
+        log_text = (tmp_path / f"{run_id}-stager-1.log").read_text()
+    assert_exactly_once(items, cfg, n)
+    assert shown == f"evil[2J]0;owned31m{PERSIAN}"
+    for where, texts in (
+        ("the stager log", [log_text]),
+        ("stager.json", strings_in(stager_json)),
+        ("inspect --json", strings_in(json.loads(as_json))),
+        ("the inspector's screen", [screen]),
+    ):
+        assert not {c for t in texts for c in control_characters(t)}, where
+        assert any(shown[:24] in t for t in texts), f"{where} does not show the peer"
+    assert "Traceback\n[2J]0;owned31mboom" in log_text
