@@ -92,15 +92,17 @@ def malformed(g: p.GrantEntry) -> p.Ready:
 
 
 def lie_per_grant(
-    cfg: Config, run_id: str, stop: threading.Event, lie: str, *, tally: Tally
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, lie: str, *, tally: Tally
 ) -> None:
-    """Join over ipc, ask for one grant, answer it with the lie (`malformed`: lengths
-    [0, 0]; `content`: out-of-range rows), say HELLO again, repeat."""
-    with zmq.Context() as ctx, connect(ctx, endpoints(cfg, run_id).control) as sock:
+    """Join (over ipc, or over tcp with the key in keys_dir), ask for one grant, answer
+    it with the lie (`malformed`: lengths [0, 0]; `content`: out-of-range rows, written
+    into the ring, so ipc only), say HELLO again, repeat."""
+    remote = endpoint.startswith("tcp://")
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         ring = None
         try:
             while not stop.is_set():
-                welcome = join(sock, f"liar-{lie}-{os.getpid()}", False, tally)
+                welcome = join(sock, f"liar-{lie}-{os.getpid()}", remote, tally)
                 if welcome is None:
                     continue
                 sock.send_multipart(p.encode(p.Request(1)))
@@ -114,6 +116,27 @@ def lie_per_grant(
         finally:
             if ring is not None:
                 ring.close()
+
+
+def crash_flood(
+    endpoint: str, keys_dir: str, stop: threading.Event, per_s: int, *, tally: Tally
+) -> None:
+    """Join, then send CRASH reports of 16 KiB (with terminal escapes) at per_s a
+    second, saying HELLO again whenever told to."""
+    trace = ("\x1b[2J\x1b]0;owned\x07Traceback (most recent call last):\n" * 400)[:16000]
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, "liar-crash", True, tally) is None:
+                continue
+            while not stop.wait(0.01):
+                for _ in range(max(1, per_s // 100)):
+                    try:
+                        sock.send_multipart(p.encode(p.Crash("liar-crash", trace)), zmq.NOBLOCK)
+                    except zmq.Again:  # its queue is full: the stager reads no faster
+                        break
+                    tally.lies += 1
+                if isinstance(receive(sock, 0), p.Rehello):
+                    break
 
 
 def bad_checksums(
@@ -182,7 +205,9 @@ if __name__ == "__main__":
     lie, config, run_id = sys.argv[1:4]
     stop_file = Path(sys.argv[4])
     stop = threading.Event()
-    thread, _ = in_thread(lie_per_grant, load_config(config), run_id, stop, lie)
+    cfg = load_config(config)
+    control = endpoints(cfg, run_id).control
+    thread, _ = in_thread(lie_per_grant, cfg, control, "", stop, lie)
     while not stop_file.exists():
         time.sleep(0.1)
     stop.set()

@@ -46,7 +46,8 @@ def test_a_local_liar_is_struck_out_and_no_item_pays(tmp_path: Path, lie: str) -
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         client = run.client(timeout_s=30)
-        thread, tally = in_thread(lie_per_grant, cfg, run_id, stop, lie)
+        control = endpoints(cfg, run_id).control
+        thread, tally = in_thread(lie_per_grant, cfg, control, "", stop, lie)
         run.poll_for(lambda: tally.refusals, 20, "the liar refused")
         run.start("producers")
         items = consume(client)
@@ -80,7 +81,8 @@ def test_bad_content_from_two_peers_quarantines_the_item(tmp_path: Path) -> None
             [sys.executable, "-m", "tests.liars", "content", str(cfg_path), run_id, stop_file],
             cwd=REPO,
         )
-        thread, tally = in_thread(lie_per_grant, cfg, run_id, stop, "content")
+        control = endpoints(cfg, run_id).control
+        thread, tally = in_thread(lie_per_grant, cfg, control, "", stop, "content")
         try:
             stats.first(lambda s: s["counters"].get("peers_banned") == 2, 30, "two bans")
             run.start("producers")

@@ -24,7 +24,7 @@ from consumer.stager.plan import Event
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.ready import copy_payload, lengths_error, payload_error, row_limits
 from consumer.stager.slot_manager import SlotManager
-from consumer.stager.state import Producer
+from consumer.stager.state import Producer, Slot
 from shared import protocol as p
 from shared.content import content_error
 from shared.ring import Ring, rows_checksum
@@ -154,25 +154,25 @@ class Intake:
             why, content = content_error(rows, self.vocab), True
         if why:
             self.builder.drop_last()
-            return self.bad_rows(event, slot.producer, why, content)
+            return self.bad_rows(event, slot, why, content)
         self.slots.release(event.slot)
         return None
 
-    def bad_rows(self, event: Event, ident: bytes | None, why: str, content: bool) -> str:
-        """A producer sent rows that fail the check: a strike against it. Its item is
-        skipped only when a second peer sent out-of-range content for it too."""
-        producer = self.book.producers.get(ident) if ident is not None else None
+    def bad_rows(self, event: Event, slot: Slot, why: str, content: bool) -> str:
+        """A producer sent rows that fail the check: a strike against its peer. Its item
+        is skipped only when a second peer sent out-of-range content for it too."""
+        producer = self.book.producers.get(slot.producer) if slot.producer else None
         name = producer.name if producer is not None else "a producer gone since"
         self.drop("bad-rows", f"item {event.item} from {name}: {why}")
-        if producer is None:
+        if slot.producer is None or slot.peer is None:
             return ""
-        self.book.strike(producer.ident, why)
+        self.book.strike(slot.producer, why, slot.peer)
         if not content:
             return ""
         first = self.suspects.pop(event.item, None)
-        if first is not None and first != producer.peer.ban:
-            return f"two producers sent bad rows for it ({first}; {producer.peer.ban}): {why}"
-        self.suspects[event.item] = producer.peer.ban
+        if first is not None and first != slot.peer.ban:
+            return f"two producers sent bad rows for it ({first}; {slot.peer.ban}): {why}"
+        self.suspects[event.item] = slot.peer.ban
         while len(self.suspects) > MAX_SUSPECTS:
             del self.suspects[next(iter(self.suspects))]
         return ""

@@ -165,7 +165,7 @@ class ProducerBook:
         producer = self.producers.get(ident)
         if producer is None or producer.credits <= 0 or producer.stalled:
             return None
-        entry = self.slots.grant(ident, producer.index, producer.peer.share, others)
+        entry = self.slots.grant(ident, producer.index, producer.peer, others)
         if entry is not None:
             producer.credits -= 1
         return entry
@@ -251,19 +251,20 @@ class ProducerBook:
             self.revoke(ident, charge=False)
 
     # ------------------------------------------------------------ strikes
-    def strike(self, ident: bytes, why: str) -> None:
+    def strike(self, ident: bytes, why: str, peer: PeerId | None = None) -> None:
         """The stager rejected what this producer sent: its grants come back uncharged
         (its lie says nothing about the items), and its peer gets a strike; at
-        ring.max_strikes every producer of that peer goes, refused from now on."""
+        ring.max_strikes every producer of that peer goes, refused from now on.
+        peer: who sent it, for a producer that has left since (a BYE dodges nothing)."""
         producer = self.producers.get(ident)
-        if producer is None:
-            return
-        self.revoke(ident, charge=False)
-        if not self.trust.strike(producer.peer, why):
+        if producer is not None:
+            peer = producer.peer
+            self.revoke(ident, charge=False)
+        if peer is None or not self.trust.strike(peer, why):
             return
         self.n_banned += 1
         for other_ident, other in list(self.producers.items()):
-            if other.peer.ban == producer.peer.ban:
+            if other.peer.ban == peer.ban:
                 self.drop(other_ident, may_write=self.local(other), charge=False)
 
     def delivered(self, producer: Producer) -> None:

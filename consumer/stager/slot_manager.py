@@ -42,6 +42,7 @@ from collections.abc import Callable
 import numpy as np
 
 from consumer.stager.order import PlanOrder
+from consumer.stager.peers import PeerId
 from consumer.stager.plan import EpochPlan, Event
 from consumer.stager.state import Slot
 from shared import protocol as p
@@ -116,15 +117,15 @@ class SlotManager:
 
     # ------------------------------------------------------------ grants
     def grant(
-        self, ident: bytes, owner_index: int, peer: str = "", avoid: bool = False
+        self, ident: bytes, owner_index: int, peer: PeerId | None = None, avoid: bool = False
     ) -> p.GrantEntry | None:
-        """The next free slot and plan position for this producer of `peer` (its share
-        key), or None (no free slot, the plan's end, or the reorder window is full).
-        avoid: other peers work, so no retry taken back from this peer is given to it."""
+        """The next free slot and plan position for this producer of `peer`, or None (no
+        free slot, the plan's end, or the reorder window is full). avoid: other peers
+        work, so no retry taken back from this peer is given to it."""
         free = self.free_slots[0] if self.free_slots else None
         if free is None:
             return None
-        position = self.order.next_position(self._window(), peer if avoid else "")
+        position = self.order.next_position(self._window(), peer.share if avoid and peer else "")
         if position is None:
             return None
         slot = self.slots[free]
@@ -229,7 +230,8 @@ class SlotManager:
         position, item, peer = slot.position, slot.item, slot.peer
         self._take(k, fence)
         self._counters["reclaimed"] += 1
-        self.order.taken_back(position, item, charged, self.max_attempts, peer)
+        from_peer = peer.share if peer else ""
+        self.order.taken_back(position, item, charged, self.max_attempts, from_peer)
 
     def reclaim_all(self, ident: bytes, fence: bool, charge: bool, local: bool) -> None:
         """Take back every grant of a producer. Only the sample it was working on counts as
@@ -286,7 +288,7 @@ class SlotManager:
     def _free(self, k: int) -> None:
         slot = self.slots[k]
         slot.position, slot.item, slot.producer, slot.owner_index = -1, -1, None, -1
-        slot.peer = ""
+        slot.peer = None
         self._to(k, SlotState.FREE)
 
     def _to(self, k: int, state: SlotState) -> None:

@@ -44,7 +44,7 @@ class Slot:
     position: int = -1
     item: int = -1
     producer: bytes | None = None
-    peer: str = ""  # its producer's share key (consumer/stager/peers.py)
+    peer: PeerId | None = None  # who stands behind its producer (consumer/stager/peers.py)
     t_granted: float = 0.0
     t_granted_wall: float = 0.0  # for the inspector, which has no access to our clock
     owner_index: int = -1  # its producer's index, as the header shows it

@@ -1,0 +1,156 @@
+"""Attacks: honest producers beside one CURVE key that lies in every way at once.
+
+    .venv/bin/python benchmarks/attacks.py [--items 1000] [--repeats 3] [--crash-per-s 2000]
+
+Data: ``data.format: synthetic`` (5 ms of work per sample, so the producers set
+the pace), one epoch, 2 honest local workers, a tcp socket with CURVE keys. One
+key (a compromised producer host) runs these strategies at once (tests/liars.py):
+
+- case 1: asks for one grant, answers it with a malformed READY (lengths [0, 0]),
+  says HELLO again, repeats;
+- case 2: a fast remote producer whose every READY has the right rows and a wrong
+  checksum;
+- case 3: 30 identities that join, ask for grants, heartbeat and never deliver;
+- case 4: CRASH reports of 16 KiB with terminal escapes, ``--crash-per-s`` a second.
+
+Three runs, ``--repeats`` times each, interleaved: no attacker (the baseline),
+the attack, and the attack with ``ring.max_strikes: 0`` (no bans: fair share per
+key, shrinking grant limits and rate-limited logs alone). Reported per kind: the
+median honest throughput (items of the epoch delivered per second) and its ratio
+to the baseline, items quarantined (none is bad), the stager log's size, strikes,
+bans and dropped messages. Every row of every batch is checked against its item.
+Targets: throughput ratio >= 0.5, 0 items quarantined, stager log < 10 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from scripts.runner import Run  # noqa: E402
+from shared.config import load_config  # noqa: E402
+from shared.keys import generate  # noqa: E402
+from shared.quarantine import read_quarantine  # noqa: E402
+from tests.checks import assert_exactly_once, consume  # noqa: E402
+from tests.fault_sources import inject_faults  # noqa: E402
+from tests.liars import (  # noqa: E402
+    bad_checksums,
+    crash_flood,
+    in_thread,
+    lie_per_grant,
+    silent_identities,
+)
+from tests.peers import free_port  # noqa: E402
+
+KINDS = ("baseline", "attack", "attack, no bans")
+
+
+def write_config(tmp: Path, items: int, max_strikes: int) -> tuple[Path, str, str]:
+    keys, port = tmp / "keys", free_port()
+    bundle = generate(keys, "attacker")
+    raw = {
+        "data": {"format": "synthetic", "synthetic_items": items},
+        "features": {"max_frames": 64, "cache": False},
+        "text": {"max_text_len": 32},
+        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2, "max_strikes": max_strikes},
+        "stager": {"batch_size": 8, "epochs": 1},
+        "producers": {"workers": 2},
+        "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port, "keys_dir": str(keys)},
+        "run_root": str(tmp / "runs"),
+    }
+    path = tmp / "attack.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    inject_faults(path, delay_s=0.005)
+    return path, str(bundle), f"tcp://127.0.0.1:{port}"
+
+
+def attack(cfg, endpoint: str, key: str, stop: threading.Event, crash_per_s: int) -> list:
+    """Start every strategy of the one key; returns their (thread, tally) pairs."""
+    return [
+        in_thread(lie_per_grant, cfg, endpoint, key, stop, "malformed"),
+        in_thread(bad_checksums, cfg, endpoint, key, stop),
+        in_thread(silent_identities, endpoint, key, stop, 30),
+        in_thread(crash_flood, endpoint, key, stop, crash_per_s),
+    ]
+
+
+def one_run(kind: str, args: argparse.Namespace) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="ringfeed-attack-"))
+    cfg_path, key, endpoint = write_config(tmp, args.items, 0 if kind.endswith("bans") else 3)
+    cfg, run_id, stop = load_config(cfg_path), f"atk-{uuid.uuid4().hex[:6]}", threading.Event()
+    with Run(cfg_path, run_id, tmp) as run:
+        run.start("stager")
+        client = run.client("attacks", timeout_s=60)
+        liars = attack(cfg, endpoint, key, stop, args.crash_per_s) if kind != "baseline" else []
+        time.sleep(1.0)  # the attacker first: it holds the ring when the honest ones join
+        t0 = time.monotonic()
+        run.start("producers")
+        items = consume(client, timeout_s=300)
+        elapsed = time.monotonic() - t0
+        stop.set()
+        for thread, _ in liars:
+            thread.join(5)
+        client.close()
+        run.wait("stager", 30)
+        run.wait("producers", 30)
+        log_bytes = sum(f.stat().st_size for f in tmp.glob(f"{run_id}-stager-*.log"))
+    assert_exactly_once(items, cfg, args.items)  # every row checked, each item once
+    summary = run.json("stager.json")
+    errors = [e for _, tally in liars for e in tally.errors]
+    return {
+        "items_per_s": args.items / elapsed,
+        "quarantined": len(read_quarantine(tmp / "runs" / run_id / "quarantine.jsonl")),
+        "log_mib": log_bytes / 2**20,
+        "strikes": summary["counters"]["strikes"],
+        "banned": summary["counters"]["peers_banned"],
+        "dropped": dict(summary["dropped"]),
+        "lies": sum(tally.lies for _, tally in liars),
+        "errors": errors,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--crash-per-s", type=int, default=2000)
+    args = parser.parse_args()
+    results: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in range(args.repeats):
+        for kind in KINDS:
+            results[kind].append(one_run(kind, args))
+            print(f"repeat {r} {kind}: {results[kind][-1]}", flush=True)
+    base = statistics.median(x["items_per_s"] for x in results["baseline"])
+    print(f"\n{'run':16} {'items/s':>8} {'ratio':>6} {'quarantined':>11} {'log MiB':>8} "
+          f"{'strikes':>7} {'banned':>6} {'lies':>8}")  # fmt: skip
+    failed = False
+    for kind in KINDS:
+        runs = results[kind]
+        rate = statistics.median(x["items_per_s"] for x in runs)
+        worst_log = max(x["log_mib"] for x in runs)
+        quarantined = max(x["quarantined"] for x in runs)
+        print(f"{kind:16} {rate:8.1f} {rate / base:6.2f} {quarantined:11d} {worst_log:8.2f} "
+              f"{statistics.median(x['strikes'] for x in runs):7.0f} "
+              f"{statistics.median(x['banned'] for x in runs):6.0f} "
+              f"{statistics.median(x['lies'] for x in runs):8.0f}")  # fmt: skip
+        failed |= rate / base < 0.5 or quarantined > 0 or worst_log > 10
+        failed |= any(x["errors"] for x in runs)
+    for kind in KINDS[1:]:
+        print(f"dropped ({kind}, last run): {results[kind][-1]['dropped']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
