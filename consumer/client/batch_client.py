@@ -42,6 +42,10 @@ class StagerGone(RuntimeError):
     """The stager stopped (SHUTDOWN) or never answered."""
 
 
+class StagerRefused(StagerGone):
+    """The stager will not take this consumer (REFUSED): the message says why."""
+
+
 @dataclass
 class Batch:
     """One batch: views into the batch ring (valid until free()), and `meta`, the stager's
@@ -61,8 +65,13 @@ class BatchClient:
         name: str = "trainer",
         position: int = 0,
         batch_index: int = 0,
+        plan: dict[str, str] | None = None,
+        new_plan_at: int = 0,
     ) -> None:
+        """plan: the plan fingerprint of the checkpoint it resumes (None: a fresh start);
+        new_plan_at: if that plan changed, start a new one at this epoch (0: be refused)."""
         self.cfg, self.run_id, self.name = cfg, run_id, name
+        self.plan, self.new_plan_at = dict(plan or {}), new_plan_at
         self.ctx = zmq.Context()
         ident = f"{name}:{os.getpid()}:{time.monotonic_ns()}".encode()
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
@@ -102,12 +111,16 @@ class BatchClient:
         """A hello at the client's position, with the run's secret as it is now (a
         restarted stager draws a new one)."""
         secret = read_consumer_secret(self.run_dir)
-        return p.ConsumerHello(self.name, self.position, self.batch_index, secret)
+        return p.ConsumerHello(self.name, self.position, self.batch_index, secret, self.plan,
+                               self.new_plan_at)  # fmt: skip
 
     def _attach(self, welcome: p.Welcome) -> None:
+        """Joined: the stager's plan is ours from now on (a restarted stager with another
+        plan refuses our rejoin)."""
         if self.ring is not None:
             self.ring.close()
         self.ring = Ring.attach(welcome.ring_name)
+        self.plan, self.new_plan_at = dict(welcome.plan), 0
 
     def _wait(self, kinds: tuple[type, ...], timeout_s: float) -> p.Message | None:
         """The next message of `kinds` within timeout_s, or None. Meanwhile a connected
@@ -135,6 +148,8 @@ class BatchClient:
                 continue
             if isinstance(msg, p.Shutdown):
                 raise StagerGone(f"the stager stopped: {msg.reason}")
+            if isinstance(msg, p.Refused):
+                raise StagerRefused(f"the stager refused this consumer: {msg.reason}")
             if isinstance(msg, kinds):
                 return msg
             if isinstance(msg, p.Rehello) and self.ring is not None:

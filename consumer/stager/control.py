@@ -6,6 +6,7 @@ other hosts; with ``transport.keys_dir`` it is a CURVE server and this module
 answers ZeroMQ's ZAP requests itself, so a producer whose public key is not
 listed never completes the handshake and each refusal is logged and counted.
 Replies go back on the socket a peer came from. Called only by the stager.
+A peer of another protocol version is answered REFUSED, naming both versions.
 
 Peers are told apart by socket as well as by identity: the identities this
 module hands out start with LOCAL or REMOTE, so a peer on the tcp socket can
@@ -48,6 +49,15 @@ REMOTE_RCVHWM = 64
 def is_remote(ident: bytes) -> bool:
     """Did this peer (an identity from ControlSockets.receive) come over tcp?"""
     return ident[:1] == REMOTE
+
+
+def version_refusal(exc: p.VersionMismatch) -> p.Refused:
+    """What a peer of another protocol version is told (a REFUSED decodes in any version:
+    shared/protocol.py), one answer per message it sends."""
+    return p.Refused(
+        f"this stager speaks ringfeed protocol version {exc.ours}, the peer version "
+        f"{str(exc.theirs)[:20]}: run the same ringfeed version on every host"
+    )
 
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -159,6 +169,8 @@ class ControlSockets:
                     break
                 except p.ProtocolError as exc:
                     self.on_malformed(str(exc))
+                    if isinstance(exc, p.VersionMismatch) and exc.peer is not None:
+                        self.reply(tag + exc.peer, version_refusal(exc))
                     continue
                 yield tag + ident, msg, payload
 
