@@ -12,8 +12,8 @@ shapes a sample, one hash per key, so the stager can refuse a producer whose
 config differs and name the keys (consumer/stager/producer_desk.py).
 
 Cost: one pass over what the stager has already loaded (its index and manifest),
-never per-clip work in other processes: about 0.6 s per million items (README,
-"Resuming after the dataset changed").
+never per-clip work in other processes: 0.3 s for an index of a million clips,
+0.43 s with its manifest (README, "Resuming after the dataset changed").
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
                                              "config_yaml"}
     checkpoint                              TF's pointer to the latest
 
-The cursor (epoch, batch_index, seed) lets the stager resume its plan in O(1)
+The cursor (position, epoch, batch_index, seed; plan: the plan fingerprint that a
+resume must find again, shared/fingerprint.py) lets the stager resume its plan in O(1)
 (README, "Design", contract 4). The sidecar JSON is written first, via a temp
 file and os.replace, so it is never half-written; TF updates its ``checkpoint``
 pointer last, so a crash mid-save leaves the previous checkpoint as the latest
@@ -51,10 +52,10 @@ class CheckpointManager:
             self._checkpoint, str(self.directory), max_to_keep=KEEP_LAST, checkpoint_name=PREFIX
         )
 
-    def save(self, step: int, cursor: dict[str, int], config_yaml: str) -> str:
+    def save(self, step: int, cursor: dict[str, Any], config_yaml: str) -> str:
         """Write checkpoint number `step` with its cursor and resolved config; returns its path.
 
-        cursor: {"epoch", "batch_index", "seed"} of the next batch to train on.
+        cursor: {"position", "epoch", "batch_index", "seed", "plan"} of the next batch.
         """
         sidecar = {"checkpoint": step, "step": step, "cursor": cursor, "config_yaml": config_yaml}
         _write_json_atomic(self._sidecar(step), sidecar)
@@ -64,7 +65,7 @@ class CheckpointManager:
         log.info("saved checkpoint %s", path)
         return path
 
-    def restore_latest(self) -> tuple[int, dict[str, int]] | None:
+    def restore_latest(self) -> tuple[int, dict[str, Any]] | None:
         """Restore the newest checkpoint into model and optimizer; (step, cursor) or None."""
         path = self._manager.latest_checkpoint
         if path is None:
