@@ -14,7 +14,7 @@ from scripts.runner import REPO
 from shared.config import config_from_dict, load_config, replace
 from shared.dataset import dataset_index
 from shared.fingerprint import config_fingerprint, config_refusal, plan_changes, plan_fingerprint
-from tests.runs import Run, rid, small
+from tests.runs import SYNTHETIC, Run, rid, small, write_config
 
 MINI = REPO / "data" / "ljspeech-mini"
 
@@ -100,3 +100,32 @@ def test_a_resume_against_another_plan_is_refused_or_starts_the_next_epoch(
     assert batch.meta.first_epoch == 1 and batch.meta.next_position == 72 + 8
     assert batch.meta.batch_index == 3  # batches keep counting
     assert "the plan changed (dataset index); a new plan starts at epoch 1" in logs
+
+
+@pytest.mark.slow
+def test_the_trainer_refuses_a_resume_after_the_seed_changed_unless_new_plan(
+    tmp_path: Path,
+) -> None:
+    """The real trainer: its checkpoint's cursor holds the plan; relaunched with another
+    stager.seed it exits 2 naming the seed; with --new-plan it goes on at the next epoch."""
+    raw = SYNTHETIC | {"train": {"steps": 8, "checkpoint_every": 4, "jit_compile": False}}
+    first = write_config(tmp_path, raw)
+    changed = write_config(
+        tmp_path,
+        raw | {"stager": {"batch_size": 4, "seed": 99}, "train": raw["train"] | {"steps": 12}},
+        name="reseeded.yaml",
+    )
+    run_id = rid("seed")
+    with Run(first, run_id, tmp_path) as run:
+        run.start_all()
+        assert run.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
+        before = run.json("summary.json")["cursor"]
+    with Run(changed, run_id, tmp_path) as run:
+        run.start_all()
+        assert run.wait("trainer") == 2, run.logs()
+        assert "the plan changed since the consumer's checkpoint (seed)" in run.logs()
+        run.start("trainer", "--new-plan")
+        assert run.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
+        after = run.json("summary.json")["cursor"]
+    assert before["position"] == 32 and after["position"] == 32 + 4 * 4
+    assert plan_changes(before["plan"], after["plan"]) == ["seed"]
