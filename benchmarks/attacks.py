@@ -81,8 +81,8 @@ def attack(cfg, endpoint: str, key: str, stop: threading.Event, crash_per_s: int
     return [
         in_thread(lie_per_grant, cfg, endpoint, key, stop, "malformed"),
         in_thread(bad_checksums, cfg, endpoint, key, stop),
-        in_thread(silent_identities, endpoint, key, stop, 30),
-        in_thread(crash_flood, endpoint, key, stop, crash_per_s),
+        in_thread(silent_identities, cfg, endpoint, key, stop, 30),
+        in_thread(crash_flood, cfg, endpoint, key, stop, crash_per_s),
     ]
 
 

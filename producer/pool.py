@@ -9,8 +9,10 @@ skips that input after ring.max_item_attempts, so one item never stops the
 pool. A worker that dies before it ever joined (a broken install, a bad
 config) is restarted after restart_backoff_s * 2**k (at most MAX_BACKOFF_S),
 at most producers.max_restarts times in a row (a worker alive HEALTHY_S starts
-over). Only EXIT_FINISHED means the run is over. Tracebacks are logged and
-sent to the stager by the worker itself.
+over). Only EXIT_FINISHED (the run is over), EXIT_ORPHANED (the stager is
+gone) and EXIT_REFUSED (the stager refused it: another version or config) end
+a worker for good; the pool then ends with pool_exit_code's code. Tracebacks
+are logged and sent to the stager by the worker itself.
 On SIGTERM or Ctrl-C the pool stops its workers with SIGTERM, then SIGKILL
 after TERM_GRACE_S.
 """
@@ -27,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from producer.worker import EXIT_FINISHED, run_worker
+from producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code, run_worker
 from shared.config import Config, config_from_dict
 from shared.process import POLL_S, TERM_GRACE_S, StopFlag, die_with_parent, setup_logging
 
@@ -58,6 +60,7 @@ class Slot:
     restart_at: float = 0.0
     started_at: float = 0.0
     finished: bool = False
+    ending: int = 0  # the exit code that ended it for good (ENDINGS), or 0
     joined: Any = None  # set by the worker once the stager welcomed it
 
 
@@ -104,7 +107,9 @@ class ProducerPool:
             for s in self.slots
             if s.finished and s.restarts > self.cfg.producers.max_restarts
         ]
-        return 1 if failed and len(failed) == len(self.slots) else 0
+        if failed and len(failed) == len(self.slots):
+            return 1
+        return pool_exit_code([s.ending for s in self.slots])
 
     def check(self, slot: Slot) -> None:
         now = time.monotonic()
@@ -121,12 +126,8 @@ class ProducerPool:
         code = slot.proc.exitcode
         slot.proc.join()
         slot.proc = None
-        if code == EXIT_FINISHED:
-            slot.finished = True  # the stager said stop: the run is over
-            self.ended_at = self.ended_at or now
-            return
-        if self.ended_at:
-            slot.finished = True  # no restarts once the run is over
+        if code in ENDINGS or self.ended_at:
+            self.end(slot, code, now)
             return
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         if slot.joined.is_set():
@@ -155,6 +156,16 @@ class ProducerPool:
             delay,
         )
         slot.restart_at = now + delay
+
+    def end(self, slot: Slot, code: int, now: float) -> None:
+        """No restart: the run is over, its stager gone, or it refused us (ENDINGS); or
+        another worker's ending already ended the run."""
+        slot.finished = True
+        if code in ENDINGS:
+            slot.ending = code
+            self.ended_at = self.ended_at or now
+            if code != EXIT_FINISHED:
+                log.error("%s %s; not restarting it", slot.name, ENDINGS[code])
 
     def stop_all(self) -> None:
         """SIGTERM every worker, SIGKILL what is left after TERM_GRACE_S."""

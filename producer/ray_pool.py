@@ -19,8 +19,10 @@ files to the nodes. That goes over Ray's own channels, which are not
 encrypted unless the cluster runs with TLS (RAY_USE_TLS=1 and its
 certificates); README, "Beyond one host", says which set-ups are safe.
 
-The driver exits 0 when every actor's producer has finished (the stager said
-the run is over), and stops its actors on SIGTERM or Ctrl-C.
+The driver ends when every actor's producer has ended for good (the stager said
+the run is over, went silent, or refused it: producer/worker.py ENDINGS; such an
+actor is not replaced), with producer/worker.py pool_exit_code's code, and
+stops its actors on SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from producer.worker import EXIT_FINISHED
+from producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code
 from shared.config import Config, source_hook_env
 from shared.keys import ClientKeys, load_client
 from shared.process import POLL_S, StopFlag
@@ -96,7 +98,7 @@ class RayProducers:
         self.options = {**ACTOR_OPTIONS, **({"runtime_env": {"env_vars": env}} if env else {})}
         self.placed: set[str] = set()
         self.running: dict[Any, tuple[str, Any]] = {}  # run ref -> (node id, actor)
-        self.finished = 0
+        self.endings: list[int] = []  # the exit codes of actors that ended for good
 
     def start(self, node_id: str) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -126,8 +128,10 @@ class RayProducers:
                 log.warning("a producer actor failed for good (%s); starting another", exc)
                 self.start(node_id)
                 continue
-            if code == EXIT_FINISHED:
-                self.finished += 1
+            if code in ENDINGS:
+                self.endings.append(code)
+                if code != EXIT_FINISHED:
+                    log.error("a producer actor %s; not starting another", ENDINGS[code])
             else:
                 log.warning("a producer actor exited with %d; starting another", code)
                 self.start(node_id)
@@ -154,9 +158,9 @@ def main(cfg: Config, address: str, endpoint: str) -> int:
     try:
         while not stop.is_set():
             driver.place_new_nodes()
-            if not driver.running and driver.finished:
-                log.info("every producer actor finished: the run is over")
-                return 0
+            if not driver.running and driver.endings:
+                log.info("every producer actor ended: the run is over")
+                return pool_exit_code(driver.endings)
             if not driver.running:
                 stop.wait(POLL_S)  # no node offers a CPU yet
                 continue

@@ -13,6 +13,15 @@ An unexpected exception in a sample's work is that sample's SKIP, with the
 stage the source was in (``Source.stage``: text, audio, features, cache, ...)
 or "write" when the sample did not fit its slot.
 
+Orphans and refusals. A producer that has heard nothing from the stager for
+ORPHAN_S since a stager WELCOMEd it exits with EXIT_ORPHANED, whatever it
+sends meanwhile: only a message from the stager resets that clock, never its
+own HELLO. Before its first WELCOME it waits for its stager as long as it
+takes (a stager measuring a length manifest may take minutes to bind). A
+REFUSED from the stager (another protocol version, another config: the reason
+says what to change), or any message in another protocol version, ends it
+with EXIT_REFUSED. The pools restart neither (producer/pool.py).
+
 Goodbyes: on stop the worker sends BYE and waits up to SHUTDOWN_WAIT_S for
 BYE_ACK, because ZeroMQ may drop the last messages of a process that exits
 right after sending; correctness never depends on it (leases cover a lost
@@ -39,6 +48,7 @@ from producer.sources import Source, make_source
 from shared import protocol as p
 from shared.config import Config
 from shared.content import content_error
+from shared.fingerprint import config_fingerprint
 from shared.keys import ClientKeys, load_client
 from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
 from shared.ring import Ring
@@ -47,11 +57,18 @@ from shared.sockets import make_socket, recv, send
 log = logging.getLogger(__name__)
 
 # A producer that hears nothing from the stager for ring.lease_s says HELLO again (the
-# stager restarted); one that hears nothing for ORPHAN_S exits (the run is over).
+# stager restarted); one that hears nothing for ORPHAN_S after a WELCOME exits (the
+# stager is gone). 30 s: three default leases, and room for a stager to restart.
 ORPHAN_S = 30.0
-# The exit code of a worker whose run is over (SHUTDOWN, SIGTERM, orphaned). Any other
-# code, 0 included (a library that called sys.exit(0)), is a death the pool restarts.
-EXIT_FINISHED = 3
+# Exit codes of a worker that must not be restarted: its run is over (SHUTDOWN, SIGTERM),
+# its stager is gone, or the stager refused it. Any other code, 0 included (a library
+# that called sys.exit(0)), is a death the pool restarts.
+EXIT_FINISHED, EXIT_ORPHANED, EXIT_REFUSED = 3, 4, 5
+ENDINGS = {
+    EXIT_FINISHED: "finished",
+    EXIT_ORPHANED: "lost its stager (no word for ORPHAN_S)",
+    EXIT_REFUSED: "was refused by the stager (its log says why)",
+}
 # Longest quarantine reason for an unexpected exception, characters.
 MAX_REASON_CHARS = 400
 
@@ -86,6 +103,9 @@ class Worker:
         self.done_reported = 0
         self.last_sent = self.last_heard = self.last_heartbeat = time.monotonic()
         self.welcomed = False  # by the stager, on the current socket
+        self.ever_welcomed = False  # from then on, the orphan clock runs
+        self.ending = EXIT_FINISHED  # or EXIT_ORPHANED, EXIT_REFUSED: what run_worker returns
+        self.config_print = config_fingerprint(cfg)  # in every HELLO
         self.hello_at = self.last_request = 0.0
         self.on_welcome: Callable[[], object] | None = None
         self.token = secrets.token_hex(16)  # this process, in every HELLO (shared.protocol)
@@ -109,11 +129,10 @@ class Worker:
         self.n_taken_back += len(self.grants)  # void: the stager took them back (REHELLO)
         self.grants.clear()
         self.drop_writer()  # READY entries not yet sent belong to the old session
-        hello = p.Hello(
-            self.name, os.getpid(), socket.gethostname(), self.remote, self.token, self.place
-        )
+        hello = p.Hello(self.name, os.getpid(), socket.gethostname(), self.remote, self.token,
+                        self.place, self.config_print)  # fmt: skip
         self._send(hello)
-        self.last_heard = self.hello_at = time.monotonic()
+        self.hello_at = time.monotonic()  # not last_heard: our own HELLO proves nothing
         self.welcomed = False
 
     def drop_writer(self) -> None:
@@ -148,11 +167,22 @@ class Worker:
                 _, msg, _ = recv(self.sock)
             except zmq.Again:
                 return
+            except p.VersionMismatch as exc:
+                self.end(EXIT_REFUSED, f"the stager speaks ringfeed protocol version "
+                         f"{exc.theirs}, this producer version {exc.ours}: run the same "
+                         "ringfeed version on every host")  # fmt: skip
+                return
             except p.ProtocolError as exc:
                 log.warning("dropped a malformed message from the stager: %s", exc)
                 continue
             self.last_heard = time.monotonic()
             self.handle(msg)
+
+    def end(self, code: int, why: str) -> None:
+        """Stop for good with this exit code (never restarted: producer/pool.py)."""
+        log.error("%s: %s; exiting", self.name, why)
+        self.ending = code
+        self.stop.set()
 
     def handle(self, msg: p.Message) -> None:
         if isinstance(msg, p.Grant):
@@ -165,6 +195,8 @@ class Worker:
         elif isinstance(msg, p.Shutdown):
             log.info("stager says stop (%s)", msg.reason)
             self.stop.set()
+        elif isinstance(msg, p.Refused):
+            self.end(EXIT_REFUSED, f"refused by the stager: {msg.reason}")
 
     def welcome(self, msg: p.Welcome) -> None:
         if msg.n_items != self.source.n_items:
@@ -177,7 +209,7 @@ class Worker:
         self.drop_writer()
         self.writer = self.make_writer(msg.ring_name)
         self.last_request = time.monotonic()
-        self.welcomed = True
+        self.welcomed = self.ever_welcomed = True
         if self.on_welcome is not None:
             self.on_welcome()
         self._send(p.Request(self.cfg.producers.credits))
@@ -193,6 +225,10 @@ class Worker:
         HELLO again), a REQUEST or the credit a READY carried (an idle producer asks
         again every heartbeat; the stager caps credits, so asking twice costs nothing)."""
         now = time.monotonic()
+        silent = now - self.last_heard
+        if self.ever_welcomed and silent > ORPHAN_S:
+            self.end(EXIT_ORPHANED, f"no word from the stager for {silent:.0f} s (it is gone)")
+            return
         if not self.welcomed and now - self.hello_at > self.cfg.ring.lease_s:
             log.warning("no WELCOME %.1f s after HELLO; saying HELLO again", now - self.hello_at)
             self.connect()
@@ -210,11 +246,7 @@ class Worker:
         if gone_idle or now - self.last_heartbeat >= self.cfg.ring.heartbeat_s:
             self._send(p.Heartbeat(self.done, self.work()))
             self.last_heartbeat, self.done_reported = now, self.done
-        silent = now - self.last_heard
-        if silent > ORPHAN_S:
-            log.error("no word from the stager for %.0f s; exiting", silent)
-            self.stop.set()
-        elif silent > self.cfg.ring.lease_s:
+        if self.welcomed and silent > self.cfg.ring.lease_s:
             log.warning("stager silent for %.1f s; saying HELLO again", silent)
             self.connect()
 
@@ -281,7 +313,7 @@ class Worker:
     # ------------------------------------------------------------ teardown
     def close(self) -> None:
         """Say BYE, wait briefly for BYE_ACK, and let go of everything (never unlinks)."""
-        if self.sock is not None and self.welcomed:
+        if self.sock is not None and self.welcomed and self.ending == EXIT_FINISHED:
             if self.writer is not None:
                 self.writer.flush()
             self._send(p.Bye(self.done, self.work()))
@@ -301,6 +333,16 @@ class Worker:
     def report_crash(self, text: str) -> None:
         if self.sock is not None:
             self._send(p.Crash(self.name, text[-p.MAX_STR["traceback"] :]))
+
+
+def pool_exit_code(endings: list[int]) -> int:
+    """A pool's exit code from the exit codes that ended its workers for good (0: a
+    worker the pool stopped itself): 2 if the stager refused one (what to change is in
+    its log), 1 if each lost its stager (killed: the run did not finish), else 0."""
+    ended = [code for code in endings if code]
+    if EXIT_REFUSED in ended:
+        return 2
+    return 1 if ended and all(code == EXIT_ORPHANED for code in ended) else 0
 
 
 def run_worker(
@@ -333,4 +375,4 @@ def run_worker(
         worker.close()
         return 1
     worker.close()
-    return EXIT_FINISHED
+    return worker.ending

@@ -4,7 +4,7 @@ ringfeed validate CONFIG                 check a config, print derived sizes
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
 ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADDRESS: on Ray)
-ringfeed trainer CONFIG --run-id R       the model process
+ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a changed plan)
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed manifest CONFIG                 measure every item's length (for length buckets)
@@ -107,13 +107,13 @@ def cmd_producers(args: argparse.Namespace) -> int:
 def cmd_trainer(args: argparse.Namespace) -> int:
     from consumer.trainer.trainer import main
 
-    return main(_config(args.config), args.run_id)
+    return main(_config(args.config), args.run_id, new_plan=args.new_plan)
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
     """A consumer without a model: frees each batch, optionally after --step-s; 1 if the
     stager refused it (another consumer holds the run)."""
-    from consumer.client.batch_client import BatchClient, ConsumerRefused, StagerGone
+    from consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
     from shared.process import StopFlag
 
     cfg = _config(args.config)
@@ -137,7 +137,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
             client.step_stats(n, time.monotonic() - t_wait - wait_s, wait_s, 0.0, rows, frames)
             n += 1
         finished = not stop.is_set()
-    except ConsumerRefused as exc:
+    except StagerRefused as exc:
         print(f"drain: {exc}", file=sys.stderr)
         return 1
     except StagerGone as exc:
@@ -238,7 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--ray", default="", metavar="ADDRESS", help="producers as Ray actors (with --connect)"
     )
-    verb("trainer", cmd_trainer)
+    t = verb("trainer", cmd_trainer)
+    t.add_argument(
+        "--new-plan",
+        action="store_true",
+        help="if the dataset, seed or buckets changed since the checkpoint, start a new "
+        "plan at its next epoch instead of refusing to resume",
+    )
     d = verb("drain", cmd_drain)
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
     d.add_argument("--step-s", type=float, default=0.0, help="pretend each batch takes this long")

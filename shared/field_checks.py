@@ -35,6 +35,9 @@ MAX_NAME = 128
 # A producer's work counters (Heartbeat.work, Bye.work): a few named counts, kept by the
 # stager as they are and listed in its stats (tests/test_trust.py: the stats' worst case).
 MAX_WORK_KEYS, MAX_WORK_KEY = 12, 32
+# Fingerprints (Hello.config, Welcome.plan, ConsumerHello.plan; shared/fingerprint.py):
+# name -> short hash, a few dozen entries.
+MAX_DIGESTS, MAX_DIGEST_KEY = 64, 64
 
 
 # What clean() removes: C0 but "\n" (added back for one-line fields), DEL and C1, the
@@ -91,6 +94,15 @@ def _is_work(v: Any) -> bool:
     )
 
 
+def _is_digests(v: Any) -> bool:
+    return (
+        type(v) is dict
+        and len(v) <= MAX_DIGESTS
+        and all(type(k) is str and len(k) <= MAX_DIGEST_KEY for k in v)
+        and all(type(x) is str and len(x) <= MAX_DIGEST_KEY for x in v.values())
+    )
+
+
 def _str_check(limit: int) -> Any:
     return lambda v: type(v) is str and len(v) <= limit
 
@@ -108,4 +120,6 @@ def field_check(name: str, tp: Any) -> Any:
     """The check of one message field, from its name and annotated type."""
     if tp is str:
         return _str_check(MAX_STR.get(name, MAX_NAME))
+    if name in ("config", "plan"):
+        return _is_digests
     return _is_work if name == "work" else _CHECKS[tp]

@@ -8,12 +8,18 @@ without sockets; :func:`decode` raises :class:`ProtocolError` on anything it
 does not fully understand, and the receiver counts and drops that message.
 Every field is range-checked at decode (shared/field_checks.py).
 
+Versions. Every header starts with VERSION, forever. A peer of another version is
+answered with REFUSED, whose layout ``[version, 19, reason]`` never changes, so a
+producer of any version since 4 decodes it and exits with the reason, which names
+both versions (consumer/stager/control.py). A message of another version that is
+not a REFUSED raises :class:`VersionMismatch`, which says both versions too.
+
 Who sends what::
 
     producer -> stager   HELLO, REQUEST, READY, SKIP, HEARTBEAT, CRASH, BYE
-    stager -> producer   WELCOME, GRANT, SHUTDOWN, BYE_ACK, REHELLO
+    stager -> producer   WELCOME, GRANT, SHUTDOWN, BYE_ACK, REHELLO, REFUSED
     trainer -> stager    CONSUMER_HELLO, BATCH_FREE, STEP_STATS, HEARTBEAT (while waiting)
-    stager -> trainer    BATCH_READY, END_OF_DATA, SHUTDOWN, REHELLO
+    stager -> trainer    BATCH_READY, END_OF_DATA, SHUTDOWN, REHELLO, REFUSED
     stager -> anyone     STATS (on the PUB socket)
 """
 
@@ -23,7 +29,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgpack
 
@@ -34,14 +40,30 @@ from shared.field_checks import MAX_STR as MAX_STR
 from shared.field_checks import MAX_WORK_KEY as MAX_WORK_KEY
 from shared.field_checks import MAX_WORK_KEYS as MAX_WORK_KEYS
 from shared.field_checks import clean_fields, field_check
+from shared.grants import Grant as Grant
+from shared.grants import GrantEntry as GrantEntry
+from shared.grants import Ready as Ready
+from shared.grants import ReadyEntry as ReadyEntry
 
-VERSION = 3
+# 4: HELLO carries the config fingerprint, WELCOME and CONSUMER_HELLO the plan's; REFUSED.
+VERSION = 4
 # Raw payload frames of a remote READY; the stager checks exact sizes anyway.
 MAX_PAYLOAD_FRAMES = 8
 
 
 class ProtocolError(ValueError):
-    """A message that is not ours, of another version, or malformed."""
+    """A message that is not ours, of another version, or malformed. peer: the sender's
+    identity, when it came on a ROUTER socket (shared/sockets.py recv sets it)."""
+
+    peer: bytes | None = None
+
+
+class VersionMismatch(ProtocolError):
+    """A message of another protocol version: `theirs` and `ours`."""
+
+    def __init__(self, theirs: object, ours: int) -> None:
+        super().__init__(f"protocol version {theirs!r}, expected {ours}")
+        self.theirs, self.ours = theirs, ours
 
 
 class Kind(IntEnum):
@@ -63,6 +85,8 @@ class Kind(IntEnum):
     END_OF_DATA = 16
     STATS = 17
     REHELLO = 18
+    # Its layout [version, 19, reason] is frozen: decoded whatever the version.
+    REFUSED = 19
 
 
 @dataclass(frozen=True)
@@ -79,13 +103,19 @@ class Hello:
     token: str
     # Where a cluster engine placed it ("ray actor ID on node ID"), or "".
     place: str
+    # "section.key" -> hash of each config key that shapes a sample (shared/fingerprint.py).
+    config: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Welcome:
+    """plan: the plan's fingerprint per part (shared/fingerprint.py), which the trainer
+    keeps in its checkpoints' cursor."""
+
     run_id: str
     ring_name: str
     n_items: int
+    plan: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -93,97 +123,6 @@ class Request:
     """Ask for up to `credits` more grants."""
 
     credits: int
-
-
-class GrantEntry(NamedTuple):
-    """One grant: fill `slot` (stamped with `generation`) with `item`, the plan's
-    `position`."""
-
-    slot: int
-    generation: int
-    item: int
-    position: int
-
-
-class ReadyEntry(NamedTuple):
-    """One filled slot: `lengths` holds the true rows of each ring field in ring order,
-    `checksum` the rows_checksum (shared/ring.py) of those rows as written."""
-
-    slot: int
-    generation: int
-    item: int
-    lengths: list[int]
-    checksum: int
-    truncated: bool
-
-
-@dataclass(frozen=True)
-class Grant:
-    """One or more grants (:class:`GrantEntry`), as parallel lists on the wire: build
-    with :meth:`of`, read with :meth:`entries`.
-
-    Grants travel in batches because per-message cost, not bytes, limits the
-    ring with small work per sample (README, ring benchmark)."""
-
-    slots: list[int]
-    generations: list[int]
-    items: list[int]
-    positions: list[int]
-
-    @classmethod
-    def of(cls, entries: list[GrantEntry]) -> Grant:
-        return cls(*(list(column) for column in zip(*entries, strict=True)))
-
-    def entries(self) -> list[GrantEntry]:
-        """The grants; a GRANT whose lists differ in length is refused at decode."""
-        columns = (self.slots, self.generations, self.items, self.positions)
-        return [GrantEntry(*g) for g in zip(*columns, strict=True)]
-
-
-@dataclass(frozen=True)
-class Ready:
-    """One or more filled slots (:class:`ReadyEntry`), as parallel lists on the wire:
-    lengths holds n_fields true sizes per entry, flattened; truncated is 0/1 per entry.
-    Build with :meth:`of`, read with :meth:`entries`. A remote producer sends one entry
-    and its rows as raw payload frames, one per field."""
-
-    slots: list[int]
-    generations: list[int]
-    items: list[int]
-    lengths: list[int]
-    checksums: list[int]
-    truncated: list[int]
-
-    @classmethod
-    def of(cls, entries: list[ReadyEntry]) -> Ready:
-        return cls(
-            [e.slot for e in entries],
-            [e.generation for e in entries],
-            [e.item for e in entries],
-            [n for e in entries for n in e.lengths],
-            [e.checksum for e in entries],
-            [int(e.truncated) for e in entries],
-        )
-
-    def entries(self, n_fields: int) -> list[ReadyEntry] | str:
-        """The entries, or why the lists do not line up (the stager rejects the READY:
-        n_fields depends on the run, so decode cannot check it)."""
-        n = len(self.slots)
-        if not (len(self.generations) == len(self.items) == len(self.checksums) == n) or (
-            len(self.truncated) != n or len(self.lengths) != n * n_fields
-        ):
-            return f"READY with inconsistent list sizes ({n} slots)"
-        return [
-            ReadyEntry(
-                self.slots[i],
-                self.generations[i],
-                self.items[i],
-                self.lengths[i * n_fields : (i + 1) * n_fields],
-                self.checksums[i],
-                bool(self.truncated[i]),
-            )
-            for i in range(n)
-        ]
 
 
 @dataclass(frozen=True)
@@ -237,12 +176,17 @@ class Shutdown:
 class ConsumerHello:
     """The trainer (or any batch consumer) starts reading at plan position `position`.
     secret: the run's consumer secret (the 0600 file the stager writes in its run
-    directory); without it no peer becomes the consumer."""
+    directory); without it no peer becomes the consumer. plan: the plan fingerprint of
+    the checkpoint it resumes ({} for a fresh start); a plan that differs is refused,
+    unless new_plan_at > 0: then a new plan starts at that epoch (the trainer's
+    --new-plan)."""
 
     name: str
     position: int
     batch_index: int
     secret: str
+    plan: dict[str, Any]
+    new_plan_at: int
 
 
 @dataclass(frozen=True)
@@ -292,6 +236,15 @@ class Rehello:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """The stager will not take this peer, for good (another protocol version, another
+    config, a plan that changed): the peer exits with the reason, which says what to
+    change."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Stats:
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -315,6 +268,7 @@ MESSAGE_TYPES: dict[Kind, type] = {
     Kind.END_OF_DATA: EndOfData,
     Kind.STATS: Stats,
     Kind.REHELLO: Rehello,
+    Kind.REFUSED: Refused,
 }
 KIND_OF: dict[type, Kind] = {cls: kind for kind, cls in MESSAGE_TYPES.items()}
 _FIELDS: dict[type, list[tuple[str, Any]]] = {
@@ -373,7 +327,9 @@ def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
         raise ProtocolError("header is not [version, kind, ...]")
     version, kind_value, *values = obj
     if version != VERSION:
-        raise ProtocolError(f"protocol version {version!r}, expected {VERSION}")
+        if kind_value == Kind.REFUSED and len(values) == 1 and type(values[0]) is str:
+            return Refused(values[0][: MAX_STR["reason"]]), []
+        raise VersionMismatch(version, VERSION)
     found = _BY_VALUE.get(kind_value) if type(kind_value) is int else None
     if found is None:
         raise ProtocolError(f"unknown message kind {kind_value!r}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import zmq
 
-from shared.protocol import Message, decode, encode
+from shared.protocol import Message, ProtocolError, decode, encode
 
 # A payload frame may be as large as the largest slot field; anything bigger
 # is refused by libzmq before it reaches Python (ZMQ_MAXMSGSIZE).
@@ -50,11 +50,16 @@ def send(
 def recv(sock: zmq.Socket, routed: bool = False) -> tuple[bytes | None, Message, list[bytes]]:
     """Receive one message without blocking: (peer identity or None, message, payload).
 
-    Raises zmq.Again when nothing is waiting and ProtocolError when it is malformed.
+    Raises zmq.Again when nothing is waiting and ProtocolError when it is malformed
+    (with the sender's identity as its `peer`, so a peer of another version can be told).
     """
     frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=True)
     ident = None
     if routed:
         ident, frames = frames[0], frames[1:]
-    msg, payload = decode(frames)
+    try:
+        msg, payload = decode(frames)
+    except ProtocolError as exc:
+        exc.peer = ident
+        raise
     return ident, msg, payload

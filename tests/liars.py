@@ -20,6 +20,7 @@ import zmq
 from producer.sources import SyntheticSource
 from shared import protocol as p
 from shared.config import Config, endpoints, load_config
+from shared.fingerprint import config_fingerprint
 from shared.keys import load_client
 from shared.ring import Ring, rows_checksum
 
@@ -53,9 +54,10 @@ def receive(sock: zmq.Socket, timeout_s: float) -> p.Message | None:
     return p.decode(sock.recv_multipart())[0]
 
 
-def join(sock: zmq.Socket, name: str, remote: bool, tally: Tally) -> p.Welcome | None:
-    """HELLO (a new token each time) until WELCOME; None if refused."""
-    hello = p.Hello(name, os.getpid(), socket.gethostname(), remote, os.urandom(8).hex(), "")
+def join(sock: zmq.Socket, cfg: Config, name: str, remote: bool, tally: Tally) -> p.Welcome | None:
+    """HELLO (a new token each time, the run's config) until WELCOME; None if refused."""
+    token, prints = os.urandom(8).hex(), config_fingerprint(cfg)
+    hello = p.Hello(name, os.getpid(), socket.gethostname(), remote, token, "", prints)
     sock.send_multipart(p.encode(hello))
     deadline = time.monotonic() + WELCOME_WAIT_S
     while (left := deadline - time.monotonic()) > 0:
@@ -102,7 +104,7 @@ def lie_per_grant(
         ring = None
         try:
             while not stop.is_set():
-                welcome = join(sock, f"liar-{lie}-{os.getpid()}", remote, tally)
+                welcome = join(sock, cfg, f"liar-{lie}-{os.getpid()}", remote, tally)
                 if welcome is None:
                     continue
                 sock.send_multipart(p.encode(p.Request(1)))
@@ -119,14 +121,14 @@ def lie_per_grant(
 
 
 def crash_flood(
-    endpoint: str, keys_dir: str, stop: threading.Event, per_s: int, *, tally: Tally
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, per_s: int, *, tally: Tally
 ) -> None:
     """Join, then send CRASH reports of 16 KiB (with terminal escapes) at per_s a
     second, saying HELLO again whenever told to."""
     trace = ("\x1b[2J\x1b]0;owned\x07Traceback (most recent call last):\n" * 400)[:16000]
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         while not stop.is_set():
-            if join(sock, "liar-crash", True, tally) is None:
+            if join(sock, cfg, "liar-crash", True, tally) is None:
                 continue
             while not stop.wait(0.01):
                 for _ in range(max(1, per_s // 100)):
@@ -146,7 +148,7 @@ def bad_checksums(
     once with the right rows and a wrong checksum."""
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         while not stop.is_set():
-            if join(sock, "liar-checksum", True, tally) is None:
+            if join(sock, cfg, "liar-checksum", True, tally) is None:
                 continue
             sock.send_multipart(p.encode(p.Request(16)))
             for g in grants_of(sock):
@@ -160,20 +162,22 @@ def bad_checksums(
 
 
 def silent_identities(
-    endpoint: str, keys_dir: str, stop: threading.Event, n: int, *, tally: Tally
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, n: int, *, tally: Tally
 ) -> None:
     """n sockets with one valid key (in keys_dir) that join, ask for grants and
     heartbeat, and never deliver; each says HELLO again when told to."""
     with zmq.Context() as ctx:
         socks = [connect(ctx, endpoint, keys_dir) for _ in range(n)]
+        prints = config_fingerprint(cfg)
         try:
             for i, sock in enumerate(socks):
-                sock.send_multipart(p.encode(p.Hello(f"idle-{i}", 1, "far", True, f"t{i}", "")))
+                hello = p.Hello(f"idle-{i}", 1, "far", True, f"t{i}", "", prints)
+                sock.send_multipart(p.encode(hello))
             while not stop.wait(0.2):
                 for i, sock in enumerate(socks):
                     while (msg := receive(sock, 0)) is not None:
                         if isinstance(msg, p.Rehello):
-                            hello = p.Hello(f"idle-{i}", 1, "far", True, f"t{i}", "")
+                            hello = p.Hello(f"idle-{i}", 1, "far", True, f"t{i}", "", prints)
                             sock.send_multipart(p.encode(hello))
                         elif isinstance(msg, p.Welcome):
                             tally.joins += 1

@@ -93,7 +93,7 @@ def fill_one(cfg: Config, stager: tuple[zmq.Socket, str], ring: Ring) -> tuple[p
     try:
         worker.connect()
         ident, _ = next_message(sock, p.Hello)
-        send(sock, p.Welcome(ring.run_id, ring.name, worker.source.n_items), ident=ident)
+        send(sock, p.Welcome(ring.run_id, ring.name, worker.source.n_items, {}), ident=ident)
         while not worker.welcomed:
             worker.poll(1.0)
         worker.fill(p.GrantEntry(0, GENERATION, ITEM, 0))

@@ -17,6 +17,7 @@ from consumer.stager.plan import EpochPlan
 from scripts.lossy_link import LossyLink
 from shared import protocol as p
 from shared.config import endpoints, load_config
+from shared.fingerprint import config_fingerprint
 from shared.quarantine import read_quarantine
 from tests.checks import consume
 from tests.fault_sources import inject_faults
@@ -37,14 +38,15 @@ class MuteProducer(threading.Thread):
     """Says HELLO, asks for grants, then only heartbeats: never READY, never SKIP; until
     its stop event is set."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, config: dict[str, str]) -> None:
+        """config: the run's config fingerprint, which its HELLO must carry."""
         super().__init__(daemon=True)
-        self.endpoint, self.grants, self.rehellos = endpoint, 0, 0
+        self.endpoint, self.config, self.grants, self.rehellos = endpoint, config, 0, 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         with peer_socket(self.endpoint) as sock:
-            hello = p.Hello("mute", os.getpid(), socket.gethostname(), False, "t", "")
+            hello = p.Hello("mute", os.getpid(), socket.gethostname(), False, "t", "", self.config)
             sock.send_multipart(p.encode(hello))
             beat = 0.0
             while not self.stop.is_set():
@@ -66,7 +68,7 @@ def test_grants_of_a_producer_that_heartbeats_but_never_answers_come_back(
     cfg_path = small(tmp_path, items=n, delay_s=0.003, ring={"lease_s": 1.0})
     cfg = load_config(cfg_path)
     run_id = rid()
-    mute = MuteProducer(endpoints(cfg, run_id).control)
+    mute = MuteProducer(endpoints(cfg, run_id).control, config_fingerprint(cfg))
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         mute.start()

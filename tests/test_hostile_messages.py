@@ -18,6 +18,7 @@ import zmq
 
 from shared import protocol as p
 from shared.config import endpoints, load_config
+from shared.fingerprint import config_fingerprint
 from tests.checks import assert_exactly_once, consume
 from tests.peers import peer_socket
 from tests.polling import wait_for
@@ -83,7 +84,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
     n, n_msgs = 400, 2000
     cfg_path = small(tmp_path, items=n, delay_s=0.005)
     cfg = load_config(cfg_path)
-    n_fields = len(cfg.sample_fields())
+    n_fields, prints = len(cfg.sample_fields()), config_fingerprint(cfg)
     run_id = rid()
     sent = collections.Counter()
     with Run(cfg_path, run_id, tmp_path) as run:
@@ -101,7 +102,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
                     sock.setsockopt(zmq.LINGER, 0)
                     sock.connect(control)
                 # Another host's name: its grants are freed, not fenced, once it falls silent.
-                fake.send_multipart(p.encode(p.Hello("fuzz", 1, "fuzzhost", False, "t", "")))
+                fake.send_multipart(p.encode(p.Hello("fuzz", 1, "fuzz-1", False, "t", "", prints)))
                 for i in range(n_msgs):
                     sock = fake if i % 2 else stranger
                     sock.send_multipart(fuzz_frames(rng, cfg.ring.slots, n_fields))
@@ -143,7 +144,7 @@ def test_a_hello_with_an_out_of_range_pid_does_not_kill_the_stager(tmp_path: Pat
         client = run.client(timeout_s=30)
         with peer_socket(endpoints(cfg, run_id).control) as rogue:
             rogue.send_multipart(
-                p.encode(p.Hello("huge", 2**40, socket.gethostname(), False, "t", ""))
+                p.encode(p.Hello("huge", 2**40, socket.gethostname(), False, "t", "", {}))
             )
             try:
                 items = consume(client, timeout_s=30)
@@ -165,7 +166,9 @@ def test_a_second_hello_on_one_socket_does_not_orphan_its_grants(tmp_path: Path)
         run.start("producers")
         client = run.client(timeout_s=30)
         with peer_socket(endpoints(cfg, run_id).control) as peer:
-            hello = p.encode(p.Hello("twice", 1, "elsewhere", False, "t", ""))
+            hello = p.encode(
+                p.Hello("twice", 1, "elsewhere", False, "t", "", config_fingerprint(cfg))
+            )
             peer.send_multipart(hello)
             peer.send_multipart(p.encode(p.Request(4)))
             got: list = []

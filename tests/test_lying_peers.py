@@ -138,7 +138,7 @@ def test_thirty_identities_of_one_key_get_one_peers_share(tmp_path: Path) -> Non
     ):
         run.start("stager")
         client = run.client(timeout_s=30)
-        thread, tally = in_thread(silent_identities, endpoint, key, stop, 30)
+        thread, tally = in_thread(silent_identities, cfg, endpoint, key, stop, 30)
         run.poll_for(lambda: tally.joins >= 30, 20, "30 identities joined")
         run.start("producers")
         # Grants made while they were the only peer run out after a lease; from then on

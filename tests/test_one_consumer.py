@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer.client.batch_client import BatchClient, ConsumerRefused
+from consumer.client.batch_client import BatchClient, StagerRefused
 from consumer.stager.consumer_side import SILENT_LEASES
 from shared.config import load_config
 from tests.checks import assert_exactly_once, consume
@@ -66,7 +66,7 @@ def test_a_new_consumer_takes_over_once_the_holder_is_killed(tmp_path: Path) -> 
         run.poll_for(lambda: "starts at plan position" in run.logs(), 60, "the drain joining")
         early = BatchClient(cfg, run_id, name="early")
         try:
-            with pytest.raises(ConsumerRefused, match=f"'drain' \\(pid {holder.pid}\\)"):
+            with pytest.raises(StagerRefused, match=f"'drain' \\(pid {holder.pid}\\)"):
                 early.connect(timeout_s=30)
         finally:
             early.close(finished=False)

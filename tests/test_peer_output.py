@@ -27,8 +27,9 @@ from consumer.tools.inspector import Inspector
 from consumer.tools.screen import BOLD, CLEAR, RESET, render
 from scripts.runner import REPO
 from shared import protocol as p
-from shared.config import endpoints, load_config
+from shared.config import Config, endpoints, load_config
 from shared.field_checks import clean
+from shared.fingerprint import config_fingerprint
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, peer_socket
 from tests.runs import Run, finish, rid, small
@@ -51,7 +52,7 @@ def control_characters(text: str) -> set[str]:
 
 
 def test_decode_removes_controls_and_keeps_every_script() -> None:
-    hello = p.Hello(f"w{HOSTILE}{PERSIAN}", 7, f"h{HOSTILE}", False, "t", f"on{HOSTILE}")
+    hello = p.Hello(f"w{HOSTILE}{PERSIAN}", 7, f"h{HOSTILE}", False, "t", f"on{HOSTILE}", {})
     got, _ = p.decode([bytes(f) for f in p.encode(hello)])
     assert (got.name, got.host, got.place) == (f"w[2J]0;owned31m{PERSIAN}", "h[2J]0;owned31m",
                                                "on[2J]0;owned31m")  # fmt: skip
@@ -85,11 +86,12 @@ def test_peer_log_bounds_each_peer_and_all_of_them(caplog: pytest.LogCaptureFixt
     assert len(ours) <= PEER_BURST + 1 + TOTAL_BURST
 
 
-def flood_crashes(endpoint: str, stop: threading.Event, sent: list[int]) -> None:
+def flood_crashes(cfg: Config, endpoint: str, stop: threading.Event, sent: list[int]) -> None:
     """An authenticated local producer (this user's process, on the ipc socket) that says
     HELLO and then CRASH as fast as the stager takes them, until stop."""
     with peer_socket(endpoint) as peer:
-        hello = p.Hello("flood", os.getpid(), socket.gethostname(), False, "t", "")
+        prints = config_fingerprint(cfg)
+        hello = p.Hello("flood", os.getpid(), socket.gethostname(), False, "t", "", prints)
         peer.send_multipart(p.encode(hello))
         crash = p.encode(p.Crash("flood", LONG_TRACEBACK))
         while not stop.is_set():
@@ -111,7 +113,7 @@ def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
         log_path = tmp_path / f"{run_id}-stager-1.log"
         size0, t0 = log_path.stat().st_size, time.monotonic()
         flood = threading.Thread(
-            target=flood_crashes, args=(endpoints(cfg, run_id).control, stop, sent), daemon=True
+            target=flood_crashes, args=(cfg, endpoints(cfg, run_id).control, stop, sent), daemon=True
         )
         flood.start()
         try:
@@ -178,7 +180,8 @@ def test_no_control_character_from_a_peer_reaches_log_json_or_inspector(tmp_path
         run.start("producers")
         client = run.client(timeout_s=30)  # connected, not reading yet: the run waits
         with peer_socket(endpoints(cfg, run_id).control) as peer:
-            hello = p.Hello(name, os.getpid(), f"host{HOSTILE}", False, "t", f"at{HOSTILE}")
+            prints = config_fingerprint(cfg)
+            hello = p.Hello(name, os.getpid(), f"host{HOSTILE}", False, "t", f"at{HOSTILE}", prints)
             peer.send_multipart(p.encode(hello))
             peer.send_multipart(p.encode(p.Heartbeat(0, {f"decoded{HOSTILE}": 1})))
             peer.send_multipart(p.encode(p.Crash(name, f"Traceback\n{HOSTILE}boom\n")))

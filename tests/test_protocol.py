@@ -10,10 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared import protocol as p
+from shared.config import config_from_dict
+from shared.fingerprint import config_fingerprint
+
+# What a producer of the default config says in its HELLO.
+CONFIG_PRINT = config_fingerprint(config_from_dict({}))
+PLAN_PRINT = {"index": "0" * 16, "seed": "1" * 16, "buckets": "2" * 16, "manifest": "3" * 16}
 
 EXAMPLES = [
-    p.Hello("host-0", 123, "host", False, "9f2c", "ray actor 1a2b on node 3c4d"),
-    p.Welcome("run", "ringfeed-run-samples", 13),
+    p.Hello("host-0", 123, "host", False, "9f2c", "ray actor 1a2b on node 3c4d", CONFIG_PRINT),
+    p.Welcome("run", "ringfeed-run-samples", 13, PLAN_PRINT),
     p.Request(2),
     p.Grant([3, 4], [7, 1], [11, 12], [99, 100]),
     p.Ready([3], [7], [11], [40, 300], [0xDEADBEEF], [0]),
@@ -23,7 +29,7 @@ EXAMPLES = [
     p.Bye(5, {"decoded": 5}),
     p.ByeAck(),
     p.Shutdown("run finished"),
-    p.ConsumerHello("trainer", 64, 2, "s3cret"),
+    p.ConsumerHello("trainer", 64, 2, "s3cret", PLAN_PRINT, 3),
     p.BatchReady(1, 9, 40, 330, 3, 8, 2, 8, 800, 200),
     p.BatchReady(1, 4, 10, 352, 0, 32, 0, 64, 400, 96),
     p.BatchFree(1, 4),
@@ -31,6 +37,7 @@ EXAMPLES = [
     p.EndOfData(12),
     p.Stats({"a": 1, "b": [1, 2]}),
     p.Rehello(),
+    p.Refused("this stager speaks ringfeed protocol version 4, the peer version 3"),
 ]
 
 
@@ -83,7 +90,7 @@ def test_malformed_messages_raise_protocol_error(frames: list[bytes], needle: st
 
 
 def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
-    return [_header(p.VERSION, int(p.Kind.HELLO), name, pid, "host", False, "t", "")]
+    return [_header(p.VERSION, int(p.Kind.HELLO), name, pid, "host", False, "t", "", {})]
 
 
 @pytest.mark.parametrize(
@@ -91,8 +98,19 @@ def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
     [
         # A peer may not claim what no honest peer sends: negative or huge numbers,
         # names longer than any producer's, more work counters than a producer has.
-        ([_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", -1, 0, "s")], "position"),
-        ([_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 2**60, "s")], "batch_index"),
+        ([_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", -1, 0, "s", {}, 0)], "position"),
+        (
+            [_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 2**60, "s", {}, 0)],
+            "batch_index",
+        ),
+        (
+            [_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 0, "s", {"k": 7}, 0)],
+            "CONSUMER_HELLO.plan",
+        ),
+        (
+            [_header(p.VERSION, int(p.Kind.HELLO), "n", 1, "h", False, "t", "", {"k": "v" * 65})],
+            "HELLO.config",
+        ),
         (_hello(name="x" * (p.MAX_NAME + 1)), "HELLO.name: not a valid str"),
         (_hello(pid=-5), "HELLO.pid"),
         ([_header(p.VERSION, int(p.Kind.GRANT), [1], [-2], [3], [4])], "GRANT.generations"),
@@ -113,8 +131,23 @@ def test_out_of_range_fields_raise_protocol_error(frames: list[bytes], needle: s
 def test_limits_admit_what_honest_peers_send() -> None:
     long_ok = p.Skip(0, 0, 0, "r" * 4096, "/" * 4096, "audio")
     assert p.decode([bytes(f) for f in p.encode(long_ok)])[0] == long_ok
-    name = p.Hello("n" * p.MAX_NAME, 2**31 - 1, "h" * p.MAX_NAME, True, "t" * 64, "")
+    name = p.Hello("n" * p.MAX_NAME, 2**31 - 1, "h" * p.MAX_NAME, True, "t" * 64, "", CONFIG_PRINT)
     assert p.decode([bytes(f) for f in p.encode(name)])[0] == name
+
+
+def test_a_refusal_decodes_whatever_its_version() -> None:
+    """REFUSED's layout [version, 19, reason] is frozen: a producer of another version
+    still learns why it is refused (and exits, instead of saying HELLO forever)."""
+    for version in (3, p.VERSION, 99):
+        msg, _ = p.decode([_header(version, int(p.Kind.REFUSED), "other version")])
+        assert msg == p.Refused("other version")
+
+
+def test_another_version_names_both_versions() -> None:
+    hello = _header(3, int(p.Kind.HELLO), "old", 1, "host", False, "t", "")
+    with pytest.raises(p.VersionMismatch, match=f"protocol version 3, expected {p.VERSION}") as e:
+        p.decode([hello])
+    assert (e.value.theirs, e.value.ours) == (3, p.VERSION)
 
 
 def test_encode_refuses_oversized_headers() -> None:

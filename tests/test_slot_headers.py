@@ -70,7 +70,7 @@ def dead_pid() -> int:
 
 
 def hello(name: str, pid: int) -> p.Hello:
-    return p.Hello(name, pid, HOST, False, token=f"{name}-{pid}", place="")
+    return p.Hello(name, pid, HOST, False, token=f"{name}-{pid}", place="", config={})
 
 
 def join(m: ProducerBook, ident: bytes, pid: int) -> None:

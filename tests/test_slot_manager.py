@@ -52,7 +52,7 @@ def manager(
 
 
 def hello(name: str, pid: int) -> p.Hello:
-    return p.Hello(name, pid, HOST, False, token=f"{name}-{pid}", place="")
+    return p.Hello(name, pid, HOST, False, token=f"{name}-{pid}", place="", config={})
 
 
 def join(m: ProducerBook, ident: bytes, pid: int | None = None, credits: int = 100) -> None:

@@ -23,6 +23,7 @@ import zmq
 from scripts.runner import worker_pids
 from shared import protocol as p
 from shared.config import Config, endpoints, load_config
+from shared.fingerprint import config_fingerprint
 from shared.ring import Ring, SlotState, shown_state
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, peer_socket
@@ -154,7 +155,11 @@ class WokenProducer:
     def run(self) -> None:
         with peer_socket(endpoints(self.cfg, self.run_id).control) as sock:
             me = socket.gethostname()
-            sock.send_multipart(p.encode(p.Hello("woken", os.getpid(), me, False, "t", "")))
+            sock.send_multipart(
+                p.encode(
+                    p.Hello("woken", os.getpid(), me, False, "t", "", config_fingerprint(self.cfg))
+                )
+            )
             welcome = next(m for m in self.drain(sock, 5000) if isinstance(m, p.Welcome))
             sock.send_multipart(p.encode(p.Request(4)))
             wait_for(lambda: self.granted(sock, 2), 10, "two grants", interval_s=0)

@@ -21,6 +21,7 @@ from producer.sources import check_synthetic_rows
 from scripts.runner import REPO
 from shared import protocol as p
 from shared.config import endpoints, load_config
+from shared.fingerprint import config_fingerprint
 from tests.checks import consume
 from tests.peers import StatsReader
 from tests.runs import Run, rid, shm_segments, small
@@ -183,7 +184,9 @@ def test_malformed_messages_and_lying_readys_are_dropped_and_counted(tmp_path: P
             [msgpack.packb([p.VERSION, 99])],  # unknown kind
         ):
             rogue.send_multipart(frames)
-        rogue.send_multipart(p.encode(p.Hello("rogue", 1, "elsewhere", False, "t", "")))
+        rogue.send_multipart(
+            p.encode(p.Hello("rogue", 1, "elsewhere", False, "t", "", config_fingerprint(cfg)))
+        )
         never = p.Ready([0], [12345], [0], [3, 4], [0], [0])  # a generation never granted
         rogue.send_multipart(p.encode(never))
         # Oversized: dropped as malformed, or (past ZMQ_MAXMSGSIZE) by libzmq with the

@@ -23,6 +23,7 @@ from producer.sources import SyntheticSource
 from scripts.runner import REPO, worker_pids
 from shared import protocol as p
 from shared.config import endpoints, load_config, run_dir
+from shared.fingerprint import config_fingerprint
 from shared.keys import KeysError, generate, load_client, load_server
 from shared.process import die_with_parent
 from shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, SlotState, rows_checksum
@@ -52,13 +53,13 @@ def test_only_the_runs_consumer_can_be_the_consumer(tmp_path: Path) -> None:
         assert (run_dir(cfg, run_id) / "consumer.secret").stat().st_mode & 0o777 == 0o600
         local, remote = endpoints(cfg, run_id).control, f"tcp://127.0.0.1:{port}"
         with peer_socket(local) as impostor, peer_socket(remote) as far:
-            impostor.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, "guess")))
-            impostor.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, "")))
+            impostor.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, "guess", {}, 0)))
+            impostor.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, "", {}, 0)))
             # Even the right secret does not make a tcp peer the consumer.
-            far.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, secret)))
+            far.send_multipart(p.encode(p.ConsumerHello("evil", 0, 0, secret, {}, 0)))
             # Out of range: negative (refused at decode), past the plan's end (by the stager).
             impostor.send_multipart([msgpack.packb([p.VERSION, 12, "evil", -5, 0, secret])])
-            impostor.send_multipart(p.encode(p.ConsumerHello("x", 10**12, 0, "guess")))
+            impostor.send_multipart(p.encode(p.ConsumerHello("x", 10**12, 0, "guess", {}, 0)))
             for sock in (impostor, far):
                 sock.send_multipart(p.encode(p.Bye(0, {})))  # would end the run if believed
             items = consume(client)
@@ -94,12 +95,16 @@ def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path)
         remote = f"tcp://127.0.0.1:{port}"
         with peer_socket(remote) as liar, peer_socket(remote) as thief:
             # A tcp peer that says it is local, on the head's host, with pid 1.
-            liar.send_multipart(p.encode(p.Hello("liar", 1, head, False, "t1", "")))
+            liar.send_multipart(
+                p.encode(p.Hello("liar", 1, head, False, "t1", "", config_fingerprint(cfg)))
+            )
             # A second HELLO under a live producer's name: refused, not an eviction.
-            thief.send_multipart(p.encode(p.Hello(live[0], 4242, head, False, "t2", "")))
+            thief.send_multipart(
+                p.encode(p.Hello(live[0], 4242, head, False, "t2", "", config_fingerprint(cfg)))
+            )
             # A name of 100 KiB: over ZMQ_MAXMSGSIZE, so libzmq closes the link before
             # Python sees it (over the header limit, decode would drop it as malformed).
-            huge = [p.VERSION, int(p.Kind.HELLO), "n" * 102400, 7, head, False, "t", ""]
+            huge = [p.VERSION, int(p.Kind.HELLO), "n" * 102400, 7, head, False, "t", "", {}]
             thief.send_multipart([msgpack.packb(huge)])
             liar_row = wait_for(lambda: row_of(stats.latest(), "liar"), 10, "the liar's row")
             items = consume(client)
@@ -139,7 +144,8 @@ def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> Non
                     sock.setsockopt(zmq.LINGER, 1000)
                     sock.connect(endpoints(cfg, run_id).control)
                     name = f"ghost-{i:03d}-" + "x" * 100  # as long as a name may be
-                    sock.send_multipart(p.encode(p.Hello(name, 10_000 + i, "far", True, "t", "")))
+                    hello = p.Hello(name, 10_000 + i, "far", True, "t", "", config_fingerprint(cfg))
+                    sock.send_multipart(p.encode(hello))
         # One process is one peer: ring.max_producers_per_peer of them join, the rest
         # are refused.
         cap = cfg.ring.max_producers_per_peer
@@ -176,7 +182,11 @@ def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: P
         run.start("stager")
         client = run.client(timeout_s=30)
         with peer_socket(endpoints(cfg, run_id).control) as sock:
-            sock.send_multipart(p.encode(p.Hello("stale", os.getpid(), "pod-7", False, "t", "")))
+            sock.send_multipart(
+                p.encode(
+                    p.Hello("stale", os.getpid(), "pod-7", False, "t", "", config_fingerprint(cfg))
+                )
+            )
             welcome, _ = p.decode(sock.recv_multipart())
             sock.send_multipart(p.encode(p.Request(2)))
             grant, _ = p.decode(sock.recv_multipart())
@@ -371,7 +381,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     book = ProducerBook(manager, "head", 16, max_strikes=3, max_per_peer=MAX_PRODUCERS)
     for i in range(MAX_PRODUCERS):
         name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)
-        hello = p.Hello(name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}", "")
+        hello = p.Hello(name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}", "", {})
         pr = book.hello(f"R{i}".encode(), hello, remote=True, peer=PeerId(f"key {i}", "x"))
         pr.work = {
             f"{k:02d}" + "k" * (p.MAX_WORK_KEY - 2): 2**53 - 1 for k in range(p.MAX_WORK_KEYS)

@@ -42,9 +42,8 @@ class StagerGone(RuntimeError):
     """The stager stopped (SHUTDOWN) or never answered."""
 
 
-class ConsumerRefused(StagerGone):
-    """The stager answered this consumer's hello with SHUTDOWN: another consumer, alive,
-    holds the run (the reason names its process)."""
+class StagerRefused(StagerGone):
+    """The stager will not take this consumer (REFUSED): the message says why."""
 
 
 @dataclass
@@ -66,8 +65,13 @@ class BatchClient:
         name: str = "trainer",
         position: int = 0,
         batch_index: int = 0,
+        plan: dict[str, str] | None = None,
+        new_plan_at: int = 0,
     ) -> None:
+        """plan: the plan fingerprint of the checkpoint it resumes (None: a fresh start);
+        new_plan_at: if that plan changed, start a new one at this epoch (0: be refused)."""
         self.cfg, self.run_id, self.name = cfg, run_id, name
+        self.plan, self.new_plan_at = dict(plan or {}), new_plan_at
         self.ctx = zmq.Context()
         ident = consumer_identity(name, os.getpid(), time.monotonic_ns())
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
@@ -107,12 +111,16 @@ class BatchClient:
         """A hello at the client's position, with the run's secret as it is now (a
         restarted stager draws a new one)."""
         secret = read_consumer_secret(self.run_dir)
-        return p.ConsumerHello(self.name, self.position, self.batch_index, secret)
+        return p.ConsumerHello(self.name, self.position, self.batch_index, secret, self.plan,
+                               self.new_plan_at)  # fmt: skip
 
     def _attach(self, welcome: p.Welcome) -> None:
+        """Joined: the stager's plan is ours from now on (a restarted stager with another
+        plan refuses our rejoin)."""
         if self.ring is not None:
             self.ring.close()
         self.ring = Ring.attach(welcome.ring_name)
+        self.plan, self.new_plan_at = dict(welcome.plan), 0
 
     def _wait(self, kinds: tuple[type, ...], timeout_s: float) -> p.Message | None:
         """The next message of `kinds` within timeout_s, or None. Meanwhile a connected
@@ -138,10 +146,10 @@ class BatchClient:
                 self.dropped += 1
                 log.warning("dropped a malformed message from the stager: %s", exc)
                 continue
-            if isinstance(msg, p.Shutdown) and self.ring is None:  # before any WELCOME
-                raise ConsumerRefused(f"the stager refused this consumer: {msg.reason}")
             if isinstance(msg, p.Shutdown):
                 raise StagerGone(f"the stager stopped: {msg.reason}")
+            if isinstance(msg, p.Refused):
+                raise StagerRefused(f"the stager refused this consumer: {msg.reason}")
             if isinstance(msg, kinds):
                 return msg
             if isinstance(msg, p.Rehello) and self.ring is not None:

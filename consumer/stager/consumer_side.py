@@ -4,11 +4,13 @@ A part of the stager (consumer/stager/stager.py). Only a peer on the ipc
 socket that presents the run's consumer secret (shared/run_secret.py) becomes
 the consumer, at a plan position inside the plan; anything else is dropped
 and counted as "unauthorized". The consumer's messages (BATCH_FREE,
-STEP_STATS, HEARTBEAT, BYE) are accepted from that peer only.
+STEP_STATS, HEARTBEAT, BYE) are accepted from that peer only. A consumer that
+resumes with a plan fingerprint (shared/fingerprint.py) other than this stager's
+is answered REFUSED naming what changed, unless it asked for a new plan.
 
 One consumer at a time: while the consumer holding the run is alive, another
 one with the secret is refused (counted "refused-consumer") and told so by a
-SHUTDOWN that names the holder, instead of each hello restarting the plan (two
+REFUSED that names the holder, instead of each hello restarting the plan (two
 trainers of one run once fought: 51 plan restarts in 20 s, neither finished).
 Alive means its process exists (its pid travels in its identity,
 shared/run_secret.py), however long it has been busy elsewhere; a holder whose
@@ -30,6 +32,7 @@ from consumer.stager.delivery import Delivery
 from consumer.stager.drops import Drops
 from consumer.stager.producer_book import ProducerBook
 from shared import protocol as p
+from shared.fingerprint import plan_changes
 from shared.run_secret import FILE as SECRET_FILE
 from shared.run_secret import consumer_pid
 from shared.segments import pid_alive
@@ -103,7 +106,10 @@ class ConsumerSide:
         held = self.holder(ident)
         if held:  # it holds the secret: tell it, or it waits for a WELCOME forever
             self.drop("refused-consumer", f"consumer hello from {msg.name!r}: {held}")
-            self.net.reply(ident, p.Shutdown(held))
+            self.net.reply(ident, p.Refused(held))
+            return
+        position = self.resume_at(ident, msg)
+        if position is None:
             return
         self.last_heard = time.monotonic()
         if ident == self.ident and (msg.position, msg.batch_index) == self.at:
@@ -116,12 +122,32 @@ class ConsumerSide:
                         msg.position)  # fmt: skip
         self.ident, self.at = ident, (msg.position, msg.batch_index)
         self.name, self.pid = msg.name, consumer_pid(ident)
-        self.book.reset(msg.position)
+        self.book.reset(position)
         self.delivery.reset(msg.batch_index)
-        epoch = self.book.slots.plan.epoch_of(msg.position)
+        epoch = self.book.slots.plan.epoch_of(position)
         log.info("consumer %s starts at plan position %d (epoch %d), batch %d",
-                 msg.name, msg.position, epoch, msg.batch_index)  # fmt: skip
+                 msg.name, position, epoch, msg.batch_index)  # fmt: skip
         self.net.reply(ident, self.welcome)
+
+    def resume_at(self, ident: bytes, msg: p.ConsumerHello) -> int | None:
+        """The plan position this hello starts at: its own, or, when the plan changed and
+        it asked for a new plan, the start of epoch msg.new_plan_at; None when refused
+        (REFUSED sent: resuming another plan gives items twice or never)."""
+        changed = plan_changes(self.welcome.plan, msg.plan) if msg.plan else []
+        if not changed:  # the same plan, or a fresh start (or a checkpoint without one)
+            return msg.position
+        what = ", ".join(changed)
+        if msg.new_plan_at:
+            position = msg.new_plan_at * self.book.slots.plan.n_items
+            log.warning("the plan changed (%s); a new plan starts at epoch %d (position %d)",
+                        what, msg.new_plan_at, position)  # fmt: skip
+            return position
+        why = (f"the plan changed since the consumer's checkpoint ({what}): resuming it would "
+               "give items twice or never; restore the old one, or start the trainer with "
+               "--new-plan to begin a new plan at the next epoch")  # fmt: skip
+        self.drop("refused-plan", why)
+        self.net.reply(ident, p.Refused(why))
+        return None
 
     def handle(self, msg: p.Message) -> bool:
         """One message from the consumer; False if it is not one a consumer sends."""

@@ -6,6 +6,7 @@ other hosts; with ``transport.keys_dir`` it is a CURVE server and this module
 answers ZeroMQ's ZAP requests itself, so a producer whose public key is not
 listed never completes the handshake and each refusal is logged and counted.
 Replies go back on the socket a peer came from. Called only by the stager.
+A peer of another protocol version is answered REFUSED, naming both versions.
 
 Peers are told apart by socket as well as by identity: the identities this
 module hands out start with LOCAL or REMOTE, so a peer on the tcp socket can
@@ -65,6 +66,15 @@ def rest_of_message(sock: zmq.Socket) -> list[bytes]:
     while sock.getsockopt(zmq.RCVMORE):
         frames.append(sock.recv(copy=True))
     return frames
+
+
+def version_refusal(exc: p.VersionMismatch) -> p.Refused:
+    """What a peer of another protocol version is told (a REFUSED decodes in any version:
+    shared/protocol.py), one answer per message it sends."""
+    return p.Refused(
+        f"this stager speaks ringfeed protocol version {exc.ours}, the peer version "
+        f"{str(exc.theirs)[:20]}: run the same ringfeed version on every host"
+    )
 
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -180,6 +190,8 @@ class ControlSockets:
                     break
                 except p.ProtocolError as exc:
                     self.on_malformed(str(exc))
+                    if isinstance(exc, p.VersionMismatch):
+                        self.reply(tag + first.bytes, version_refusal(exc))
                     continue
                 peer = peer_of(first, tag == REMOTE) if isinstance(msg, p.Hello) else None
                 yield Incoming(tag + first.bytes, msg, payload, peer)

@@ -5,7 +5,9 @@ message kind, found in a table; READY goes to the intake. Decisions about
 who may join and who pays for a grant taken back are the producer book's
 (consumer/stager/producer_book.py); slot changes are the slot manager's.
 At the end, :meth:`ProducerDesk.shut_down` tells every producer to stop and
-collects their last counters.
+collects their last counters. A HELLO whose config fingerprint is not the
+stager's is answered REFUSED with the keys that differ (shared/fingerprint.py):
+that producer would write samples of another shape or meaning.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
 from shared import protocol as p
+from shared.fingerprint import config_refusal
 from shared.process import POLL_S
 from shared.stats import CrashReport
 
@@ -53,9 +56,12 @@ class ProducerDesk:
         welcome: p.Welcome,
         net: ControlSockets,
         drop: Drops,
+        sample_config: dict[str, str],
     ) -> None:
-        """welcome: what a producer is told (the sample ring's name, the plan's items)."""
+        """welcome: what a producer is told (the sample ring's name, the plan's items);
+        sample_config: the stager's config fingerprint, which every HELLO must carry."""
         self.book, self.intake, self.welcome, self.net, self.drop = book, intake, welcome, net, drop
+        self.sample_config = sample_config
         self.slots: SlotManager = book.slots
         self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
         # Every line a producer's message causes: a flood of them costs a few lines.
@@ -64,6 +70,10 @@ class ProducerDesk:
     def hello(self, ident: bytes, msg: p.Hello, peer: PeerId) -> None:
         if not 0 < msg.pid < 2**31:
             self.drop("malformed", f"HELLO with pid {msg.pid}")
+            return
+        if why := config_refusal(self.sample_config, msg.config):
+            self.drop("refused-config", f"producer {msg.name!r}: {why}")
+            self.net.reply(ident, p.Refused(why))  # it exits: a HELLO again changes nothing
             return
         why = self.book.refusal(ident, msg.name, msg.token, peer)
         if why:

@@ -47,6 +47,7 @@ from consumer.stager.stats import snapshot
 from shared import protocol as p
 from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
 from shared.dataset import DatasetError, DatasetIndex, dataset_index
+from shared.fingerprint import config_fingerprint, plan_fingerprint
 from shared.process import POLL_S, StopFlag, write_json_atomic
 from shared.quarantine import QuarantineWriter
 from shared.ring import Ring, check_rings_fit, segment_name, slot_bytes
@@ -150,18 +151,22 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
 
 
 def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag):
-    """The epoch plan and its length buckets ([] without buckets): with buckets, a plan
-    that also says which batch each position belongs to (consumer/stager/buckets.py)."""
+    """The epoch plan, its length buckets ([] without buckets) and its fingerprint
+    (shared/fingerprint.py): with buckets, a plan that also says which batch each
+    position belongs to (consumer/stager/buckets.py)."""
     st = cfg.stager
     if not st.bucketed:
-        return EpochPlan(index.n_items, st.seed, st.epochs), []
+        fingerprint = plan_fingerprint(cfg, index, [], [])
+        return EpochPlan(index.n_items, st.seed, st.epochs), [], fingerprint
     manifest = length_manifest(cfg, index, directory / "config.yaml", stop.is_set)
     buckets, of_item = make_buckets(cfg, manifest)
     counts = np.bincount(of_item, minlength=len(buckets))
     log.info("length buckets: %s", ", ".join(
         f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
         for b, n in zip(buckets, counts, strict=True)))  # fmt: skip
-    return BucketPlan(st.seed, st.epochs, buckets, of_item, manifest.text), buckets
+    fingerprint = plan_fingerprint(cfg, index, [(b.frames, b.text, b.rows) for b in buckets],
+                                   [manifest.frames, manifest.text])  # fmt: skip
+    return BucketPlan(st.seed, st.epochs, buckets, of_item, manifest.text), buckets, fingerprint
 
 
 def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> DatasetIndex:
@@ -186,7 +191,7 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
     index = open_index(cfg, quarantine, directory)
     ends = endpoints(cfg, run_id)
     samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
-    plan, buckets = make_plan(cfg, index, directory, stop)
+    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop)
     slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
                         cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
                         headers=samples.slots)  # fmt: skip
@@ -207,9 +212,10 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
     net = ControlSockets(cfg, ends, lambda why: drop("malformed", why), largest)
     cleanup.callback(net.close)
     delivery = Delivery(slots, builder, intake, buckets, quarantine, index, net)
-    desk = ProducerDesk(book, intake, p.Welcome(run_id, samples.name, index.n_items), net, drop)
+    desk = ProducerDesk(book, intake, p.Welcome(run_id, samples.name, index.n_items, fingerprint),
+                        net, drop, config_fingerprint(cfg))  # fmt: skip
     consumer = ConsumerSide(write_consumer_secret(directory),
-                            p.Welcome(run_id, batches.name, index.n_items),
+                            p.Welcome(run_id, batches.name, index.n_items, fingerprint),
                             book, delivery, builder, net, drop)  # fmt: skip
     log.info("stager ready: %s (%d x %.2f MiB slots), control %s", samples.name,
              cfg.ring.slots, slot_bytes(samples.fields) / 2**20, ends.control)  # fmt: skip

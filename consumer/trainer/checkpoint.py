@@ -7,7 +7,8 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
                                              "config_yaml"}
     checkpoint                              TF's pointer to the latest
 
-The cursor (epoch, batch_index, seed) lets the stager resume its plan in O(1)
+The cursor (position, epoch, batch_index, seed; plan: the plan fingerprint that a
+resume must find again, shared/fingerprint.py) lets the stager resume its plan in O(1)
 (README, "Design", contract 4). The sidecar JSON is written first, via a temp
 file, fsync and os.replace (shared.process.write_json_atomic), so it is never
 half-written, even after a power loss; TF updates its ``checkpoint`` pointer
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -62,10 +64,10 @@ class CheckpointManager:
             self._checkpoint, str(self.directory), max_to_keep=KEEP_LAST, checkpoint_name=PREFIX
         )
 
-    def save(self, step: int, cursor: dict[str, int], config_yaml: str) -> str:
+    def save(self, step: int, cursor: dict[str, Any], config_yaml: str) -> str:
         """Write checkpoint number `step` with its cursor and resolved config; returns its path.
 
-        cursor: {"epoch", "batch_index", "seed"} of the next batch to train on.
+        cursor: {"position", "epoch", "batch_index", "seed", "plan"} of the next batch.
         """
         sidecar = {"checkpoint": step, "step": step, "cursor": cursor, "config_yaml": config_yaml}
         write_json_atomic(self._sidecar(step), sidecar)
@@ -75,7 +77,7 @@ class CheckpointManager:
         log.info("saved checkpoint %s", path)
         return path
 
-    def restore_latest(self) -> tuple[int, dict[str, int]] | None:
+    def restore_latest(self) -> tuple[int, dict[str, Any]] | None:
         """Restore the newest kept checkpoint that can be read into model and optimizer:
         (step, cursor), or None if there is none. One that cannot be read is passed over
         with a warning naming it; RuntimeError, saying what to do, if none can be."""
@@ -100,7 +102,7 @@ class CheckpointManager:
             "start this run from step 0"
         )
 
-    def _restore(self, path: str) -> tuple[int, dict[str, int]]:
+    def _restore(self, path: str) -> tuple[int, dict[str, Any]]:
         """Restore checkpoint `path` (sidecar first: a bad one leaves the model untouched)."""
         number = _number(path)
         sidecar_path = self._sidecar(number)

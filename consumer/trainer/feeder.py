@@ -65,9 +65,12 @@ class Feeder(threading.Thread):
         batch_index: int,
         device: str,
         stop: StopFlag,
+        plan: dict[str, str] | None = None,
+        new_plan_at: int = 0,
     ) -> None:
+        """plan, new_plan_at: as BatchClient's (the checkpoint's plan fingerprint)."""
         super().__init__(name="feeder", daemon=True)
-        self._client_args = (cfg, run_id, "trainer", position, batch_index)
+        self._client_args = (cfg, run_id, "trainer", position, batch_index, plan, new_plan_at)
         self.client: BatchClient | None = None
         self.device, self.stop = device, stop
         self.batches: queue.Queue[FedBatch | EndOfData | BaseException] = queue.Queue(PREFETCH)
@@ -77,6 +80,12 @@ class Feeder(threading.Thread):
         self.error: Exception | None = None
 
     # ------------------------------------------------------------ main thread API
+    @property
+    def plan(self) -> dict[str, str]:
+        """The stager's plan fingerprint once joined (for the checkpoints' cursor)."""
+        client = self.client
+        return dict(client.plan) if client is not None else {}
+
     def get(self) -> FedBatch | EndOfData | None:
         """Next batch for the trainer; None when stopped. Re-raises the feeder's error."""
         while not self.stop.is_set():

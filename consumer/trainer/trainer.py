@@ -10,6 +10,12 @@
     teardown  final checkpoint and BYE (the stager then stops the run and
               writes stager.json), then run_dir/summary.json
 
+Resuming checks the plan: the cursor of every checkpoint holds the stager's plan
+fingerprint, which the trainer sends back when it resumes; a stager whose plan
+differs (dataset index, seed, buckets, manifest) refuses it, and the trainer
+exits 2 with what changed; with --new-plan a new plan starts at the epoch after
+the checkpoint's instead.
+
 SIGTERM or Ctrl-C ends the loop at the next poll and exits 0 without a
 checkpoint and without BYE: the run is not finished, and a relaunch with the
 same run id resumes from the last checkpoint.
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumer.client.batch_client import StagerGone
+from consumer.client.batch_client import StagerGone, StagerRefused
 from consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
 from consumer.trainer.feeder import EndOfData, Feeder
 from consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
@@ -53,7 +59,7 @@ class Session:
     checkpoints: Any
     feeder: Feeder
     step: int
-    cursor: dict[str, int]
+    cursor: dict[str, Any]
     metrics: StepMetrics
     board: TensorBoardWriter
     batch_log: Any = None
@@ -73,21 +79,21 @@ def cpu_threads(cfg: Config, n_cpus: int) -> int:
     return cfg.train.cpu_threads or n_cpus
 
 
-def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, int]]:
+def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, Any]]:
     """(steps done, data cursor) of the latest checkpoint, or a fresh start at plan 0.
 
-    cursor: {"position": next plan position, "batch_index", "epoch", "seed"}.
+    cursor: {"position": next plan position, "batch_index", "epoch", "seed", "plan": the
+    plan fingerprint, {} on a fresh start}. The stager checks the plan (a changed seed
+    included); a checkpoint older than fingerprints is resumed unchecked, with a warning.
     """
     restored = checkpoints.restore_latest()
     step, cursor = restored if restored else (0, {})
-    cursor = {"position": 0, "batch_index": 0, "epoch": 0, "seed": cfg.stager.seed} | cursor
-    if cursor["seed"] != cfg.stager.seed:
-        log.warning(
-            "checkpoint cursor has seed %d but stager.seed=%d: the resumed plan differs",
-            cursor["seed"],
-            cfg.stager.seed,
-        )
-    return step, cursor
+    if restored and "plan" not in cursor:
+        log.warning("checkpoint of step %d has no plan fingerprint (written before ringfeed "
+                    "had them): resuming without checking that the dataset, seed and buckets "
+                    "are those it was trained on", step)  # fmt: skip
+    fresh = {"position": 0, "batch_index": 0, "epoch": 0, "seed": cfg.stager.seed, "plan": {}}
+    return step, fresh | cursor
 
 
 def build_step(cfg: Config) -> tuple[DevicePlan, str, Any, Any, Any]:
@@ -114,8 +120,9 @@ def build_step(cfg: Config) -> tuple[DevicePlan, str, Any, Any, Any]:
     return plan, policy, model, optimizer, step_fn
 
 
-def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
-    """Build everything the loop needs; called once by main."""
+def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False) -> Session:
+    """Build everything the loop needs; called once by main. new_plan: if the plan
+    changed since the checkpoint, start a new one at its next epoch (else: refused)."""
     from consumer.trainer.checkpoint import CheckpointManager
 
     plan, policy, model, optimizer, step_fn = build_step(cfg)
@@ -124,7 +131,9 @@ def setup(cfg: Config, run_id: str, stop: StopFlag) -> Session:
     checkpoints = CheckpointManager(directory, model, optimizer)
     step, cursor = restore(cfg, checkpoints)
     device = "/GPU:0" if plan.mode != "cpu" else "/CPU:0"
-    feeder = Feeder(cfg, run_id, cursor["position"], cursor["batch_index"], device, stop)
+    new_plan_at = cursor["epoch"] + 1 if new_plan else 0
+    feeder = Feeder(cfg, run_id, cursor["position"], cursor["batch_index"], device, stop,
+                    cursor["plan"], new_plan_at)  # fmt: skip
     log.info(
         "trainer on %s (%s%s, %s, jit %s): %d params, step %d of %d",
         device,
@@ -182,6 +191,7 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             "batch_index": meta.batch_index + 1,
             "epoch": meta.epoch,
             "seed": cfg.stager.seed,
+            "plan": s.feeder.plan,  # what a resume must find again (shared/fingerprint.py)
         }
         if s.batch_log is not None:
             record = {"step": s.step, "batch_index": meta.batch_index,
@@ -274,18 +284,23 @@ def _open_batch_log(path: Path):
     return f
 
 
-def main(cfg: Config, run_id: str) -> int:
-    """Process entry of `ringfeed trainer`: 0 when finished or stopped, 1 on a lost stager
-    or any error (the launcher then stops the whole run)."""
+def main(cfg: Config, run_id: str, new_plan: bool = False) -> int:
+    """Process entry of `ringfeed trainer`: 0 when finished or stopped, 2 when the stager
+    refused to resume (the plan changed: the log says what), 1 on a lost stager or any
+    error (the launcher then stops the whole run)."""
     stop = StopFlag().install()
     try:
-        s = setup(cfg, run_id, stop)
+        s = setup(cfg, run_id, stop, new_plan)
     except Exception as exc:
         log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
         return 1
     code = 0
     try:
         train(cfg, s, stop)
+    except StagerRefused as exc:
+        s.ended = str(exc)
+        log.error("%s", exc)
+        code = 2
     except (StagerGone, TimeoutError) as exc:
         if not stop.wait(STOP_GRACE_S):
             s.ended = f"stager lost: {exc}"

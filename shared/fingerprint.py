@@ -1,0 +1,115 @@
+"""Fingerprints: what decides the plan, and what shapes a sample, as short hashes.
+
+The plan fingerprint (stager, once at start) hashes what decides which item is at
+which plan position: the dataset index content (item ids and audio paths in file
+order, not mtimes), the seed, the length buckets and the length manifest. It is
+kept per part, so a refused resume can say what changed. The stager sends it in
+its WELCOME to the consumer; the trainer keeps it in every checkpoint's cursor and
+sends it back in its CONSUMER_HELLO when it resumes (consumer/stager/consumer_side.py).
+
+The config fingerprint (every producer, in its HELLO) hashes each config key that
+shapes a sample, one hash per key, so the stager can refuse a producer whose
+config differs and name the keys (consumer/stager/producer_desk.py).
+
+Cost: one pass over what the stager has already loaded (its index and manifest),
+never per-clip work in other processes: 0.3 s for an index of a million clips,
+0.43 s with its manifest (README, "Resuming after the dataset changed").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shared.config import Config
+from shared.dataset import DatasetIndex
+
+# Hex characters of each part's hash: 64 bits, enough to tell two versions apart.
+PLAN_HASH_HEX = 16
+# Hex characters of each config key's hash: 32 bits per key, as a key rarely changes.
+KEY_HASH_HEX = 8
+# What each plan part is called in a refusal.
+PLAN_PARTS = {
+    "index": "dataset index",
+    "seed": "seed",
+    "buckets": "buckets",
+    "manifest": "manifest",
+}
+# Config sections whose keys shape a sample, less the keys that do not.
+SAMPLE_SECTIONS = ("data", "text", "audio", "features")
+NOT_SHAPING = {"data.path", "features.cache_dir", "features.cache"}
+# Keys a refusal names at most (the message stays short whatever the peer sent).
+MAX_KEYS_SHOWN = 8
+
+
+def _digest(chunks: Iterable[bytes], hex_chars: int) -> str:
+    h = hashlib.blake2b(digest_size=hex_chars // 2)
+    for chunk in chunks:
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def index_hash(index: DatasetIndex, base: str) -> str:
+    """The index content: ids and audio paths (relative to `base`, so moving the dataset
+    folder changes nothing) in file order; synthetic data is its item count."""
+    if index.synthetic_items:
+        return _digest([f"synthetic:{index.synthetic_items}".encode()], PLAN_HASH_HEX)
+    lines = (f"{e.item_id}|{e.audio_path.removeprefix(base)}\n".encode() for e in index.entries)
+    return _digest(lines, PLAN_HASH_HEX)
+
+
+def plan_fingerprint(
+    cfg: Config,
+    index: DatasetIndex,
+    buckets: Sequence[tuple[int, ...]],
+    manifest: Sequence[np.ndarray],
+) -> dict[str, str]:
+    """Per part (PLAN_PARTS), the hash of what decides the plan; called once by the stager.
+    buckets: each bucket's (frames, text, rows); manifest: its length arrays ([] without
+    buckets: then neither part decides anything)."""
+    base = Path(cfg.data.path).absolute()
+    base = base.parent if base.is_file() else base
+    return {
+        "index": index_hash(index, f"{base}/"),
+        "seed": _digest([str(cfg.stager.seed).encode()], PLAN_HASH_HEX),
+        "buckets": _digest([json.dumps([list(b) for b in buckets]).encode()], PLAN_HASH_HEX),
+        "manifest": _digest((np.ascontiguousarray(a).tobytes() for a in manifest), PLAN_HASH_HEX),
+    }
+
+
+def plan_changes(ours: dict[str, str], theirs: dict[str, Any]) -> list[str]:
+    """The names of the plan parts that differ ([] if none)."""
+    return [name for part, name in PLAN_PARTS.items() if theirs.get(part) != ours[part]]
+
+
+def config_fingerprint(cfg: Config) -> dict[str, str]:
+    """Per "section.key", a hash of its value, for every key that shapes a sample; every
+    producer sends it in its HELLO."""
+    raw = cfg.to_dict()
+    keys = {
+        f"{section}.{key}": value
+        for section in SAMPLE_SECTIONS
+        for key, value in raw[section].items()
+        if f"{section}.{key}" not in NOT_SHAPING
+    }
+    return {k: _digest([json.dumps(v).encode()], KEY_HASH_HEX) for k, v in keys.items()}
+
+
+def config_refusal(ours: dict[str, str], theirs: dict[str, Any]) -> str:
+    """'' if a producer's config fingerprint is ours, else a refusal naming the keys that
+    differ (only our own key names: nothing the peer wrote reaches the text)."""
+    differ = [key for key, value in ours.items() if theirs.get(key) != value]
+    if not differ and len(theirs) == len(ours):
+        return ""
+    shown = ", ".join(differ[:MAX_KEYS_SHOWN])
+    more = f" and {len(differ) - MAX_KEYS_SHOWN} more" if len(differ) > MAX_KEYS_SHOWN else ""
+    extra = "" if differ else f"{len(theirs) - len(ours)} keys this stager does not have"
+    return (
+        f"this producer's config differs from the stager's in {shown}{more}{extra}: "
+        "start it with the same config file (these keys shape every sample)"
+    )

@@ -1,0 +1,26 @@
+"""A producer that speaks another protocol version (a helper, not a test module).
+
+    python tests/old_producer.py CONFIG ENDPOINT VERSION
+
+runs one worker (producer/worker.py) whose shared.protocol.VERSION is VERSION, as a
+producer of an older or newer ringfeed would, and exits with its exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from producer.worker import run_worker
+from shared import protocol as p
+from shared.config import load_config
+from shared.process import setup_logging
+
+
+def main(config: str, endpoint: str, version: str) -> int:
+    setup_logging()
+    p.VERSION = int(version)  # what encode writes and decode expects, in this process
+    return run_worker(load_config(config), "old", endpoint)
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

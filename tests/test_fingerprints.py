@@ -1,0 +1,131 @@
+"""Fingerprints of the plan and of the config: what changed is told, what did not is not,
+and a stager refuses a resume against another plan unless a new plan is asked for."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from consumer.client.batch_client import BatchClient, StagerRefused
+from scripts.runner import REPO
+from shared.config import config_from_dict, load_config, replace
+from shared.dataset import dataset_index
+from shared.fingerprint import config_fingerprint, config_refusal, plan_changes, plan_fingerprint
+from tests.runs import SYNTHETIC, Run, rid, small, write_config
+
+MINI = REPO / "data" / "ljspeech-mini"
+
+
+def corpus(folder: Path, lines: int) -> Path:
+    """The shipped LJSpeech clips under folder, with the first `lines` metadata lines."""
+    folder.mkdir(parents=True)
+    (folder / "wavs").symlink_to(MINI / "wavs")
+    kept = (MINI / "metadata.csv").read_text().splitlines(keepends=True)[:lines]
+    (folder / "metadata.csv").write_text("".join(kept))
+    return folder
+
+
+def test_each_plan_part_is_told_apart(tmp_path: Path) -> None:
+    cfg = config_from_dict({"data": {"path": str(corpus(tmp_path / "a", 15))}})
+    index = dataset_index(cfg)
+    buckets, lengths = [(32, 16, 8), (64, 32, 4)], [np.arange(15), np.arange(15) // 2]
+    base = plan_fingerprint(cfg, index, buckets, lengths)
+    # One line appended to the metadata file: the index, and only it, changed.
+    grown = replace(cfg, data={"path": str(corpus(tmp_path / "b", 16))})
+    assert plan_changes(base, plan_fingerprint(grown, dataset_index(grown), buckets, lengths)) == [
+        "dataset index"
+    ]
+    reseeded = replace(cfg, stager={"seed": 7})
+    assert plan_changes(base, plan_fingerprint(reseeded, index, buckets, lengths)) == ["seed"]
+    assert plan_changes(base, plan_fingerprint(cfg, index, buckets[:1], lengths)) == ["buckets"]
+    remeasured = [lengths[0], lengths[1] + 1]
+    assert plan_changes(base, plan_fingerprint(cfg, index, buckets, remeasured)) == ["manifest"]
+    # The same clips in another folder: the plan is the same (paths count from the folder).
+    shutil.copytree(tmp_path / "a", tmp_path / "moved", symlinks=True)
+    moved = replace(cfg, data={"path": str(tmp_path / "moved")})
+    assert plan_changes(base, plan_fingerprint(moved, dataset_index(moved), buckets, lengths)) == []
+
+
+def test_a_config_refusal_names_the_keys_that_shape_a_sample() -> None:
+    cfg = config_from_dict({})
+    ours = config_fingerprint(cfg)
+    alphabet = "".join(reversed(cfg.text.alphabet))  # same size, other ids
+    other = replace(cfg, features={"hop_length": 128}, text={"alphabet": alphabet})
+    why = config_refusal(ours, config_fingerprint(other))
+    assert "text.alphabet, features.hop_length:" in why
+    # Where a host keeps its data and cache shapes no sample.
+    elsewhere = replace(cfg, data={"path": "/elsewhere"}, features={"cache_dir": "/tmp/c"})
+    assert config_refusal(ours, config_fingerprint(elsewhere)) == ""
+    # A peer that sends nothing, or junk, is refused in a bounded message.
+    assert "and " in config_refusal(ours, {}) and len(config_refusal(ours, {})) < 400
+    junk = {"x\x1b[2J" * 10: "y"} | {k: "0" for k in ours}
+    assert "\x1b" not in config_refusal(ours, junk) and config_refusal(ours, junk)
+
+
+@pytest.mark.slow
+def test_a_resume_against_another_plan_is_refused_or_starts_the_next_epoch(
+    tmp_path: Path,
+) -> None:
+    """A consumer resumes at a cursor of a run over 64 items against a stager whose
+    dataset has 72: refused, naming the dataset index; asked for a new plan, it is
+    welcomed at the start of the next epoch of the new plan."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    first = small(tmp_path / "a", items=64, stager={"batch_size": 8, "epochs": 3})
+    with Run(first, rid(), tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30)
+        for _ in range(3):
+            batch = client.next(timeout_s=30)
+            client.free(batch)
+        plan, at = dict(client.plan), (client.position, client.batch_index)
+    assert set(plan) == {"index", "seed", "buckets", "manifest"} and at == (24, 3)
+    second = small(tmp_path / "b", items=72, stager={"batch_size": 8, "epochs": 3})
+    cfg = load_config(second)
+    with Run(second, rid(), tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        refused = BatchClient(cfg, run.run_id, "resumed", *at, plan=plan)
+        with pytest.raises(StagerRefused, match=r"the plan changed .*\(dataset index\)"):
+            refused.connect(timeout_s=30)
+        refused.close(finished=False)
+        renewed = BatchClient(cfg, run.run_id, "renewed", *at, plan=plan, new_plan_at=1)
+        run.clients.append(renewed)
+        renewed.connect(timeout_s=30)
+        batch = renewed.next(timeout_s=30)
+        logs = run.logs()
+    assert batch.meta.first_epoch == 1 and batch.meta.next_position == 72 + 8
+    assert batch.meta.batch_index == 3  # batches keep counting
+    assert "the plan changed (dataset index); a new plan starts at epoch 1" in logs
+
+
+@pytest.mark.slow
+def test_the_trainer_refuses_a_resume_after_the_seed_changed_unless_new_plan(
+    tmp_path: Path,
+) -> None:
+    """The real trainer: its checkpoint's cursor holds the plan; relaunched with another
+    stager.seed it exits 2 naming the seed; with --new-plan it goes on at the next epoch."""
+    raw = SYNTHETIC | {"train": {"steps": 8, "checkpoint_every": 4, "jit_compile": False}}
+    first = write_config(tmp_path, raw)
+    changed = write_config(
+        tmp_path,
+        raw | {"stager": {"batch_size": 4, "seed": 99}, "train": raw["train"] | {"steps": 12}},
+        name="reseeded.yaml",
+    )
+    run_id = rid("seed")
+    with Run(first, run_id, tmp_path) as run:
+        run.start_all()
+        assert run.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
+        before = run.json("summary.json")["cursor"]
+    with Run(changed, run_id, tmp_path) as run:
+        run.start_all()
+        assert run.wait("trainer") == 2, run.logs()
+        assert "the plan changed since the consumer's checkpoint (seed)" in run.logs()
+        run.start("trainer", "--new-plan")
+        assert run.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
+        after = run.json("summary.json")["cursor"]
+    assert before["position"] == 32 and after["position"] == 32 + 4 * 4
+    assert plan_changes(before["plan"], after["plan"]) == ["seed"]

@@ -1,0 +1,106 @@
+"""Producers that must end rather than say HELLO forever: a remote pool whose stager was
+SIGKILLed, a producer of another protocol version, a pool with another config."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from producer.worker import EXIT_REFUSED
+from scripts.runner import REPO
+from shared import protocol as p
+from shared.config import endpoints, load_config
+from tests.fault_sources import inject_faults
+from tests.peers import StatsReader, free_port
+from tests.runs import Run, rid, small
+
+pytestmark = pytest.mark.slow
+
+# The orphan time these tests give producers (tests/fault_sources.py), seconds.
+ORPHAN_S = 3.0
+
+
+def tcp_config(folder: Path, port: int, **over: dict) -> Path:
+    folder.mkdir(exist_ok=True)
+    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port}
+    return small(folder, items=200, transport=tcp, producers={"workers": 2}, **over)
+
+
+def start_remote_pool(run: Run, config: Path, port: int, name: str) -> subprocess.Popen:
+    """`ringfeed producers CONFIG --remote --connect tcp://...` under the run, as `name`."""
+    cmd = [sys.executable, "-m", "scripts.cli", "producers", str(config), "--run-id", run.run_id]
+    cmd += ["--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", name]
+    with (run.log_dir / f"{run.run_id}-{name}.log").open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    run.procs[name] = proc
+    return proc
+
+
+def test_a_remote_pool_exits_when_its_stager_is_sigkilled(tmp_path: Path) -> None:
+    """It says HELLO again every lease, which must not keep it alive: ORPHAN_S after the
+    stager's last word, each worker exits as an orphan and the pool ends, non-zero."""
+    port = free_port()
+    config = tcp_config(tmp_path, port)
+    inject_faults(config, delay_s=0.002, orphan_s=ORPHAN_S)
+    cfg, run_id = load_config(config), rid()
+    with Run(config, run_id, tmp_path) as run, StatsReader(endpoints(cfg, run_id).stats) as stats:
+        run.start("stager")
+        pool = start_remote_pool(run, config, port, "far")
+        both = lambda s: sum(pr["name"].startswith("far") for pr in s["producers"]) == 2  # noqa: E731
+        stats.first(both, 30, "both remote producers joining")
+        run.signal("stager", signal.SIGKILL)
+        killed_at = time.monotonic()
+        run.wait("stager", 10)
+        code = pool.wait(30)
+        took_s = time.monotonic() - killed_at
+        logs = run.logs(tail=100_000)
+    assert code == 1, logs
+    # ORPHAN_S, plus a heartbeat, the pool's grace for its other worker and its exit.
+    assert took_s < ORPHAN_S + 8, f"the pool took {took_s:.1f} s\n{logs}"
+    assert "saying HELLO again" in logs  # it did keep trying, and still ended
+    assert logs.count("lost its stager (no word for ORPHAN_S); not restarting it") >= 1
+    assert "restart 1/" not in logs and "restarting it" not in logs.replace("not restarting", "")
+
+
+def test_a_producer_of_another_protocol_version_exits_naming_both(tmp_path: Path) -> None:
+    config = small(tmp_path, items=50)
+    run_id, old = rid(), p.VERSION - 1
+    with Run(config, run_id, tmp_path) as run:
+        run.start("stager")
+        control = endpoints(load_config(config), run_id).control
+        cmd = [sys.executable, "tests/old_producer.py", str(config), control, str(old)]
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+        logs = run.logs()
+    said = out.stdout + out.stderr
+    assert out.returncode == EXIT_REFUSED, said
+    assert f"protocol version {p.VERSION}, the peer version {old}" in said, said
+    assert "run the same ringfeed version on every host" in said
+    assert f"protocol version {old}, expected {p.VERSION}" in logs  # counted as malformed
+
+
+def test_a_pool_with_another_config_is_refused_and_not_restarted(tmp_path: Path) -> None:
+    """Another hop and an alphabet of the same size in another order: samples that fit
+    the slots and mean something else. The stager refuses each worker, naming the keys;
+    the pool ends with exit code 2 and restarts none."""
+    port = free_port()
+    config = tcp_config(tmp_path, port)
+    alphabet = "".join(reversed(load_config(config).text.alphabet))
+    other = tcp_config(
+        tmp_path / "other", port, features={"hop_length": 128}, text={"alphabet": alphabet}
+    )
+    with Run(config, rid(), tmp_path) as run:
+        run.start("stager")
+        pool = start_remote_pool(run, other, port, "odd")
+        code = pool.wait(60)
+        logs = run.logs(tail=100_000)
+    assert code == 2, logs
+    refusal = "this producer's config differs from the stager's in text.alphabet, features"
+    assert logs.count(refusal) >= 2, logs  # each worker says it, and the stager counts it
+    assert "features.hop_length" in logs and "start it with the same config file" in logs
+    assert logs.count("was refused by the stager (its log says why); not restarting it") == 2
+    assert "restart 1/" not in logs
