@@ -112,9 +112,8 @@ def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
         client = run.client(timeout_s=30)
         log_path = tmp_path / f"{run_id}-stager-1.log"
         size0, t0 = log_path.stat().st_size, time.monotonic()
-        flood = threading.Thread(
-            target=flood_crashes, args=(cfg, endpoints(cfg, run_id).control, stop, sent), daemon=True
-        )
+        control = endpoints(cfg, run_id).control
+        flood = threading.Thread(target=flood_crashes, args=(cfg, control, stop, sent), daemon=True)
         flood.start()
         try:
             items = consume(client, timeout_s=60)
