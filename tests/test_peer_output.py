@@ -202,3 +202,46 @@ def test_no_control_character_from_a_peer_reaches_log_json_or_inspector(tmp_path
         assert not {c for t in texts for c in control_characters(t)}, where
         assert any(shown[:24] in t for t in texts), f"{where} does not show the peer"
     assert "Traceback\n[2J]0;owned31mboom" in log_text
+
+
+def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
+    """As many producers as a run admits, each with the longest name and host and the
+    most work counters a peer may send, and the longest crash reports kept."""
+    from types import SimpleNamespace
+
+    from consumer.stager.peers import PeerId
+    from consumer.stager.plan import EpochPlan
+    from consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
+    from consumer.stager.slot_manager import SlotManager
+    from consumer.stager.stats import snapshot
+    from shared.config import config_from_dict
+    from shared.stats import CrashReport, TrainerReport
+
+    cfg = config_from_dict({})
+    manager = SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True)
+    book = ProducerBook(manager, "head", 16, max_strikes=3, max_per_peer=MAX_PRODUCERS)
+    for i in range(MAX_PRODUCERS):
+        name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)
+        hello = p.Hello(name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}", "", {})
+        pr = book.hello(f"R{i}".encode(), hello, remote=True, peer=PeerId(f"key {i}", "x"))
+        pr.work = {
+            f"{k:02d}" + "k" * (p.MAX_WORK_KEY - 2): 2**53 - 1 for k in range(p.MAX_WORK_KEYS)
+        }
+        pr.samples = 2**40
+    crash = CrashReport("n" * p.MAX_NAME, "t" * 2000)
+    stager = SimpleNamespace(
+        run_id="r" * 32, t_start=0.0, index=SimpleNamespace(n_items=100, bad_lines=[]),
+        slots=book.slots, book=book, cfg=cfg,
+        builder=SimpleNamespace(in_flight=lambda: 3, filled=[1] * 4),
+        buckets=[SimpleNamespace(shape=(2**20, 2**20, 2**20))] * 16,
+        delivery=SimpleNamespace(batches_sent=2**40),
+        drop=SimpleNamespace(counts={r: 2**40 for r in ("malformed", "stale", "torn")}),
+        producers=SimpleNamespace(crashes=[crash] * 5), net=SimpleNamespace(refused=2**40),
+        consumer=SimpleNamespace(
+            ident=None, trainer=TrainerReport(2**40, 1.0, 1.0, 1.0, 2**40, 2**40, 1.0)),
+        gpus=2,
+    )  # fmt: skip
+    snap = snapshot(stager).to_dict()
+    assert snap["producers_unlisted"]["count"] == MAX_PRODUCERS - len(snap["producers"])
+    header = p.encode(p.Stats(snap))[0]
+    assert len(header) < p.MAX_HEADER_BYTES, len(header)
