@@ -7,7 +7,7 @@ import random
 import subprocess
 import sys
 
-from consumer.stager.peers import PeerId
+from consumer.stager.peers import PeerId, PeerTrust
 from consumer.stager.plan import EpochPlan
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
@@ -270,3 +270,34 @@ def test_revoke_gives_back_every_grant_and_charges_only_the_started_one() -> Non
     assert m.producers[b"a"].stalled
     assert set(m.slots.known_bad) == {grants[0][2]}  # max_attempts=1: the started one is skipped
     assert sorted(m.slots.order.retry) == sorted(g[3] for g in grants[1:])
+
+
+def test_a_dataset_smaller_than_the_grants_out_waits_instead_of_spinning() -> None:
+    """Unordered mode, 4 items, 8 slots: each item has one grant out at a time, and a
+    round of grants ends (it once looped for ever pushing later epochs aside)."""
+    m = manager(n_items=4, n_slots=8, deterministic=False, epochs=0)
+    join(m, b"w")
+    grants = m.grant_round()[b"w"]
+    assert sorted(g.item for g in grants) == [0, 1, 2, 3]
+    assert m.grant(b"w") is None
+    for slot, gen, item, _ in grants:
+        assert m.slots.ready(b"w", slot, gen, item)
+    m.slots.pop_events(8)
+    assert sorted(g.item for g in m.grant_round()[b"w"]) == [0, 1, 2, 3]  # epoch 1
+
+
+def test_a_peer_whose_grants_expire_while_it_talks_is_cut_once_a_lease() -> None:
+    clock = Clock()
+    trust = PeerTrust(max_strikes=3, n_slots=16, lease_s=1.0, clock=clock)
+    assert not trust.expired_while_talking("k", 12)
+    assert trust.limit("k") == 6
+    assert not trust.expired_while_talking("k", 6)  # the same lease: no second cut
+    assert trust.limit("k") == 6
+    strikes = []
+    for _ in range(4):
+        clock.t += 1.0
+        strikes.append(trust.expired_while_talking("k", trust.limit("k")))
+    assert trust.limit("k") == 1 and strikes == [False, False, True, True]
+    trust.delivered("k")  # it works after all: no strike, one grant more
+    clock.t += 1.0
+    assert not trust.expired_while_talking("k", 2)

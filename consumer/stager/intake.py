@@ -8,11 +8,13 @@ checks again (seqlock, README "Design", contract 7): the slot still carries
 the accepted generation in both producer fields, and the copied rows hash to
 the checksum of the READY, and hold nothing out of range (shared/content.py).
 
-Whatever fails these checks, except a late READY of a grant taken back, is a
-strike against the producer that sent it (README, "Design", contract 10): its
-grants come back at once and uncharged, so a bad READY never waits out a
-lease, never leaves a slot held, and never counts against an innocent item.
-An item is skipped for its content only when two peers sent bad rows for it.
+Whatever fails these checks is a strike against the producer that sent it
+(README, "Design", contract 10): its grants come back at once and uncharged, so
+a bad READY never waits out a lease, never leaves a slot held, and never counts
+against an innocent item. Not a strike: a late READY of a grant taken back, and
+rows changed under intact seals after a local READY (a stale writer's doing,
+counted torn; a remote producer's rows are hashed when its READY arrives). An
+item is skipped for its content only when two peers sent bad rows for it.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Intake:
         self.writing = samples.slots["writing_generation"]
         # slot -> the READY entry accepted for it, checked again at copy.
         self.accepted: dict[int, p.ReadyEntry] = {}
-        # item -> the peer (ban key) that first sent bad rows for it.
+        # item -> the peer (share key) that first sent bad rows for it.
         self.suspects: dict[int, str] = {}
 
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
@@ -107,6 +109,12 @@ class Intake:
             return
         if producer.remote:
             copy_payload(self.samples, e.slot, e.generation, e.lengths, payload)
+            if self.slot_checksum(e.slot, e.lengths) != e.checksum:  # a lie, or a bug
+                # What it sent, we copied: a mismatch is its own (a stale local writer
+                # can touch the slot only later, which take() checks).
+                why = f"READY of slot {e.slot} item {e.item}: rows that do not hash to its checksum"
+                self.reject(producer, "bad-rows", why)
+                return
         elif int(self.seals[e.slot]) != e.generation:
             why = f"slot {e.slot} is not sealed with generation {e.generation}"
             self.reject(producer, "unsealed", why)
@@ -148,34 +156,40 @@ class Intake:
             self.drop("torn", f"slot {k} item {event.item} changed after its READY")
             return ""
         if rows_checksum(copies) != entry.checksum:
-            why, content = "rows that do not hash to the checksum of its READY", False
-        else:
-            rows = dict(zip(self.samples.fields, copies, strict=True))
-            why, content = content_error(rows, self.vocab), True
+            # Rows changed under intact seals: a stale writer (stopped past its lease, in
+            # another PID namespace) wrote into a slot granted since; not the grantee's
+            # doing (a remote grantee's rows were checked at READY), so no strike.
+            self.builder.drop_last()
+            self.drop("torn", f"slot {k} item {event.item}: rows changed after its READY")
+            return ""
+        why = content_error(dict(zip(self.samples.fields, copies, strict=True)), self.vocab)
         if why:
             self.builder.drop_last()
-            return self.bad_rows(event, slot, why, content)
+            return self.bad_rows(event, slot, why)
         self.slots.release(event.slot)
         return None
 
-    def bad_rows(self, event: Event, slot: Slot, why: str, content: bool) -> str:
-        """A producer sent rows that fail the check: a strike against its peer. Its item
-        is skipped only when a second peer sent out-of-range content for it too."""
+    def bad_rows(self, event: Event, slot: Slot, why: str) -> str:
+        """A producer's rows, hashed as it said, hold values out of range: a strike
+        against its peer. Its item is skipped only when another peer (another key,
+        host or local pool) sent out-of-range rows for it too."""
         producer = self.book.producers.get(slot.producer) if slot.producer else None
         name = producer.name if producer is not None else "a producer gone since"
         self.drop("bad-rows", f"item {event.item} from {name}: {why}")
         if slot.producer is None or slot.peer is None:
             return ""
         self.book.strike(slot.producer, why, slot.peer)
-        if not content:
-            return ""
         first = self.suspects.pop(event.item, None)
-        if first is not None and first != slot.peer.ban:
-            return f"two producers sent bad rows for it ({first}; {slot.peer.ban}): {why}"
-        self.suspects[event.item] = slot.peer.ban
+        if first is not None and first != slot.peer.share:
+            return f"two producers sent bad rows for it ({first}; {slot.peer.share}): {why}"
+        self.suspects[event.item] = slot.peer.share
         while len(self.suspects) > MAX_SUSPECTS:
             del self.suspects[next(iter(self.suspects))]
         return ""
+
+    def slot_checksum(self, slot: int, lengths: list[int]) -> int:
+        fields = zip(self.samples.fields, lengths, strict=True)
+        return rows_checksum(self.samples.view(name)[slot][:n] for name, n in fields)
 
     def forget_views(self) -> None:
         """Before the ring is unmapped: no view of it may outlive the map."""

@@ -61,10 +61,9 @@ class PlanOrder:
                     return None
                 if self.deterministic and position >= self.next_event + window:
                     return None
-                self.next_grant += 1
                 if self.busy[self.plan.item_at(position)]:
-                    heapq.heappush(self.retry, position)
-                    continue
+                    return None  # a dataset smaller than the grants out: wait for it
+                self.next_grant += 1
             item = self.plan.item_at(position)
             if item in self.known_bad:
                 reason, stage = self.known_bad[item]
@@ -74,16 +73,24 @@ class PlanOrder:
 
     def _retry(self, avoid: str) -> int | None:
         """The first retry that may be granted now (see next_position), taken out."""
+        if not self.retry:
+            return None
+        if self._may_retry(self.retry[0], avoid):  # the usual case: O(log n)
+            self.taken_from.pop(self.retry[0], None)
+            return heapq.heappop(self.retry)
         for position in sorted(self.retry):
-            if self.busy[self.plan.item_at(position)]:
-                continue
-            if avoid and self.taken_from.get(position) == avoid:
+            if not self._may_retry(position, avoid):
                 continue
             self.retry.remove(position)
             heapq.heapify(self.retry)
             self.taken_from.pop(position, None)
             return position
         return None
+
+    def _may_retry(self, position: int, avoid: str) -> bool:
+        if self.busy[self.plan.item_at(position)]:
+            return False
+        return not avoid or self.taken_from.get(position) != avoid
 
     def granted(self, position: int, slot: int) -> None:
         self.in_flight[position] = slot

@@ -13,8 +13,9 @@ uid and pid: one buggy worker does not take its pool down).
 Strikes (README, "Design", contract 10): whatever a peer sends that the stager
 rejects costs a strike; ``max_strikes`` of them within STRIKE_WINDOW_S ban its
 ban key for the rest of the run. A peer whose grants keep expiring while it
-talks has its grant limit halved each time, raised by one per sample it
-delivers (additive increase, multiplicative decrease).
+talks has its grant limit halved (once a lease at most), raised by one per
+sample it delivers (additive increase, multiplicative decrease); one at a limit
+of 1 that still delivers nothing gets a strike each lease.
 """
 
 from __future__ import annotations
@@ -50,32 +51,57 @@ def parent_pid(pid: int) -> int:
         return 0
 
 
+def start_time(pid: int) -> str:
+    """When pid started (clock ticks since boot, /proc), or '': a pid reused later by
+    another process is another peer."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 :].split()[19].decode()
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
 def peer_of(frame: zmq.Frame, remote: bool) -> PeerId:
     """The peer behind a received frame (see the module docstring)."""
     if remote:
+        host = str(frame.get("Peer-Address"))
         try:
             key = frame.get("User-Id")  # set by our ZAP handler: the CURVE public key
-            return PeerId(f"key {key}", f"key {key}")
         except zmq.ZMQError:  # no keys configured: its address is all we know
-            host = str(frame.get("Peer-Address"))
             return PeerId(f"host {host}", f"host {host}")
+        # One key may serve many hosts (a Ray cluster): each host has its own share.
+        return PeerId(f"key {key} host {host}", f"key {key}")
     address = str(frame.get("Peer-Address"))  # "localhost:uid:gid:pid" over ipc
     try:
-        _, uid, _, pid = address.rsplit(":", 3)
-        return PeerId(f"pool {parent_pid(int(pid)) or pid}", f"uid {uid} pid {pid}", int(pid))
+        _, uid, _, pid_text = address.rsplit(":", 3)
+        pid = int(pid_text)
     except ValueError:  # no peer credentials on this platform
         return PeerId("local", f"local {address}")
+    if pid == 0:  # in a PID namespace we cannot see: the desk adds what it claims
+        return PeerId(f"uid {uid}, pid unseen", f"uid {uid}, pid unseen")
+    ban = f"uid {uid} pid {pid} started {start_time(pid)}"
+    return PeerId(f"pool {parent_pid(pid) or pid}", ban, pid)
+
+
+def with_claims(peer: PeerId, pid: int, host: str) -> PeerId:
+    """A peer whose pid we cannot see is banned by what it claims (it could lie, which
+    spares it a ban, never its grants: each lie still takes them back)."""
+    return peer if peer.pid else PeerId(peer.share, f"{peer.ban}, claims pid {pid} on {host}")
 
 
 class PeerTrust:
     """Strikes, bans and grant limits per peer."""
 
-    def __init__(self, max_strikes: int, n_slots: int, clock) -> None:
+    def __init__(self, max_strikes: int, n_slots: int, lease_s: float, clock) -> None:
         """max_strikes: strikes in STRIKE_WINDOW_S that ban a peer (0: never)."""
-        self.max_strikes, self.n_slots, self.clock = max_strikes, n_slots, clock
+        self.max_strikes, self.n_slots, self.lease_s = max_strikes, n_slots, lease_s
+        self.clock = clock
         self.strikes: dict[str, collections.deque[float]] = {}
         self.banned: dict[str, str] = {}  # ban key -> why
         self.limits: dict[str, int] = {}  # share key -> most grants it holds at once
+        # share key -> (when its limit was last cut, delivered anything since?)
+        self.cuts: dict[str, tuple[float, bool]] = {}
         self.n_strikes = 0
 
     def refusal(self, peer: PeerId) -> str:
@@ -98,19 +124,32 @@ class PeerTrust:
             return False
         self.banned[peer.ban] = f"{len(times)} strikes (ring.max_strikes), the last: {why}"
         log.warning("banned %s: %s", peer.ban, self.banned[peer.ban])
+        self._forget(self.banned)
         return True
 
     def limit(self, share: str) -> int:
         """Most grants the peer of this share key may hold at once."""
         return self.limits.get(share, self.n_slots)
 
-    def expired_while_talking(self, share: str, holding: int) -> None:
-        """Its grants expired though it kept talking: it may hold half as many."""
-        self.limits[share] = max(1, min(holding, self.limit(share)) // 2)
+    def expired_while_talking(self, share: str, holding: int) -> bool:
+        """Grants of this peer (holding `holding` in all) expired though it kept talking:
+        it may hold half as many, cut at most once a lease. True when that deserves a
+        strike: its limit was 1 already and it delivered nothing since the last cut."""
+        now = self.clock()
+        last, delivered = self.cuts.get(share, (-self.lease_s, True))
+        if now - last < self.lease_s:
+            return False
+        was = self.limit(share)
+        self.limits[share] = max(1, min(holding, was) // 2)
+        self.cuts[share] = (now, False)
         self._forget(self.limits)
+        self._forget(self.cuts)
+        return was == 1 and not delivered
 
     def delivered(self, share: str) -> None:
         """A sample accepted: one grant more, up to no limit of its own."""
+        if share in self.cuts:
+            self.cuts[share] = (self.cuts[share][0], True)
         limit = self.limits.get(share)
         if limit is None:
             return

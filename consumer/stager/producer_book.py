@@ -41,7 +41,7 @@ class ProducerBook:
         max_strikes, max_per_peer: ring.max_strikes, ring.max_producers_per_peer."""
         self.slots, self.hostname, self.max_credits = slots, hostname, max_credits
         self.lease_s, self.clock = slots.lease_s, slots.clock
-        self.trust = PeerTrust(max_strikes, slots.n_slots, slots.clock)
+        self.trust = PeerTrust(max_strikes, slots.n_slots, slots.lease_s, slots.clock)
         self.max_per_peer = max_per_peer
         self.n_banned = 0
         self.producers: dict[bytes, Producer] = {}
@@ -53,22 +53,26 @@ class ProducerBook:
         self.restarts = 0
 
     # ------------------------------------------------------------ joining
-    def refusal(self, ident: bytes, name: str, token: str, peer: PeerId) -> str:
-        """'' if this HELLO may join, else why not. A name belongs to one process at a
-        time: the same process (same token) may say HELLO again on a new socket, another
-        one gets the name only once its holder is dead or silent for a lease. A banned
-        peer, or one with ring.max_producers_per_peer joined, is refused."""
+    def lasting_refusal(self, ident: bytes, name: str, peer: PeerId) -> str:
+        """'' or why this peer may not join now nor later (it is told, and exits): it is
+        banned, or has ring.max_producers_per_peer producers joined."""
         why = self.trust.refusal(peer)
         if why:
             return why
-        if ident not in self.producers and len(self.producers) >= MAX_PRODUCERS:
-            return f"{len(self.producers)} producers already joined (the most one run takes)"
         same = [pr for i, pr in self.producers.items() if pr.peer.share == peer.share]
         if len(same) >= self.max_per_peer and all(pr.name != name for pr in same):
             return (
                 f"{peer.share} already has {len(same)} producers joined: raise "
                 "ring.max_producers_per_peer if it really runs that many"
             )
+        return ""
+
+    def refusal(self, ident: bytes, name: str, token: str) -> str:
+        """'' if this HELLO may join now, else why not. A name belongs to one process at
+        a time: the same process (same token) may say HELLO again on a new socket,
+        another one gets the name only once its holder is dead or silent for a lease."""
+        if ident not in self.producers and len(self.producers) >= MAX_PRODUCERS:
+            return f"{len(self.producers)} producers already joined (the most one run takes)"
         for old_ident, old in self.producers.items():
             if old.name != name or old_ident == ident or old.token == token:
                 continue
@@ -243,12 +247,18 @@ class ProducerBook:
         if silent_s > self.lease_s:
             self.revoke(ident)
             return
-        self.trust.expired_while_talking(producer.peer.share, self.slots.holding(ident))
+        share = producer.peer.share
+        holding = sum(self.slots.holding(i) for i, pr in self.producers.items()
+                      if pr.peer.share == share)  # fmt: skip
+        idle = self.trust.expired_while_talking(share, holding)
         if producer.remote:
             for k in expired:
                 self.slots.reclaim(k, fence=False, charged=False)
         else:
             self.revoke(ident, charge=False)
+        if idle:
+            self.strike(ident, "its grants expire while it talks, and it delivers nothing: "
+                        "raise ring.lease_s if its samples take that long")  # fmt: skip
 
     # ------------------------------------------------------------ strikes
     def strike(self, ident: bytes, why: str, peer: PeerId | None = None) -> None:

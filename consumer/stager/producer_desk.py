@@ -22,7 +22,7 @@ from consumer.stager.control import ControlSockets, is_remote
 from consumer.stager.drops import Drops
 from consumer.stager.intake import Intake
 from consumer.stager.peer_log import PeerLog
-from consumer.stager.peers import PeerId
+from consumer.stager.peers import PeerId, with_claims
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.state import Producer
@@ -75,7 +75,13 @@ class ProducerDesk:
             self.drop("refused-config", f"producer {msg.name!r}: {why}")
             self.net.reply(ident, p.Refused(why))  # it exits: a HELLO again changes nothing
             return
-        why = self.book.refusal(ident, msg.name, msg.token, peer)
+        peer = with_claims(peer, msg.pid, msg.host)
+        why = self.book.lasting_refusal(ident, msg.name, peer)
+        if why:
+            self.drop("refused-peer", f"producer {msg.name!r}: {why}")
+            self.net.reply(ident, p.Refused(why))  # it exits: a HELLO again changes nothing
+            return
+        why = self.book.refusal(ident, msg.name, msg.token)
         if why:
             self.drop("refused-hello", why)  # it says HELLO again after a lease
             return
@@ -105,7 +111,7 @@ class ProducerDesk:
         self.book.credit(producer.ident, 1)
         args = (msg.slot, msg.generation, msg.item, msg.reason, msg.stage, msg.path)
         if self.slots.skip(producer.ident, *args):
-            producer.samples += 1
+            self.book.delivered(producer)
         else:
             self.drop("stale", f"SKIP of slot {msg.slot} generation {msg.generation}")
 

@@ -204,12 +204,14 @@ class SlotManager:
         says nothing about the item); or, given `bad` (the same bad rows came from a
         second producer), its item is skipped with that reason."""
         first = events[0]
+        peer = self.slots[first.slot].peer
         self.slots[first.slot].generation += 1
         self._free(first.slot)
         self._counters["torn"] += 1
         self.order.unpop(events)
         if not bad:
-            self.order.taken_back(first.position, first.item, False, self.max_attempts)
+            share = peer.share if peer else ""  # granted again, to another peer if one works
+            self.order.taken_back(first.position, first.item, False, self.max_attempts, share)
             return
         self.known_bad[first.item] = (bad, "content")
         self.order.finish(Event("skip", first.position, first.item, reason=bad, stage="content"))
@@ -241,7 +243,10 @@ class SlotManager:
         if not charge or not slots:
             charged: set[int] = set()
         elif self.started is not None and local:
-            charged = {k for k in slots if self.started(k)}
+            # At most one: a producer works on one sample at a time (a liar that marks
+            # every slot it holds begun charges no more than one item).
+            begun = [k for k in slots if self.started(k)]
+            charged = {min(begun, key=lambda k: self.slots[k].t_granted)} if begun else set()
         else:
             charged = {min(slots, key=lambda k: self.slots[k].t_granted)}
         for k in slots:
