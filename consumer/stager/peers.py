@@ -39,6 +39,7 @@ class PeerId:
     share: str  # whose fair share of the ring it draws on
     ban: str  # what a ban refuses
     pid: int = 0  # the kernel's pid of a local peer (0: unknown, or remote)
+    unseen: bool = False  # a local peer in a PID namespace we cannot see
 
 
 def parent_pid(pid: int) -> int:
@@ -79,7 +80,7 @@ def peer_of(frame: zmq.Frame, remote: bool) -> PeerId:
     except ValueError:  # no peer credentials on this platform
         return PeerId("local", f"local {address}")
     if pid == 0:  # in a PID namespace we cannot see: the desk adds what it claims
-        return PeerId(f"uid {uid}, pid unseen", f"uid {uid}, pid unseen")
+        return PeerId(f"uid {uid}, pid unseen", f"uid {uid}, pid unseen", unseen=True)
     ban = f"uid {uid} pid {pid} started {start_time(pid)}"
     return PeerId(f"pool {parent_pid(pid) or pid}", ban, pid)
 
@@ -87,7 +88,9 @@ def peer_of(frame: zmq.Frame, remote: bool) -> PeerId:
 def with_claims(peer: PeerId, pid: int, host: str) -> PeerId:
     """A peer whose pid we cannot see is banned by what it claims (it could lie, which
     spares it a ban, never its grants: each lie still takes them back)."""
-    return peer if peer.pid else PeerId(peer.share, f"{peer.ban}, claims pid {pid} on {host}")
+    if not peer.unseen:
+        return peer
+    return PeerId(peer.share, f"{peer.ban}, claims pid {pid} on {host}", unseen=True)
 
 
 class PeerTrust:
