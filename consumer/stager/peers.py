@@ -14,8 +14,11 @@ Strikes (README, "Design", contract 10): whatever a peer sends that the stager
 rejects costs a strike; ``max_strikes`` of them within STRIKE_WINDOW_S ban its
 ban key for the rest of the run. A peer whose grants keep expiring while it
 talks has its grant limit halved (once a lease at most), raised by one per
-sample it delivers (additive increase, multiplicative decrease); one at a limit
-of 1 that still delivers nothing gets a strike each lease.
+sample it delivers (additive increase, multiplicative decrease), down to one.
+An expiry is never a strike: a link that loses messages makes an honest peer
+look exactly like one that takes grants and never answers, and banning it for
+the run would stop a run over a bad cable. At a limit of one such a peer holds
+one slot of its share, and the positions it held go to other peers (order.py).
 """
 
 from __future__ import annotations
@@ -103,8 +106,7 @@ class PeerTrust:
         self.strikes: dict[str, collections.deque[float]] = {}
         self.banned: dict[str, str] = {}  # ban key -> why
         self.limits: dict[str, int] = {}  # share key -> most grants it holds at once
-        # share key -> (when its limit was last cut, delivered anything since?)
-        self.cuts: dict[str, tuple[float, bool]] = {}
+        self.cuts: dict[str, float] = {}  # share key -> when its limit was last cut
         self.n_strikes = 0
 
     def refusal(self, peer: PeerId) -> str:
@@ -134,25 +136,19 @@ class PeerTrust:
         """Most grants the peer of this share key may hold at once."""
         return self.limits.get(share, self.n_slots)
 
-    def expired_while_talking(self, share: str, holding: int) -> bool:
+    def expired_while_talking(self, share: str, holding: int) -> None:
         """Grants of this peer (holding `holding` in all) expired though it kept talking:
-        it may hold half as many, cut at most once a lease. True when that deserves a
-        strike: its limit was 1 already and it delivered nothing since the last cut."""
+        it may hold half as many (never fewer than one), cut at most once a lease."""
         now = self.clock()
-        last, delivered = self.cuts.get(share, (-self.lease_s, True))
-        if now - last < self.lease_s:
-            return False
-        was = self.limit(share)
-        self.limits[share] = max(1, min(holding, was) // 2)
-        self.cuts[share] = (now, False)
+        if now - self.cuts.get(share, -self.lease_s) < self.lease_s:
+            return
+        self.limits[share] = max(1, min(holding, self.limit(share)) // 2)
+        self.cuts[share] = now
         self._forget(self.limits)
         self._forget(self.cuts)
-        return was == 1 and not delivered
 
     def delivered(self, share: str) -> None:
         """A sample accepted: one grant more, up to no limit of its own."""
-        if share in self.cuts:
-            self.cuts[share] = (self.cuts[share][0], True)
         limit = self.limits.get(share)
         if limit is None:
             return

@@ -250,15 +250,12 @@ class ProducerBook:
         share = producer.peer.share
         holding = sum(self.slots.holding(i) for i, pr in self.producers.items()
                       if pr.peer.share == share)  # fmt: skip
-        idle = self.trust.expired_while_talking(share, holding)
+        self.trust.expired_while_talking(share, holding)
         if producer.remote:
             for k in expired:
                 self.slots.reclaim(k, fence=False, charged=False)
         else:
             self.revoke(ident, charge=False)
-        if idle:
-            self.strike(ident, "its grants expire while it talks, and it delivers nothing: "
-                        "raise ring.lease_s if its samples take that long")  # fmt: skip
 
     # ------------------------------------------------------------ strikes
     def strike(self, ident: bytes, why: str, peer: PeerId | None = None) -> None:
