@@ -27,7 +27,8 @@ HALF_MADE_GRACE_S = 5.0
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists on this host."""
+    """True if a process with this pid runs on this host. A zombie (exited, not yet
+    reaped by its parent) is dead: it can write no memory and send nothing more."""
     if not 0 < pid < 2**31:  # os.kill raises OverflowError past a C int
         return False
     try:
@@ -35,8 +36,17 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no /proc (not Linux), or gone since
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
 
 
 def read_header(path: Path) -> np.void | None:

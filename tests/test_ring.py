@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from shared.config import Config, replace
 from shared.ring import SHM_DIR, SLOT_DTYPE, Ring, RingError, SlotState, segment_name
-from shared.segments import list_segments, remove_stale_segments
+from shared.segments import list_segments, pid_alive, remove_stale_segments
 from shared.shm import write_zeros
 from tests.processes import run_on_small_tmpfs
 
@@ -125,6 +126,17 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
     proc.wait(10)
     assert remove_stale_segments(run_id) == [segment_name(run_id, "samples")]
     assert list(list_segments(run_id)) == []
+
+
+def test_a_zombie_is_not_alive() -> None:
+    """An exited child its parent has not reaped yet writes nothing more: dead."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert pid_alive(os.getpid())
+    deadline = time.monotonic() + 30
+    while pid_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # not reaped: /proc still lists it, as a zombie
+    assert not pid_alive(proc.pid) and os.path.exists(f"/proc/{proc.pid}")
+    proc.wait(5)
 
 
 def test_a_new_ring_owns_every_page_of_its_segment(run_id: str) -> None:
