@@ -175,3 +175,9 @@ def _validate_transport(cfg: Config) -> None:
         f"binding {t.host} (not loopback) needs CURVE keys: run `ringfeed keys DIR --client "
         "NAME` and set transport.keys_dir, or bind transport.host: 127.0.0.1",
     )
+    check(
+        t.keys_dir == "" or t.kind == "tcp",
+        "transport.keys_dir",
+        "keys authenticate tcp peers only: set transport.kind: tcp (and host, port), or "
+        "remove keys_dir (with kind: ipc no remote producer can reach the stager)",
+    )

@@ -11,6 +11,7 @@ checked by whoever reads it) and nested dataclasses.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from typing import Any, Literal
@@ -62,6 +63,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         )
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 2e-3 (no dot) as text
+            value = _number(value)
         check(
             isinstance(value, (int, float)) and not isinstance(value, bool),
             key,
@@ -84,13 +87,23 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {tp}")
 
 
+def _number(text: str) -> float | str:
+    """A number written as text ("2e-3", "1E4"), or the text as it was."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in names:
             where = f"{prefix}.{key}" if prefix else key
-            raise ConfigError(f"{where}: unknown key; known keys here are {sorted(names)}")
+            close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"{where}: unknown key; {hint}known keys here are {sorted(names)}")
     kwargs = {}
     for name in names & raw.keys():
         where = f"{prefix}.{name}" if prefix else name

@@ -35,7 +35,9 @@ def test_defaults_and_derived_sizes() -> None:
 @pytest.mark.parametrize(
     ("raw", "needle"),
     [
-        ({"ring": {"slotz": 3}}, "ring.slotz: unknown key"),
+        ({"ring": {"slotz": 3}}, "ring.slotz: unknown key; did you mean 'slots'?"),
+        ({"train": {"learning_rate": "fast"}}, "train.learning_rate: must be a number"),
+        ({"transport": {"keys_dir": "keys"}}, "transport.keys_dir: keys authenticate tcp"),
         ({"ring": {"slots": 0}}, "ring.slots: must be >= 1"),
         ({"ring": {"slots": "many"}}, "ring.slots: must be an integer"),
         ({"stager": {"deterministic": "yes"}}, "stager.deterministic: must be true or false"),
@@ -115,6 +117,16 @@ def test_ring_larger_than_dev_shm_is_refused_before_start() -> None:
     cfg = replace(Config(), ring={"slots": 1_000_000})  # ~245 GiB of slots
     with pytest.raises(ConfigError, match="lower ring.slots"):
         check_rings_fit(cfg)
+
+
+def test_numbers_yaml_reads_as_text_are_numbers(tmp_path: Path) -> None:
+    """YAML 1.1 reads 2e-3 (no dot) as a string; a float key takes it as the number."""
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  learning_rate: 2e-3\nring:\n  lease_s: 1E1\n")
+    cfg = load_config(path)
+    assert cfg.train.learning_rate == 0.002 and cfg.ring.lease_s == 10.0
+    with pytest.raises(ConfigError, match="ring.slots: must be an integer"):
+        config_from_dict({"ring": {"slots": "1e3"}})  # counts stay integers
 
 
 def test_load_names_the_file(tmp_path: Path) -> None:
