@@ -14,13 +14,16 @@ stage the source was in (``Source.stage``: text, audio, features, cache, ...)
 or "write" when the sample did not fit its slot.
 
 Orphans and refusals. A producer that has heard nothing from the stager for
-ORPHAN_S since a stager WELCOMEd it exits with EXIT_ORPHANED, whatever it
-sends meanwhile: only a message from the stager resets that clock, never its
-own HELLO. Before its first WELCOME it waits for its stager as long as it
-takes (a stager measuring a length manifest may take minutes to bind). A
-REFUSED from the stager (another protocol version, another config: the reason
-says what to change), or any message in another protocol version, ends it
-with EXIT_REFUSED. The pools restart neither (producer/pool.py).
+producers.orphan_s since a stager WELCOMEd it exits with EXIT_ORPHANED, whatever
+it sends meanwhile: only a message from the stager resets that clock, never its
+own HELLO. Only time it ran counts: a loop that did not turn for a lease (the
+process was SIGSTOPped, its VM suspended, a sample took that long) says HELLO
+again and starts the clock anew, for the stager may be fine and waiting. Before
+its first WELCOME it waits for its stager as long as it takes (a stager
+measuring a length manifest may take minutes to bind). A REFUSED from the stager
+(another protocol version, another config: the reason says what to change), or
+any message in another protocol version, ends it with EXIT_REFUSED. The pools
+restart neither (producer/pool.py).
 
 Goodbyes: on stop the worker sends BYE and waits up to SHUTDOWN_WAIT_S for
 BYE_ACK, because ZeroMQ may drop the last messages of a process that exits
@@ -57,16 +60,15 @@ from shared.sockets import make_socket, recv, send
 log = logging.getLogger(__name__)
 
 # A producer that hears nothing from the stager for ring.lease_s says HELLO again (the
-# stager restarted); one that hears nothing for ORPHAN_S after a WELCOME exits (the
-# stager is gone). 30 s: three default leases, and room for a stager to restart.
-ORPHAN_S = 30.0
+# stager restarted); one that hears nothing for producers.orphan_s after a WELCOME
+# exits (the stager is gone).
 # Exit codes of a worker that must not be restarted: its run is over (SHUTDOWN, SIGTERM),
 # its stager is gone, or the stager refused it. Any other code, 0 included (a library
 # that called sys.exit(0)), is a death the pool restarts.
 EXIT_FINISHED, EXIT_ORPHANED, EXIT_REFUSED = 3, 4, 5
 ENDINGS = {
     EXIT_FINISHED: "finished",
-    EXIT_ORPHANED: "lost its stager (no word for ORPHAN_S)",
+    EXIT_ORPHANED: "lost its stager (no word for producers.orphan_s)",
     EXIT_REFUSED: "was refused by the stager (its log says why)",
 }
 # Longest quarantine reason for an unexpected exception, characters.
@@ -102,6 +104,7 @@ class Worker:
         self.done = 0
         self.done_reported = 0
         self.last_sent = self.last_heard = self.last_heartbeat = time.monotonic()
+        self.last_turn = time.monotonic()  # the loop's last turn: a longer gap is a pause
         self.welcomed = False  # by the stager, on the current socket
         self.ever_welcomed = False  # from then on, the orphan clock runs
         self.ending = EXIT_FINISHED  # or EXIT_ORPHANED, EXIT_REFUSED: what run_worker returns
@@ -148,6 +151,7 @@ class Worker:
     # ------------------------------------------------------------ loop
     def run(self) -> None:
         self.connect()
+        self.last_turn = time.monotonic()
         while not self.stop.is_set():
             self.poll(POLL_S if not self.grants else 0)
             if self.grants and self.writer is not None:
@@ -225,8 +229,15 @@ class Worker:
         HELLO again), a REQUEST or the credit a READY carried (an idle producer asks
         again every heartbeat; the stager caps credits, so asking twice costs nothing)."""
         now = time.monotonic()
+        paused, self.last_turn = now - self.last_turn, now
+        if paused > self.cfg.ring.lease_s:  # its silence says nothing about the stager
+            log.warning("this producer did not run for %.0f s (stopped, or a sample that "
+                        "long); saying HELLO again", paused)  # fmt: skip
+            self.last_heard = now
+            self.connect()
+            return
         silent = now - self.last_heard
-        if self.ever_welcomed and silent > ORPHAN_S:
+        if self.ever_welcomed and silent > self.cfg.producers.orphan_s:
             self.end(EXIT_ORPHANED, f"no word from the stager for {silent:.0f} s (it is gone)")
             return
         if not self.welcomed and now - self.hello_at > self.cfg.ring.lease_s:

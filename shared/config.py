@@ -109,6 +109,9 @@ class ProducersConfig:
     math_threads: int = 1
     # Producers per node with `ringfeed producers --ray` (0 = one per CPU a node offers).
     per_node: int = 0
+    # A producer that hears nothing from its stager for this long (after a WELCOME,
+    # counting only time it was running: not a SIGSTOP or a suspended VM) exits, seconds.
+    orphan_s: float = 30.0
 
 
 @dataclass(frozen=True)

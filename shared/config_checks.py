@@ -83,6 +83,7 @@ def validate(cfg: Config) -> None:
     _validate_ring(cfg)
     check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
     _validate_transport(cfg)
+    _validate_producers(cfg)
     _validate_buckets(cfg)
     check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
     check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
@@ -163,6 +164,15 @@ def _validate_buckets(cfg: Config) -> None:
         cfg.batch_frames >= top,
         "stager.batch_frames",
         f"{cfg.batch_frames} < features.max_frames={top}: the longest bucket needs a row",
+    )
+
+
+def _validate_producers(cfg: Config) -> None:
+    check(
+        cfg.producers.orphan_s > 2 * cfg.ring.lease_s,
+        "producers.orphan_s",
+        f"{cfg.producers.orphan_s} s must exceed two ring.lease_s ({cfg.ring.lease_s} s): "
+        "a producer must outlast a stager's restart and its own HELLO again",
     )
 
 

@@ -14,9 +14,7 @@ every producer of a run of that config wraps its source in :class:`FaultySource`
   expects (it must cost that item only, quarantined once with its stage);
 - an item in ``exit_items`` ends its process with exit code 0 (a library that
   calls exit as if all were well: the pool restarts the worker, the stager
-  charges the item);
-- ``orphan_s`` replaces the producer's ORPHAN_S (producer/worker.py), so a test
-  of a lost stager waits seconds, not the 30 s a real host gets.
+  charges the item).
 
 How the faults reach the producers: inject_faults sets RINGFEED_SOURCE_HOOK in
 this process's environment, which every process it starts inherits (Ray actors
@@ -50,7 +48,6 @@ class Faults:
     raise_items: tuple[int, ...] = ()
     exit_items: tuple[int, ...] = ()
     delay_s: float = 0.0
-    orphan_s: float = 0.0
 
 
 def inject_faults(
@@ -59,11 +56,10 @@ def inject_faults(
     raise_items: tuple[int, ...] | list[int] = (),
     exit_items: tuple[int, ...] | list[int] = (),
     delay_s: float = 0.0,
-    orphan_s: float = 0.0,
 ) -> None:
     """Make every producer of runs of this config inject these faults (replacing any
     set before for it); no faults given: none."""
-    faults = Faults(tuple(raise_items), tuple(exit_items), delay_s, orphan_s)
+    faults = Faults(tuple(raise_items), tuple(exit_items), delay_s)
     root = Path(load_config(cfg_path).run_root)
     root.mkdir(parents=True, exist_ok=True)
     (root / FAULTS_FILE).write_text(json.dumps(asdict(faults)))
@@ -76,12 +72,7 @@ def with_faults(cfg: Config, source: Source) -> Source:
     if not path.exists():
         return source
     raw = json.loads(path.read_text())
-    faults = Faults(tuple(raw["raise_items"]), tuple(raw["exit_items"]), raw["delay_s"],
-                    raw["orphan_s"])  # fmt: skip
-    if faults.orphan_s:
-        import producer.worker  # this hook runs in the producer process, before its loop
-
-        producer.worker.ORPHAN_S = faults.orphan_s
+    faults = Faults(tuple(raw["raise_items"]), tuple(raw["exit_items"]), raw["delay_s"])
     return FaultySource(source, faults) if faults != Faults() else source
 
 

@@ -12,23 +12,25 @@ from pathlib import Path
 import pytest
 
 from producer.worker import EXIT_REFUSED
-from scripts.runner import REPO
+from scripts.runner import REPO, worker_pids
 from shared import protocol as p
 from shared.config import endpoints, load_config
-from tests.fault_sources import inject_faults
+from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port
-from tests.runs import Run, rid, small
+from tests.processes import send_signal
+from tests.runs import Run, finish, rid, small
 
 pytestmark = pytest.mark.slow
 
-# The orphan time these tests give producers (tests/fault_sources.py), seconds.
+# The orphan time these tests give producers (producers.orphan_s), seconds.
 ORPHAN_S = 3.0
 
 
 def tcp_config(folder: Path, port: int, **over: dict) -> Path:
     folder.mkdir(exist_ok=True)
     tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port}
-    return small(folder, items=200, transport=tcp, producers={"workers": 2}, **over)
+    producers = {"workers": 2, "orphan_s": ORPHAN_S}
+    return small(folder, items=200, transport=tcp, producers=producers, **over)
 
 
 def start_remote_pool(run: Run, config: Path, port: int, name: str) -> subprocess.Popen:
@@ -46,7 +48,6 @@ def test_a_remote_pool_exits_when_its_stager_is_sigkilled(tmp_path: Path) -> Non
     stager's last word, each worker exits as an orphan and the pool ends, non-zero."""
     port = free_port()
     config = tcp_config(tmp_path, port)
-    inject_faults(config, delay_s=0.002, orphan_s=ORPHAN_S)
     cfg, run_id = load_config(config), rid()
     with Run(config, run_id, tmp_path) as run, StatsReader(endpoints(cfg, run_id).stats) as stats:
         run.start("stager")
@@ -63,7 +64,7 @@ def test_a_remote_pool_exits_when_its_stager_is_sigkilled(tmp_path: Path) -> Non
     # ORPHAN_S, plus a heartbeat, the pool's grace for its other worker and its exit.
     assert took_s < ORPHAN_S + 8, f"the pool took {took_s:.1f} s\n{logs}"
     assert "saying HELLO again" in logs  # it did keep trying, and still ended
-    assert logs.count("lost its stager (no word for ORPHAN_S); not restarting it") >= 1
+    assert logs.count("lost its stager (no word for producers.orphan_s); not restarting it") >= 1
     assert "restart 1/" not in logs and "restarting it" not in logs.replace("not restarting", "")
 
 
@@ -104,3 +105,35 @@ def test_a_pool_with_another_config_is_refused_and_not_restarted(tmp_path: Path)
     assert "features.hop_length" in logs and "start it with the same config file" in logs
     assert logs.count("was refused by the stager (its log says why); not restarting it") == 2
     assert "restart 1/" not in logs
+
+
+def test_the_only_producer_stopped_past_its_orphan_time_comes_back(tmp_path: Path) -> None:
+    """SIGSTOP of the run's only producer for longer than producers.orphan_s, then
+    SIGCONT: its silence was its own, not the stager's. It says HELLO again instead of
+    exiting as an orphan, and the run delivers its epoch exactly once."""
+    n = 200
+    producers = {"workers": 1, "orphan_s": ORPHAN_S}
+    config = small(tmp_path, items=n, delay_s=0.005, producers=producers)
+    cfg = load_config(config)
+    stopped: list[int] = []
+
+    def stop_once(n_items: int) -> None:
+        if stopped:
+            return
+        (pid,) = worker_pids(pool.pid)
+        stopped.append(pid)
+        send_signal(pid, signal.SIGSTOP)
+        time.sleep(ORPHAN_S + 1.5)  # past its orphan time, and past the stager's lease
+        send_signal(pid, signal.SIGCONT)
+
+    with Run(config, rid(), tmp_path) as run:
+        run.start("stager")
+        pool = run.start("producers")
+        client = run.client(timeout_s=30)
+        items = consume(client, on_batch=stop_once)
+        client.close()
+        finish(run, run.run_id, "producers")
+        logs = run.logs(tail=100_000)
+    assert stopped, "the producer was never stopped"
+    assert_exactly_once(items, cfg, n)
+    assert "did not run for" in logs and "lost its stager" not in logs, logs
