@@ -156,9 +156,10 @@ class Run:
                 p.wait()
 
     # ------------------------------------------------------------ consumers and results
-    def client(self, name: str = "test", timeout_s: float = 60.0) -> BatchClient:
-        """A connected consumer of this run in this process (closed on exit)."""
-        client = BatchClient(self.cfg, self.run_id, name)
+    def client(self, name: str = "test", timeout_s: float = 60.0, **start: Any) -> BatchClient:
+        """A connected consumer of this run in this process (closed on exit); start:
+        where it starts (BatchClient's position, batch_index, plan)."""
+        client = BatchClient(self.cfg, self.run_id, name, **start)
         client.connect(timeout_s=timeout_s)
         self.clients.append(client)
         return client

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from consumer.client.batch_client import StagerGone
 from consumer.trainer.feeder import Feeder
 from scripts.runner import REPO
 from shared.config import load_config
 from shared.process import StopFlag
+from shared.quarantine import read_quarantine
 from shared.segments import socket_files
+from tests.fault_sources import inject_faults
 from tests.polling import wait_for
 from tests.runs import SYNTHETIC, Run, rid, shm_segments, small, write_config
 
@@ -146,3 +149,26 @@ def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
         assert "removed 2 stale segment(s)" in out.stdout
         assert "removed 2 dead socket file(s)" in out.stdout
         assert socket_files(run_id) == [] and shm_segments(run_id) == []
+
+
+@pytest.mark.parametrize("start", [0, 13])
+def test_an_epoch_that_delivers_nothing_ends_the_run_with_why(tmp_path: Path, start: int) -> None:
+    """Every item fails (as a corpus whose clips are all too long does): with epochs: 0
+    the stager used to skip through epoch after epoch, forever. The first epoch of
+    skips ends it, exit code 3, and the consumer is told why; a consumer that starts
+    mid-epoch (position 13) is judged on what remains of that epoch."""
+    n = 20
+    cfg_path = small(tmp_path, items=n, stager={"epochs": 0})
+    inject_faults(cfg_path, raise_items=range(n))
+    with Run(cfg_path, rid(), tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(timeout_s=30, position=start)
+        with pytest.raises(StagerGone, match="every item was skipped") as caught:
+            client.next(timeout_s=60)
+        client.close()
+        code = run.wait("stager", 20)
+        quarantined = read_quarantine(run.dir / "quarantine.jsonl")
+    assert code == 3
+    assert f"epoch {start // n}: every item was skipped ({n - start} at " in str(caught.value)
+    assert len(quarantined) == n - start and "ZeroDivisionError" in str(caught.value)

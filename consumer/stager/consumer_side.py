@@ -123,7 +123,7 @@ class ConsumerSide:
         self.ident, self.at = ident, (msg.position, msg.batch_index)
         self.name, self.pid = msg.name, consumer_pid(ident)
         self.book.reset(position)
-        self.delivery.reset(msg.batch_index)
+        self.delivery.reset(msg.batch_index, position)
         epoch = self.book.slots.plan.epoch_of(position)
         log.info("consumer %s starts at plan position %d (epoch %d), batch %d",
                  msg.name, position, epoch, msg.batch_index)  # fmt: skip

@@ -7,10 +7,16 @@ checked copy (a torn one goes back to be granted again), a skip becomes one
 quarantine line per item per run. A full batch (or, with length buckets, the
 end of its run of positions) is announced with BATCH_READY; when a finite
 plan is exhausted the last partial batch goes out, then END_OF_DATA.
+
+An epoch whose every position was skipped ends the run (NothingDelivered, with
+the stages that gave up and one reason): the next epoch holds the same items,
+and a run that delivers nothing must not spin through epochs of skips until a
+person notices (an epochs: 0 run never ends by itself).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 
 from consumer.stager.batch_builder import BatchBuilder
@@ -24,6 +30,46 @@ from shared.dataset import DatasetIndex
 from shared.quarantine import QuarantineWriter
 
 log = logging.getLogger(__name__)
+
+# Characters of a skip reason quoted when an epoch delivered nothing.
+MAX_SHOWN_REASON = 300
+
+
+class NothingDelivered(RuntimeError):
+    """Every position of an epoch was skipped: the run cannot deliver anything."""
+
+
+class EpochTally:
+    """Per epoch: positions resolved, samples delivered, skips by stage (bounded: only
+    epochs with positions still to come are kept)."""
+
+    def __init__(self, n_items: int, start: int) -> None:
+        self.n_items, self.start = n_items, start
+        self.resolved: collections.Counter[int] = collections.Counter()
+        self.delivered: collections.Counter[int] = collections.Counter()
+        self.stages: dict[int, collections.Counter[str]] = {}
+        self.last_reason = ""
+
+    def count(self, event: Event, delivered: bool) -> None:
+        """Count a resolved position; NothingDelivered if it ends an epoch of skips."""
+        epoch = event.position // self.n_items
+        self.resolved[epoch] += 1
+        self.delivered[epoch] += delivered
+        if not delivered:
+            self.stages.setdefault(epoch, collections.Counter())[event.stage or "?"] += 1
+            self.last_reason = event.reason[:MAX_SHOWN_REASON]
+        first = max(self.start, epoch * self.n_items)  # a resume starts mid-epoch
+        if self.resolved[epoch] < (epoch + 1) * self.n_items - first:
+            return
+        nothing, stages = not self.delivered[epoch], self.stages.pop(epoch, {})
+        del self.resolved[epoch], self.delivered[epoch]
+        if nothing:
+            by_stage = ", ".join(f"{n} at {stage}" for stage, n in stages.most_common())
+            raise NothingDelivered(
+                f"epoch {epoch}: every item was skipped ({by_stage}), nothing delivered; "
+                f"the last reason: {self.last_reason} (all of them: quarantine.jsonl; "
+                "`ringfeed validate CONFIG` tells which rule skips how many)"
+            )
 
 
 class Delivery:
@@ -44,11 +90,14 @@ class Delivery:
         self.batches_sent = 0
         self.first_position = self.last_position = 0  # of the batch being built
         self.end_sent = False
+        self.tally = EpochTally(slots.plan.n_items, 0)
 
-    def reset(self, batch_index: int) -> None:
-        """A consumer (re)starts: no batch in the ring, the next one is `batch_index`."""
+    def reset(self, batch_index: int, position: int) -> None:
+        """A consumer (re)starts at plan `position`: no batch in the ring, the next one is
+        `batch_index`."""
         self.builder.reset()
         self.batches_sent, self.end_sent = batch_index, False
+        self.tally = EpochTally(self.slots.plan.n_items, position)
 
     def deliver(self, consumer: bytes) -> None:
         """Move every finished position the batch ring has room for; announce batches."""
@@ -82,6 +131,7 @@ class Delivery:
             else:
                 self.slots.torn(events[i:], bad)  # granted again or skipped; the rest wait
                 return
+            self.tally.count(event, event.kind != "skip")
 
     def begin_batch(self) -> int:
         """Length buckets: give the batch starting at the cursor its bucket's shape;

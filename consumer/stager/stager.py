@@ -35,7 +35,7 @@ from consumer.stager.batch_builder import BatchBuilder
 from consumer.stager.buckets import Bucket, BucketPlan, length_manifest, make_buckets
 from consumer.stager.consumer_side import ConsumerSide
 from consumer.stager.control import ControlSockets
-from consumer.stager.delivery import Delivery
+from consumer.stager.delivery import Delivery, NothingDelivered
 from consumer.stager.drops import Drops
 from consumer.stager.intake import Intake
 from consumer.stager.peers import PeerId
@@ -122,11 +122,11 @@ class Stager:
         else:
             self.producers.handle(producer, msg, payload)
 
-    def finish(self) -> None:
+    def finish(self, why: str = "stager stopping") -> None:
         """Stop the peers and record the run (stager.json); the rings are unlinked by
-        the cleanup :func:`build` registered."""
+        the cleanup :func:`build` registered. why: what the consumer is told."""
         if self.consumer.ident is not None and not self.consumer.done:
-            self.net.reply(self.consumer.ident, p.Shutdown("stager stopping"))
+            self.net.reply(self.consumer.ident, p.Shutdown(why))
         self.producers.shut_down()
         stats = snapshot(self)
         write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", stats.to_dict())
@@ -232,15 +232,21 @@ def started(samples: Ring, slots: SlotManager, k: int) -> bool:
 
 
 def main(cfg: Config, run_id: str) -> int:
-    """Process entry of `ringfeed stager`: 0 when done, 2 for a configuration problem."""
+    """Process entry of `ringfeed stager`: 0 when done, 2 for a configuration problem, 3
+    when an epoch delivered nothing (the consumer is told why)."""
     stop = StopFlag().install()
     try:
         with contextlib.ExitStack() as cleanup:
             stager = build(cfg, run_id, stop, cleanup)
+            why = "stager stopping"
             try:
                 stager.run()
+            except NothingDelivered as exc:
+                log.error("%s", exc)
+                why = str(exc)
+                return 3
             finally:
-                stager.finish()
+                stager.finish(why)
     except (ConfigError, DatasetError) as exc:  # what to change, in one line
         log.error("config error: %s", exc)
         return 2
