@@ -60,6 +60,10 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
+    if cfg.data.format != "synthetic":
+        from scripts.corpus_report import corpus_report
+
+        print("\n".join(corpus_report(cfg)))
     return 0
 
 

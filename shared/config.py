@@ -35,14 +35,27 @@ SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
 @dataclass(frozen=True)
 class DataConfig:
     path: str = "data/ljspeech-mini"
-    # synthetic: precomputed arrays, no files (transport tests and benchmarks).
-    format: Literal["ljspeech", "csv", "synthetic"] = "ljspeech"
+    # Corpus layout (shared/corpora.py, README "Corpora"): ljspeech (metadata.csv), csv
+    # (audio_file|text[|speaker_name]), jsonl (a manifest, one clip per line), libritts
+    # (LibriTTS and LibriTTS-R folders), vctk; synthetic: precomputed arrays, no files
+    # (transport tests and benchmarks).
+    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "synthetic"] = "ljspeech"
     synthetic_items: int = 256
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
     # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
     synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
-    # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized).
+    # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized);
+    # LibriTTS: 1 = *.original.txt, 2 = *.normalized.txt.
     text_column: int = 2
+    # The language (a code such as en, de, fa) of clips whose entry names none.
+    language: str = "en"
+    # Speaker and language ids (shared/id_tables.py) are below these: the sizes of the
+    # model's embedding tables, fixed so a table that grows on resume keeps its weights.
+    max_speakers: int = 1024
+    max_languages: int = 64
+    # A resume whose corpus has speakers or languages the run's id table lacks: refuse
+    # (the default: the model has never seen them) or append them with new ids.
+    new_ids: Literal["refuse", "append"] = "refuse"
 
 
 @dataclass(frozen=True)
@@ -252,6 +265,8 @@ class Config:
             "mel": ((frames, self.features.n_mels), np.dtype(np.float32)),
             "mel_lens": ((rows,), np.dtype(np.int32)),
             "items": ((rows,), np.dtype(np.int64)),
+            "speaker": ((rows,), np.dtype(np.int32)),
+            "language": ((rows,), np.dtype(np.int32)),
         }
 
     def batch_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -263,6 +278,9 @@ class Config:
             "mel": ((b, self.features.max_frames, self.features.n_mels), np.dtype(np.float32)),
             "mel_lens": ((b,), np.dtype(np.int32)),
             "items": ((b,), np.dtype(np.int64)),
+            # Ids in the run's tables (shared/id_tables.py): 0 <= id < data.max_speakers.
+            "speaker": ((b,), np.dtype(np.int32)),
+            "language": ((b,), np.dtype(np.int32)),
         }
 
     def to_dict(self) -> dict[str, Any]:
