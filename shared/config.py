@@ -47,8 +47,10 @@ class DataConfig:
     # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized);
     # LibriTTS: 1 = *.original.txt, 2 = *.normalized.txt.
     text_column: int = 2
-    # The language (a code such as en, de, fa) of clips whose entry names none.
+    # The language (a code such as en, de, fa) of clips whose entry names none; auto:
+    # detected from the text (shared/language_id.py), among detect_languages if given.
     language: str = "en"
+    detect_languages: tuple[str, ...] = ()
     # Speaker and language ids (shared/id_tables.py) are below these: the sizes of the
     # model's embedding tables, fixed so a table that grows on resume keeps its weights.
     max_speakers: int = 1024

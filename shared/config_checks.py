@@ -88,10 +88,12 @@ def validate(cfg: Config) -> None:
     _validate_ring(cfg)
     check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
     check(
-        bool(LANGUAGE_RE.fullmatch(cfg.data.language)),
+        cfg.data.language == "auto" or bool(LANGUAGE_RE.fullmatch(cfg.data.language)),
         "data.language",
-        f"must be a language code such as en, de or pt-br, got {cfg.data.language!r}",
+        f"must be a language code such as en, de or pt-br, or auto; got {cfg.data.language!r}",
     )
+    for code in cfg.data.detect_languages:
+        check(bool(LANGUAGE_RE.fullmatch(code)), "data.detect_languages", f"{code!r} is no code")
     _validate_transport(cfg)
     _validate_buckets(cfg)
     check(cfg.train.steps >= 0, "train.steps", "must be >= 0")

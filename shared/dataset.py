@@ -209,12 +209,25 @@ def read_dataset(
             bad.append(BadLine(file, number, reason, item_id))
             continue
         seen[result.item_id] = number
-        if not result.language:
-            result = dataclasses.replace(result, language=cfg.data.language)
         entries.append(result)
     if bad:
         log.warning("%s: %d of %d entries unusable", where, len(bad), len(results))
-    return entries, bad
+    return _with_languages(cfg, entries), bad
+
+
+def _with_languages(cfg: Config, entries: list[DatasetEntry]) -> list[DatasetEntry]:
+    """Every entry with a language: its own, data.language, or (auto) the detected one."""
+    missing = [k for k, e in enumerate(entries) if not e.language]
+    if cfg.data.language == "auto" and missing:
+        from shared.language_id import detect_languages  # loads the detector's model
+
+        texts = [entries[k].text for k in missing]
+        codes = detect_languages(texts, cfg.data.detect_languages, cfg.features.cache_dir)
+    else:
+        codes = [cfg.data.language] * len(missing)
+    for k, code in zip(missing, codes, strict=True):
+        entries[k] = dataclasses.replace(entries[k], language=code)
+    return entries
 
 
 def _check_entry(entry: DatasetEntry, seen: dict[str, int]) -> str:
