@@ -51,9 +51,9 @@ def header_frames(path: str, cfg: Config, segment: Segment = None) -> int:
     return 1 + n // cfg.features.hop_length
 
 
-def text_tokens(encoder: TextEncoder, text: str) -> int:
+def text_tokens(encoder: TextEncoder, text: str, language: str = "en") -> int:
     try:
-        tokens, _ = encoder.encode(text)
+        tokens, _ = encoder.encode(text, "", language)
     except SkipSample:
         return 0  # the producer will skip it too
     return len(tokens)
@@ -78,11 +78,13 @@ def build_manifest(cfg: Config, index: DatasetIndex | None = None) -> Manifest:
         else:
             entry = index.entries[i]
             frames[i] = header_frames(entry.audio_path, cfg, entry.segment)
-            text[i] = text_tokens(encoder, entry.text)
+            text[i] = text_tokens(encoder, entry.text, entry.language)
         if time.monotonic() - last > PROGRESS_S:
             last = time.monotonic()
             share = 100 * done / len(todo)
             log.info("length manifest: %d/%d items (%.0f%%)", done, len(todo), share)
+    if encoder is not None:
+        encoder.close()
     save_manifest(cfg, index, manifest)
     log.info("length manifest: %d items in %.1f s", len(todo), time.monotonic() - t0)
     return manifest

@@ -78,15 +78,35 @@ class Rules:
     currency_words: dict[str, str] = field(default_factory=dict)
     ordinal: str = ""
     fixes: dict[int, str | None] | None = None
+    # Dates: the month names, how the day is read, and the order of the words.
+    months: tuple[str, ...] = ()
+    day: str = "cardinal"
+    date: str = "{d} {m} {y}"
 
+
+_MONTHS = {
+    "de": "januar februar märz april mai juni juli august september oktober november dezember",
+    "fr": "janvier février mars avril mai juin juillet août septembre octobre novembre décembre",
+    "es": "enero febrero marzo abril mayo junio julio agosto septiembre octubre noviembre "
+    "diciembre",
+    "it": "gennaio febbraio marzo aprile maggio giugno luglio agosto settembre ottobre novembre "
+    "dicembre",
+    "pt": "janeiro fevereiro março abril maio junho julho agosto setembro outubro novembro "
+    "dezembro",
+    "ru": "января февраля марта апреля мая июня июля августа сентября октября ноября декабря",
+}
+_M = {code: tuple(names.split()) for code, names in _MONTHS.items()}
 
 LANGUAGES: dict[str, Rules] = {
-    "de": Rules("de", ",", ".", "prozent"),
-    "fr": Rules("fr", ",", ".", "pour cent", ordinal=r"(?:er|re|e|ème)\b"),
-    "es": Rules("es", ",", ".", "por ciento", ordinal=_ORDINAL_MARK),
-    "it": Rules("it", ",", ".", "percento", ordinal=_ORDINAL_MARK),
-    "pt": Rules("pt", ",", ".", "por cento", ordinal=_ORDINAL_MARK),
-    "ru": Rules("ru", ",", ".", "процентов", ordinal=r"-(?:й|я|е|го|му|м)\b"),
+    "de": Rules("de", ",", ".", "prozent", months=_M["de"], day="ordinal"),
+    "fr": Rules("fr", ",", ".", "pour cent", ordinal=r"(?:er|re|e|ème)\b", months=_M["fr"]),
+    "es": Rules("es", ",", ".", "por ciento", ordinal=_ORDINAL_MARK, months=_M["es"],
+                date="{d} de {m} de {y}"),
+    "it": Rules("it", ",", ".", "percento", ordinal=_ORDINAL_MARK, months=_M["it"]),
+    "pt": Rules("pt", ",", ".", "por cento", ordinal=_ORDINAL_MARK, months=_M["pt"],
+                date="{d} de {m} de {y}"),
+    "ru": Rules("ru", ",", ".", "процентов", ordinal=r"-(?:й|я|е|го|му|м)\b", months=_M["ru"],
+                day="ordinal"),
     "fa": Rules("fa", ".", ",", "درصد", {"€": "یورو", "$": "دلار", "£": "پوند", "﷼": "ریال"},
                 ordinal=r"\u200c?(?:ام|م)(?!\w)", fixes=_PERSIAN),
     "ar": Rules("ar", ".", ",", "بالمئة", {"€": "يورو", "$": "دولار", "£": "جنيه"}),
@@ -169,8 +189,12 @@ class Normalizer:
             return f" {_currency(amount, symbol, r)} "
 
         def date(m: re.Match[str]) -> str:
-            day, month = (_words(int(m[k]), r, "ordinal") for k in (1, 2))
-            return f" {day} {month} {_words(int(m[3]), r, 'year')} "
+            d, month = int(m[1]), int(m[2])
+            if not (1 <= d <= 31 and 1 <= month <= 12):
+                return m[0]  # not a date: the number rules read it
+            name = r.months[month - 1] if r.months else _words(month, r, "ordinal")
+            words = r.date.format(d=_words(d, r, r.day), m=name, y=_words(int(m[3]), r, "year"))
+            return f" {words} "
 
         text = _DATE_RE.sub(date, text)
         text = self.currency.sub(money, text)

@@ -94,7 +94,7 @@ class SamplePipeline:
 
     def _process(self, entry: DatasetEntry) -> Sample:
         self.stage = "text"
-        tokens, text_truncated = self.text.encode(entry.text, entry.audio_path)
+        tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
         array, audio_truncated = self._features(entry.audio_path, entry.segment)
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
         if self.cfg.features.device == "producer":
@@ -156,5 +156,6 @@ class SamplePipeline:
                         what, n, exc)  # fmt: skip
 
     def close(self) -> None:
+        self.text.close()
         if self.cache is not None:
             self.cache.close()

@@ -1,6 +1,6 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
 
-ringfeed validate CONFIG                 check a config, print derived sizes
+ringfeed validate CONFIG                 check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
 ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADDRESS: on Ray)
@@ -8,6 +8,7 @@ ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed manifest CONFIG                 measure every item's length (for length buckets)
+ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed keys DIR --client NAME          CURVE keys for a producer host
 ringfeed cleanup [--run-id R]            remove segments of dead runs
 """
@@ -45,6 +46,13 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         print(
             f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
         )
+    if cfg.text.tokens == "phonemes":
+        from producer.phonemes import espeak_problem
+
+        if problem := espeak_problem():
+            print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     if any(f.fatal for f in findings):
         return 2
     if quiet:
@@ -186,6 +194,26 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vocab(args: argparse.Namespace) -> int:
+    """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
+    import yaml
+
+    from producer.vocabulary import build_vocabulary
+    from shared.dataset import DatasetError
+
+    cfg = _config(args.config)
+    try:
+        vocab = build_vocabulary(cfg, args.min_count)
+    except DatasetError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    for char, n, item in vocab.rare:
+        print(f"rare: {char!r} (U+{ord(char):04X}) {n} times, e.g. in {item}", file=sys.stderr)
+    print(f"# {len(vocab.alphabet)} {cfg.text.tokens} from {vocab.texts} texts; in {args.config}:")
+    print(yaml.safe_dump({"text": {"alphabet": vocab.alphabet}}, allow_unicode=True), end="")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from shared.keys import generate
 
@@ -255,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_options(verb("inspect", cmd_inspect, needs_run=False))
     m = verb("manifest", cmd_manifest, needs_run=False)
     m.add_argument("config")
+    vc = verb("vocab", cmd_vocab, needs_run=False)
+    vc.add_argument("config")
+    vc.add_argument("--min-count", type=int, default=1, help="leave out rarer characters")
     k = verb("keys", cmd_keys, needs_run=False)
     k.add_argument("dir", help="keys directory of the head host")
     k.add_argument("--client", required=True, help="name of the producer host to authorize")

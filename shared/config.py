@@ -62,6 +62,10 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TextConfig:
+    # chars: characters of the normalized text; phonemes: its IPA from espeak-ng.
+    tokens: Literal["chars", "phonemes"] = "chars"
+    # The token vocabulary (ids 3.. in this order): `ringfeed vocab CONFIG` builds it from
+    # the corpus for any script or for phonemes.
     alphabet: str = DEFAULT_ALPHABET
     max_text_len: int = 200
     add_eos: bool = True
