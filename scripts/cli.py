@@ -253,9 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-id", required=True)
         return p
 
-    v = sub.add_parser("validate")
-    v.add_argument("config")
-    v.set_defaults(fn=cmd_validate)
+    for name, fn in (("validate", cmd_validate), ("manifest", cmd_manifest), ("vocab", cmd_vocab)):
+        verb(name, fn, needs_run=False).add_argument("config")
+    sub.choices["vocab"].add_argument("--min-count", type=int, default=1, help="drop rarer ones")
     r = sub.add_parser("run")
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
     r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
@@ -281,11 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
     d.add_argument("--step-s", type=float, default=0.0, help="pretend each batch takes this long")
     add_inspect_options(verb("inspect", cmd_inspect, needs_run=False))
-    m = verb("manifest", cmd_manifest, needs_run=False)
-    m.add_argument("config")
-    vc = verb("vocab", cmd_vocab, needs_run=False)
-    vc.add_argument("config")
-    vc.add_argument("--min-count", type=int, default=1, help="leave out rarer characters")
     k = verb("keys", cmd_keys, needs_run=False)
     k.add_argument("dir", help="keys directory of the head host")
     k.add_argument("--client", required=True, help="name of the producer host to authorize")

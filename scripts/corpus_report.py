@@ -52,4 +52,7 @@ def corpus_report(cfg: Config) -> list[str]:
     for language in tables.languages:
         hours = seconds[language] / 3600
         lines.append(f"    {language:10s} {clips[language]:8d} clips {hours:9.3f} h")
+    alphabet = cfg.text.alphabet
+    lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
+                 f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip
     return lines

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,56 +20,16 @@ import numpy as np
 import yaml
 
 from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
+from shared.config_corpus import DataConfig, TextConfig
 from shared.schema import ConfigError, build
 
-DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
 # and the stager's GPU mels (consumer/stager/gpu_mel.py), which must agree.
 LOG_FLOOR = 1e-5
 # Environment variable naming a source hook, "module:callable" (see source_hook).
 SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    path: str = "data/ljspeech-mini"
-    # Corpus layout (shared/corpora.py, README "Corpora"): ljspeech (metadata.csv), csv
-    # (audio_file|text[|speaker_name]), jsonl (a manifest, one clip per line), libritts
-    # (LibriTTS and LibriTTS-R folders), vctk; synthetic: precomputed arrays, no files
-    # (transport tests and benchmarks).
-    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "synthetic"] = "ljspeech"
-    synthetic_items: int = 256
-    # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
-    # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
-    synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
-    # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized);
-    # LibriTTS: 1 = *.original.txt, 2 = *.normalized.txt.
-    text_column: int = 2
-    # The language (a code such as en, de, fa) of clips whose entry names none; auto:
-    # detected from the text (shared/language_id.py), among detect_languages if given.
-    language: str = "en"
-    detect_languages: tuple[str, ...] = ()
-    # Speaker and language ids (shared/id_tables.py) are below these: the sizes of the
-    # model's embedding tables, fixed so a table that grows on resume keeps its weights.
-    max_speakers: int = 1024
-    max_languages: int = 64
-    # A resume whose corpus has speakers or languages the run's id table lacks: refuse
-    # (the default: the model has never seen them) or append them with new ids.
-    new_ids: Literal["refuse", "append"] = "refuse"
-
-
-@dataclass(frozen=True)
-class TextConfig:
-    # chars: characters of the normalized text; phonemes: its IPA from espeak-ng.
-    tokens: Literal["chars", "phonemes"] = "chars"
-    # The token vocabulary (ids 3.. in this order): `ringfeed vocab CONFIG` builds it from
-    # the corpus for any script or for phonemes.
-    alphabet: str = DEFAULT_ALPHABET
-    max_text_len: int = 200
-    add_eos: bool = True
-    # A text whose share of characters outside the alphabet exceeds this is quarantined.
-    max_unknown_frac: float = 0.1
+ID_FIELDS = ("speaker", "language")  # int32 per batch row: ids in shared/id_tables.py
 
 
 @dataclass(frozen=True)
@@ -271,8 +230,7 @@ class Config:
             "mel": ((frames, self.features.n_mels), np.dtype(np.float32)),
             "mel_lens": ((rows,), np.dtype(np.int32)),
             "items": ((rows,), np.dtype(np.int64)),
-            "speaker": ((rows,), np.dtype(np.int32)),
-            "language": ((rows,), np.dtype(np.int32)),
+            **{name: ((rows,), np.dtype(np.int32)) for name in ID_FIELDS},
         }
 
     def batch_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -284,9 +242,7 @@ class Config:
             "mel": ((b, self.features.max_frames, self.features.n_mels), np.dtype(np.float32)),
             "mel_lens": ((b,), np.dtype(np.int32)),
             "items": ((b,), np.dtype(np.int64)),
-            # Ids in the run's tables (shared/id_tables.py): 0 <= id < data.max_speakers.
-            "speaker": ((b,), np.dtype(np.int32)),
-            "language": ((b,), np.dtype(np.int32)),
+            **{name: ((b,), np.dtype(np.int32)) for name in ID_FIELDS},
         }
 
     def to_dict(self) -> dict[str, Any]:
