@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from producer import phonemes
 from producer.audio import load_audio
 from producer.pipeline import SamplePipeline
+from scripts import cli
 from scripts.corpus_report import corpus_report
 from shared.config import Config, replace
 from shared.dataset import dataset_index, read_dataset
@@ -186,3 +188,21 @@ def test_validate_report_names_speakers_languages_and_hours(tmp_path: Path) -> N
     hours_fa = (9.66 + 9.67) / 3600  # LJ001-0001 and -0003
     assert "languages     2 (id order): de, fa" in text
     assert f"fa                2 clips     {hours_fa:.3f} h" in text
+
+
+def test_validate_on_the_demo_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Speakers, languages with clips and hours, and the vocabulary; phonemes without
+    espeak-ng are refused with the line that installs it."""
+    monkeypatch.chdir(REPO)  # the demo config's data.path is relative to the repo
+    assert cli.main(["validate", "configs/multilingual.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "speakers      3 (id order): ava (16), ben (12), cyrus (12)" in out
+    assert "languages     4 (id order): de, en, fa, ru" in out
+    assert "    fa               10 clips     0.006 h" in out and "vocabulary    89 ids" in out
+    monkeypatch.setattr(phonemes, "espeak_problem", lambda: "run `apt-get install espeak-ng`")
+    raw = (REPO / "configs" / "multilingual.yaml").read_text()
+    (tmp_path / "phonemes.yaml").write_text(raw.replace("text:\n", "text:\n  tokens: phonemes\n"))
+    assert cli.main(["validate", str(tmp_path / "phonemes.yaml")]) == 2
+    assert "apt-get install espeak-ng" in capsys.readouterr().err

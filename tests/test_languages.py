@@ -5,6 +5,8 @@ and the persistent caches that make a text seen before cost no work."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from shared import language_id
 from shared.config import Config, replace
 from shared.dataset import read_dataset
 
-WAVS = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
+REPO = Path(__file__).resolve().parents[1]
+WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
 
 # Real sentences with dates, numbers, currency, percentages and ordinals.
 TEXTS = {
@@ -148,3 +151,12 @@ def test_detected_languages_are_cached_by_text(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setattr(language_id.LanguageDetector, "detect", no_detection)
     again, _ = read_dataset(auto)
     assert [e.language for e in again] == ["fa", "de", "ru", "en"]
+
+
+@pytest.mark.slow
+def test_text_cost_benchmark_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "benchmarks/text_cost.py", "--rounds", "1", "--texts", "8"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "| phonemes |" in out and "once per process" in out
