@@ -56,6 +56,7 @@ class TextCache:
             )
         except (sqlite3.Error, OSError) as exc:
             self._error("cannot open", exc)
+            self.close()  # a file that cannot be opened will not be read either
 
     @property
     def enabled(self) -> bool:

@@ -160,3 +160,14 @@ def test_text_cost_benchmark_runs() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
     assert "| phonemes |" in out and "once per process" in out
+
+
+def test_a_broken_text_cache_costs_the_cache_never_the_sample(tmp_path: Path) -> None:
+    (tmp_path / "text-cache.sqlite").write_bytes(b"not a database" * 100)
+    cfg = replace(Config(), features={"cache_dir": str(tmp_path)})
+    encoder = TextEncoder(cfg)
+    for k in range(30):
+        ids, _ = encoder.encode(f"Sample {k} is fine.", "", "en")
+        assert encoder.decode(ids) == clean_text(f"Sample {k} is fine.")
+    assert encoder.store is not None and encoder.store.errors == 1  # then off
+    assert not encoder.store.enabled

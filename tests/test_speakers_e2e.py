@@ -14,7 +14,6 @@ import pytest
 from producer.pipeline import SamplePipeline
 from producer.vocabulary import build_vocabulary
 from shared.config import load_config, replace
-from shared.config_corpus import DEFAULT_ALPHABET
 from shared.dataset import dataset_index
 from shared.id_tables import IDS_FILE
 from tests.runs import Run, rid, shm_segments, write_config
@@ -41,20 +40,21 @@ def manifest(path: Path, extra_speaker: str = "") -> Path:
     return path
 
 
-def config(tmp_path: Path, data: Path) -> Path:
+def config(tmp_path: Path, data: Path, tokens: str) -> Path:
     """The run's config, its alphabet built from the corpus (the numbers in each text are
-    spelled out in its language: Persian and Russian letters among them)."""
-    path = _config(tmp_path, data, DEFAULT_ALPHABET)
-    return _config(tmp_path, data, build_vocabulary(load_config(path)).alphabet)
+    spelled out in its language: Persian and Russian letters among them, or phonemes)."""
+    path = _config(tmp_path, data, {"tokens": tokens})
+    alphabet = build_vocabulary(load_config(path)).alphabet
+    return _config(tmp_path, data, {"tokens": tokens, "alphabet": alphabet})
 
 
-def _config(tmp_path: Path, data: Path, alphabet: str) -> Path:
+def _config(tmp_path: Path, data: Path, text: dict) -> Path:
     return write_config(tmp_path, {
         "data": {"path": str(data), "format": "jsonl"},
         "audio": {"sample_rate": 8000},
         "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
                      "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache")},
-        "text": {"alphabet": alphabet},
+        "text": text,
         "ring": {"slots": 8, "heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
         "producers": {"workers": 2},
@@ -76,10 +76,11 @@ def check_rows(batch, entries, expected, tables) -> list[int]:
     return items
 
 
+@pytest.mark.parametrize("tokens", ["chars", "phonemes"])
 def test_every_row_has_its_entrys_speaker_and_language_across_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, tokens: str
 ) -> None:
-    cfg_path = config(tmp_path, manifest(tmp_path / "train.jsonl"))
+    cfg_path = config(tmp_path, manifest(tmp_path / "train.jsonl"), tokens)
     cfg = load_config(cfg_path)
     entries = dataset_index(cfg).entries
     pipe = SamplePipeline(replace(cfg, features={"cache": False}))
