@@ -206,3 +206,20 @@ def test_validate_on_the_demo_corpus(
     (tmp_path / "phonemes.yaml").write_text(raw.replace("text:\n", "text:\n  tokens: phonemes\n"))
     assert cli.main(["validate", str(tmp_path / "phonemes.yaml")]) == 2
     assert "apt-get install espeak-ng" in capsys.readouterr().err
+
+
+def test_every_checkpoint_carries_the_runs_id_tables(tmp_path: Path) -> None:
+    import keras
+
+    from consumer.trainer.checkpoint import CheckpointManager
+
+    cfg = corpus(tmp_path, [("zoe", "fa"), ("ann", "de")])
+    run = tmp_path / "run"
+    run.mkdir()
+    tables = settle_tables(cfg, dataset_index(cfg), run)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    CheckpointManager(run, model, keras.optimizers.Adam()).save(7, {}, cfg.to_yaml())
+    sidecar = json.loads((run / "checkpoints" / "ckpt-7.json").read_text())
+    assert sidecar["ids"] == {"speakers": ["ann", "zoe"], "languages": ["de", "fa"]}
+    (run / IDS_FILE).unlink()
+    assert read_tables(run) == tables  # the checkpoint's copy stands in
