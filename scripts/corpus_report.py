@@ -17,6 +17,8 @@ from shared.id_tables import corpus_tables
 
 # Speakers listed by name at most; the rest are counted.
 MAX_SPEAKERS_SHOWN = 12
+# Texts normalized to check the vocabulary, evenly spread over the corpus.
+VOCAB_SAMPLE = 500
 
 
 def clip_seconds(entry: DatasetEntry) -> float:
@@ -55,4 +57,31 @@ def corpus_report(cfg: Config) -> list[str]:
     alphabet = cfg.text.alphabet
     lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
                  f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip
-    return lines
+    return lines + vocabulary_check(cfg, index.entries)
+
+
+def vocabulary_check(cfg: Config, entries: tuple[DatasetEntry, ...]) -> list[str]:
+    """A line saying whether a sample of the corpus's texts, normalized as the producers
+    will, has characters outside text.alphabet (those tokens would be 'unknown')."""
+    from producer.text import TextEncoder  # the producers' own normalizer
+
+    step = max(1, len(entries) // VOCAB_SAMPLE)
+    sample = entries[::step]
+    encoder = TextEncoder(cfg)
+    known = set(cfg.text.alphabet)
+    missing: collections.Counter[str] = collections.Counter()
+    texts = 0
+    try:
+        for entry in sample:
+            outside = set(encoder.clean(entry.text, entry.language)) - known
+            texts += bool(outside)
+            missing.update(outside)
+    finally:
+        encoder.close()
+    if not missing:
+        return [f"    all characters of {len(sample)} sampled texts are in text.alphabet"]
+    chars = "".join(sorted(missing))
+    return [
+        f"    {texts} of {len(sample)} sampled texts have characters outside "
+        f"text.alphabet: {chars!r} (`ringfeed vocab CONFIG` builds it from the corpus)"
+    ]

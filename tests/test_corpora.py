@@ -16,7 +16,7 @@ from producer.audio import load_audio
 from producer.pipeline import SamplePipeline
 from scripts import cli
 from scripts.corpus_report import corpus_report
-from shared.config import Config, replace
+from shared.config import Config, load_config, replace
 from shared.dataset import dataset_index, read_dataset
 from shared.id_tables import IDS_FILE, read_tables, settle_tables
 from shared.schema import ConfigError
@@ -201,6 +201,10 @@ def test_validate_on_the_demo_corpus(
     assert "speakers      3 (id order): ava (16), ben (12), cyrus (12)" in out
     assert "languages     4 (id order): de, en, fa, ru" in out
     assert "    fa               10 clips     0.006 h" in out and "vocabulary    89 ids" in out
+    assert "all characters of 40 sampled texts are in text.alphabet" in out
+    english_only = replace(load_config("configs/multilingual.yaml"), text={"alphabet": "ab c"})
+    warning = corpus_report(english_only)[-1]
+    assert "40 of 40 sampled texts have characters outside" in warning and "ж" in warning
     monkeypatch.setattr(phonemes, "espeak_problem", lambda: "run `apt-get install espeak-ng`")
     raw = (REPO / "configs" / "multilingual.yaml").read_text()
     (tmp_path / "phonemes.yaml").write_text(raw.replace("text:\n", "text:\n  tokens: phonemes\n"))
