@@ -148,11 +148,11 @@ def tf_bucketed(cfg: Config, shapes: list[list[int]]):
         mel.set_shape([None, n_mels])
         text_len.set_shape([]), mel_len.set_shape([]), item.set_shape([])
         return {"tokens": tokens, "text_lens": text_len, "mel": mel, "mel_lens": mel_len,
-                "items": item}  # fmt: skip
+                "items": item, "speaker": 0, "language": 0}  # fmt: skip
 
     lengths = [frames for _, frames, _ in shapes]
     padded = {"tokens": [t_max], "text_lens": [], "mel": [None, n_mels], "mel_lens": [],
-              "items": []}  # fmt: skip
+              "items": [], "speaker": [], "language": []}  # fmt: skip
     return (
         tf.data.Dataset.from_tensor_slices(np.arange(source.n_items, dtype=np.int64))
         .shuffle(source.n_items, seed=cfg.stager.seed, reshuffle_each_iteration=True)

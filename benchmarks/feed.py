@@ -138,13 +138,16 @@ def tf_dataset(cfg: Config, entries: list, pipe: Any):
         mel.set_shape([None, f.n_mels])
         text_len.set_shape([])
         mel_len.set_shape([])
-        return {"tokens": tokens, "text_lens": text_len, "mel": mel, "mel_lens": mel_len}
+        ids = {"speaker": 0, "language": 0}  # one speaker: the default model takes the ids
+        return {"tokens": tokens, "text_lens": text_len, "mel": mel, "mel_lens": mel_len} | ids
 
     padded = {
         "tokens": [cfg.text.max_text_len],
         "text_lens": [],
         "mel": [f.max_frames, f.n_mels],
         "mel_lens": [],
+        "speaker": [],
+        "language": [],
     }
     return (
         tf.data.Dataset.from_tensor_slices(np.arange(len(entries), dtype=np.int64))

@@ -25,6 +25,8 @@ RESAMPLE_QUALITY = "HQ"
 # Formats libsndfile may lack (mp3 needs libsndfile >= 1.1): these fall back to
 # librosa/audioread. wav and flac never do, so a broken wav fails fast.
 _FALLBACK_EXTENSIONS = (".mp3", ".m4a", ".ogg", ".opus")
+# A clip that is part of its file: (offset_s, duration_s; 0 = to the end), or None.
+Segment = tuple[float, float] | None
 
 
 def header_duration_s(path: str) -> float | None:
@@ -39,13 +41,22 @@ def header_duration_s(path: str) -> float | None:
     return info.frames / info.samplerate
 
 
-def check_duration(path: str, cfg: Config) -> None:
+def check_duration(path: str, cfg: Config, segment: Segment = None) -> None:
     """Reject from the header what would cost a long decode for nothing: longer than
     audio.max_duration_s, or, with features.on_too_long: skip and no silence trimming,
-    longer than a slot holds (max_frames frames)."""
+    longer than a slot holds (max_frames frames). A segment is judged by its own length."""
     duration_s = header_duration_s(path)
     if duration_s is None:
         return
+    if segment is not None:
+        offset_s, length_s = segment
+        if offset_s >= duration_s:
+            raise SkipSample(
+                f"segment starts at {offset_s:.2f} s, past the end of the file "
+                f"({duration_s:.2f} s): fix its offset in the manifest",
+                path,
+            )
+        duration_s = min(length_s or duration_s, duration_s - offset_s)
     a, f = cfg.audio, cfg.features
     if duration_s > a.max_duration_s:
         raise SkipSample(
@@ -64,8 +75,9 @@ def check_duration(path: str, cfg: Config) -> None:
         )
 
 
-def decode(path: str) -> tuple[np.ndarray, int]:
-    """Read any supported file -> (float32 [n_samples, n_channels], sample_rate in Hz)."""
+def decode(path: str, segment: Segment = None) -> tuple[np.ndarray, int]:
+    """Read any supported file -> (float32 [n_samples, n_channels], sample_rate in Hz);
+    only the segment (offset_s, duration_s; duration 0: to the end) when one is given."""
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
@@ -73,21 +85,30 @@ def decode(path: str) -> tuple[np.ndarray, int]:
     if size == 0:
         raise SkipSample("zero-byte audio file", path)
     try:
-        data, sr = sf.read(path, dtype="float32", always_2d=True)
+        if segment is None:
+            data, sr = sf.read(path, dtype="float32", always_2d=True)
+        else:
+            sr = sf.info(path).samplerate
+            start, n = round(segment[0] * sr), round(segment[1] * sr) or -1
+            data, sr = sf.read(path, start=start, frames=n, dtype="float32", always_2d=True)
         return data, int(sr)
     except sf.LibsndfileError as exc:
         if not path.lower().endswith(_FALLBACK_EXTENSIONS):
             raise SkipSample(
                 f"unreadable audio file (soundfile: {exc.error_string})", path
             ) from None
-        return _decode_fallback(path, exc)
+        return _decode_fallback(path, exc, segment)
 
 
-def _decode_fallback(path: str, first_error: Exception) -> tuple[np.ndarray, int]:
+def _decode_fallback(
+    path: str, first_error: Exception, segment: Segment = None
+) -> tuple[np.ndarray, int]:
     import librosa  # deferred: only mp3-like files without libsndfile support need it
 
+    offset_s, duration_s = segment or (0.0, 0.0)
     try:
-        data, sr = librosa.load(path, sr=None, mono=False, dtype=np.float32)
+        data, sr = librosa.load(path, sr=None, mono=False, dtype=np.float32,
+                                offset=offset_s, duration=duration_s or None)  # fmt: skip
     except Exception as exc:  # audioread and its backends raise many unrelated types
         raise SkipSample(
             f"unreadable audio file (soundfile: {first_error}; audioread: {exc})", path
@@ -109,14 +130,15 @@ def resample(wave: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     return soxr.resample(wave, sr_in, sr_out, quality=RESAMPLE_QUALITY).astype(np.float32)
 
 
-def load_audio(path: str, cfg: Config) -> np.ndarray:
-    """Decode path -> float32 [n_samples] mono at audio.sample_rate, trimmed and normalized.
+def load_audio(path: str, cfg: Config, segment: Segment = None) -> np.ndarray:
+    """Decode path (or its segment, (offset_s, duration_s)) -> float32 [n_samples] mono at
+    audio.sample_rate, trimmed and normalized.
 
     Raises SkipSample for unreadable, empty, non-finite, silent or too-short audio.
     """
     a = cfg.audio
-    check_duration(path, cfg)
-    data, sr = decode(path)
+    check_duration(path, cfg, segment)
+    data, sr = decode(path, segment)
     if data.size == 0:
         raise SkipSample("audio file has no samples", path)
     wave = to_mono(data)

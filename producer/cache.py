@@ -204,11 +204,14 @@ class FeatureCache:
         return len(self._index)
 
     @staticmethod
-    def key(audio_path: str) -> bytes:
-        """16-byte key from the file's absolute path, size and mtime_ns (one stat call)."""
+    def key(audio_path: str, segment: tuple[float, float] | None = None) -> bytes:
+        """16-byte key from the file's absolute path, size and mtime_ns (one stat call),
+        and the segment (offset_s, duration_s) when the clip is part of the file."""
         path = os.path.abspath(audio_path)
         st = os.stat(path)
         identity = f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+        if segment is not None:
+            identity += f"\0{segment[0]!r}\0{segment[1]!r}".encode()
         return hashlib.blake2b(identity, digest_size=16).digest()
 
     def get(self, key: bytes) -> tuple[np.ndarray, bool] | None:

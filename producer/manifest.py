@@ -18,6 +18,7 @@ import time
 import numpy as np
 import soundfile as sf
 
+from producer.audio import Segment
 from producer.sample import SkipSample
 from producer.sources import synthetic_lengths
 from producer.text import TextEncoder
@@ -30,21 +31,29 @@ log = logging.getLogger(__name__)
 PROGRESS_S = 2.0
 
 
-def header_frames(path: str, cfg: Config) -> int:
-    """Mel frames of the clip at audio.sample_rate, from its header; UNKNOWN if unreadable."""
+def header_frames(path: str, cfg: Config, segment: Segment = None) -> int:
+    """Mel frames of the clip (or its segment: offset_s, duration_s) at audio.sample_rate,
+    from its header; UNKNOWN if unreadable."""
     try:
         info = sf.info(path)
     except Exception:  # noqa: BLE001 - any reader failure means "not known from the header"
         return UNKNOWN
     if info.frames <= 0 or info.samplerate <= 0:
         return UNKNOWN
-    n = math.ceil(info.frames * cfg.audio.sample_rate / info.samplerate)
+    frames = info.frames
+    if segment is not None:
+        start = round(segment[0] * info.samplerate)
+        frames = max(0, frames - start)
+        frames = min(frames, round(segment[1] * info.samplerate) or frames)
+        if frames <= 0:
+            return UNKNOWN
+    n = math.ceil(frames * cfg.audio.sample_rate / info.samplerate)
     return 1 + n // cfg.features.hop_length
 
 
-def text_tokens(encoder: TextEncoder, text: str) -> int:
+def text_tokens(encoder: TextEncoder, text: str, language: str = "en") -> int:
     try:
-        tokens, _ = encoder.encode(text)
+        tokens, _ = encoder.encode(text, "", language)
     except SkipSample:
         return 0  # the producer will skip it too
     return len(tokens)
@@ -68,12 +77,14 @@ def build_manifest(cfg: Config, index: DatasetIndex | None = None) -> Manifest:
             text[i], frames[i] = synthetic_lengths(int(i), cfg)
         else:
             entry = index.entries[i]
-            frames[i] = header_frames(entry.audio_path, cfg)
-            text[i] = text_tokens(encoder, entry.text)
+            frames[i] = header_frames(entry.audio_path, cfg, entry.segment)
+            text[i] = text_tokens(encoder, entry.text, entry.language)
         if time.monotonic() - last > PROGRESS_S:
             last = time.monotonic()
             share = 100 * done / len(todo)
             log.info("length manifest: %d/%d items (%.0f%%)", done, len(todo), share)
+    if encoder is not None:
+        encoder.close()
     save_manifest(cfg, index, manifest)
     log.info("length manifest: %d items in %.1f s", len(todo), time.monotonic() - t0)
     return manifest

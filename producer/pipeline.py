@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from producer.audio import load_audio
+from producer.audio import Segment, load_audio
 from producer.cache import FeatureCache
 from producer.features import fit_length, log_mel
 from producer.sample import Sample, SkipSample
@@ -94,8 +94,8 @@ class SamplePipeline:
 
     def _process(self, entry: DatasetEntry) -> Sample:
         self.stage = "text"
-        tokens, text_truncated = self.text.encode(entry.text, entry.audio_path)
-        array, audio_truncated = self._features(entry.audio_path)
+        tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
+        array, audio_truncated = self._features(entry.audio_path, entry.segment)
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
         if self.cfg.features.device == "producer":
             sample.mel = array
@@ -103,13 +103,14 @@ class SamplePipeline:
             sample.wave = array
         return sample
 
-    def _features(self, path: str) -> tuple[np.ndarray, bool]:
-        """-> (mel [n_frames, n_mels] or wave [n_samples], truncated), from cache if possible."""
-        key, hit = self._cache_get(path)
+    def _features(self, path: str, segment: Segment = None) -> tuple[np.ndarray, bool]:
+        """-> (mel [n_frames, n_mels] or wave [n_samples], truncated), from cache if possible;
+        segment: (offset_s, duration_s) of a clip that is part of its file."""
+        key, hit = self._cache_get(path, segment)
         if hit is not None:
             return hit
         self.stage = "audio"
-        wave = load_audio(path, self.cfg)
+        wave = load_audio(path, self.cfg, segment)
         self.counters.decoded += 1
         self.stage = "features"
         wave, truncated = fit_length(wave, self.cfg, path)
@@ -127,13 +128,15 @@ class SamplePipeline:
                 self._cache_error("cannot write", exc)
         return array, truncated
 
-    def _cache_get(self, path: str) -> tuple[bytes | None, tuple[np.ndarray, bool] | None]:
+    def _cache_get(
+        self, path: str, segment: Segment = None
+    ) -> tuple[bytes | None, tuple[np.ndarray, bool] | None]:
         """(cache key, hit or None); a cache that cannot be read is a miss."""
         if self.cache is None:
             return None, None
         self.stage = "cache"
         try:
-            key = self.cache.key(path)
+            key = self.cache.key(path, segment)
         except FileNotFoundError:
             raise SkipSample("audio file not found", path, "audio") from None
         try:
@@ -153,5 +156,6 @@ class SamplePipeline:
                         what, n, exc)  # fmt: skip
 
     def close(self) -> None:
+        self.text.close()
         if self.cache is not None:
             self.cache.close()

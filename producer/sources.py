@@ -193,8 +193,13 @@ class DatasetSource:
         return self._pipeline(self.index.entries[item])
 
     def work(self) -> dict[str, int]:
-        """How often each stage ran in this process: decoded, mels, cache_hits, ..."""
-        return dataclasses.asdict(self._pipeline.counters)
+        """How often each stage ran in this process: decoded, mels, cache_hits, ...; texts
+        normalized and phonemized (not counting those the text caches answered)."""
+        text = self._pipeline.text
+        return dataclasses.asdict(self._pipeline.counters) | {
+            "normalized": text.normalized,
+            "phonemized": text.phonemized,
+        }
 
 
 def _import(module_name: str) -> ModuleType:

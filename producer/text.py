@@ -1,7 +1,14 @@
-"""English text normalization and the character tokenizer.
+"""Text to token ids: normalization per language, phonemes, the character tokenizer.
 
-Called in producer processes, once per sample (:class:`TextEncoder`). The
-cleaner follows Tacotron's ``english_cleaners`` (keithito/tacotron
+Called in producer processes, once per sample (:class:`TextEncoder`). English
+(language en, en-*) keeps the rule set below; every other language goes through
+producer/normalize.py (its own words and script, never transliterated). With
+text.tokens: phonemes the normalized text is phonemized (producer/phonemes.py).
+The result (normalized or phonemized text) is kept in an LRU per process and in
+the persistent text cache (shared/text_cache.py), so a text seen before costs
+neither normalization nor phonemization.
+
+The English cleaner follows Tacotron's ``english_cleaners`` (keithito/tacotron
 text/cleaners.py): unicode to ASCII, lowercase, numbers and currency spelled
 out, abbreviations expanded, whitespace collapsed. Number words come from
 ``num2words`` with hyphens and commas removed ("1,234" -> "one thousand two
@@ -9,7 +16,10 @@ hundred and thirty four"), because the alphabet's "-" and "," are prosody
 marks for the model, not parts of words.
 
 Token ids: 0 = pad, 1 = unknown, 2 = end of text, then ``text.alphabet`` from
-3 on; this is what ``Config.vocab_size`` counts.
+3 on; this is what ``Config.vocab_size`` counts. For other scripts or phonemes,
+`ringfeed vocab CONFIG` builds text.alphabet from the corpus (scripts/vocab.py):
+the alphabet lives in the config, so it is the same in every producer (the
+config fingerprint), in the run directory and in every checkpoint.
 """
 
 from __future__ import annotations
@@ -22,8 +32,10 @@ import numpy as np
 from num2words import num2words
 from unidecode import unidecode
 
+from producer.normalize import NORMALIZER_VERSION, normalize
 from producer.sample import SkipSample
 from shared.config import Config
+from shared.text_cache import TextCache
 
 PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
 FIRST_CHAR_ID = 3
@@ -131,7 +143,14 @@ def expand_numbers(text: str) -> str:
     return _NUMBER_RE.sub(_expand_number, text)
 
 
-def clean_text(text: str) -> str:
+def clean_text(text: str, language: str = "en") -> str:
+    """Raw transcription in `language` -> normalized text (English: english_cleaners)."""
+    if language == "en" or language.startswith("en-"):
+        return english_cleaners(text)
+    return normalize(text, language)
+
+
+def english_cleaners(text: str) -> str:
     """English cleaners: raw transcription -> lowercase ASCII with words spelled out."""
     # NFKC first so fullwidth digits and superscripts become the digits the regexes see.
     text = unicodedata.normalize("NFKC", text).translate(_UNICODE_PUNCT)
@@ -158,7 +177,40 @@ class TextEncoder:
         self._lut[[ord(c) for c in alphabet]] = np.arange(
             FIRST_CHAR_ID, FIRST_CHAR_ID + len(alphabet), dtype=np.int32
         )
-        self.clean = functools.lru_cache(maxsize=TEXT_CACHE_SIZE)(clean_text)
+        self._alphabet = alphabet
+        self._phonemizer = None
+        self.kind = f"{cfg.text.tokens}:{NORMALIZER_VERSION}"
+        self.store = TextCache(cfg.features.cache_dir) if cfg.features.cache else None
+        # Texts really normalized and phonemized in this process (cache misses).
+        self.normalized = self.phonemized = 0
+        self.clean = functools.lru_cache(maxsize=TEXT_CACHE_SIZE)(self._clean)
+
+    def _clean(self, text: str, language: str = "en") -> str:
+        """Raw text -> what is tokenized: the normalized text, or its phonemes."""
+        if self.store is not None:
+            hit = self.store.get(self.kind, language, text)
+            if hit is not None:
+                return hit
+        out = clean_text(text, language)
+        self.normalized += 1
+        if self.cfg.text.tokens == "phonemes" and out:
+            if self._phonemizer is None:
+                from producer.phonemes import Phonemizer
+
+                self._phonemizer = Phonemizer()
+            out = self._phonemizer(out, language)
+            self.phonemized += 1
+        if self.store is not None:
+            self.store.put(self.kind, language, text, out)
+        return out
+
+    def decode(self, ids: np.ndarray) -> str:
+        """Token ids -> the text they stand for (pad, unknown and end of text dropped)."""
+        return "".join(self._alphabet[i - FIRST_CHAR_ID] for i in ids if i >= FIRST_CHAR_ID)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
 
     def tokenize(self, cleaned: str) -> np.ndarray:
         """Cleaned text -> int32 [len(cleaned) (+1 with text.add_eos)], no padding."""
@@ -169,7 +221,7 @@ class TextEncoder:
             ids = np.append(ids, np.int32(EOS_ID))
         return ids
 
-    def encode(self, text: str, path: str = "") -> tuple[np.ndarray, bool]:
+    def encode(self, text: str, path: str = "", language: str = "en") -> tuple[np.ndarray, bool]:
         """Raw text -> (int32 [n_tokens] with n_tokens <= text.max_text_len, truncated).
 
         Raises SkipSample for empty text, too many unknown characters, or (with
@@ -184,7 +236,10 @@ class TextEncoder:
                     path,
                 )
             text = text[:limit]  # truncate mode cuts it after cleaning anyway
-        cleaned = self.clean(text)
+        try:
+            cleaned = self.clean(text, language)
+        except ValueError as exc:  # no espeak voice for the language, a num2words gap
+            raise SkipSample(f"text in {language!r}: {exc}", path) from None
         if not cleaned:
             raise SkipSample("empty text after cleaning", path)
         ids = self.tokenize(cleaned)
@@ -196,7 +251,7 @@ class TextEncoder:
             raise SkipSample(
                 f"unknown-character fraction {frac:.2f} > text.max_unknown_frac="
                 f"{self.cfg.text.max_unknown_frac} (characters {chars!r} are not in "
-                "text.alphabet)",
+                "text.alphabet: `ringfeed vocab CONFIG` builds it from the corpus)",
                 path,
             )
         return self._fit(ids, path)

@@ -1,6 +1,6 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
 
-ringfeed validate CONFIG                 check a config, print derived sizes
+ringfeed validate CONFIG                 check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
 ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADDRESS: on Ray)
@@ -8,6 +8,7 @@ ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed manifest CONFIG                 measure every item's length (for length buckets)
+ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed keys DIR --client NAME          CURVE keys for a producer host
 ringfeed cleanup [--run-id R]            remove segments of dead runs
 """
@@ -45,6 +46,13 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         print(
             f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
         )
+    if cfg.text.tokens == "phonemes":
+        from producer.phonemes import espeak_problem
+
+        if problem := espeak_problem():
+            print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     if any(f.fatal for f in findings):
         return 2
     if quiet:
@@ -60,6 +68,10 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
+    if cfg.data.format != "synthetic":
+        from scripts.corpus_report import corpus_report
+
+        print("\n".join(corpus_report(cfg)))
     return 0
 
 
@@ -182,6 +194,26 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vocab(args: argparse.Namespace) -> int:
+    """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
+    import yaml
+
+    from producer.vocabulary import build_vocabulary
+    from shared.dataset import DatasetError
+
+    cfg = _config(args.config)
+    try:
+        vocab = build_vocabulary(cfg, args.min_count)
+    except DatasetError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    for char, n, item in vocab.rare:
+        print(f"rare: {char!r} (U+{ord(char):04X}) {n} times, e.g. in {item}", file=sys.stderr)
+    print(f"# {len(vocab.alphabet)} {cfg.text.tokens} from {vocab.texts} texts; in {args.config}:")
+    print(yaml.safe_dump({"text": {"alphabet": vocab.alphabet}}, allow_unicode=True), end="")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from shared.keys import generate
 
@@ -221,9 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-id", required=True)
         return p
 
-    v = sub.add_parser("validate")
-    v.add_argument("config")
-    v.set_defaults(fn=cmd_validate)
+    for name, fn in (("validate", cmd_validate), ("manifest", cmd_manifest), ("vocab", cmd_vocab)):
+        verb(name, fn, needs_run=False).add_argument("config")
+    sub.choices["vocab"].add_argument("--min-count", type=int, default=1, help="drop rarer ones")
     r = sub.add_parser("run")
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
     r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
@@ -249,8 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
     d.add_argument("--step-s", type=float, default=0.0, help="pretend each batch takes this long")
     add_inspect_options(verb("inspect", cmd_inspect, needs_run=False))
-    m = verb("manifest", cmd_manifest, needs_run=False)
-    m.add_argument("config")
     k = verb("keys", cmd_keys, needs_run=False)
     k.add_argument("dir", help="keys directory of the head host")
     k.add_argument("--client", required=True, help="name of the producer host to authorize")

@@ -4,6 +4,17 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-python3}
+# espeak-ng: phonemes (text.tokens: phonemes) and the multilingual demo corpus's voices.
+if ! command -v espeak-ng >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing espeak-ng (apt-get)"
+    { apt-get update -qq && apt-get install -y -qq espeak-ng; } >/dev/null 2>&1 \
+      || echo "setup: apt-get install espeak-ng failed; text.tokens: phonemes needs it" >&2
+  else
+    echo "setup: espeak-ng is missing (text.tokens: phonemes needs it): run" >&2
+    echo "  sudo apt-get install -y espeak-ng" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv

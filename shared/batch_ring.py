@@ -37,4 +37,6 @@ def batch_views(
         "mel": mel[: rows * frames].reshape(rows, frames, mel.shape[-1]),
         "mel_lens": slot["mel_lens"][:rows],
         "items": slot["items"][:rows],
+        "speaker": slot["speaker"][:rows],
+        "language": slot["language"][:rows],
     }

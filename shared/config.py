@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,37 +20,16 @@ import numpy as np
 import yaml
 
 from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
+from shared.config_corpus import DataConfig, TextConfig
 from shared.schema import ConfigError, build
 
-DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
 # and the stager's GPU mels (consumer/stager/gpu_mel.py), which must agree.
 LOG_FLOOR = 1e-5
 # Environment variable naming a source hook, "module:callable" (see source_hook).
 SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    path: str = "data/ljspeech-mini"
-    # synthetic: precomputed arrays, no files (transport tests and benchmarks).
-    format: Literal["ljspeech", "csv", "synthetic"] = "ljspeech"
-    synthetic_items: int = 256
-    # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
-    # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
-    synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
-    # LJSpeech: which text column to use (1 = raw transcription, 2 = normalized).
-    text_column: int = 2
-
-
-@dataclass(frozen=True)
-class TextConfig:
-    alphabet: str = DEFAULT_ALPHABET
-    max_text_len: int = 200
-    add_eos: bool = True
-    # A text whose share of characters outside the alphabet exceeds this is quarantined.
-    max_unknown_frac: float = 0.1
+ID_FIELDS = ("speaker", "language")  # int32 per batch row: ids in shared/id_tables.py
 
 
 @dataclass(frozen=True)
@@ -255,6 +233,7 @@ class Config:
             "mel": ((frames, self.features.n_mels), np.dtype(np.float32)),
             "mel_lens": ((rows,), np.dtype(np.int32)),
             "items": ((rows,), np.dtype(np.int64)),
+            **{name: ((rows,), np.dtype(np.int32)) for name in ID_FIELDS},
         }
 
     def batch_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -266,6 +245,7 @@ class Config:
             "mel": ((b, self.features.max_frames, self.features.n_mels), np.dtype(np.float32)),
             "mel_lens": ((b,), np.dtype(np.int32)),
             "items": ((b,), np.dtype(np.int64)),
+            **{name: ((b,), np.dtype(np.int32)) for name in ID_FIELDS},
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ check_moved turns a key of an earlier schema into an error saying where it went.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import TYPE_CHECKING, Any
 
 from shared.schema import ConfigError, check
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 MIN_BUCKET_FRACTION = 8
 # Each bucket is one more compilation of the train step.
 MAX_BUCKETS = 16
+# A language code: ISO 639-1 or -3, optionally a region or variant (en, fa, pt-br, cmn).
+LANGUAGE_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{1,8})*")
 
 _TESTS_ONLY = "fault injection is for tests only (RINGFEED_SOURCE_HOOK, tests/fault_sources.py)"
 # Keys of earlier versions of the schema, and where each went: a config of the old
@@ -77,11 +80,20 @@ def validate(cfg: Config) -> None:
         ("ring.max_producers_per_peer", r.max_producers_per_peer),
         ("train.log_every", cfg.train.log_every),
         ("train.checkpoint_every", cfg.train.checkpoint_every),
+        ("data.max_speakers", cfg.data.max_speakers),
+        ("data.max_languages", cfg.data.max_languages),
     ]:
         check(value >= 1, key, f"must be >= 1, got {value}")
     _validate_features(cfg)
     _validate_ring(cfg)
     check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
+    check(
+        cfg.data.language == "auto" or bool(LANGUAGE_RE.fullmatch(cfg.data.language)),
+        "data.language",
+        f"must be a language code such as en, de or pt-br, or auto; got {cfg.data.language!r}",
+    )
+    for code in cfg.data.detect_languages:
+        check(bool(LANGUAGE_RE.fullmatch(code)), "data.detect_languages", f"{code!r} is no code")
     _validate_transport(cfg)
     _validate_producers(cfg)
     _validate_buckets(cfg)

@@ -1,15 +1,18 @@
-"""Dataset readers: LJSpeech ``metadata.csv`` and ``audio_file|text[|speaker_name]`` CSV.
+"""Dataset readers: LJSpeech ``metadata.csv``, ``audio_file|text[|speaker_name]`` CSV,
+and through shared/corpora.py JSON-lines manifests, LibriTTS and VCTK folders.
 
 Called by the stager (to build the epoch plan) and by every producer (to map
 an item index to its entry); both must get the same list, so the order is the
 file order and nothing depends on the file system's listing order. A bad line
 becomes a :class:`BadLine` with a specific reason and the rest is used: the
 file is read as bytes and decoded line by line, so one non-UTF-8 line does not
-lose the others.
+lose the others. Every entry carries its speaker ("" when the corpus names
+none) and language (data.language when the entry names none).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -24,20 +27,30 @@ METADATA_FILE = "metadata.csv"
 CSV_HEADER = ("audio_file", "text")
 CSV_HEADER_SPEAKER = ("audio_file", "text", "speaker_name")
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3")
+FOLDER_FORMATS = ("libritts", "vctk")
 
 
 class DatasetError(ValueError):
     """The dataset as a whole cannot be read (no metadata file, wrong header)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DatasetEntry:
-    """One usable line: audio_path is absolute, text is the raw transcription."""
+    """One usable clip: audio_path is absolute, text the raw transcription; offset_s and
+    duration_s (seconds) cut a segment of the file (duration_s 0: to its end)."""
 
     item_id: str
     audio_path: str
     text: str
     speaker: str = ""
+    language: str = ""
+    offset_s: float = 0.0
+    duration_s: float = 0.0
+
+    @property
+    def segment(self) -> tuple[float, float] | None:
+        """(offset_s, duration_s) when the clip is part of its file, else None."""
+        return (self.offset_s, self.duration_s) if self.offset_s or self.duration_s else None
 
 
 @dataclass(frozen=True)
@@ -50,16 +63,20 @@ class BadLine:
     item_id: str = ""
 
 
-def _metadata_path(cfg: Config, root: str | os.PathLike[str] | None) -> Path:
+def _data_path(cfg: Config, root: str | os.PathLike[str] | None) -> Path:
     path = Path(cfg.data.path)
-    if not path.is_absolute():
-        path = Path(root or os.getcwd()) / path
-    if path.is_dir():
+    return path if path.is_absolute() else Path(root or os.getcwd()) / path
+
+
+def _metadata_path(cfg: Config, root: str | os.PathLike[str] | None) -> Path:
+    path = _data_path(cfg, root)
+    if path.is_dir() and cfg.data.format != "jsonl":
         path = path / METADATA_FILE
     if not path.is_file():
+        want = f"a directory holding {METADATA_FILE}, or the file itself"
+        want = "the manifest file" if cfg.data.format == "jsonl" else want
         raise DatasetError(
-            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects "
-            f"a directory holding {METADATA_FILE}, or the file itself)"
+            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects {want})"
         )
     return path
 
@@ -123,26 +140,24 @@ def _csv_columns(path: Path, lines: list[tuple[int, bytes]]) -> int:
     return len(header)
 
 
-def read_dataset(
-    cfg: Config, root: str | os.PathLike[str] | None = None
-) -> tuple[list[DatasetEntry], list[BadLine]]:
-    """Read cfg.data.path -> (usable entries in file order, bad lines).
+def _decoded(path: Path, lines: list[tuple[int, bytes]]) -> list[tuple[int, str | None, str]]:
+    return [(number, *_decode(raw)[:2]) for number, raw in lines]
 
-    A relative data.path is resolved against root (default: the current
-    directory). Audio paths are made absolute so every process agrees on them
-    and the feature cache can key on them.
-    """
-    path = _metadata_path(cfg, root)
+
+def _line_results(cfg: Config, path: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
+    """(file, line, entry or reason, item id) of every line of a one-file corpus."""
+    from shared import corpora  # it builds on the types above
+
     base = path.parent.absolute()
     lines = _split_lines(path.read_bytes())
+    if cfg.data.format == "jsonl":
+        return [(str(path), *r) for r in corpora.read_jsonl(path, _decoded(path, lines))]
     if cfg.data.format == "csv":
         if not lines:
             raise DatasetError(f"{path}: empty file, expected a header 'audio_file|text'")
         n_columns = _csv_columns(path, lines)
         lines = lines[1:]
-    entries: list[DatasetEntry] = []
-    bad: list[BadLine] = []
-    seen: dict[str, int] = {}
+    out = []
     for number, raw in lines:
         text, reason, item_id = _decode(raw)
         if text is not None:
@@ -152,15 +167,67 @@ def read_dataset(
             else:
                 result = _csv_entry(fields, base, n_columns)
             item_id = fields[0].strip() if isinstance(result, str) else result.item_id
-            reason = result if isinstance(result, str) else _check_entry(result, seen)
+        out.append((str(path), number, result if text is not None else reason, item_id))
+    return out
+
+
+def _folder_results(cfg: Config, root: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
+    from shared import corpora
+
+    if not root.is_dir():
+        raise DatasetError(f"data.path: {root} is not a folder (data.format: {cfg.data.format})")
+    if cfg.data.format == "libritts":
+        entries, bad = corpora.read_libritts(root, cfg.data.text_column)
+    else:
+        entries, bad = corpora.read_vctk(root)
+    return [(b.file, b.line, b.reason, b.item_id) for b in bad] + [
+        (e.audio_path, 1, e, e.item_id) for e in entries
+    ]
+
+
+def read_dataset(
+    cfg: Config, root: str | os.PathLike[str] | None = None
+) -> tuple[list[DatasetEntry], list[BadLine]]:
+    """Read cfg.data.path -> (usable entries in file order, bad lines).
+
+    A relative data.path is resolved against root (default: the current
+    directory). Audio paths are made absolute so every process agrees on them
+    and the feature cache can key on them.
+    """
+    if cfg.data.format in FOLDER_FORMATS:
+        results = _folder_results(cfg, _data_path(cfg, root))
+        where = str(_data_path(cfg, root))
+    else:
+        path = _metadata_path(cfg, root)
+        results, where = _line_results(cfg, path), str(path)
+    entries: list[DatasetEntry] = []
+    bad: list[BadLine] = []
+    seen: dict[str, int] = {}
+    for file, number, result, item_id in results:
+        reason = result if isinstance(result, str) else _check_entry(result, seen)
         if reason:
-            bad.append(BadLine(str(path), number, reason, item_id))
+            bad.append(BadLine(file, number, reason, item_id))
             continue
         seen[result.item_id] = number
         entries.append(result)
     if bad:
-        log.warning("%s: %d of %d lines unusable", path, len(bad), len(lines))
-    return entries, bad
+        log.warning("%s: %d of %d entries unusable", where, len(bad), len(results))
+    return _with_languages(cfg, entries), bad
+
+
+def _with_languages(cfg: Config, entries: list[DatasetEntry]) -> list[DatasetEntry]:
+    """Every entry with a language: its own, data.language, or (auto) the detected one."""
+    missing = [k for k, e in enumerate(entries) if not e.language]
+    if cfg.data.language == "auto" and missing:
+        from shared.language_id import detect_languages  # loads the detector's model
+
+        texts = [entries[k].text for k in missing]
+        codes = detect_languages(texts, cfg.data.detect_languages, cfg.features.cache_dir)
+    else:
+        codes = [cfg.data.language] * len(missing)
+    for k, code in zip(missing, codes, strict=True):
+        entries[k] = dataclasses.replace(entries[k], language=code)
+    return entries
 
 
 def _check_entry(entry: DatasetEntry, seen: dict[str, int]) -> str:

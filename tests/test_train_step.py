@@ -44,6 +44,8 @@ def random_batch(cfg: Config, seed: int) -> dict[str, np.ndarray]:
         "mel": rng.normal(-4.0, 2.0, fields["mel"][0]).astype(np.float32),
         "mel_lens": rng.integers(1, f + 1, b).astype(np.int32),
         "items": np.arange(b, dtype=np.int64),
+        "speaker": rng.integers(0, cfg.data.max_speakers, b).astype(np.int32),
+        "language": rng.integers(0, cfg.data.max_languages, b).astype(np.int32),
     }
 
 
@@ -79,6 +81,8 @@ def bucket_batch(cfg: Config, rows: int, frames: int, text: int, seed: int) -> d
         "text_lens": rng.integers(1, text + 1, rows).astype(np.int32),
         "mel": rng.normal(-4.0, 2.0, (rows, frames, cfg.features.n_mels)).astype(np.float32),
         "mel_lens": rng.integers(1, frames + 1, rows).astype(np.int32),
+        "speaker": rng.integers(0, cfg.data.max_speakers, rows).astype(np.int32),
+        "language": rng.integers(0, cfg.data.max_languages, rows).astype(np.int32),
     }
 
 

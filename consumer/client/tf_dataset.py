@@ -5,14 +5,15 @@ Called in the user's training process, in place of consumer/trainer/trainer.py:
     ds = ring_dataset(cfg, run_id)      # stager and producers already running
     model.fit(ds, steps_per_epoch=..., epochs=...)
 
-Each element is one whole batch as cfg.batch_fields(): a dict of
-tokens int32 [B, T], text_lens int32 [B], mel float32 [B, F, n_mels],
-mel_lens int32 [B], items int64 [B] (plan item ids; rows >= the batch's valid
-count are padding, with mel_lens 0). Without length buckets the element_spec is
-fully static, so a model compiled with jit_compile=True traces once. With
-length buckets (stager.buckets) B, T and F are None in the element_spec and
-each element has its bucket's shape: Keras compiles the step once per shape,
-that is once per bucket (keep the model's Inputs at None for those dims).
+Each element is one whole batch as cfg.batch_fields(): a dict of tokens int32 [B,
+T], text_lens int32 [B], mel float32 [B, F, n_mels], mel_lens int32 [B], items int64
+[B] (plan item ids; rows >= the batch's valid count are padding, with mel_lens 0),
+speaker and language int32 [B] (ids in the run's tables, runs/<run-id>/ids.json:
+shared/id_tables.py). Without length buckets the element_spec is fully static, so a
+model compiled with jit_compile=True traces once. With length buckets
+(stager.buckets) B, T and F are None in the element_spec and each element has its
+bucket's shape: Keras compiles the step once per shape, that is once per bucket
+(keep the model's Inputs at None for those dims).
 Split the dict into (inputs, targets) with `ds.map(...)` as the model needs.
 
 The generator owns its BatchClient (tf.data runs it in one thread at a time)

@@ -36,8 +36,12 @@ class BatchBuilder:
         cfg: Config,
         batches: Ring,
         mel_fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None,
+        ids: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
+        """ids: (speaker, language) int32 [n_items] from the run's id tables
+        (shared/id_tables.py): each row's ids come from its item, not from a producer."""
         self.cfg = cfg
+        self.speaker_of, self.language_of = ids if ids is not None else (None, None)
         self.ring = batches
         self.mel_fn = mel_fn
         self.hop = cfg.features.hop_length
@@ -105,6 +109,9 @@ class BatchBuilder:
         tokens[:n_text] = samples.view("tokens")[slot][:n_text]
         tokens[n_text:] = 0
         view["text_lens"][row], view["items"][row] = n_text, item
+        known = self.speaker_of is not None  # tests build batches without tables
+        view["speaker"][row] = self.speaker_of[item] if known else 0
+        view["language"][row] = self.language_of[item] if known else 0
         if self.waves is None:
             frames = view["mel"][row]
             frames[:n] = samples.view("mel")[slot][:n]
@@ -136,6 +143,8 @@ class BatchBuilder:
             view["tokens"][n:] = 0
             view["text_lens"][n:] = 0
             view["items"][n:] = -1
+            view["speaker"][n:] = 0
+            view["language"][n:] = 0
             if self.waves is None:
                 view["mel"][n:] = 0
                 view["mel_lens"][n:] = 0

@@ -48,6 +48,7 @@ from shared import protocol as p
 from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
 from shared.dataset import DatasetError, DatasetIndex, dataset_index
 from shared.fingerprint import config_fingerprint, plan_fingerprint
+from shared.id_tables import IDS_FILE, settle_tables
 from shared.process import POLL_S, StopFlag, write_json_atomic
 from shared.quarantine import QuarantineWriter
 from shared.ring import Ring, check_rings_fit, segment_name, slot_bytes
@@ -189,6 +190,9 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
     check_rings_fit(cfg)
     quarantine = cleanup.enter_context(QuarantineWriter(directory / "quarantine.jsonl"))
     index = open_index(cfg, quarantine, directory)
+    tables = settle_tables(cfg, index, directory)  # a refused resume stops here, first
+    log.info("id tables: %d speakers, %d languages (%s)", len(tables.speakers),
+             len(tables.languages), directory / IDS_FILE)  # fmt: skip
     ends = endpoints(cfg, run_id)
     samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
     plan, buckets, fingerprint = make_plan(cfg, index, directory, stop)
@@ -204,7 +208,7 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
     drop = Drops()
     book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
                         cfg.ring.max_strikes, cfg.ring.max_producers_per_peer)  # fmt: skip
-    builder = BatchBuilder(cfg, batches, stager_mel_fn(cfg))
+    builder = BatchBuilder(cfg, batches, stager_mel_fn(cfg), tables.item_ids(index))
     intake = Intake(samples, slots, book, builder, buckets, cfg.features.hop_length,
                     cfg.vocab_size, drop)  # fmt: skip
     cleanup.callback(intake.forget_views)

@@ -4,7 +4,7 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
 
     ckpt-<step>.index, ckpt-<step>.data-*   model, optimizer (slots, iterations), step
     ckpt-<step>.json                        {"checkpoint": <step>, "step", "cursor",
-                                             "config_yaml"}
+                                             "config_yaml", "ids": the run's id tables}
     checkpoint                              TF's pointer to the latest
 
 The cursor (position, epoch, batch_index, seed; plan: the plan fingerprint that a
@@ -32,6 +32,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from shared.id_tables import read_tables
 from shared.process import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,11 @@ class CheckpointManager:
         cursor: {"position", "epoch", "batch_index", "seed", "plan"} of the next batch.
         """
         sidecar = {"checkpoint": step, "step": step, "cursor": cursor, "config_yaml": config_yaml}
+        # The run's speaker and language ids (shared/id_tables.py): the model's embedding
+        # rows mean these names, so the table travels with the weights.
+        ids = read_tables(self.directory.parent)
+        if ids is not None:
+            sidecar["ids"] = ids.to_dict()
         write_json_atomic(self._sidecar(step), sidecar)
         self._step.assign(step)
         path = self._manager.save(checkpoint_number=step)

@@ -5,7 +5,8 @@ imports ``cfg.model.factory`` ("module:function"). The default,
 :func:`build_default_model`, is a small real text-to-mel model (~1.2 M
 parameters at d_model 128, n_layers 3) in the Tacotron/Transformer-TTS family:
 
-    tokens -> embedding -> n_layers x residual conv block (masked by text_lens)
+    tokens -> embedding + speaker and language embeddings
+           -> n_layers x residual conv block (masked by text_lens)
            -> + sinusoidal positions = encoder memory [B, T, d]
     mel shifted right one frame -> prenet -> + positions
            -> n_layers x (causal conv, cross-attention to the memory, feed-forward)
@@ -19,7 +20,8 @@ are None and each bucket's shape compiles once (train_step.TrainStep).
 A factory is called as ``factory(cfg, **cfg.model.kwargs)``: its own
 hyper-parameters live in the config's ``model.kwargs`` mapping (the default
 model's are :class:`DefaultModelKwargs`). A user's factory returns a
-keras.Model taking the same input dict (tokens, text_lens, mel, mel_lens) and
+keras.Model taking the same input dict (tokens, text_lens, mel, mel_lens,
+speaker, language; it may leave out the ids it has no use for) and
 returning [B, F, n_mels], or a tuple (model, loss_fn) with
 loss_fn(pred, target, mel_lens) -> scalar.
 """
@@ -108,10 +110,21 @@ class AttentionMask(layers.Layer):
         return ops.broadcast_to(ops.expand_dims(text_mask, 1), (shape[0], n, shape[1]))
 
 
-def _encoder(tokens, text_mask, cfg: Config, m: DefaultModelKwargs, name: str = "enc"):
+def _identity(inputs, cfg: Config, m: DefaultModelKwargs):
+    """Speaker plus language embedding [B, 1, d]: who speaks and in which language, added
+    to every token so each layer of the encoder and the decoder's attention sees it. The
+    tables have data.max_speakers and data.max_languages rows, fixed so that a run whose
+    id table grows (data.new_ids: append) keeps its weights' shapes."""
+    speaker = layers.Embedding(cfg.data.max_speakers, m.d_model, name="speaker_embed")
+    language = layers.Embedding(cfg.data.max_languages, m.d_model, name="language_embed")
+    both = layers.Add(name="identity")([speaker(inputs["speaker"]), language(inputs["language"])])
+    return ops.expand_dims(both, 1)
+
+
+def _encoder(inputs, text_mask, cfg: Config, m: DefaultModelKwargs, name: str = "enc"):
     keep = ops.expand_dims(ops.cast(text_mask, "float32"), -1)
-    x = layers.Embedding(cfg.vocab_size, m.d_model, name=f"{name}_embed")(tokens)
-    x = x * ops.cast(keep, x.dtype)
+    x = layers.Embedding(cfg.vocab_size, m.d_model, name=f"{name}_embed")(inputs["tokens"])
+    x = (x + ops.cast(_identity(inputs, cfg, m), x.dtype)) * ops.cast(keep, x.dtype)
     for i in range(m.n_layers):
         y = layers.Conv1D(m.d_model, m.kernel_size, padding="same", name=f"{name}_conv{i}")(x)
         y = layers.ReLU()(y)
@@ -155,12 +168,14 @@ def build_default_model(cfg: Config, **kwargs: Any) -> keras.Model:
     with model.kwargs (DefaultModelKwargs: d_model, n_layers, kernel_size, dropout).
 
     Inputs: tokens int32 [B, T], text_lens int32 [B], mel float32 [B, F, n_mels]
-    (teacher forcing), mel_lens int32 [B]. Output: mel float32 [B, F, n_mels].
+    (teacher forcing), mel_lens int32 [B], speaker and language int32 [B] (ids in
+    the run's tables, embedded and added to the encoder). Output: mel float32
+    [B, F, n_mels].
     """
     m = default_model_kwargs(kwargs)
     inputs = model_inputs(cfg)
     text_mask = LengthMask(name="text_mask")(inputs["text_lens"], inputs["tokens"])
-    memory = _encoder(inputs["tokens"], text_mask, cfg, m)
+    memory = _encoder(inputs, text_mask, cfg, m)
 
     # Frame f is predicted from frames < f: shift right, a zero "go" frame first.
     previous = ops.pad(inputs["mel"], [[0, 0], [1, 0], [0, 0]])[:, :-1, :]

@@ -1,0 +1,55 @@
+"""The configuration's corpus sections: what the corpus is (data) and how its text
+becomes tokens (text). Part of the one configuration (shared/config.py, which
+holds them in Config and validates them with the rest); kept apart as the corpus
+keys grow with each layout, language and token kind.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Literal
+
+DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str = "data/ljspeech-mini"
+    # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
+    # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk: shared/dataset.py
+    # and shared/corpora.py; synthetic: precomputed arrays, no files (transport tests and
+    # benchmarks).
+    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "synthetic"] = "ljspeech"
+    synthetic_items: int = 256
+    # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
+    # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
+    synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
+    # 1 = raw text (LJSpeech's column 1, LibriTTS' .original.txt), 2 = normalized.
+    text_column: int = 2
+    # The language (a code: en, de, fa, pt-br) of clips whose entry names none; auto:
+    # detected from the text (shared/language_id.py), among detect_languages if given.
+    language: str = "en"
+    detect_languages: tuple[str, ...] = ()
+    # Speaker and language ids (shared/id_tables.py) stay below these: the sizes of the
+    # model's embedding tables, fixed so that a table that grows keeps the weights' shapes.
+    max_speakers: int = 1024
+    max_languages: int = 64
+    # A resume whose corpus has speakers or languages the run's id table lacks: refuse
+    # (the default: the model never saw them, and it is often the wrong data.path) or
+    # append them with new ids.
+    new_ids: Literal["refuse", "append"] = "refuse"
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    # chars: the characters of the normalized text (any script); phonemes: its IPA from
+    # espeak-ng (producer/phonemes.py).
+    tokens: Literal["chars", "phonemes"] = "chars"
+    # The vocabulary: ids 3.. in this order. `ringfeed vocab CONFIG` builds it from the
+    # normalized (or phonemized) corpus and reports rare characters.
+    alphabet: str = DEFAULT_ALPHABET
+    max_text_len: int = 200
+    add_eos: bool = True
+    # A text whose share of characters outside the alphabet exceeds this is quarantined.
+    max_unknown_frac: float = 0.1
