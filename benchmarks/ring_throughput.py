@@ -85,8 +85,10 @@ def bench_pool(seconds: float, workers: int, chunksize: int) -> float:
     return rate
 
 
-def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
+def bench_ring(seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
+    """-> (samples/s, CPU us per sample of the client, stager and producers together)."""
     from live_run import live_run  # of the checkout on sys.path (this one or --baseline's)
+    from peers import tree_cpu_s  # this checkout's (benchmarks/peers.py)
 
     raw = {
         "data": {"format": "synthetic", "synthetic_items": 8192},
@@ -99,26 +101,47 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
     with live_run(raw, tmp) as client:
         for _ in range(20):  # warm up
             client.free(client.next(timeout_s=30))
-        n, t0 = 0, time.perf_counter()
+        n, t0, cpu0 = 0, time.perf_counter(), tree_cpu_s()
         while time.perf_counter() - t0 < seconds:
             batch = client.next(timeout_s=30)
             client.free(batch)
             n += batch.meta.n_valid
-        rate = n / (time.perf_counter() - t0)
-    return rate
+        rate, cpu_us = n / (time.perf_counter() - t0), 1e6 * (tree_cpu_s() - cpu0) / n
+    return rate, cpu_us
 
 
-def ring_in_child(repo: Path, seconds: float, workers: int, tmp: Path) -> float:
+def ring_in_child(repo: Path, seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
     """bench_ring with `repo`'s stager, producers and client, in a fresh process."""
     cmd = [sys.executable, __file__, "--ring-child", str(repo), "--seconds", str(seconds)]
     cmd += ["--workers", str(workers), "--tmp", str(tmp)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120 + 2 * seconds)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
-            return float(line[len(RESULT_TAG) :])
+            rate, cpu_us = line[len(RESULT_TAG) :].split()
+            return float(rate), float(cpu_us)
     raise RuntimeError(
         f"ring run of {repo} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     )
+
+
+def print_table(
+    rates: dict[str, list[float]], cpu: dict[str, list[float]], args: argparse.Namespace
+) -> None:
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(
+        f"\nmedian of {args.rounds} rounds, {args.seconds:.0f} s each, {args.workers} producers, "
+        f"{SAMPLE_BYTES:,} bytes/sample"
+    )
+    print(f"{'':13s} {'samples/s':>10s} {'GB/s':>6s}")
+    for k, v in med.items():
+        print(f"{k:13s} {v:10,.0f} {v * SAMPLE_BYTES / 1e9:6.2f}")
+    print(f"ringfeed / pool         = {med['ringfeed'] / med['pool']:.1f}x")
+    print(f"ringfeed / pool-chunk16 = {med['ringfeed'] / med['pool-chunk16']:.1f}x")
+    print(f"memcpy / ringfeed       = {med['memcpy'] / med['ringfeed']:.1f}x")
+    for name, v in cpu.items():
+        print(f"{name} CPU per sample (client, stager, producers) = {statistics.median(v):.0f} us")
+    if args.baseline:
+        print(f"ringfeed / baseline     = {med['ringfeed'] / med['ringfeed@baseline']:.2f}x")
 
 
 def main() -> None:
@@ -133,13 +156,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.ring_child:
         sys.path[:0] = [args.ring_child, str(Path(args.ring_child) / "benchmarks")]
-        print(RESULT_TAG + str(bench_ring(args.seconds, args.workers, Path(args.tmp))))
+        rate, cpu_us = bench_ring(args.seconds, args.workers, Path(args.tmp))
+        print(f"{RESULT_TAG}{rate} {cpu_us}")
         return
     if args.quick:
         args.rounds, args.seconds = 2, 3.0
     rates: dict[str, list[float]] = {"memcpy": [], "pool": [], "pool-chunk16": [], "ringfeed": []}
     if args.baseline:
         rates["ringfeed@baseline"] = []
+    cpu: dict[str, list[float]] = {name: [] for name in rates if name.startswith("ringfeed")}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             rates["memcpy"].append(bench_memcpy(args.seconds))
@@ -149,24 +174,14 @@ def main() -> None:
                 [("ringfeed@baseline", args.baseline)] * bool(args.baseline)
             )
             for name, repo in rings if r % 2 == 0 else rings[::-1]:
-                rates[name].append(ring_in_child(Path(repo), args.seconds, args.workers, Path(tmp)))
+                rate, cpu_us = ring_in_child(Path(repo), args.seconds, args.workers, Path(tmp))
+                rates[name].append(rate)
+                cpu[name].append(cpu_us)
             print(
                 f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items()),
                 flush=True,
             )
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    print(
-        f"\nmedian of {args.rounds} rounds, {args.seconds:.0f} s each, {args.workers} producers, "
-        f"{SAMPLE_BYTES:,} bytes/sample"
-    )
-    print(f"{'':13s} {'samples/s':>10s} {'GB/s':>6s}")
-    for k, v in med.items():
-        print(f"{k:13s} {v:10,.0f} {v * SAMPLE_BYTES / 1e9:6.2f}")
-    print(f"ringfeed / pool         = {med['ringfeed'] / med['pool']:.1f}x")
-    print(f"ringfeed / pool-chunk16 = {med['ringfeed'] / med['pool-chunk16']:.1f}x")
-    print(f"memcpy / ringfeed       = {med['memcpy'] / med['ringfeed']:.1f}x")
-    if args.baseline:
-        print(f"ringfeed / baseline     = {med['ringfeed'] / med['ringfeed@baseline']:.2f}x")
+    print_table(rates, cpu, args)
 
 
 if __name__ == "__main__":

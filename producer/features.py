@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import scipy.fft
 
 from producer.sample import SkipSample
 from shared.config import LOG_FLOOR, Config, FeaturesConfig
@@ -112,6 +111,8 @@ def stft_magnitude(wave: np.ndarray, f: FeaturesConfig, bins: int | None = None)
     on the shipped clips) and within ~2e-3 in the quietest bands of loud frames,
     next to the floor (tests/test_audio_features.py holds both).
     """
+    import scipy.fft  # here: producers that compute no mel (synthetic, stager mels) skip its ~0.2 s
+
     padded = np.pad(wave, f.n_fft // 2)
     frames = np.lib.stride_tricks.sliding_window_view(padded, f.n_fft)[:: f.hop_length]
     windowed = np.multiply(frames, _window(f.n_fft, f.win_length), dtype=np.float32)
