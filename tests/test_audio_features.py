@@ -185,3 +185,16 @@ def test_producer_features_never_import_librosa() -> None:
     )
     repo = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], cwd=repo, timeout=60).returncode == 0
+
+
+def test_reused_work_buffers_never_leak_between_clips() -> None:
+    """log_mel reuses per-thread work arrays: a short clip after a long one sees no
+    stale frames, and a result is never overwritten by the next call."""
+    cfg = Config()
+    wave, _ = sf.read(CLIP, dtype="float32")
+    long_first = log_mel(wave, cfg)
+    short = log_mel(wave[:3000], cfg)
+    assert np.array_equal(long_first, log_mel(wave, cfg))  # the first result is intact
+    assert short.shape == (1 + 3000 // 256, cfg.features.n_mels)
+    np.testing.assert_array_equal(short, log_mel(wave[:3000].copy(), cfg))
+    _assert_parity(short, _librosa_log_mel(wave[:3000], cfg))
