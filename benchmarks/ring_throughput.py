@@ -1,6 +1,7 @@
 """Ring throughput against multiprocessing.Pool.imap and a plain memcpy, side by side.
 
-    .venv/bin/python benchmarks/ring_throughput.py [--rounds 3] [--seconds 4]
+    .venv/bin/python benchmarks/ring_throughput.py [--rounds 3] [--seconds 4] [--baseline DIR]
+    .venv/bin/python benchmarks/ring_throughput.py --quick    # 2 rounds of 3 s: ~1.5 min
 
 All three move the same precomputed samples (tokens [200] int32 + mel
 [800, 80] float32, 256,800 bytes) from "where a sample is made" into a
@@ -11,7 +12,13 @@ batch buffer, and report steady-state samples/s and GB/s:
   parent, which copies it into a batch array (pickling, pipes); once with the
   default chunksize 1 and once with chunksize 16, its best here;
 - ringfeed: a real stager and producer pool (``data.format: synthetic``),
-  consumed batch by batch by this process through the batch ring.
+  consumed batch by batch through the batch ring by a child process of this
+  benchmark; ``data.synthetic_items`` 8192 over endless epochs, as every row is
+  stamped with its item (tests/checks.py) and the stager's content check
+  (shared/content.py) rejects floats beyond 1e4;
+- ringfeed@baseline (with ``--baseline DIR``, a checkout of other code, e.g.
+  ``git worktree add /tmp/base main``): the same run from that checkout's
+  stager and producers, to compare ringfeed with itself in one run.
 
 The rounds alternate the three so machine noise hits them alike; the table
 gives the median of each and the ratios.
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,10 +38,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from live_run import live_run  # noqa: E402
-
+RESULT_TAG = "RING_RESULT "
 T, F, M, B = 200, 800, 80, 32
 SAMPLE_BYTES = T * 4 + F * M * 4
 
@@ -80,9 +85,13 @@ def bench_pool(seconds: float, workers: int, chunksize: int) -> float:
     return rate
 
 
-def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
+def bench_ring(seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
+    """-> (samples/s, CPU us per sample of the client, stager and producers together)."""
+    from live_run import live_run  # of the checkout on sys.path (this one or --baseline's)
+    from peers import tree_cpu_s  # this checkout's (benchmarks/peers.py)
+
     raw = {
-        "data": {"format": "synthetic", "synthetic_items": 10**7},
+        "data": {"format": "synthetic", "synthetic_items": 8192},
         "features": {"max_frames": F, "n_mels": M, "cache": False},
         "text": {"max_text_len": T},
         "stager": {"batch_size": B},
@@ -92,32 +101,32 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> float:
     with live_run(raw, tmp) as client:
         for _ in range(20):  # warm up
             client.free(client.next(timeout_s=30))
-        n, t0 = 0, time.perf_counter()
+        n, t0, cpu0 = 0, time.perf_counter(), tree_cpu_s()
         while time.perf_counter() - t0 < seconds:
             batch = client.next(timeout_s=30)
             client.free(batch)
             n += batch.meta.n_valid
-        rate = n / (time.perf_counter() - t0)
-    return rate
+        rate, cpu_us = n / (time.perf_counter() - t0), 1e6 * (tree_cpu_s() - cpu0) / n
+    return rate, cpu_us
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
-    rates: dict[str, list[float]] = {"memcpy": [], "pool": [], "pool-chunk16": [], "ringfeed": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            rates["memcpy"].append(bench_memcpy(args.seconds))
-            rates["pool"].append(bench_pool(args.seconds, args.workers, 1))
-            rates["pool-chunk16"].append(bench_pool(args.seconds, args.workers, 16))
-            rates["ringfeed"].append(bench_ring(args.seconds, args.workers, Path(tmp)))
-            print(
-                f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items()),
-                flush=True,
-            )
+def ring_in_child(repo: Path, seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
+    """bench_ring with `repo`'s stager, producers and client, in a fresh process."""
+    cmd = [sys.executable, __file__, "--ring-child", str(repo), "--seconds", str(seconds)]
+    cmd += ["--workers", str(workers), "--tmp", str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120 + 2 * seconds)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            rate, cpu_us = line[len(RESULT_TAG) :].split()
+            return float(rate), float(cpu_us)
+    raise RuntimeError(
+        f"ring run of {repo} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    )
+
+
+def print_table(
+    rates: dict[str, list[float]], cpu: dict[str, list[float]], args: argparse.Namespace
+) -> None:
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(
         f"\nmedian of {args.rounds} rounds, {args.seconds:.0f} s each, {args.workers} producers, "
@@ -129,6 +138,50 @@ def main() -> None:
     print(f"ringfeed / pool         = {med['ringfeed'] / med['pool']:.1f}x")
     print(f"ringfeed / pool-chunk16 = {med['ringfeed'] / med['pool-chunk16']:.1f}x")
     print(f"memcpy / ringfeed       = {med['memcpy'] / med['ringfeed']:.1f}x")
+    for name, v in cpu.items():
+        print(f"{name} CPU per sample (client, stager, producers) = {statistics.median(v):.0f} us")
+    if args.baseline:
+        print(f"ringfeed / baseline     = {med['ringfeed'] / med['ringfeed@baseline']:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 3 s")
+    parser.add_argument("--baseline", help="a checkout whose ringfeed to run alongside")
+    parser.add_argument("--ring-child", help=argparse.SUPPRESS)
+    parser.add_argument("--tmp", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ring_child:
+        sys.path[:0] = [args.ring_child, str(Path(args.ring_child) / "benchmarks")]
+        rate, cpu_us = bench_ring(args.seconds, args.workers, Path(args.tmp))
+        print(f"{RESULT_TAG}{rate} {cpu_us}")
+        return
+    if args.quick:
+        args.rounds, args.seconds = 2, 3.0
+    rates: dict[str, list[float]] = {"memcpy": [], "pool": [], "pool-chunk16": [], "ringfeed": []}
+    if args.baseline:
+        rates["ringfeed@baseline"] = []
+    cpu: dict[str, list[float]] = {name: [] for name in rates if name.startswith("ringfeed")}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            rates["memcpy"].append(bench_memcpy(args.seconds))
+            rates["pool"].append(bench_pool(args.seconds, args.workers, 1))
+            rates["pool-chunk16"].append(bench_pool(args.seconds, args.workers, 16))
+            rings = [("ringfeed", REPO)] + (
+                [("ringfeed@baseline", args.baseline)] * bool(args.baseline)
+            )
+            for name, repo in rings if r % 2 == 0 else rings[::-1]:
+                rate, cpu_us = ring_in_child(Path(repo), args.seconds, args.workers, Path(tmp))
+                rates[name].append(rate)
+                cpu[name].append(cpu_us)
+            print(
+                f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items()),
+                flush=True,
+            )
+    print_table(rates, cpu, args)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ On-disk layout (``features.cache_dir``)::
     <cache_dir>/<settings-hash>/shard-<pid>-<n>.idx  16-byte header, then 44-byte records
 
 The settings hash covers every setting that changes a cached array (audio.*,
-features.* except the cache's own keys, the resampler quality and
+features.* except the cache's own keys, the resampler quality, the STFT dtype and
 CACHE_FORMAT_VERSION), so a settings change lands in a fresh directory and
 never reads a stale array. Keys are a hash of the audio file's absolute path,
 size and mtime_ns, so an edited file misses too.
@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from producer.audio import RESAMPLE_QUALITY
+from producer.features import STFT_DTYPE
 from shared.config import LOG_FLOOR, Config
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ def _settings_json(cfg: Config) -> str:
     features = dataclasses.asdict(cfg.features)
     del features["cache_dir"], features["cache"]  # where and whether: not what
     features["log_floor"] = LOG_FLOOR  # once a key: caches made then keep their name
+    features["stft_dtype"] = STFT_DTYPE
     settings = {
         "version": CACHE_FORMAT_VERSION,
         "resample_quality": RESAMPLE_QUALITY,

@@ -35,3 +35,22 @@ def test_length_manifest_benchmark_runs() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     assert "length manifest of 64 items, cold" in out and "current" in out
+
+
+@pytest.mark.slow
+def test_ring_throughput_benchmark_runs() -> None:
+    """Every synthetic sample passes the stager's checks (no skip, no timeout)."""
+    out = subprocess.run(
+        [sys.executable, "benchmarks/ring_throughput.py", "--rounds", "1", "--seconds", "0.5"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "ringfeed / pool" in out and "CPU per sample" in out
+
+
+@pytest.mark.slow
+def test_peers_benchmark_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "benchmarks/peers.py", "--rounds", "1", "--clips", "48"],
+        cwd=REPO, capture_output=True, text=True, timeout=240, check=True,
+    ).stdout  # fmt: skip
+    assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out
