@@ -55,6 +55,17 @@ def synthetic_stamp(item: int, cfg: Config) -> int:
     return 3 + item % (cfg.vocab_size - 3)
 
 
+# A synthetic item's number is written in two mel columns, item % STAMP_BASE and
+# item // STAMP_BASE: each stays far inside the content check's bound
+# (shared/content.py), and exact in float32, for up to STAMP_BASE**2 items.
+STAMP_BASE = 8192
+
+
+def synthetic_stamps(item: int) -> tuple[int, int]:
+    """The two values that name `item` in its mel (columns 0 and 2) or wave (0 and 1)."""
+    return item % STAMP_BASE, item // STAMP_BASE
+
+
 def synthetic_tokens(item: int, n: int, cfg: Config) -> np.ndarray:
     """Every token of a synthetic item: row i is (stamp + i) within the vocabulary."""
     span = cfg.vocab_size - 3
@@ -83,8 +94,9 @@ class SyntheticSource:
     """Precomputed samples: the transport's own cost and a checkable payload.
 
     Every row says which item and which row it is: tokens are
-    :func:`synthetic_tokens`, and mel row r holds (item, r) in its first two
-    columns over a shared block of random values, so a consumer can check every
+    :func:`synthetic_tokens`, and mel row r holds (item's low stamp, r, item's high
+    stamp) in its first three columns (:func:`synthetic_stamps`) over a shared
+    block of random values, so a consumer can check every
     row it receives against the item it claims to be (:func:`check_synthetic_rows`,
     called by tests/checks.py ``consume`` and the soak). Lengths vary with the item
     so padding is exercised: tokens 20..max_text_len, frames max_frames/2..max_frames.
@@ -122,10 +134,11 @@ class SyntheticSource:
             item_id=self.item_id(item), tokens=synthetic_tokens(item, text_len, self.cfg)
         )
         array = self._block[:n].copy()
+        low, high = synthetic_stamps(item)
         if array.ndim == 2:
-            array[:, 0], array[:, 1] = item, self._rows[:n]
+            array[:, 0], array[:, 1], array[:, 2] = low, self._rows[:n], high
         else:
-            array[0] = item
+            array[0], array[1] = low, high
         setattr(sample, self._name, array)
         return sample
 
@@ -152,7 +165,9 @@ def check_synthetic_rows(arrays: dict[str, np.ndarray], n_valid: int, cfg: Confi
         want = synthetic_tokens(item, text_len, cfg)
         expect(bool((tokens[:text_len] == want).all()), f"row {row}: tokens not item {item}'s")
         expect(not tokens[text_len:].any(), f"row {row}: token padding is not zero")
-        expect(bool((mel[:n_frames, 0] == item).all()), f"row {row}: mel not item {item}'s")
+        low, high = synthetic_stamps(item)
+        stamped = (mel[:n_frames, 0] == low).all() and (mel[:n_frames, 2] == high).all()
+        expect(bool(stamped), f"row {row}: mel not item {item}'s")
         rows = np.arange(n_frames)
         expect(bool((mel[:n_frames, 1] == rows).all()), f"row {row}: mel rows out of place")
         expect(not mel[n_frames:].any(), f"row {row}: mel padding is not zero")

@@ -87,6 +87,9 @@ def validate(cfg: Config) -> None:
     _validate_features(cfg)
     _validate_ring(cfg)
     check(cfg.data.text_column in (1, 2), "data.text_column", "must be 1 or 2")
+    if cfg.data.format == "synthetic":  # each row names its item (producer/sources.py)
+        check(f.n_mels >= 3, "features.n_mels", "synthetic items need 3 mel columns or more")
+        check(cfg.data.synthetic_items <= 8192**2, "data.synthetic_items", "at most 8192**2")
     check(
         cfg.data.language == "auto" or bool(LANGUAGE_RE.fullmatch(cfg.data.language)),
         "data.language",

@@ -18,6 +18,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import zmq
 
@@ -25,9 +26,11 @@ from consumer.stager.drops import Drops
 from consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_BURST, PeerLog
 from consumer.tools.inspector import Inspector
 from consumer.tools.screen import BOLD, CLEAR, RESET, render
+from producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
 from scripts.runner import REPO
 from shared import protocol as p
-from shared.config import Config, endpoints, load_config
+from shared.config import Config, config_from_dict, endpoints, load_config
+from shared.content import content_error
 from shared.field_checks import clean
 from shared.fingerprint import config_fingerprint
 from tests.checks import assert_exactly_once, consume
@@ -245,3 +248,28 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     assert snap["producers_unlisted"]["count"] == MAX_PRODUCERS - len(snap["producers"])
     header = p.encode(p.Stats(snap))[0]
     assert len(header) < p.MAX_HEADER_BYTES, len(header)
+
+
+def test_synthetic_items_past_ten_thousand_pass_the_content_check() -> None:
+    """A synthetic row names its item in two bounded mel columns: item 10**7 used to be
+    written as the value 1e7, which the content check (|x| <= 1e4) refused, so every
+    sample of a large synthetic run (the ring benchmark's) was skipped."""
+    cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 10**8 // 2}})
+    source = SyntheticSource(cfg)
+    for item in (0, 8191, 8192, 123_456, 10**7, 10**8 // 2 - 1):
+        sample = source.prepare(item)
+        rows = {"tokens": sample.tokens, "mel": sample.mel}
+        assert content_error(rows, cfg.vocab_size) == "", item
+        text_len, frames = len(sample.tokens), len(sample.mel)
+        batch = {
+            "items": np.array([item, -1]),
+            "text_lens": np.array([text_len, 0]),
+            "mel_lens": np.array([frames, 0]),
+            "tokens": np.zeros((2, cfg.text.max_text_len), np.int32),
+            "mel": np.zeros((2, cfg.features.max_frames, cfg.features.n_mels), np.float32),
+        }
+        batch["tokens"][0, :text_len], batch["mel"][0, :frames] = sample.tokens, sample.mel
+        assert check_synthetic_rows(batch, 1, cfg) == [item]
+        batch["mel"][0, 0, 2] += 1  # another item's high stamp: caught
+        with pytest.raises(RowMismatch):
+            check_synthetic_rows(batch, 1, cfg)
