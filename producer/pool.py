@@ -13,6 +13,9 @@ over). Only EXIT_FINISHED (the run is over), EXIT_ORPHANED (the stager is
 gone) and EXIT_REFUSED (the stager refused it: another version or config) end
 a worker for good; the pool then ends with pool_exit_code's code. Tracebacks
 are logged and sent to the stager by the worker itself.
+A worker stuck in one sample for watchdog.HARD_FACTOR leases (a hang the
+worker's own alarm cannot break: producer/watchdog.py) is SIGKILLed, and so
+restarted like any worker that died at work.
 On SIGTERM or Ctrl-C the pool stops its workers with SIGTERM, then SIGKILL
 after TERM_GRACE_S.
 """
@@ -29,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from producer.watchdog import HARD_FACTOR, stuck_for
 from producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code, run_worker
 from shared.config import Config, config_from_dict
 from shared.process import POLL_S, TERM_GRACE_S, StopFlag, die_with_parent, setup_logging
@@ -43,13 +47,15 @@ HEALTHY_S = 60.0
 RUN_END_GRACE_S = 3.0
 
 
-def _child(config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any) -> None:
+def _child(
+    config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any, busy: Any
+) -> None:
     import yaml
 
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
     cfg = config_from_dict(yaml.safe_load(config_yaml))
-    sys.exit(run_worker(cfg, name, endpoint, remote, on_welcome=joined.set))
+    sys.exit(run_worker(cfg, name, endpoint, remote, on_welcome=joined.set, busy=busy))
 
 
 @dataclass
@@ -62,6 +68,7 @@ class Slot:
     finished: bool = False
     ending: int = 0  # the exit code that ended it for good (ENDINGS), or 0
     joined: Any = None  # set by the worker once the stager welcomed it
+    busy: Any = None  # shared double: when the worker's current sample began (0: idle)
 
 
 class ProducerPool:
@@ -79,10 +86,10 @@ class ProducerPool:
         self.ended_at = 0.0  # when the first worker was told the run is over
 
     def start(self, slot: Slot) -> None:
-        slot.joined = self.ctx.Event()
+        slot.joined, slot.busy = self.ctx.Event(), self.ctx.Value("d", 0.0, lock=False)
         slot.proc = self.ctx.Process(
             target=_child,
-            args=(self._yaml, slot.name, self.endpoint, self.remote, slot.joined),
+            args=(self._yaml, slot.name, self.endpoint, self.remote, slot.joined, slot.busy),
             name=slot.name,
             daemon=False,
         )
@@ -122,6 +129,12 @@ class ProducerPool:
         if slot.proc.is_alive():
             if slot.restarts and now - slot.started_at > HEALTHY_S:
                 slot.restarts = 0  # max_restarts counts crashes in a row, not over a run
+            stuck = stuck_for(slot.busy, now)
+            if stuck > HARD_FACTOR * self.cfg.ring.lease_s:
+                log.error("%s has been stuck in one sample for %.0f s; killing it (the "
+                          "stager charges that item)", slot.name, stuck)  # fmt: skip
+                slot.proc.kill()
+                slot.busy.value = 0.0
             return
         code = slot.proc.exitcode
         slot.proc.join()

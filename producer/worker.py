@@ -42,12 +42,14 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import zmq
 
 from producer.sample import Sample, SkipSample
 from producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
 from producer.sources import Source, make_source
+from producer.watchdog import SampleTimeout, time_limit
 from shared import protocol as p
 from shared.config import Config
 from shared.content import content_error
@@ -116,6 +118,7 @@ class Worker:
         # Set by a cluster engine (producer/ray_pool.py): keys handed over, where it runs.
         self.keys: ClientKeys | None = None
         self.place = ""
+        self.busy: Any = None  # shared with the pool: when the current sample began
 
     # ------------------------------------------------------------ setup
     def connect(self) -> None:
@@ -278,12 +281,16 @@ class Worker:
     def prepare(self, grant: p.GrantEntry) -> Sample | None:
         """The item's sample, or None once its SKIP is sent."""
         try:
-            sample = self.source.prepare(grant.item)
+            with time_limit(self.cfg.ring.lease_s, self.busy):
+                sample = self.source.prepare(grant.item)
             rows = {name: getattr(sample, name) for name in self.fields}
             why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
             if why:
                 raise SkipSample(why, stage="check")
             return sample
+        except SampleTimeout as late:  # producer/watchdog.py: a hang costs its sample
+            self.skip(grant, f"{late}: raise it if samples take that long", "",
+                      self.source.stage)  # fmt: skip
         except SkipSample as skip:
             self.skip(grant, skip.reason, skip.path, skip.stage or self.source.stage)
         except Exception as exc:  # one sample's failure, whatever it is, costs that sample
@@ -365,17 +372,19 @@ def run_worker(
     keys: ClientKeys | None = None,
     place: str = "",
     stop: StopFlag | None = None,
+    busy: Any = None,
 ) -> int:
     """Process entry of one producer (spawned by producer/pool.py, or run in a Ray actor
     by producer/ray_pool.py with its keys, its place and its own stop flag); returns
-    the exit code."""
+    the exit code. busy: a shared double the worker sets while it works on a sample
+    (producer/watchdog.py), for its pool's hard bound."""
     from producer.threads import pin_math_threads
 
     pin_math_threads(cfg.producers.math_threads)
     stop = stop or StopFlag().install()
     worker = Worker(cfg, name, endpoint, remote, stop)
     worker.on_welcome = on_welcome
-    worker.keys, worker.place = keys, place
+    worker.keys, worker.place, worker.busy = keys, place, busy
     try:
         worker.source.warm_up()  # every stage once, before HELLO: none of it in a lease
         worker.run()

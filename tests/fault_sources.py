@@ -14,7 +14,11 @@ every producer of a run of that config wraps its source in :class:`FaultySource`
   expects (it must cost that item only, quarantined once with its stage);
 - an item in ``exit_items`` ends its process with exit code 0 (a library that
   calls exit as if all were well: the pool restarts the worker, the stager
-  charges the item).
+  charges the item);
+- an item in ``loop_items`` never finishes, in Python (an endless loop in a
+  library: the worker's alarm must end it); one in ``stuck_items`` never
+  finishes where no alarm reaches (SIGALRM blocked, as in a hung C call: the
+  pool must kill the worker).
 
 How the faults reach the producers: inject_faults sets RINGFEED_SOURCE_HOOK in
 this process's environment, which every process it starts inherits (Ray actors
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,6 +53,8 @@ class Faults:
     raise_items: tuple[int, ...] = ()
     exit_items: tuple[int, ...] = ()
     delay_s: float = 0.0
+    loop_items: tuple[int, ...] = ()
+    stuck_items: tuple[int, ...] = ()
 
 
 def inject_faults(
@@ -56,10 +63,13 @@ def inject_faults(
     raise_items: tuple[int, ...] | list[int] = (),
     exit_items: tuple[int, ...] | list[int] = (),
     delay_s: float = 0.0,
+    loop_items: tuple[int, ...] | list[int] = (),
+    stuck_items: tuple[int, ...] | list[int] = (),
 ) -> None:
     """Make every producer of runs of this config inject these faults (replacing any
     set before for it); no faults given: none."""
-    faults = Faults(tuple(raise_items), tuple(exit_items), delay_s)
+    faults = Faults(tuple(raise_items), tuple(exit_items), delay_s, tuple(loop_items),
+                    tuple(stuck_items))  # fmt: skip
     root = Path(load_config(cfg_path).run_root)
     root.mkdir(parents=True, exist_ok=True)
     (root / FAULTS_FILE).write_text(json.dumps(asdict(faults)))
@@ -72,7 +82,7 @@ def with_faults(cfg: Config, source: Source) -> Source:
     if not path.exists():
         return source
     raw = json.loads(path.read_text())
-    faults = Faults(tuple(raw["raise_items"]), tuple(raw["exit_items"]), raw["delay_s"])
+    faults = Faults(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
     return FaultySource(source, faults) if faults != Faults() else source
 
 
@@ -106,4 +116,10 @@ class FaultySource:
             raise ZeroDivisionError(f"injected fault: item {item} is in raise_items")
         if item in self.faults.exit_items:
             os._exit(0)  # a library that ends the process as if all were well
+        while item in self.faults.loop_items:
+            pass  # a library's endless loop, in Python
+        if item in self.faults.stuck_items:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            while True:
+                time.sleep(1)  # a hung C call: no alarm gets through
         return self.source.prepare(item)

@@ -115,11 +115,13 @@ def test_an_epoch_crosses_a_link_that_drops_messages_exactly_once(tmp_path: Path
     assert shm_segments(run_id) == []
 
 
-@pytest.mark.parametrize("fault", ["raise", "exit"])
+@pytest.mark.parametrize("fault", ["raise", "exit", "loop", "stuck"])
 def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fault: str) -> None:
     """An item whose work raises is quarantined at once with the exception; one whose
     work ends its process (exit 0, as a misbehaving library might) is charged for each
-    death and skipped after ring.max_item_attempts; the pool never gives up."""
+    death and skipped after ring.max_item_attempts; the pool never gives up. One whose
+    work never ends is cut off by the worker's alarm (an endless Python loop) or, where
+    no alarm reaches (a hung C call), by the pool, which kills the worker."""
     n, poison = 60, 17
     cfg_path = small(
         tmp_path,
@@ -146,9 +148,15 @@ def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fau
     if fault == "raise":
         assert record["stage"] == "synthetic" and "ZeroDivisionError" in record["reason"]
         assert "died (" not in logs  # no worker died for it
-    else:
+    elif fault == "exit":
         assert record["stage"] == "lease" and "max_item_attempts" in record["reason"]
         assert logs.count("died (exit code 0) while working") == 3  # max_item_attempts
+    elif fault == "loop":  # its SKIP, or the stager's charges if the lease ran out first
+        assert "took more than ring.lease_s" in record["reason"] or record["stage"] == "lease"
+        assert "died (" not in logs and "stuck in one sample" not in logs  # the alarm did it
+    else:
+        assert record["stage"] == "lease" and "max_item_attempts" in record["reason"]
+        assert "stuck in one sample" in logs and "died (signal SIGKILL) while working" in logs
     assert summary["counters"]["skipped"] == 2  # once per epoch, tried in the first only
     assert shm_segments(run_id) == []
 

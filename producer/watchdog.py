@@ -1,0 +1,72 @@
+"""Bounds on one sample's work: a sample that never finishes costs that sample only.
+
+Any stage can hang on one input: a number that sends a library's number-to-words
+routine into an endless loop, a decoder stuck on a crafted file, a stalled network
+read. The stager takes the grant back after ring.lease_s, but a producer stuck in
+the sample never asks for another, and the item, granted again, catches the next
+producer too: a few such inputs stop a whole pool. Two bounds, both from
+ring.lease_s (the stager gives up on the grant then anyway):
+
+- soft, in the worker (:func:`time_limit`): SIGALRM after ring.lease_s raises
+  :class:`SampleTimeout` where the work is, the sample is skipped with the stage it
+  was in, and the worker goes on. It interrupts Python code only (the alarm's
+  handler runs between bytecodes), and needs the process's main thread;
+- hard, in the pool (producer/pool.py): a worker whose sample has run for
+  HARD_FACTOR leases (a hang inside C code the alarm cannot break) is SIGKILLed and
+  restarted; the stager charges the item for that death and skips it after
+  ring.max_item_attempts.
+
+SampleTimeout is a BaseException, so that an ``except Exception`` inside the work
+(ours or a library's) cannot swallow it and carry on looping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+# The pool kills a worker whose one sample has run this many leases.
+HARD_FACTOR = 2.0
+
+
+class SampleTimeout(BaseException):
+    """One sample's work ran past its bound (ring.lease_s)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, busy: Any = None) -> Iterator[None]:
+    """Raise SampleTimeout in the body after `seconds` (main thread only; elsewhere the
+    body runs unbounded, and the pool's hard bound remains). busy: a shared double
+    (multiprocessing.Value) that holds when the work began, 0 when idle, for the
+    pool's hard bound."""
+    if busy is not None:
+        busy.value = time.monotonic()
+    armed = seconds > 0 and threading.current_thread() is threading.main_thread()
+    inside = [True]
+
+    def expire(signum: int, frame: Any) -> None:
+        if inside[0]:  # an alarm that lands after the body ended is ignored
+            raise SampleTimeout(f"its work took more than ring.lease_s={seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire) if armed else None
+    if armed:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        inside[0] = False
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        if busy is not None:
+            busy.value = 0.0
+
+
+def stuck_for(busy: Any, now: float) -> float:
+    """Seconds the worker behind `busy` has been in one sample (0: idle or unknown)."""
+    since = busy.value if busy is not None else 0.0
+    return now - since if since else 0.0
