@@ -129,12 +129,7 @@ class ProducerPool:
         if slot.proc.is_alive():
             if slot.restarts and now - slot.started_at > HEALTHY_S:
                 slot.restarts = 0  # max_restarts counts crashes in a row, not over a run
-            stuck = stuck_for(slot.busy, now)
-            if stuck > HARD_FACTOR * self.cfg.ring.lease_s:
-                log.error("%s has been stuck in one sample for %.0f s; killing it (the "
-                          "stager charges that item)", slot.name, stuck)  # fmt: skip
-                slot.proc.kill()
-                slot.busy.value = 0.0
+            self.kill_if_stuck(slot, now)
             return
         code = slot.proc.exitcode
         slot.proc.join()
@@ -169,6 +164,15 @@ class ProducerPool:
             delay,
         )
         slot.restart_at = now + delay
+
+    def kill_if_stuck(self, slot: Slot, now: float) -> None:
+        """The hard bound on one sample's work (producer/watchdog.py)."""
+        stuck = stuck_for(slot.busy, now)
+        if slot.proc is not None and stuck > HARD_FACTOR * self.cfg.ring.lease_s:
+            log.error("%s has been stuck in one sample for %.0f s; killing it (the stager "
+                      "charges that item)", slot.name, stuck)  # fmt: skip
+            slot.proc.kill()
+            slot.busy.value = 0.0
 
     def end(self, slot: Slot, code: int, now: float) -> None:
         """No restart: the run is over, its stager gone, or it refused us (ENDINGS); or
