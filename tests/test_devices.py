@@ -33,9 +33,17 @@ def test_count_gpus_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_plans_for_one_and_two_gpus() -> None:
-    cfg = replace(Config(), devices={"stager_gpu": 1, "trainer_gpu": 0})
+    cfg = replace(Config(), devices={"stager_gpu": 1, "model": [0]})
     assert plan_device("stager", cfg, 2) == DevicePlan("two-gpu", "1", "stager on GPU:1 of 2")
     assert plan_device("trainer", cfg, 4).visible == "0"
+    # The default model side: every GPU but the stager's, one replica each.
+    many = plan_device("trainer", replace(Config(), devices={"stager_gpu": 1}), 4)
+    assert (many.mode, many.visible, many.replicas) == ("multi-gpu", "0,2,3", 3)
+    assert plan_device("trainer", Config(), 2).visible == "1"
+    cpu = plan_device("trainer", replace(cfg, devices={"cpu_replicas": 2}), 0)
+    assert (cpu.mode, cpu.replicas) == ("cpu", 2)
+    with pytest.raises(ValueError, match="devices.model"):
+        plan_device("trainer", replace(cfg, devices={"model": [1, 4]}), 4)
     shared = plan_device("trainer", cfg, 1)
     assert shared.mode == "shared-gpu" and shared.visible == "0"
     with pytest.raises(ValueError, match="devices.stager_gpu"):
