@@ -171,22 +171,16 @@ class TrainConfig:
     jit_compile: bool = True
     # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
     log_batches: bool = False
-    # TensorFlow intra-op threads when the trainer runs on the CPU; 0: every core of the
-    # host, shared with the producers by the OS (README: "The CPU trainer").
+    # TF intra-op threads of a CPU trainer; 0: every core (README: "The CPU trainer").
     cpu_threads: int = 0
-    # Several training workers (`ringfeed run --worker K/N`): a collective that waits
-    # longer than this for a peer (a dead or hung worker) ends the trainer with exit 1.
-    collective_timeout_s: float = 120.0
+    collective_timeout_s: float = 120.0  # --worker K/N: longest wait on a peer, then exit 1
 
 
 @dataclass(frozen=True)
 class DevicesConfig:
     stager_gpu: int = 0
-    # GPUs of the model process, one replica each (MirroredStrategy). (): on a host of
-    # N >= 2 GPUs every GPU but stager_gpu (N - 1 replicas); on one GPU, that GPU shared.
-    model: tuple[int, ...] = ()
-    # Replicas of the model on a host without GPU: logical CPU devices (tests, benchmarks).
-    cpu_replicas: int = 1
+    model: tuple[int, ...] = ()  # the model's GPUs, a replica each; (): all but stager_gpu
+    cpu_replicas: int = 1  # model replicas without a GPU: logical CPU devices
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,15 @@ class Shard:
             raise ConfigError(f"--worker {text!r}: write it as K/N with 0 <= K < N, e.g. 0/2")
         return cls(int(k), int(n))
 
+    def run_id(self, base: str) -> str:
+        """This worker's own run id (its rings, sockets, run directory): base, or with
+        several workers base-wK, so workers can share one host and one file system."""
+        return base if self.count == 1 else f"{base}-w{self.index}"
+
+    def chief_run_id(self, run_id: str) -> str:
+        """The run id of worker 0, whose checkpoints every worker resumes from."""
+        return run_id if self.count == 1 else run_id.removesuffix(f"-w{self.index}") + "-w0"
+
     def rows(self, global_rows: int) -> int:
         """Rows of a worker's batch for a global batch of `global_rows`: ceil(rows / N)."""
         return -(-global_rows // self.count)
