@@ -15,9 +15,12 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from consumer.stager.plan import Shard
+from consumer.stager.buckets import Bucket, BucketPlan
+from consumer.stager.plan import Shard, ShardPlan
+from shared.config import Config, load_config
 from tests.fault_sources import inject_faults
 from tests.runs import SYNTHETIC, Run, rid, shm_segments, write_config
 from tests.test_trainer_e2e import BUCKETS, batch_records
@@ -29,13 +32,24 @@ TIMEOUT_S = 8.0  # train.collective_timeout_s here
 
 
 def two_worker_config(tmp_path: Path, lengths: str) -> Path:
+    """Buckets: BUCKETS; fixed: SYNTHETIC, with worker 0's part of global batch 1 (two
+    items) failing in producers, so that worker's batch 1 is empty and must still go."""
     over = BUCKETS if lengths == "buckets" else {"data": SYNTHETIC["data"]}
     train = {"steps": STEPS, "checkpoint_every": 4, "log_every": 4, "jit_compile": False,
              "log_batches": True, "cpu_threads": 1, "collective_timeout_s": TIMEOUT_S}  # fmt: skip
     raw = SYNTHETIC | over | {"train": train, "producers": {"workers": 1}}
     config = write_config(tmp_path, raw)
-    inject_faults(config, delay_s=0.01)
+    bad = [] if lengths == "buckets" else first_part_of_worker_0(load_config(config))
+    inject_faults(config, delay_s=0.01, raise_items=bad)
     return config
+
+
+def first_part_of_worker_0(cfg: Config) -> list[int]:
+    n = cfg.data.synthetic_items
+    whole = BucketPlan(cfg.stager.seed, 0, [Bucket(32, 32, cfg.stager.batch_size)], np.zeros(n))
+    shard = ShardPlan(whole, Shard(0, 2))
+    first = shard.next_owned(0)
+    return [shard.item_at(first), shard.item_at(shard.next_owned(first + 1))]
 
 
 def free_ports(n: int) -> list[int]:
@@ -93,7 +107,9 @@ def test_two_workers_train_disjoint_shards_in_lockstep(tmp_path: Path, lengths: 
     assert (summary["replicas"], summary["workers"]) == (2, 2)
     n_items = (BUCKETS if lengths == "buckets" else SYNTHETIC)["data"]["synthetic_items"]
     check_lockstep(records, n_items)
-    if lengths == "buckets":
+    if lengths == "fixed":  # worker 0's part of batch 1 was skipped: an empty batch went
+        assert records[0][1]["items"] == [] and len(records[1][1]["items"]) == 2
+    else:
         killed_and_relaunched(config, tmp_path, records)
 
 
