@@ -14,6 +14,10 @@ import pytest
 from consumer.stager.buckets import Bucket, BucketPlan
 from consumer.stager.order import PlanOrder
 from consumer.stager.plan import Event, Shard, ShardPlan
+from consumer.stager.stager import make_plan
+from shared.config import config_from_dict
+from shared.dataset import dataset_index
+from shared.process import StopFlag
 from shared.schema import ConfigError
 
 N_ITEMS = 157
@@ -84,3 +88,13 @@ def test_one_worker_owns_every_position_and_a_bad_shard_is_refused() -> None:
     for text in ("4/4", "-1/2", "1", "a/b", "0/0"):
         with pytest.raises(ConfigError, match="--worker"):
             Shard.parse(text)
+
+
+def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -> None:
+    cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
+                            "stager": {"batch_size": 2}})  # fmt: skip
+    index = dataset_index(cfg)
+    plan, buckets, _ = make_plan(cfg, index, tmp_path, StopFlag(), Shard(1, 2))
+    assert isinstance(plan, ShardPlan) and [b.rows for b in buckets] == [1]
+    with pytest.raises(ConfigError, match="stager.batch_size"):
+        make_plan(cfg, index, tmp_path, StopFlag(), Shard(0, 3))

@@ -22,8 +22,7 @@ from consumer.stager.buckets import Bucket, BucketPlan
 from consumer.stager.plan import Shard, ShardPlan
 from shared.config import Config, load_config
 from tests.fault_sources import inject_faults
-from tests.runs import SYNTHETIC, Run, rid, shm_segments, write_config
-from tests.test_trainer_e2e import BUCKETS, batch_records
+from tests.runs import BUCKETS, SYNTHETIC, Run, batch_records, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -180,6 +180,12 @@ def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
     plan = BucketPlan(st.seed, st.epochs, buckets, of_item, text)
     if shard.count == 1:
         return plan, buckets, fingerprint
+    if any(b.rows < shard.count for b in buckets):  # its every batch would go to nobody
+        raise ConfigError(
+            f"stager.batch_frames: a global batch of {min(b.rows for b in buckets)} rows "
+            f"cannot give each of {shard.count} workers a row: raise stager.batch_size "
+            "(or stager.batch_frames)"
+        )
     sharded = ShardPlan(plan, shard)
     log.info("worker %d of %d: rows %d, %d, ... of every global batch (%s rows per batch); "
              "epoch 0 leaves %d of %d items to nobody (global batches smaller than %d)",
