@@ -98,3 +98,12 @@ def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -
     assert isinstance(plan, ShardPlan) and [b.rows for b in buckets] == [1]
     with pytest.raises(ConfigError, match="stager.batch_size"):
         make_plan(cfg, index, tmp_path, StopFlag(), Shard(0, 3))
+
+
+def test_a_dataset_with_no_batch_for_every_worker_is_refused() -> None:
+    # Three items, each alone in a batch (no text fits a longer bucket's): no global
+    # batch has 2 items.
+    buckets = [Bucket(200, 64, 4), Bucket(400, 50, 4), Bucket(800, 40, 4)]
+    whole = BucketPlan(7, 0, buckets, np.arange(3, dtype=np.int32), np.array([60, 45, 40]))
+    with pytest.raises(ConfigError, match="use fewer workers"):
+        ShardPlan(whole, Shard(0, 2)).next_owned(0)

@@ -161,7 +161,7 @@ class PlanOrder:
                 max_samples -= event.kind == "sample"
                 out.append(event)
             oldest = min([*self.in_flight, *self.retry, self.next_grant, *self.finished])
-            self.next_event = oldest
+            self.next_event = self.plan.next_owned(oldest)
         for event in out:
             self.counters["delivered" if event.kind == "sample" else "skipped"] += 1
         return out

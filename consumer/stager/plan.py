@@ -118,6 +118,7 @@ class ShardPlan(EpochPlan):
         """The first position at or after `position` of this worker's shard (the plan's
         end if none is left): O(1) within a batch, one step per batch it passes over."""
         k, n = self.shard.index, self.shard.count
+        start = position
         while self.end is None or position < self.end:
             _, first, end = self.whole.batch_at(position)
             if end - first >= n:
@@ -125,6 +126,11 @@ class ShardPlan(EpochPlan):
                 if mine < end:
                     return mine
             position = end
+            if position - start > 2 * self.n_items:  # a whole epoch without a batch of n
+                raise ConfigError(
+                    f"--worker: no global batch of epoch {self.epoch_of(start)} has {n} items "
+                    f"for the {n} workers (a dataset of {self.n_items}): use fewer workers"
+                )
         return self.end
 
     def remainder(self, epoch: int) -> int:
