@@ -96,6 +96,25 @@ def local_replicas(strategy: tf.distribute.Strategy) -> int:
     return len(strategy.extended.worker_devices)
 
 
+def check_same_step(strategy: tf.distribute.Strategy, step: int) -> None:
+    """Raise unless every worker restored the same step: a worker that cannot see the
+    chief's checkpoints (no shared file system) would otherwise train from other
+    weights and another cursor. One all-reduce at start."""
+
+    def value() -> tf.Tensor:
+        return tf.constant([float(step), float(step) ** 2], tf.float64)
+
+    # ReduceOp has SUM and MEAN only: n equal steps iff sum^2 == n x sum of squares.
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(value), axis=None)
+    n = strategy.num_replicas_in_sync
+    if float(total[0]) ** 2 != n * float(total[1]):
+        raise RuntimeError(
+            f"workers resumed at different steps (this one {step}, the mean "
+            f"{float(total[0]) / n:.1f}): every worker must see the chief's checkpoints "
+            "(run_root on a shared file system)"
+        )
+
+
 class DistributedStep:
     """TrainStep's interface (``loss = step(batch)``, ``trace_count``) over a strategy.
 

@@ -153,6 +153,10 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
     chief = run_dir(cfg, shard.chief_run_id(run_id))
     source = checkpoints if chief == directory else CheckpointManager(chief, model, optimizer)
     step, cursor = restore(cfg, source)
+    if shard.count > 1:
+        from consumer.trainer.replicas import check_same_step
+
+        check_same_step(step_fn.strategy, step)
     replicated = hasattr(step_fn, "strategy")
     # Replicas take their rows from host memory (replicas.py): the feeder copies there.
     device = "/CPU:0" if plan.mode == "cpu" or replicated else "/GPU:0"
