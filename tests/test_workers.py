@@ -114,6 +114,8 @@ def test_two_workers_train_disjoint_shards_in_lockstep(tmp_path: Path, lengths: 
 
 def killed_and_relaunched(config: Path, tmp_path: Path, expected: list[dict]) -> None:
     base = rid("mwk")
+    # Slower samples (same batches): the kill must land while both still train.
+    inject_faults(config, delay_s=0.15)
     (tmp_path / "killed").mkdir()
     with workers(config, tmp_path / "killed", base) as runs:
         chief = runs[0]
