@@ -6,7 +6,7 @@ import pytest
 
 from consumer import devices
 from consumer.devices import DevicePlan, choose_device, gpu_stats, plan_device
-from shared.config import Config, replace
+from shared.config import Config, ConfigError, config_from_dict, replace
 
 
 def _nvml_gpus() -> int:
@@ -62,3 +62,8 @@ def test_tensorflow_sees_the_chosen_gpu(monkeypatch: pytest.MonkeyPatch) -> None
     assert tf.config.list_physical_devices("GPU"), plan.reason
     stats = gpu_stats()
     assert stats is not None and stats["memory_total_mib"] > 0
+
+
+def test_trainer_gpu_says_where_it_went() -> None:
+    with pytest.raises(ConfigError, match="devices.trainer_gpu: moved to devices.model"):
+        config_from_dict({"devices": {"trainer_gpu": 1}})
