@@ -98,6 +98,9 @@ def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -
     assert isinstance(plan, ShardPlan) and [b.rows for b in buckets] == [1]
     with pytest.raises(ConfigError, match="stager.batch_size"):
         make_plan(cfg, index, tmp_path, StopFlag(), Shard(0, 3))
+    unordered = config_from_dict(cfg.to_dict() | {"stager": {"deterministic": False}})
+    with pytest.raises(ConfigError, match="stager.deterministic"):
+        make_plan(unordered, index, tmp_path, StopFlag(), Shard(0, 2))
 
 
 def test_a_dataset_with_no_batch_for_every_worker_is_refused() -> None:

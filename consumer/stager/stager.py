@@ -180,6 +180,9 @@ def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
     plan = BucketPlan(st.seed, st.epochs, buckets, of_item, text)
     if shard.count == 1:
         return plan, buckets, fingerprint
+    if not st.deterministic:  # out of order, a batch may take another batch's positions
+        raise ConfigError("stager.deterministic: several training workers need it true, so "
+                          "that every worker takes its part of the same global batch")  # fmt: skip
     if any(b.rows < shard.count for b in buckets):  # its every batch would go to nobody
         raise ConfigError(
             f"stager.batch_frames: a global batch of {min(b.rows for b in buckets)} rows "
