@@ -5,10 +5,15 @@ Each consumer process calls :func:`choose_device` first thing, before any
 initialises CUDA, so setting it later does nothing. GPUs are counted with NVML
 (``pynvml``), which needs only the driver, not TensorFlow.
 
-    2+ GPUs -> stager on devices.stager_gpu, trainer on devices.trainer_gpu
+    2+ GPUs -> stager on devices.stager_gpu, trainer on devices.model: one
+               replica per GPU (MirroredStrategy); default every GPU but the
+               stager's, so on N GPUs the model has N - 1 replicas
     1 GPU   -> both processes share GPU 0; memory growth keeps the first from
                reserving all of it (configure_tensorflow)
-    0 GPUs  -> CUDA_VISIBLE_DEVICES="" and both run on the CPU, the path CI takes
+    0 GPUs  -> CUDA_VISIBLE_DEVICES="" and both run on the CPU, the path CI takes;
+               devices.cpu_replicas > 1 splits the CPU into that many logical
+               devices, one replica each (how tests and benchmarks run
+               MirroredStrategy without a GPU)
 
 Nothing here raises when there is no driver: a machine without NVML is a CPU
 machine.
@@ -32,13 +37,15 @@ Role = Literal["stager", "trainer"]
 class DevicePlan:
     """Where one consumer process runs.
 
-    mode: "two-gpu", "shared-gpu" or "cpu"; visible: the CUDA_VISIBLE_DEVICES
-    value set for this process ("" = CPU); reason: one plain sentence for the log.
+    mode: "two-gpu", "multi-gpu" (the model on several), "shared-gpu" or "cpu";
+    visible: the CUDA_VISIBLE_DEVICES value set for this process ("" = CPU);
+    reason: one plain sentence for the log; replicas: model replicas in this process.
     """
 
-    mode: Literal["two-gpu", "shared-gpu", "cpu"]
+    mode: Literal["two-gpu", "multi-gpu", "shared-gpu", "cpu"]
     visible: str
     reason: str
+    replicas: int = 1
 
 
 def count_gpus() -> tuple[int, str]:
@@ -96,14 +103,23 @@ def plan_device(role: Role, cfg: Config, n_gpus: int, why: str = "") -> DevicePl
         raise ValueError(f"role must be 'stager' or 'trainer', got {role!r}")
     if n_gpus <= 0:
         detail = f" ({why})" if why else ""
-        return DevicePlan("cpu", "", f"no GPU found{detail}: running on the CPU")
+        replicas = cfg.devices.cpu_replicas if role == "trainer" else 1
+        many = f", {replicas} replicas (devices.cpu_replicas)" if replicas > 1 else ""
+        return DevicePlan("cpu", "", f"no GPU found{detail}: running on the CPU{many}", replicas)
     if n_gpus == 1:
         return DevicePlan("shared-gpu", "0", f"{role} on GPU:0, shared (1 GPU found)")
-    gpu = cfg.devices.stager_gpu if role == "stager" else cfg.devices.trainer_gpu
-    if not 0 <= gpu < n_gpus:
-        key = f"devices.{role}_gpu"
-        raise ValueError(f"{key}={gpu} but only {n_gpus} GPUs are visible: set {key} < {n_gpus}")
-    return DevicePlan("two-gpu", str(gpu), f"{role} on GPU:{gpu} of {n_gpus}")
+    stager = cfg.devices.stager_gpu
+    gpus = [stager] if role == "stager" else list(cfg.devices.model)
+    key = "devices.stager_gpu" if role == "stager" else "devices.model"
+    if not gpus:
+        gpus = [g for g in range(n_gpus) if g != stager]
+    if not all(0 <= g < n_gpus for g in gpus):
+        raise ValueError(f"{key}={gpus} but only {n_gpus} GPUs are visible: use GPUs < {n_gpus}")
+    names = ",".join(f"GPU:{g}" for g in gpus)
+    if len(gpus) == 1:
+        return DevicePlan("two-gpu", str(gpus[0]), f"{role} on {names} of {n_gpus}")
+    reason = f"{role} on {names} of {n_gpus}: {len(gpus)} replicas, stager on GPU:{stager}"
+    return DevicePlan("multi-gpu", ",".join(map(str, gpus)), reason, len(gpus))
 
 
 def choose_device(role: Role, cfg: Config) -> DevicePlan:
@@ -128,9 +144,14 @@ def choose_device(role: Role, cfg: Config) -> DevicePlan:
 
 
 def configure_tensorflow(plan: DevicePlan) -> None:
-    """After `import tensorflow`: memory growth on a shared GPU so both processes fit."""
+    """After `import tensorflow`: memory growth on a shared GPU so both processes fit;
+    on the CPU with several replicas, that many logical CPU devices."""
     import tensorflow as tf
 
+    if plan.mode == "cpu" and plan.replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        logical = [tf.config.LogicalDeviceConfiguration()] * plan.replicas
+        tf.config.set_logical_device_configuration(cpu, logical)
     if plan.mode != "shared-gpu":
         return
     for gpu in tf.config.list_physical_devices("GPU"):

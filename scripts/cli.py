@@ -2,6 +2,7 @@
 
 ringfeed validate CONFIG                 check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
+    [--worker K/N --cluster H:P,...]     ... as worker K of N training workers (run id R-wK)
 ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADDRESS: on Ray)
 ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a changed plan)
@@ -82,11 +83,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if cmd_validate(args, quiet=True) != 0:
         return 2  # the finding said what to change; nothing was started
-    run_id = args.run_id or new_run_id()
+    shard, worker_args = _worker(args)
+    if args.worker and (not args.run_id or args.consumer != "trainer"):
+        print("config error: --worker needs --run-id (the same on every worker) and the "
+              "trainer as consumer", file=sys.stderr)  # fmt: skip
+        return 2
+    run_id = shard.run_id(args.run_id or new_run_id())
     stop = StopFlag().install()
     print(f"launch: run {run_id} with {args.config}")
     print(f"launch: watch it with scripts/launch.sh inspect --run-id {run_id}")
     with Run(Path(args.config), run_id) as run:
+        run.verb_args = {"stager": worker_args[:2], "trainer": worker_args}
         run.start_all(args.consumer)
         code = run.watch(stop)
     if stop.is_set():
@@ -96,10 +103,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _worker(args: argparse.Namespace):
+    """(Shard, the arguments that pass it on to the stager and the trainer) of
+    --worker K/N and --cluster; exits 2 when they are malformed."""
+    from consumer.stager.plan import ONE_WORKER, Shard
+    from shared.config import ConfigError
+
+    if not getattr(args, "worker", ""):
+        return ONE_WORKER, []
+    try:
+        shard = Shard.parse(args.worker)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    cluster = [c for c in getattr(args, "cluster", "").split(",") if c]
+    if len(cluster) != shard.count and hasattr(args, "cluster"):
+        print(
+            f"config error: --cluster names {len(cluster)} workers but --worker says "
+            f"{shard.count}: give every worker's host:port, in order",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    return shard, ["--worker", args.worker, "--cluster", ",".join(cluster)]
+
+
 def cmd_stager(args: argparse.Namespace) -> int:
     from consumer.stager.stager import main
 
-    return main(_config(args.config), args.run_id)
+    return main(_config(args.config), args.run_id, _worker(args)[0])
 
 
 def cmd_producers(args: argparse.Namespace) -> int:
@@ -119,7 +150,9 @@ def cmd_producers(args: argparse.Namespace) -> int:
 def cmd_trainer(args: argparse.Namespace) -> int:
     from consumer.trainer.trainer import main
 
-    return main(_config(args.config), args.run_id, new_plan=args.new_plan)
+    shard, worker_args = _worker(args)
+    cluster = tuple(worker_args[3].split(",")) if worker_args else ()
+    return main(_config(args.config), args.run_id, args.new_plan, shard, cluster)
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
@@ -261,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
     r.add_argument("--consumer", choices=("trainer", "drain"), default="trainer")
     r.set_defaults(fn=cmd_run)
-    verb("stager", cmd_stager)
+    add_worker_options(r)
+    verb("stager", cmd_stager).add_argument("--worker", default="", help="serve shard K/N")
     pr = verb("producers", cmd_producers)
     pr.add_argument("--workers", type=int, default=0, help="default: producers.workers")
     pr.add_argument("--connect", default="", help="the head's control endpoint (remote hosts)")
@@ -277,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="if the dataset, seed or buckets changed since the checkpoint, start a new "
         "plan at its next epoch instead of refusing to resume",
     )
+    add_worker_options(t)
     d = verb("drain", cmd_drain)
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
     d.add_argument("--step-s", type=float, default=0.0, help="pretend each batch takes this long")
@@ -287,6 +322,21 @@ def build_parser() -> argparse.ArgumentParser:
     c = verb("cleanup", cmd_cleanup, needs_run=False)
     c.add_argument("--run-id", default="")
     return parser
+
+
+def add_worker_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--worker",
+        default="",
+        metavar="K/N",
+        help="this host is training worker K of N (MultiWorkerMirroredStrategy)",
+    )
+    p.add_argument(
+        "--cluster",
+        default="",
+        metavar="HOST:PORT,...",
+        help="every worker's trainer address, in worker order (with --worker)",
+    )
 
 
 def add_inspect_options(i: argparse.ArgumentParser) -> None:

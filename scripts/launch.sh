@@ -3,6 +3,7 @@
 #
 #   scripts/launch.sh                                  train on configs/demo.yaml
 #   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain] [--inspect]
+#                     [--worker K/N --cluster HOST:PORT,...]   training worker K of N
 #   scripts/launch.sh producers CONFIG --connect tcp://HEAD:PORT [--workers N]
 #                                                      producers only (another host)
 #   scripts/launch.sh inspect [--run-id ID]            attach the live inspector
@@ -22,7 +23,7 @@ cmd_run() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --run-id) run_id=$2; shift 2 ;;
-      --consumer) args+=("$1" "$2"); shift 2 ;;
+      --consumer|--worker|--cluster) args+=("$1" "$2"); shift 2 ;;
       --inspect) inspect=1; shift ;;
       *) args+=("$(abspath "$1")"); shift ;;
     esac
@@ -50,6 +51,6 @@ case "$verb" in
     cd "$ROOT" && exec "$PY" -m scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
   inspect) cd "$ROOT" && exec "$PY" -m scripts.cli inspect "$@" ;;
-  -h|--help|help) sed -n '2,12p' "$0" ;;
+  -h|--help|help) sed -n '2,13p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac

@@ -73,6 +73,8 @@ class Run:
         self.clients: list[BatchClient] = []
         self.launches = 0
         self.failure: tuple[str, int] | None = None
+        # Extra arguments of some verbs (a training worker's --worker, --cluster).
+        self.verb_args: dict[str, list[str]] = {}
 
     @property
     def dir(self) -> Path:
@@ -84,7 +86,7 @@ class Run:
         the earlier process of that name."""
         self.launches += 1
         cmd = [sys.executable, "-m", "scripts.cli", verb, str(self.config)]
-        cmd += ["--run-id", self.run_id, *extra]
+        cmd += ["--run-id", self.run_id, *self.verb_args.get(verb, []), *extra]
         # die_with_parent: a launcher killed with SIGKILL takes its run down with it.
         if self.log_dir is None:
             proc = subprocess.Popen(cmd, cwd=REPO, preexec_fn=die_with_parent)

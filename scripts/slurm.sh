@@ -10,6 +10,14 @@
 # the two derived configs) and ringfeed installed at the same path on every node.
 # A producer node that dies is not restarted (Slurm does not); its grants come back by
 # lease and the run goes on with the others.
+#
+#   sbatch --nodes=2 scripts/slurm.sh CONFIG --workers [--trainer-port P]
+#
+# --workers: every node is a training worker instead (MultiWorkerMirroredStrategy),
+# one task per node: its own stager, producers and trainer (`ringfeed run --worker
+# K/N`, K = SLURM_PROCID), worker K serving shard K of the global plan; trainer K
+# listens on P + K (default 23456 + K). Worker 0's checkpoints, on the shared file
+# system, resume them all. A worker that fails ends the step (--kill-on-bad-exit).
 #SBATCH --job-name=ringfeed
 #SBATCH --ntasks-per-node=1
 set -euo pipefail
@@ -19,11 +27,16 @@ PY=${RINGFEED_PYTHON:-$ROOT/.venv/bin/python}
 
 config=${1:?usage: slurm.sh CONFIG [--port P] [--consumer trainer|drain]}
 shift
-port="" consumer=trainer
+port="" consumer=trainer workers=0 trainer_port=23456
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) port=$2; shift 2 ;;
     --consumer) consumer=$2; shift 2 ;;
+    --workers) workers=1; shift ;;
+    --trainer-port) trainer_port=$2; shift 2 ;;
+    --worker-task)  # one task of --workers, on its node (srun runs this)
+      exec "$PY" -m scripts.cli run "$config" --run-id "$3" --worker "$SLURM_PROCID/$2" \
+        --cluster "$4" ;;
     *) echo "slurm.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -34,9 +47,16 @@ mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 head=${nodes[0]}
 others=$(( ${#nodes[@]} - 1 ))
 run_id="slurm-$SLURM_JOB_ID"
+config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+if [ "$workers" = 1 ]; then
+  cluster=""
+  for k in "${!nodes[@]}"; do cluster+="${cluster:+,}${nodes[$k]}:$((trainer_port + k))"; done
+  echo "slurm.sh: job $SLURM_JOB_ID, ${#nodes[@]} training workers ($cluster), run $run_id"
+  exec srun --nodes="${#nodes[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 \
+    "$ROOT/scripts/slurm.sh" "$config" --worker-task "${#nodes[@]}" "$run_id" "$cluster"
+fi
 job_dir="${SLURM_SUBMIT_DIR:-$PWD}/.ringfeed-slurm-$SLURM_JOB_ID"
 mkdir -p -m 700 "$job_dir"
-config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
 
 # Keys for this job: the head's pair, one client pair for every producer node.
 "$PY" -m scripts.cli keys "$job_dir/keys" --client slurm >/dev/null

@@ -152,15 +152,16 @@ class TrainConfig:
     jit_compile: bool = True
     # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
     log_batches: bool = False
-    # TensorFlow intra-op threads when the trainer runs on the CPU; 0: every core of the
-    # host, shared with the producers by the OS (README: "The CPU trainer").
+    # TF intra-op threads of a CPU trainer; 0: every core (README: "The CPU trainer").
     cpu_threads: int = 0
+    collective_timeout_s: float = 120.0  # --worker K/N: longest wait on a peer, then exit 1
 
 
 @dataclass(frozen=True)
 class DevicesConfig:
     stager_gpu: int = 0
-    trainer_gpu: int = 1
+    model: tuple[int, ...] = ()  # the model's GPUs, a replica each; (): all but stager_gpu
+    cpu_replicas: int = 1  # model replicas without a GPU: logical CPU devices
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ MOVED_KEYS = {
     "model.kernel_size": "moved to model.kwargs.kernel_size",
     "model.dropout": "moved to model.kwargs.dropout",
     "run.root": "moved to run_root",
+    "devices.trainer_gpu": "moved to devices.model (a list of GPU indices, one per replica)",
     "text.cache_size": "no longer a setting (a constant in producer/text.py)",
     "train.cv_window": "no longer a setting (a constant in consumer/trainer/metrics.py)",
     "features.log_floor": "no longer a setting (LOG_FLOOR in shared/config.py)",
@@ -100,11 +101,20 @@ def validate(cfg: Config) -> None:
     _validate_transport(cfg)
     _validate_producers(cfg)
     _validate_buckets(cfg)
-    check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
-    check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
+    _validate_trainer(cfg)
     check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
     check(r.max_strikes >= 0, "ring.max_strikes", "must be >= 0 (0 = never refuse a peer)")
     check(cfg.producers.per_node >= 0, "producers.per_node", "must be >= 0 (0 = one per CPU)")
+
+
+def _validate_trainer(cfg: Config) -> None:
+    check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
+    check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
+    check(cfg.train.collective_timeout_s > 0, "train.collective_timeout_s", "must be > 0")
+    check(cfg.devices.cpu_replicas >= 1, "devices.cpu_replicas", "must be >= 1")
+    model = cfg.devices.model
+    check(len(set(model)) == len(model) and all(g >= 0 for g in model), "devices.model",
+          f"must list distinct GPU indices >= 0, got {list(model)}")  # fmt: skip
 
 
 def _validate_features(cfg: Config) -> None:

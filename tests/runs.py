@@ -10,6 +10,7 @@ assert empty.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import uuid
 from collections.abc import Callable
@@ -35,6 +36,12 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
     "stager": {"batch_size": 4},
     "producers": {"workers": 2},
     "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
+}
+
+# SYNTHETIC with LJSpeech-shaped lengths in three length buckets.
+BUCKETS = {
+    "data": SYNTHETIC["data"] | {"synthetic_lengths": "ljspeech", "synthetic_items": 48},
+    "stager": {"batch_size": 4, "buckets": [16, 24, 32]},
 }
 
 
@@ -109,3 +116,16 @@ def finish(run: Run, run_id: str, *verbs: str) -> dict[str, Any]:
         assert run.wait(verb, 20) == 0, f"{verb} failed\n{run.logs()}"
     assert shm_segments(run_id) == []
     return run.json("stager.json")
+
+
+def batch_records(path: Path) -> dict[int, dict]:
+    """step -> the last record written for it (a resumed run rewrites steps after its
+    checkpoint); a line torn by SIGKILL is skipped."""
+    records = {}
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        records[record["step"]] = record
+    return records

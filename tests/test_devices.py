@@ -6,7 +6,7 @@ import pytest
 
 from consumer import devices
 from consumer.devices import DevicePlan, choose_device, gpu_stats, plan_device
-from shared.config import Config, replace
+from shared.config import Config, ConfigError, config_from_dict, replace
 
 
 def _nvml_gpus() -> int:
@@ -33,9 +33,17 @@ def test_count_gpus_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_plans_for_one_and_two_gpus() -> None:
-    cfg = replace(Config(), devices={"stager_gpu": 1, "trainer_gpu": 0})
+    cfg = replace(Config(), devices={"stager_gpu": 1, "model": [0]})
     assert plan_device("stager", cfg, 2) == DevicePlan("two-gpu", "1", "stager on GPU:1 of 2")
     assert plan_device("trainer", cfg, 4).visible == "0"
+    # The default model side: every GPU but the stager's, one replica each.
+    many = plan_device("trainer", replace(Config(), devices={"stager_gpu": 1}), 4)
+    assert (many.mode, many.visible, many.replicas) == ("multi-gpu", "0,2,3", 3)
+    assert plan_device("trainer", Config(), 2).visible == "1"
+    cpu = plan_device("trainer", replace(cfg, devices={"cpu_replicas": 2}), 0)
+    assert (cpu.mode, cpu.replicas) == ("cpu", 2)
+    with pytest.raises(ValueError, match="devices.model"):
+        plan_device("trainer", replace(cfg, devices={"model": [1, 4]}), 4)
     shared = plan_device("trainer", cfg, 1)
     assert shared.mode == "shared-gpu" and shared.visible == "0"
     with pytest.raises(ValueError, match="devices.stager_gpu"):
@@ -54,3 +62,8 @@ def test_tensorflow_sees_the_chosen_gpu(monkeypatch: pytest.MonkeyPatch) -> None
     assert tf.config.list_physical_devices("GPU"), plan.reason
     stats = gpu_stats()
     assert stats is not None and stats["memory_total_mib"] > 0
+
+
+def test_trainer_gpu_says_where_it_went() -> None:
+    with pytest.raises(ConfigError, match="devices.trainer_gpu: moved to devices.model"):
+        config_from_dict({"devices": {"trainer_gpu": 1}})

@@ -39,7 +39,9 @@ FAKE_SCONTROL = """#!/usr/bin/env bash
 """
 
 
-def slurm_job(tmp_path: Path, port: int, **env: str) -> subprocess.CompletedProcess:
+def slurm_job(
+    tmp_path: Path, port: int, args: tuple[str, ...] = ("--consumer", "drain"), **env: str
+) -> subprocess.CompletedProcess:
     """Run slurm.sh as a job of 3 nodes under the fake srun and scontrol."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -60,7 +62,7 @@ def slurm_job(tmp_path: Path, port: int, **env: str) -> subprocess.CompletedProc
         }
     )
     return subprocess.run(
-        ["bash", str(REPO / "scripts" / "slurm.sh"), str(cfg_path), "--consumer", "drain"],
+        ["bash", str(REPO / "scripts" / "slurm.sh"), str(cfg_path), *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 
@@ -90,6 +92,18 @@ def test_producer_nodes_that_end_first_do_not_fail_the_job(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     stager = json.loads((tmp_path / "runs" / "slurm-4242" / "stager.json").read_text())
     assert stager["counters"]["delivered"] == 400  # the head's own producers did it all
+
+
+def test_every_node_a_training_worker_one_task_each(tmp_path: Path) -> None:
+    done = slurm_job(tmp_path, free_port(), ("--workers", "--trainer-port", "7000"),
+                     FAKE_SRUN_NOOP="1")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (call,) = (tmp_path / "slurm.log").read_text().splitlines()
+    args = shlex.split(call)
+    assert "--nodes=3" in args and "--ntasks-per-node=1" in args
+    assert "--kill-on-bad-exit=1" in args and "--exclude=localhost" not in args
+    task = args[args.index("--worker-task") + 1 :]
+    assert task == ["3", "slurm-4242", "localhost:7000,node-b:7001,node-c:7002"]
 
 
 def test_slurm_script_outside_a_job_says_so(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ Shrunken configs so each run takes seconds on 2 cores; the shape of the run
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -14,22 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.fault_sources import inject_faults
-from tests.runs import SYNTHETIC, Run, rid, shm_segments, write_config
+from tests.runs import BUCKETS, SYNTHETIC, Run, batch_records, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
-
-
-def batch_records(path: Path) -> dict[int, dict]:
-    """step -> the last record written for it (a resumed run rewrites steps after its
-    checkpoint); a line torn by SIGKILL is skipped."""
-    records = {}
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        records[record["step"]] = record
-    return records
 
 
 def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
@@ -69,12 +55,6 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
         assert shm_segments(run.run_id) == []
         # A CPU trainer uses every core by default; the OS shares them with producers.
         assert f"(cpu, {os.cpu_count()} CPU threads," in run.logs(tail=1_000_000)
-
-
-BUCKETS = {
-    "data": SYNTHETIC["data"] | {"synthetic_lengths": "ljspeech", "synthetic_items": 48},
-    "stager": {"batch_size": 4, "buckets": [16, 24, 32]},
-}
 
 
 def resumable_config(tmp_path: Path, lengths: str) -> Path:

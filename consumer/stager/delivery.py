@@ -108,7 +108,10 @@ class Delivery:
             events = self.slots.pop_events(room, until)
             self.take(events)
             if self.builder.full() or (until is not None and self.slots.cursor >= until):
-                if self.builder.rows:  # a batch whose items were all skipped is not sent
+                # A batch whose items were all skipped is not sent, but with several
+                # training workers every worker sends one batch per global batch (an
+                # empty one, n_valid 0): they must stay in step (plan.py ShardPlan).
+                if self.builder.rows or hasattr(self.slots.plan, "shard"):
                     self.announce(consumer)
                 continue
             if not events:
@@ -149,6 +152,8 @@ class Delivery:
             log.warning("skipped %s (%s): %s", item_id, event.stage, event.reason)
 
     def announce(self, consumer: bytes) -> None:
+        if not self.builder.rows:  # an empty batch of a shard: it ends before the cursor
+            self.first_position = self.last_position = self.slots.cursor - 1
         slot, generation, n_valid = self.builder.finish()
         epoch_of = self.slots.plan.epoch_of
         msg = p.BatchReady(

@@ -4,10 +4,11 @@ Pure bookkeeping of plan positions, owned by the slot manager
 (consumer/stager/slot_manager.py), which owns the slots. A position is
 granted (possibly again, from ``retry``, after its grant was taken back), then
 finished as a sample or a skip, then leaves :meth:`PlanOrder.pop_events`
-exactly once. Deterministic mode releases finished positions in plan order
-(a reorder window); otherwise in any order, the cursor being the oldest
-position not yet out. Items known to be bad are skipped without a grant, and
-an item never has two grants out at once.
+exactly once; positions of other workers' shards (consumer/stager/plan.py
+ShardPlan) are passed over, never granted. Deterministic mode releases
+finished positions in plan order (a reorder window); otherwise in any order,
+the cursor being the oldest position not yet out. Items known to be bad are
+skipped without a grant, and an item never has two grants out at once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class PlanOrder:
 
     def reset(self, position: int) -> None:
         """Start at `position`: nothing granted, finished or in flight."""
+        position = self.plan.next_owned(position)
         self.next_grant = position
         self.next_event = position
         self.retry: list[int] = []
@@ -56,7 +58,7 @@ class PlanOrder:
         while True:
             position = self._retry(avoid)
             if position is None:
-                position = self.next_grant
+                position = self.next_grant = self.plan.next_owned(self.next_grant)
                 if self.plan.end is not None and position >= self.plan.end:
                     return None
                 if self.deterministic and position >= self.next_event + window:
@@ -150,7 +152,7 @@ class PlanOrder:
                 event = self.finished.pop(self.next_event)
                 max_samples -= event.kind == "sample"
                 out.append(event)
-                self.next_event += 1
+                self.next_event = self.plan.next_owned(self.next_event + 1)
         else:
             for position in sorted(self.finished):
                 if self.finished[position].kind == "sample" and max_samples <= 0:
@@ -159,7 +161,7 @@ class PlanOrder:
                 max_samples -= event.kind == "sample"
                 out.append(event)
             oldest = min([*self.in_flight, *self.retry, self.next_grant, *self.finished])
-            self.next_event = oldest
+            self.next_event = self.plan.next_owned(oldest)
         for event in out:
             self.counters["delivered" if event.kind == "sample" else "skipped"] += 1
         return out

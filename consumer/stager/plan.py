@@ -4,6 +4,19 @@ Positions. The plan is the endless concatenation of epochs; plan position p is
 epoch ``p // n_items`` and item ``permutation(seed, epoch)[p % n_items]``. A
 cursor is one position, so resuming is O(1) (README, "Design", contract 4). Used by the stager's
 slot manager, and by tests and benchmarks that check what a run delivered.
+
+Shards (several training workers, `ringfeed run --worker K/N`). Every worker's
+stager holds the same global plan, batches included (a BucketPlan: with one
+bucket when buckets are off), and :class:`ShardPlan` keeps the positions of
+worker k: rows k, k + N, k + 2N, ... of every global batch. So the global batch
+j is the union of the workers' batch j, every worker takes the same bucket at
+every step, each worker builds one batch per global batch, and the shards are
+disjoint. Positions stay global: a worker's cursor is a global position, the
+chief's checkpoint serves every worker (each starts at its first position at or
+after it), and resuming stays O(1). The remainder: a global batch with fewer
+than N items (only an epoch's last, leftover batches can be that small) is
+trained by nobody; its items are dropped from that epoch, and since the
+permutation changes every epoch, different items each time (logged at start).
 """
 
 from __future__ import annotations
@@ -42,6 +55,89 @@ class EpochPlan:
 
     def epoch_of(self, position: int) -> int:
         return position // self.n_items
+
+    def next_owned(self, position: int) -> int:
+        """The first position at or after `position` that this plan delivers: every
+        one without shards (ShardPlan keeps its worker's)."""
+        return position
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker `index` of `count` training workers (`ringfeed run --worker K/N`)."""
+
+    index: int = 0
+    count: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """ "K/N" -> Shard(K, N); raises ConfigError naming --worker when malformed."""
+        k, sep, n = text.partition("/")
+        if not (sep and k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+            raise ConfigError(f"--worker {text!r}: write it as K/N with 0 <= K < N, e.g. 0/2")
+        return cls(int(k), int(n))
+
+    def run_id(self, base: str) -> str:
+        """This worker's own run id (its rings, sockets, run directory): base, or with
+        several workers base-wK, so workers can share one host and one file system."""
+        return base if self.count == 1 else f"{base}-w{self.index}"
+
+    def chief_run_id(self, run_id: str) -> str:
+        """The run id of worker 0, whose checkpoints every worker resumes from."""
+        return run_id if self.count == 1 else run_id.removesuffix(f"-w{self.index}") + "-w0"
+
+    def rows(self, global_rows: int) -> int:
+        """Rows of a worker's batch for a global batch of `global_rows`: ceil(rows / N)."""
+        return -(-global_rows // self.count)
+
+
+ONE_WORKER = Shard()
+
+
+class ShardPlan(EpochPlan):
+    """Worker shard.index's part of a global plan whose positions form batches
+    (a BucketPlan: anything with ``layout(epoch)`` and ``batch_at(position)``)."""
+
+    def __init__(self, global_plan, shard: Shard) -> None:
+        super().__init__(global_plan.n_items, global_plan.seed)
+        self.end = global_plan.end
+        self.whole, self.shard = global_plan, shard
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        return self.whole.permutation(epoch)
+
+    def batch_at(self, position: int) -> tuple[int, int, int]:
+        return self.whole.batch_at(position)
+
+    def owns(self, position: int) -> bool:
+        _, first, end = self.whole.batch_at(position)
+        offset = position - first
+        return end - first >= self.shard.count and offset % self.shard.count == self.shard.index
+
+    def next_owned(self, position: int) -> int:
+        """The first position at or after `position` of this worker's shard (the plan's
+        end if none is left): O(1) within a batch, one step per batch it passes over."""
+        k, n = self.shard.index, self.shard.count
+        start = position
+        while self.end is None or position < self.end:
+            _, first, end = self.whole.batch_at(position)
+            if end - first >= n:
+                mine = first + k + max(0, -(-(position - first - k) // n)) * n
+                if mine < end:
+                    return mine
+            position = end
+            if position - start > 2 * self.n_items:  # a whole epoch without a batch of n
+                raise ConfigError(
+                    f"--worker: no global batch of epoch {self.epoch_of(start)} has {n} items "
+                    f"for the {n} workers (a dataset of {self.n_items}): use fewer workers"
+                )
+        return self.end
+
+    def remainder(self, epoch: int) -> int:
+        """Items of `epoch` in global batches too small to give every worker a row."""
+        layout = self.whole.layout(epoch)
+        sizes = np.diff(np.append(layout.starts, self.n_items))
+        return int(sizes[sizes < self.shard.count].sum())
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import logging
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from consumer.stager.delivery import Delivery, NothingDelivered
 from consumer.stager.drops import Drops
 from consumer.stager.intake import Intake
 from consumer.stager.peers import PeerId
-from consumer.stager.plan import EpochPlan
+from consumer.stager.plan import ONE_WORKER, EpochPlan, Shard, ShardPlan
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.producer_desk import ProducerDesk
 from consumer.stager.slot_manager import SlotManager
@@ -151,23 +152,53 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
     return rings
 
 
-def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag):
+def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
+              shard: Shard = ONE_WORKER):  # fmt: skip
     """The epoch plan, its length buckets ([] without buckets) and its fingerprint
     (shared/fingerprint.py): with buckets, a plan that also says which batch each
-    position belongs to (consumer/stager/buckets.py)."""
+    position belongs to (consumer/stager/buckets.py). With several workers (shard),
+    worker k's part of one global plan whose batches are fixed ranges of positions
+    (one bucket when buckets are off), and buckets of k's rows of each global batch."""
     st = cfg.stager
-    if not st.bucketed:
+    if not st.bucketed and shard.count == 1:
         fingerprint = plan_fingerprint(cfg, index, [], [])
         return EpochPlan(index.n_items, st.seed, st.epochs), [], fingerprint
-    manifest = length_manifest(cfg, index, directory / "config.yaml", stop.is_set)
-    buckets, of_item = make_buckets(cfg, manifest)
+    if st.bucketed:
+        manifest = length_manifest(cfg, index, directory / "config.yaml", stop.is_set)
+        buckets, of_item = make_buckets(cfg, manifest)
+        lengths = [manifest.frames, manifest.text]
+        text = manifest.text
+    else:
+        buckets = [Bucket(cfg.features.max_frames, cfg.text.max_text_len, st.batch_size)]
+        of_item, lengths, text = np.zeros(index.n_items, np.int32), [], None
     counts = np.bincount(of_item, minlength=len(buckets))
     log.info("length buckets: %s", ", ".join(
         f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
         for b, n in zip(buckets, counts, strict=True)))  # fmt: skip
-    fingerprint = plan_fingerprint(cfg, index, [(b.frames, b.text, b.rows) for b in buckets],
-                                   [manifest.frames, manifest.text])  # fmt: skip
-    return BucketPlan(st.seed, st.epochs, buckets, of_item, manifest.text), buckets, fingerprint
+    shapes = [(b.frames, b.text, b.rows) for b in buckets]
+    if shard.count > 1:  # the number of workers decides which batches are trained
+        shapes.append((shard.count,))
+    fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
+    plan = BucketPlan(st.seed, st.epochs, buckets, of_item, text)
+    if shard.count == 1:
+        return plan, buckets, fingerprint
+    if not st.deterministic:  # out of order, a batch may take another batch's positions
+        raise ConfigError("stager.deterministic: several training workers need it true, so "
+                          "that every worker takes its part of the same global batch")  # fmt: skip
+    if any(b.rows < shard.count for b in buckets):  # its every batch would go to nobody
+        raise ConfigError(
+            f"stager.batch_frames: a global batch of {min(b.rows for b in buckets)} rows "
+            f"cannot give each of {shard.count} workers a row: raise stager.batch_size "
+            "(or stager.batch_frames)"
+        )
+    sharded = ShardPlan(plan, shard)
+    log.info("worker %d of %d: rows %d, %d, ... of every global batch (%s rows per batch); "
+             "epoch 0 leaves %d of %d items to nobody (global batches smaller than %d)",
+             shard.index, shard.count, shard.index, shard.index + shard.count,
+             "/".join(str(shard.rows(b.rows)) for b in buckets), sharded.remainder(0),
+             index.n_items, shard.count)  # fmt: skip
+    local = [Bucket(b.frames, b.text, shard.rows(b.rows)) for b in buckets]
+    return sharded, local, fingerprint
 
 
 def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> DatasetIndex:
@@ -179,15 +210,28 @@ def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> DatasetI
     return index
 
 
-def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStack) -> Stager:
-    """Make every part of the stager, complete; whatever is made is undone by `cleanup`
-    (rings unmapped and unlinked, sockets and files closed), however far this got."""
+def prepare_run_dir(cfg: Config, run_id: str) -> Path:
+    """The run directory with this config in it, once the host can hold the run: stale
+    segments removed, the private runtime directory there, the rings fitting."""
     directory = run_dir(cfg, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(cfg.to_yaml())
     remove_stale_segments()
     ensure_runtime_dir()  # 0700: the ipc sockets are this user's only
     check_rings_fit(cfg)
+    return directory
+
+
+def build(
+    cfg: Config,
+    run_id: str,
+    stop: StopFlag,
+    cleanup: contextlib.ExitStack,
+    shard: Shard = ONE_WORKER,
+) -> Stager:
+    """Make every part of the stager, complete; whatever is made is undone by `cleanup`
+    (rings unmapped and unlinked, sockets and files closed), however far this got."""
+    directory = prepare_run_dir(cfg, run_id)
     quarantine = cleanup.enter_context(QuarantineWriter(directory / "quarantine.jsonl"))
     index = open_index(cfg, quarantine, directory)
     tables = settle_tables(cfg, index, directory)  # a refused resume stops here, first
@@ -195,7 +239,7 @@ def build(cfg: Config, run_id: str, stop: StopFlag, cleanup: contextlib.ExitStac
              len(tables.languages), directory / IDS_FILE)  # fmt: skip
     ends = endpoints(cfg, run_id)
     samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
-    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop)
+    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop, shard)
     slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
                         cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
                         headers=samples.slots)  # fmt: skip
@@ -235,13 +279,14 @@ def started(samples: Ring, slots: SlotManager, k: int) -> bool:
     return int(h["writing_generation"]) == generation != int(h["sealed_generation"])
 
 
-def main(cfg: Config, run_id: str) -> int:
+def main(cfg: Config, run_id: str, shard: Shard = ONE_WORKER) -> int:
     """Process entry of `ringfeed stager`: 0 when done, 2 for a configuration problem, 3
-    when an epoch delivered nothing (the consumer is told why)."""
+    when an epoch delivered nothing (the consumer is told why). shard: this host's
+    worker of several (`--worker K/N`): it serves that shard."""
     stop = StopFlag().install()
     try:
         with contextlib.ExitStack() as cleanup:
-            stager = build(cfg, run_id, stop, cleanup)
+            stager = build(cfg, run_id, stop, cleanup, shard)
             why = "stager stopping"
             try:
                 stager.run()

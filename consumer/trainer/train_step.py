@@ -52,10 +52,11 @@ def set_precision_policy(cfg: Config) -> str:
     return name
 
 
-def make_optimizer(cfg: Config) -> keras.optimizers.Optimizer:
-    """Adam at train.learning_rate; wrapped in a LossScaleOptimizer under mixed_float16."""
+def make_optimizer(cfg: Config, clip: bool = True) -> keras.optimizers.Optimizer:
+    """Adam at train.learning_rate; wrapped in a LossScaleOptimizer under mixed_float16.
+    clip=False: the caller clips (several replicas: consumer/trainer/replicas.py)."""
     optimizer = keras.optimizers.Adam(
-        learning_rate=cfg.train.learning_rate, global_clipnorm=GRAD_CLIP_NORM
+        learning_rate=cfg.train.learning_rate, global_clipnorm=GRAD_CLIP_NORM if clip else None
     )
     if keras.mixed_precision.global_policy().name == "mixed_float16":
         # float16 gradients underflow to 0 without loss scaling.

@@ -16,6 +16,12 @@ differs (dataset index, seed, buckets, manifest) refuses it, and the trainer
 exits 2 with what changed; with --new-plan a new plan starts at the epoch after
 the checkpoint's instead.
 
+Several replicas and workers (consumer/trainer/replicas.py): the step runs under
+a tf.distribute strategy and the feeder keeps batches in host memory, whence each
+replica takes its rows. Every worker saves checkpoints into its own run
+directory at the same steps; every worker resumes from the chief's (worker 0),
+so a relaunch after a lost worker starts all of them from one cursor.
+
 SIGTERM or Ctrl-C ends the loop at the next poll and exits 0 without a
 checkpoint and without BYE: the run is not finished, and a relaunch with the
 same run id resumes from the last checkpoint.
@@ -33,6 +39,7 @@ from typing import Any
 
 from consumer.client.batch_client import StagerGone, StagerRefused
 from consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
+from consumer.stager.plan import ONE_WORKER, Shard
 from consumer.trainer.feeder import EndOfData, Feeder
 from consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
 from shared.config import Config, run_dir
@@ -67,6 +74,7 @@ class Session:
     samples: int = 0
     compile_s: float | None = None
     ended: str = ""
+    shard: Shard = ONE_WORKER
 
 
 def cpu_threads(cfg: Config, n_cpus: int) -> int:
@@ -96,14 +104,18 @@ def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, Any]]:
     return step, fresh | cursor
 
 
-def build_step(cfg: Config) -> tuple[DevicePlan, str, Any, Any, Any]:
+def build_step(
+    cfg: Config, shard: Shard = ONE_WORKER, cluster: tuple[str, ...] = ()
+) -> tuple[DevicePlan, str, Any, Any, Any]:
     """(device plan, precision policy, model, optimizer, compiled step) as the trainer
     builds them: the device is chosen before TensorFlow is imported. The trainer's setup
-    and the feed benchmark call this, so both train the same way."""
+    and the benchmarks call this, so both train the same way. With several replicas or
+    workers the step is a DistributedStep (its .strategy holds the strategy)."""
     plan = choose_device("trainer", cfg)
     import tensorflow as tf  # only now: CUDA_VISIBLE_DEVICES is set
 
     from consumer.trainer.model import load_model_factory
+    from consumer.trainer.replicas import DistributedStep, make_strategy
     from consumer.trainer.train_step import TrainStep, make_optimizer, set_precision_policy
 
     if plan.mode == "cpu":
@@ -111,32 +123,49 @@ def build_step(cfg: Config) -> tuple[DevicePlan, str, Any, Any, Any]:
         # One train step is one chain of ops: parallel op dispatch buys nothing here.
         tf.config.threading.set_inter_op_parallelism_threads(1)
     configure_tensorflow(plan)
+    strategy = make_strategy(cfg, plan, shard, list(cluster))
     policy = set_precision_policy(cfg)
-    model, loss_fn = load_model_factory(cfg)
-    optimizer = make_optimizer(cfg)
-    step_fn = TrainStep(
-        model, optimizer, loss_fn, cfg.train.jit_compile, max_shapes=cfg.stager.n_shapes
-    )
+    if strategy is None:
+        model, loss_fn = load_model_factory(cfg)
+        optimizer = make_optimizer(cfg)
+        step_fn = TrainStep(model, optimizer, loss_fn, cfg.train.jit_compile,
+                            max_shapes=cfg.stager.n_shapes)  # fmt: skip
+        return plan, policy, model, optimizer, step_fn
+    with strategy.scope():
+        model, loss_fn = load_model_factory(cfg)
+        optimizer = make_optimizer(cfg, clip=False)  # DistributedStep clips the sum
+        step_fn = DistributedStep(strategy, model, optimizer, loss_fn, cfg.train.jit_compile,
+                                  max_shapes=cfg.stager.n_shapes)  # fmt: skip
     return plan, policy, model, optimizer, step_fn
 
 
-def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False) -> Session:
+def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
+          shard: Shard = ONE_WORKER, cluster: tuple[str, ...] = ()) -> Session:  # fmt: skip
     """Build everything the loop needs; called once by main. new_plan: if the plan
-    changed since the checkpoint, start a new one at its next epoch (else: refused)."""
+    changed since the checkpoint, start a new one at its next epoch (else: refused).
+    shard, cluster: this worker of several and every worker's host:port."""
     from consumer.trainer.checkpoint import CheckpointManager
 
-    plan, policy, model, optimizer, step_fn = build_step(cfg)
+    plan, policy, model, optimizer, step_fn = build_step(cfg, shard, cluster)
     directory = run_dir(cfg, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     checkpoints = CheckpointManager(directory, model, optimizer)
-    step, cursor = restore(cfg, checkpoints)
-    device = "/GPU:0" if plan.mode != "cpu" else "/CPU:0"
+    chief = run_dir(cfg, shard.chief_run_id(run_id))
+    source = checkpoints if chief == directory else CheckpointManager(chief, model, optimizer)
+    step, cursor = restore(cfg, source)
+    if shard.count > 1:
+        from consumer.trainer.replicas import check_same_step
+
+        check_same_step(step_fn.strategy, step)
+    replicated = hasattr(step_fn, "strategy")
+    # Replicas take their rows from host memory (replicas.py): the feeder copies there.
+    device = "/CPU:0" if plan.mode == "cpu" or replicated else "/GPU:0"
     new_plan_at = cursor["epoch"] + 1 if new_plan else 0
     feeder = Feeder(cfg, run_id, cursor["position"], cursor["batch_index"], device, stop,
                     cursor["plan"], new_plan_at)  # fmt: skip
     log.info(
         "trainer on %s (%s%s, %s, jit %s): %d params, step %d of %d",
-        device,
+        plan.visible and f"GPU {plan.visible}" or device,
         plan.mode,
         f", {cpu_threads(cfg, os.cpu_count() or 1)} CPU threads" if plan.mode == "cpu" else "",
         policy,
@@ -158,6 +187,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False) -> S
         StepMetrics(),
         TensorBoardWriter(str(directory / "tensorboard")),
         batch_log=_open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
+        shard=shard,
     )
 
 
@@ -260,8 +290,24 @@ def summarize(cfg: Config, run_id: str, s: Session) -> dict[str, Any]:
         "trace_count": s.step_fn.trace_count,
         "first_step_s": s.compile_s,
         "device_mode": s.plan.mode,
+        **replica_summary(s, m["wait_frac"]),
         "ended": s.ended,
         "cursor": s.cursor,
+    }
+
+
+def replica_summary(s: Session, wait_frac: float | None) -> dict[str, Any]:
+    """How many replicas and workers trained, and every local replica's data wait: the
+    replicas of one worker share its feeder, so each waits what the worker waits."""
+    strategy = getattr(s.step_fn, "strategy", None)
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    local = getattr(s.step_fn, "replicas", 1)
+    first = s.shard.index * local
+    return {
+        "replicas": replicas,
+        "workers": s.shard.count,
+        "worker": s.shard.index,
+        "replica_data_wait_fraction": {str(first + r): wait_frac for r in range(local)},
     }
 
 
@@ -284,13 +330,20 @@ def _open_batch_log(path: Path):
     return f
 
 
-def main(cfg: Config, run_id: str, new_plan: bool = False) -> int:
+def main(
+    cfg: Config,
+    run_id: str,
+    new_plan: bool = False,
+    shard: Shard = ONE_WORKER,
+    cluster: tuple[str, ...] = (),
+) -> int:
     """Process entry of `ringfeed trainer`: 0 when finished or stopped, 2 when the stager
-    refused to resume (the plan changed: the log says what), 1 on a lost stager or any
-    error (the launcher then stops the whole run)."""
+    refused to resume (the plan changed: the log says what), 1 on a lost stager, a lost
+    peer worker (train.collective_timeout_s) or any error (the launcher then stops the
+    whole run). shard, cluster: `--worker K/N --cluster HOST:PORT,...`."""
     stop = StopFlag().install()
     try:
-        s = setup(cfg, run_id, stop, new_plan)
+        s = setup(cfg, run_id, stop, new_plan, shard, cluster)
     except Exception as exc:
         log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
         return 1

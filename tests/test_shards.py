@@ -1,0 +1,112 @@
+"""Several training workers: each stager serves its shard of one global plan.
+
+The plan side without processes (consumer/stager/plan.py ShardPlan): disjoint
+shards whose union is each epoch less its stated remainder, one batch per
+global batch on every worker, the same bucket at every step, and a resume from
+the chief's cursor that gives every worker the batches of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from consumer.stager.buckets import Bucket, BucketPlan
+from consumer.stager.order import PlanOrder
+from consumer.stager.plan import Event, Shard, ShardPlan
+from consumer.stager.stager import make_plan
+from shared.config import config_from_dict
+from shared.dataset import dataset_index
+from shared.process import StopFlag
+from shared.schema import ConfigError
+
+N_ITEMS = 157
+
+
+def global_plan(bucketed: bool, epochs: int = 3) -> BucketPlan:
+    if not bucketed:  # buckets off: one bucket of the fixed shape
+        return BucketPlan(7, epochs, [Bucket(800, 200, 8)], np.zeros(N_ITEMS, np.int32))
+    rng = np.random.default_rng(1)
+    buckets = [Bucket(200, 64, 12), Bucket(400, 96, 6), Bucket(800, 200, 3)]
+    return BucketPlan(7, epochs, buckets, rng.integers(0, 3, N_ITEMS).astype(np.int32))
+
+
+def batches(plan: ShardPlan | BucketPlan, start: int = 0) -> list[tuple[int, list[int]]]:
+    """(bucket, positions) of every batch the stager's plan order gives from `start`
+    (a consumer's cursor) to the plan's end, as delivery cuts them."""
+    order = PlanOrder(plan, deterministic=True)
+    order.reset(start)
+    out: list[tuple[int, list[int]]] = []
+    while (position := order.next_position(window=10**9)) is not None:
+        order.granted(position, 0)
+        order.finish(Event("sample", position, plan.item_at(position)))
+    while not order.exhausted():
+        bucket, _, end = plan.batch_at(order.cursor)
+        out.append((bucket, [e.position for e in order.pop_events(10**9, until=end)]))
+    return out
+
+
+@pytest.mark.parametrize("bucketed", [False, True])
+@pytest.mark.parametrize("n_workers", [2, 3])
+def test_shards_are_disjoint_and_cover_each_epoch_in_lockstep(
+    bucketed: bool, n_workers: int
+) -> None:
+    whole = global_plan(bucketed)
+    shards = [ShardPlan(whole, Shard(k, n_workers)) for k in range(n_workers)]
+    runs = [batches(s) for s in shards]
+    assert len({len(r) for r in runs}) == 1, "every worker takes one batch per global batch"
+    for step in zip(*runs, strict=True):
+        assert len({bucket for bucket, _ in step}) == 1, "one bucket per step everywhere"
+        bucket, first = step[0]
+        _, start, end = whole.batch_at(first[0])
+        assert sorted(p for _, ps in step for p in ps) == list(range(start, end))
+        for _, positions in step:  # static shapes: no worker's part outgrows its rows
+            assert 1 <= len(positions) <= Shard(0, n_workers).rows(whole.buckets[bucket].rows)
+    for epoch in range(3):
+        seen = [whole.item_at(p) for r in runs for _, ps in r for p in ps
+                if whole.epoch_of(p) == epoch]  # fmt: skip
+        assert len(seen) == len(set(seen)) == N_ITEMS - shards[0].remainder(epoch)
+    assert all(s.remainder(0) < n_workers * len(whole.buckets) for s in shards)
+
+
+@pytest.mark.parametrize("bucketed", [False, True])
+def test_every_worker_resumes_from_the_chiefs_cursor(bucketed: bool) -> None:
+    whole = global_plan(bucketed)
+    shards = [ShardPlan(whole, Shard(k, 2)) for k in range(2)]
+    uninterrupted = [batches(s) for s in shards]
+    for cut in (1, 5, len(uninterrupted[0]) // 2, len(uninterrupted[0]) - 1):
+        # The chief's cursor after batch `cut`: its next position (a BATCH_READY's).
+        chief_cursor = uninterrupted[0][cut][1][0]
+        for shard, whole_run in zip(shards, uninterrupted, strict=True):
+            assert batches(shard, chief_cursor) == whole_run[cut:]
+
+
+def test_one_worker_owns_every_position_and_a_bad_shard_is_refused() -> None:
+    whole = global_plan(True)
+    assert batches(ShardPlan(whole, Shard(0, 1))) == batches(whole)
+    assert Shard.parse("1/4") == Shard(1, 4)
+    for text in ("4/4", "-1/2", "1", "a/b", "0/0"):
+        with pytest.raises(ConfigError, match="--worker"):
+            Shard.parse(text)
+
+
+def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -> None:
+    cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
+                            "stager": {"batch_size": 2}})  # fmt: skip
+    index = dataset_index(cfg)
+    plan, buckets, _ = make_plan(cfg, index, tmp_path, StopFlag(), Shard(1, 2))
+    assert isinstance(plan, ShardPlan) and [b.rows for b in buckets] == [1]
+    with pytest.raises(ConfigError, match="stager.batch_size"):
+        make_plan(cfg, index, tmp_path, StopFlag(), Shard(0, 3))
+    unordered = config_from_dict(cfg.to_dict() | {"stager": {"deterministic": False}})
+    with pytest.raises(ConfigError, match="stager.deterministic"):
+        make_plan(unordered, index, tmp_path, StopFlag(), Shard(0, 2))
+
+
+def test_a_dataset_with_no_batch_for_every_worker_is_refused() -> None:
+    # Three items, each alone in a batch (no text fits a longer bucket's): no global
+    # batch has 2 items.
+    buckets = [Bucket(200, 64, 4), Bucket(400, 50, 4), Bucket(800, 40, 4)]
+    whole = BucketPlan(7, 0, buckets, np.arange(3, dtype=np.int32), np.array([60, 45, 40]))
+    with pytest.raises(ConfigError, match="use fewer workers"):
+        ShardPlan(whole, Shard(0, 2)).next_owned(0)
