@@ -44,7 +44,7 @@ from shared.language_codes import language_code
 # Longer digit runs are read digit by digit (num2words overflows past ~10**27).
 MAX_NUMBER_DIGITS = 15
 # Bumped when a rule changes: the persistent caches key on it.
-NORMALIZER_VERSION = 1
+NORMALIZER_VERSION = 2
 
 _DIGITS = {}
 for _base in (0x0660, 0x06F0, 0x0966):  # Arabic-Indic, Persian, Devanagari

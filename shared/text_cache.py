@@ -10,8 +10,10 @@ producer, per sample).
 A cache is an optimization, never a reason to lose a sample: every SQLite error
 (locked by another writer past TIMEOUT_S, a full disk, a corrupt file) is a
 miss or a dropped write, counted in ``errors``; after MAX_ERRORS the cache turns
-itself off for this process. Writes are batched (WRITE_BATCH puts or FLUSH_S
-seconds), because a commit per text would cost more than the work it saves.
+itself off for this process. Opening a file another process holds locked (many
+producers opening a fresh cache at once) is retried OPEN_TRIES times first.
+Writes are batched (WRITE_BATCH puts or FLUSH_S seconds), because a commit per
+text would cost more than the work it saves.
 """
 
 from __future__ import annotations
