@@ -43,6 +43,17 @@ def text_key(kind: str, language: str, text: str) -> bytes:
     return hashlib.blake2b(raw, digest_size=16).digest()
 
 
+def _storable(value: str) -> bool:
+    """Whether SQLite can take value: a lone surrogate would fail the whole batch."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class TextCache:
     """get/put of strings by (kind, language, text); see the module docstring."""
 
@@ -115,7 +126,7 @@ class TextCache:
         return value
 
     def put(self, kind: str, language: str, text: str, value: str) -> None:
-        if self._db is None:
+        if self._db is None or not _storable(value):
             return
         self._pending[text_key(kind, language, text)] = value
         if len(self._pending) >= WRITE_BATCH or time.monotonic() - self._last_flush > FLUSH_S:

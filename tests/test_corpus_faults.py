@@ -18,7 +18,7 @@ from producer.manifest import header_frames
 from shared.config import Config, replace
 from shared.dataset import read_dataset
 from shared.id_tables import IdTables, settle_tables
-from shared.text_cache import text_key
+from shared.text_cache import TextCache, text_key
 from tests.corpus_files import WAVS, jsonl_cfg, make_libritts
 
 GOOD = '{"audio": "a.wav", "text": "fine", "id": "good"}'
@@ -66,8 +66,14 @@ def test_a_failed_id_table_write_leaves_no_temp_file(tmp_path: Path) -> None:
     assert isinstance(settle_tables(Config(), DatasetIndex(()), tmp_path), IdTables)
 
 
-def test_a_lone_surrogate_is_a_cache_key_like_any_text() -> None:
+def test_a_lone_surrogate_is_a_cache_key_like_any_text(tmp_path: Path) -> None:
     assert text_key("k", "en", "hello \ud800") != text_key("k", "en", "hello")
+    cache = TextCache(tmp_path)
+    cache.put("k", "en", "a", "\ud800")  # not stored: it would fail the batch's write
+    cache.put("k", "en", "b", "fine")
+    cache.flush()
+    assert cache.get("k", "en", "b") == "fine" and cache.errors == 0
+    cache.close()
 
 
 def test_libritts_root_speakers_linked_subsets_and_cycles(tmp_path: Path, caplog) -> None:
