@@ -89,7 +89,8 @@ def decode(path: str, segment: Segment = None) -> tuple[np.ndarray, int]:
             data, sr = sf.read(path, dtype="float32", always_2d=True)
         else:
             sr = sf.info(path).samplerate
-            start, n = round(segment[0] * sr), round(segment[1] * sr) or -1
+            # At least one sample: a duration under half a sample is not "to the end".
+            start, n = round(segment[0] * sr), max(1, round(segment[1] * sr)) if segment[1] else -1
             data, sr = sf.read(path, start=start, frames=n, dtype="float32", always_2d=True)
         return data, int(sr)
     except sf.LibsndfileError as exc:

@@ -44,7 +44,8 @@ def header_frames(path: str, cfg: Config, segment: Segment = None) -> int:
     if segment is not None:
         start = round(segment[0] * info.samplerate)
         frames = max(0, frames - start)
-        frames = min(frames, round(segment[1] * info.samplerate) or frames)
+        if segment[1]:  # at least one sample: a duration that rounds to 0 is not "to the end"
+            frames = min(frames, max(1, round(segment[1] * info.samplerate)))
         if frames <= 0:
             return UNKNOWN
     n = math.ceil(frames * cfg.audio.sample_rate / info.samplerate)
@@ -52,10 +53,15 @@ def header_frames(path: str, cfg: Config, segment: Segment = None) -> int:
 
 
 def text_tokens(encoder: TextEncoder, text: str, language: str = "en") -> int:
+    """Tokens of the text as the producers encode it; 0 for a text they would skip."""
     try:
         tokens, _ = encoder.encode(text, "", language)
     except SkipSample:
         return 0  # the producer will skip it too
+    except Exception:  # noqa: BLE001 - one text's failure costs that text (contract 9)
+        log.exception("length manifest: cannot encode a text in %r; counted as 0 tokens",
+                      language)  # fmt: skip
+        return 0
     return len(tokens)
 
 
@@ -85,6 +91,9 @@ def build_manifest(cfg: Config, index: DatasetIndex | None = None) -> Manifest:
             log.info("length manifest: %d/%d items (%.0f%%)", done, len(todo), share)
     if encoder is not None:
         encoder.close()
+        skipped = int((text[todo] == 0).sum())
+        if skipped:
+            log.warning("length manifest: %d texts the producers will skip (0 tokens)", skipped)
     save_manifest(cfg, index, manifest)
     log.info("length manifest: %d items in %.1f s", len(todo), time.monotonic() - t0)
     return manifest

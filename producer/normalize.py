@@ -5,7 +5,8 @@ language)``), once per text (then cached). English keeps its Tacotron rule set
 (producer/text.py ``english_cleaners``); every other language goes through
 :func:`normalize`:
 
-1. Unicode NFKC (presentation forms and fullwidth characters become the letters
+1. Control and format characters dropped (:func:`drop_controls`), then Unicode
+   NFKC (presentation forms and fullwidth characters become the letters
    and digits they are; the zero-width non-joiner, which Persian spelling
    needs, is kept: NFKC leaves it alone), then script fixes: for Persian,
    Arabic yeh and kaf become Persian yeh and keheh; Persian and Arabic-Indic
@@ -14,8 +15,9 @@ language)``), once per text (then cached). English keeps its Tacotron rule set
    and group separators, currency, percent and ordinal forms): currency,
    percent, ordinals, decimals, integers. A run of more than MAX_NUMBER_DIGITS
    digits is read digit by digit, so the cost is linear in the text whatever
-   its numbers. A language num2words lacks keeps its digits (they are then
-   characters of the vocabulary, never dropped).
+   its numbers. A language off the checked allowlist (NUM2WORDS_CHECKED), or a
+   number num2words fails on, keeps its digits (they are then characters of the
+   vocabulary, never dropped).
 3. Typographic quotes and dashes to plain ones, lower case where the script has
    case, whitespace collapsed. Never transliteration: Persian stays in Persian
    letters, Russian in Cyrillic.
@@ -37,10 +39,12 @@ from dataclasses import dataclass, field
 
 from num2words import num2words
 
+from shared.language_codes import language_code
+
 # Longer digit runs are read digit by digit (num2words overflows past ~10**27).
 MAX_NUMBER_DIGITS = 15
 # Bumped when a rule changes: the persistent caches key on it.
-NORMALIZER_VERSION = 1
+NORMALIZER_VERSION = 2
 
 _DIGITS = {}
 for _base in (0x0660, 0x06F0, 0x0966):  # Arabic-Indic, Persian, Devanagari
@@ -66,6 +70,22 @@ _DATE_RE = re.compile(r"\b(\d{1,2})[./](\d{1,2})[./](\d{4})\b")
 # first with a private-use character that NFKC keeps.
 _ORDINAL_MARK = "\ue000"
 _MARK_ORDINALS = str.maketrans({"º": _ORDINAL_MARK, "ª": _ORDINAL_MARK})
+# Format characters that spelling needs: the zero-width non-joiner and joiner.
+_KEPT_FORMAT = frozenset("\u200c\u200d")
+
+
+def drop_controls(text: str) -> str:
+    """text without control (Cc) and format (Cf) characters, the zero-width non-joiner
+    and joiner kept; a control that is whitespace (tab, newline) becomes a space. First
+    step of both cleaners: espeak-ng stops at a NUL (the rest of the text lost its
+    phonemes), and bidi marks and other invisible characters would become tokens."""
+    if text.isprintable():  # no Cc, Cf (nor any other non-printable): most texts
+        return text
+    return "".join(
+        " " if c.isspace() else c
+        for c in text
+        if c in _KEPT_FORMAT or c.isspace() or unicodedata.category(c) not in ("Cc", "Cf")
+    )
 
 
 @dataclass(frozen=True)
@@ -116,25 +136,43 @@ LANGUAGES: dict[str, Rules] = {
 }  # fmt: skip
 
 
+# Languages whose num2words converter was checked here beyond LANGUAGES: 217 integers
+# up to 10**15 as cardinal, ordinal and year, five decimals and EUR currency: every
+# cardinal read in words, no call past 50 ms. Any other language keeps its digits:
+# num2words 0.5.14 never returns for am (8164232) and overflows for te and kn; its
+# errors elsewhere are of any type (AttributeError for a vi year, IndexError for a ro
+# currency, RecursionError for es ordinals), so every call is guarded too.
+NUM2WORDS_CHECKED = frozenset(
+    "az be bn ca ce cs cy da eo fi he hu id is ja ko kz lt lv nl no pl ro sk sl sr sv tet "
+    "tg th tr uk vi".split()
+)
+
+
 def rules_for(language: str) -> Rules:
-    """The rules of a language code ("pt-br" -> pt's); unknown languages get digits kept."""
-    base = language.split("-")[0]
+    """The rules of a language code ("pt-br" -> pt's, "por" -> pt's); a language off the
+    allowlist (LANGUAGES and NUM2WORDS_CHECKED) gets its digits kept."""
+    base = language_code(language).split("-")[0]
     if base in LANGUAGES:
         return LANGUAGES[base]
+    return Rules(base) if base in NUM2WORDS_CHECKED else Rules("")
+
+
+def _num2words(n: int | float, rules: Rules, **kwargs: str) -> str | None:
+    """num2words' words for n, or None when it fails: its converters raise any type
+    (NUM2WORDS_CHECKED), and a failed number keeps its digits, never costs the text."""
     try:
-        num2words(1, lang=base)
-    except (NotImplementedError, ValueError, KeyError, TypeError):
-        return Rules("")
-    return Rules(base)
+        return num2words(n, lang=rules.code, **kwargs)
+    except Exception:  # noqa: BLE001 - see above: the digits are kept instead
+        return None
 
 
 def _words(n: int | float, rules: Rules, to: str = "cardinal") -> str:
-    """n in words; num2words' hyphens ("trente-quatre") become spaces."""
-    try:
-        words = num2words(n, lang=rules.code, to=to)
-    except (NotImplementedError, ValueError, KeyError, TypeError, OverflowError):
-        words = num2words(n, lang=rules.code) if to != "cardinal" else str(n)
-    return words.replace("-", " ")
+    """n in words; num2words' hyphens ("trente-quatre") become spaces; n's digits when
+    num2words has no words for it."""
+    words = _num2words(n, rules, to=to)
+    if words is None and to != "cardinal":
+        words = _num2words(n, rules)
+    return (words if words is not None else str(n)).replace("-", " ")
 
 
 def _digits(text: str, rules: Rules) -> str:
@@ -172,11 +210,10 @@ def _currency(amount: str, symbol: str, rules: Rules) -> str:
     if len(whole) > MAX_NUMBER_DIGITS:
         return f"{_digits(whole, rules)} {_CURRENCY_CODES[symbol]}"
     value = float(f"{whole}.{frac[:2]}") if frac else int(whole)
-    try:
-        words = num2words(value, lang=rules.code, to="currency", currency=_CURRENCY_CODES[symbol])
-        return words.replace("-", " ")
-    except (NotImplementedError, ValueError, KeyError, TypeError):
+    words = _num2words(value, rules, to="currency", currency=_CURRENCY_CODES[symbol])
+    if words is None:
         return f"{_number(amount, rules)} {symbol}"
+    return words.replace("-", " ")
 
 
 class Normalizer:
@@ -216,7 +253,8 @@ class Normalizer:
         return self.number.sub(lambda m: f" {_number(m[0], r)} ", text)
 
     def __call__(self, text: str) -> str:
-        text = unicodedata.normalize("NFKC", text.translate(_MARK_ORDINALS)).translate(_COMMON)
+        text = drop_controls(text).translate(_MARK_ORDINALS)
+        text = unicodedata.normalize("NFKC", text).translate(_COMMON)
         if self.rules.fixes:
             text = text.translate(self.rules.fixes)
         text = self.numbers(text).replace(_ORDINAL_MARK, "o").lower()

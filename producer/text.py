@@ -32,9 +32,10 @@ import numpy as np
 from num2words import num2words
 from unidecode import unidecode
 
-from producer.normalize import NORMALIZER_VERSION, normalize
+from producer.normalize import NORMALIZER_VERSION, drop_controls, normalize
 from producer.sample import SkipSample
 from shared.config import Config
+from shared.language_codes import primary
 from shared.text_cache import TextCache
 
 PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
@@ -84,7 +85,11 @@ MAX_RAW_FACTOR = 8
 
 
 def _words(n: int, to: str = "cardinal") -> str:
-    return num2words(n, to=to).replace("-", " ").replace(",", "")
+    try:
+        words = num2words(n, to=to)
+    except Exception:  # noqa: BLE001 - a number num2words fails on keeps its digits
+        words = str(n)
+    return words.replace("-", " ").replace(",", "")
 
 
 def _number_words(digits: str, to: str = "cardinal") -> str:
@@ -144,8 +149,9 @@ def expand_numbers(text: str) -> str:
 
 
 def clean_text(text: str, language: str = "en") -> str:
-    """Raw transcription in `language` -> normalized text (English: english_cleaners)."""
-    if language == "en" or language.startswith("en-"):
+    """Raw transcription in `language` -> normalized text (English, by the code's primary
+    subtag: en, en-gb, eng: english_cleaners)."""
+    if primary(language) == "en":
         return english_cleaners(text)
     return normalize(text, language)
 
@@ -153,7 +159,7 @@ def clean_text(text: str, language: str = "en") -> str:
 def english_cleaners(text: str) -> str:
     """English cleaners: raw transcription -> lowercase ASCII with words spelled out."""
     # NFKC first so fullwidth digits and superscripts become the digits the regexes see.
-    text = unicodedata.normalize("NFKC", text).translate(_UNICODE_PUNCT)
+    text = unicodedata.normalize("NFKC", drop_controls(text)).translate(_UNICODE_PUNCT)
     text = expand_numbers(text.replace("&", " and "))
     text = unidecode(text).lower()
     for pattern, word in _ABBREVIATIONS:
@@ -238,8 +244,12 @@ class TextEncoder:
             text = text[:limit]  # truncate mode cuts it after cleaning anyway
         try:
             cleaned = self.clean(text, language)
-        except ValueError as exc:  # no espeak voice for the language, a num2words gap
-            raise SkipSample(f"text in {language!r}: {exc}", path) from None
+        except Exception as exc:  # noqa: BLE001 - contract 9: one text's failure costs it
+            raise SkipSample(
+                f"text in {language!r} cannot be cleaned ({type(exc).__name__}: {exc})",
+                path,
+                "text",
+            ) from None
         if not cleaned:
             raise SkipSample("empty text after cleaning", path)
         ids = self.tokenize(cleaned)

@@ -242,6 +242,8 @@ def cmd_vocab(args: argparse.Namespace) -> int:
         return 2
     for char, n, item in vocab.rare:
         print(f"rare: {char!r} (U+{ord(char):04X}) {n} times, e.g. in {item}", file=sys.stderr)
+    for item, reason in vocab.failed:
+        print(f"not cleaned (the producers skip it): {item}: {reason}", file=sys.stderr)
     print(f"# {len(vocab.alphabet)} {cfg.text.tokens} from {vocab.texts} texts; in {args.config}:")
     print(yaml.safe_dump({"text": {"alphabet": vocab.alphabet}}, allow_unicode=True), end="")
     return 0

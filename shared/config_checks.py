@@ -8,9 +8,9 @@ check_moved turns a key of an earlier schema into an error saying where it went.
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import TYPE_CHECKING, Any
 
+from shared.language_codes import valid_code
 from shared.schema import ConfigError, check
 
 if TYPE_CHECKING:
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 MIN_BUCKET_FRACTION = 8
 # Each bucket is one more compilation of the train step.
 MAX_BUCKETS = 16
-# A language code: ISO 639-1 or -3, optionally a region or variant (en, fa, pt-br, cmn).
-LANGUAGE_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{1,8})*")
 
 _TESTS_ONLY = "fault injection is for tests only (RINGFEED_SOURCE_HOOK, tests/fault_sources.py)"
 # Keys of earlier versions of the schema, and where each went: a config of the old
@@ -92,12 +90,12 @@ def validate(cfg: Config) -> None:
         check(f.n_mels >= 3, "features.n_mels", "synthetic items need 3 mel columns or more")
         check(cfg.data.synthetic_items <= 8192**2, "data.synthetic_items", "at most 8192**2")
     check(
-        cfg.data.language == "auto" or bool(LANGUAGE_RE.fullmatch(cfg.data.language)),
+        cfg.data.language == "auto" or valid_code(cfg.data.language),
         "data.language",
         f"must be a language code such as en, de or pt-br, or auto; got {cfg.data.language!r}",
     )
     for code in cfg.data.detect_languages:
-        check(bool(LANGUAGE_RE.fullmatch(code)), "data.detect_languages", f"{code!r} is no code")
+        check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
     _validate_transport(cfg)
     _validate_producers(cfg)
     _validate_buckets(cfg)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config import Config
+from shared.language_codes import language_code
 
 log = logging.getLogger(__name__)
 
@@ -222,9 +223,11 @@ def _with_languages(cfg: Config, entries: list[DatasetEntry]) -> list[DatasetEnt
         from shared.language_id import detect_languages  # loads the detector's model
 
         texts = [entries[k].text for k in missing]
-        codes = detect_languages(texts, cfg.data.detect_languages, cfg.features.cache_dir)
+        candidates = [language_code(c) for c in cfg.data.detect_languages]
+        cache_dir = cfg.features.cache_dir if cfg.features.cache else None
+        codes = detect_languages(texts, candidates, cache_dir)
     else:
-        codes = [cfg.data.language] * len(missing)
+        codes = [language_code(cfg.data.language)] * len(missing)
     for k, code in zip(missing, codes, strict=True):
         entries[k] = dataclasses.replace(entries[k], language=code)
     return entries

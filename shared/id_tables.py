@@ -31,6 +31,7 @@ import numpy as np
 
 from shared.config import Config
 from shared.dataset import DatasetIndex
+from shared.language_codes import language_code
 from shared.schema import ConfigError
 
 IDS_FILE = "ids.json"
@@ -81,7 +82,7 @@ def _lookup(table: Sequence[str], names: Iterable[str]) -> np.ndarray:
 def corpus_tables(cfg: Config, index: DatasetIndex) -> IdTables:
     """The names in the corpus, each table sorted: the same corpus gives the same ids."""
     if index.synthetic_items:
-        return IdTables(("",), (cfg.data.language,))
+        return IdTables(("",), (language_code(cfg.data.language),))
     speakers = sorted({e.speaker for e in index.entries})
     languages = sorted({e.language for e in index.entries})
     return IdTables(tuple(speakers), tuple(languages))
@@ -92,7 +93,7 @@ def read_tables(directory: Path) -> IdTables | None:
     checkpoint (checkpoints/ckpt-<step>.json, "ids"); None for a run with neither."""
     path = Path(directory) / IDS_FILE
     try:
-        return IdTables.from_dict(json.loads(path.read_text()))
+        return IdTables.from_dict(json.loads(path.read_text("utf-8")))
     except FileNotFoundError:
         return _checkpoint_tables(Path(directory) / CHECKPOINTS)
     except (OSError, ValueError) as exc:
@@ -168,6 +169,10 @@ def settle_tables(cfg: Config, index: DatasetIndex, directory: Path) -> IdTables
     check_capacity(cfg, tables)
     path = Path(directory) / IDS_FILE
     tmp = path.with_name(f".{IDS_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(tables.to_dict(), ensure_ascii=False, indent=1))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(tables.to_dict(), ensure_ascii=False, indent=1), "utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no .ids.json.<pid> left behind by a failed write
+        raise
     return tables

@@ -57,8 +57,11 @@ def detector(candidates: tuple[str, ...]) -> LanguageDetector:
     return LanguageDetector(candidates)
 
 
-def detect_languages(texts: Sequence[str], candidates: Sequence[str], cache_dir: str) -> list[str]:
-    """The language of each text, from the cache or detected (and then cached)."""
+def detect_languages(
+    texts: Sequence[str], candidates: Sequence[str], cache_dir: str | None
+) -> list[str]:
+    """The language of each text, from the cache or detected (and then cached); cache_dir
+    None (features.cache: false) detects every text and writes nothing."""
     cache = TextCache(cache_dir)
     out = []
     t0 = time.monotonic()

@@ -20,22 +20,9 @@ from shared.config import Config, load_config, replace
 from shared.dataset import dataset_index, read_dataset
 from shared.id_tables import IDS_FILE, read_tables, settle_tables
 from shared.schema import ConfigError
+from tests.corpus_files import WAVS, jsonl_cfg, make_libritts, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
-WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
-
-
-def write_manifest(path: Path, lines: list) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = [
-        line if isinstance(line, str) else json.dumps(line, ensure_ascii=False) for line in lines
-    ]
-    path.write_text("\n".join(text) + "\n", encoding="utf-8")
-    return path
-
-
-def jsonl_cfg(path: Path, **data) -> Config:
-    return replace(Config(), data={"path": str(path), "format": "jsonl", **data})
 
 
 def test_jsonl_manifest_entries_segments_and_bad_lines(tmp_path: Path) -> None:
@@ -93,17 +80,6 @@ def test_a_segment_is_decoded_alone_and_cached_apart(tmp_path: Path) -> None:
     assert np.array_equal(SamplePipeline(cfg)(index.entries[0]).mel, a.mel)
     with pytest.raises(Exception, match="past the end of the file"):
         pipe(index.entries[2])
-
-
-def make_libritts(root: Path) -> None:
-    for k, (speaker, chapter) in enumerate([("19", "198"), ("19", "227"), ("84", "121")]):
-        folder = root / speaker / chapter
-        folder.mkdir(parents=True)
-        stem = f"{speaker}_{chapter}_000{k}_000000"
-        shutil.copy(WAVS / f"LJ001-000{k + 1}.wav", folder / f"{stem}.wav")
-        (folder / f"{stem}.normalized.txt").write_text(f"Normalized {k}.")
-        (folder / f"{stem}.original.txt").write_text(f"Original {k}!")
-    (root / "84" / "121" / "84_121_0009_000000.normalized.txt").write_text("No audio.")
 
 
 def test_libritts_layout(tmp_path: Path) -> None:

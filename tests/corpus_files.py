@@ -1,0 +1,37 @@
+"""Small corpora on disk for the corpus tests: manifests and a LibriTTS tree made of the
+shipped LJSpeech clips."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from shared.config import Config, replace
+
+REPO = Path(__file__).resolve().parents[1]
+WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
+
+
+def write_manifest(path: Path, lines: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = [
+        line if isinstance(line, str) else json.dumps(line, ensure_ascii=False) for line in lines
+    ]
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    return path
+
+
+def jsonl_cfg(path: Path, **data) -> Config:
+    return replace(Config(), data={"path": str(path), "format": "jsonl", **data})
+
+
+def make_libritts(root: Path) -> None:
+    for k, (speaker, chapter) in enumerate([("19", "198"), ("19", "227"), ("84", "121")]):
+        folder = root / speaker / chapter
+        folder.mkdir(parents=True)
+        stem = f"{speaker}_{chapter}_000{k}_000000"
+        shutil.copy(WAVS / f"LJ001-000{k + 1}.wav", folder / f"{stem}.wav")
+        (folder / f"{stem}.normalized.txt").write_text(f"Normalized {k}.")
+        (folder / f"{stem}.original.txt").write_text(f"Original {k}!")
+    (root / "84" / "121" / "84_121_0009_000000.normalized.txt").write_text("No audio.")
