@@ -138,7 +138,7 @@ def test_factory_hook_accepts_model_or_model_and_loss(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"d_modle": 64}, "model.kwargs.d_modle: unknown key; known keys here are"),
+        ({"d_modle": 64}, "model.kwargs.d_modle: unknown key; did you mean 'd_model'?"),
         ({"n_layers": 0}, "model.kwargs.n_layers: must be >= 1, got 0"),
         ({"kernel_size": 2.5}, "model.kwargs.kernel_size: must be an integer"),
         ({"dropout": 1.0}, "model.kwargs.dropout: must be in [0, 1)"),
