@@ -167,7 +167,7 @@ class ProducerPool:
 
     def kill_if_stuck(self, slot: Slot, now: float) -> None:
         """The hard bound on one sample's work (producer/watchdog.py)."""
-        stuck = stuck_for(slot.busy, now)
+        stuck = stuck_for(slot.busy, slot.proc.pid if slot.proc is not None else None, now)
         if slot.proc is not None and stuck > HARD_FACTOR * self.cfg.ring.lease_s:
             log.error("%s has been stuck in one sample for %.0f s; killing it (the stager "
                       "charges that item)", slot.name, stuck)  # fmt: skip

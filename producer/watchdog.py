@@ -14,7 +14,9 @@ ring.lease_s (the stager gives up on the grant then anyway):
 - hard, in the pool (producer/pool.py): a worker whose sample has run for
   HARD_FACTOR leases (a hang inside C code the alarm cannot break) is SIGKILLed and
   restarted; the stager charges the item for that death and skips it after
-  ring.max_item_attempts.
+  ring.max_item_attempts. Time the worker spent stopped (SIGSTOP, a debugger) does
+  not count: a paused worker is not a stuck one, and comes back by itself
+  (producer/worker.py).
 
 SampleTimeout is a BaseException, so that an ``except Exception`` inside the work
 (ours or a library's) cannot swallow it and carry on looping.
@@ -66,7 +68,23 @@ def time_limit(seconds: float, busy: Any = None) -> Iterator[None]:
             busy.value = 0.0
 
 
-def stuck_for(busy: Any, now: float) -> float:
-    """Seconds the worker behind `busy` has been in one sample (0: idle or unknown)."""
+def stuck_for(busy: Any, pid: int | None, now: float) -> float:
+    """Seconds the worker `pid` has been in one sample, not counting time it was seen
+    stopped (0: idle, stopped now, or unknown)."""
     since = busy.value if busy is not None else 0.0
-    return now - since if since else 0.0
+    if not since:
+        return 0.0
+    if pid is not None and stopped(pid):
+        busy.value = now  # its clock starts again when it runs again
+        return 0.0
+    return now - since
+
+
+def stopped(pid: int) -> bool:
+    """Is pid stopped by a signal or a tracer (state T or t in /proc)?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"T", b"t")

@@ -34,6 +34,8 @@ def batches(cfg, rows: int, bucketed: bool, steps: int) -> list[dict[str, np.nda
             "mel": rng.normal(size=(rows, frames, cfg.features.n_mels)).astype(np.float32),
             "mel_lens": mel_lens,
             "items": np.arange(rows, dtype=np.int64),
+            "speaker": rng.integers(0, 3, rows).astype(np.int32),
+            "language": rng.integers(0, 2, rows).astype(np.int32),
         })  # fmt: skip
     return out
 
