@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import numpy as np
@@ -16,6 +15,7 @@ from shared.config import Config, replace
 from shared.ring import SHM_DIR, SLOT_DTYPE, Ring, RingError, SlotState, segment_name
 from shared.segments import list_segments, pid_alive, remove_stale_segments
 from shared.shm import write_zeros
+from tests.polling import wait_for
 from tests.processes import run_on_small_tmpfs
 
 
@@ -132,10 +132,8 @@ def test_a_zombie_is_not_alive() -> None:
     """An exited child its parent has not reaped yet writes nothing more: dead."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     assert pid_alive(os.getpid())
-    deadline = time.monotonic() + 30
-    while pid_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)  # not reaped: /proc still lists it, as a zombie
-    assert not pid_alive(proc.pid) and os.path.exists(f"/proc/{proc.pid}")
+    wait_for(lambda: not pid_alive(proc.pid), 30, "the child's exit")
+    assert os.path.exists(f"/proc/{proc.pid}")  # not reaped: /proc still lists it, a zombie
     proc.wait(5)
 
 

@@ -53,7 +53,7 @@ import tensorflow as tf
 from consumer.devices import DevicePlan
 from consumer.stager.plan import Shard
 from consumer.trainer.model import LossFn
-from consumer.trainer.train_step import GRAD_CLIP_NORM
+from consumer.trainer.train_step import GRAD_CLIP_NORM, check_new_shape
 from shared.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
@@ -153,11 +153,7 @@ class DistributedStep:
         key = tuple(tuple(inputs[name].shape) for name in self.names)
         step = self._steps.get(key)
         if step is None:
-            if len(self._steps) >= self.max_shapes:
-                raise ValueError(
-                    f"a batch of shapes {key} would be compile {len(self._steps) + 1}, more "
-                    f"than the {self.max_shapes} length buckets (stager.buckets)"
-                )
+            check_new_shape(key, len(self._steps), self.max_shapes)
             step = self._steps[key] = tf.function(self._step)
         return step(inputs)
 

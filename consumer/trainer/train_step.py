@@ -73,6 +73,16 @@ def batch_signature(cfg: Config) -> dict[str, tf.TensorSpec]:
     }
 
 
+def check_new_shape(key: tuple, n_compiled: int, max_shapes: int) -> None:
+    """A batch shape not compiled yet must be one of the length buckets' (one XLA
+    program per bucket), never a silent recompile."""
+    if n_compiled >= max_shapes:
+        raise ValueError(
+            f"a batch of shapes {key} would be compile {n_compiled + 1}, more than the "
+            f"{max_shapes} length buckets (stager.buckets)"
+        )
+
+
 class TrainStep:
     """Forward, loss, backward and update for one batch, traced once.
 
@@ -125,11 +135,7 @@ class TrainStep:
         key = tuple(tuple(inputs[name].shape) for name in inputs)
         step = self._steps.get(key)
         if step is None:
-            if len(self._steps) >= self.max_shapes:
-                raise ValueError(
-                    f"a batch of shapes {key} would be compile {len(self._steps) + 1}, more "
-                    f"than the {self.max_shapes} length buckets (stager.buckets)"
-                )
+            check_new_shape(key, len(self._steps), self.max_shapes)
             spec = {
                 n: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype), name=n) for n, v in inputs.items()
             }
