@@ -25,6 +25,7 @@ SampleTimeout is a BaseException, so that an ``except Exception`` inside the wor
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -80,11 +81,12 @@ def stuck_for(busy: Any, pid: int | None, now: float) -> float:
     return now - since
 
 
-def stopped(pid: int) -> bool:
-    """Is pid stopped by a signal or a tracer (state T or t in /proc)?"""
+def stopped(child: int) -> bool:
+    """Is this child of ours stopped (SIGSTOP, SIGTSTP)? Asked of the kernel as its
+    parent (waitid, leaving the child waitable), not through /proc: in a PID namespace
+    without its own /proc mount, /proc/PID is another process."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+        seen = os.waitid(os.P_PID, child, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, OSError, AttributeError):  # gone, not ours, no waitid
         return False
-    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"T", b"t")
+    return seen is not None and seen.si_code == os.CLD_STOPPED
