@@ -120,9 +120,12 @@ def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None
         assert shapes == {(4, 32, 32)} and summary["trace_count"] == 1
 
 
-def test_sigterm_stops_every_process_cleanly(tmp_path: Path) -> None:
-    raw = SYNTHETIC | {"train": {"steps": 100_000, "log_every": 1, "jit_compile": False}}
-    config = write_config(tmp_path, raw)
+def test_sigterm_stops_every_process_cleanly_and_keeps_the_steps(tmp_path: Path) -> None:
+    """SIGTERM between checkpoints: every process exits 0, nothing is left in /dev/shm,
+    and the trainer saves the steps since its last checkpoint and writes its summary,
+    so a relaunch resumes where the signal came."""
+    train = {"steps": 100_000, "log_every": 1, "checkpoint_every": 1000, "jit_compile": False}
+    config = write_config(tmp_path, SYNTHETIC | {"train": train})
     with Run(config, rid("term"), tmp_path) as run:
         run.start_all()
         log = tmp_path / f"{run.run_id}-trainer-3.log"
@@ -131,3 +134,7 @@ def test_sigterm_stops_every_process_cleanly(tmp_path: Path) -> None:
             run.signal(verb)
         assert run.wait_all(timeout_s=10) == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
         assert shm_segments(run.run_id) == []
+        summary = run.json("summary.json")
+    step = summary["steps"]
+    assert step >= 3 and summary["ended"] == "stopped by SIGTERM", summary
+    assert (run.dir / "checkpoints" / f"ckpt-{step}.index").exists(), "the steps were lost"

@@ -8,7 +8,9 @@
               train.checkpoint_every; until train.steps (counting restored
               steps), the end of a finite plan, a stop signal, or the stager gone
     teardown  final checkpoint and BYE (the stager then stops the run and
-              writes stager.json), then run_dir/summary.json
+              writes stager.json), then run_dir/summary.json; stopped by a
+              signal (SIGTERM, Ctrl-C), the checkpoint and summary too (no BYE:
+              the launcher stops the others), so no step is lost
 
 Resuming checks the plan: the cursor of every checkpoint holds the stager's plan
 fingerprint, which the trainer sends back when it resumes; a stager whose plan
@@ -32,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +52,8 @@ log = logging.getLogger(__name__)
 
 # How long the trainer waits for the stager's stager.json after BYE, seconds.
 STAGER_SUMMARY_WAIT_S = 5.0
+# The same wait for a run stopped by a signal (the launcher SIGKILLs after its grace).
+STOPPED_SUMMARY_WAIT_S = 1.0
 # A launcher's SIGTERM reaches every process at about the same time and the stager's
 # SHUTDOWN can arrive before our own signal; this long we wait for it, seconds.
 STOP_GRACE_S = 1.0
@@ -247,26 +252,34 @@ def report(s: Session, loss: float) -> None:
 
 
 def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | None:
-    """Checkpoint, BYE and summary when the run ended normally; just close when stopped."""
+    """Checkpoint and summary when the run ended normally (then BYE), and when a signal
+    stopped it (SIGTERM, Ctrl-C: the steps since the last checkpoint are kept, and a
+    relaunch resumes there); only close after a failure (its state is not to be kept)."""
     finished = not stop.is_set() and s.ended in ("train.steps reached", "end of data")
-    if finished and s.losses and s.step % cfg.train.checkpoint_every != 0:
+    stopped = stop.is_set() and s.ended == "stopped"
+    if stopped and stop.signal is not None:
+        s.ended = f"stopped by {signal.Signals(stop.signal).name}"
+    if (finished or stopped) and s.losses and s.step % cfg.train.checkpoint_every != 0:
         s.checkpoints.save(s.step, s.cursor, cfg.to_yaml())
     s.feeder.finish(finished, timeout_s=SHUTDOWN_WAIT_S + 1.0)
     s.board.close()
     if s.batch_log is not None:
         s.batch_log.close()
-    if not finished:
+    if not (finished or stopped):
         log.info("trainer %s at step %d; no summary written", s.ended or "stopped", s.step)
         return None
     path = run_dir(cfg, run_id) / "summary.json"
-    write_json_atomic(path, summarize(cfg, run_id, s))
+    # Stopped, the launcher waits only RINGFEED_GRACE_S: stager counters if already there.
+    wait_s = STAGER_SUMMARY_WAIT_S if finished else STOPPED_SUMMARY_WAIT_S
+    write_json_atomic(path, summarize(cfg, run_id, s, wait_s))
     log.info("trainer done (%s) at step %d; summary %s", s.ended, s.step, path)
     return path
 
 
-def summarize(cfg: Config, run_id: str, s: Session) -> dict[str, Any]:
-    """The run's numbers; stager counters come from stager.json, written after our BYE."""
-    stager = _read_stager_json(run_dir(cfg, run_id) / "stager.json", STAGER_SUMMARY_WAIT_S)
+def summarize(cfg: Config, run_id: str, s: Session, wait_s: float) -> dict[str, Any]:
+    """The run's numbers; stager counters come from stager.json, written after our BYE
+    (waited for up to wait_s)."""
+    stager = _read_stager_json(run_dir(cfg, run_id) / "stager.json", wait_s)
     counters = stager.get("counters", {})
     n_items = stager.get("n_items")
     m = s.metrics.run_summary()
@@ -355,7 +368,9 @@ def main(
         log.error("%s", exc)
         code = 2
     except (StagerGone, TimeoutError) as exc:
-        if not stop.wait(STOP_GRACE_S):
+        if stop.wait(STOP_GRACE_S):
+            s.ended = "stopped"  # the stager heard the same signal first
+        else:
             s.ended = f"stager lost: {exc}"
             log.error("%s", s.ended)
             code = 1
