@@ -9,48 +9,49 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def bench(args: list[str], timeout_s: float) -> str:
+    """A benchmark's stdout, run as the README says (from the repo root); fails on error."""
+    done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout_s, check=True)  # fmt: skip
+    return done.stdout
+
+
 @pytest.mark.slow
 def test_producer_cache_benchmark_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, "benchmarks/producer_cache.py", "--rounds", "1", "--passes", "1",
-         "--seconds", "0.2", "--rss-passes", "2"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
+    args = ["benchmarks/producer_cache.py", "--rounds", "1", "--passes", "1",
+            "--seconds", "0.2", "--rss-passes", "2"]  # fmt: skip
+    out = bench(args, timeout_s=60)
     assert "warm / cold" in out and "RSS growth over run" in out
 
 
 @pytest.mark.slow
 def test_first_batch_benchmark_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, "benchmarks/first_batch.py", "--rounds", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
+    out = bench(["benchmarks/first_batch.py", "--rounds", "1"], timeout_s=120)
     assert "first full batch (median of 1): cold cache" in out
 
 
 @pytest.mark.slow
 def test_length_manifest_benchmark_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, "benchmarks/buckets.py", "--manifest", "64"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
+    out = bench(["benchmarks/buckets.py", "--manifest", "64"], timeout_s=60)
     assert "length manifest of 64 items, cold" in out and "current" in out
 
 
 @pytest.mark.slow
 def test_ring_throughput_benchmark_runs() -> None:
     """Every synthetic sample passes the stager's checks (no skip, no timeout)."""
-    out = subprocess.run(
-        [sys.executable, "benchmarks/ring_throughput.py", "--rounds", "1", "--seconds", "0.5"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
+    out = bench(
+        ["benchmarks/ring_throughput.py", "--rounds", "1", "--seconds", "0.5"], timeout_s=120
+    )
     assert "ringfeed / pool" in out and "CPU per sample" in out
 
 
 @pytest.mark.slow
 def test_peers_benchmark_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, "benchmarks/peers.py", "--rounds", "1", "--clips", "48"],
-        cwd=REPO, capture_output=True, text=True, timeout=240, check=True,
-    ).stdout  # fmt: skip
+    out = bench(["benchmarks/peers.py", "--rounds", "1", "--clips", "48"], timeout_s=240)
     assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out
+
+
+@pytest.mark.slow
+def test_text_cost_benchmark_runs() -> None:
+    out = bench(["benchmarks/text_cost.py", "--rounds", "1", "--texts", "8"], timeout_s=120)
+    assert "| phonemes |" in out and "once per process" in out

@@ -5,8 +5,6 @@ and the persistent caches that make a text seen before cost no work."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -151,15 +149,6 @@ def test_detected_languages_are_cached_by_text(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setattr(language_id.LanguageDetector, "detect", no_detection)
     again, _ = read_dataset(auto)
     assert [e.language for e in again] == ["fa", "de", "ru", "en"]
-
-
-@pytest.mark.slow
-def test_text_cost_benchmark_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, "benchmarks/text_cost.py", "--rounds", "1", "--texts", "8"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
-    assert "| phonemes |" in out and "once per process" in out
 
 
 def test_a_broken_text_cache_costs_the_cache_never_the_sample(tmp_path: Path) -> None:
