@@ -70,9 +70,14 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
     if cfg.data.format != "synthetic":
-        from scripts.corpus_report import corpus_report
+        from scripts.corpus_report import corpus_check
 
-        print("\n".join(corpus_report(cfg)))
+        report = corpus_check(cfg)
+        print("\n".join(report.lines))
+        if report.usable == 0:
+            print(f"config error: none of the {report.n_items} clips is usable (the skip "
+                  "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
+            return 2
     return 0
 
 

@@ -114,3 +114,31 @@ def test_stager_mels_without_a_gpu_are_a_warning(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "warning: features.device: stager, but this host has no GPU" in out.stderr
     assert "set features.device: producer" in out.stderr
+
+
+def test_validate_counts_what_each_rule_skips_and_refuses_a_corpus_of_none(
+    tmp_path: Path,
+) -> None:
+    """Every shipped clip is longer than 100 frames (1.16 s): validate used to say ok and
+    the run then skipped for hours. It reads every header, names the rule and the key,
+    and exits 2."""
+    data = tmp_path / "ds"
+    (data / "wavs").mkdir(parents=True)
+    shipped = REPO / "data" / "ljspeech-mini"
+    lines = (shipped / "metadata.csv").read_text().splitlines()[:3]
+    for line in lines:
+        name = line.split("|")[0] + ".wav"
+        (data / "wavs" / name).write_bytes((shipped / "wavs" / name).read_bytes())
+    (data / "metadata.csv").write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"path": str(data)},
+                                   "features": {"cache": False, "max_frames": 100}}))  # fmt: skip
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "usable        0 of 3 clips" in out.stdout
+    assert "skip        3 longer than a slot (1.16 s): raise features.max_frames" in out.stdout
+    assert "none of the 3 clips is usable" in out.stderr
+    cfg.write_text(yaml.safe_dump({"data": {"path": str(data)},
+                                   "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 0 and "usable        3 of 3 clips" in out.stdout, out.stderr
