@@ -107,6 +107,36 @@ def test_a_pool_with_another_config_is_refused_and_not_restarted(tmp_path: Path)
     assert "restart 1/" not in logs
 
 
+def test_a_host_whose_corpus_lists_the_clips_in_another_order_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The same clips and item count, metadata in another order: it used to join and
+    pair one clip's mel with another clip's text. Now its HELLO's corpus digest differs,
+    the stager refuses it saying so, and the pool ends with exit code 2."""
+    shipped = (REPO / "data" / "ljspeech-mini" / "metadata.csv").read_text().splitlines()[:3]
+
+    def corpus(name: str, lines: list[str]) -> dict:
+        folder = tmp_path / name
+        (folder / "wavs").mkdir(parents=True)
+        for line in lines:
+            wav = line.split("|")[0] + ".wav"
+            (folder / "wavs" / wav).symlink_to(REPO / "data" / "ljspeech-mini" / "wavs" / wav)
+        (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+        return {"format": "ljspeech", "path": str(folder)}
+
+    port = free_port()
+    config = tcp_config(tmp_path / "head", port, data=corpus("head-data", shipped))
+    other = tcp_config(tmp_path / "far", port, data=corpus("far-data", shipped[::-1]))
+    with Run(config, rid(), tmp_path) as run:
+        run.start("stager")
+        pool = start_remote_pool(run, other, port, "far")
+        code = pool.wait(60)
+        logs = run.logs(tail=100_000)
+    assert code == 2, logs
+    assert logs.count("this producer's corpus differs from the stager's") >= 2, logs
+    assert "config differs" not in logs
+
+
 def test_the_only_producer_stopped_past_its_orphan_time_comes_back(tmp_path: Path) -> None:
     """SIGSTOP of the run's only producer for longer than producers.orphan_s, then
     SIGCONT: its silence was its own, not the stager's. It says HELLO again instead of

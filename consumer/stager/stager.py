@@ -48,7 +48,7 @@ from consumer.stager.stats import snapshot
 from shared import protocol as p
 from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
 from shared.dataset import DatasetError, DatasetIndex, dataset_index
-from shared.fingerprint import config_fingerprint, plan_fingerprint
+from shared.fingerprint import config_fingerprint, corpus_digest, plan_fingerprint
 from shared.id_tables import IDS_FILE, settle_tables
 from shared.process import POLL_S, StopFlag, write_json_atomic
 from shared.quarantine import QuarantineWriter
@@ -261,7 +261,7 @@ def build(
     cleanup.callback(net.close)
     delivery = Delivery(slots, builder, intake, buckets, quarantine, index, net)
     desk = ProducerDesk(book, intake, p.Welcome(run_id, samples.name, index.n_items, fingerprint),
-                        net, drop, config_fingerprint(cfg))  # fmt: skip
+                        net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)))  # fmt: skip
     consumer = ConsumerSide(write_consumer_secret(directory),
                             p.Welcome(run_id, batches.name, index.n_items, fingerprint),
                             book, delivery, builder, net, drop)  # fmt: skip
