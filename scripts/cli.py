@@ -211,6 +211,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         plot=args.plot or None,
         recording=args.recording or None,
         config_path=args.config or None,
+        log_path=args.log,
     )
 
 
@@ -355,6 +356,8 @@ def add_inspect_options(i: argparse.ArgumentParser) -> None:
     i.add_argument("--from", dest="recording", default="", help="a --record jsonl file")
     i.add_argument("--config", default="", help="the run's config (ring.lease_s); default: "
                    "runs/<run-id>/config.yaml")  # fmt: skip
+    i.add_argument("--log", default="", help="show the last lines of this log file under "
+                   "the screen (launch.sh run --inspect)")  # fmt: skip
 
 
 def new_run_id() -> str:

@@ -33,12 +33,26 @@ cmd_run() {
     exec "$PY" -m scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
   fi
   run_id=${run_id:-$(date +%Y%m%d-%H%M%S)-$$}
-  "$PY" -m scripts.cli run "${args[@]}" --run-id "$run_id" &
+  # The run logs to a file the inspector shows under its screen: a redraw every
+  # second would otherwise wipe the log lines (the loss among them) off the terminal.
+  local log_dir=${RINGFEED_RUNTIME_DIR:-/tmp}/ringfeed-$(id -u)
+  mkdir -p -m 700 "$log_dir"
+  local log=$log_dir/$run_id.log
+  "$PY" -m scripts.cli run "${args[@]}" --run-id "$run_id" >"$log" 2>&1 &
   local pid=$!
   trap 'kill -TERM "$pid" 2>/dev/null' INT TERM
-  sleep 2
-  "$PY" -m scripts.cli inspect --run-id "$run_id"
+  echo "launch: run $run_id starting (its log: $log)"
+  # The inspector attaches once the stager made its ring (an index or manifest may
+  # take a while first), or not at all if the run ended before.
+  while kill -0 "$pid" 2>/dev/null && ! [ -e "/dev/shm/ringfeed-$(id -u)-$run_id-samples" ]; do
+    sleep 0.5
+  done
+  kill -0 "$pid" 2>/dev/null && "$PY" -m scripts.cli inspect --run-id "$run_id" --log "$log"
   wait "$pid"
+  local code=$?
+  echo "--- the run's log ($log), last lines:"
+  tail -n 15 "$log"
+  return $code
 }
 
 verb=${1:-run}
