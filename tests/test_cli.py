@@ -142,3 +142,28 @@ def test_validate_counts_what_each_rule_skips_and_refuses_a_corpus_of_none(
                                    "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
     out = ringfeed("validate", str(cfg))
     assert out.returncode == 0 and "usable        3 of 3 clips" in out.stdout, out.stderr
+
+
+def test_every_command_a_message_suggests_exists() -> None:
+    """An error once suggested `ringfeed inspect --list`, which never existed. Every
+    `ringfeed VERB --option` quoted in the code and the README must parse."""
+    import re
+
+    from scripts.cli import build_parser
+
+    verbs = build_parser()._subparsers._group_actions[0].choices
+    files = [REPO / "README.md", *[f for d in ("shared", "producer", "consumer", "scripts")
+                                   for f in (REPO / d).rglob("*.py")]]  # fmt: skip
+    quoted = set()
+    for path in files:
+        for command in re.findall(r"`(?:\.venv/bin/)?ringfeed ([^`]*)`", path.read_text()):
+            quoted.add((path.name, command))
+    assert len(quoted) > 20
+    for where, command in sorted(quoted):
+        verb, *rest = command.split()
+        if verb in ("VERB", "..."):
+            continue
+        assert verb in verbs, f"{where}: `ringfeed {command}`: no verb {verb!r}"
+        known = {o for a in verbs[verb]._actions for o in a.option_strings}
+        for option in (w.split("=")[0] for w in rest if w.startswith("--")):
+            assert option in known, f"{where}: `ringfeed {command}`: {verb} has no {option}"
