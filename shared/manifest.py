@@ -48,7 +48,9 @@ def settings_key(cfg: Config) -> str:
         "audio": [a.sample_rate],
         "features": [f.hop_length, f.max_frames, f.device],
         "text": cfg.to_dict()["text"],
-        "version": 1,
+        # 2: producer/normalize.py NORMALIZER_VERSION 3 (clock times, phone numbers) changed
+        # token counts; bump it with every text rule that changes them.
+        "version": 2,
     }  # fmt: skip
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 

@@ -59,6 +59,14 @@ def test_normalized_in_the_languages_own_words_and_script(language: str) -> None
     assert not any(c.isdigit() for c in out)
 
 
+def test_clock_times_and_phone_numbers_in_other_languages() -> None:
+    assert (
+        clean_text("Um 10:30 Uhr, 555-0199", "de")
+        == "um zehn dreißig uhr, fünf fünf fünf, null eins neun neun"
+    )
+    assert clean_text("ساعت ۱۰:۳۰", "fa") == "ساعت ده سی"
+
+
 def test_persian_script_fixes_keep_the_zero_width_non_joiner() -> None:
     out = clean_text("كي مي‌رود؟ ۱۴ و ٤", "fa")  # Arabic kaf and yeh, Arabic-Indic four
     assert out == "کی می\u200cرود؟ چهارده و چهار"
