@@ -10,6 +10,8 @@ ringfeed drain CONFIG --run-id R         a consumer without a model (transport r
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed manifest CONFIG                 measure every item's length (for length buckets)
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
+ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
+ringfeed config [--write]                every config key: type, default, meaning
 ringfeed keys DIR --client NAME          CURVE keys for a producer host
 ringfeed cleanup [--run-id R]            remove segments of dead runs
 """
@@ -255,6 +257,53 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_text(args: argparse.Namespace) -> int:
+    """What the producers make of a text: its language, normalized form and tokens."""
+    from producer.sample import SkipSample
+    from producer.text import TextEncoder
+    from shared.config import replace
+
+    cfg = replace(_config(args.config), features={"cache": False})  # a preview writes nothing
+    language, why = args.language, "--language"
+    if not language:
+        language, why = cfg.data.language, "data.language"
+        if language == "auto":
+            from shared.language_id import detector
+
+            language, why = detector(cfg.data.detect_languages).detect(args.text), "detected"
+    encoder = TextEncoder(cfg)
+    try:
+        cleaned = encoder.clean(args.text, language)
+        ids, truncated = encoder.encode(args.text, "", language)
+    except SkipSample as skip:
+        print(f"language   {language} ({why})")
+        print(f"skipped    the producers skip this text: {skip.reason}")
+        return 1
+    finally:
+        encoder.close()
+    print(f"language   {language} ({why})")
+    print(f"{cfg.text.tokens:10s} {cleaned!r}")
+    print(f"tokens     {len(ids)} of text.max_text_len={cfg.text.max_text_len}"
+          + (" (cut: features.on_too_long: truncate)" if truncated else ""))  # fmt: skip
+    print(f"ids        {' '.join(map(str, ids.tolist()))}")
+    print(f"read back  {encoder.decode(ids)!r} (0 pad, 1 unknown, 2 end of text)")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Every config key with its type, default and meaning (docs/config.md)."""
+    from shared.config_reference import REFERENCE, reference_markdown
+
+    text = reference_markdown()
+    if args.write:
+        REFERENCE.parent.mkdir(exist_ok=True)
+        REFERENCE.write_text(text)
+        print(f"wrote {REFERENCE}")
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from shared.keys import generate
 
@@ -297,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, fn in (("validate", cmd_validate), ("manifest", cmd_manifest), ("vocab", cmd_vocab)):
         verb(name, fn, needs_run=False).add_argument("config")
     sub.choices["vocab"].add_argument("--min-count", type=int, default=1, help="drop rarer ones")
+    cf = verb("config", cmd_config, needs_run=False)
+    cf.add_argument("--write", action="store_true", help="(re)write docs/config.md")
+    tx = verb("text", cmd_text, needs_run=False)
+    tx.add_argument("config")
+    tx.add_argument("text", help="a transcription, quoted")
+    tx.add_argument("--language", default="", help="default: data.language (auto: detected)")
     r = sub.add_parser("run")
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
     r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")

@@ -34,11 +34,17 @@ ID_FIELDS = ("speaker", "language")  # int32 per batch row: ids in shared/id_tab
 
 @dataclass(frozen=True)
 class AudioConfig:
+    # Every clip is resampled to this rate (Hz, soxr).
     sample_rate: int = 22050
+    # Trim leading and trailing silence (librosa.effects.trim, trim_top_db).
     trim_silence: bool = False
+    # Silence threshold of trim_silence, dB below the peak.
     trim_top_db: float = 60.0
+    # peak: scale each clip to peak_level; none: as decoded.
     normalize: Literal["none", "peak"] = "peak"
+    # The peak of a peak-normalized clip.
     peak_level: float = 0.95
+    # Shorter clips (after trimming) are skipped, seconds.
     min_duration_s: float = 0.1
     # Longer audio (by its file header) is rejected before it is decoded, seconds. With
     # features.on_too_long: skip, audio longer than a slot is rejected the same way.
@@ -47,25 +53,38 @@ class AudioConfig:
 
 @dataclass(frozen=True)
 class FeaturesConfig:
+    # STFT size of the log-mel, samples.
     n_fft: int = 1024
+    # Samples between mel frames.
     hop_length: int = 256
+    # STFT window (Hann), samples.
     win_length: int = 1024
+    # Mel bands (Slaney filterbank, as librosa).
     n_mels: int = 80
+    # Lowest mel band edge, Hz.
     fmin: float = 0.0
+    # Highest mel band edge, Hz.
     fmax: float = 8000.0
+    # Mel frames per sample slot (the longest clip: max_frames x hop_length / sample_rate s).
     max_frames: int = 800
+    # A clip or text longer than its slot: skip it (quarantined, counted) or truncate it.
     on_too_long: Literal["skip", "truncate"] = "skip"
     # producer: producers compute the mel; stager: producers write the waveform and
     # the stager computes mels for the whole batch on its device.
     device: Literal["producer", "stager"] = "producer"
+    # The feature cache and the length manifest live here.
     cache_dir: str = ".cache/features"
+    # Keep each clip's features on disk, so later epochs skip decode and mel.
     cache: bool = True
 
 
 @dataclass(frozen=True)
 class RingConfig:
+    # Sample slots in the shared-memory ring.
     slots: int = 64
+    # A grant with no READY within this long comes back (and bounds one sample's work), seconds.
     lease_s: float = 10.0
+    # How often producers say they are alive, seconds.
     heartbeat_s: float = 1.0
     # An item whose lease expires this many times is skipped with a reason.
     max_item_attempts: int = 3
@@ -76,8 +95,11 @@ class RingConfig:
 
 @dataclass(frozen=True)
 class ProducersConfig:
+    # Producer processes of a local pool.
     workers: int = 2
+    # A pool restarts a dead worker at most this many times.
     max_restarts: int = 5
+    # Wait before the first restart, doubled on each, seconds.
     restart_backoff_s: float = 0.5
     # Grants a producer holds at once: enough to hide the round trip to the stager.
     # Ring throughput here with 2, 4, 8, 16, 32 (before GRANT/READY carried lists):
@@ -94,9 +116,13 @@ class ProducersConfig:
 
 @dataclass(frozen=True)
 class StagerConfig:
+    # Rows per batch (without buckets).
     batch_size: int = 32
+    # Batches staged ahead of the trainer (3: triple buffering).
     batch_slots: int = 3
+    # Batches in plan order (exact resume); false: in the order samples finish.
     deterministic: bool = True
+    # Seed of the epoch plan (the shuffle of each epoch).
     seed: int = 1234
     # 0 = run until stopped.
     epochs: int = 0
@@ -126,7 +152,9 @@ class TransportConfig:
     # "ipc" keeps everything on this host; "tcp" also binds host:port so producers
     # on other hosts can connect (local processes keep using ipc).
     kind: Literal["ipc", "tcp"] = "ipc"
+    # With kind: tcp, the address the stager binds for remote producers.
     host: str = "127.0.0.1"
+    # With kind: tcp, the port of that address.
     port: int = 5555
     # Directory of CURVE keys (shared/keys.py; required for a non-loopback host).
     # When set, the stager accepts only producers whose public key it lists.
@@ -144,11 +172,17 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
+    # Training steps of a run (a resume counts from its checkpoint).
     steps: int = 300
+    # Adam's learning rate.
     learning_rate: float = 1e-3
+    # Steps between checkpoints (SIGTERM and Ctrl-C also save one).
     checkpoint_every: int = 100
+    # Steps between loss lines in the log.
     log_every: int = 10
+    # float16 compute on a GPU (ignored on the CPU).
     mixed_precision: bool = True
+    # Compile the train step with XLA (one program per batch shape).
     jit_compile: bool = True
     # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
     log_batches: bool = False
@@ -159,6 +193,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DevicesConfig:
+    # The stager's GPU (with two or more GPUs).
     stager_gpu: int = 0
     model: tuple[int, ...] = ()  # the model's GPUs, a replica each; (): all but stager_gpu
     cpu_replicas: int = 1  # model replicas without a GPU: logical CPU devices

@@ -77,7 +77,8 @@ def _metadata_path(cfg: Config, root: str | os.PathLike[str] | None) -> Path:
         want = f"a directory holding {METADATA_FILE}, or the file itself"
         want = "the manifest file" if cfg.data.format == "jsonl" else want
         raise DatasetError(
-            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects {want})"
+            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects "
+            f"{want}; every format: README, 'Bring your own data')"
         )
     return path
 
@@ -104,6 +105,10 @@ def _decode(line: bytes) -> tuple[str | None, str, str]:
 
 
 def _ljspeech_entry(fields: list[str], base: Path, column: int) -> DatasetEntry | str:
+    if len(fields) == 2:
+        return ("expected 3 '|'-separated columns (id|text|normalized), got 2: for 'id|text' "
+                "lines use data.format: csv with the header 'audio_file|text' (README, "
+                "'Bring your own data')")  # fmt: skip
     if len(fields) != 3:
         return f"expected 3 '|'-separated columns (id|text|normalized), got {len(fields)}"
     item_id = fields[0].strip()
@@ -136,7 +141,8 @@ def _csv_columns(path: Path, lines: list[tuple[int, bytes]]) -> int:
     if header not in (CSV_HEADER, CSV_HEADER_SPEAKER):
         raise DatasetError(
             f"{path}:1: data.format: csv needs the header 'audio_file|text' or "
-            f"'audio_file|text|speaker_name', got {'|'.join(header)!r}"
+            f"'audio_file|text|speaker_name', got {'|'.join(header)!r} (every format: README, "
+            "'Bring your own data')"
         )
     return len(header)
 

@@ -156,3 +156,15 @@ def test_shipped_configs_load_and_every_key_is_read(path: Path) -> None:
         # Sections are often bound to a short name (rc = cfg.ring), and a factory's
         # model.kwargs to its own (m = DefaultModelKwargs): look for the attribute.
         assert f".{name}" in code, f"{path.name}: {key} is read by no code"
+
+
+def test_the_config_reference_in_the_repository_is_current_and_explains_every_key() -> None:
+    from shared.config_reference import REFERENCE, reference_markdown, reference_rows
+
+    rows = reference_rows()
+    assert len(rows) > 60 and all(meaning for *_, meaning in rows), [
+        key for key, *_, meaning in rows if not meaning
+    ]
+    assert REFERENCE.read_text() == reference_markdown(), (
+        "docs/config.md is stale: run `ringfeed config --write`"
+    )
