@@ -44,7 +44,8 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     from shared.shm import free_shm_bytes
 
     cfg = _config(args.config)
-    findings = preflight(cfg)
+    role = getattr(args, "role", "head")
+    findings = preflight(cfg, role)
     for finding in findings:
         print(
             f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
@@ -60,6 +61,8 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         return 2
     if quiet:
         return 0
+    if role == "producer":
+        return _validate_producer_host(args.config, cfg)
     mib = 2**20
     print(f"{args.config}: ok")
     for name, (shape, dtype) in cfg.sample_fields().items():
@@ -80,6 +83,18 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             print(f"config error: none of the {report.n_items} clips is usable (the skip "
                   "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
             return 2
+    return 0
+
+
+def _validate_producer_host(path: str, cfg) -> int:
+    """What a producer host needs to know: its corpus digest, to compare with the
+    head's (`ringfeed validate CONFIG` there prints the same line)."""
+    from shared.dataset import dataset_index
+    from shared.fingerprint import corpus_digest
+
+    print(f"{path}: ok for a producer host")
+    print(f"  corpus digest {corpus_digest(cfg, dataset_index(cfg))} (the head's validate "
+          "must print the same: same metadata, texts and files)")  # fmt: skip
     return 0
 
 
@@ -345,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, fn in (("validate", cmd_validate), ("manifest", cmd_manifest), ("vocab", cmd_vocab)):
         verb(name, fn, needs_run=False).add_argument("config")
+    sub.choices["validate"].add_argument(
+        "--role", choices=("head", "producer"), default="head",
+        help="producer: check a host that only runs `ringfeed producers --connect`",
+    )  # fmt: skip
     sub.choices["vocab"].add_argument("--min-count", type=int, default=1, help="drop rarer ones")
     cf = verb("config", cmd_config, needs_run=False)
     cf.add_argument("--write", action="store_true", help="(re)write docs/config.md")

@@ -22,6 +22,7 @@ import soundfile as sf
 
 from shared.config import Config
 from shared.dataset import DatasetEntry, dataset_index
+from shared.fingerprint import corpus_digest
 from shared.id_tables import corpus_tables
 
 # Speakers listed by name at most; the rest are counted.
@@ -132,6 +133,8 @@ def corpus_check(cfg: Config) -> CorpusReport:
             print(f"validate: read {i + 1} of {index.n_items} audio headers "
                   f"({rate:.0f}/s)", file=sys.stderr)  # fmt: skip
     lines = [f"  corpus        {index.n_items} clips, {len(index.bad_lines)} bad entries"]
+    same = "`ringfeed validate CONFIG --role producer` on a producer host must print the same"
+    lines.append(f"  corpus digest {corpus_digest(cfg, index)} ({same})")
     names = [f"{n or '(unnamed)'} ({per_speaker[n]})" for n in tables.speakers]
     more = len(names) - MAX_SPEAKERS_SHOWN
     shown = ", ".join(names[:MAX_SPEAKERS_SHOWN]) + (f" and {more} more" if more > 0 else "")

@@ -28,10 +28,15 @@ class Finding:
     message: str
 
 
-def preflight(cfg: Config) -> list[Finding]:
-    """Everything found wrong with cfg on this host, fatal ones first."""
-    findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
-    findings += _model(cfg)
+def preflight(cfg: Config, role: str = "head") -> list[Finding]:
+    """Everything found wrong with cfg on this host, fatal ones first. role: "head"
+    (stager, trainer and local producers) or "producer" (a host that only runs
+    `ringfeed producers --connect`: its dataset, cache and client keys)."""
+    if role == "producer":
+        findings = [*_dataset(cfg), *_cache(cfg), *_client_keys(cfg)]
+    else:
+        findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
+        findings += _model(cfg)
     return sorted(findings, key=lambda f: not f.fatal)
 
 
@@ -134,6 +139,24 @@ def _keys(cfg: Config) -> list[Finding]:
         return []
     try:
         load_server(Path(t.keys_dir))
+    except (KeysError, OSError, ValueError) as exc:
+        return [Finding(True, f"transport.keys_dir: {exc}")]
+    return []
+
+
+def _client_keys(cfg: Config) -> list[Finding]:
+    """A producer host connects over tcp with this host's key pair and the server's
+    public key (the bundle `ringfeed keys DIR --client NAME` made for it)."""
+    from shared.keys import KeysError, load_client
+
+    t = cfg.transport
+    if t.kind != "tcp":
+        return [Finding(True, "transport.kind: a producer host connects over tcp: set "
+                              "transport.kind: tcp (and the head's host and port)")]  # fmt: skip
+    if not t.keys_dir:
+        return []
+    try:
+        load_client(Path(t.keys_dir))
     except (KeysError, OSError, ValueError) as exc:
         return [Finding(True, f"transport.keys_dir: {exc}")]
     return []

@@ -167,3 +167,25 @@ def test_every_command_a_message_suggests_exists() -> None:
         known = {o for a in verbs[verb]._actions for o in a.option_strings}
         for option in (w.split("=")[0] for w in rest if w.startswith("--")):
             assert option in known, f"{where}: `ringfeed {command}`: {verb} has no {option}"
+
+
+def test_validate_checks_a_producer_hosts_config_by_its_role(tmp_path: Path) -> None:
+    """A producer host has the client bundle, not the server's secret: validate used to
+    refuse its config (`server.key_secret is missing`). With --role producer it checks
+    the client keys and prints the corpus digest the head's validate prints too."""
+    assert ringfeed("keys", str(tmp_path / "keys"), "--client", "hostb").returncode == 0
+    raw = {"data": {"path": str(REPO / "data" / "ljspeech-mini")}, "features": {"cache": False},
+           "transport": {"kind": "tcp", "host": "10.0.0.5",
+                         "keys_dir": str(tmp_path / "keys" / "for-hostb")}}  # fmt: skip
+    cfg = tmp_path / "producer.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    head = ringfeed("validate", str(cfg))
+    assert head.returncode == 2 and "server.key_secret" in head.stderr
+    producer = ringfeed("validate", str(cfg), "--role", "producer")
+    assert producer.returncode == 0, producer.stderr
+    digest = producer.stdout.split("corpus digest ")[1].split()[0]
+    assert f"corpus digest {digest}" in ringfeed("validate", "configs/demo.yaml").stdout
+    raw["transport"]["keys_dir"] = str(tmp_path / "nowhere")
+    cfg.write_text(yaml.safe_dump(raw))
+    missing = ringfeed("validate", str(cfg), "--role", "producer")
+    assert missing.returncode == 2 and "client.key_secret is missing" in missing.stderr
