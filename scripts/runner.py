@@ -36,6 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 # A trainer spends its first ~10-30 s importing TensorFlow and compiling on 2 cores.
 DEFAULT_TIMEOUT_S = 120.0
 WATCH_POLL_S = 0.2
+# A local pool whose workers all lost a stager that is still running (it was paused
+# past producers.orphan_s) exits 1; the launcher starts it again this many times.
+POOL_RESTARTS = 3
 
 
 class RunError(RuntimeError):
@@ -73,6 +76,7 @@ class Run:
         self.clients: list[BatchClient] = []
         self.launches = 0
         self.failure: tuple[str, int] | None = None
+        self.pool_restarts = 0
         # Extra arguments of some verbs (a training worker's --worker, --cluster).
         self.verb_args: dict[str, list[str]] = {}
 
@@ -122,6 +126,8 @@ class Run:
         stager_gone_at: float | None = None
         while True:
             codes = {verb: proc.poll() for verb, proc in self.procs.items()}
+            if self._restart_pool(codes, stop):
+                continue
             for verb, code in codes.items():
                 if code not in (None, 0) and self.failure is None:
                     self.failure = (verb, exit_code(code))
@@ -141,6 +147,24 @@ class Run:
             failed = [(v, exit_code(p.returncode)) for v, p in self.procs.items() if p.returncode]
             self.failure = failed[0] if failed else None
         return self.failure[1] if self.failure else 0
+
+    def _restart_pool(self, codes: dict[str, int | None], stop: StopFlag | None) -> bool:
+        """Start the local pool again when it exited orphaned (code 1) while the stager
+        runs, up to POOL_RESTARTS times; True if it did. Any other exit of the pool is
+        left to watch: 0 at the run's end, 2 when refused, a failure otherwise."""
+        if codes.get("producers") != 1 or codes.get("stager", 0) is not None:
+            return False
+        if (stop is not None and stop.is_set()) or self.pool_restarts >= POOL_RESTARTS:
+            if self.pool_restarts >= POOL_RESTARTS:
+                log.error("the producer pool lost its stager %d times; ending the run",
+                          self.pool_restarts + 1)  # fmt: skip
+            return False
+        self.pool_restarts += 1
+        log.warning("the producer pool exited: its workers lost the stager, which still "
+                    "runs (paused?); starting it again (%d/%d)", self.pool_restarts,
+                    POOL_RESTARTS)  # fmt: skip
+        self.start("producers")
+        return True
 
     def stop(self, grace_s: float | None = None) -> None:
         """SIGTERM everything alive, SIGKILL after the grace; idempotent."""

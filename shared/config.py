@@ -189,6 +189,12 @@ class TrainConfig:
     # TF intra-op threads of a CPU trainer; 0: every core (README: "The CPU trainer").
     cpu_threads: int = 0
     collective_timeout_s: float = 120.0  # --worker K/N: longest wait on a peer, then exit 1
+    # Longest a consumer (the trainer, ring_dataset) waits for the stager's WELCOME, s.
+    connect_timeout_s: float = 60.0
+    # Longest a consumer waits for a batch before it ends, saying whether the stager is
+    # alive (it warns every minute meanwhile), seconds: the first batch of a cold cache
+    # on slow producers is the worst case.
+    data_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,8 @@ def _validate_trainer(cfg: Config) -> None:
     check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
     check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
     check(cfg.train.collective_timeout_s > 0, "train.collective_timeout_s", "must be > 0")
+    for key in ("connect_timeout_s", "data_timeout_s"):
+        check(getattr(cfg.train, key) > 0, f"train.{key}", "must be > 0")
     check(cfg.devices.cpu_replicas >= 1, "devices.cpu_replicas", "must be >= 1")
     model = cfg.devices.model
     check(len(set(model)) == len(model) and all(g >= 0 for g in model), "devices.model",

@@ -51,6 +51,29 @@ def test_a_feeder_that_raises_reaches_the_trainer_loop(tmp_path: Path) -> None:
         assert not feeder.is_alive()
 
 
+def test_a_trainer_without_batches_ends_in_the_configured_time_saying_why(
+    tmp_path: Path,
+) -> None:
+    """No producer ever joins: the trainer's feeder used to wait a fixed 300 s and say
+    'stager lost' even when the stager was fine. It waits train.data_timeout_s and
+    says the stager is alive and its producers are not delivering; once the stager is
+    SIGKILLed, the verdict says it is gone."""
+    cfg_path = small(tmp_path, items=100, train={"data_timeout_s": 2.0})
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        feeder = Feeder(cfg, run_id, 0, 0, "/CPU:0", StopFlag())
+        t0 = time.monotonic()
+        feeder.start()
+        with pytest.raises(TimeoutError, match="stager \\(pid \\d+\\) is alive but sent no batch"):
+            feeder.get()
+        assert time.monotonic() - t0 < 20
+        run.signal("stager", signal.SIGKILL)
+        run.wait("stager", 10)
+        assert "is gone" in feeder.client.stager_verdict(2.0)
+        feeder.finish(False, timeout_s=5)
+
+
 def ringfeed_run(config: Path, run_id: str, log: Path) -> subprocess.Popen:
     with log.open("w") as out:
         return subprocess.Popen(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from shared import protocol as p
 from shared.config import endpoints, load_config
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port
+from tests.polling import wait_for
 from tests.processes import send_signal
 from tests.runs import Run, finish, rid, small
 
@@ -167,3 +169,35 @@ def test_the_only_producer_stopped_past_its_orphan_time_comes_back(tmp_path: Pat
     assert stopped, "the producer was never stopped"
     assert_exactly_once(items, cfg, n)
     assert "did not run for" in logs and "lost its stager" not in logs, logs
+
+
+def test_a_pool_orphaned_by_a_paused_stager_is_started_again_and_the_run_completes(
+    tmp_path: Path,
+) -> None:
+    """The stager SIGSTOPped past producers.orphan_s: every worker exits as an orphan
+    and the pool exits 1 while the stager still runs. The launcher used to end the run
+    (or, before, carry on with no producers); it starts the pool again, and once the
+    stager continues the run delivers its epoch."""
+    n = 600
+    config = small(tmp_path, items=n, producers={"workers": 2, "orphan_s": ORPHAN_S})
+    with Run(config, rid(), tmp_path) as run:
+        run.verb_args["drain"] = ["--step-s", "0.05"]  # 75 batches: ~4 s of run
+        run.start_all("drain")
+        stager = run.procs["stager"]
+
+        def pause_the_stager() -> None:
+            wait_for(lambda: "joined" in run.logs(tail=100_000), 60, "a producer joined")
+            stager.send_signal(signal.SIGSTOP)
+            try:  # the workers' orphan time passes, the pool exits, watch starts it again
+                wait_for(lambda: run.pool_restarts, ORPHAN_S + 30, "the pool started again")
+            finally:
+                stager.send_signal(signal.SIGCONT)
+
+        pauser = threading.Thread(target=pause_the_stager)
+        pauser.start()
+        code = run.watch()
+        pauser.join()
+        logs = run.logs(tail=100_000)
+    assert code == 0, logs
+    assert run.pool_restarts == 1 and f"drained {n // 8} batches" in logs, logs
+    assert "lost its stager" in logs  # the first pool's workers, as orphans
