@@ -114,6 +114,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = StopFlag().install()
     print(f"launch: run {run_id} with {args.config}")
     print(f"launch: watch it with scripts/launch.sh inspect --run-id {run_id}")
+    if args.consumer == "none":
+        print(f"launch: the data side only: consume it with ring_dataset(load_config("
+              f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
+              "of the plan (stager.epochs), or on Ctrl-C")  # fmt: skip
     with Run(Path(args.config), run_id) as run:
         run.verb_args = {"stager": worker_args[:2], "trainer": worker_args}
         run.start_all(args.consumer)
@@ -374,7 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run")
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
     r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
-    r.add_argument("--consumer", choices=("trainer", "drain"), default="trainer")
+    r.add_argument(
+        "--consumer", choices=("trainer", "drain", "none"), default="trainer",
+        help="none: only the data side, for your own ring_dataset loop (README)",
+    )  # fmt: skip
     r.set_defaults(fn=cmd_run)
     add_worker_options(r)
     verb("stager", cmd_stager).add_argument("--worker", default="", help="serve shard K/N")

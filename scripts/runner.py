@@ -104,8 +104,11 @@ class Run:
         return proc
 
     def start_all(self, consumer: str = "trainer") -> None:
+        """The stager, the producer pool and the consumer verb ("none": a consumer of
+        the user's own, e.g. ring_dataset in their process)."""
         for verb in ("stager", "producers", consumer):
-            self.start(verb)
+            if verb != "none":
+                self.start(verb)
 
     def wait(self, verb: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
         """The exit code of `verb`; RunError with the logs if it runs past timeout_s."""
