@@ -2,7 +2,7 @@
 # Start, watch and stop a ringfeed run. Thin: every process is a `ringfeed` verb.
 #
 #   scripts/launch.sh                                  train on configs/demo.yaml
-#   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain] [--inspect]
+#   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain|none] [--inspect]
 #                     [--worker K/N --cluster HOST:PORT,...]   training worker K of N
 #   scripts/launch.sh producers CONFIG --connect tcp://HEAD:PORT [--workers N]
 #                                                      producers only (another host)
@@ -28,7 +28,7 @@ cmd_run() {
       *) args+=("$(abspath "$1")"); shift ;;
     esac
   done
-  cd "$ROOT" || exit 1
+  # No cd: runs/ and .cache/ land in the working directory (README, "Configuration").
   if [ "$inspect" = 0 ]; then
     exec "$PY" -m scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
   fi
@@ -62,9 +62,9 @@ case "$verb" in
   producers)
     config=$(abspath "$1")
     shift
-    cd "$ROOT" && exec "$PY" -m scripts.cli producers "$config" --run-id remote --remote "$@"
+    exec "$PY" -m scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
-  inspect) cd "$ROOT" && exec "$PY" -m scripts.cli inspect "$@" ;;
+  inspect) exec "$PY" -m scripts.cli inspect "$@" ;;
   -h|--help|help) sed -n '2,13p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac

@@ -91,14 +91,16 @@ class Run:
         self.launches += 1
         cmd = [sys.executable, "-m", "scripts.cli", verb, str(self.config)]
         cmd += ["--run-id", self.run_id, *self.verb_args.get(verb, []), *extra]
-        # die_with_parent: a launcher killed with SIGKILL takes its run down with it.
+        # die_with_parent: a launcher killed with SIGKILL takes its run down with it. The
+        # children share the launcher's working directory: outputs (run_root, the cache)
+        # are relative to it.
         if self.log_dir is None:
-            proc = subprocess.Popen(cmd, cwd=REPO, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent)
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
                 proc = subprocess.Popen(
-                    cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+                    cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
                 )
         self.procs[verb] = proc
         return proc

@@ -295,7 +295,14 @@ class Config:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        """YAML that means the same wherever it is loaded from: relative input paths
+        (INPUT_PATH_KEYS, relative to the working directory in a Config) are written
+        absolute, as load_config would read them relative to the file's folder."""
+        raw = self.to_dict()
+        for section, key in INPUT_PATH_KEYS:
+            if raw[section][key]:
+                raw[section][key] = str(Path(raw[section][key]).absolute())
+        return yaml.safe_dump(raw, sort_keys=False)
 
 
 # ---------------------------------------------------------------- loading
@@ -310,8 +317,16 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
     return build(Config, raw)
 
 
+# Keys naming inputs that travel with a config file: a relative path written in the
+# file is relative to the file's folder, so a config works from any working directory.
+# Where outputs go (run_root, features.cache_dir) stays relative to the working
+# directory: runs and caches land where you run, never inside an installed package.
+INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"))
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read a YAML file into a validated Config; errors name the file and key."""
+    """Read a YAML file into a validated Config; errors name the file and key. Relative
+    INPUT_PATH_KEYS written in the file become absolute, from the file's folder."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -319,6 +334,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if isinstance(raw, dict):
+        for section, key in INPUT_PATH_KEYS:
+            part = raw.get(section)
+            value = part.get(key) if isinstance(part, dict) else None
+            if isinstance(value, str) and value and not Path(value).is_absolute():
+                part[key] = str(path.absolute().parent / value)
     try:
         return config_from_dict(raw)
     except ConfigError as exc:
