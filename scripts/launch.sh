@@ -30,7 +30,7 @@ cmd_run() {
   done
   # No cd: runs/ and .cache/ land in the working directory (README, "Configuration").
   if [ "$inspect" = 0 ]; then
-    exec "$PY" -m scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
+    exec "$PY" -m ringfeed.scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
   fi
   run_id=${run_id:-$(date +%Y%m%d-%H%M%S)-$$}
   # The run logs to a file the inspector shows under its screen: a redraw every
@@ -38,7 +38,7 @@ cmd_run() {
   local log_dir=${RINGFEED_RUNTIME_DIR:-/tmp}/ringfeed-$(id -u)
   mkdir -p -m 700 "$log_dir"
   local log=$log_dir/$run_id.log
-  "$PY" -m scripts.cli run "${args[@]}" --run-id "$run_id" >"$log" 2>&1 &
+  "$PY" -m ringfeed.scripts.cli run "${args[@]}" --run-id "$run_id" >"$log" 2>&1 &
   local pid=$!
   trap 'kill -TERM "$pid" 2>/dev/null' INT TERM
   echo "launch: run $run_id starting (its log: $log)"
@@ -47,7 +47,7 @@ cmd_run() {
   while kill -0 "$pid" 2>/dev/null && ! [ -e "/dev/shm/ringfeed-$(id -u)-$run_id-samples" ]; do
     sleep 0.5
   done
-  kill -0 "$pid" 2>/dev/null && "$PY" -m scripts.cli inspect --run-id "$run_id" --log "$log"
+  kill -0 "$pid" 2>/dev/null && "$PY" -m ringfeed.scripts.cli inspect --run-id "$run_id" --log "$log"
   wait "$pid"
   local code=$?
   echo "--- the run's log ($log), last lines:"
@@ -62,9 +62,9 @@ case "$verb" in
   producers)
     config=$(abspath "$1")
     shift
-    exec "$PY" -m scripts.cli producers "$config" --run-id remote --remote "$@"
+    exec "$PY" -m ringfeed.scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
-  inspect) exec "$PY" -m scripts.cli inspect "$@" ;;
+  inspect) exec "$PY" -m ringfeed.scripts.cli inspect "$@" ;;
   -h|--help|help) sed -n '2,13p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac

@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Config, ConfigError
-from shared.config_checks import is_loopback
+from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.config_checks import is_loopback
 
 # Audio files whose headers are read, spread over the dataset.
 AUDIO_SAMPLE = 8
@@ -41,7 +41,7 @@ def preflight(cfg: Config, role: str = "head") -> list[Finding]:
 
 
 def _rings(cfg: Config) -> list[Finding]:
-    from shared.ring import check_rings_fit
+    from ringfeed.shared.ring import check_rings_fit
 
     try:
         check_rings_fit(cfg)
@@ -52,7 +52,7 @@ def _rings(cfg: Config) -> list[Finding]:
 
 def _model(cfg: Config) -> list[Finding]:
     """The default model's model.kwargs (another factory checks its own when it runs)."""
-    from consumer.trainer.model_kwargs import DEFAULT_FACTORY, default_model_kwargs
+    from ringfeed.consumer.trainer.model_kwargs import DEFAULT_FACTORY, default_model_kwargs
 
     if cfg.model.factory != DEFAULT_FACTORY:
         return []
@@ -64,7 +64,7 @@ def _model(cfg: Config) -> list[Finding]:
 
 
 def _dataset(cfg: Config) -> list[Finding]:
-    from shared.dataset import DatasetError, dataset_index
+    from ringfeed.shared.dataset import DatasetError, dataset_index
 
     if cfg.data.format == "synthetic":
         return []
@@ -132,7 +132,7 @@ def _cache(cfg: Config) -> list[Finding]:
 
 
 def _keys(cfg: Config) -> list[Finding]:
-    from shared.keys import KeysError, load_server
+    from ringfeed.shared.keys import KeysError, load_server
 
     t = cfg.transport
     if t.kind != "tcp" or (not t.keys_dir and is_loopback(t.host)):
@@ -147,7 +147,7 @@ def _keys(cfg: Config) -> list[Finding]:
 def _client_keys(cfg: Config) -> list[Finding]:
     """A producer host connects over tcp with this host's key pair and the server's
     public key (the bundle `ringfeed keys DIR --client NAME` made for it)."""
-    from shared.keys import KeysError, load_client
+    from ringfeed.shared.keys import KeysError, load_client
 
     t = cfg.transport
     if t.kind != "tcp":
@@ -165,7 +165,7 @@ def _client_keys(cfg: Config) -> list[Finding]:
 def _devices(cfg: Config) -> list[Finding]:
     if cfg.features.device != "stager":
         return []
-    from consumer.devices import count_gpus
+    from ringfeed.consumer.devices import count_gpus
 
     n_gpus, why = count_gpus()
     if n_gpus:

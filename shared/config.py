@@ -19,9 +19,10 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
-from shared.config_corpus import DataConfig, TextConfig
-from shared.schema import ConfigError, build
+from ringfeed.shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
+from ringfeed.shared.config_corpus import DataConfig, TextConfig
+from ringfeed.shared.config_model import DevicesConfig, ModelConfig, TrainConfig
+from ringfeed.shared.schema import ConfigError, build
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
@@ -162,50 +163,6 @@ class TransportConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    # "module:function", called as function(cfg, **kwargs) by the trainer.
-    factory: str = "consumer.trainer.model:build_default_model"  # model_kwargs.DEFAULT_FACTORY
-    # The factory's own hyper-parameters; it checks them (the default model's:
-    # d_model, n_layers, kernel_size, dropout, consumer/trainer/model.py).
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    # Training steps of a run (a resume counts from its checkpoint).
-    steps: int = 300
-    # Adam's learning rate.
-    learning_rate: float = 1e-3
-    # Steps between checkpoints (SIGTERM and Ctrl-C also save one).
-    checkpoint_every: int = 100
-    # Steps between loss lines in the log.
-    log_every: int = 10
-    # float16 compute on a GPU (ignored on the CPU).
-    mixed_precision: bool = True
-    # Compile the train step with XLA (one program per batch shape).
-    jit_compile: bool = True
-    # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
-    log_batches: bool = False
-    # TF intra-op threads of a CPU trainer; 0: every core (README: "The CPU trainer").
-    cpu_threads: int = 0
-    collective_timeout_s: float = 120.0  # --worker K/N: longest wait on a peer, then exit 1
-    # Longest a consumer (the trainer, ring_dataset) waits for the stager's WELCOME, s.
-    connect_timeout_s: float = 60.0
-    # Longest a consumer waits for a batch before it ends, saying whether the stager is
-    # alive (it warns every minute meanwhile), seconds: the first batch of a cold cache
-    # on slow producers is the worst case.
-    data_timeout_s: float = 300.0
-
-
-@dataclass(frozen=True)
-class DevicesConfig:
-    # The stager's GPU (with two or more GPUs).
-    stager_gpu: int = 0
-    model: tuple[int, ...] = ()  # the model's GPUs, a replica each; (): all but stager_gpu
-    cpu_replicas: int = 1  # model replicas without a GPU: logical CPU devices
-
-
-@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     text: TextConfig = field(default_factory=TextConfig)
@@ -317,10 +274,8 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
     return build(Config, raw)
 
 
-# Keys naming inputs that travel with a config file: a relative path written in the
-# file is relative to the file's folder, so a config works from any working directory.
-# Where outputs go (run_root, features.cache_dir) stays relative to the working
-# directory: runs and caches land where you run, never inside an installed package.
+# Inputs travel with a config file: relative to its folder. Outputs (run_root, the
+# cache) stay relative to the working directory: they land where you run.
 INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"))
 
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex, dataset_index
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex, dataset_index
 
 # Hex characters of each part's hash: 64 bits, enough to tell two versions apart.
 PLAN_HASH_HEX = 16

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.config import (
+from ringfeed.shared.config import (
     Config,
     ConfigError,
     config_from_dict,
@@ -15,8 +15,8 @@ from shared.config import (
     replace,
     run_dir,
 )
-from shared.config_checks import MOVED_KEYS
-from shared.ring import check_rings_fit, slot_bytes
+from ringfeed.shared.config_checks import MOVED_KEYS
+from ringfeed.shared.ring import check_rings_fit, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,7 +161,7 @@ def test_shipped_configs_load_and_every_key_is_read(path: Path) -> None:
 
 
 def test_the_config_reference_in_the_repository_is_current_and_explains_every_key() -> None:
-    from shared.config_reference import REFERENCE, reference_markdown, reference_rows
+    from ringfeed.shared.config_reference import REFERENCE, reference_markdown, reference_rows
 
     rows = reference_rows()
     assert len(rows) > 60 and all(meaning for *_, meaning in rows), [

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -14,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from consumer.tools.diagnosis import diagnose
-from consumer.tools.inspector import Inspector
-from consumer.tools.screen import render
-from consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
-from scripts.runner import REPO
-from shared.ring import Ring, SlotState, shown_state
-from shared.stats import (
+from ringfeed.consumer.tools.diagnosis import diagnose
+from ringfeed.consumer.tools.inspector import Inspector
+from ringfeed.consumer.tools.screen import render
+from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.ring import Ring, SlotState, shown_state
+from ringfeed.shared.stats import (
     CrashReport,
     Padding,
     ProducerStats,
@@ -28,6 +27,7 @@ from shared.stats import (
     TrainerReport,
     UnlistedProducers,
 )
+from tests.processes import CLI
 from tests.runs import Run, rid, shm_segments, small
 
 
@@ -220,17 +220,7 @@ SETTLED_STEPS = 5
 def _inspect_json(run: Run) -> dict[str, Any]:
     """`ringfeed inspect --json` as a user runs it."""
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scripts.cli",
-            "inspect",
-            "--run-id",
-            run.run_id,
-            "--json",
-            "--config",
-            str(run.config),
-        ],
+        [*CLI, "inspect", "--run-id", run.run_id, "--json", "--config", str(run.config)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import REPO
+from ringfeed.scripts.runner import REPO
 
 SECTION = "## Bring your own data"
 

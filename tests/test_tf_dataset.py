@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from producer.sources import check_synthetic_rows
-from shared.config import load_config
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.shared.config import load_config
+from tests.processes import CLI
 from tests.runs import Run, shm_segments, write_config
 
 tf = pytest.importorskip("tensorflow")
 
-from consumer.client.tf_dataset import ring_dataset  # noqa: E402
+from ringfeed.consumer.client.tf_dataset import ring_dataset  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
@@ -55,11 +56,10 @@ def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) 
     Keras model.fit over ring_dataset is the consumer, and the end of its plan (one
     epoch here) ends the run: the launcher exits 0, nothing left in /dev/shm."""
     import subprocess
-    import sys
 
     import numpy as np
 
-    from scripts.runner import REPO
+    from ringfeed.scripts.runner import REPO
 
     n, rows = 24, 4
     config = write_config(tmp_path, {
@@ -70,7 +70,7 @@ def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) 
     })  # fmt: skip
     cfg, run_id = load_config(config), f"none-{uuid.uuid4().hex[:6]}"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "scripts.cli", "run", str(config), "--consumer", "none",
+        [*CLI, "run", str(config), "--consumer", "none",
          "--run-id", run_id], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)  # fmt: skip
     seen: list[int] = []

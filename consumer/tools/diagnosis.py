@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from consumer.tools.snapshot import InspectorSnapshot
-    from shared.stats import StagerStats, TrainerReport
+    from ringfeed.consumer.tools.snapshot import InspectorSnapshot
+    from ringfeed.shared.stats import StagerStats, TrainerReport
 
 STAGES = ("stale", "starting", "no-consumer", "stuck-producer", "producers", "stager", "trainer")
 # The stager publishes stats every 0.5 s: older ones mean it is stuck, stopped or gone.
@@ -201,6 +201,16 @@ def _ready_but_no_batch(
     )
 
 
+def _stuck_trainer(age_s: float, batch_ready: int, ring_line: str) -> Diagnosis:
+    return Diagnosis(
+        "trainer",
+        [f"no trainer step for {age_s:.0f} s while {batch_ready} batch(es) wait for it: "
+         "it is stuck in a step, compiling, or stopped", ring_line],
+        "read the trainer's log (XLA compiles each new batch shape once: a long first "
+        "step of a bucket is normal)",
+    )  # fmt: skip
+
+
 def diagnose(snap: InspectorSnapshot) -> Diagnosis:
     """Name the stage that limits the run now; pure, called by the inspector each refresh."""
     ring, stats = snap.ring, snap.stats
@@ -228,13 +238,7 @@ def diagnose(snap: InspectorSnapshot) -> Diagnosis:
     if trainer_stale(snap):
         age = trainer_age_s(snap) or 0.0
         if batch_ready:
-            return Diagnosis(
-                "trainer",
-                [f"no trainer step for {age:.0f} s while {batch_ready} batch(es) wait for it: "
-                 "it is stuck in a step, compiling, or stopped", ring_line],
-                "read the trainer's log (XLA compiles each new batch shape once: a long "
-                "first step of a bucket is normal)",
-            )  # fmt: skip
+            return _stuck_trainer(age, batch_ready, ring_line)
         wait, wait_line = None, f"no trainer step for {age:.0f} s: it waits for data"
     elif wait is None and batch_ready < batch_slots:
         return Diagnosis("starting", ["no trainer step reported yet", ring_line], "wait")
