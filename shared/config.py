@@ -279,9 +279,9 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
 INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"))
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read a YAML file into a validated Config; errors name the file and key. Relative
-    INPUT_PATH_KEYS written in the file become absolute, from the file's folder."""
+def read_raw(path: str | os.PathLike[str]) -> Any:
+    """A config file's YAML as plain data, its relative INPUT_PATH_KEYS made absolute
+    from the file's folder (for a tool that edits a config and writes it elsewhere)."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -289,12 +289,18 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if isinstance(raw, dict):
-        for section, key in INPUT_PATH_KEYS:
-            part = raw.get(section)
-            value = part.get(key) if isinstance(part, dict) else None
-            if isinstance(value, str) and value and not Path(value).is_absolute():
-                part[key] = str(path.absolute().parent / value)
+    for section, key in INPUT_PATH_KEYS if isinstance(raw, dict) else ():
+        part = raw.get(section)
+        value = part.get(key) if isinstance(part, dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            part[key] = str(path.absolute().parent / value)
+    return raw
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read a YAML file into a validated Config (read_raw); errors name the file and key."""
+    path = Path(path)
+    raw = read_raw(path)
     try:
         return config_from_dict(raw)
     except ConfigError as exc:
