@@ -93,6 +93,22 @@ class ProducersConfig:
 
 
 @dataclass(frozen=True)
+class BalanceConfig:
+    # Balanced epochs (README, "Balanced epochs"; consumer/stager/balance.py): off, or
+    # the groups whose share of every epoch is set, without replacement.
+    by: Literal["off", "language", "speaker"] = "off"
+    # Group g weighs weights[g] x (its clips) ** temperature: 1 = as in the data, 0 =
+    # uniform (every group the same share), between flattens (0.3 as in mT5).
+    temperature: float = 1.0
+    # Multipliers by group name (a language code or a speaker name); unnamed groups 1.
+    weights: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def on(self) -> bool:
+        return self.by != "off"
+
+
+@dataclass(frozen=True)
 class StagerConfig:
     batch_size: int = 32
     batch_slots: int = 3
@@ -110,6 +126,7 @@ class StagerConfig:
     # Mel frames per batch (rows x bucket length). 0 = batch_size x max_frames: no
     # bucket's batch is larger than the fixed shape's.
     batch_frames: int = 0
+    balance: BalanceConfig = field(default_factory=BalanceConfig)
 
     @property
     def bucketed(self) -> bool:
