@@ -86,6 +86,13 @@ class Shard:
         """The run id of worker 0, whose checkpoints every worker resumes from."""
         return run_id if self.count == 1 else run_id.removesuffix(f"-w{self.index}") + "-w0"
 
+    def chief_run_ids(self, run_id: str) -> tuple[str, str]:
+        """The chief's run id, then the chief's under the other layout (one worker: base;
+        several: base-w0): where a run resumed with another number of workers finds its
+        checkpoints (consumer/trainer/trainer.py)."""
+        chief = self.chief_run_id(run_id)
+        return chief, chief.removesuffix("-w0") if self.count > 1 else f"{run_id}-w0"
+
     def rows(self, global_rows: int) -> int:
         """Rows of a worker's batch for a global batch of `global_rows`: ceil(rows / N)."""
         return -(-global_rows // self.count)

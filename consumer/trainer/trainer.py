@@ -144,6 +144,22 @@ def build_step(
     return plan, policy, model, optimizer, step_fn
 
 
+def chief_dir(cfg: Config, shard: Shard, run_id: str) -> Path:
+    """The run directory whose checkpoints this worker resumes: the chief's, or, when it
+    has none and the chief's of the other layout has (base for one worker, base-w0 for
+    several), that one: the run resumed with another number of workers, which
+    continues the same global plan at the same global position (plan.py ShardPlan)."""
+    ours, other = (run_dir(cfg, r) for r in shard.chief_run_ids(run_id))
+    if has_checkpoint(ours) or not has_checkpoint(other):
+        return ours
+    log.info("resuming %s from %s: the run had another number of workers", ours, other)
+    return other
+
+
+def has_checkpoint(directory: Path) -> bool:
+    return any((directory / "checkpoints").glob("ckpt-*.index"))
+
+
 def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
           shard: Shard = ONE_WORKER, cluster: tuple[str, ...] = ()) -> Session:  # fmt: skip
     """Build everything the loop needs; called once by main. new_plan: if the plan
@@ -155,7 +171,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
     directory = run_dir(cfg, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     checkpoints = CheckpointManager(directory, model, optimizer)
-    chief = run_dir(cfg, shard.chief_run_id(run_id))
+    chief = chief_dir(cfg, shard, run_id)
     source = checkpoints if chief == directory else CheckpointManager(chief, model, optimizer)
     step, cursor = restore(cfg, source)
     if shard.count > 1:
