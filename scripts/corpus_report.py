@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import soundfile as sf
 
+from consumer.stager.balance import balance_lines
 from shared.config import Config
 from shared.dataset import DatasetEntry, dataset_index
 from shared.id_tables import corpus_tables
@@ -148,6 +149,7 @@ def corpus_check(cfg: Config) -> CorpusReport:
         lines.append(f"    skip {n:8d} {rules[rule].name}: {rules[rule].fix}")
     if multichannel:
         lines.append(f"    {multichannel} clips have more than one channel (mixed down to mono)")
+    lines += balance_lines(cfg, index, tables)
     alphabet = cfg.text.alphabet
     lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
                  f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip

@@ -28,7 +28,9 @@ class Corpus:
     buckets: list[Bucket]
 
 
-def lopsided_corpus(n: int, seed: int = 0) -> Corpus:
+def lopsided_corpus(n: int, seed: int = 0, batch_frames: int = BATCH_FRAMES) -> Corpus:
+    """n clips; buckets BUCKET_FRAMES with batch_frames // frames rows and the text
+    length of their longest clip (as buckets.make_buckets makes them)."""
     rng = np.random.default_rng(seed)
     counts = np.floor(np.array(LANGUAGE_SHARES) * n).astype(np.int64)
     counts[0] += n - counts.sum()
@@ -44,12 +46,10 @@ def lopsided_corpus(n: int, seed: int = 0) -> Corpus:
     mean = np.array(MEAN_FRAMES, np.float64)[language]
     frames = np.clip(rng.lognormal(np.log(mean), 0.35), 40, 800).astype(np.int32)
     text = np.clip(frames // 4, 4, 200).astype(np.int32)
-    buckets = [Bucket(f, 200, BATCH_FRAMES // f) for f in BUCKET_FRAMES]
-    return Corpus(
-        Groups(language, ("a", "b", "c")),
-        Groups(speaker, tuple(names)),
-        frames,
-        text,
-        assign(frames, list(BUCKET_FRAMES)),
-        buckets,
-    )
+    of_bucket = assign(frames, list(BUCKET_FRAMES))
+    longest = np.zeros(len(BUCKET_FRAMES), np.int64)
+    np.maximum.at(longest, of_bucket, text)
+    buckets = [Bucket(f, int(-(-max(1, t) // 8) * 8), max(1, batch_frames // f))
+               for f, t in zip(BUCKET_FRAMES, longest, strict=True)]  # fmt: skip
+    languages = Groups(language, ("a", "b", "c"))
+    return Corpus(languages, Groups(speaker, tuple(names)), frames, text, of_bucket, buckets)

@@ -5,6 +5,9 @@ training workers that continues the same global batches."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -19,14 +22,17 @@ from consumer.stager.balance import (
 from consumer.stager.buckets import Bucket
 from consumer.stager.plan import EpochPlan, Shard, ShardPlan
 from consumer.stager.stager import make_plan
-from shared.config import config_from_dict
+from scripts.corpus_report import corpus_check
+from shared.config import config_from_dict, load_config
 from shared.dataset import dataset_index
 from shared.fingerprint import PLAN_PARTS, plan_changes
+from shared.id_tables import corpus_tables
 from shared.process import StopFlag
 from shared.schema import ConfigError
 from tests.corpus_files import WAVS, write_manifest
 from tests.lopsided import lopsided_corpus
 from tests.plan_walk import batches
+from tests.runs import SYNTHETIC, Run, batch_records, rid, shm_segments, workers, write_config
 
 N_ITEMS = 6000
 SEED = 11
@@ -225,3 +231,77 @@ def test_the_stager_plan_balances_and_its_fingerprint_names_the_balance(tmp_path
 def test_a_bad_balance_key_is_named(balance: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         config_from_dict({"stager": {"balance": balance}})
+
+
+def test_validate_prints_the_epoch_and_every_groups_quota(tmp_path) -> None:
+    cfg = manifest_config(tmp_path, by="speaker", temperature=0.0, weights={"cy": 2.0})
+    lines = corpus_check(cfg).lines
+    at = next(k for k, line in enumerate(lines) if line.startswith("  balance"))
+    assert "by speaker, temperature 0: 12 positions an epoch" in lines[at]
+    assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 4]] == [
+        "cy: 6 of 1 clips", "ann: 3 of 9 clips", "bob: 3 of 2 clips"]  # fmt: skip
+    assert "each clip 6 times" in lines[at + 1] and "each clip 0 or 1 times" in lines[at + 2]
+
+
+def lopsided_run_config(tmp_path) -> Path:
+    """48 clips (the 16 shipped recordings, each under three ids) of speakers ann 36,
+    bob 9 and cy 3, balanced by speaker (uniform: 16 positions each an epoch); clip k's
+    text is k + 1 letters, so a row's text length names its item."""
+    speakers = ["ann"] * 36 + ["bob"] * 9 + ["cy"] * 3
+    lines = [{"audio": str(WAVS / f"LJ001-{k % 16 + 1:04d}.wav"), "text": "a" * (k + 1),
+              "speaker": s, "id": f"c{k}"} for k, s in enumerate(speakers)]  # fmt: skip
+    manifest = write_manifest(tmp_path / "lopsided.jsonl", lines)
+    train = {"steps": 16, "checkpoint_every": 4, "log_every": 4, "jit_compile": False,
+             "log_batches": True, "cpu_threads": 1, "collective_timeout_s": 8.0}  # fmt: skip
+    raw = SYNTHETIC | {
+        "data": {"path": str(manifest), "format": "jsonl"},
+        "features": {"max_frames": 32, "on_too_long": "truncate",
+                     "cache_dir": str(tmp_path / "cache")},
+        "text": {"max_text_len": 64},
+        "stager": {"batch_size": 4, "balance": {"by": "speaker", "temperature": 0.0}},
+        "producers": {"workers": 1},
+        "train": train,
+    }  # fmt: skip
+    return write_config(tmp_path, raw)
+
+
+@pytest.mark.slow
+def test_killed_on_two_workers_resumed_on_one_gives_the_uninterrupted_global_batches(
+    tmp_path,
+) -> None:
+    config = lopsided_run_config(tmp_path)
+    cfg = load_config(config)
+    index = dataset_index(cfg)
+    plan, _, _ = make_plan(cfg, index, tmp_path, StopFlag())
+    expected = {s: sorted(plan.item_at(p) for p in range(4 * (s - 1), 4 * s)) for s in range(1, 17)}
+    base = rid("bal")
+    (tmp_path / "two").mkdir()
+    with workers(config, tmp_path / "two", base) as runs:  # killed mid-epoch 0
+        chief = runs[0]
+        chief.poll_for(lambda: (chief.dir / "checkpoints" / "checkpoint").exists(),
+                       what="the chief's first checkpoint")  # fmt: skip
+        for run in runs:
+            run.signal("trainer", signal.SIGKILL)
+        for run in runs:
+            run.stop()
+        before = [batch_records(run.dir / "batches.jsonl") for run in runs]
+    with Run(config, base, tmp_path) as one:  # one worker takes up the chief's checkpoint
+        one.start_all()
+        assert one.wait_all(timeout_s=120) == {"stager": 0, "producers": 0, "trainer": 0}
+        summary, after = one.json("summary.json"), batch_records(one.dir / "batches.jsonl")
+        assert shm_segments(base) == []
+    resumed = summary["steps"] - summary["steps_this_run"]
+    assert summary["steps"] == 16 and 4 <= resumed < 16, one.logs()
+    got = {}
+    for step in range(1, 17):
+        parts = [r[step] for r in before] if step <= resumed else [after[step]]
+        if step <= resumed:  # rows 0, 2 on worker 0, rows 1, 3 on worker 1
+            assert [len(part["items"]) for part in parts] == [2, 2]
+        for part in parts:  # every row is the item it claims: its text has item + 1 letters
+            assert part["text_lens"] == [item + 2 for item in part["items"]]  # + end token
+        got[step] = sorted(item for part in parts for item in part["items"])
+    assert got == expected
+    tables = corpus_tables(cfg, index)
+    speaker = tables.item_ids(index)[0]
+    epoch_0 = [tables.speakers[speaker[i]] for s in range(1, 13) for i in got[s]]
+    assert [epoch_0.count(name) for name in ("ann", "bob", "cy")] == [16, 16, 16]

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from consumer.stager.buckets import Bucket, BucketPlan, EpochLayout
-from shared.config import BalanceConfig
+from shared.config import BalanceConfig, Config
 from shared.dataset import DatasetIndex
 from shared.id_tables import IdTables
 from shared.language_codes import language_code
@@ -111,14 +111,32 @@ def describe(groups: Groups, quota: np.ndarray, limit: int = MAX_NAMES_SHOWN) ->
     count of the rest (validate, the stager's log)."""
     sizes = groups.sizes
     top = np.argsort(-quota, kind="stable")[:limit]
-    lines = [
-        f"{groups.names[g] or '(unnamed)'}: {int(quota[g])} of {int(sizes[g])} clips"
-        f" (x{quota[g] / max(1, sizes[g]):.2f}, {100 * quota[g] / max(1, quota.sum()):.1f} %)"
-        for g in top
-        if sizes[g]
-    ]
+    lines = []
+    for g in top:
+        if not sizes[g]:
+            continue
+        repeats, more = divmod(int(quota[g]), int(sizes[g]))
+        times = f"{repeats}" if not more else f"{repeats} or {repeats + 1}"
+        lines.append(
+            f"{groups.names[g] or '(unnamed)'}: {int(quota[g])} of {int(sizes[g])} clips"
+            f" ({100 * quota[g] / max(1, quota.sum()):.1f} %, each clip {times} times)"
+        )
     rest = int(np.count_nonzero(sizes)) - len(lines)
     return lines + ([f"... and {rest} more groups"] if rest > 0 else [])
+
+
+def balance_lines(cfg: Config, index: DatasetIndex, tables: IdTables) -> list[str]:
+    """validate's lines: the epoch's length and every group's quota in epoch 0 (later
+    epochs move a group's by at most one: the remainder's draw)."""
+    b = cfg.stager.balance
+    if not b.on:
+        return []
+    groups = plan_groups(b, tables, index)
+    weights = group_weights(groups.sizes, b.temperature, named_weights(b, groups))
+    quota = quotas(weights, index.n_items, cfg.stager.seed, 0)
+    head = (f"  balance       by {b.by}, temperature {b.temperature:g}: {index.n_items} "
+            f"positions an epoch (as many as clips), epoch 0:")  # fmt: skip
+    return [head] + [f"    {line}" for line in describe(groups, quota)]
 
 
 def group_weights(sizes: np.ndarray, temperature: float, weights: Sequence[float]) -> np.ndarray:

@@ -248,7 +248,11 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             record = {"step": s.step, "batch_index": meta.batch_index,
                       "epochs": [meta.first_epoch, meta.epoch],
                       "shape": [meta.rows, meta.frames, meta.text_len]}  # fmt: skip
-            s.batch_log.write(json.dumps(record | {"items": batch.items.tolist()}) + "\n")
+            rows = {
+                "items": batch.items.tolist(),  # and their true text lengths: a row check
+                "text_lens": batch.tensors["text_lens"].numpy()[: meta.n_valid].tolist(),
+            }
+            s.batch_log.write(json.dumps(record | rows) + "\n")
             s.batch_log.flush()
         if s.step % cfg.train.log_every == 0:
             report(s, loss)
