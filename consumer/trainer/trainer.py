@@ -144,28 +144,12 @@ def build_step(
     return plan, policy, model, optimizer, step_fn
 
 
-def chief_dir(cfg: Config, shard: Shard, run_id: str) -> Path:
-    """The run directory whose checkpoints this worker resumes: the chief's, or, when it
-    has none and the chief's of the other layout has (base for one worker, base-w0 for
-    several), that one: the run resumed with another number of workers, which
-    continues the same global plan at the same global position (plan.py ShardPlan)."""
-    ours, other = (run_dir(cfg, r) for r in shard.chief_run_ids(run_id))
-    if has_checkpoint(ours) or not has_checkpoint(other):
-        return ours
-    log.info("resuming %s from %s: the run had another number of workers", ours, other)
-    return other
-
-
-def has_checkpoint(directory: Path) -> bool:
-    return any((directory / "checkpoints").glob("ckpt-*.index"))
-
-
 def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
           shard: Shard = ONE_WORKER, cluster: tuple[str, ...] = ()) -> Session:  # fmt: skip
     """Build everything the loop needs; called once by main. new_plan: if the plan
     changed since the checkpoint, start a new one at its next epoch (else: refused).
     shard, cluster: this worker of several and every worker's host:port."""
-    from consumer.trainer.checkpoint import CheckpointManager
+    from consumer.trainer.checkpoint import CheckpointManager, chief_dir
 
     plan, policy, model, optimizer, step_fn = build_step(cfg, shard, cluster)
     directory = run_dir(cfg, run_id)
