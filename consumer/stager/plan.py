@@ -11,12 +11,15 @@ bucket when buckets are off), and :class:`ShardPlan` keeps the positions of
 worker k: rows k, k + N, k + 2N, ... of every global batch. So the global batch
 j is the union of the workers' batch j, every worker takes the same bucket at
 every step, each worker builds one batch per global batch, and the shards are
-disjoint. Positions stay global: a worker's cursor is a global position, the
-chief's checkpoint serves every worker (each starts at its first position at or
-after it), and resuming stays O(1). The remainder: a global batch with fewer
-than N items (only an epoch's last, leftover batches can be that small) is
-trained by nobody; its items are dropped from that epoch, and since the
-permutation changes every epoch, different items each time (logged at start).
+disjoint. Positions stay global: a worker's cursor is a global position (the
+end of the global batch it last sent), the chief's checkpoint serves every
+worker (each starts at its first position at or after it), and resuming stays
+O(1). The global plan does not depend on the number of workers, so a resume
+with another number continues the same global batches. The remainder: a global
+batch with fewer than N items (only an epoch's last, leftover batches can be
+that small) is trained by nobody; its items are dropped from that epoch, and
+since the permutation changes every epoch, different items each time (logged
+at start).
 """
 
 from __future__ import annotations
