@@ -1,7 +1,7 @@
 """Balanced epochs: padding, useful frames per second, window ratios and plan cost.
 
     .venv/bin/python benchmarks/balance.py [--items 200000] [--rounds 2] [--steps 30]
-    .venv/bin/python benchmarks/balance.py --build 10000000   # plan build time and memory
+    .venv/bin/python benchmarks/balance.py --build 10000000 [--speakers 50000]   # plan cost
 
 On the generated lopsided corpus (tests/lopsided.py: languages 80 / 15 / 5 %,
 Zipf-sized speakers, the rare language speaking longer clips), three plans:
@@ -36,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from consumer.stager.balance import BalancedPlan, group_weights, quotas  # noqa: E402
+from consumer.stager.balance import BalancedPlan, Groups, group_weights, quotas  # noqa: E402
 from consumer.stager.buckets import Bucket, BucketPlan  # noqa: E402
 from tests.lopsided import Corpus, lopsided_corpus  # noqa: E402
 
@@ -163,9 +163,19 @@ def compare(items: int, rounds: int, steps: int) -> None:
               f"{gap:.3f} | {statistics.median(rates[name]):,.0f} ({rounds_shown}) |")  # fmt: skip
 
 
-def build(items: int, rounds: int) -> None:
+def many_speakers(items: int, k: int) -> Groups:
+    """k speakers of Zipf-like sizes (exponent 1.1) over `items` clips."""
+    zipf = 1.0 / np.arange(1, k + 1) ** 1.1
+    of_item = np.random.default_rng(0).choice(k, size=items, p=zipf / zipf.sum())
+    return Groups(of_item.astype(np.int32), tuple(f"s{i}" for i in range(k)))
+
+
+def build(items: int, rounds: int, speakers: int) -> None:
     corpus = lopsided_corpus(items, batch_frames=BATCH_FRAMES)
-    for by, groups in (("language", corpus.languages), ("speaker", corpus.speakers)):
+    cases = [("language", corpus.languages), ("speaker", corpus.speakers)]
+    if speakers:
+        cases.append(("speaker", many_speakers(items, speakers)))
+    for by, groups in cases:
         weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
         times, peaks, kept = [], [], []
         for epoch in range(rounds):
@@ -193,9 +203,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--build", type=int, default=0, help="time one epoch's plan of N items")
+    parser.add_argument("--speakers", type=int, default=0, help="--build: also K Zipf speakers")
     args = parser.parse_args()
     if args.build:
-        build(args.build, args.rounds)
+        build(args.build, args.rounds, args.speakers)
     else:
         compare(args.items, args.rounds, args.steps)
 

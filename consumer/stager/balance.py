@@ -40,6 +40,7 @@ but those last ones is full and of one bucket.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,8 +76,9 @@ class Groups:
     of_item: np.ndarray
     names: tuple[str, ...]
 
-    @property
+    @functools.cached_property
     def sizes(self) -> np.ndarray:
+        """Items per group (int64 [groups]); counted once (bincount casts to int64)."""
         return np.bincount(self.of_item, minlength=len(self.names)).astype(np.int64)
 
 
@@ -173,18 +175,22 @@ def quotas(weights: np.ndarray, total: int, seed: int, epoch: int) -> np.ndarray
 
 def shuffled_groups(groups: Groups, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """(items int32 [n]: every group's items, group after group, each group in its own
-    random order for `epoch`; starts int64 [groups + 1]: where each group begins)."""
+    random order for `epoch`; starts int64 [groups + 1]: where each group begins).
+    One shuffle of all items, then a sort by group that keeps the shuffled order:
+    in-place on one int64 key (group x n + place), so 16 bytes per item at most."""
     n = len(groups.of_item)
+    starts = np.concatenate([[0], np.cumsum(groups.sizes)])
     perm = np.arange(n, dtype=np.int32)
     np.random.default_rng([seed, SHUFFLE_STREAM, epoch]).shuffle(perm)
-    keys = groups.of_item[perm]
-    k = len(groups.names)
-    small = np.uint8 if k <= 2**8 else np.uint16 if k <= 2**16 else None
-    if small is not None:
-        keys = keys.astype(small)  # a radix sort: O(n)
-    items = perm[np.argsort(keys, kind="stable")]
-    starts = np.concatenate([[0], np.cumsum(groups.sizes)])
-    return items, starts
+    key = np.empty(n, np.int64)
+    for lo in range(0, n, CHUNK):
+        hi = min(lo + CHUNK, n)
+        key[lo:hi] = groups.of_item[perm[lo:hi]]
+        key[lo:hi] *= n
+        key[lo:hi] += np.arange(lo, hi)
+    key.sort()
+    key %= n  # the place in perm
+    return perm[key], starts
 
 
 def occurrences(items: np.ndarray, starts: np.ndarray, quota: np.ndarray) -> np.ndarray:
