@@ -1,7 +1,9 @@
 """Balanced epochs (consumer/stager/balance.py) on a generated lopsided corpus, without
 processes: exact quotas, at most once per repeat, the ratios in every window of 10
 batches, determinism, batches of one bucket, and a resume under another number of
-training workers that continues the same global batches."""
+training workers that continues the same global batches; then the stager's plan,
+its fingerprint and validate's lines; and one real run (slow), killed on two
+workers and resumed on one, against the plan's global batches."""
 
 from __future__ import annotations
 
