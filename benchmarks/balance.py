@@ -36,8 +36,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from consumer.stager.balance import BalancedPlan, Groups, group_weights, quotas  # noqa: E402
-from consumer.stager.buckets import Bucket, BucketPlan  # noqa: E402
+from ringfeed.consumer.stager.balance import BalancedPlan, Groups, group_weights, quotas  # noqa: E402
+from ringfeed.consumer.stager.buckets import Bucket, BucketPlan  # noqa: E402
 from tests.lopsided import Corpus, lopsided_corpus  # noqa: E402
 
 SEED = 1234
@@ -100,10 +100,10 @@ def model_step(n_shapes: int):
     import os
 
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    from consumer.devices import configure_tensorflow, plan_device
-    from consumer.trainer import model as model_module
-    from consumer.trainer.train_step import TrainStep, make_optimizer
-    from shared.config import config_from_dict
+    from ringfeed.consumer.devices import configure_tensorflow, plan_device
+    from ringfeed.consumer.trainer import model as model_module
+    from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer
+    from ringfeed.shared.config import config_from_dict
 
     cfg = config_from_dict({
         "stager": {"batch_size": 8, "buckets": [200, 300, 450, 800][-n_shapes:]},

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from num2words import num2words
 
-from shared.language_codes import language_code
+from ringfeed.shared.language_codes import language_code
 
 # Longer digit runs are read digit by digit (num2words overflows past ~10**27).
 MAX_NUMBER_DIGITS = 15

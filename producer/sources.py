@@ -22,9 +22,9 @@ from typing import Protocol
 
 import numpy as np
 
-from producer.sample import Sample
-from shared.config import SOURCE_HOOK_ENV, Config, source_hook
-from shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
+from ringfeed.producer.sample import Sample
+from ringfeed.shared.config import SOURCE_HOOK_ENV, Config, source_hook
+from ringfeed.shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
 
 
 class Source(Protocol):
@@ -180,7 +180,7 @@ class DatasetSource:
     """The real TTS path: dataset entries through producer.pipeline.SamplePipeline."""
 
     def __init__(self, cfg: Config, index: DatasetIndex | None = None) -> None:
-        from producer.pipeline import SamplePipeline
+        from ringfeed.producer.pipeline import SamplePipeline
 
         self.cfg = cfg
         self.index = index if index is not None else dataset_index(cfg)

@@ -32,11 +32,11 @@ import numpy as np
 from num2words import num2words
 from unidecode import unidecode
 
-from producer.normalize import NORMALIZER_VERSION, drop_controls, normalize
-from producer.sample import SkipSample
-from shared.config import Config
-from shared.language_codes import primary
-from shared.text_cache import TextCache
+from ringfeed.producer.normalize import NORMALIZER_VERSION, drop_controls, normalize
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.config import Config
+from ringfeed.shared.language_codes import primary
+from ringfeed.shared.text_cache import TextCache
 
 PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
 FIRST_CHAR_ID = 3
@@ -201,7 +201,7 @@ class TextEncoder:
         self.normalized += 1
         if self.cfg.text.tokens == "phonemes" and out:
             if self._phonemizer is None:
-                from producer.phonemes import Phonemizer
+                from ringfeed.producer.phonemes import Phonemizer
 
                 self._phonemizer = Phonemizer()
             out = self._phonemizer(out, language)

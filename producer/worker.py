@@ -46,18 +46,18 @@ from typing import Any
 
 import zmq
 
-from producer.sample import Sample, SkipSample
-from producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
-from producer.sources import Source, make_source
-from producer.watchdog import SampleTimeout, time_limit
-from shared import protocol as p
-from shared.config import Config
-from shared.content import content_error
-from shared.fingerprint import config_fingerprint
-from shared.keys import ClientKeys, load_client
-from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
-from shared.ring import Ring
-from shared.sockets import make_socket, recv, send
+from ringfeed.producer.sample import Sample, SkipSample
+from ringfeed.producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
+from ringfeed.producer.sources import Source, make_source
+from ringfeed.producer.watchdog import SampleTimeout, time_limit
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config
+from ringfeed.shared.content import content_error
+from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.keys import ClientKeys, load_client
+from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
+from ringfeed.shared.ring import Ring
+from ringfeed.shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +378,7 @@ def run_worker(
     by producer/ray_pool.py with its keys, its place and its own stop flag); returns
     the exit code. busy: a shared double the worker sets while it works on a sample
     (producer/watchdog.py), for its pool's hard bound."""
-    from producer.threads import pin_math_threads
+    from ringfeed.producer.threads import pin_math_threads
 
     pin_math_threads(cfg.producers.math_threads)
     stop = stop or StopFlag().install()

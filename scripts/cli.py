@@ -26,7 +26,7 @@ DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
 
 def _config(path: str):
-    from shared.config import ConfigError, load_config
+    from ringfeed.shared.config import ConfigError, load_config
 
     try:
         return load_config(path)
@@ -37,9 +37,9 @@ def _config(path: str):
 
 def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     """Check what can be checked without starting a run; exit 2 on a fatal finding."""
-    from scripts.preflight import preflight
-    from shared.ring import rings_bytes, slot_bytes
-    from shared.shm import free_shm_bytes
+    from ringfeed.scripts.preflight import preflight
+    from ringfeed.shared.ring import rings_bytes, slot_bytes
+    from ringfeed.shared.shm import free_shm_bytes
 
     cfg = _config(args.config)
     findings = preflight(cfg)
@@ -48,7 +48,7 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
         )
     if cfg.text.tokens == "phonemes":
-        from producer.phonemes import espeak_problem
+        from ringfeed.producer.phonemes import espeak_problem
 
         if problem := espeak_problem():
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
@@ -70,7 +70,7 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
     if cfg.data.format != "synthetic":
-        from scripts.corpus_report import corpus_check
+        from ringfeed.scripts.corpus_report import corpus_check
 
         report = corpus_check(cfg)
         print("\n".join(report.lines))
@@ -83,8 +83,8 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """A whole run on this host, watched until it ends (scripts/launch.sh calls this)."""
-    from scripts.runner import Run
-    from shared.process import StopFlag
+    from ringfeed.scripts.runner import Run
+    from ringfeed.shared.process import StopFlag
 
     if cmd_validate(args, quiet=True) != 0:
         return 2  # the finding said what to change; nothing was started
@@ -111,8 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace):
     """(Shard, the arguments that pass it on to the stager and the trainer) of
     --worker K/N and --cluster; exits 2 when they are malformed."""
-    from consumer.stager.plan import ONE_WORKER, Shard
-    from shared.config import ConfigError
+    from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
+    from ringfeed.shared.config import ConfigError
 
     if not getattr(args, "worker", ""):
         return ONE_WORKER, []
@@ -133,18 +133,18 @@ def _worker(args: argparse.Namespace):
 
 
 def cmd_stager(args: argparse.Namespace) -> int:
-    from consumer.stager.stager import main
+    from ringfeed.consumer.stager.stager import main
 
     return main(_config(args.config), args.run_id, _worker(args)[0])
 
 
 def cmd_producers(args: argparse.Namespace) -> int:
-    from producer.pool import main
-    from shared.config import endpoints
+    from ringfeed.producer.pool import main
+    from ringfeed.shared.config import endpoints
 
     cfg = _config(args.config)
     if args.ray:
-        from producer.ray_pool import main as ray_main
+        from ringfeed.producer.ray_pool import main as ray_main
 
         return ray_main(cfg, args.ray, args.connect)
     endpoint = args.connect or endpoints(cfg, args.run_id).control
@@ -153,7 +153,7 @@ def cmd_producers(args: argparse.Namespace) -> int:
 
 
 def cmd_trainer(args: argparse.Namespace) -> int:
-    from consumer.trainer.trainer import main
+    from ringfeed.consumer.trainer.trainer import main
 
     shard, worker_args = _worker(args)
     cluster = tuple(worker_args[3].split(",")) if worker_args else ()
@@ -163,8 +163,8 @@ def cmd_trainer(args: argparse.Namespace) -> int:
 def cmd_drain(args: argparse.Namespace) -> int:
     """A consumer without a model: frees each batch, optionally after --step-s; 1 if the
     stager refused it (another consumer holds the run)."""
-    from consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
-    from shared.process import StopFlag
+    from ringfeed.consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
+    from ringfeed.shared.process import StopFlag
 
     cfg = _config(args.config)
     stop = StopFlag().install()
@@ -201,7 +201,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from consumer.tools.inspector import main
+    from ringfeed.consumer.tools.inspector import main
 
     return main(
         args.run_id,
@@ -216,9 +216,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     """Build or refresh the length manifest (shared/manifest.py); the stager calls it."""
-    from producer.manifest import build_manifest
-    from shared.dataset import DatasetError
-    from shared.manifest import manifest_path
+    from ringfeed.producer.manifest import build_manifest
+    from ringfeed.shared.dataset import DatasetError
+    from ringfeed.shared.manifest import manifest_path
 
     cfg = _config(args.config)
     try:
@@ -236,8 +236,8 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
     import yaml
 
-    from producer.vocabulary import build_vocabulary
-    from shared.dataset import DatasetError
+    from ringfeed.producer.vocabulary import build_vocabulary
+    from ringfeed.shared.dataset import DatasetError
 
     cfg = _config(args.config)
     try:
@@ -255,7 +255,7 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from shared.keys import generate
+    from ringfeed.shared.keys import generate
 
     bundle = generate(Path(args.dir), args.client)
     print(f"keys in {args.dir}: the stager accepts producer '{args.client}'.")
@@ -265,7 +265,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from shared.segments import remove_dead_sockets, remove_stale_segments
+    from ringfeed.shared.segments import remove_dead_sockets, remove_stale_segments
 
     removed = remove_stale_segments(args.run_id or None)
     sockets = remove_dead_sockets(args.run_id or None)
@@ -362,7 +362,7 @@ def new_run_id() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shared.process import setup_logging
+    from ringfeed.shared.process import setup_logging
 
     args = build_parser().parse_args(argv)
     setup_logging()

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import soundfile as sf
 
-from consumer.stager.balance import balance_lines
-from shared.config import Config
-from shared.dataset import DatasetEntry, dataset_index
-from shared.id_tables import corpus_tables
+from ringfeed.consumer.stager.balance import balance_lines
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetEntry, dataset_index
+from ringfeed.shared.id_tables import corpus_tables
 
 # Speakers listed by name at most; the rest are counted.
 MAX_SPEAKERS_SHOWN = 12
@@ -160,8 +160,8 @@ def vocabulary_check(cfg: Config, entries: tuple[DatasetEntry, ...]) -> list[str
     """Lines saying how many of a sample of the corpus's texts the producers' text rules
     skip (and why), then whether the sample, normalized as the producers will, has
     characters outside text.alphabet (those tokens would be 'unknown')."""
-    from producer.sample import SkipSample
-    from producer.text import TextEncoder  # the producers' own normalizer
+    from ringfeed.producer.sample import SkipSample
+    from ringfeed.producer.text import TextEncoder  # the producers' own normalizer
 
     step = max(1, len(entries) // VOCAB_SAMPLE)
     sample = entries[::step]

@@ -30,14 +30,14 @@ cmd_run() {
   done
   cd "$ROOT" || exit 1
   if [ "$inspect" = 0 ]; then
-    exec "$PY" -m scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
+    exec "$PY" -m ringfeed.scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
   fi
   run_id=${run_id:-$(date +%Y%m%d-%H%M%S)-$$}
-  "$PY" -m scripts.cli run "${args[@]}" --run-id "$run_id" &
+  "$PY" -m ringfeed.scripts.cli run "${args[@]}" --run-id "$run_id" &
   local pid=$!
   trap 'kill -TERM "$pid" 2>/dev/null' INT TERM
   sleep 2
-  "$PY" -m scripts.cli inspect --run-id "$run_id"
+  "$PY" -m ringfeed.scripts.cli inspect --run-id "$run_id"
   wait "$pid"
 }
 
@@ -48,9 +48,9 @@ case "$verb" in
   producers)
     config=$(abspath "$1")
     shift
-    cd "$ROOT" && exec "$PY" -m scripts.cli producers "$config" --run-id remote --remote "$@"
+    cd "$ROOT" && exec "$PY" -m ringfeed.scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
-  inspect) cd "$ROOT" && exec "$PY" -m scripts.cli inspect "$@" ;;
+  inspect) cd "$ROOT" && exec "$PY" -m ringfeed.scripts.cli inspect "$@" ;;
   -h|--help|help) sed -n '2,13p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac

@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Config, ConfigError
-from shared.config_checks import is_loopback
+from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.config_checks import is_loopback
 
 # Audio files whose headers are read, spread over the dataset.
 AUDIO_SAMPLE = 8
@@ -36,7 +36,7 @@ def preflight(cfg: Config) -> list[Finding]:
 
 
 def _rings(cfg: Config) -> list[Finding]:
-    from shared.ring import check_rings_fit
+    from ringfeed.shared.ring import check_rings_fit
 
     try:
         check_rings_fit(cfg)
@@ -47,7 +47,7 @@ def _rings(cfg: Config) -> list[Finding]:
 
 def _model(cfg: Config) -> list[Finding]:
     """The default model's model.kwargs (another factory checks its own when it runs)."""
-    from consumer.trainer.model_kwargs import DEFAULT_FACTORY, default_model_kwargs
+    from ringfeed.consumer.trainer.model_kwargs import DEFAULT_FACTORY, default_model_kwargs
 
     if cfg.model.factory != DEFAULT_FACTORY:
         return []
@@ -59,7 +59,7 @@ def _model(cfg: Config) -> list[Finding]:
 
 
 def _dataset(cfg: Config) -> list[Finding]:
-    from shared.dataset import DatasetError, dataset_index
+    from ringfeed.shared.dataset import DatasetError, dataset_index
 
     if cfg.data.format == "synthetic":
         return []
@@ -127,7 +127,7 @@ def _cache(cfg: Config) -> list[Finding]:
 
 
 def _keys(cfg: Config) -> list[Finding]:
-    from shared.keys import KeysError, load_server
+    from ringfeed.shared.keys import KeysError, load_server
 
     t = cfg.transport
     if t.kind != "tcp" or (not t.keys_dir and is_loopback(t.host)):
@@ -142,7 +142,7 @@ def _keys(cfg: Config) -> list[Finding]:
 def _devices(cfg: Config) -> list[Finding]:
     if cfg.features.device != "stager":
         return []
-    from consumer.devices import count_gpus
+    from ringfeed.consumer.devices import count_gpus
 
     n_gpus, why = count_gpus()
     if n_gpus:

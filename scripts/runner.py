@@ -4,7 +4,7 @@
         run.start_all("trainer")                      # stager, producers, consumer
         code = run.watch(stop)                        # until done, a failure or stop
 
-Each process is ``python -m scripts.cli VERB CONFIG --run-id RID`` started in the
+Each process is ``python -m ringfeed.scripts.cli VERB CONFIG --run-id RID`` started in the
 repository root. Leaving the block SIGTERMs whatever is still alive, SIGKILLs
 it after the grace (``RINGFEED_GRACE_S``, 8 s), then removes the run's
 segments from /dev/shm and its ipc socket files, so a failing test, benchmark
@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from consumer.client.batch_client import BatchClient
-from shared.config import launch_grace_s, load_config, run_dir
-from shared.process import StopFlag, die_with_parent
-from shared.segments import list_segments, socket_files
+from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.shared.config import launch_grace_s, load_config, run_dir
+from ringfeed.shared.process import StopFlag, die_with_parent
+from ringfeed.shared.segments import list_segments, socket_files
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Run:
         """Start `ringfeed VERB CONFIG --run-id RID EXTRA...`; a restarted verb replaces
         the earlier process of that name."""
         self.launches += 1
-        cmd = [sys.executable, "-m", "scripts.cli", verb, str(self.config)]
+        cmd = [sys.executable, "-m", "ringfeed.scripts.cli", verb, str(self.config)]
         cmd += ["--run-id", self.run_id, *self.verb_args.get(verb, []), *extra]
         # die_with_parent: a launcher killed with SIGKILL takes its run down with it.
         if self.log_dir is None:

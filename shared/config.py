@@ -19,9 +19,9 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
-from shared.config_corpus import DataConfig, TextConfig
-from shared.schema import ConfigError, build
+from ringfeed.shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
+from ringfeed.shared.config_corpus import DataConfig, TextConfig
+from ringfeed.shared.schema import ConfigError, build
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
@@ -153,7 +153,9 @@ class TransportConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     # "module:function", called as function(cfg, **kwargs) by the trainer.
-    factory: str = "consumer.trainer.model:build_default_model"  # model_kwargs.DEFAULT_FACTORY
+    factory: str = (
+        "ringfeed.consumer.trainer.model:build_default_model"  # model_kwargs.DEFAULT_FACTORY
+    )
     # The factory's own hyper-parameters; it checks them (the default model's:
     # d_model, n_layers, kernel_size, dropout, consumer/trainer/model.py).
     kwargs: dict[str, Any] = field(default_factory=dict)

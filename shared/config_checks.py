@@ -10,11 +10,11 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING, Any
 
-from shared.language_codes import valid_code
-from shared.schema import ConfigError, check
+from ringfeed.shared.language_codes import valid_code
+from ringfeed.shared.schema import ConfigError, check
 
 if TYPE_CHECKING:
-    from shared.config import Config
+    from ringfeed.shared.config import Config
 
 # Auto buckets are at least max_frames // this long, so a batch's rows are bounded.
 MIN_BUCKET_FRACTION = 8

@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Config
-from shared.language_codes import language_code
+from ringfeed.shared.config import Config
+from ringfeed.shared.language_codes import language_code
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _decoded(path: Path, lines: list[tuple[int, bytes]]) -> list[tuple[int, str 
 
 def _line_results(cfg: Config, path: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
     """(file, line, entry or reason, item id) of every line of a one-file corpus."""
-    from shared import corpora  # it builds on the types above
+    from ringfeed.shared import corpora  # it builds on the types above
 
     base = path.parent.absolute()
     lines = _split_lines(path.read_bytes())
@@ -173,7 +173,7 @@ def _line_results(cfg: Config, path: Path) -> list[tuple[str, int, DatasetEntry 
 
 
 def _folder_results(cfg: Config, root: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
-    from shared import corpora
+    from ringfeed.shared import corpora
 
     if not root.is_dir():
         raise DatasetError(f"data.path: {root} is not a folder (data.format: {cfg.data.format})")
@@ -220,7 +220,7 @@ def _with_languages(cfg: Config, entries: list[DatasetEntry]) -> list[DatasetEnt
     """Every entry with a language: its own, data.language, or (auto) the detected one."""
     missing = [k for k, e in enumerate(entries) if not e.language]
     if cfg.data.language == "auto" and missing:
-        from shared.language_id import detect_languages  # loads the detector's model
+        from ringfeed.shared.language_id import detect_languages  # loads the detector's model
 
         texts = [entries[k].text for k in missing]
         candidates = [language_code(c) for c in cfg.data.detect_languages]

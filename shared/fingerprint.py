@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex
 
 # Hex characters of each part's hash: 64 bits, enough to tell two versions apart.
 PLAN_HASH_HEX = 16

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex
 
 # Frames of an item whose length could not be read from its header: the producer may
 # still decode it (another decoder), so it goes to the largest bucket, which fits all.

@@ -3,9 +3,9 @@ shards and balanced plans)."""
 
 from __future__ import annotations
 
-from consumer.stager.buckets import BucketPlan
-from consumer.stager.order import PlanOrder
-from consumer.stager.plan import Event, ShardPlan
+from ringfeed.consumer.stager.buckets import BucketPlan
+from ringfeed.consumer.stager.order import PlanOrder
+from ringfeed.consumer.stager.plan import Event, ShardPlan
 
 
 def batches(plan: ShardPlan | BucketPlan, start: int = 0) -> list[tuple[int, list[int]]]:

@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 
 import yaml
 
-from consumer.stager.plan import Shard
-from scripts import runner
-from scripts.runner import DEFAULT_TIMEOUT_S
-from shared.segments import list_segments
+from ringfeed.consumer.stager.plan import Shard
+from ringfeed.scripts import runner
+from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
+from ringfeed.shared.segments import list_segments
 from tests.fault_sources import inject_faults
 from tests.polling import wait_for
 

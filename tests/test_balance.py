@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.stager.balance import (
+from ringfeed.consumer.stager.balance import (
     BalancedPlan,
     Groups,
     balanced_layout,
@@ -21,16 +21,16 @@ from consumer.stager.balance import (
     merge_by_due,
     quotas,
 )
-from consumer.stager.buckets import Bucket
-from consumer.stager.plan import EpochPlan, Shard, ShardPlan
-from consumer.stager.stager import make_plan
-from scripts.corpus_report import corpus_check
-from shared.config import config_from_dict, load_config
-from shared.dataset import dataset_index
-from shared.fingerprint import PLAN_PARTS, plan_changes
-from shared.id_tables import corpus_tables
-from shared.process import StopFlag
-from shared.schema import ConfigError
+from ringfeed.consumer.stager.buckets import Bucket
+from ringfeed.consumer.stager.plan import EpochPlan, Shard, ShardPlan
+from ringfeed.consumer.stager.stager import make_plan
+from ringfeed.scripts.corpus_report import corpus_check
+from ringfeed.shared.config import config_from_dict, load_config
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.fingerprint import PLAN_PARTS, plan_changes
+from ringfeed.shared.id_tables import corpus_tables
+from ringfeed.shared.process import StopFlag
+from ringfeed.shared.schema import ConfigError
 from tests.corpus_files import WAVS, write_manifest
 from tests.lopsided import lopsided_corpus
 from tests.plan_walk import batches

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts.runner import REPO
+from ringfeed.scripts.runner import REPO
 
 
 def ringfeed(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scripts.cli", *args],
+        [sys.executable, "-m", "ringfeed.scripts.cli", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -49,8 +49,8 @@ def test_validate_checks_the_default_models_kwargs(tmp_path: Path) -> None:
         bad.write_text(yaml.safe_dump({"model": {"kwargs": kwargs}}))
         out = ringfeed("validate", str(bad))
         assert out.returncode == 2 and key in out.stderr, out.stderr
-    from consumer.trainer.model_kwargs import DEFAULT_FACTORY
-    from shared.config import Config
+    from ringfeed.consumer.trainer.model_kwargs import DEFAULT_FACTORY
+    from ringfeed.shared.config import Config
 
     assert Config().model.factory == DEFAULT_FACTORY
 
@@ -104,7 +104,7 @@ def test_keys_of_a_non_loopback_endpoint_are_checked(tmp_path: Path) -> None:
 
 
 def test_stager_mels_without_a_gpu_are_a_warning(tmp_path: Path) -> None:
-    from consumer.devices import count_gpus
+    from ringfeed.consumer.devices import count_gpus
 
     if count_gpus()[0]:
         pytest.skip("this host has a GPU")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.config import (
+from ringfeed.shared.config import (
     Config,
     ConfigError,
     config_from_dict,
@@ -15,8 +15,8 @@ from shared.config import (
     replace,
     run_dir,
 )
-from shared.config_checks import MOVED_KEYS
-from shared.ring import check_rings_fit, slot_bytes
+from ringfeed.shared.config_checks import MOVED_KEYS
+from ringfeed.shared.ring import check_rings_fit, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from consumer.client.batch_client import StagerGone
-from consumer.trainer.feeder import Feeder
-from scripts.runner import REPO
-from shared.config import load_config
-from shared.process import StopFlag
-from shared.quarantine import read_quarantine
-from shared.segments import socket_files
+from ringfeed.consumer.client.batch_client import StagerGone
+from ringfeed.consumer.trainer.feeder import Feeder
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import load_config
+from ringfeed.shared.process import StopFlag
+from ringfeed.shared.quarantine import read_quarantine
+from ringfeed.shared.segments import socket_files
 from tests.fault_sources import inject_faults
 from tests.polling import wait_for
 from tests.runs import SYNTHETIC, Run, rid, shm_segments, small, write_config
@@ -54,7 +54,7 @@ def test_a_feeder_that_raises_reaches_the_trainer_loop(tmp_path: Path) -> None:
 def ringfeed_run(config: Path, run_id: str, log: Path) -> subprocess.Popen:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", "run", str(config), "--run-id", run_id],
+            [sys.executable, "-m", "ringfeed.scripts.cli", "run", str(config), "--run-id", run_id],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -139,7 +139,7 @@ def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
         run.wait("stager", 10)
         assert len(socket_files(run_id)) == 2 and len(shm_segments(run_id)) == 2
         out = subprocess.run(
-            [sys.executable, "-m", "scripts.cli", "cleanup", "--run-id", run_id],
+            [sys.executable, "-m", "ringfeed.scripts.cli", "cleanup", "--run-id", run_id],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -9,11 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.client.batch_client import BatchClient, StagerRefused
-from scripts.runner import REPO
-from shared.config import config_from_dict, load_config, replace
-from shared.dataset import dataset_index
-from shared.fingerprint import config_fingerprint, config_refusal, plan_changes, plan_fingerprint
+from ringfeed.consumer.client.batch_client import BatchClient, StagerRefused
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import config_from_dict, load_config, replace
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.fingerprint import (
+    config_fingerprint,
+    config_refusal,
+    plan_changes,
+    plan_fingerprint,
+)
 from tests.runs import SYNTHETIC, Run, rid, small, write_config
 
 MINI = REPO / "data" / "ljspeech-mini"

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from consumer.tools.diagnosis import diagnose
-from consumer.tools.inspector import Inspector
-from consumer.tools.screen import render
-from consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
-from scripts.runner import REPO
-from shared.ring import Ring, SlotState, shown_state
-from shared.stats import (
+from ringfeed.consumer.tools.diagnosis import diagnose
+from ringfeed.consumer.tools.inspector import Inspector
+from ringfeed.consumer.tools.screen import render
+from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.ring import Ring, SlotState, shown_state
+from ringfeed.shared.stats import (
     CrashReport,
     Padding,
     ProducerStats,
@@ -186,7 +186,7 @@ def _inspect_json(run: Run) -> dict[str, Any]:
         [
             sys.executable,
             "-m",
-            "scripts.cli",
+            "ringfeed.scripts.cli",
             "inspect",
             "--run-id",
             run.run_id,

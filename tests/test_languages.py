@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from producer.sample import SkipSample
-from producer.text import TextEncoder, clean_text
-from producer.vocabulary import build_vocabulary
-from shared import language_id
-from shared.config import Config, replace
-from shared.dataset import read_dataset
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.vocabulary import build_vocabulary
+from ringfeed.shared import language_id
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import read_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 WAVS = REPO / "data" / "ljspeech-mini" / "wavs"

@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-from scripts.runner import REPO
+from ringfeed.scripts.runner import REPO
 
 # STYLE.md rule 3: past these, a file or function usually holds two concerns.
 MAX_FILE_LINES = 400

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from producer.worker import EXIT_REFUSED
-from scripts.runner import REPO, worker_pids
-from shared import protocol as p
-from shared.config import endpoints, load_config
+from ringfeed.producer.worker import EXIT_REFUSED
+from ringfeed.scripts.runner import REPO, worker_pids
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import endpoints, load_config
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port
 from tests.processes import send_signal
@@ -35,7 +35,15 @@ def tcp_config(folder: Path, port: int, **over: dict) -> Path:
 
 def start_remote_pool(run: Run, config: Path, port: int, name: str) -> subprocess.Popen:
     """`ringfeed producers CONFIG --remote --connect tcp://...` under the run, as `name`."""
-    cmd = [sys.executable, "-m", "scripts.cli", "producers", str(config), "--run-id", run.run_id]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ringfeed.scripts.cli",
+        "producers",
+        str(config),
+        "--run-id",
+        run.run_id,
+    ]
     cmd += ["--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", name]
     with (run.log_dir / f"{run.run_id}-{name}.log").open("w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)

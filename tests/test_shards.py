@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from consumer.stager.buckets import Bucket, BucketPlan
-from consumer.stager.plan import Shard, ShardPlan
-from consumer.stager.stager import make_plan
-from shared.config import config_from_dict
-from shared.dataset import dataset_index
-from shared.process import StopFlag
-from shared.schema import ConfigError
+from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
+from ringfeed.consumer.stager.plan import Shard, ShardPlan
+from ringfeed.consumer.stager.stager import make_plan
+from ringfeed.shared.config import config_from_dict
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.process import StopFlag
+from ringfeed.shared.schema import ConfigError
 from tests.plan_walk import batches
 
 N_ITEMS = 157

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from producer.sample import SkipSample
-from producer.text import EOS_ID, FIRST_CHAR_ID, UNKNOWN_ID, TextEncoder, clean_text
-from shared.config import Config, replace
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text import EOS_ID, FIRST_CHAR_ID, UNKNOWN_ID, TextEncoder, clean_text
+from ringfeed.shared.config import Config, replace
 
 
 @pytest.mark.parametrize(

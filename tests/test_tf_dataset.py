@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from producer.sources import check_synthetic_rows
-from shared.config import load_config
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.shared.config import load_config
 from tests.runs import Run, shm_segments, write_config
 
 tf = pytest.importorskip("tensorflow")
 
-from consumer.client.tf_dataset import ring_dataset  # noqa: E402
+from ringfeed.consumer.client.tf_dataset import ring_dataset  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 

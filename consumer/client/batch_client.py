@@ -18,13 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from shared import protocol as p
-from shared.batch_ring import batch_views
-from shared.config import Config, endpoints, run_dir
-from shared.process import POLL_S, SHUTDOWN_WAIT_S
-from shared.ring import Ring
-from shared.run_secret import consumer_identity, read_consumer_secret
-from shared.sockets import make_socket, recv, send
+from ringfeed.shared import protocol as p
+from ringfeed.shared.batch_ring import batch_views
+from ringfeed.shared.config import Config, endpoints, run_dir
+from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S
+from ringfeed.shared.ring import Ring
+from ringfeed.shared.run_secret import consumer_identity, read_consumer_secret
+from ringfeed.shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from consumer.client.batch_client import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S, BatchClient
-from shared.config import Config
+from ringfeed.consumer.client.batch_client import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S, BatchClient
+from ringfeed.shared.config import Config
 
 
 def element_spec(cfg: Config) -> dict[str, tf.TensorSpec]:

@@ -47,12 +47,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from consumer.stager.buckets import Bucket, BucketPlan, EpochLayout
-from shared.config import BalanceConfig, Config
-from shared.dataset import DatasetIndex
-from shared.id_tables import IdTables
-from shared.language_codes import language_code
-from shared.schema import ConfigError
+from ringfeed.consumer.stager.buckets import Bucket, BucketPlan, EpochLayout
+from ringfeed.shared.config import BalanceConfig, Config
+from ringfeed.shared.dataset import DatasetIndex
+from ringfeed.shared.id_tables import IdTables
+from ringfeed.shared.language_codes import language_code
+from ringfeed.shared.schema import ConfigError
 
 # Streams of the seed used here, apart from EpochPlan's permutation([seed, epoch]).
 QUOTA_STREAM = 0xBA1A

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from consumer.tools.snapshot import InspectorSnapshot
-    from shared.stats import StagerStats, TrainerReport
+    from ringfeed.consumer.tools.snapshot import InspectorSnapshot
+    from ringfeed.shared.stats import StagerStats, TrainerReport
 
 STAGES = ("starting", "no-consumer", "stuck-producer", "producers", "stager", "trainer")
 # Below this data-wait fraction of a step, the GPU is the limit (the goal).

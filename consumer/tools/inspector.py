@@ -28,19 +28,19 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from consumer.tools.screen import CLEAR, render
-from consumer.tools.snapshot import (
+from ringfeed.consumer.tools.screen import CLEAR, render
+from ringfeed.consumer.tools.snapshot import (
     InspectorSnapshot,
     ProducerRow,
     RingView,
     SlotView,
     TrainerFigures,
 )
-from consumer.tools.timeline import plot_recording
-from shared import protocol as p
-from shared.batch_ring import BatchState
-from shared.config import ConfigError, load_config
-from shared.ring import (
+from ringfeed.consumer.tools.timeline import plot_recording
+from ringfeed.shared import protocol as p
+from ringfeed.shared.batch_ring import BatchState
+from ringfeed.shared.config import ConfigError, load_config
+from ringfeed.shared.ring import (
     SHM_DIR,
     Ring,
     RingError,
@@ -48,9 +48,9 @@ from shared.ring import (
     segment_name,
     shown_state,
 )
-from shared.segments import list_segments, pid_alive, read_header
-from shared.sockets import make_socket, recv
-from shared.stats import StagerStats
+from ringfeed.shared.segments import list_segments, pid_alive, read_header
+from ringfeed.shared.sockets import make_socket, recv
+from ringfeed.shared.stats import StagerStats
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from consumer.tools.diagnosis import Diagnosis, diagnose
-from shared.stats import ProducerStats, StagerStats, TrainerReport
+from ringfeed.consumer.tools.diagnosis import Diagnosis, diagnose
+from ringfeed.shared.stats import ProducerStats, StagerStats, TrainerReport
 
 NO_STATS_NOTE = "no stats received: ring data only (is the stager publishing?)"
 

@@ -32,10 +32,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from consumer.stager.plan import Shard
-from shared.config import Config, run_dir
-from shared.id_tables import read_tables
-from shared.process import write_json_atomic
+from ringfeed.consumer.stager.plan import Shard
+from ringfeed.shared.config import Config, run_dir
+from ringfeed.shared.id_tables import read_tables
+from ringfeed.shared.process import write_json_atomic
 
 log = logging.getLogger(__name__)
 

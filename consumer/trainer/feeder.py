@@ -24,10 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from consumer.client.batch_client import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S, Batch, BatchClient
-from shared import protocol as p
-from shared.config import Config
-from shared.process import POLL_S, StopFlag
+from ringfeed.consumer.client.batch_client import (
+    CONNECT_TIMEOUT_S,
+    DATA_TIMEOUT_S,
+    Batch,
+    BatchClient,
+)
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config
+from ringfeed.shared.process import POLL_S, StopFlag
 
 log = logging.getLogger(__name__)
 
