@@ -22,6 +22,7 @@ import yaml
 from ringfeed.shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
 from ringfeed.shared.config_corpus import DataConfig, TextConfig
 from ringfeed.shared.config_model import DevicesConfig, ModelConfig, TrainConfig
+from ringfeed.shared.config_stager import StagerConfig
 from ringfeed.shared.schema import ConfigError, build
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
@@ -113,39 +114,6 @@ class ProducersConfig:
     # A producer that hears nothing from its stager for this long (after a WELCOME,
     # counting only time it was running: not a SIGSTOP or a suspended VM) exits, seconds.
     orphan_s: float = 30.0
-
-
-@dataclass(frozen=True)
-class StagerConfig:
-    # Rows per batch (without buckets).
-    batch_size: int = 32
-    # Batches staged ahead of the trainer (3: triple buffering).
-    batch_slots: int = 3
-    # Batches in plan order (exact resume); false: in the order samples finish.
-    deterministic: bool = True
-    # Seed of the epoch plan (the shuffle of each epoch).
-    seed: int = 1234
-    # 0 = run until stopped.
-    epochs: int = 0
-    # Length buckets (README, "Length buckets"): the mel-frame lengths of the batch
-    # shapes the model sees, ascending, the largest = features.max_frames. Each bucket's
-    # batch holds batch_frames // length rows. () = one fixed shape [batch_size,
-    # max_frames]: the default, as a model must accept several shapes to use buckets.
-    buckets: tuple[int, ...] = ()
-    # > 0 (with buckets unset): that many buckets, from the length manifest's quantiles.
-    auto_buckets: int = 0
-    # Mel frames per batch (rows x bucket length). 0 = batch_size x max_frames: no
-    # bucket's batch is larger than the fixed shape's.
-    batch_frames: int = 0
-
-    @property
-    def bucketed(self) -> bool:
-        return bool(self.buckets) or self.auto_buckets > 0
-
-    @property
-    def n_shapes(self) -> int:
-        """Batch shapes the model may see: one per bucket (auto: at most that many)."""
-        return len(self.buckets) or self.auto_buckets or 1
 
 
 @dataclass(frozen=True)

@@ -55,3 +55,9 @@ def test_peers_benchmark_runs() -> None:
 def test_text_cost_benchmark_runs() -> None:
     out = bench(["benchmarks/text_cost.py", "--rounds", "1", "--texts", "8"], timeout_s=120)
     assert "| phonemes |" in out and "once per process" in out
+
+
+@pytest.mark.slow
+def test_balance_benchmark_runs() -> None:
+    out = bench(["benchmarks/balance.py", "--build", "20000", "--rounds", "1"], timeout_s=60)
+    assert "by language (3 groups), 20,000 items: build" in out and "B/item per epoch" in out
