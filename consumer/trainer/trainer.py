@@ -358,7 +358,7 @@ def main(
     refused to resume (the plan changed: the log says what), 1 on a lost stager, a lost
     peer worker (train.collective_timeout_s) or any error (the launcher then stops the
     whole run). shard, cluster: `--worker K/N --cluster HOST:PORT,...`."""
-    stop = StopFlag().install()
+    stop = StopFlag().install(second_exits=True)
     try:
         s = setup(cfg, run_id, stop, new_plan, shard, cluster)
     except Exception as exc:
