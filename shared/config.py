@@ -260,8 +260,8 @@ def read_raw(path: str | os.PathLike[str]) -> Any:
     for section, key in INPUT_PATH_KEYS if isinstance(raw, dict) else ():
         part = raw.get(section)
         value = part.get(key) if isinstance(part, dict) else None
-        if isinstance(value, str) and value and not Path(value).is_absolute():
-            part[key] = str(path.absolute().parent / value)
+        if isinstance(value, str) and value:  # ~ is the user's home, as in a shell
+            part[key] = str(path.absolute().parent / Path(value).expanduser())
     return raw
 
 
