@@ -8,6 +8,7 @@ ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADD
 ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a changed plan)
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
+ringfeed index CONFIG                    build the corpus index (the stager does if missing)
 ringfeed manifest CONFIG                 measure every item's length (for length buckets)
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed keys DIR --client NAME          CURVE keys for a producer host
@@ -227,6 +228,24 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index(args: argparse.Namespace) -> int:
+    """Build the corpus index if missing or stale (shared/corpus_index.py) and describe it."""
+    from shared.corpus_index import open_index
+    from shared.dataset import DatasetError
+
+    cfg = _config(args.config)
+    t0 = time.monotonic()
+    try:
+        index = open_index(cfg, in_subprocess=False)
+    except (DatasetError, OSError) as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    where = getattr(getattr(index, "file", None), "path", "(in memory)")
+    print(f"{where}: {index.n_items} items, {len(index.bad_lines)} unusable lines, "
+          f"digest {index.digest}, {time.monotonic() - t0:.2f} s")  # fmt: skip
+    return 0
+
+
 def cmd_vocab(args: argparse.Namespace) -> int:
     """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
     import yaml
@@ -288,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-id", required=True)
         return p
 
-    for name, fn in (("validate", cmd_validate), ("manifest", cmd_manifest), ("vocab", cmd_vocab)):
+    for name, fn in (("validate", cmd_validate), ("index", cmd_index), ("manifest", cmd_manifest),
+                     ("vocab", cmd_vocab)):  # fmt: skip
         verb(name, fn, needs_run=False).add_argument("config")
     sub.choices["vocab"].add_argument("--min-count", type=int, default=1, help="drop rarer ones")
     r = sub.add_parser("run")

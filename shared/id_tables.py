@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from shared.config import Config
-from shared.dataset import DatasetIndex
+from shared.dataset import DatasetIndex  # or a MappedIndex: the same methods
 from shared.language_codes import language_code
 from shared.schema import ConfigError
 
@@ -68,23 +68,24 @@ class IdTables:
         if index.synthetic_items:
             zeros = np.zeros(index.synthetic_items, np.int32)
             return zeros, zeros.copy()
-        return (
-            _lookup(self.speakers, (e.speaker for e in index.entries)),
-            _lookup(self.languages, (e.language for e in index.entries)),
+        speakers, languages, speaker_ids, language_ids = index.name_tables()
+        return _lookup(self.speakers, speakers, speaker_ids), _lookup(
+            self.languages, languages, language_ids
         )
 
 
-def _lookup(table: Sequence[str], names: Iterable[str]) -> np.ndarray:
-    ids = {name: k for k, name in enumerate(table)}
-    return np.fromiter((ids[n] for n in names), np.int32)
+def _lookup(table: Sequence[str], names: Sequence[str], ids: np.ndarray) -> np.ndarray:
+    """The index's ids (into `names`) as ids into the run's table, one array operation."""
+    ours = {name: k for k, name in enumerate(table)}
+    remap = np.array([ours[n] for n in names] or [0], np.int32)
+    return remap[ids] if len(ids) else np.zeros(0, np.int32)
 
 
 def corpus_tables(cfg: Config, index: DatasetIndex) -> IdTables:
     """The names in the corpus, each table sorted: the same corpus gives the same ids."""
     if index.synthetic_items:
         return IdTables(("",), (language_code(cfg.data.language),))
-    speakers = sorted({e.speaker for e in index.entries})
-    languages = sorted({e.language for e in index.entries})
+    speakers, languages, _, _ = index.name_tables()
     return IdTables(tuple(speakers), tuple(languages))
 
 

@@ -55,3 +55,10 @@ def test_peers_benchmark_runs() -> None:
 def test_text_cost_benchmark_runs() -> None:
     out = bench(["benchmarks/text_cost.py", "--rounds", "1", "--texts", "8"], timeout_s=120)
     assert "| phonemes |" in out and "once per process" in out
+
+
+@pytest.mark.slow
+def test_scale_benchmark_runs() -> None:
+    """The corpus-index benchmark on 20,000 generated entries (README: 10,000,000)."""
+    out = bench(["benchmarks/scale.py", "--items", "20000", "--rounds", "1"], timeout_s=120)
+    assert "entries/s" in out and "warm reuse" in out and "above an empty run" in out
