@@ -214,6 +214,7 @@ class DatasetSource:
         return dataclasses.asdict(self._pipeline.counters) | {
             "normalized": text.normalized,
             "phonemized": text.phonemized,
+            **self._pipeline.member_counters(),
         }
 
 

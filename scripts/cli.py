@@ -293,6 +293,11 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+# Verbs that take a config file and no run id.
+CONFIG_VERBS = (("validate", cmd_validate), ("index", cmd_index), ("manifest", cmd_manifest),
+                ("vocab", cmd_vocab))  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ringfeed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -307,8 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-id", required=True)
         return p
 
-    for name, fn in (("validate", cmd_validate), ("index", cmd_index), ("manifest", cmd_manifest),
-                     ("vocab", cmd_vocab)):  # fmt: skip
+    for name, fn in CONFIG_VERBS:
         verb(name, fn, needs_run=False).add_argument("config")
     sub.choices["vocab"].add_argument("--min-count", type=int, default=1, help="drop rarer ones")
     r = sub.add_parser("run")

@@ -81,6 +81,8 @@ def validate(cfg: Config) -> None:
         ("train.checkpoint_every", cfg.train.checkpoint_every),
         ("data.max_speakers", cfg.data.max_speakers),
         ("data.max_languages", cfg.data.max_languages),
+        ("data.shard_cache_mb", cfg.data.shard_cache_mb),
+        ("data.store_retries", cfg.data.store_retries),
     ]:
         check(value >= 1, key, f"must be >= 1, got {value}")
     _validate_features(cfg)
@@ -96,6 +98,9 @@ def validate(cfg: Config) -> None:
     )
     for code in cfg.data.detect_languages:
         check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
+    check("://" not in cfg.data.path or cfg.data.format == "shards", "data.path",
+          f"{cfg.data.path!r} is an object-store URL: only data.format: shards reads one "
+          "(pack the corpus into tar shards, or copy it to a local folder)")  # fmt: skip
     _validate_transport(cfg)
     _validate_producers(cfg)
     _validate_buckets(cfg)

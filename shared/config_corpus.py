@@ -18,9 +18,12 @@ class DataConfig:
     path: str = "data/ljspeech-mini"
     # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
     # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk: shared/dataset.py
-    # and shared/corpora.py; synthetic: precomputed arrays, no files (transport tests and
-    # benchmarks).
-    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "synthetic"] = "ljspeech"
+    # and shared/corpora.py; shards: WebDataset-style tar shards in a folder or on object
+    # storage (s3://, gs://, https://; shared/shards.py); synthetic: precomputed arrays, no
+    # files (transport tests and benchmarks).
+    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "shards", "synthetic"] = (
+        "ljspeech"
+    )
     synthetic_items: int = 256
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
     # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
@@ -39,6 +42,14 @@ class DataConfig:
     # (the default: the model never saw them, and it is often the wrong data.path) or
     # append them with new ids.
     new_ids: Literal["refuse", "append"] = "refuse"
+    # Shards on object storage (shared/object_store.py): each shard read is copied once into
+    # shard_cache_dir ("": <features.cache_dir>/shard-cache), the least recently used
+    # evicted past shard_cache_mb. A read that fails on a transient error (a broken pipe, a
+    # 5xx, a timeout) is tried store_retries times in all, waiting 0.5 s, 1 s, 2 s ...
+    # Credentials come from each store's usual environment (AWS_*, GOOGLE_*), never here.
+    shard_cache_mb: int = 4096
+    shard_cache_dir: str = ""
+    store_retries: int = 5
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ with a warning.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import functools
 import hashlib
@@ -59,7 +60,8 @@ INDEX_VERSION = 1
 def index_key(cfg: Config) -> str:
     """A hash of every setting that decides the index's items."""
     d = cfg.data
-    settings = [str(Path(d.path).absolute()), d.format, d.text_column, d.language,
+    where = d.path if "://" in d.path else str(Path(d.path).absolute())
+    settings = [where, d.format, d.text_column, d.language,
                 list(d.detect_languages), INDEX_VERSION]  # fmt: skip
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 
@@ -72,7 +74,11 @@ def source_stamp(cfg: Config) -> list[Any]:
     """What says the corpus changed, cheaply: the metadata file's (path, size, mtime_ns);
     for folder layouts and shards a hash of every folder's and shard's stamp (one stat a
     folder or shard, never one a clip)."""
-    if cfg.data.format in FOLDER_FORMATS or cfg.data.format == "shards":
+    if cfg.data.format == "shards":
+        from shared.shards import shards_stamp
+
+        return ["shards", shards_stamp(cfg)]
+    if cfg.data.format in FOLDER_FORMATS:
         return ["tree", tree_stamp(_data_path(cfg, None).absolute())]
     path = _metadata_path(cfg, None)
     st = os.stat(path)
@@ -124,6 +130,24 @@ class Entries(Sequence[DatasetEntry]):
         return (self._index.entry(k) for k in range(self._index.n_items))
 
 
+class ItemArray:
+    """A mapped 1-D array read one element at a time with pread (arr[k] -> int), or whole
+    through the map (np.asarray(arr)); what the stager's batch builder indexes by item."""
+
+    def __init__(self, file: IndexFile, name: str) -> None:
+        self._file, self._name = file, name
+        self._array = file.array(name)
+
+    def __getitem__(self, k: int) -> int:
+        return self._file.item(self._name, int(k))
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self._array if dtype is None else self._array.astype(dtype)
+
+
 class MappedIndex:
     """What DatasetIndex gives (n_items, item_id, path, find, entries, bad_lines), from a
     mapped index file; entry(k) reads and parses item k's line only."""
@@ -142,14 +166,14 @@ class MappedIndex:
         self.speakers: tuple[str, ...] = tuple(h["speakers"])
         self.languages: tuple[str, ...] = tuple(h["languages"])
         self._kind, self._setting = h["kind"], h["setting"]
-        self._offset, self._length = self.file.array("offset"), self.file.array("length")
-        self.speaker_ids = self.file.array("speaker")
-        self.language_ids = self.file.array("language")
+        self.speaker_ids = ItemArray(self.file, "speaker")
+        self.language_ids = ItemArray(self.file, "language")
         self.frames, self.text = self.file.array("frames"), self.file.array("text")
         self._id_hash, self._id_order = self.file.array("id_hash"), self.file.array("id_order")
         self._lines = self.file.array("lines") if self.file.has("lines") else None
-        self._fd: int | None = None
-        self._fd_pid = 0
+        # The lines this index was built from, opened now (pread: shared safely by a fork).
+        lines_file = h["lines_file"]
+        self._fd = os.open(lines_file, os.O_RDONLY | os.O_CLOEXEC) if lines_file else -1
 
     @property
     def lengths_key(self) -> str:
@@ -164,12 +188,9 @@ class MappedIndex:
         return Entries(self)
 
     def _line(self, item: int) -> bytes:
-        offset, length = int(self._offset[item]), int(self._length[item])
+        offset, length = self.file.item("offset", item), self.file.item("length", item)
         if self._lines is not None:
             return self._lines[offset : offset + length].tobytes()
-        if self._fd is None or self._fd_pid != os.getpid():
-            self._fd = os.open(self.file.header["lines_file"], os.O_RDONLY | os.O_CLOEXEC)
-            self._fd_pid = os.getpid()
         return os.pread(self._fd, length, offset)
 
     def fields(self, item: int) -> entry_lines.Fields:
@@ -199,18 +220,15 @@ class MappedIndex:
 
     def find(self, item_id: str) -> int | None:
         """The item whose id this is, or None: a binary search of the id hashes."""
-        h = np.uint64(xxhash.xxh3_64_intdigest(item_id.encode("utf-8", "surrogatepass")))
-        lo, hi = (
-            np.searchsorted(self._id_hash, h, "left"),
-            np.searchsorted(self._id_hash, h, "right"),
-        )
-        for k in range(int(lo), int(hi)):
-            item = int(self._id_order[k])
+        h = xxhash.xxh3_64_intdigest(item_id.encode("utf-8", "surrogatepass"))
+        hashes = ItemArray(self.file, "id_hash")  # ~24 preads: no page of it in the RSS
+        for k in range(bisect.bisect_left(hashes, h), bisect.bisect_right(hashes, h)):
+            item = self.file.item("id_order", k)
             if self.item_id(item) == item_id:
                 return item
         return None
 
-    def name_tables(self) -> tuple[tuple[str, ...], tuple[str, ...], np.ndarray, np.ndarray]:
+    def name_tables(self) -> tuple[tuple[str, ...], tuple[str, ...], Any, Any]:
         return self.speakers, self.languages, self.speaker_ids, self.language_ids
 
 
@@ -305,6 +323,11 @@ def open_index(cfg: Config, in_subprocess: bool = True) -> MappedIndex | Dataset
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - held across the build
     except OSError as exc:
+        if cfg.data.format == "shards":
+            raise DatasetError(
+                f"features.cache_dir: cannot write the shards' index in "
+                f"{path.parent} ({exc}): point it at a writable folder"
+            ) from None
         log.warning("features.cache_dir: cannot keep the corpus index in %s (%s): every "
                     "process reads the corpus in memory; point it at a writable folder",
                     path.parent, exc)  # fmt: skip

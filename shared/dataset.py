@@ -51,6 +51,9 @@ class DatasetEntry:
     language: str = ""
     offset_s: float = 0.0
     duration_s: float = 0.0
+    # (byte offset, size) of the clip's audio inside audio_path when that is a tar shard
+    # (shared/shards.py); None for a file of its own.
+    member: tuple[int, int] | None = None
 
     @property
     def segment(self) -> tuple[float, float] | None:

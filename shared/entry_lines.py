@@ -34,6 +34,7 @@ class Fields(NamedTuple):
     language: str = ""
     offset_s: float = 0.0
     duration_s: float = 0.0
+    member: tuple[int, int] | None = None  # (byte offset, size) of the audio in a tar shard
 
 
 def ljspeech_rows(lines: list[str], text_column: int) -> list[tuple | str]:
@@ -99,7 +100,10 @@ def jsonl(line: str, root: str) -> Fields | str:
 def stored(line: str) -> Fields | str:
     """A line the index build wrote itself (folder layouts, tar shards): a JSON list of
     the Fields, whose values were checked when they were written."""
-    return Fields(*json.loads(line))
+    values = json.loads(line)
+    if len(values) > 7 and values[7] is not None:
+        values[7] = tuple(values[7])
+    return Fields(*values)
 
 
 def store(fields: Fields) -> bytes:
@@ -141,5 +145,6 @@ def parse_block(kind: str, lines: list[bytes], setting: int, root: str) -> list[
 
 
 def absolute(root: str, audio: str) -> str:
-    """The audio path of an item: root-relative paths joined to the root."""
+    """The audio path of an item: root-relative paths joined to the root (a folder, or an
+    object-store prefix such as s3://bucket/corpus)."""
     return audio if os.path.isabs(audio) or "://" in audio else f"{root}/{audio}"

@@ -59,7 +59,7 @@ def index_hash(index: DatasetIndex, base: str) -> str:
     folder changes nothing) in file order; synthetic data is its item count."""
     if index.synthetic_items:
         return _digest([f"synthetic:{index.synthetic_items}".encode()], PLAN_HASH_HEX)
-    if getattr(index, "plan_hash", None) and f"{index.root}/" == base:
+    if getattr(index, "plan_hash", None):
         return index.plan_hash  # the mapped index's, hashed the same way at its build
     lines = (f"{e.item_id}|{e.audio_path.removeprefix(base)}\n".encode() for e in index.entries)
     return _digest(lines, PLAN_HASH_HEX)

@@ -64,7 +64,9 @@ class IdTables:
 
     def item_ids(self, index: DatasetIndex) -> tuple[np.ndarray, np.ndarray]:
         """(speaker int32 [n_items], language int32 [n_items]) of every item; every name
-        must be in the tables (settle_tables makes sure)."""
+        must be in the tables (settle_tables makes sure). From a mapped corpus index whose
+        tables are the run's, its own arrays, read one item at a time (ItemArray:
+        np.asarray gives the whole): nothing of n_items size in the stager's heap."""
         if index.synthetic_items:
             zeros = np.zeros(index.synthetic_items, np.int32)
             return zeros, zeros.copy()
@@ -76,9 +78,11 @@ class IdTables:
 
 def _lookup(table: Sequence[str], names: Sequence[str], ids: np.ndarray) -> np.ndarray:
     """The index's ids (into `names`) as ids into the run's table, one array operation."""
+    if tuple(table) == tuple(names):  # the run's table is the corpus's: no copy of 4n bytes
+        return ids
     ours = {name: k for k, name in enumerate(table)}
     remap = np.array([ours[n] for n in names] or [0], np.int32)
-    return remap[ids] if len(ids) else np.zeros(0, np.int32)
+    return remap[np.asarray(ids)] if len(ids) else np.zeros(0, np.int32)
 
 
 def corpus_tables(cfg: Config, index: DatasetIndex) -> IdTables:
