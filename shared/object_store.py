@@ -54,8 +54,11 @@ def _filesystem(url: str) -> tuple[Any, str]:
     import fsspec
 
     protocol = url.split("://", 1)[0]
-    # A listing decides whether the index is current: never from fsspec's listings cache.
-    options: dict[str, Any] = {"use_listings_cache": False}
+    # A listing decides whether the index is current: never from fsspec's listings cache;
+    # and a new client each time, so an endpoint or credentials changed in the environment
+    # are the ones used (fsspec's instance cache keys on arguments only). One client a
+    # shard fetched or scanned, or a listing: rare beside the reads they make.
+    options: dict[str, Any] = {"use_listings_cache": False, "skip_instance_cache": True}
     if protocol in ("s3", "s3a"):
         options |= {
             "config_kwargs": {
@@ -65,10 +68,13 @@ def _filesystem(url: str) -> tuple[Any, str]:
             },
         }
     try:
-        return fsspec.core.url_to_fs(url, **options)
+        fs, path = fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as exc:
         raise DatasetError(f"data.path: no reader for {protocol}:// ({exc}): install the "
                            "fsspec package of that store (s3fs, gcsfs)") from None  # fmt: skip
+    if hasattr(fs, "retries"):  # s3fs retries a broken read itself, uncounted: ours do
+        fs.retries = 1
+    return fs, path
 
 
 # Errors that another try cannot mend: a missing object, a refused credential, a bug.
@@ -194,7 +200,18 @@ def with_missing_ok(path: str) -> None:
         pass
 
 
-def open_remote(cfg: Config, url: str) -> Any:
-    """A local file object of the shard at url (through the shard cache): the index build
-    scans it there, and the producers then find it cached."""
-    return open(ShardCache(cfg).local(url), "rb")  # noqa: SIM115 - the caller closes it
+# Bytes a ranged read of the index build fetches at least: a tar header and a text member
+# are 512 bytes each, and the scan seeks over the audio in between.
+SCAN_BLOCK_BYTES = 1 << 16
+
+
+def scan_remote(cfg: Config, url: str, scan: Callable[[Any], T]) -> T:
+    """scan(file object) over the shard at url read by ranged reads (headers and text
+    members, never the audio as a whole), the whole scan tried again on a transient error."""
+    fs, remote = _filesystem(url)
+
+    def attempt() -> T:
+        with fs.open(remote, "rb", block_size=SCAN_BLOCK_BYTES, cache_type="readahead") as f:
+            return scan(f)
+
+    return with_retries(cfg, f"scanning {url}", attempt, lambda: None)

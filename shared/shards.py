@@ -104,9 +104,20 @@ def _text_fields(raw: bytes, ext: str) -> tuple[str, str, str] | str:
     return text.strip(), speaker.strip(), language_code(language) if language else ""
 
 
-def scan_shard(fileobj: Any, shard: str) -> dict[str, Any]:
+def _check_end(fileobj: Any, offset: int, shard: str, bad: list[list[Any]]) -> None:
+    """tarfile ends a scan at an invalid header past the first as if it were the end of
+    the archive; a real end is a zero block (or the end of the file)."""
+    fileobj.seek(offset)
+    block = fileobj.read(512)
+    if block.strip(b"\0"):
+        bad.append(["", f"shard {shard}: unreadable tar header at byte {offset}: the "
+                        "members after it are lost"])  # fmt: skip
+
+
+def scan_shard(fileobj: Any, shard: str, strict: bool = False) -> dict[str, Any]:
     """The member index of one tar: {"items": [[key, audio offset, audio size, text,
-    speaker, language]...], "bad": [[key, reason]...]}; reads headers and text members."""
+    speaker, language]...], "bad": [[key, reason]...]}; reads headers and text members.
+    strict: an OSError (a remote read that broke) is raised, for the caller to retry."""
     groups: OrderedDict[str, dict[str, Any]] = OrderedDict()
     bad: list[list[Any]] = []
     try:
@@ -118,7 +129,8 @@ def scan_shard(fileobj: Any, shard: str) -> dict[str, Any]:
                     why = f"unreadable tar header at byte {tar.offset} ({exc})"
                     bad.append(["", f"shard {shard}: {why}: the members after it are lost"])
                     break
-                if member is None:
+                if member is None:  # the end, or a header tarfile gave up on in silence
+                    _check_end(fileobj, tar.offset, shard, bad)
                     break
                 if not member.isfile():
                     continue
@@ -130,6 +142,8 @@ def scan_shard(fileobj: Any, shard: str) -> dict[str, Any]:
                     handle = tar.extractfile(member)
                     group["text"] = _text_fields(handle.read() if handle else b"", ext)
     except (tarfile.TarError, OSError) as exc:
+        if strict and isinstance(exc, OSError):
+            raise
         bad.append(["", f"shard {shard}: not a readable tar file ({exc})"])
     items = []
     for key, group in groups.items():
@@ -156,10 +170,9 @@ def member_index(cfg: Config, root: str, name: str, size: int, stamp: str) -> di
     except (OSError, ValueError):
         pass
     if is_remote(root):
-        from shared.object_store import open_remote
+        from shared.object_store import scan_remote
 
-        with open_remote(cfg, f"{root}/{name}") as f:
-            found = scan_shard(f, name)
+        found = scan_remote(cfg, f"{root}/{name}", lambda f: scan_shard(f, name, strict=True))
     else:
         with open(os.path.join(root, name), "rb") as f:
             found = scan_shard(f, name)
@@ -209,8 +222,8 @@ class MemberReader:
         self.reads = 0
 
     def counters(self) -> dict[str, int]:
-        """Members read, and the shard cache's hits, fetches and retries (remote shards)."""
-        return {"members_read": self.reads, **(self._store.counters() if self._store else {})}
+        """The shard cache's hits, fetches, bytes and retries (remote shards; else {})."""
+        return self._store.counters() if self._store else {}
 
     def read(self, shard: str, offset: int, size: int) -> bytes:
         if os.getpid() != self._pid:  # forked: the fds are the parent's
