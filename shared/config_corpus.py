@@ -50,6 +50,11 @@ class DataConfig:
     shard_cache_mb: int = 4096
     shard_cache_dir: str = ""
     store_retries: int = 5
+    # Shards: 0 (the default) plans each epoch as a permutation of all items; W > 0 deals
+    # the shards in a random order and the items of each window of W shards in a random
+    # order, so a shard cache of about W shards fetches each shard once an epoch
+    # (consumer/stager/shard_window.py).
+    shard_window: int = 0
 
 
 @dataclass(frozen=True)

@@ -175,6 +175,15 @@ class MappedIndex:
         lines_file = h["lines_file"]
         self._fd = os.open(lines_file, os.O_RDONLY | os.O_CLOEXEC) if lines_file else -1
 
+    @functools.cached_property
+    def shard_starts(self) -> np.ndarray | None:
+        """int64 [n_shards + 1]: the first item of each tar shard, and n_items; None for
+        a corpus of files (items of a shard are consecutive, shared/shards.py)."""
+        shards = self.file.header.get("shards")
+        if shards is None:
+            return None
+        return np.concatenate([[0], np.cumsum([n for _, n in shards])]).astype(np.int64)
+
     @property
     def lengths_key(self) -> str:
         return self.file.header.get("lengths_key", "")

@@ -109,7 +109,9 @@ class IndexFile:
 
     def item(self, name: str, k: int) -> int:
         """Element k of a 1-D integer array, read with pread (see the module docstring)."""
-        offset, dtype, _ = self.header["arrays"][name]
+        offset, dtype, shape = self.header["arrays"][name]
+        if not 0 <= k < shape[0]:  # never another array's bytes
+            raise IndexError(f"{name}[{k}] of an index array of {shape[0]}")
         size = np.dtype(dtype).itemsize
         raw = os.pread(self._fd, size, offset + k * size)
         return int(np.frombuffer(raw, dtype)[0])

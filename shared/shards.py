@@ -193,15 +193,22 @@ def build_shards(cfg: Config) -> tuple[dict[str, Any], dict[str, Any]]:
     root, shards = shard_names(cfg)
     items: list[entry_lines.Fields] = []
     bad: list[BadLine] = []
+    counts = []
     for name, size, stamp in shards:
         found = member_index(cfg, root, name, size, stamp)
         for key, offset, length, text, speaker, language in found["items"]:
             items.append(entry_lines.Fields(key, name, text, speaker, language, 0.0, 0.0,
                                             (offset, length)))  # fmt: skip
+        counts.append([name, len(found["items"])])
         where = f"{root}/{name}"
         bad.extend(BadLine(where, 1, reason, key) for key, reason in found["bad"])
     log.info("shards: %d shards, %d clips, %d unusable", len(shards), len(items), len(bad))
-    return build_stored(cfg, root, items, bad)
+    header, arrays = build_stored(cfg, root, items, bad)
+    if len(arrays["offset"]) != len(items):  # duplicate keys dropped: no clean shard runs
+        log.warning("shards: duplicate keys across shards; data.shard_window cannot be used")
+        return header, arrays
+    header["shards"] = counts
+    return header, arrays
 
 
 def shards_stamp(cfg: Config) -> str:

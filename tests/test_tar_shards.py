@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from consumer.stager.shard_window import shard_window_plan
 from producer.pipeline import SamplePipeline
 from shared.config import Config, load_config, replace
 from shared.corpus_index import open_index
 from shared.dataset import DatasetError
 from shared.object_store import ShardCache
 from shared.quarantine import read_quarantine
+from shared.schema import ConfigError
 from tests.corpus_files import REPO, make_shards
 from tests.runs import Run, rid, shm_segments, write_config
 from tests.s3_server import S3Server
@@ -90,6 +92,27 @@ def test_shard_cache_is_bounded_and_an_unreachable_store_is_one_error(
     cfg = shards_cfg("s3://cache-test/s", tmp_path / "gone", store_retries=2)
     with pytest.raises(DatasetError, match=r"data.path: listing .* failed after 2 tries.*AWS_"):
         open_index(cfg)
+
+
+def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -> None:
+    make_shards(tmp_path / "shards")
+    cfg = shards_cfg(str(tmp_path / "shards"), tmp_path, shard_window=2)
+    index = open_index(cfg, in_subprocess=False)
+    assert index.shard_starts.tolist() == [0, 4, 8, 12, 16]
+    plan = shard_window_plan(cfg, index, bucketed=False, workers=1)
+    shard_of = np.searchsorted(index.shard_starts, np.arange(16), "right") - 1
+    epochs = []
+    for epoch in range(3):
+        items = [plan.item_at(epoch * 16 + p) for p in range(16)]
+        assert sorted(items) == list(range(16)), "each item once an epoch"
+        windows = [set(shard_of[items[w : w + 8]]) for w in (0, 8)]
+        assert all(len(w) == 2 for w in windows) and not windows[0] & windows[1]
+        epochs.append(items)
+    assert epochs[0] != epochs[1] != epochs[2]
+    again = shard_window_plan(cfg, index, bucketed=False, workers=1)
+    assert [again.item_at(p) for p in range(20, 40)] == [plan.item_at(p) for p in range(20, 40)]
+    with pytest.raises(ConfigError, match="data.shard_window"):
+        shard_window_plan(cfg, index, bucketed=True, workers=1)
 
 
 # ------------------------------------------------------------------ real runs
@@ -172,7 +195,8 @@ def test_loose_files_local_shards_and_s3_shards_deliver_the_same_rows(
         for shard in sorted((tmp_path / "shards").iterdir()):
             fs.put_file(str(shard), f"corpus/train/{shard.name}")
         s3.break_next_gets = 1  # a producer's first shard fetch breaks mid-body
-        remote = epoch(tmp_path / "s3", {"path": "s3://corpus/train", "format": "shards"},
+        remote = epoch(tmp_path / "s3", {"path": "s3://corpus/train", "format": "shards",
+                                         "shard_window": 2},
                        expected, resume_after=2)  # fmt: skip
         assert s3.broken == 1
     assert collections.Counter(remote["ids"]) == good

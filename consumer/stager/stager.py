@@ -43,6 +43,7 @@ from consumer.stager.peers import PeerId
 from consumer.stager.plan import ONE_WORKER, EpochPlan, Shard, ShardPlan
 from consumer.stager.producer_book import ProducerBook
 from consumer.stager.producer_desk import ProducerDesk
+from consumer.stager.shard_window import shard_window_plan
 from consumer.stager.slot_manager import SlotManager
 from consumer.stager.stats import snapshot
 from shared import protocol as p
@@ -160,6 +161,9 @@ def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
     worker k's part of one global plan whose batches are fixed ranges of positions
     (one bucket when buckets are off), and buckets of k's rows of each global batch."""
     st = cfg.stager
+    if cfg.data.shard_window:  # the window decides the order: a resume with another refused
+        plan = shard_window_plan(cfg, index, st.bucketed, shard.count)
+        return plan, [], plan_fingerprint(cfg, index, [(0, cfg.data.shard_window)], [])
     if not st.bucketed and shard.count == 1:
         fingerprint = plan_fingerprint(cfg, index, [], [])
         return EpochPlan(index.n_items, st.seed, st.epochs), [], fingerprint
