@@ -32,6 +32,7 @@ import logging
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,8 @@ class MappedIndex:
         # The lines this index was built from, opened now (pread: shared safely by a fork).
         lines_file = h["lines_file"]
         self._fd = os.open(lines_file, os.O_RDONLY | os.O_CLOEXEC) if lines_file else -1
+        if self._fd >= 0:
+            weakref.finalize(self, os.close, self._fd)
 
     @functools.cached_property
     def shard_starts(self) -> np.ndarray | None:

@@ -19,12 +19,15 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shared.config import Config
 from shared.language_codes import language_code
+
+if TYPE_CHECKING:
+    from shared.corpus_index import MappedIndex
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +341,7 @@ def read_index_in_memory(cfg: Config) -> DatasetIndex:
     return DatasetIndex(tuple(entries), tuple(bad), root=corpus_root(cfg))
 
 
-def dataset_index(cfg: Config) -> Any:
+def dataset_index(cfg: Config) -> DatasetIndex | MappedIndex:
     """The index of cfg.data, for the stager (plan, quarantine) and each producer: the
     mapped corpus index (shared/corpus_index.py), built first if missing or stale."""
     if cfg.data.format == "synthetic":

@@ -24,6 +24,7 @@ import json
 import mmap
 import os
 import struct
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,7 @@ class IndexFile:
         # This file's inode for good (a rebuilt index replaces the path, not this file);
         # pread keeps no file offset, so a forked child may share it.
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        weakref.finalize(self, os.close, self._fd)
         magic, length = _PREFIX.unpack_from(self._map, 0)
         if magic != MAGIC or _PREFIX.size + length > size:
             raise IndexFileError(f"{path}: not an index of this version ({magic!r})")

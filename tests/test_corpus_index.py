@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
+from scripts import cli
 from shared.config import Config, replace
 from shared.corpus_index import MappedIndex, index_path, open_index
 from shared.dataset import DatasetIndex, read_index_in_memory
@@ -19,6 +20,7 @@ from shared.fingerprint import plan_fingerprint
 from shared.id_tables import corpus_tables
 from tests.broken_dataset import make_broken_dataset
 from tests.corpus_files import jsonl_cfg, make_libritts, write_manifest
+from tests.runs import write_config
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "data" / "ljspeech-mini"
@@ -107,14 +109,26 @@ def test_reused_while_current_rebuilt_when_the_corpus_changes(tmp_path: Path) ->
     assert open_index(other).file.header["setting"] == 1
 
 
+def test_ringfeed_index_builds_it_and_says_what_it_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = cached(replace(Config(), data={"path": str(MINI)}), tmp_path)
+    path = write_config(tmp_path, cfg.to_dict())
+    assert cli.main(["index", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{index_path(cfg)}: 16 items, 0 unusable lines, digest " in out
+    assert open_index(cfg).digest in out
+    missing = write_config(tmp_path, replace(cfg, data={"path": str(tmp_path / "no")}).to_dict())
+    assert cli.main(["index", str(missing)]) == 2
+    assert "data.path: no metadata file" in capsys.readouterr().err
+
+
 def test_an_unwritable_cache_folder_reads_the_corpus_in_memory(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root writes anywhere")
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    cfg = replace(Config(), data={"path": str(MINI)}, features={"cache_dir": str(locked / "c")})
+    blocked = tmp_path / "a-file"  # a folder under a file cannot be made, even by root
+    blocked.write_text("")
+    cfg = replace(Config(), data={"path": str(MINI)}, features={"cache_dir": str(blocked / "c")})
     with caplog.at_level(logging.WARNING):
         index = open_index(cfg)
     assert isinstance(index, DatasetIndex) and index.n_items == 16
