@@ -40,8 +40,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from consumer.stager.plan import EpochPlan  # noqa: E402
-from scripts.runner import Run, worker_pids  # noqa: E402
+from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
+from ringfeed.scripts.runner import Run, worker_pids  # noqa: E402
 
 MINI = REPO / "data" / "ljspeech-mini"
 REAL_POSITIONS = 256

@@ -26,11 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from consumer.stager.plan import EpochPlan  # noqa: E402
-from consumer.stager.shard_window import ShardWindowPlan  # noqa: E402
-from shared.config import Config, replace  # noqa: E402
-from shared.corpus_index import open_index  # noqa: E402
-from shared.shards import MemberReader  # noqa: E402
+from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
+from ringfeed.consumer.stager.shard_window import ShardWindowPlan  # noqa: E402
+from ringfeed.shared.config import Config, replace  # noqa: E402
+from ringfeed.shared.corpus_index import open_index  # noqa: E402
+from ringfeed.shared.shards import MemberReader  # noqa: E402
 from tests.s3_server import S3Server  # noqa: E402
 
 WAVS = REPO / "data" / "ljspeech-mini" / "wavs"

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from producer.audio import Segment, load_audio
-from producer.cache import FeatureCache
-from producer.features import fit_length, log_mel
-from producer.sample import Sample, SkipSample
-from producer.text import TextEncoder
-from shared.config import Config
-from shared.dataset import DatasetEntry
-from shared.shards import MemberReader
+from ringfeed.producer.audio import Segment, load_audio
+from ringfeed.producer.cache import FeatureCache
+from ringfeed.producer.features import fit_length, log_mel
+from ringfeed.producer.sample import Sample, SkipSample
+from ringfeed.producer.text import TextEncoder
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetEntry
+from ringfeed.shared.shards import MemberReader
 
 log = logging.getLogger(__name__)
 

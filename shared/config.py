@@ -19,9 +19,11 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
-from shared.config_corpus import DataConfig, TextConfig
-from shared.schema import ConfigError, build
+from ringfeed.shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
+from ringfeed.shared.config_corpus import DataConfig, TextConfig
+from ringfeed.shared.config_model import DevicesConfig, ModelConfig, TrainConfig
+from ringfeed.shared.config_stager import StagerConfig
+from ringfeed.shared.schema import ConfigError, build
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
@@ -34,11 +36,17 @@ ID_FIELDS = ("speaker", "language")  # int32 per batch row: ids in shared/id_tab
 
 @dataclass(frozen=True)
 class AudioConfig:
+    # Every clip is resampled to this rate (Hz, soxr).
     sample_rate: int = 22050
+    # Trim leading and trailing silence (librosa.effects.trim, trim_top_db).
     trim_silence: bool = False
+    # Silence threshold of trim_silence, dB below the peak.
     trim_top_db: float = 60.0
+    # peak: scale each clip to peak_level; none: as decoded.
     normalize: Literal["none", "peak"] = "peak"
+    # The peak of a peak-normalized clip.
     peak_level: float = 0.95
+    # Shorter clips (after trimming) are skipped, seconds.
     min_duration_s: float = 0.1
     # Longer audio (by its file header) is rejected before it is decoded, seconds. With
     # features.on_too_long: skip, audio longer than a slot is rejected the same way.
@@ -47,25 +55,38 @@ class AudioConfig:
 
 @dataclass(frozen=True)
 class FeaturesConfig:
+    # STFT size of the log-mel, samples.
     n_fft: int = 1024
+    # Samples between mel frames.
     hop_length: int = 256
+    # STFT window (Hann), samples.
     win_length: int = 1024
+    # Mel bands (Slaney filterbank, as librosa).
     n_mels: int = 80
+    # Lowest mel band edge, Hz.
     fmin: float = 0.0
+    # Highest mel band edge, Hz.
     fmax: float = 8000.0
+    # Mel frames per sample slot (the longest clip: max_frames x hop_length / sample_rate s).
     max_frames: int = 800
+    # A clip or text longer than its slot: skip it (quarantined, counted) or truncate it.
     on_too_long: Literal["skip", "truncate"] = "skip"
     # producer: producers compute the mel; stager: producers write the waveform and
     # the stager computes mels for the whole batch on its device.
     device: Literal["producer", "stager"] = "producer"
+    # The feature cache and the length manifest live here.
     cache_dir: str = ".cache/features"
+    # Keep each clip's features on disk, so later epochs skip decode and mel.
     cache: bool = True
 
 
 @dataclass(frozen=True)
 class RingConfig:
+    # Sample slots in the shared-memory ring.
     slots: int = 64
+    # A grant with no READY within this long comes back (and bounds one sample's work), seconds.
     lease_s: float = 10.0
+    # How often producers say they are alive, seconds.
     heartbeat_s: float = 1.0
     # An item whose lease expires this many times is skipped with a reason.
     max_item_attempts: int = 3
@@ -76,8 +97,11 @@ class RingConfig:
 
 @dataclass(frozen=True)
 class ProducersConfig:
+    # Producer processes of a local pool.
     workers: int = 2
+    # A pool restarts a dead worker at most this many times.
     max_restarts: int = 5
+    # Wait before the first restart, doubled on each, seconds.
     restart_backoff_s: float = 0.5
     # Grants a producer holds at once: enough to hide the round trip to the stager.
     # Ring throughput here with 2, 4, 8, 16, 32 (before GRANT/READY carried lists):
@@ -93,75 +117,17 @@ class ProducersConfig:
 
 
 @dataclass(frozen=True)
-class StagerConfig:
-    batch_size: int = 32
-    batch_slots: int = 3
-    deterministic: bool = True
-    seed: int = 1234
-    # 0 = run until stopped.
-    epochs: int = 0
-    # Length buckets (README, "Length buckets"): the mel-frame lengths of the batch
-    # shapes the model sees, ascending, the largest = features.max_frames. Each bucket's
-    # batch holds batch_frames // length rows. () = one fixed shape [batch_size,
-    # max_frames]: the default, as a model must accept several shapes to use buckets.
-    buckets: tuple[int, ...] = ()
-    # > 0 (with buckets unset): that many buckets, from the length manifest's quantiles.
-    auto_buckets: int = 0
-    # Mel frames per batch (rows x bucket length). 0 = batch_size x max_frames: no
-    # bucket's batch is larger than the fixed shape's.
-    batch_frames: int = 0
-
-    @property
-    def bucketed(self) -> bool:
-        return bool(self.buckets) or self.auto_buckets > 0
-
-    @property
-    def n_shapes(self) -> int:
-        """Batch shapes the model may see: one per bucket (auto: at most that many)."""
-        return len(self.buckets) or self.auto_buckets or 1
-
-
-@dataclass(frozen=True)
 class TransportConfig:
     # "ipc" keeps everything on this host; "tcp" also binds host:port so producers
     # on other hosts can connect (local processes keep using ipc).
     kind: Literal["ipc", "tcp"] = "ipc"
+    # With kind: tcp, the address the stager binds for remote producers.
     host: str = "127.0.0.1"
+    # With kind: tcp, the port of that address.
     port: int = 5555
     # Directory of CURVE keys (shared/keys.py; required for a non-loopback host).
     # When set, the stager accepts only producers whose public key it lists.
     keys_dir: str = ""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    # "module:function", called as function(cfg, **kwargs) by the trainer.
-    factory: str = "consumer.trainer.model:build_default_model"  # model_kwargs.DEFAULT_FACTORY
-    # The factory's own hyper-parameters; it checks them (the default model's:
-    # d_model, n_layers, kernel_size, dropout, consumer/trainer/model.py).
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 300
-    learning_rate: float = 1e-3
-    checkpoint_every: int = 100
-    log_every: int = 10
-    mixed_precision: bool = True
-    jit_compile: bool = True
-    # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
-    log_batches: bool = False
-    # TF intra-op threads of a CPU trainer; 0: every core (README: "The CPU trainer").
-    cpu_threads: int = 0
-    collective_timeout_s: float = 120.0  # --worker K/N: longest wait on a peer, then exit 1
-
-
-@dataclass(frozen=True)
-class DevicesConfig:
-    stager_gpu: int = 0
-    model: tuple[int, ...] = ()  # the model's GPUs, a replica each; (): all but stager_gpu
-    cpu_replicas: int = 1  # model replicas without a GPU: logical CPU devices
 
 
 @dataclass(frozen=True)
@@ -254,7 +220,14 @@ class Config:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        """YAML that means the same wherever it is loaded from: relative input paths
+        (INPUT_PATH_KEYS, relative to the working directory in a Config) are written
+        absolute, as load_config would read them relative to the file's folder."""
+        raw = self.to_dict()
+        for section, key in INPUT_PATH_KEYS:
+            if raw[section][key] and "://" not in raw[section][key]:  # a URL stays one
+                raw[section][key] = str(Path(raw[section][key]).absolute())
+        return yaml.safe_dump(raw, sort_keys=False)
 
 
 # ---------------------------------------------------------------- loading
@@ -269,8 +242,14 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
     return build(Config, raw)
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read a YAML file into a validated Config; errors name the file and key."""
+# Inputs travel with a config file: relative to its folder. Outputs (run_root, the
+# cache) stay relative to the working directory: they land where you run.
+INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"))
+
+
+def read_raw(path: str | os.PathLike[str]) -> Any:
+    """A config file's YAML as plain data, its relative INPUT_PATH_KEYS made absolute
+    from the file's folder (for a tool that edits a config and writes it elsewhere)."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -278,6 +257,19 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    for section, key in INPUT_PATH_KEYS if isinstance(raw, dict) else ():
+        part = raw.get(section)
+        value = part.get(key) if isinstance(part, dict) else None
+        is_url = isinstance(value, str) and "://" in value  # object storage: not a file path
+        if isinstance(value, str) and value and not is_url and not Path(value).is_absolute():
+            part[key] = str(path.absolute().parent / value)
+    return raw
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read a YAML file into a validated Config (read_raw); errors name the file and key."""
+    path = Path(path)
+    raw = read_raw(path)
     try:
         return config_from_dict(raw)
     except ConfigError as exc:

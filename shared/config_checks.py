@@ -10,11 +10,11 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING, Any
 
-from shared.language_codes import valid_code
-from shared.schema import ConfigError, check
+from ringfeed.shared.language_codes import valid_code
+from ringfeed.shared.schema import ConfigError, check
 
 if TYPE_CHECKING:
-    from shared.config import Config
+    from ringfeed.shared.config import Config
 
 # Auto buckets are at least max_frames // this long, so a batch's rows are bounded.
 MIN_BUCKET_FRACTION = 8
@@ -40,13 +40,22 @@ MOVED_KEYS = {
 }
 
 
+# Packages that moved under `ringfeed.` (pyproject.toml): a model.factory naming one
+# the old way (an earlier config, a checkpoint's copy) still means the same function.
+MOVED_PACKAGES = ("shared.", "producer.", "consumer.", "scripts.")
+
+
 def check_moved(raw: dict[str, Any]) -> None:
     """Raise ConfigError for a key of an earlier schema (MOVED_KEYS) in a raw config
-    mapping, saying where it went."""
+    mapping, saying where it went; a model.factory in a moved package is renamed."""
     for key, note in MOVED_KEYS.items():
         section, name = key.split(".")
         if isinstance(raw.get(section), dict) and name in raw[section]:
             raise ConfigError(f"{key}: {note}")
+    model = raw.get("model")
+    factory = model.get("factory") if isinstance(model, dict) else None
+    if isinstance(factory, str) and factory.startswith(MOVED_PACKAGES):
+        model["factory"] = f"ringfeed.{factory}"
 
 
 def is_loopback(host: str) -> bool:
@@ -95,6 +104,7 @@ def validate(cfg: Config) -> None:
     _validate_transport(cfg)
     _validate_producers(cfg)
     _validate_buckets(cfg)
+    _validate_balance(cfg)
     _validate_trainer(cfg)
     check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
     check(r.max_strikes >= 0, "ring.max_strikes", "must be >= 0 (0 = never refuse a peer)")
@@ -122,6 +132,8 @@ def _validate_trainer(cfg: Config) -> None:
     check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
     check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
     check(cfg.train.collective_timeout_s > 0, "train.collective_timeout_s", "must be > 0")
+    for key in ("connect_timeout_s", "data_timeout_s"):
+        check(getattr(cfg.train, key) > 0, f"train.{key}", "must be > 0")
     check(cfg.devices.cpu_replicas >= 1, "devices.cpu_replicas", "must be >= 1")
     model = cfg.devices.model
     check(len(set(model)) == len(model) and all(g >= 0 for g in model), "devices.model",
@@ -200,6 +212,31 @@ def _validate_buckets(cfg: Config) -> None:
         cfg.batch_frames >= top,
         "stager.batch_frames",
         f"{cfg.batch_frames} < features.max_frames={top}: the longest bucket needs a row",
+    )
+
+
+def _validate_balance(cfg: Config) -> None:
+    b = cfg.stager.balance
+    if not b.on:
+        check(
+            not b.weights, "stager.balance.weights", "needs stager.balance.by (language or speaker)"
+        )
+        return
+    check(
+        0.0 <= b.temperature <= 1.0,
+        "stager.balance.temperature",
+        f"must be in [0, 1] (1: as in the data, 0: uniform), got {b.temperature}",
+    )
+    for name, weight in b.weights.items():
+        check(
+            0.0 < weight < 1e6,
+            f"stager.balance.weights.{name}",
+            f"must be a number > 0 and < 1e6 (a multiplier; 1 is the default), got {weight}",
+        )
+    check(
+        cfg.stager.deterministic,
+        "stager.deterministic",
+        "balanced epochs need deterministic: true (each batch is a fixed part of the plan)",
     )
 
 

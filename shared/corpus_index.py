@@ -15,7 +15,7 @@ Current or stale: the header keeps the metadata file's size and mtime (for folde
 layouts and shards, a hash of their folders' and shards' stamps); the key in the
 file name hashes every setting that decides the items (path, format, text column,
 language). A stale or missing index is built by one process at a time (a lock
-file beside it), in a subprocess (``python -m shared.index_build``), so no
+file beside it), in a subprocess (``python -m ringfeed.shared.index_build``), so no
 process keeps the build's memory; the others wait for it and map the result. A
 cache folder that cannot be written falls back to reading the corpus in memory,
 with a warning.
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shared import entry_lines
-from shared.config import Config
-from shared.dataset import (
+from ringfeed.shared import entry_lines
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import (
     FOLDER_FORMATS,
     BadLine,
     DatasetEntry,
@@ -51,11 +51,11 @@ from shared.dataset import (
     _data_path,
     _metadata_path,
 )
-from shared.index_file import IndexFile, IndexFileError, write_index
+from ringfeed.shared.index_file import IndexFile, IndexFileError, write_index
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: the digest covers speakers, languages and segments
 
 
 def index_key(cfg: Config) -> str:
@@ -76,7 +76,7 @@ def source_stamp(cfg: Config) -> list[Any]:
     for folder layouts and shards a hash of every folder's and shard's stamp (one stat a
     folder or shard, never one a clip)."""
     if cfg.data.format == "shards":
-        from shared.shards import shards_stamp
+        from ringfeed.shared.shards import shards_stamp
 
         return ["shards", shards_stamp(cfg)]
     if cfg.data.format in FOLDER_FORMATS:
@@ -247,7 +247,7 @@ class MappedIndex:
 def write_built(cfg: Config) -> Path:
     """Build cfg.data's index and write it (lengths measured before are kept for the
     items whose id they were measured for); returns its path."""
-    from shared.index_build import build_index
+    from ringfeed.shared.index_build import build_index
 
     stamp = source_stamp(cfg)
     header, arrays = build_index(cfg)
@@ -315,7 +315,8 @@ def _build_in_subprocess(cfg: Config) -> None:
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-    done = subprocess.run([sys.executable, "-m", "shared.index_build"], input=cfg.to_yaml(),
+    argv = [sys.executable, "-m", "ringfeed.shared.index_build"]
+    done = subprocess.run(argv, input=cfg.to_yaml(),
                           text=True, env=env, check=False)  # fmt: skip
     if done.returncode != 0:
         raise DatasetError(f"data.path: the corpus index could not be built (exit code "
@@ -343,7 +344,7 @@ def open_index(cfg: Config, in_subprocess: bool = True) -> MappedIndex | Dataset
         log.warning("features.cache_dir: cannot keep the corpus index in %s (%s): every "
                     "process reads the corpus in memory; point it at a writable folder",
                     path.parent, exc)  # fmt: skip
-        from shared.dataset import read_index_in_memory
+        from ringfeed.shared.dataset import read_index_in_memory
 
         return read_index_in_memory(cfg)
     with lock:

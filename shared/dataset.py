@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shared.config import Config
-from shared.language_codes import language_code
+from ringfeed.shared.config import Config
+from ringfeed.shared.language_codes import language_code
 
 if TYPE_CHECKING:
-    from shared.corpus_index import MappedIndex
+    from ringfeed.shared.corpus_index import MappedIndex
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ def _metadata_path(cfg: Config, root: str | os.PathLike[str] | None) -> Path:
         want = f"a directory holding {METADATA_FILE}, or the file itself"
         want = "the manifest file" if cfg.data.format == "jsonl" else want
         raise DatasetError(
-            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects {want})"
+            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects "
+            f"{want}; every format: README, 'Bring your own data')"
         )
     return path
 
@@ -114,6 +115,10 @@ def _decode(line: bytes) -> tuple[str | None, str, str]:
 
 
 def _ljspeech_entry(fields: list[str], base: Path, column: int) -> DatasetEntry | str:
+    if len(fields) == 2:
+        return ("expected 3 '|'-separated columns (id|text|normalized), got 2: for 'id|text' "
+                "lines use data.format: csv with the header 'audio_file|text' (README, "
+                "'Bring your own data')")  # fmt: skip
     if len(fields) != 3:
         return f"expected 3 '|'-separated columns (id|text|normalized), got {len(fields)}"
     item_id = fields[0].strip()
@@ -146,7 +151,8 @@ def _csv_columns(path: Path, lines: list[tuple[int, bytes]]) -> int:
     if header not in (CSV_HEADER, CSV_HEADER_SPEAKER):
         raise DatasetError(
             f"{path}:1: data.format: csv needs the header 'audio_file|text' or "
-            f"'audio_file|text|speaker_name', got {'|'.join(header)!r}"
+            f"'audio_file|text|speaker_name', got {'|'.join(header)!r} (every format: README, "
+            "'Bring your own data')"
         )
     return len(header)
 
@@ -157,7 +163,7 @@ def _decoded(path: Path, lines: list[tuple[int, bytes]]) -> list[tuple[int, str 
 
 def _line_results(cfg: Config, path: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
     """(file, line, entry or reason, item id) of every line of a one-file corpus."""
-    from shared import corpora  # it builds on the types above
+    from ringfeed.shared import corpora  # it builds on the types above
 
     base = path.parent.absolute()
     lines = _split_lines(path.read_bytes())
@@ -183,7 +189,7 @@ def _line_results(cfg: Config, path: Path) -> list[tuple[str, int, DatasetEntry 
 
 
 def _folder_results(cfg: Config, root: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
-    from shared import corpora
+    from ringfeed.shared import corpora
 
     if not root.is_dir():
         raise DatasetError(f"data.path: {root} is not a folder (data.format: {cfg.data.format})")
@@ -230,7 +236,7 @@ def _with_languages(cfg: Config, entries: list[DatasetEntry]) -> list[DatasetEnt
     """Every entry with a language: its own, data.language, or (auto) the detected one."""
     missing = [k for k, e in enumerate(entries) if not e.language]
     if cfg.data.language == "auto" and missing:
-        from shared.language_id import detect_languages  # loads the detector's model
+        from ringfeed.shared.language_id import detect_languages  # loads the detector's model
 
         texts = [entries[k].text for k in missing]
         candidates = [language_code(c) for c in cfg.data.detect_languages]
@@ -293,17 +299,21 @@ class DatasetIndex:
 
     @functools.cached_property
     def digest(self) -> str:
-        """Hex digest of ids, texts and audio paths (relative to root), in item order: the
-        same value a mapped index keeps in its header (shared/index_build.py)."""
+        """Hex digest of ids, texts, audio paths (relative to root), segments, speakers and
+        languages, in item order: the value a mapped index keeps in its header
+        (shared/index_build.py), the same for the same corpus."""
+        from ringfeed.shared.entry_lines import digest_line, digest_tables
+
         h = hashlib.blake2b(digest_size=16)
         if self.synthetic_items:
             h.update(f"synthetic:{self.synthetic_items}".encode())
             return h.hexdigest()
         prefix = f"{self.root}/" if self.root else ""
         for e in self.entries:
-            line = f"{e.item_id}\0{e.text}\0{e.audio_path.removeprefix(prefix)}\n"
-            h.update(line.encode("utf-8", "surrogatepass"))
-        return h.hexdigest()
+            rel = e.audio_path.removeprefix(prefix)
+            h.update(digest_line(e.item_id, e.text, rel, e.offset_s, e.duration_s).encode(
+                "utf-8", "surrogatepass"))  # fmt: skip
+        return digest_tables(h, *self.name_tables())
 
     def name_tables(self) -> tuple[tuple[str, ...], tuple[str, ...], np.ndarray, np.ndarray]:
         """(speaker names sorted, language codes sorted, each item's speaker and language
@@ -346,6 +356,6 @@ def dataset_index(cfg: Config) -> DatasetIndex | MappedIndex:
     mapped corpus index (shared/corpus_index.py), built first if missing or stale."""
     if cfg.data.format == "synthetic":
         return DatasetIndex(synthetic_items=cfg.data.synthetic_items)
-    from shared.corpus_index import open_index
+    from ringfeed.shared.corpus_index import open_index
 
     return open_index(cfg)

@@ -17,10 +17,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from shared import corpora
-from shared.dataset import AUDIO_EXTENSIONS
+import numpy as np
+
+from ringfeed.shared import corpora
+from ringfeed.shared.dataset import AUDIO_EXTENSIONS, _csv_entry, _ljspeech_entry
+
+# The base a bad line's reason is asked with (a reason names no path).
+_NOWHERE = Path("/")
 
 
 class Fields(NamedTuple):
@@ -39,47 +44,39 @@ class Fields(NamedTuple):
 
 def ljspeech_rows(lines: list[str], text_column: int) -> list[tuple | str]:
     """ljspeech lines (id|text|normalized) -> Fields-shaped tuples or reasons; one loop
-    with no call per line (the build's hot path)."""
+    with no call per good line (the build's hot path). A bad line's reason is the one
+    shared/dataset.py gives (its reader decides it)."""
     out: list[tuple | str] = []
     append = out.append
     for line in lines:
         fields = line.split("|")
-        if len(fields) != 3:
-            append(f"expected 3 '|'-separated columns (id|text|normalized), got {len(fields)}")
-            continue
-        item_id, text = fields[0].strip(), fields[text_column].strip()
-        if not item_id:
-            append("empty item id")
-        elif not text:
-            append(f"empty text in column {text_column + 1} (data.text_column={text_column})")
-        else:
-            append((item_id, f"wavs/{item_id}.wav", text, "", "", 0.0, 0.0))
+        if len(fields) == 3:
+            item_id, text = fields[0].strip(), fields[text_column].strip()
+            if item_id and text:
+                append((item_id, f"wavs/{item_id}.wav", text, "", "", 0.0, 0.0))
+                continue
+        append(_ljspeech_entry(fields, _NOWHERE, text_column))
     return out
 
 
 def csv_rows(lines: list[str], n_columns: int) -> list[tuple | str]:
     """csv lines (audio_file|text[|speaker_name]) -> Fields-shaped tuples or reasons. The
     id is Path(audio_file).with_suffix("").as_posix(), without pathlib where the path is
-    plain (no empty or dot parts)."""
+    plain (no empty or dot parts); a bad line's reason is shared/dataset.py's."""
     out: list[tuple | str] = []
     append = out.append
     for line in lines:
         fields = line.split("|")
-        if len(fields) != n_columns:
-            append(f"expected {n_columns} '|'-separated columns, got {len(fields)}")
-            continue
-        rel, text = fields[0].strip(), fields[1].strip()
-        if not rel:
-            append("empty audio_file")
-        elif not rel.lower().endswith(AUDIO_EXTENSIONS):
-            append(f"unsupported audio extension in {rel!r} (use one of {AUDIO_EXTENSIONS})")
-        elif not text:
-            append("empty text")
-        else:
-            stem = rel[: rel.rfind(".")]
-            if "//" in rel or "./" in rel or stem[stem.rfind("/") + 1 : stem.rfind("/") + 2] == ".":
-                stem = Path(rel).with_suffix("").as_posix()
-            append((stem, rel, text, fields[2].strip() if n_columns == 3 else "", "", 0.0, 0.0))
+        if len(fields) == n_columns:
+            rel, text = fields[0].strip(), fields[1].strip()
+            if rel and text and rel.lower().endswith(AUDIO_EXTENSIONS):
+                stem = rel[: rel.rfind(".")]
+                if "//" in rel or "./" in rel or stem[stem.rfind("/") + 1 :][:1] == ".":
+                    stem = Path(rel).with_suffix("").as_posix()
+                speaker = fields[2].strip() if n_columns == 3 else ""
+                append((stem, rel, text, speaker, "", 0.0, 0.0))
+                continue
+        append(_csv_entry(fields, _NOWHERE, n_columns))
     return out
 
 
@@ -142,6 +139,22 @@ def parse_block(kind: str, lines: list[bytes], setting: int, root: str) -> list[
     for k, reason in bad.items():
         out[k] = reason
     return out
+
+
+def digest_line(item_id: str, text: str, audio: str, offset_s: float, duration_s: float) -> str:
+    """One item's part of the dataset digest (audio relative to the corpus root)."""
+    return f"{item_id}\0{text}\0{audio}\0{offset_s!r}\0{duration_s!r}\n"
+
+
+def digest_tables(
+    h: Any, speakers: Any, languages: Any, speaker_ids: Any, language_ids: Any
+) -> str:
+    """The dataset digest: h (the items' lines) with every item's speaker and language
+    (sorted tables and int32 ids into them); the same for a mapped and an in-memory index."""
+    h.update(json.dumps([list(speakers), list(languages)], ensure_ascii=False).encode())
+    h.update(np.ascontiguousarray(np.asarray(speaker_ids), np.int32).tobytes())
+    h.update(np.ascontiguousarray(np.asarray(language_ids), np.int32).tobytes())
+    return h.hexdigest()
 
 
 def absolute(root: str, audio: str) -> str:

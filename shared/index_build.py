@@ -12,7 +12,7 @@ Folder layouts (LibriTTS, VCTK) are read by shared/corpora.py as before, once, a
 their entries stored as lines inside the index; tar shards by shared/shards.py.
 
 Run by the stager in a subprocess (its memory stays the run's) when the index is
-missing or stale: ``python -m shared.index_build`` with the config YAML on stdin.
+missing or stale: ``python -m ringfeed.shared.index_build`` with the config YAML on stdin.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import numpy as np
 import xxhash
 import yaml
 
-from shared import entry_lines
-from shared.config import Config, config_from_dict
-from shared.dataset import (
+from ringfeed.shared import entry_lines
+from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.dataset import (
     FOLDER_FORMATS,
     BadLine,
     DatasetError,
@@ -42,8 +42,8 @@ from shared.dataset import (
     _data_path,
     _metadata_path,
 )
-from shared.language_codes import language_code
-from shared.manifest import NOT_MEASURED
+from ringfeed.shared.language_codes import language_code
+from ringfeed.shared.manifest import NOT_MEASURED
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,8 @@ class Builder:
         if not default:  # data.language: auto; an item awaiting detection gets its id there
             self.pending.extend((first + k, f[2]) for k, f in enumerate(items) if not codes[k])
         self.language.extend([languages.setdefault(c, len(languages)) if c else -1 for c in codes])
-        self._chunks.append("".join([f"{f[0]}\0{f[2]}\0{f[1]}\n" for f in items]))
+        line = entry_lines.digest_line
+        self._chunks.append("".join([line(f[0], f[2], f[1], f[5], f[6]) for f in items]))
         self._plan_chunks.append("".join([f"{f[0]}|{f[1]}\n" for f in items]))
         self._flush()
 
@@ -141,7 +142,7 @@ class Builder:
     def _detect(self) -> None:
         if not self.pending:
             return
-        from shared.language_id import detect_languages  # loads the detector's model
+        from ringfeed.shared.language_id import detect_languages  # loads the detector's model
 
         d, f = self.cfg.data, self.cfg.features
         candidates = [language_code(c) for c in d.detect_languages]
@@ -170,7 +171,13 @@ class Builder:
             "speakers": sorted(self.speakers),
             "languages": sorted(self.languages),
             "bad_lines": [[b.file, b.line, b.reason, b.item_id] for b in self.bad],
-            "digest": self.digest.hexdigest(),
+            "digest": entry_lines.digest_tables(
+                self.digest,
+                sorted(self.speakers),
+                sorted(self.languages),
+                arrays["speaker"],
+                arrays["language"],
+            ),  # fmt: skip
             "plan_hash": self.plan.hexdigest(),
         }
         order = np.argsort(arrays["id_hash"], kind="stable")
@@ -232,9 +239,8 @@ def _redigest(builder: Builder, keep: np.ndarray, fields_of: Any) -> None:
     builder.plan = hashlib.blake2b(digest_size=8)
     for item in np.flatnonzero(keep):
         f = fields_of(int(item), full=True)
-        builder.digest.update(
-            f"{f.item_id}\0{f.text}\0{f.audio}\n".encode("utf-8", "surrogatepass")
-        )
+        line = entry_lines.digest_line(f.item_id, f.text, f.audio, f.offset_s, f.duration_s)
+        builder.digest.update(line.encode("utf-8", "surrogatepass"))
         builder.plan.update(f"{f.item_id}|{f.audio}\n".encode("utf-8", "surrogatepass"))
 
 
@@ -304,7 +310,7 @@ def build_stored(cfg: Config, root: str, items: list[entry_lines.Fields],
 
 
 def build_folders(cfg: Config) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    from shared import corpora
+    from ringfeed.shared import corpora
 
     root = _data_path(cfg, None).absolute()
     if not root.is_dir():
@@ -335,7 +341,7 @@ def build_index(cfg: Config) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if cfg.data.format in FOLDER_FORMATS:
         header, arrays = build_folders(cfg)
     elif cfg.data.format == "shards":
-        from shared.shards import build_shards
+        from ringfeed.shared.shards import build_shards
 
         header, arrays = build_shards(cfg)
     else:
@@ -345,8 +351,8 @@ def build_index(cfg: Config) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def main() -> int:
-    """``python -m shared.index_build`` < config YAML: build and write the index."""
-    from shared.corpus_index import write_built
+    """``python -m ringfeed.shared.index_build`` < config YAML: build and write the index."""
+    from ringfeed.shared.corpus_index import write_built
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     cfg = config_from_dict(yaml.safe_load(sys.stdin.read()))

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex
 
 # Frames of an item whose length could not be read from its header: the producer may
 # still decode it (another decoder), so it goes to the largest bucket, which fits all.
@@ -58,7 +58,9 @@ def settings_key(cfg: Config) -> str:
         "audio": [a.sample_rate],
         "features": [f.hop_length, f.max_frames, f.device],
         "text": cfg.to_dict()["text"],
-        "version": 1,
+        # 2: producer/normalize.py NORMALIZER_VERSION 3 (clock times, phone numbers) changed
+        # token counts; bump it with every text rule that changes them.
+        "version": 2,
     }  # fmt: skip
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 
@@ -106,7 +108,7 @@ def load_manifest(cfg: Config, index: DatasetIndex) -> tuple[Manifest, np.ndarra
 def save_manifest(cfg: Config, index: DatasetIndex, manifest: Manifest) -> Path:
     """Write atomically (a reader never sees half a file); returns the path."""
     if hasattr(index, "lengths_key"):
-        from shared.corpus_index import save_lengths
+        from ringfeed.shared.corpus_index import save_lengths
 
         save_lengths(index, manifest.frames, manifest.text, settings_key(cfg))
         return index.file.path
@@ -127,7 +129,7 @@ def save_manifest(cfg: Config, index: DatasetIndex, manifest: Manifest) -> Path:
 def _indexed_lengths(cfg: Config, index: Any) -> tuple[Manifest, np.ndarray]:
     """load_manifest of a mapped corpus index: its newest file's lengths (`ringfeed
     manifest` writes the index again beside the one this process mapped)."""
-    from shared.corpus_index import MappedIndex
+    from ringfeed.shared.corpus_index import MappedIndex
 
     path = index.file.path
     try:

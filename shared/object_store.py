@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shared.config import Config
-from shared.dataset import DatasetError
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetError
 
 log = logging.getLogger(__name__)
 

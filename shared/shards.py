@@ -33,10 +33,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from shared import entry_lines
-from shared.config import Config
-from shared.dataset import AUDIO_EXTENSIONS, BadLine, DatasetError
-from shared.language_codes import language_code, valid_code
+from ringfeed.shared import entry_lines
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import AUDIO_EXTENSIONS, BadLine, DatasetError
+from ringfeed.shared.language_codes import language_code, valid_code
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def split_key(name: str) -> tuple[str, str]:
 def shard_names(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
     """(root, [(shard name relative to root, size, version stamp)]) in sorted name order."""
     if is_remote(cfg.data.path):
-        from shared.object_store import list_shards
+        from ringfeed.shared.object_store import list_shards
 
         return list_shards(cfg)
     root = Path(cfg.data.path).absolute()
@@ -170,7 +170,7 @@ def member_index(cfg: Config, root: str, name: str, size: int, stamp: str) -> di
     except (OSError, ValueError):
         pass
     if is_remote(root):
-        from shared.object_store import scan_remote
+        from ringfeed.shared.object_store import scan_remote
 
         found = scan_remote(cfg, f"{root}/{name}", lambda f: scan_shard(f, name, strict=True))
     else:
@@ -188,7 +188,7 @@ def member_index(cfg: Config, root: str, name: str, size: int, stamp: str) -> di
 
 def build_shards(cfg: Config) -> tuple[dict[str, Any], dict[str, Any]]:
     """The corpus index of a folder or prefix of shards (shared/index_build.py)."""
-    from shared.index_build import build_stored
+    from ringfeed.shared.index_build import build_stored
 
     root, shards = shard_names(cfg)
     items: list[entry_lines.Fields] = []
@@ -238,7 +238,7 @@ class MemberReader:
             self._pid = os.getpid()
         if is_remote(shard):
             if self._store is None:
-                from shared.object_store import ShardCache
+                from ringfeed.shared.object_store import ShardCache
 
                 self._store = ShardCache(self.cfg)
             shard = self._store.local(shard)

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from scripts import cli
-from shared.config import Config, replace
-from shared.corpus_index import MappedIndex, index_path, open_index
-from shared.dataset import DatasetIndex, read_index_in_memory
-from shared.fingerprint import plan_fingerprint
-from shared.id_tables import corpus_tables
+from ringfeed.scripts import cli
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.corpus_index import MappedIndex, index_path, open_index
+from ringfeed.shared.dataset import DatasetIndex, read_index_in_memory
+from ringfeed.shared.fingerprint import plan_fingerprint
+from ringfeed.shared.id_tables import corpus_tables
 from tests.broken_dataset import make_broken_dataset
 from tests.corpus_files import jsonl_cfg, make_libritts, write_manifest
 from tests.runs import write_config

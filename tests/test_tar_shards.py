@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from consumer.stager.shard_window import shard_window_plan
-from producer.pipeline import SamplePipeline
-from shared.config import Config, load_config, replace
-from shared.corpus_index import open_index
-from shared.dataset import DatasetError
-from shared.object_store import ShardCache
-from shared.quarantine import read_quarantine
-from shared.schema import ConfigError
+from ringfeed.consumer.stager.shard_window import shard_window_plan
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.shared.config import Config, load_config, replace
+from ringfeed.shared.corpus_index import open_index
+from ringfeed.shared.dataset import DatasetError
+from ringfeed.shared.object_store import ShardCache
+from ringfeed.shared.quarantine import read_quarantine
+from ringfeed.shared.schema import ConfigError
 from tests.corpus_files import REPO, make_shards
 from tests.runs import Run, rid, shm_segments, write_config
 from tests.s3_server import S3Server

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from consumer.stager.plan import EpochPlan
-from shared.config import Config
-from shared.schema import ConfigError
+from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.shared.config import Config
+from ringfeed.shared.schema import ConfigError
 
 
 class ShardWindowPlan(EpochPlan):
