@@ -139,8 +139,16 @@ class ItemArray:
         self._file, self._name = file, name
         self._array = file.array(name)
 
-    def __getitem__(self, k: int) -> int:
-        return self._file.item(self._name, int(k))
+    def __getitem__(self, k: Any) -> Any:
+        """One element (an int) by pread; a slice or an index array through the map (the
+        balanced plan's whole-corpus pass, consumer/stager/balance.py)."""
+        if isinstance(k, int | np.integer):
+            return self._file.item(self._name, int(k))
+        return self._array[k]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._array.dtype
 
     def __len__(self) -> int:
         return len(self._array)
