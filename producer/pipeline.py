@@ -25,6 +25,7 @@ from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config
 from ringfeed.shared.dataset import DatasetEntry
+from ringfeed.shared.shards import MemberReader
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class SamplePipeline:
             except OSError as exc:
                 self._cache_error("cannot open", exc)
         self.cache = cache
+        self._members: MemberReader | None = None  # tar shard reads, made on first use
         # Where the sample in progress is: the stage of a quarantine entry.
         self.stage = "start"
 
@@ -95,7 +97,7 @@ class SamplePipeline:
     def _process(self, entry: DatasetEntry) -> Sample:
         self.stage = "text"
         tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
-        array, audio_truncated = self._features(entry.audio_path, entry.segment)
+        array, audio_truncated = self._features(entry.audio_path, entry.segment, entry.member)
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
         if self.cfg.features.device == "producer":
             sample.mel = array
@@ -103,14 +105,18 @@ class SamplePipeline:
             sample.wave = array
         return sample
 
-    def _features(self, path: str, segment: Segment = None) -> tuple[np.ndarray, bool]:
+    def _features(
+        self, path: str, segment: Segment = None, member: tuple[int, int] | None = None
+    ) -> tuple[np.ndarray, bool]:
         """-> (mel [n_frames, n_mels] or wave [n_samples], truncated), from cache if possible;
-        segment: (offset_s, duration_s) of a clip that is part of its file."""
-        key, hit = self._cache_get(path, segment)
+        segment: (offset_s, duration_s) of a clip that is part of its file; member: (byte
+        offset, size) of its audio when path is a tar shard."""
+        key, hit = self._cache_get(path, segment, member)
         if hit is not None:
             return hit
         self.stage = "audio"
-        wave = load_audio(path, self.cfg, segment)
+        data = self._member_bytes(path, member) if member is not None else None
+        wave = load_audio(path, self.cfg, segment, data)
         self.counters.decoded += 1
         self.stage = "features"
         wave, truncated = fit_length(wave, self.cfg, path)
@@ -128,15 +134,31 @@ class SamplePipeline:
                 self._cache_error("cannot write", exc)
         return array, truncated
 
+    def _member_bytes(self, path: str, member: tuple[int, int]) -> bytes:
+        """A shard member's bytes (shared/shards.py: one ranged read; a remote shard through
+        the local shard cache); a shard that cannot be read costs this sample."""
+        if self._members is None:
+            self._members = MemberReader(self.cfg)
+        try:
+            return self._members.read(path, *member)
+        except FileNotFoundError:
+            raise SkipSample("audio file not found (its tar shard)", path, "audio") from None
+        except OSError as exc:
+            raise SkipSample(f"unreadable tar shard member ({exc})", path, "audio") from None
+
+    def member_counters(self) -> dict[str, int]:
+        """Tar shard reads of this process (shared/shards.py MemberReader.counters)."""
+        return self._members.counters() if self._members is not None else {}
+
     def _cache_get(
-        self, path: str, segment: Segment = None
+        self, path: str, segment: Segment = None, member: tuple[int, int] | None = None
     ) -> tuple[bytes | None, tuple[np.ndarray, bool] | None]:
         """(cache key, hit or None); a cache that cannot be read is a miss."""
         if self.cache is None:
             return None, None
         self.stage = "cache"
         try:
-            key = self.cache.key(path, segment)
+            key = self.cache.key(path, segment, member)
         except FileNotFoundError:
             raise SkipSample("audio file not found", path, "audio") from None
         try:

@@ -206,7 +206,7 @@ class DatasetSource:
         # The stage starts over with each item: a failure before the pipeline's first
         # stage (reading the item's entry) must not carry the last item's stage.
         self._pipeline.stage = "metadata"
-        return self._pipeline(self.index.entries[item])
+        return self._pipeline(self.index.entry(item))
 
     def work(self) -> dict[str, int]:
         """How often each stage ran in this process: decoded, mels, cache_hits, ...; texts
@@ -215,6 +215,7 @@ class DatasetSource:
         return dataclasses.asdict(self._pipeline.counters) | {
             "normalized": text.normalized,
             "phonemized": text.phonemized,
+            **self._pipeline.member_counters(),
         }
 
 
