@@ -90,8 +90,9 @@ def build_s(config: Path) -> tuple[float, dict]:
 
 
 def header_of(config: Path) -> dict:
-    code = ("import json, sys; from shared.config import load_config; "
-            "from shared.corpus_index import index_path; from shared.index_file import IndexFile; "
+    code = ("import json, sys; from ringfeed.shared.config import load_config; "
+            "from ringfeed.shared.corpus_index import index_path; "
+            "from ringfeed.shared.index_file import IndexFile; "
             "h = IndexFile(index_path(load_config(sys.argv[1]))).header; h.pop('bad_lines'); "
             "print(json.dumps({k: h[k] for k in ('n_items', 'build_s', 'digest')}))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
@@ -101,8 +102,8 @@ def header_of(config: Path) -> dict:
 
 def reuse_s(config: Path) -> float:
     """Seconds a fresh process takes to open the current index (imports excluded)."""
-    code = ("import sys, time; from shared.config import load_config; "
-            "from shared.corpus_index import open_index; cfg = load_config(sys.argv[1]); "
+    code = ("import sys, time; from ringfeed.shared.config import load_config; "
+            "from ringfeed.shared.corpus_index import open_index; cfg = load_config(sys.argv[1]); "
             "t = time.perf_counter(); ix = open_index(cfg); ix.entry(ix.n_items - 1); "
             "print(time.perf_counter() - t)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,

@@ -320,12 +320,8 @@ def _current(cfg: Config, path: Path) -> MappedIndex | None:
 
 
 def _build_in_subprocess(cfg: Config) -> None:
-    env = dict(os.environ)
-    repo = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
     argv = [sys.executable, "-m", "ringfeed.shared.index_build"]
-    done = subprocess.run(argv, input=cfg.to_yaml(),
-                          text=True, env=env, check=False)  # fmt: skip
+    done = subprocess.run(argv, input=cfg.to_yaml(), text=True, check=False)
     if done.returncode != 0:
         raise DatasetError(f"data.path: the corpus index could not be built (exit code "
                            f"{done.returncode}; its log says why)")  # fmt: skip

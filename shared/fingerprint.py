@@ -142,7 +142,7 @@ def config_refusal(ours: dict[str, str], theirs: dict[str, Any]) -> str:
         return (
             "this producer's corpus differs from the stager's (item ids, texts, speakers, "
             "languages or audio paths relative to data.path, in file order): every host "
-            "needs the same metadata and audio files (README, 'Producers on other hosts')"
+            "needs the same metadata and audio files (README, 'Beyond one host')"
         )
     shown = ", ".join(differ[:MAX_KEYS_SHOWN])
     more = f" and {len(differ) - MAX_KEYS_SHOWN} more" if len(differ) > MAX_KEYS_SHOWN else ""

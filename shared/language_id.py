@@ -20,6 +20,7 @@ seeded and ~10x slower.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
 import time
 from collections.abc import Sequence
@@ -29,7 +30,9 @@ from ringfeed.shared.text_cache import TextCache
 log = logging.getLogger(__name__)
 
 # Bumped when the detector or its settings change: the cache keys on it.
-DETECTOR_VERSION = "py3langid-1"
+# With the installed py3langid's version: another version may detect otherwise, and
+# the detections are cached per host (the corpus digest carries them).
+DETECTOR_VERSION = f"py3langid-1-{importlib.metadata.version('py3langid')}"
 # Characters of a text the detector reads at most: the start of a text says its
 # language, and the cost stays bounded whatever the text's length.
 MAX_DETECT_CHARS = 1000

@@ -98,3 +98,19 @@ def test_no_test_module_imports_another() -> None:
                 if any(part.startswith("test_") for part in name.split(".")):
                     arrows.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
     assert arrows == [], "move what they share into a helper module:\n" + "\n".join(arrows)
+
+
+def test_nothing_imports_the_folders_by_their_top_level_names() -> None:
+    """Installed, the folders are ringfeed.shared, ringfeed.producer, ...: an import of
+    a top-level `shared` (in code, a `python -c` string or a shell script) works only
+    from the repository's root, where tests run, and breaks for every user."""
+    pkgs = "(?:shared|producer|consumer|scripts)"
+    top_level = re.compile(
+        rf"(?<![\w.])from {pkgs}(?:\.\w+)* import |(?:^|[;\"'(\s])import {pkgs}(?:\.\w+)*"
+        rf"(?:\s*$| as |[,;\"'\\])|-m {pkgs}\."
+    )
+    files = [*python_files(), *REPO.glob("scripts/*.sh")]
+    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in files
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if top_level.search(line) and p.name != "test_package.py"]  # fmt: skip
+    assert found == [], "\n".join(found)

@@ -12,9 +12,9 @@ from ringfeed.scripts.runner import REPO
 def test_cpu_side_modules_leave_tensorflow_unimported() -> None:
     code = (
         "import sys\n"
-        "import producer.pool, producer.worker, producer.pipeline\n"
-        "import consumer.stager.stager, consumer.tools.inspector\n"
-        "import consumer.client.batch_client, scripts.cli\n"
+        "import ringfeed.producer.pool, ringfeed.producer.worker, ringfeed.producer.pipeline\n"
+        "import ringfeed.consumer.stager.stager, ringfeed.consumer.tools.inspector\n"
+        "import ringfeed.consumer.client.batch_client, ringfeed.scripts.cli\n"
         "sys.exit(1 if 'tensorflow' in sys.modules else 0)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60)

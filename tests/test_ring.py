@@ -112,8 +112,8 @@ def test_only_the_owner_unlinks(run_id: str) -> None:
 def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
     code = (
         "import sys, time\n"
-        "from shared.config import Config\n"
-        "from shared.ring import Ring, segment_name\n"
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.shared.ring import Ring, segment_name\n"
         f"Ring.create(segment_name('{run_id}', 'samples'), Config().sample_fields(), 2, "
         f"'{run_id}', 'samples')\n"
         "print('up', flush=True)\n"
