@@ -20,7 +20,9 @@ import numpy as np
 
 from producer.audio import Segment, load_audio
 from producer.cache import FeatureCache
-from producer.features import fit_length, log_mel
+from producer.extra_fields import ExtraFields
+from producer.features import fit_length, log_mel, log_mel_energy
+from producer.prosody import pitch
 from producer.sample import Sample, SkipSample
 from producer.text import TextEncoder
 from shared.config import Config
@@ -39,6 +41,8 @@ class PipelineCounters:
     skipped: int = 0
     decoded: int = 0
     mels: int = 0
+    # Samples whose optional fields (pitch, energy, the user's) were computed, not cached.
+    extras: int = 0
     cache_hits: int = 0
     cache_errors: int = 0
     # Samples not written to the cache because it stopped writing after repeated failures.
@@ -58,6 +62,7 @@ class SamplePipeline:
             except OSError as exc:
                 self._cache_error("cannot open", exc)
         self.cache = cache
+        self.extras = ExtraFields(cfg)
         # Where the sample in progress is: the stage of a quarantine entry.
         self.stage = "start"
 
@@ -79,6 +84,8 @@ class SamplePipeline:
             librosa.effects.trim(wave, top_db=self.cfg.audio.trim_top_db)
         if self.cfg.features.device == "producer":
             log_mel(wave, self.cfg)
+        if self.cfg.features.pitch:  # pyworld's import, ~0.1 s
+            pitch(wave, 1 + len(wave) // self.cfg.features.hop_length, self.cfg)
 
     def __call__(self, entry: DatasetEntry) -> Sample:
         """entry -> Sample(tokens int32 [n_tokens], mel float32 [n_frames, n_mels] or
@@ -95,8 +102,12 @@ class SamplePipeline:
     def _process(self, entry: DatasetEntry) -> Sample:
         self.stage = "text"
         tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
-        array, audio_truncated = self._features(entry.audio_path, entry.segment)
+        if self.extras.active:
+            array, audio_truncated, fields = self._with_extras(entry, len(tokens))
+        else:
+            array, audio_truncated, fields = *self._features(entry.audio_path, entry.segment), {}
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
+        sample.fields = fields
         if self.cfg.features.device == "producer":
             sample.mel = array
         else:
@@ -127,6 +138,48 @@ class SamplePipeline:
             except OSError as exc:  # a full or read-only disk costs the cache, not the sample
                 self._cache_error("cannot write", exc)
         return array, truncated
+
+    def _with_extras(
+        self, entry: DatasetEntry, n_tokens: int
+    ) -> tuple[np.ndarray, bool, dict[str, np.ndarray]]:
+        """(mel or wave, truncated, optional fields) from the cache when every part is
+        there, else all computed from one decode (and the missing parts cached)."""
+        key, hit = self._cache_get(entry.audio_path, entry.segment)
+        if hit is not None:
+            fields = self.extras.from_cache(self.cache.get, key)
+            if fields is not None:
+                return hit[0], hit[1], fields
+        self.stage = "audio"
+        wave = load_audio(entry.audio_path, self.cfg, entry.segment)
+        self.counters.decoded += 1
+        self.stage = "features"
+        wave, truncated = fit_length(wave, self.cfg, entry.audio_path)
+        fields: dict[str, np.ndarray] = {}
+        mel = None
+        frames = 1 + len(wave) // self.cfg.features.hop_length
+        if self.cfg.features.device == "producer":
+            if self.extras.energy:
+                mel, fields["energy"] = log_mel_energy(wave, self.cfg)
+            else:
+                mel = log_mel(wave, self.cfg)
+            self.counters.mels += 1
+        if self.extras.pitch:
+            self.stage = "pitch"
+            fields["pitch"], fields["voiced"] = pitch(wave, frames, self.cfg)
+        if self.extras.user is not None:
+            self.stage = "user"  # an exception of the user's function: a sample of stage user
+            fields.update(self.extras.call_user(wave, mel, frames, n_tokens, entry))
+        self.counters.extras += 1
+        array = mel if mel is not None else wave
+        if key is not None:
+            self.stage = "cache"
+            try:
+                if hit is None and not self.cache.put(key, array, truncated):
+                    self.counters.cache_writes_off += 1
+                self.extras.to_cache(self.cache.put, key, fields, truncated)
+            except OSError as exc:  # a full or read-only disk costs the cache, not the sample
+                self._cache_error("cannot write", exc)
+        return array, truncated, fields
 
     def _cache_get(
         self, path: str, segment: Segment = None

@@ -283,7 +283,7 @@ class Worker:
         try:
             with time_limit(self.cfg.ring.lease_s, self.busy):
                 sample = self.source.prepare(grant.item)
-            rows = {name: getattr(sample, name) for name in self.fields}
+            rows = {name: sample.array(name) for name in self.fields}
             why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
             if why:
                 raise SkipSample(why, stage="check")

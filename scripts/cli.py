@@ -22,6 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
+
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
 
@@ -60,8 +62,13 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         return 0
     mib = 2**20
     print(f"{args.config}: ok")
-    for name, (shape, dtype) in cfg.sample_fields().items():
-        print(f"  sample field {name:8s} {str(list(shape)):14s} {dtype}")
+    print('  sample schema (README, "Sample fields"):')
+    for line in cfg.schema.describe():
+        print(f"    {line}")
+    fixed = cfg.batch_fields()
+    per_batch = sum(int(np.prod(s)) * d.itemsize for s, d in fixed.values())
+    print(f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
+          f"{per_batch // cfg.stager.batch_size:,} B per sample")  # fmt: skip
     sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
     print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
     print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")

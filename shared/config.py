@@ -10,6 +10,7 @@ only module that reads environment variables.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -21,7 +22,10 @@ import yaml
 
 from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
 from shared.config_corpus import DataConfig, TextConfig
+from shared.sample_schema import ID_FIELDS, FieldDecl, FieldSpec, SampleSchema
 from shared.schema import ConfigError, build
+
+__all__ = ["ID_FIELDS"]  # int32 per batch row: ids in shared/id_tables.py
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
@@ -29,7 +33,6 @@ from shared.schema import ConfigError, build
 LOG_FLOOR = 1e-5
 # Environment variable naming a source hook, "module:callable" (see source_hook).
 SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
-ID_FIELDS = ("speaker", "language")  # int32 per batch row: ids in shared/id_tables.py
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,19 @@ class AudioConfig:
     # Longer audio (by its file header) is rejected before it is decoded, seconds. With
     # features.on_too_long: skip, audio longer than a slot is rejected the same way.
     max_duration_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class UserFieldConfig:
+    """A field of the user's own (README, "Sample fields"): features.user_function
+    returns it by name; its length axis (axis 0 of shape) follows the mel frames,
+    the tokens, its own length up to shape[0], or there is none."""
+
+    name: str = ""
+    dtype: Literal["float32", "int32"] = "float32"
+    shape: tuple[int, ...] = ()
+    length: Literal["frames", "tokens", "own", "none"] = "none"
+    pad: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,16 @@ class FeaturesConfig:
     device: Literal["producer", "stager"] = "producer"
     cache_dir: str = ".cache/features"
     cache: bool = True
+    # Optional sample fields (README, "Sample fields"); off, a sample is tokens + mel.
+    # pitch: f0 per mel frame, Hz (0 unvoiced), and a voiced flag (pyworld DIO+StoneMask).
+    pitch: bool = False
+    # energy: L2 norm of each mel frame's STFT magnitude (the mel's own STFT, bins <= fmax).
+    energy: bool = False
+    # A fields-of-your-own function, "module:function"(wave, mel, text, entry) -> arrays;
+    # user_version names its output in the feature cache: change it when the function does.
+    user_function: str = ""
+    user_version: str = ""
+    user_fields: tuple[UserFieldConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -195,19 +221,16 @@ class Config:
         frames (librosa, center=True), so every clip that fits max_frames fits here."""
         return self.features.max_frames * self.features.hop_length
 
-    def sample_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """Payload fields of one sample-ring slot: name -> (shape, dtype)."""
-        fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {
-            "tokens": ((self.text.max_text_len,), np.dtype(np.int32)),
-        }
-        if self.features.device == "producer":
-            fields["mel"] = (
-                (self.features.max_frames, self.features.n_mels),
-                np.dtype(np.float32),
-            )
-        else:
-            fields["wave"] = ((self.max_samples,), np.dtype(np.float32))
-        return fields
+    @functools.cached_property
+    def schema(self) -> SampleSchema:
+        """The declared sample schema (shared/sample_schema.py): every field, built-in
+        or the user's, from which slots, batches and specs derive."""
+        return SampleSchema(sample_decls(self), self.features.max_frames,
+                            self.text.max_text_len, self.features.n_mels)  # fmt: skip
+
+    def sample_fields(self) -> FieldSpec:
+        """Payload fields of one sample-ring slot: name -> (shape, dtype), ring order."""
+        return self.schema.slot_fields()
 
     @property
     def batch_frames(self) -> int:
@@ -223,31 +246,16 @@ class Config:
         shortest = min(self.stager.buckets or (self.features.max_frames // MIN_BUCKET_FRACTION,))
         return max(1, self.batch_frames // max(1, shortest))
 
-    def batch_ring_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    def batch_ring_fields(self) -> FieldSpec:
         """Payload fields of one batch-ring slot, flat: a batch of any bucket's shape
         [rows, frames, ...] is the first rows x frames entries (the client reshapes)."""
-        rows = self.max_batch_rows
         frames = max(self.batch_frames, self.features.max_frames)
-        return {
-            "tokens": ((rows * self.text.max_text_len,), np.dtype(np.int32)),
-            "text_lens": ((rows,), np.dtype(np.int32)),
-            "mel": ((frames, self.features.n_mels), np.dtype(np.float32)),
-            "mel_lens": ((rows,), np.dtype(np.int32)),
-            "items": ((rows,), np.dtype(np.int64)),
-            **{name: ((rows,), np.dtype(np.int32)) for name in ID_FIELDS},
-        }
+        return self.schema.batch_ring_fields(self.max_batch_rows, frames)
 
-    def batch_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """Payload fields of one batch-ring slot (always mels, never waveforms)."""
-        b = self.stager.batch_size
-        return {
-            "tokens": ((b, self.text.max_text_len), np.dtype(np.int32)),
-            "text_lens": ((b,), np.dtype(np.int32)),
-            "mel": ((b, self.features.max_frames, self.features.n_mels), np.dtype(np.float32)),
-            "mel_lens": ((b,), np.dtype(np.int32)),
-            "items": ((b,), np.dtype(np.int64)),
-            **{name: ((b,), np.dtype(np.int32)) for name in ID_FIELDS},
-        }
+    def batch_fields(self) -> FieldSpec:
+        """Fields of one batch at the fixed shape [batch_size, ...] (always mels, never
+        waveforms): the schema's fields, their lengths, items, speaker and language."""
+        return self.schema.batch_fields(self.stager.batch_size)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML-able data (tuples become lists)."""
@@ -255,6 +263,31 @@ class Config:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def sample_decls(cfg: Config) -> tuple[FieldDecl, ...]:
+    """The sample's fields in ring order: the built-ins as features.* asks, then the
+    user's (features.user_fields)."""
+    f, frames = cfg.features, cfg.features.max_frames
+    f32 = np.dtype(np.float32)
+    decls = [FieldDecl("tokens", np.dtype(np.int32), (cfg.text.max_text_len,), "tokens")]
+    if f.device == "producer":
+        decls.append(FieldDecl("mel", f32, (frames, f.n_mels), "frames"))
+    else:
+        decls.append(FieldDecl("wave", f32, (cfg.max_samples,), "own"))
+    if f.pitch:
+        decls.append(FieldDecl("pitch", f32, (frames,), "frames"))
+        decls.append(FieldDecl("voiced", np.dtype(np.uint8), (frames,), "frames"))
+    if f.energy:
+        decls.append(FieldDecl("energy", f32, (frames,), "frames"))
+    for u in f.user_fields:
+        shape = (
+            (frames, *u.shape)
+            if u.length == "frames"
+            else ((cfg.text.max_text_len, *u.shape) if u.length == "tokens" else u.shape)
+        )
+        decls.append(FieldDecl(u.name, np.dtype(u.dtype), shape, u.length, u.pad, "user"))
+    return tuple(decls)
 
 
 # ---------------------------------------------------------------- loading

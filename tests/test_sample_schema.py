@@ -1,0 +1,159 @@
+"""The declared sample schema: what derives from it, and fields of the user's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from producer.extra_fields import ExtraFields
+from producer.features import log_mel, log_mel_energy
+from producer.pipeline import SamplePipeline
+from producer.prosody import pitch
+from producer.sample import SkipSample
+from shared.batch_ring import batch_views
+from shared.config import Config, ConfigError, replace
+from shared.dataset import read_dataset
+from tests import user_fields
+from tests.broken_dataset import GOOD_SOURCES
+
+MINI = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini"
+USER = {"user_function": "tests.user_fields:fields", "user_version": "t1",
+        "user_fields": user_fields.FIELDS}  # fmt: skip
+
+
+def test_default_schema_is_tokens_and_mel() -> None:
+    """The default is what the hard-coded fields were (byte-identical rings)."""
+    cfg = Config()
+    assert cfg.sample_fields() == {"tokens": ((200,), np.dtype(np.int32)),
+                                   "mel": ((800, 80), np.dtype(np.float32))}  # fmt: skip
+    assert list(cfg.batch_ring_fields()) == ["tokens", "text_lens", "mel", "mel_lens",
+                                             "items", "speaker", "language"]  # fmt: skip
+    assert cfg.batch_ring_fields()["mel"][0] == (32 * 800, 80)
+    assert cfg.batch_fields()["tokens"][0] == (32, 200)
+
+
+def test_every_field_derives_from_the_declaration() -> None:
+    cfg = replace(Config(), features={"pitch": True, "energy": True, **USER},
+                  stager={"buckets": [400, 800]})  # fmt: skip
+    slot = cfg.sample_fields()
+    assert list(slot) == ["tokens", "mel", "pitch", "voiced", "energy", "loudness",
+                          "emotion", "style"]  # fmt: skip
+    assert slot["voiced"] == ((800,), np.dtype(np.uint8)) and slot["style"][0] == (4, 3)
+    ring = cfg.batch_ring_fields()
+    rows = cfg.max_batch_rows
+    assert ring["pitch"][0] == (max(cfg.batch_frames, 800),)
+    assert ring["style"][0] == (rows * 4, 3) and ring["style_lens"][0] == (rows,)
+    assert ring["emotion"][0] == (rows, 2)
+    specs = cfg.schema.batch_specs(cfg.stager.batch_size, bucketed=True)
+    assert specs["pitch"][0] == (None, None) and specs["emotion"][0] == (None, 2)
+    assert specs["style"][0] == (None, 4, 3)
+    # One bucket's batch inside the flat slot: every field cut consistently.
+    flat = {k: np.zeros(s, d) for k, (s, d) in ring.items()}
+    views = batch_views(flat, 5, 400, 64, cfg.schema)
+    assert views["mel"].shape == (5, 400, 80) and views["pitch"].shape == (5, 400)
+    assert views["loudness"].shape == (5, 400) and views["tokens"].shape == (5, 64)
+    assert views["style"].shape == (5, 4, 3) and views["emotion"].shape == (5, 2)
+    assert np.shares_memory(views["energy"], flat["energy"])
+    # A READY's lengths must agree: frames fields as the mel, none fields whole.
+    assert cfg.schema.lengths_error([10, 50, 50, 50, 50, 50, 2, 3]) == ""
+    assert "pitch has 49 rows, need 50" in cfg.schema.lengths_error([10, 50, 49, 50, 50, 50, 2, 3])
+    assert "emotion" in cfg.schema.lengths_error([10, 50, 50, 50, 50, 50, 1, 3])
+
+
+@pytest.mark.parametrize(
+    ("features", "key", "says"),
+    [
+        ({"user_fields": [{"name": "mel", "shape": [1]}], "user_function": "a:b",
+          "user_version": "1"}, "user_fields[0].name", "built-in"),
+        ({"user_fields": [{"name": "x", "shape": [1]}], "user_function": "a:b"},
+         "user_version", "cache"),
+        ({"user_fields": [{"name": "x", "shape": [1]}], "user_function": "ab",
+          "user_version": "1"}, "user_function", "package.module:function"),
+        ({"user_fields": [{"name": "x", "length": "own"}], "user_function": "a:b",
+          "user_version": "1"}, "user_fields[0].shape", "at least one dimension"),
+        ({"pitch": True, "device": "stager"}, "features.pitch", "device: producer"),
+    ],
+)  # fmt: skip
+def test_bad_declarations_say_what_to_change(features: dict, key: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        replace(Config(), features=features)
+    assert key in str(err.value) and says in str(err.value)
+
+
+def _mini(tmp_path: Path, **features: object) -> tuple[Config, list]:
+    cfg = replace(Config(), data={"path": str(MINI)},
+                  features={"cache_dir": str(tmp_path / "cache"), **features})  # fmt: skip
+    entries, _ = read_dataset(cfg)
+    return cfg, [e for e in entries if e.item_id in GOOD_SOURCES]  # 1.8-2.6 s each
+
+
+def test_user_fields_pitch_energy_computed_then_cached(tmp_path: Path) -> None:
+    cfg, entries = _mini(tmp_path, pitch=True, energy=True, **USER)
+    first = SamplePipeline(cfg)
+    samples = [first(e) for e in entries]
+    assert first.counters.extras == 3 and first.counters.decoded == 3
+    for e, s in zip(entries, samples, strict=True):
+        n = s.mel.shape[0]
+        assert {k: v.shape[0] for k, v in s.fields.items()} == {
+            "pitch": n, "voiced": n, "energy": n, "loudness": n, "emotion": 2,
+            "style": 1 + len(e.text) % 4}  # fmt: skip
+        assert s.fields["voiced"].dtype == np.uint8 and s.fields["voiced"].any()
+        assert (s.fields["pitch"][s.fields["voiced"] == 1] >= 65).all()
+        np.testing.assert_array_equal(s.fields["loudness"], s.mel.mean(axis=1))
+        assert s.fields["emotion"].tolist() == [len(e.text), ord(e.text[0])]
+    again = SamplePipeline(cfg)  # a new process: every field from the cache, bit for bit
+    for s, e in zip(samples, entries, strict=True):
+        hit = again(e)
+        for name, x in s.fields.items():
+            np.testing.assert_array_equal(hit.fields[name], x, err_msg=name)
+            assert hit.fields[name].dtype == x.dtype
+    assert again.counters.decoded == 0 and again.counters.cache_hits == 3
+    # A new user_version recomputes the user's fields, and keeps the mels and prosody.
+    cfg2 = replace(cfg, features={"user_version": "t2"})
+    third = SamplePipeline(cfg2)
+    third(entries[0])
+    assert third.counters.decoded == 1
+
+
+def test_energy_and_pitch_follow_the_mel(tmp_path: Path) -> None:
+    cfg, entries = _mini(tmp_path)
+    import soundfile as sf
+
+    wave, _ = sf.read(entries[0].audio_path, dtype="float32")
+    mel, energy = log_mel_energy(wave, cfg)
+    np.testing.assert_array_equal(mel, log_mel(wave, cfg))  # the same STFT, the same mel
+    assert energy.shape == (mel.shape[0],) and energy.dtype == np.float32
+    f0, voiced = pitch(wave, mel.shape[0], cfg)
+    assert f0.shape == voiced.shape == (mel.shape[0],)
+    assert 80 < np.median(f0[voiced == 1]) < 400  # a speaking voice
+
+
+def test_user_function_that_raises_costs_that_item(tmp_path: Path) -> None:
+    cfg, entries = _mini(tmp_path, cache=False, **{**USER,
+                         "user_function": "tests.user_fields:raising"})  # fmt: skip
+    pipe = SamplePipeline(cfg)
+    ok = []
+    for e in entries:
+        try:
+            pipe(e)
+            ok.append(e.item_id)
+        except KeyError:
+            assert pipe.stage == "user" and e.item_id == "LJ001-0008"
+    assert ok == [e.item_id for e in entries if e.item_id != "LJ001-0008"]
+
+
+def test_wrong_shape_is_refused_naming_field_and_shapes(tmp_path: Path) -> None:
+    cfg, entries = _mini(tmp_path, cache=False, **{**USER,
+                         "user_function": "tests.user_fields:wrong_shape"})  # fmt: skip
+    with pytest.raises(SkipSample) as skip:
+        SamplePipeline(cfg)(entries[0])
+    assert skip.value.stage == "user"
+    assert "'emotion' has shape (3,), declared (2,)" in skip.value.reason
+
+
+def test_unknown_user_function_is_a_config_error() -> None:
+    cfg = replace(Config(), features={**USER, "user_function": "tests.user_fields:nope"})
+    with pytest.raises(ConfigError, match="has no function nope"):
+        ExtraFields(cfg)

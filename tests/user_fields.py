@@ -1,0 +1,41 @@
+"""Fields of the user's own, for the tests (features.user_function points here).
+
+Each value is a pure function of the clip, so a test can recompute it for the item
+a batch row claims to be: ``loudness`` (frames-tied, float32: the mel's mean over
+bands), ``emotion`` (no length axis, int32 [2]: the text's length and its first
+character), ``style`` (own length, float32 [<= 4, 3]: the wave's first values).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# What the e2e test declares (features.user_fields).
+FIELDS = [
+    {"name": "loudness", "dtype": "float32", "shape": [], "length": "frames"},
+    {"name": "emotion", "dtype": "int32", "shape": [2], "length": "none"},
+    {"name": "style", "dtype": "float32", "shape": [4, 3], "length": "own", "pad": -1.0},
+]
+
+
+def fields(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any) -> dict[str, Any]:
+    n_style = 1 + len(text) % 4
+    return {
+        "loudness": mel.mean(axis=1),
+        "emotion": np.array([len(text), ord(text[0])], np.int32),
+        "style": wave[: 3 * n_style].reshape(n_style, 3),
+    }
+
+
+def raising(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any) -> dict[str, Any]:
+    if entry.item_id == "LJ001-0008":
+        raise KeyError("no emotion label for LJ001-0008")
+    return fields(wave, mel, text, entry)
+
+
+def wrong_shape(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any) -> dict[str, Any]:
+    out = fields(wave, mel, text, entry)
+    out["emotion"] = np.zeros(3, np.int32)
+    return out
