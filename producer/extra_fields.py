@@ -6,12 +6,15 @@ business (shared/sample_schema.py, from features.pitch, features.energy and
 features.user_fields); this module computes them, checks the user's, and keeps
 them in the feature cache beside the mel, each group under its own key:
 
-    blake2b(mel key, group name, version)
+    blake2b(mel key, group name, version[, the entry's id, text, speaker, language])
 
 where a group is "pitch" (f0 and voiced, one [n, 2] entry), "energy", or one user
 field, and the version is PROSODY_VERSION (producer/prosody.py) or
 features.user_version. So turning a field on or off never invalidates the
-mels, and a new user_version recomputes only the user's fields.
+mels, and a new user_version recomputes only the user's fields. A user field's
+key also holds the entry: the function sees the text and the entry, and two
+entries may share one audio file (the end-to-end test caught a clip's text-derived
+field served to another entry of the same file).
 
 The user's function ("module:function", features.user_function) is called as
 ``function(wave, mel, text, entry)``: wave float32 [n] at audio.sample_rate
@@ -138,22 +141,36 @@ class ExtraFields:
         return hashlib.blake2b(b"\0".join([key, group.encode(), version.encode()]),
                                digest_size=16).digest()  # fmt: skip
 
-    def from_cache(self, get: Callable[[bytes], Any], key: bytes) -> dict[str, np.ndarray] | None:
+    def group_keys(self, key: bytes, entry: Any) -> dict[str, bytes]:
+        """The cache key of each group for the entry whose audio has mel key `key`."""
+        user = "\0".join([entry.item_id, entry.text, entry.speaker, entry.language])
+        return {
+            group: self.group_key(
+                key, group, version if d[0].origin == "builtin" else f"{version}\0{user}"
+            )  # fmt: skip
+            for group, (version, d) in self.groups.items()
+        }
+
+    def from_cache(
+        self, get: Callable[[bytes], Any], key: bytes, entry: Any
+    ) -> dict[str, np.ndarray] | None:
         """Every optional field from the cache (get: FeatureCache.get), or None when one
         group is missing (the sample is then computed whole)."""
         fields: dict[str, np.ndarray] = {}
-        for group, (version, decls) in self.groups.items():
-            hit = get(self.group_key(key, group, version))
+        keys = self.group_keys(key, entry)
+        for group, (_, decls) in self.groups.items():
+            hit = get(keys[group])
             if hit is None:
                 return None
             fields.update(_unpack(hit[0], decls))
         return fields
 
-    def to_cache(self, put: Callable[[bytes, np.ndarray, bool], Any], key: bytes,
+    def to_cache(self, put: Callable[[bytes, np.ndarray, bool], Any], key: bytes, entry: Any,
                  fields: dict[str, np.ndarray], truncated: bool) -> None:  # fmt: skip
         """Write every group of `fields` (put: FeatureCache.put)."""
-        for group, (version, decls) in self.groups.items():
-            put(self.group_key(key, group, version), _pack(fields, decls), truncated)
+        keys = self.group_keys(key, entry)
+        for group, (_, decls) in self.groups.items():
+            put(keys[group], _pack(fields, decls), truncated)
 
 
 def _pack(fields: dict[str, np.ndarray], decls: list[FieldDecl]) -> np.ndarray:

@@ -23,10 +23,11 @@ from producer.cache import FeatureCache
 from producer.extra_fields import ExtraFields
 from producer.features import fit_length, log_mel, log_mel_energy
 from producer.prosody import pitch
+from producer.references import SpeakerClips, choose_reference, cut_reference
 from producer.sample import Sample, SkipSample
 from producer.text import TextEncoder
 from shared.config import Config
-from shared.dataset import DatasetEntry
+from shared.dataset import DatasetEntry, DatasetIndex
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class PipelineCounters:
     mels: int = 0
     # Samples whose optional fields (pitch, energy, the user's) were computed, not cached.
     extras: int = 0
+    # Samples whose speaker has one clip, its own reference (features.single_clip: own).
+    reference_own: int = 0
     cache_hits: int = 0
     cache_errors: int = 0
     # Samples not written to the cache because it stopped writing after repeated failures.
@@ -52,7 +55,10 @@ class PipelineCounters:
 class SamplePipeline:
     """Per-sample work of one producer process: text, audio, features, cache."""
 
-    def __init__(self, cfg: Config, cache: FeatureCache | None = None) -> None:
+    def __init__(
+        self, cfg: Config, cache: FeatureCache | None = None, index: DatasetIndex | None = None
+    ) -> None:
+        """index: the dataset's, for features.reference (another clip of the speaker)."""
         self.cfg = cfg
         self.text = TextEncoder(cfg)
         self.counters = PipelineCounters()
@@ -63,6 +69,8 @@ class SamplePipeline:
                 self._cache_error("cannot open", exc)
         self.cache = cache
         self.extras = ExtraFields(cfg)
+        self.index = index
+        self.clips = SpeakerClips(index) if cfg.features.reference and index else None
         # Where the sample in progress is: the stage of a quarantine entry.
         self.stage = "start"
 
@@ -87,11 +95,14 @@ class SamplePipeline:
         if self.cfg.features.pitch:  # pyworld's import, ~0.1 s
             pitch(wave, 1 + len(wave) // self.cfg.features.hop_length, self.cfg)
 
-    def __call__(self, entry: DatasetEntry) -> Sample:
+    def __call__(self, entry: DatasetEntry, item: int = -1, epoch: int = 0) -> Sample:
         """entry -> Sample(tokens int32 [n_tokens], mel float32 [n_frames, n_mels] or
-        wave float32 [n_samples]); raises SkipSample with the reason and the audio path."""
+        wave float32 [n_samples], the optional fields); raises SkipSample with the reason
+        and the audio path. item, epoch: the entry's item and plan epoch (features.reference)."""
         try:
             sample = self._process(entry)
+            if self.cfg.features.reference:
+                sample.fields["ref_mel"] = self._reference(item, epoch)
         except SkipSample as skip:
             skip.stage = skip.stage or self.stage
             self.counters.skipped += 1
@@ -139,6 +150,28 @@ class SamplePipeline:
                 self._cache_error("cannot write", exc)
         return array, truncated
 
+    def _reference(self, item: int, epoch: int) -> np.ndarray:
+        """The log-mel of another clip of item's speaker, cut to reference_frames
+        (producer/references.py); from the feature cache when there."""
+        if self.clips is None or self.index is None or item < 0:
+            raise ValueError("features.reference needs the dataset index and the item")
+        ref, rng = choose_reference(self.clips, item, epoch, self.cfg)
+        if ref == item:
+            if self.cfg.features.single_clip == "skip":
+                raise SkipSample("its speaker has no other clip for a reference "
+                                 "(features.single_clip: skip; own uses the clip itself)",
+                                 stage="reference")  # fmt: skip
+            self.counters.reference_own += 1
+        entry = self.index.entries[ref]
+        try:
+            array, _ = self._features(entry.audio_path, entry.segment)
+        except SkipSample as skip:
+            raise SkipSample(f"reference clip {entry.item_id}: {skip.reason}",
+                             entry.audio_path, "reference") from None  # fmt: skip
+        self.stage = "reference"
+        mel = array if self.cfg.features.device == "producer" else log_mel(array, self.cfg)
+        return cut_reference(mel, self.cfg.features.reference_frames, rng)
+
     def _with_extras(
         self, entry: DatasetEntry, n_tokens: int
     ) -> tuple[np.ndarray, bool, dict[str, np.ndarray]]:
@@ -146,7 +179,7 @@ class SamplePipeline:
         there, else all computed from one decode (and the missing parts cached)."""
         key, hit = self._cache_get(entry.audio_path, entry.segment)
         if hit is not None:
-            fields = self.extras.from_cache(self.cache.get, key)
+            fields = self.extras.from_cache(self.cache.get, key, entry)
             if fields is not None:
                 return hit[0], hit[1], fields
         self.stage = "audio"
@@ -176,7 +209,7 @@ class SamplePipeline:
             try:
                 if hit is None and not self.cache.put(key, array, truncated):
                     self.counters.cache_writes_off += 1
-                self.extras.to_cache(self.cache.put, key, fields, truncated)
+                self.extras.to_cache(self.cache.put, key, entry, fields, truncated)
             except OSError as exc:  # a full or read-only disk costs the cache, not the sample
                 self._cache_error("cannot write", exc)
         return array, truncated, fields

@@ -44,7 +44,9 @@ class Source(Protocol):
 
     def warm_up(self) -> None: ...
 
-    def prepare(self, item: int) -> Sample: ...
+    def prepare(self, item: int, epoch: int = 0) -> Sample:
+        """The item's sample in plan epoch `epoch` (which picks its reference clip)."""
+        ...
 
     def work(self) -> dict[str, int]: ...
 
@@ -128,7 +130,7 @@ class SyntheticSource:
     def lengths(self, item: int) -> tuple[int, int]:
         return synthetic_lengths(item, self.cfg)
 
-    def prepare(self, item: int) -> Sample:
+    def prepare(self, item: int, epoch: int = 0) -> Sample:
         text_len, n = self.lengths(item)
         sample = Sample(
             item_id=self.item_id(item), tokens=synthetic_tokens(item, text_len, self.cfg)
@@ -185,7 +187,7 @@ class DatasetSource:
         self.cfg = cfg
         self.index = index if index is not None else dataset_index(cfg)
         self.n_items = self.index.n_items
-        self._pipeline = SamplePipeline(cfg)
+        self._pipeline = SamplePipeline(cfg, index=self.index)
 
     def item_id(self, item: int) -> str:
         return self.index.item_id(item)
@@ -201,11 +203,11 @@ class DatasetSource:
         """Where the pipeline is with the sample in progress (SamplePipeline.stage)."""
         return self._pipeline.stage
 
-    def prepare(self, item: int) -> Sample:
+    def prepare(self, item: int, epoch: int = 0) -> Sample:
         # The stage starts over with each item: a failure before the pipeline's first
         # stage (reading the item's entry) must not carry the last item's stage.
         self._pipeline.stage = "metadata"
-        return self._pipeline(self.index.entries[item])
+        return self._pipeline(self.index.entries[item], item, epoch)
 
     def work(self) -> dict[str, int]:
         """How often each stage ran in this process: decoded, mels, cache_hits, ...; texts

@@ -282,7 +282,8 @@ class Worker:
         """The item's sample, or None once its SKIP is sent."""
         try:
             with time_limit(self.cfg.ring.lease_s, self.busy):
-                sample = self.source.prepare(grant.item)
+                epoch = grant.position // max(1, self.source.n_items)  # plan.epoch_of
+                sample = self.source.prepare(grant.item, epoch)
             rows = {name: sample.array(name) for name in self.fields}
             why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
             if why:

@@ -77,6 +77,11 @@ class FeaturesConfig:
     cache_dir: str = ".cache/features"
     cache: bool = True
     # Optional sample fields (README, "Sample fields"); off, a sample is tokens + mel.
+    # reference: a log-mel of another clip of the same speaker (ref_mel), at most
+    # reference_frames long; a speaker's only clip is its own reference or is skipped.
+    reference: bool = False
+    reference_frames: int = 200
+    single_clip: Literal["own", "skip"] = "own"
     # pitch: f0 per mel frame, Hz (0 unvoiced), and a voiced flag (pyworld DIO+StoneMask).
     pitch: bool = False
     # energy: L2 norm of each mel frame's STFT magnitude (the mel's own STFT, bins <= fmax).
@@ -275,6 +280,8 @@ def sample_decls(cfg: Config) -> tuple[FieldDecl, ...]:
         decls.append(FieldDecl("mel", f32, (frames, f.n_mels), "frames"))
     else:
         decls.append(FieldDecl("wave", f32, (cfg.max_samples,), "own"))
+    if f.reference:
+        decls.append(FieldDecl("ref_mel", f32, (f.reference_frames, f.n_mels), "own"))
     if f.pitch:
         decls.append(FieldDecl("pitch", f32, (frames,), "frames"))
         decls.append(FieldDecl("voiced", np.dtype(np.uint8), (frames,), "frames"))

@@ -28,6 +28,12 @@ def validate_fields(cfg: Any) -> None:
         check(not (stager and getattr(f, key)), f"features.{key}",
               "needs the mel's STFT on the producer: set features.device: producer "
               f"or features.{key}: false")  # fmt: skip
+    check(1 <= f.reference_frames <= f.max_frames, "features.reference_frames",
+          f"{f.reference_frames}: must be 1..features.max_frames={f.max_frames}")  # fmt: skip
+    if cfg.data.format == "synthetic":
+        for key in ("reference", "pitch", "energy", "user_fields"):
+            check(not getattr(f, key), f"features.{key}",
+                  "needs audio, and data.format: synthetic has none: use a corpus")  # fmt: skip
     names: set[str] = set()
     for i, u in enumerate(f.user_fields):
         key = f"features.user_fields[{i}]"
@@ -50,7 +56,7 @@ def validate_fields(cfg: Any) -> None:
                   "dimensions")  # fmt: skip
         check(not (stager and u.length == "frames"), f"{key}.length",
               "frames follows the producer's mel: set features.device: producer")  # fmt: skip
-    n = 2 + 2 * f.pitch + f.energy + len(f.user_fields)
+    n = 2 + f.reference + 2 * f.pitch + f.energy + len(f.user_fields)
     why = f"a sample would hold {n} fields, at most {MAX_SAMPLE_FIELDS}: declare fewer"
     check(n <= MAX_SAMPLE_FIELDS, "features.user_fields", why)
     spec = f.user_function

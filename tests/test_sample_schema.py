@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,11 @@ from producer.extra_fields import ExtraFields
 from producer.features import log_mel, log_mel_energy
 from producer.pipeline import SamplePipeline
 from producer.prosody import pitch
+from producer.references import SpeakerClips, choose_reference, cut_reference
 from producer.sample import SkipSample
 from shared.batch_ring import batch_views
 from shared.config import Config, ConfigError, replace
-from shared.dataset import read_dataset
+from shared.dataset import dataset_index, read_dataset
 from tests import user_fields
 from tests.broken_dataset import GOOD_SOURCES
 
@@ -157,3 +159,47 @@ def test_unknown_user_function_is_a_config_error() -> None:
     cfg = replace(Config(), features={**USER, "user_function": "tests.user_fields:nope"})
     with pytest.raises(ConfigError, match="has no function nope"):
         ExtraFields(cfg)
+
+
+def _speakers(tmp_path: Path, speakers: list[str], **features: object) -> tuple[Config, list]:
+    """One clip per speaker name given (short LJSpeech clips, in turn)."""
+    lines = [json.dumps({"audio": str(MINI / "wavs" / f"{GOOD_SOURCES[k % 3]}.wav"),
+                         "text": f"Clip {k}.", "speaker": s, "id": f"c{k}"})
+             for k, s in enumerate(speakers)]  # fmt: skip
+    (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
+    cfg = replace(Config(), data={"path": str(tmp_path / "train.jsonl"), "format": "jsonl"},
+                  features={"cache_dir": str(tmp_path / "cache"), "reference": True,
+                            "reference_frames": 64, **features})  # fmt: skip
+    return cfg, list(dataset_index(cfg).entries)
+
+
+def test_reference_is_another_clip_of_the_speaker_fixed_by_seed_epoch_item(
+    tmp_path: Path,
+) -> None:
+    cfg, entries = _speakers(tmp_path, ["a", "b", "a", "a", "c"])
+    clips = SpeakerClips(dataset_index(cfg))
+    for item, entry in enumerate(entries):
+        refs = {choose_reference(clips, item, epoch, cfg)[0] for epoch in range(8)}
+        if entry.speaker == "a":
+            assert refs <= {0, 2, 3} - {item} and len(refs) == 2  # both others, in turn
+        else:
+            assert refs == {item}  # a speaker's only clip
+        assert choose_reference(clips, item, 5, cfg)[0] == choose_reference(clips, item, 5, cfg)[0]
+    pipe = SamplePipeline(cfg, index=dataset_index(cfg))
+    sample = pipe(entries[0], 0, epoch=1)
+    ref, rng = choose_reference(clips, 0, 1, cfg)
+    full = SamplePipeline(cfg, index=dataset_index(cfg))(entries[ref], ref).mel
+    want = cut_reference(full, 64, rng)
+    assert sample.fields["ref_mel"].shape == (64, cfg.features.n_mels)
+    np.testing.assert_array_equal(sample.fields["ref_mel"], want)
+    pipe(entries[1], 1)
+    assert pipe.counters.reference_own == 1
+
+
+def test_single_clip_speaker_skipped_when_asked(tmp_path: Path) -> None:
+    cfg, entries = _speakers(tmp_path, ["a", "b", "a"], single_clip="skip")
+    pipe = SamplePipeline(cfg, index=dataset_index(cfg))
+    assert pipe(entries[0], 0).fields["ref_mel"].shape[1] == cfg.features.n_mels
+    with pytest.raises(SkipSample) as skip:
+        pipe(entries[1], 1)
+    assert skip.value.stage == "reference" and "no other clip" in skip.value.reason

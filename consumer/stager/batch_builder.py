@@ -106,7 +106,7 @@ class BatchBuilder:
         stager's check; :meth:`drop_last` undoes the row if that check fails."""
         row, view = self.rows, self.view
         assert self.current is not None and row < self.shape[0]
-        n_text, n = lengths
+        n_text, n = lengths[0], lengths[1]
         tokens = view["tokens"][row]
         tokens[:n_text] = samples.view("tokens")[slot][:n_text]
         tokens[n_text:] = 0
