@@ -56,6 +56,15 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
                   file=sys.stderr)  # fmt: skip
             return 2
+    if cfg.features.user_function:  # imported here, as a producer will at start
+        from producer.extra_fields import load_user_function
+        from shared.config import ConfigError
+
+        try:
+            load_user_function(cfg.features.user_function)
+        except ConfigError as exc:
+            print(f"config error: {exc}", file=sys.stderr)
+            return 2
     if any(f.fatal for f in findings):
         return 2
     if quiet:

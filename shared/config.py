@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import yaml
 
 from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
 from shared.config_corpus import DataConfig, TextConfig
-from shared.sample_schema import ID_FIELDS, FieldDecl, FieldSpec, SampleSchema
+from shared.config_features import FeaturesConfig, UserFieldConfig, sample_decls
+from shared.sample_schema import ID_FIELDS, FieldSpec, SampleSchema
 from shared.schema import ConfigError, build
 
-__all__ = ["ID_FIELDS"]  # int32 per batch row: ids in shared/id_tables.py
+# Re-exported: ID_FIELDS (int32 per batch row: ids in shared/id_tables.py) and the
+# features section, where they always were.
+__all__ = ["ID_FIELDS", "FeaturesConfig", "UserFieldConfig"]
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
@@ -46,51 +48,6 @@ class AudioConfig:
     # Longer audio (by its file header) is rejected before it is decoded, seconds. With
     # features.on_too_long: skip, audio longer than a slot is rejected the same way.
     max_duration_s: float = 60.0
-
-
-@dataclass(frozen=True)
-class UserFieldConfig:
-    """A field of the user's own (README, "Sample fields"): features.user_function
-    returns it by name; its length axis (axis 0 of shape) follows the mel frames,
-    the tokens, its own length up to shape[0], or there is none."""
-
-    name: str = ""
-    dtype: Literal["float32", "int32"] = "float32"
-    shape: tuple[int, ...] = ()
-    length: Literal["frames", "tokens", "own", "none"] = "none"
-    pad: float = 0.0
-
-
-@dataclass(frozen=True)
-class FeaturesConfig:
-    n_fft: int = 1024
-    hop_length: int = 256
-    win_length: int = 1024
-    n_mels: int = 80
-    fmin: float = 0.0
-    fmax: float = 8000.0
-    max_frames: int = 800
-    on_too_long: Literal["skip", "truncate"] = "skip"
-    # producer: producers compute the mel; stager: producers write the waveform and
-    # the stager computes mels for the whole batch on its device.
-    device: Literal["producer", "stager"] = "producer"
-    cache_dir: str = ".cache/features"
-    cache: bool = True
-    # Optional sample fields (README, "Sample fields"); off, a sample is tokens + mel.
-    # reference: a log-mel of another clip of the same speaker (ref_mel), at most
-    # reference_frames long; a speaker's only clip is its own reference or is skipped.
-    reference: bool = False
-    reference_frames: int = 200
-    single_clip: Literal["own", "skip"] = "own"
-    # pitch: f0 per mel frame, Hz (0 unvoiced), and a voiced flag (pyworld DIO+StoneMask).
-    pitch: bool = False
-    # energy: L2 norm of each mel frame's STFT magnitude (the mel's own STFT, bins <= fmax).
-    energy: bool = False
-    # A fields-of-your-own function, "module:function"(wave, mel, text, entry) -> arrays;
-    # user_version names its output in the feature cache: change it when the function does.
-    user_function: str = ""
-    user_version: str = ""
-    user_fields: tuple[UserFieldConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -268,33 +225,6 @@ class Config:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-def sample_decls(cfg: Config) -> tuple[FieldDecl, ...]:
-    """The sample's fields in ring order: the built-ins as features.* asks, then the
-    user's (features.user_fields)."""
-    f, frames = cfg.features, cfg.features.max_frames
-    f32 = np.dtype(np.float32)
-    decls = [FieldDecl("tokens", np.dtype(np.int32), (cfg.text.max_text_len,), "tokens")]
-    if f.device == "producer":
-        decls.append(FieldDecl("mel", f32, (frames, f.n_mels), "frames"))
-    else:
-        decls.append(FieldDecl("wave", f32, (cfg.max_samples,), "own"))
-    if f.reference:
-        decls.append(FieldDecl("ref_mel", f32, (f.reference_frames, f.n_mels), "own"))
-    if f.pitch:
-        decls.append(FieldDecl("pitch", f32, (frames,), "frames"))
-        decls.append(FieldDecl("voiced", np.dtype(np.uint8), (frames,), "frames"))
-    if f.energy:
-        decls.append(FieldDecl("energy", f32, (frames,), "frames"))
-    for u in f.user_fields:
-        shape = (
-            (frames, *u.shape)
-            if u.length == "frames"
-            else ((cfg.text.max_text_len, *u.shape) if u.length == "tokens" else u.shape)
-        )
-        decls.append(FieldDecl(u.name, np.dtype(u.dtype), shape, u.length, u.pad, "user"))
-    return tuple(decls)
 
 
 # ---------------------------------------------------------------- loading

@@ -28,14 +28,23 @@ def validate_fields(cfg: Any) -> None:
         check(not (stager and getattr(f, key)), f"features.{key}",
               "needs the mel's STFT on the producer: set features.device: producer "
               f"or features.{key}: false")  # fmt: skip
-    check(1 <= f.reference_frames <= f.max_frames, "features.reference_frames",
+    check(not f.reference or 1 <= f.reference_frames <= f.max_frames, "features.reference_frames",
           f"{f.reference_frames}: must be 1..features.max_frames={f.max_frames}")  # fmt: skip
     if cfg.data.format == "synthetic":
         for key in ("reference", "pitch", "energy", "user_fields"):
             check(not getattr(f, key), f"features.{key}",
                   "needs audio, and data.format: synthetic has none: use a corpus")  # fmt: skip
+    _validate_user_fields(f.user_fields, stager)
+    n = 2 + f.reference + 2 * f.pitch + f.energy + len(f.user_fields)
+    why = f"a sample would hold {n} fields, at most {MAX_SAMPLE_FIELDS}: declare fewer"
+    check(n <= MAX_SAMPLE_FIELDS, "features.user_fields", why)
+    _validate_user_function(f)
+
+
+def _validate_user_fields(fields: Any, stager: bool) -> None:
+    """features.user_fields: names, shapes and lengths a ring and a batch can hold."""
     names: set[str] = set()
-    for i, u in enumerate(f.user_fields):
+    for i, u in enumerate(fields):
         key = f"features.user_fields[{i}]"
         check(bool(_NAME.match(u.name)) and len(u.name) <= MAX_USER_NAME, f"{key}.name",
               f"{u.name!r}: use 1..{MAX_USER_NAME} lowercase letters, digits or _ "
@@ -56,9 +65,10 @@ def validate_fields(cfg: Any) -> None:
                   "dimensions")  # fmt: skip
         check(not (stager and u.length == "frames"), f"{key}.length",
               "frames follows the producer's mel: set features.device: producer")  # fmt: skip
-    n = 2 + f.reference + 2 * f.pitch + f.energy + len(f.user_fields)
-    why = f"a sample would hold {n} fields, at most {MAX_SAMPLE_FIELDS}: declare fewer"
-    check(n <= MAX_SAMPLE_FIELDS, "features.user_fields", why)
+
+
+def _validate_user_function(f: Any) -> None:
+    """features.user_function, user_fields and user_version: all or none."""
     spec = f.user_function
     if f.user_fields or spec:
         module, sep, func = spec.partition(":")
