@@ -37,6 +37,32 @@ def _config(path: str):
         sys.exit(2)
 
 
+def _user_function_error(cfg) -> str:
+    """'' if features.user_function (if any) imports, as a producer will at start."""
+    if not cfg.features.user_function:
+        return ""
+    from producer.extra_fields import load_user_function
+    from shared.config import ConfigError
+
+    try:
+        load_user_function(cfg.features.user_function)
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def _print_schema(cfg) -> None:
+    """The declared sample schema, bytes per slot and per batch (README, "Sample fields")."""
+    mib = 2**20
+    print('  sample schema (README, "Sample fields"):')
+    for line in cfg.schema.describe():
+        print(f"    {line}")
+    fixed = cfg.batch_fields()
+    per_batch = sum(int(np.prod(s)) * d.itemsize for s, d in fixed.values())
+    print(f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
+          f"{per_batch // cfg.stager.batch_size:,} B per sample")  # fmt: skip
+
+
 def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     """Check what can be checked without starting a run; exit 2 on a fatal finding."""
     from scripts.preflight import preflight
@@ -56,28 +82,16 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
                   file=sys.stderr)  # fmt: skip
             return 2
-    if cfg.features.user_function:  # imported here, as a producer will at start
-        from producer.extra_fields import load_user_function
-        from shared.config import ConfigError
-
-        try:
-            load_user_function(cfg.features.user_function)
-        except ConfigError as exc:
-            print(f"config error: {exc}", file=sys.stderr)
-            return 2
+    if why := _user_function_error(cfg):
+        print(f"config error: {why}", file=sys.stderr)
+        return 2
     if any(f.fatal for f in findings):
         return 2
     if quiet:
         return 0
     mib = 2**20
     print(f"{args.config}: ok")
-    print('  sample schema (README, "Sample fields"):')
-    for line in cfg.schema.describe():
-        print(f"    {line}")
-    fixed = cfg.batch_fields()
-    per_batch = sum(int(np.prod(s)) * d.itemsize for s, d in fixed.values())
-    print(f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
-          f"{per_batch // cfg.stager.batch_size:,} B per sample")  # fmt: skip
+    _print_schema(cfg)
     sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
     print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
     print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")

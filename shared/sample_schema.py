@@ -143,12 +143,12 @@ class SampleSchema:
     def batch_ring_fields(self, rows: int, frames_budget: int) -> FieldSpec:
         """Payload fields of one batch-ring slot, flat: a batch of any bucket's shape
         [rows, frames, ...] is the first rows x frames entries (batch_views)."""
-        entries = self._batch_entries(rows, frames_budget, self.max_text_len, flat=True)
+        entries = self._batch_entries(rows, frames_budget, self.max_text_len, True)
         return {name: (shape, dtype) for name, shape, dtype in entries}
 
     def batch_fields(self, rows: int) -> FieldSpec:
         """The fixed batch shapes (no buckets): [rows, max_frames or max_text_len, ...]."""
-        entries = self._batch_entries(rows, self.max_frames, self.max_text_len, flat=False)
+        entries = self._batch_entries(rows, self.max_frames, self.max_text_len, False)
         return {name: (shape, dtype) for name, shape, dtype in entries}
 
     def batch_specs(
@@ -172,12 +172,23 @@ class SampleSchema:
         are flat (batch_ring_fields): zero-copy views, row-major from each field's
         start. The one definition of that layout, for the stager's builder and the
         batch client."""
-        views: dict[str, np.ndarray] = {}
-        for name, shape, _ in self._batch_entries(rows, frames, text, flat=False):
-            flat = slot[name]
+        shapes = self._views.get((rows, frames, text))
+        if shapes is None:
+            shapes = self._views[rows, frames, text] = self._view_shapes(rows, frames, text)
+        return {name: slot[name][:n].reshape(shape) for name, shape, n in shapes}
+
+    @functools.cached_property
+    def _views(self) -> dict[tuple[int, int, int], tuple]:
+        """_view_shapes by batch shape: batch_views runs per batch, with a few shapes."""
+        return {}
+
+    def _view_shapes(self, rows: int, frames: int, text: int) -> tuple:
+        """(name, batch shape, entries of the flat field it takes) of each batch field."""
+        out = []
+        for name, shape, _ in self._batch_entries(rows, frames, text, False):
             n = shape[0] * shape[1] if len(shape) > 1 and self._is_axis(name) else shape[0]
-            views[name] = flat[:n].reshape(shape)
-        return views
+            out.append((name, shape, n))
+        return tuple(out)
 
     @functools.cached_property
     def _axis_names(self) -> frozenset[str]:

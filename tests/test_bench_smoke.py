@@ -55,3 +55,9 @@ def test_peers_benchmark_runs() -> None:
 def test_text_cost_benchmark_runs() -> None:
     out = bench(["benchmarks/text_cost.py", "--rounds", "1", "--texts", "8"], timeout_s=120)
     assert "| phonemes |" in out and "once per process" in out
+
+
+@pytest.mark.slow
+def test_sample_fields_benchmark_runs() -> None:
+    out = bench(["benchmarks/sample_fields.py", "--rounds", "1", "--passes", "1"], timeout_s=120)
+    assert "all three, cached" in out and "batch B/sample" in out
