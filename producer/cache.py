@@ -90,6 +90,7 @@ def _settings_json(cfg: Config) -> str:
         "reference",
         "reference_frames",
         "single_clip",
+        "durations_dir",
     ):
         del features[key]
     features["log_floor"] = LOG_FLOOR  # once a key: caches made then keep their name

@@ -20,6 +20,7 @@ import numpy as np
 
 from producer.audio import Segment, load_audio
 from producer.cache import FeatureCache
+from producer.durations import read_durations
 from producer.extra_fields import ExtraFields
 from producer.features import fit_length, log_mel, log_mel_energy
 from producer.prosody import pitch
@@ -119,6 +120,12 @@ class SamplePipeline:
             array, audio_truncated, fields = *self._features(entry.audio_path, entry.segment), {}
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
         sample.fields = fields
+        if self.cfg.features.durations_dir:
+            self.stage = "durations"
+            frames = len(array) if self.cfg.features.device == "producer" else (
+                1 + len(array) // self.cfg.features.hop_length)  # fmt: skip
+            fields["durations"] = read_durations(self.cfg.features.durations_dir,
+                                                 entry.item_id, len(tokens), frames)  # fmt: skip
         if self.cfg.features.device == "producer":
             sample.mel = array
         else:

@@ -63,6 +63,9 @@ class FeaturesConfig:
     user_function: str = ""
     user_version: str = ""
     user_fields: tuple[UserFieldConfig, ...] = ()
+    # Durations per token (mel frames) from <durations_dir>/<item_id>.durations, one
+    # integer per token, checked to sum to the mel's frames ("" = no durations field).
+    durations_dir: str = ""
 
 
 def sample_decls(cfg: Config) -> tuple[FieldDecl, ...]:
@@ -82,6 +85,9 @@ def sample_decls(cfg: Config) -> tuple[FieldDecl, ...]:
         decls.append(FieldDecl("voiced", np.dtype(np.uint8), (frames,), "frames"))
     if f.energy:
         decls.append(FieldDecl("energy", f32, (frames,), "frames"))
+    if f.durations_dir:
+        decls.append(FieldDecl("durations", np.dtype(np.int32), (cfg.text.max_text_len,),
+                               "tokens"))  # fmt: skip
     for u in f.user_fields:
         shape = (
             (frames, *u.shape)

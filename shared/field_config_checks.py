@@ -31,11 +31,11 @@ def validate_fields(cfg: Any) -> None:
     check(not f.reference or 1 <= f.reference_frames <= f.max_frames, "features.reference_frames",
           f"{f.reference_frames}: must be 1..features.max_frames={f.max_frames}")  # fmt: skip
     if cfg.data.format == "synthetic":
-        for key in ("reference", "pitch", "energy", "user_fields"):
+        for key in ("reference", "pitch", "energy", "user_fields", "durations_dir"):
             check(not getattr(f, key), f"features.{key}",
                   "needs audio, and data.format: synthetic has none: use a corpus")  # fmt: skip
     _validate_user_fields(f.user_fields, stager)
-    n = 2 + f.reference + 2 * f.pitch + f.energy + len(f.user_fields)
+    n = 2 + f.reference + 2 * f.pitch + f.energy + bool(f.durations_dir) + len(f.user_fields)
     why = f"a sample would hold {n} fields, at most {MAX_SAMPLE_FIELDS}: declare fewer"
     check(n <= MAX_SAMPLE_FIELDS, "features.user_fields", why)
     _validate_user_function(f)

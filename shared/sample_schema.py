@@ -42,7 +42,7 @@ ID_FIELDS = ("speaker", "language")
 # The batch field that says how many rows of a length axis are real.
 LENS_OF = {"tokens": "text_lens", "frames": "mel_lens"}
 # Names the built-ins use, in the sample or the batch: no user field may take one.
-RESERVED = frozenset({"tokens", "mel", "wave", "ref_mel", "pitch", "voiced", "energy",
+RESERVED = frozenset({"tokens", "mel", "wave", "ref_mel", "pitch", "voiced", "energy", "durations",
                       "text_lens", "mel_lens", "items", *ID_FIELDS})  # fmt: skip
 
 

@@ -203,3 +203,25 @@ def test_single_clip_speaker_skipped_when_asked(tmp_path: Path) -> None:
     with pytest.raises(SkipSample) as skip:
         pipe(entries[1], 1)
     assert skip.value.stage == "reference" and "no other clip" in skip.value.reason
+
+
+def test_durations_from_files_checked_against_tokens_and_frames(tmp_path: Path) -> None:
+    plain, entries = _mini(tmp_path, cache=False)
+    cfg = replace(plain, features={"durations_dir": str(tmp_path / "dur")})
+    assert cfg.sample_fields()["durations"] == ((200,), np.dtype(np.int32))
+    first = SamplePipeline(plain)
+    for e in entries:
+        s = first(e)
+        user_fields.write_durations(tmp_path / "dur", e.item_id, len(s.tokens), len(s.mel))
+    pipe = SamplePipeline(cfg)
+    for e in entries:
+        s = pipe(e)
+        d = s.fields["durations"]
+        assert d.dtype == np.int32 and len(d) == len(s.tokens) and d.sum() == len(s.mel)
+    (tmp_path / "dur" / f"{entries[0].item_id}.durations").write_text("3 4 5\n")
+    with pytest.raises(SkipSample) as skip:
+        pipe(entries[0])
+    assert skip.value.stage == "durations" and "3 durations for" in skip.value.reason
+    (tmp_path / "dur" / f"{entries[1].item_id}.durations").unlink()
+    with pytest.raises(SkipSample, match="no such file in features.durations_dir"):
+        pipe(entries[1])

@@ -1,5 +1,5 @@
-"""Every declared field through real processes: a reference clip, pitch, energy and
-fields of the user's own, length buckets on, the stager killed and resumed in the
+"""Every declared field through real processes: a reference clip, pitch, energy,
+durations and fields of the user's own, length buckets on, the stager killed and resumed in the
 middle; every row of every field is what the producer computes for its item, and
 each reference is another clip of the row's speaker whenever it has one."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from producer.pipeline import SamplePipeline
-from producer.references import SpeakerClips, choose_reference
+from producer.references import SpeakerClips, choose_reference, cut_reference
 from shared.config import load_config, replace
 from shared.dataset import dataset_index
 from tests import user_fields
@@ -49,7 +49,8 @@ def config(tmp_path: Path) -> Path:
                      "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache"),
                      "reference": True, "reference_frames": 24, "pitch": True,
                      "energy": True, "user_function": "tests.user_fields:fields",
-                     "user_version": "e2e", "user_fields": user_fields.FIELDS},
+                     "user_version": "e2e", "user_fields": user_fields.FIELDS,
+                     "durations_dir": str(tmp_path / "durations")},
         "ring": {"slots": 8, "heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
         "producers": {"workers": 2},
@@ -84,12 +85,19 @@ def test_every_field_of_every_row_across_a_stager_restart(tmp_path: Path) -> Non
     cfg_path = config(tmp_path)
     cfg = load_config(cfg_path)
     index = dataset_index(cfg)
+    no_durations = replace(cfg, features={"cache": False, "durations_dir": ""})
+    plain = SamplePipeline(no_durations, index=index)
+    for k, e in enumerate(index.entries):  # what an aligner would have written
+        s = plain(e, k)
+        user_fields.write_durations(tmp_path / "durations", e.item_id, len(s.tokens), len(s.mel))
     pipe = SamplePipeline(replace(cfg, features={"cache": False}), index=index)
     expected = [pipe(e, k, epoch=0) for k, e in enumerate(index.entries)]
     clips = SpeakerClips(index)
     for k, e in enumerate(index.entries):  # the reference: another clip of the speaker
-        ref = choose_reference(clips, k, 0, cfg)[0]
+        ref, rng = choose_reference(clips, k, 0, cfg)
         assert index.entries[ref].speaker == e.speaker and (ref != k) == (e.speaker != "solo")
+        want = cut_reference(expected[ref].mel, cfg.features.reference_frames, rng)
+        assert np.array_equal(expected[k].fields["ref_mel"], want), k
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")

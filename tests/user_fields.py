@@ -8,6 +8,7 @@ character), ``style`` (own length, float32 [<= 4, 3]: the wave's first values).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,3 +40,13 @@ def wrong_shape(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any)
     out = fields(wave, mel, text, entry)
     out["emotion"] = np.zeros(3, np.int32)
     return out
+
+
+def write_durations(directory: Path, item_id: str, n_tokens: int, n_frames: int) -> Path:
+    """A durations file (producer/durations.py) spreading n_frames over n_tokens, uneven."""
+    durations = np.full(n_tokens, n_frames // n_tokens)
+    durations[: n_frames % n_tokens] += 1
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{item_id}.durations"
+    path.write_text(" ".join(map(str, durations)) + "\n")
+    return path
