@@ -225,3 +225,49 @@ def test_durations_from_files_checked_against_tokens_and_frames(tmp_path: Path) 
     (tmp_path / "dur" / f"{entries[1].item_id}.durations").unlink()
     with pytest.raises(SkipSample, match="no such file in features.durations_dir"):
         pipe(entries[1])
+
+
+def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path: Path) -> None:
+    """features.device: stager: producers write the wave, a reference mel and fields of
+    no frame axis; the stager's batch holds them beside the mels it computes."""
+    pytest.importorskip("tensorflow")
+    from consumer.stager.batch_builder import BatchBuilder
+    from consumer.stager.gpu_mel import TfLogMel
+    from shared.ring import Ring, segment_name
+    from tests.runs import rid
+
+    user = {"user_function": "tests.user_fields:wave_only", "user_version": "t1",
+            "user_fields": user_fields.FIELDS[1:], "device": "stager"}  # fmt: skip
+    cfg, entries = _speakers(tmp_path, ["a", "a"], **user)
+    cfg = replace(cfg, stager={"batch_size": 3})
+    pipe = SamplePipeline(cfg, index=dataset_index(cfg))
+    samples = [pipe(e, k) for k, e in enumerate(entries)]
+    run_id = rid()
+    with (
+        Ring.create(segment_name(run_id, "samples"), cfg.sample_fields(), 2, run_id,
+                    "samples") as ring,
+        Ring.create(segment_name(run_id, "batches"), cfg.batch_ring_fields(), 1, run_id,
+                    "batches") as batches,
+    ):  # fmt: skip
+        builder = BatchBuilder(cfg, batches, TfLogMel(cfg))
+        assert builder.room() == 3
+        for k, s in enumerate(samples):
+            lengths = []
+            for name in ring.fields:
+                x = s.array(name)
+                ring.view(name)[k][: len(x)] = x
+                lengths.append(len(x))
+            copies = builder.add(ring, k, k, lengths)
+            assert [len(c) for c in copies] == lengths
+        slot, _, n_valid = builder.finish()
+        flat = {name: batches.view(name)[slot] for name in batches.fields}
+        view = batch_views(flat, 3, cfg.features.max_frames, cfg.text.max_text_len, cfg.schema)
+        assert n_valid == 2 and view["mel"].shape == (3, cfg.features.max_frames, 80)
+        for k, s in enumerate(samples):
+            ref, m = s.fields["ref_mel"], int(view["ref_mel_lens"][k])
+            assert m == len(ref) and np.array_equal(view["ref_mel"][k, :m], ref)
+            assert np.array_equal(view["emotion"][k], s.fields["emotion"])
+            n = len(s.fields["style"])
+            assert view["style_lens"][k] == n and (view["style"][k, n:] == -1).all()
+            assert abs(int(view["mel_lens"][k]) - (1 + len(s.wave) // 256)) <= 1
+        assert (view["style"][2] == -1).all() and view["ref_mel_lens"][2] == 0

@@ -50,3 +50,11 @@ def write_durations(directory: Path, item_id: str, n_tokens: int, n_frames: int)
     path = directory / f"{item_id}.durations"
     path.write_text(" ".join(map(str, durations)) + "\n")
     return path
+
+
+def wave_only(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any) -> dict[str, Any]:
+    """FIELDS[1:] (no frames-tied field): for features.device: stager, where mel is None."""
+    assert mel is None
+    out = fields(wave, np.zeros((1, 1), np.float32), text, entry)
+    del out["loudness"]
+    return out
