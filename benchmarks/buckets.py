@@ -47,7 +47,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from shared.config import Config, load_config  # noqa: E402
+from ringfeed.shared.config import Config, load_config  # noqa: E402
 
 RUN_TIMEOUT_S = 600.0
 RESULT_TAG = "BUCKETS_RESULT "
@@ -93,7 +93,7 @@ def batch_bytes(cfg: Config, shapes: list[list[int]]) -> int:
 
 
 def run_ringfeed(cfg_path: Path, tmp: Path) -> dict[str, Any]:
-    from scripts.runner import Run
+    from ringfeed.scripts.runner import Run
 
     cfg = load_config(cfg_path)
     run_id = f"bk-{uuid.uuid4().hex[:6]}"
@@ -126,8 +126,8 @@ def tf_bucketed(cfg: Config, shapes: list[list[int]]):
     """tf.data doing the producers' per-sample work here, bucketed by mel length."""
     import tensorflow as tf
 
-    from producer.sample import SkipSample
-    from producer.sources import make_source
+    from ringfeed.producer.sample import SkipSample
+    from ringfeed.producer.sources import make_source
 
     source = make_source(cfg)
     source.warm_up()
@@ -172,10 +172,10 @@ def tf_bucketed(cfg: Config, shapes: list[list[int]]):
 
 
 def run_tfdata(cfg: Config, shapes: list[list[int]]) -> dict[str, Any]:
-    from consumer.trainer.trainer import build_step
+    from ringfeed.consumer.trainer.trainer import build_step
 
     _, _, _, _, step_fn = build_step(cfg)  # the device first, then TensorFlow
-    from consumer.trainer.metrics import StepMetrics
+    from ringfeed.consumer.trainer.metrics import StepMetrics
 
     batches = iter(tf_bucketed(cfg, shapes))
     metrics, seen = StepMetrics(cfg.train.steps), set()
@@ -221,8 +221,8 @@ def spawn_tfdata(cfg_path: Path, shapes: list[list[int]]) -> dict[str, Any]:
 def time_manifest(n_items: int, tmp: Path) -> None:
     """Build the length manifest of an LJSpeech-size dataset: n_items entries over the
     shipped clips (hard links, so every entry is its own file), cold then current."""
-    from producer.manifest import build_manifest
-    from shared.config import config_from_dict
+    from ringfeed.producer.manifest import build_manifest
+    from ringfeed.shared.config import config_from_dict
 
     shipped = REPO / "data" / "ljspeech-mini"
     lines = (shipped / "metadata.csv").read_text().splitlines()

@@ -16,7 +16,7 @@ Each variant is its own process with the trainer's TensorFlow thread settings
 - tfdata: the same per-sample work in the training process:
   ``from_tensor_slices(indices).shuffle.repeat.map(tf.numpy_function(
   SamplePipeline), AUTOTUNE).padded_batch(fixed shapes).prefetch(AUTOTUNE)``;
-- ringfeed: a real run, ``python -m scripts.cli stager|producers|trainer
+- ringfeed: a real run, ``python -m ringfeed.scripts.cli stager|producers|trainer
   CONFIG --run-id R``, ``--workers`` producer processes; its numbers come from
   the trainer's run_dir/summary.json.
 
@@ -57,7 +57,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from shared.config import Config, load_config  # noqa: E402
+from ringfeed.shared.config import Config, load_config  # noqa: E402
 
 VARIANTS = ("ideal", "tfdata", "ringfeed")
 # Distinct batches the ideal variant cycles through (built from real samples).
@@ -119,7 +119,7 @@ def tf_dataset(cfg: Config, entries: list, pipe: Any):
     """The tf.data input pipeline doing the producers' per-sample work in this process."""
     import tensorflow as tf
 
-    from producer.sample import SkipSample
+    from ringfeed.producer.sample import SkipSample
 
     f = cfg.features
 
@@ -162,13 +162,13 @@ def tf_dataset(cfg: Config, entries: list, pipe: Any):
 
 def run_variant(variant: str, cfg: Config, warmup: int) -> dict[str, Any]:
     """Train in this process fed by `variant` ("ideal" or "tfdata"); the trainer's numbers."""
-    from consumer.trainer.trainer import build_step
+    from ringfeed.consumer.trainer.trainer import build_step
 
     _, _, _, _, step_fn = build_step(cfg)  # the device first, then TensorFlow
 
-    from consumer.trainer.metrics import StepMetrics
-    from producer.pipeline import SamplePipeline
-    from shared.dataset import read_dataset
+    from ringfeed.consumer.trainer.metrics import StepMetrics
+    from ringfeed.producer.pipeline import SamplePipeline
+    from ringfeed.shared.dataset import read_dataset
 
     entries, _ = read_dataset(cfg, REPO)
     pipe = SamplePipeline(cfg)
@@ -218,7 +218,7 @@ def spawn_variant(variant: str, cfg_path: Path, warmup: int) -> dict[str, Any]:
 
 def run_ringfeed(cfg_path: Path, root: Path, tmp: Path) -> dict[str, Any]:
     """Stager, producers and trainer as real processes; the trainer's summary.json."""
-    from scripts.runner import Run
+    from ringfeed.scripts.runner import Run
 
     run_id = f"feed-{uuid.uuid4().hex[:6]}"
     with Run(cfg_path, run_id, log_dir=tmp) as run:

@@ -29,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts.runner import Run  # noqa: E402
+from ringfeed.scripts.runner import Run  # noqa: E402
 
 TIMEOUT_S = 120.0
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from consumer.client.batch_client import BatchClient
-from scripts.runner import Run
+from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.scripts.runner import Run
 
 
 @contextlib.contextmanager

@@ -172,8 +172,8 @@ def _tf_setup():
 
 def tf_ops_dataset(cfg, paths: list[str], texts: list[str]):
     """decode_wav -> peak normalize -> tf.signal.stft -> mel matrix -> log, padded batches."""
-    from producer.features import mel_filterbank
-    from shared.config import LOG_FLOOR
+    from ringfeed.producer.features import mel_filterbank
+    from ringfeed.shared.config import LOG_FLOOR
 
     tf, options = _tf_setup()
     f, max_n = cfg.features, cfg.max_samples - 1
@@ -204,7 +204,7 @@ def tf_librosa_dataset(cfg, paths: list[str], texts: list[str]):
     """tf.numpy_function around soundfile + librosa (the old pipeline), padded batches."""
     from producer_cache import raw_mel
 
-    from producer.text import TextEncoder
+    from ringfeed.producer.text import TextEncoder
 
     tf, options = _tf_setup()
     f, encoder = cfg.features, TextEncoder(cfg)
@@ -232,7 +232,7 @@ def tf_librosa_dataset(cfg, paths: list[str], texts: list[str]):
 
 
 def run_tf(variant: str, corpus: Path) -> dict:
-    from shared.config import config_from_dict
+    from ringfeed.shared.config import config_from_dict
 
     cfg = config_from_dict(bench_raw(corpus, corpus / "unused", 1))
     rows = [line.split("|") for line in (corpus / "metadata.csv").read_text().splitlines()]
@@ -248,8 +248,8 @@ def run_tf(variant: str, corpus: Path) -> dict:
 def tf_parity(cfg, path: str) -> float:
     """Largest |log-mel difference| of tfdata-ops against the producer where the mel is
     above 2e-4 (the two really compute the same thing)."""
-    from producer.audio import load_audio
-    from producer.features import fit_length, log_mel
+    from ringfeed.producer.audio import load_audio
+    from ringfeed.producer.features import fit_length, log_mel
 
     wave, _ = fit_length(load_audio(path, cfg), cfg)
     ours = log_mel(wave, cfg)
@@ -273,7 +273,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def spawn(variant: str, repo: Path, corpus: Path, cache_dir: Path) -> dict:
-    from producer.threads import math_thread_env
+    from ringfeed.producer.threads import math_thread_env
 
     env = (
         os.environ | math_thread_env(1) | {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}

@@ -46,14 +46,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-from producer.audio import RESAMPLE_QUALITY, load_audio  # noqa: E402
-from producer.cache import FeatureCache  # noqa: E402
-from producer.features import fit_length, log_mel  # noqa: E402
-from producer.pipeline import SamplePipeline  # noqa: E402
-from producer.text import TextEncoder  # noqa: E402
-from producer.threads import pin_math_threads  # noqa: E402
-from shared.config import LOG_FLOOR, Config, config_from_dict  # noqa: E402
-from shared.dataset import DatasetEntry, read_dataset  # noqa: E402
+from ringfeed.producer.audio import RESAMPLE_QUALITY, load_audio  # noqa: E402
+from ringfeed.producer.cache import FeatureCache  # noqa: E402
+from ringfeed.producer.features import fit_length, log_mel  # noqa: E402
+from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
+from ringfeed.producer.text import TextEncoder  # noqa: E402
+from ringfeed.producer.threads import pin_math_threads  # noqa: E402
+from ringfeed.shared.config import LOG_FLOOR, Config, config_from_dict  # noqa: E402
+from ringfeed.shared.dataset import DatasetEntry, read_dataset  # noqa: E402
 
 BATCH_SIZE = 8
 CHILD_TIMEOUT_S = 120.0

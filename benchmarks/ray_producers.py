@@ -33,7 +33,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts.runner import Run  # noqa: E402
+from ringfeed.scripts.runner import Run  # noqa: E402
 from tests.fault_sources import inject_faults  # noqa: E402
 
 

@@ -43,24 +43,24 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.feed import RESULT_TAG, RUN_TIMEOUT_S, bench_config, tf_dataset  # noqa: E402
-from shared.config import load_config  # noqa: E402
+from ringfeed.shared.config import load_config  # noqa: E402
 
 SETUPS = {"1 replica": (1, 1), "2 replicas": (2, 1), "2 workers": (1, 2)}
 
 
 def tfdata_child(cfg_path: str, worker: str, cluster: str, warmup: int) -> dict[str, Any]:
     """One training process fed by tf.data (worker K/N of a cluster, or alone)."""
-    from consumer.stager.plan import ONE_WORKER, Shard
-    from consumer.trainer.trainer import build_step
+    from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
+    from ringfeed.consumer.trainer.trainer import build_step
 
     shard = Shard.parse(worker) if worker else ONE_WORKER
     cfg = load_config(cfg_path)
     _, _, _, _, step_fn = build_step(cfg, shard, tuple(cluster.split(",")) if cluster else ())
 
-    from consumer.trainer.metrics import StepMetrics
-    from producer.pipeline import SamplePipeline
-    from shared.config import replace
-    from shared.dataset import read_dataset
+    from ringfeed.consumer.trainer.metrics import StepMetrics
+    from ringfeed.producer.pipeline import SamplePipeline
+    from ringfeed.shared.config import replace
+    from ringfeed.shared.dataset import read_dataset
 
     entries, _ = read_dataset(cfg, REPO)
     local = replace(cfg, stager={"batch_size": cfg.stager.batch_size // shard.count})
@@ -107,8 +107,8 @@ def run_tfdata(cfg_path: Path, workers: int, warmup: int) -> list[dict[str, Any]
 
 
 def run_ringfeed(cfg_path: Path, workers: int, tmp: Path) -> list[dict[str, Any]]:
-    from consumer.stager.plan import Shard
-    from scripts.runner import Run
+    from ringfeed.consumer.stager.plan import Shard
+    from ringfeed.scripts.runner import Run
 
     base, runs = f"rep-{uuid.uuid4().hex[:6]}", []
     try:

@@ -35,10 +35,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from producer.pipeline import SamplePipeline  # noqa: E402
-from producer.threads import pin_math_threads  # noqa: E402
-from shared.config import Config, config_from_dict  # noqa: E402
-from shared.dataset import DatasetIndex, dataset_index  # noqa: E402
+from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
+from ringfeed.producer.threads import pin_math_threads  # noqa: E402
+from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
+from ringfeed.shared.dataset import DatasetIndex, dataset_index  # noqa: E402
 
 SCHEMAS: dict[str, dict] = {
     "mel only": {},

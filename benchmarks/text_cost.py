@@ -37,9 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from producer.text import TextEncoder  # noqa: E402
-from shared.config import load_config, replace  # noqa: E402
-from shared.language_id import detect_languages  # noqa: E402
+from ringfeed.producer.text import TextEncoder  # noqa: E402
+from ringfeed.shared.config import load_config, replace  # noqa: E402
+from ringfeed.shared.language_id import detect_languages  # noqa: E402
 
 DEMO = REPO / "configs" / "multilingual.yaml"
 

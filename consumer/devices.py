@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.config import Config, cuda_visible_devices, tensorflow_log_level
+from ringfeed.shared.config import Config, cuda_visible_devices, tensorflow_log_level
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def stager_mel_fn(cfg: Config) -> Any:
     if cfg.features.device != "stager":
         return None
     plan = choose_device("stager", cfg)
-    from consumer.stager.gpu_mel import TfLogMel
+    from ringfeed.consumer.stager.gpu_mel import TfLogMel
 
     configure_tensorflow(plan)
     return TfLogMel(cfg)

@@ -15,8 +15,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from producer.sample import SkipSample
-from shared.config import Config
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -48,9 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from producer.audio import RESAMPLE_QUALITY
-from producer.features import STFT_DTYPE
-from shared.config import LOG_FLOOR, Config
+from ringfeed.producer.audio import RESAMPLE_QUALITY
+from ringfeed.producer.features import STFT_DTYPE
+from ringfeed.shared.config import LOG_FLOOR, Config
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from producer.sample import SkipSample
+from ringfeed.producer.sample import SkipSample
 
 # Longest durations file read, bytes: one integer per token, a few hundred tokens.
 MAX_FILE_BYTES = 1 << 20

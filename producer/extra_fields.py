@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from producer.prosody import PROSODY_VERSION
-from producer.sample import SkipSample
-from shared.config import Config
-from shared.sample_schema import FieldDecl
-from shared.schema import ConfigError
+from ringfeed.producer.prosody import PROSODY_VERSION
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.config import Config
+from ringfeed.shared.sample_schema import FieldDecl
+from ringfeed.shared.schema import ConfigError
 
 UserFunction = Callable[..., Mapping[str, Any]]
 

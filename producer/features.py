@@ -27,8 +27,8 @@ import threading
 
 import numpy as np
 
-from producer.sample import SkipSample
-from shared.config import LOG_FLOOR, Config, FeaturesConfig
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.config import LOG_FLOOR, Config, FeaturesConfig
 
 # The STFT's arithmetic: part of the feature cache's settings (producer/cache.py), so
 # mels computed before it changed (float64, until issue 23) are not mixed with these.

@@ -18,13 +18,13 @@ import time
 import numpy as np
 import soundfile as sf
 
-from producer.audio import Segment
-from producer.sample import SkipSample
-from producer.sources import synthetic_lengths
-from producer.text import TextEncoder
-from shared.config import Config
-from shared.dataset import DatasetIndex, dataset_index
-from shared.manifest import UNKNOWN, Manifest, load_manifest, manifest_path, save_manifest
+from ringfeed.producer.audio import Segment
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.sources import synthetic_lengths
+from ringfeed.producer.text import TextEncoder
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex, dataset_index
+from ringfeed.shared.manifest import UNKNOWN, Manifest, load_manifest, manifest_path, save_manifest
 
 log = logging.getLogger(__name__)
 

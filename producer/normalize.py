@@ -39,12 +39,13 @@ from dataclasses import dataclass, field
 
 from num2words import num2words
 
-from shared.language_codes import language_code
+from ringfeed.shared.language_codes import language_code
 
 # Longer digit runs are read digit by digit (num2words overflows past ~10**27).
 MAX_NUMBER_DIGITS = 15
-# Bumped when a rule changes: the persistent caches key on it.
-NORMALIZER_VERSION = 2
+# Bumped when a rule changes: the persistent caches key on it (and bump the length
+# manifest's version in shared/manifest.py settings_key when token counts change).
+NORMALIZER_VERSION = 3
 
 _DIGITS = {}
 for _base in (0x0660, 0x06F0, 0x0966):  # Arabic-Indic, Persian, Devanagari
@@ -66,6 +67,11 @@ _WHITESPACE_RE = re.compile(r"\s+")
 _SPACE_BEFORE_PUNCT_RE = re.compile(r"\s+([.,!?;:\u060c\u061b\u061f])")
 # Day.month.year or day/month/year: the day and month as ordinals, the year as a year.
 _DATE_RE = re.compile(r"\b(\d{1,2})[./](\d{1,2})[./](\d{4})\b")
+# A clock time (10:30, 9:05): the hour and the minutes, not "ten:thirty".
+TIME_RE = re.compile(r"(?<![\d:])([01]?\d|2[0-3]):([0-5]\d)(?![\d:])")
+# A phone-like number (555-0199, 020-7946-0958): digit by digit, group by group, not
+# "five hundred and fifty five-zero one nine nine". A year range (1999-2001) is not one.
+PHONE_RE = re.compile(r"(?<![\d-])\d{3}(?:-\d{3,4}){1,2}(?![\d-])")
 # º and ª (Spanish, Italian, Portuguese ordinals) become o and a under NFKC: mark them
 # first with a private-use character that NFKC keeps.
 _ORDINAL_MARK = "\ue000"
@@ -245,6 +251,15 @@ class Normalizer:
             words = r.date.format(d=_words(d, r, r.day), m=name, y=_words(int(m[3]), r, "year"))
             return f" {words} "
 
+        def phone(m: re.Match[str]) -> str:
+            return " " + ", ".join(_digits(group, r) for group in m[0].split("-")) + " "
+
+        def time(m: re.Match[str]) -> str:
+            minutes = int(m[2])
+            return f" {_words(int(m[1]), r)} {_words(minutes, r) if minutes else ''} "
+
+        text = PHONE_RE.sub(phone, text)
+        text = TIME_RE.sub(time, text)
         text = _DATE_RE.sub(date, text)
         text = self.currency.sub(money, text)
         text = self.percent.sub(lambda m: f" {_number(m[1], r)} {r.percent} ", text)

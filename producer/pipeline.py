@@ -18,17 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from producer.audio import Segment, load_audio
-from producer.cache import FeatureCache
-from producer.durations import read_durations
-from producer.extra_fields import ExtraFields
-from producer.features import fit_length, log_mel, log_mel_energy
-from producer.prosody import pitch
-from producer.references import SpeakerClips, choose_reference, cut_reference
-from producer.sample import Sample, SkipSample
-from producer.text import TextEncoder
-from shared.config import Config
-from shared.dataset import DatasetEntry, DatasetIndex
+from ringfeed.producer.audio import Segment, load_audio
+from ringfeed.producer.cache import FeatureCache
+from ringfeed.producer.durations import read_durations
+from ringfeed.producer.extra_fields import ExtraFields
+from ringfeed.producer.features import fit_length, log_mel, log_mel_energy
+from ringfeed.producer.prosody import pitch
+from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
+from ringfeed.producer.sample import Sample, SkipSample
+from ringfeed.producer.text import TextEncoder
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetEntry, DatasetIndex
 
 log = logging.getLogger(__name__)
 

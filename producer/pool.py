@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from producer.watchdog import HARD_FACTOR, stuck_for
-from producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code, run_worker
-from shared.config import Config, config_from_dict
-from shared.process import POLL_S, TERM_GRACE_S, StopFlag, die_with_parent, setup_logging
+from ringfeed.producer.watchdog import HARD_FACTOR, stuck_for
+from ringfeed.producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code, run_worker
+from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.process import POLL_S, TERM_GRACE_S, StopFlag, die_with_parent, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class ProducerPool:
     """Starts, watches and stops the workers of one host."""
 
     def __init__(self, cfg: Config, endpoint: str, workers: int, remote: bool, prefix: str):
-        from producer.threads import math_thread_env
+        from ringfeed.producer.threads import math_thread_env
 
         # Children read these at their numpy import, before any code of ours runs.
         os.environ.update(math_thread_env(cfg.producers.math_threads))

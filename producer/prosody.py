@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.config import Config
+from ringfeed.shared.config import Config
 
 # DIO's search range, Hz: WORLD's default floor 71 lowered to 65 (a low male voice)
 # and a ceiling of 800 (a child's or a singer's). Part of PROSODY_VERSION.

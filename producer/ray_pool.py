@@ -33,10 +33,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code
-from shared.config import Config, source_hook_env
-from shared.keys import ClientKeys, load_client
-from shared.process import POLL_S, StopFlag
+from ringfeed.producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code
+from ringfeed.shared.config import Config, source_hook_env
+from ringfeed.shared.keys import ClientKeys, load_client
+from ringfeed.shared.process import POLL_S, StopFlag
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,9 @@ class ProducerActor:
         import ray
         import yaml
 
-        from producer.worker import run_worker
-        from shared.config import config_from_dict
-        from shared.process import setup_logging
+        from ringfeed.producer.worker import run_worker
+        from ringfeed.shared.config import config_from_dict
+        from ringfeed.shared.process import setup_logging
 
         setup_logging()
         cfg = config_from_dict(yaml.safe_load(cfg_yaml))

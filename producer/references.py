@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex
 
 
 class SpeakerClips:

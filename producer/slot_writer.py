@@ -22,9 +22,9 @@ from typing import Protocol
 
 import numpy as np
 
-from producer.sample import Sample
-from shared import protocol as p
-from shared.ring import FieldSpec, Ring, rows_checksum
+from ringfeed.producer.sample import Sample
+from ringfeed.shared import protocol as p
+from ringfeed.shared.ring import FieldSpec, Ring, rows_checksum
 
 # How a writer sends a message (with raw payload frames or None): the worker's _send.
 Send = Callable[[p.Message, list | None], None]

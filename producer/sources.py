@@ -22,9 +22,9 @@ from typing import Protocol
 
 import numpy as np
 
-from producer.sample import Sample
-from shared.config import SOURCE_HOOK_ENV, Config, source_hook
-from shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
+from ringfeed.producer.sample import Sample
+from ringfeed.shared.config import SOURCE_HOOK_ENV, Config, source_hook
+from ringfeed.shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
 
 
 class Source(Protocol):
@@ -45,7 +45,8 @@ class Source(Protocol):
     def warm_up(self) -> None: ...
 
     def prepare(self, item: int, epoch: int = 0) -> Sample:
-        """The item's sample in plan epoch `epoch` (which picks its reference clip)."""
+        """The item's sample in plan epoch `epoch` (which picks its reference clip); the
+        worker passes a grant's position // n_items (consumer/stager/plan.py epoch_of)."""
         ...
 
     def work(self) -> dict[str, int]: ...
@@ -107,6 +108,7 @@ class SyntheticSource:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.n_items = cfg.data.synthetic_items
+        self.index = DatasetIndex(synthetic_items=self.n_items)
         rng = np.random.default_rng(0)
         fields = cfg.sample_fields()
         name = "mel" if "mel" in fields else "wave"
@@ -182,7 +184,7 @@ class DatasetSource:
     """The real TTS path: dataset entries through producer.pipeline.SamplePipeline."""
 
     def __init__(self, cfg: Config, index: DatasetIndex | None = None) -> None:
-        from producer.pipeline import SamplePipeline
+        from ringfeed.producer.pipeline import SamplePipeline
 
         self.cfg = cfg
         self.index = index if index is not None else dataset_index(cfg)
@@ -231,10 +233,15 @@ def _import(module_name: str) -> ModuleType:
     return module
 
 
-def make_source(cfg: Config) -> Source:
-    """The per-sample work for cfg.data.format, in a producer process, wrapped by the
-    source hook when one is set."""
-    source: Source = SyntheticSource(cfg) if cfg.data.format == "synthetic" else DatasetSource(cfg)
+def base_source(cfg: Config) -> SyntheticSource | DatasetSource:
+    """The per-sample work for cfg.data.format, as ringfeed does it (no hook)."""
+    return SyntheticSource(cfg) if cfg.data.format == "synthetic" else DatasetSource(cfg)
+
+
+def make_source(cfg: Config, base: Source | None = None) -> Source:
+    """The per-sample work for cfg.data.format (or base), in a producer process, wrapped
+    by the source hook when one is set."""
+    source: Source = base if base is not None else base_source(cfg)
     hook = source_hook()
     return load_hook(hook)(cfg, source) if hook else source
 

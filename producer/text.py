@@ -32,11 +32,17 @@ import numpy as np
 from num2words import num2words
 from unidecode import unidecode
 
-from producer.normalize import NORMALIZER_VERSION, drop_controls, normalize
-from producer.sample import SkipSample
-from shared.config import Config
-from shared.language_codes import primary
-from shared.text_cache import TextCache
+from ringfeed.producer.normalize import (
+    NORMALIZER_VERSION,
+    PHONE_RE,
+    TIME_RE,
+    drop_controls,
+    normalize,
+)
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.config import Config
+from ringfeed.shared.language_codes import primary
+from ringfeed.shared.text_cache import TextCache
 
 PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
 FIRST_CHAR_ID = 3
@@ -138,8 +144,22 @@ def _expand_number(m: re.Match[str]) -> str:
     return _words(n)
 
 
+def _expand_phone(m: re.Match[str]) -> str:
+    return ", ".join(" ".join(_words(int(d)) for d in group) for group in m[0].split("-"))
+
+
+def _expand_time(m: re.Match[str]) -> str:
+    hour, minutes = _words(int(m[1])), int(m[2])
+    if not minutes:
+        return f"{hour} o'clock"
+    return f"{hour} {'oh ' if minutes < 10 else ''}{_words(minutes)}"
+
+
 def expand_numbers(text: str) -> str:
-    """Spell out currency, comma numbers, decimals, percentages, ordinals and integers."""
+    """Spell out phone-like numbers (digit by digit), clock times, currency, comma
+    numbers, decimals, percentages, ordinals and integers."""
+    text = PHONE_RE.sub(_expand_phone, text)
+    text = TIME_RE.sub(_expand_time, text)
     text = _CURRENCY_RE.sub(_expand_currency, text)
     text = _COMMA_NUMBER_RE.sub(lambda m: _number_words(m.group(0).replace(",", "")), text)
     text = _DECIMAL_RE.sub(_expand_decimal, text)
@@ -201,7 +221,7 @@ class TextEncoder:
         self.normalized += 1
         if self.cfg.text.tokens == "phonemes" and out:
             if self._phonemizer is None:
-                from producer.phonemes import Phonemizer
+                from ringfeed.producer.phonemes import Phonemizer
 
                 self._phonemizer = Phonemizer()
             out = self._phonemizer(out, language)

@@ -17,9 +17,9 @@ import collections
 import logging
 from dataclasses import dataclass
 
-from producer.text import TextEncoder
-from shared.config import Config
-from shared.dataset import dataset_index
+from ringfeed.producer.text import TextEncoder
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import dataset_index
 
 log = logging.getLogger(__name__)
 

@@ -46,18 +46,18 @@ from typing import Any
 
 import zmq
 
-from producer.sample import Sample, SkipSample
-from producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
-from producer.sources import Source, make_source
-from producer.watchdog import SampleTimeout, time_limit
-from shared import protocol as p
-from shared.config import Config
-from shared.content import content_error
-from shared.fingerprint import config_fingerprint
-from shared.keys import ClientKeys, load_client
-from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
-from shared.ring import Ring
-from shared.sockets import make_socket, recv, send
+from ringfeed.producer.sample import Sample, SkipSample
+from ringfeed.producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
+from ringfeed.producer.sources import Source, base_source, make_source
+from ringfeed.producer.watchdog import SampleTimeout, time_limit
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config
+from ringfeed.shared.content import content_error
+from ringfeed.shared.fingerprint import config_fingerprint, corpus_digest
+from ringfeed.shared.keys import ClientKeys, load_client
+from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
+from ringfeed.shared.ring import Ring
+from ringfeed.shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,8 @@ class Worker:
             remote,
             stop,
         )
-        self.source: Source = make_source(cfg)
+        base = base_source(cfg)
+        self.source: Source = make_source(cfg, base)
         self.fields = cfg.sample_fields()  # name -> (shape, dtype), in ring order
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None
@@ -110,7 +111,8 @@ class Worker:
         self.welcomed = False  # by the stager, on the current socket
         self.ever_welcomed = False  # from then on, the orphan clock runs
         self.ending = EXIT_FINISHED  # or EXIT_ORPHANED, EXIT_REFUSED: what run_worker returns
-        self.config_print = config_fingerprint(cfg)  # in every HELLO
+        # In every HELLO: the config keys that shape a sample and the corpus's content.
+        self.config_print = config_fingerprint(cfg, corpus_digest(cfg, base.index))
         self.hello_at = self.last_request = 0.0
         self.on_welcome: Callable[[], object] | None = None
         self.token = secrets.token_hex(16)  # this process, in every HELLO (shared.protocol)
@@ -282,8 +284,7 @@ class Worker:
         """The item's sample, or None once its SKIP is sent."""
         try:
             with time_limit(self.cfg.ring.lease_s, self.busy):
-                epoch = grant.position // max(1, self.source.n_items)  # plan.epoch_of
-                sample = self.source.prepare(grant.item, epoch)
+                sample = self.source.prepare(grant.item, grant.position // self.source.n_items)
             rows = {name: sample.array(name) for name in self.fields}
             why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
             if why:
@@ -379,7 +380,7 @@ def run_worker(
     by producer/ray_pool.py with its keys, its place and its own stop flag); returns
     the exit code. busy: a shared double the worker sets while it works on a sample
     (producer/watchdog.py), for its pool's hard bound."""
-    from producer.threads import pin_math_threads
+    from ringfeed.producer.threads import pin_math_threads
 
     pin_math_threads(cfg.producers.math_threads)
     stop = stop or StopFlag().install()

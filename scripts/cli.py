@@ -10,6 +10,8 @@ ringfeed drain CONFIG --run-id R         a consumer without a model (transport r
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed manifest CONFIG                 measure every item's length (for length buckets)
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
+ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
+ringfeed config [--write]                every config key: type, default, meaning
 ringfeed keys DIR --client NAME          CURVE keys for a producer host
 ringfeed cleanup [--run-id R]            remove segments of dead runs
 """
@@ -20,96 +22,25 @@ import argparse
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
+from ringfeed.scripts.cli_data import (
+    _config,
+    cmd_config,
+    cmd_manifest,
+    cmd_text,
+    cmd_validate,
+    cmd_vocab,
+)
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
 
-def _config(path: str):
-    from shared.config import ConfigError, load_config
-
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _user_function_error(cfg) -> str:
-    """'' if features.user_function (if any) imports, as a producer will at start."""
-    if not cfg.features.user_function:
-        return ""
-    from producer.extra_fields import load_user_function
-    from shared.config import ConfigError
-
-    try:
-        load_user_function(cfg.features.user_function)
-    except ConfigError as exc:
-        return str(exc)
-    return ""
-
-
-def _print_schema(cfg) -> None:
-    """The declared sample schema, bytes per slot and per batch (README, "Sample fields")."""
-    mib = 2**20
-    print('  sample schema (README, "Sample fields"):')
-    for line in cfg.schema.describe():
-        print(f"    {line}")
-    fixed = cfg.batch_fields()
-    per_batch = sum(int(np.prod(s)) * d.itemsize for s, d in fixed.values())
-    print(f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
-          f"{per_batch // cfg.stager.batch_size:,} B per sample")  # fmt: skip
-
-
-def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
-    """Check what can be checked without starting a run; exit 2 on a fatal finding."""
-    from scripts.preflight import preflight
-    from shared.ring import rings_bytes, slot_bytes
-    from shared.shm import free_shm_bytes
-
-    cfg = _config(args.config)
-    findings = preflight(cfg)
-    for finding in findings:
-        print(
-            f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
-        )
-    if cfg.text.tokens == "phonemes":
-        from producer.phonemes import espeak_problem
-
-        if problem := espeak_problem():
-            print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
-                  file=sys.stderr)  # fmt: skip
-            return 2
-    if why := _user_function_error(cfg):
-        print(f"config error: {why}", file=sys.stderr)
-        return 2
-    if any(f.fatal for f in findings):
-        return 2
-    if quiet:
-        return 0
-    mib = 2**20
-    print(f"{args.config}: ok")
-    _print_schema(cfg)
-    sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
-    print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
-    print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")
-    print(
-        f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
-        f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
-    )
-    if cfg.data.format != "synthetic":
-        from scripts.corpus_report import corpus_report
-
-        print("\n".join(corpus_report(cfg)))
-    return 0
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """A whole run on this host, watched until it ends (scripts/launch.sh calls this)."""
-    from scripts.runner import Run
-    from shared.process import StopFlag
+    from ringfeed.scripts.runner import Run
+    from ringfeed.shared.process import StopFlag
 
     if cmd_validate(args, quiet=True) != 0:
         return 2  # the finding said what to change; nothing was started
@@ -122,6 +53,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = StopFlag().install()
     print(f"launch: run {run_id} with {args.config}")
     print(f"launch: watch it with scripts/launch.sh inspect --run-id {run_id}")
+    if args.consumer == "none":
+        print(f"launch: the data side only: consume it with ring_dataset(load_config("
+              f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
+              "of the plan (stager.epochs), or on Ctrl-C")  # fmt: skip
     with Run(Path(args.config), run_id) as run:
         run.verb_args = {"stager": worker_args[:2], "trainer": worker_args}
         run.start_all(args.consumer)
@@ -136,8 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace):
     """(Shard, the arguments that pass it on to the stager and the trainer) of
     --worker K/N and --cluster; exits 2 when they are malformed."""
-    from consumer.stager.plan import ONE_WORKER, Shard
-    from shared.config import ConfigError
+    from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
+    from ringfeed.shared.config import ConfigError
 
     if not getattr(args, "worker", ""):
         return ONE_WORKER, []
@@ -158,18 +93,18 @@ def _worker(args: argparse.Namespace):
 
 
 def cmd_stager(args: argparse.Namespace) -> int:
-    from consumer.stager.stager import main
+    from ringfeed.consumer.stager.stager import main
 
     return main(_config(args.config), args.run_id, _worker(args)[0])
 
 
 def cmd_producers(args: argparse.Namespace) -> int:
-    from producer.pool import main
-    from shared.config import endpoints
+    from ringfeed.producer.pool import main
+    from ringfeed.shared.config import endpoints
 
     cfg = _config(args.config)
     if args.ray:
-        from producer.ray_pool import main as ray_main
+        from ringfeed.producer.ray_pool import main as ray_main
 
         return ray_main(cfg, args.ray, args.connect)
     endpoint = args.connect or endpoints(cfg, args.run_id).control
@@ -178,7 +113,7 @@ def cmd_producers(args: argparse.Namespace) -> int:
 
 
 def cmd_trainer(args: argparse.Namespace) -> int:
-    from consumer.trainer.trainer import main
+    from ringfeed.consumer.trainer.trainer import main
 
     shard, worker_args = _worker(args)
     cluster = tuple(worker_args[3].split(",")) if worker_args else ()
@@ -188,8 +123,8 @@ def cmd_trainer(args: argparse.Namespace) -> int:
 def cmd_drain(args: argparse.Namespace) -> int:
     """A consumer without a model: frees each batch, optionally after --step-s; 1 if the
     stager refused it (another consumer holds the run)."""
-    from consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
-    from shared.process import StopFlag
+    from ringfeed.consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
+    from ringfeed.shared.process import StopFlag
 
     cfg = _config(args.config)
     stop = StopFlag().install()
@@ -226,7 +161,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from consumer.tools.inspector import main
+    from ringfeed.consumer.tools.inspector import main
 
     return main(
         args.run_id,
@@ -236,51 +171,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         plot=args.plot or None,
         recording=args.recording or None,
         config_path=args.config or None,
+        log_path=args.log,
     )
 
 
-def cmd_manifest(args: argparse.Namespace) -> int:
-    """Build or refresh the length manifest (shared/manifest.py); the stager calls it."""
-    from producer.manifest import build_manifest
-    from shared.dataset import DatasetError
-    from shared.manifest import manifest_path
-
-    cfg = _config(args.config)
-    try:
-        manifest = build_manifest(cfg)
-    except DatasetError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    known = manifest.frames[manifest.frames >= 0]
-    spread = f"{known.min()}..{known.max()} frames" if known.size else "no readable headers"
-    print(f"{manifest_path(cfg)}: {len(manifest.frames)} items, {spread}")
-    return 0
-
-
-def cmd_vocab(args: argparse.Namespace) -> int:
-    """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
-    import yaml
-
-    from producer.vocabulary import build_vocabulary
-    from shared.dataset import DatasetError
-
-    cfg = _config(args.config)
-    try:
-        vocab = build_vocabulary(cfg, args.min_count)
-    except DatasetError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    for char, n, item in vocab.rare:
-        print(f"rare: {char!r} (U+{ord(char):04X}) {n} times, e.g. in {item}", file=sys.stderr)
-    for item, reason in vocab.failed:
-        print(f"not cleaned (the producers skip it): {item}: {reason}", file=sys.stderr)
-    print(f"# {len(vocab.alphabet)} {cfg.text.tokens} from {vocab.texts} texts; in {args.config}:")
-    print(yaml.safe_dump({"text": {"alphabet": vocab.alphabet}}, allow_unicode=True), end="")
-    return 0
-
-
 def cmd_keys(args: argparse.Namespace) -> int:
-    from shared.keys import generate
+    from ringfeed.shared.keys import generate
 
     bundle = generate(Path(args.dir), args.client)
     print(f"keys in {args.dir}: the stager accepts producer '{args.client}'.")
@@ -290,7 +186,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from shared.segments import remove_dead_sockets, remove_stale_segments
+    from ringfeed.shared.segments import remove_dead_sockets, remove_stale_segments
 
     removed = remove_stale_segments(args.run_id or None)
     sockets = remove_dead_sockets(args.run_id or None)
@@ -318,13 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-id", required=True)
         return p
 
-    for name, fn in (("validate", cmd_validate), ("manifest", cmd_manifest), ("vocab", cmd_vocab)):
-        verb(name, fn, needs_run=False).add_argument("config")
-    sub.choices["vocab"].add_argument("--min-count", type=int, default=1, help="drop rarer ones")
+    add_data_verbs(lambda name, fn: verb(name, fn, needs_run=False))
     r = sub.add_parser("run")
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
     r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
-    r.add_argument("--consumer", choices=("trainer", "drain"), default="trainer")
+    r.add_argument(
+        "--consumer", choices=("trainer", "drain", "none"), default="trainer",
+        help="none: only the data side, for your own ring_dataset loop (README)",
+    )  # fmt: skip
     r.set_defaults(fn=cmd_run)
     add_worker_options(r)
     verb("stager", cmd_stager).add_argument("--worker", default="", help="serve shard K/N")
@@ -351,9 +248,28 @@ def build_parser() -> argparse.ArgumentParser:
     k = verb("keys", cmd_keys, needs_run=False)
     k.add_argument("dir", help="keys directory of the head host")
     k.add_argument("--client", required=True, help="name of the producer host to authorize")
-    c = verb("cleanup", cmd_cleanup, needs_run=False)
-    c.add_argument("--run-id", default="")
+    verb("cleanup", cmd_cleanup, needs_run=False).add_argument("--run-id", default="")
     return parser
+
+
+def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> None:
+    """The verbs of scripts/cli_data.py: each needs a config, never a run id."""
+    validate = verb("validate", cmd_validate)
+    validate.add_argument("config")
+    validate.add_argument(
+        "--role", choices=("head", "producer"), default="head",
+        help="producer: check a host that only runs `ringfeed producers --connect`",
+    )  # fmt: skip
+    verb("manifest", cmd_manifest).add_argument("config")
+    vocab = verb("vocab", cmd_vocab)
+    vocab.add_argument("config")
+    vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")
+    config = verb("config", cmd_config)
+    config.add_argument("--write", action="store_true", help="(re)write docs/config.md")
+    text = verb("text", cmd_text)
+    text.add_argument("config")
+    text.add_argument("text", help="a transcription, quoted")
+    text.add_argument("--language", default="", help="default: data.language (auto: detected)")
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:
@@ -380,6 +296,8 @@ def add_inspect_options(i: argparse.ArgumentParser) -> None:
     i.add_argument("--from", dest="recording", default="", help="a --record jsonl file")
     i.add_argument("--config", default="", help="the run's config (ring.lease_s); default: "
                    "runs/<run-id>/config.yaml")  # fmt: skip
+    i.add_argument("--log", default="", help="show the last lines of this log file under "
+                   "the screen (launch.sh run --inspect)")  # fmt: skip
 
 
 def new_run_id() -> str:
@@ -387,7 +305,7 @@ def new_run_id() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shared.process import setup_logging
+    from ringfeed.shared.process import setup_logging
 
     args = build_parser().parse_args(argv)
     setup_logging()

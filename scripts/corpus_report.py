@@ -1,19 +1,29 @@
-"""What `ringfeed validate` says about a corpus: speakers, languages, clips and hours.
+"""What `ringfeed validate` says about a corpus: speakers, languages, clips and hours,
+and how many clips each of the producers' rules will skip.
 
 Reads the dataset index as the stager will (shared/dataset.py) and the audio
 headers (never decodes): a segment's hours are its duration, a whole file's
-its header's. Costs one stat and one header read per clip.
+its header's. Costs one stat and one header read per clip; a header read
+cannot see what only a decode finds (a corrupt body, silence, a clip that
+trimming makes too short), so "usable" is an upper bound. Text rules are
+judged on an even sample of the texts, normalized as the producers will.
 """
 
 from __future__ import annotations
 
 import collections
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
 
 import soundfile as sf
 
-from shared.config import Config
-from shared.dataset import DatasetEntry, dataset_index
-from shared.id_tables import corpus_tables
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetEntry, dataset_index
+from ringfeed.shared.fingerprint import corpus_digest
+from ringfeed.shared.id_tables import corpus_tables
 
 # Speakers listed by name at most; the rest are counted.
 MAX_SPEAKERS_SHOWN = 12
@@ -21,30 +31,110 @@ MAX_SPEAKERS_SHOWN = 12
 VOCAB_SAMPLE = 500
 
 
-def clip_seconds(entry: DatasetEntry) -> float:
-    """The clip's duration from its entry or its file's header; 0.0 if unreadable."""
-    if entry.duration_s:
-        return entry.duration_s
+# Formats soundfile may not read whose files a producer still decodes (librosa).
+FALLBACK_EXTENSIONS = (".mp3", ".m4a", ".ogg", ".opus")
+# validate prints progress on stderr while reading headers takes longer than this.
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One reason a producer skips a clip, and what changes it."""
+
+    name: str
+    fix: str
+
+
+def audio_rules(cfg: Config) -> dict[str, Rule]:
+    a, f = cfg.audio, cfg.features
+    slot_s = cfg.max_samples / a.sample_rate
+    return {
+        "missing": Rule("audio file not found", "fix data.path or the metadata's file names"),
+        "empty": Rule("zero-byte audio file", "replace or remove these files"),
+        "unreadable": Rule("header unreadable", "convert them to wav or flac"),
+        "too_long": Rule(
+            f"longer than a slot ({slot_s:.2f} s)",
+            f"raise features.max_frames (now {f.max_frames}) or set features.on_too_long: truncate",
+        ),
+        "too_long_file": Rule(
+            f"longer than audio.max_duration_s={a.max_duration_s} s",
+            "raise audio.max_duration_s",
+        ),
+        "too_short": Rule(
+            f"shorter than audio.min_duration_s={a.min_duration_s} s",
+            "lower audio.min_duration_s",
+        ),
+    }
+
+
+def audio_verdict(entry: DatasetEntry, cfg: Config) -> tuple[str, float, int]:
+    """(the rule that skips the clip, "" if none; its seconds, 0.0 if unknown; its
+    channels, 0 if unknown) from its file's header, as producer/audio.py judges it."""
     try:
+        if os.stat(entry.audio_path).st_size == 0:
+            return "empty", 0.0, 0
         info = sf.info(entry.audio_path)
-    except (sf.LibsndfileError, RuntimeError):
-        return 0.0
-    return max(0.0, info.frames / info.samplerate - entry.offset_s) if info.samplerate else 0.0
+    except FileNotFoundError:
+        return "missing", 0.0, 0
+    except (OSError, sf.LibsndfileError, RuntimeError):
+        if entry.audio_path.lower().endswith(FALLBACK_EXTENSIONS):
+            return "", entry.duration_s, 0  # another decoder may read it: decode decides
+        return "unreadable", 0.0, 0
+    if info.samplerate <= 0:
+        return "unreadable", 0.0, 0
+    seconds = max(0.0, info.frames / info.samplerate - entry.offset_s)
+    if entry.duration_s:
+        seconds = min(seconds, entry.duration_s)
+    a, f = cfg.audio, cfg.features
+    if seconds > a.max_duration_s:
+        return "too_long_file", seconds, info.channels
+    slot_s = cfg.max_samples / a.sample_rate
+    if f.on_too_long == "skip" and not a.trim_silence and seconds > slot_s + 1 / a.sample_rate:
+        return "too_long", seconds, info.channels
+    if seconds < a.min_duration_s:
+        return "too_short", seconds, info.channels
+    return "", seconds, info.channels
+
+
+@dataclass(frozen=True)
+class CorpusReport:
+    """lines for validate; usable: clips no header rule skips (an upper bound)."""
+
+    lines: list[str]
+    usable: int
+    n_items: int
 
 
 def corpus_report(cfg: Config) -> list[str]:
-    """Lines for validate: the id tables as the stager would build them on a fresh run,
-    and clips and hours per language."""
+    return corpus_check(cfg).lines
+
+
+def corpus_check(cfg: Config) -> CorpusReport:
+    """validate's corpus section: the id tables as the stager would build them on a fresh
+    run, clips and hours per language, and the clips each skip rule will cost."""
     index = dataset_index(cfg)
     tables = corpus_tables(cfg, index)
     clips: collections.Counter[str] = collections.Counter()
     seconds: collections.Counter[str] = collections.Counter()
     per_speaker: collections.Counter[str] = collections.Counter()
-    for entry in index.entries:
+    skips: collections.Counter[str] = collections.Counter()
+    multichannel = 0
+    started = shown = time.monotonic()
+    for i, entry in enumerate(index.entries):
+        rule, clip_s, channels = audio_verdict(entry, cfg)
+        skips[rule] += 1
+        multichannel += channels > 1
         clips[entry.language] += 1
-        seconds[entry.language] += clip_seconds(entry)
+        seconds[entry.language] += clip_s
         per_speaker[entry.speaker] += 1
+        if time.monotonic() - shown > PROGRESS_EVERY_S:
+            shown = time.monotonic()
+            rate = (i + 1) / (shown - started)
+            print(f"validate: read {i + 1} of {index.n_items} audio headers "
+                  f"({rate:.0f}/s)", file=sys.stderr)  # fmt: skip
     lines = [f"  corpus        {index.n_items} clips, {len(index.bad_lines)} bad entries"]
+    same = "`ringfeed validate CONFIG --role producer` on a producer host must print the same"
+    lines.append(f"  corpus digest {corpus_digest(cfg, index)} ({same})")
     names = [f"{n or '(unnamed)'} ({per_speaker[n]})" for n in tables.speakers]
     more = len(names) - MAX_SPEAKERS_SHOWN
     shown = ", ".join(names[:MAX_SPEAKERS_SHOWN]) + (f" and {more} more" if more > 0 else "")
@@ -54,34 +144,58 @@ def corpus_report(cfg: Config) -> list[str]:
     for language in tables.languages:
         hours = seconds[language] / 3600
         lines.append(f"    {language:10s} {clips[language]:8d} clips {hours:9.3f} h")
+    usable = skips.pop("", 0)
+    lines.append(f"  usable        {usable} of {index.n_items} clips by their audio headers")
+    rules = audio_rules(cfg)
+    for rule, n in skips.most_common():
+        lines.append(f"    skip {n:8d} {rules[rule].name}: {rules[rule].fix}")
+    if multichannel:
+        lines.append(f"    {multichannel} clips have more than one channel (mixed down to mono)")
     alphabet = cfg.text.alphabet
     lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
                  f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip
-    return lines + vocabulary_check(cfg, index.entries)
+    return CorpusReport(lines + vocabulary_check(cfg, index.entries), usable, index.n_items)
 
 
 def vocabulary_check(cfg: Config, entries: tuple[DatasetEntry, ...]) -> list[str]:
-    """A line saying whether a sample of the corpus's texts, normalized as the producers
-    will, has characters outside text.alphabet (those tokens would be 'unknown')."""
-    from producer.text import TextEncoder  # the producers' own normalizer
+    """Lines saying how many of a sample of the corpus's texts the producers' text rules
+    skip (and why), then whether the sample, normalized as the producers will, has
+    characters outside text.alphabet (those tokens would be 'unknown')."""
+    from ringfeed.producer.sample import SkipSample
+    from ringfeed.producer.text import TextEncoder  # the producers' own normalizer
 
     step = max(1, len(entries) // VOCAB_SAMPLE)
     sample = entries[::step]
     encoder = TextEncoder(cfg)
     known = set(cfg.text.alphabet)
     missing: collections.Counter[str] = collections.Counter()
+    skipped: collections.Counter[str] = collections.Counter()
+    example: dict[str, str] = {}  # a reason of each kind, with its numbers
     texts = 0
     try:
         for entry in sample:
-            outside = set(encoder.clean(entry.text, entry.language)) - known
+            try:
+                encoder.encode(entry.text, entry.audio_path, entry.language)
+            except SkipSample as skip:
+                kind = re.sub(r"'[^']*'|\d+(\.\d+)?", "_", skip.reason)
+                skipped[kind] += 1
+                example.setdefault(kind, skip.reason)
+            try:
+                outside = set(encoder.clean(entry.text, entry.language)) - known
+            except Exception:  # noqa: BLE001 - counted above as "cannot be cleaned"
+                continue
             texts += bool(outside)
             missing.update(outside)
     finally:
         encoder.close()
+    lines = [
+        f"    text: {n} of {len(sample)} sampled texts skipped, e.g. {example[kind]}"
+        for kind, n in skipped.most_common()
+    ]
     if not missing:
-        return [f"    all characters of {len(sample)} sampled texts are in text.alphabet"]
+        return lines + [f"    all characters of {len(sample)} sampled texts are in text.alphabet"]
     chars = "".join(sorted(missing))
-    return [
+    return lines + [
         f"    {texts} of {len(sample)} sampled texts have characters outside "
         f"text.alphabet: {chars!r} (`ringfeed vocab CONFIG` builds it from the corpus)"
     ]

@@ -2,7 +2,7 @@
 # Start, watch and stop a ringfeed run. Thin: every process is a `ringfeed` verb.
 #
 #   scripts/launch.sh                                  train on configs/demo.yaml
-#   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain] [--inspect]
+#   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain|none] [--inspect]
 #                     [--worker K/N --cluster HOST:PORT,...]   training worker K of N
 #   scripts/launch.sh producers CONFIG --connect tcp://HEAD:PORT [--workers N]
 #                                                      producers only (another host)
@@ -28,17 +28,31 @@ cmd_run() {
       *) args+=("$(abspath "$1")"); shift ;;
     esac
   done
-  cd "$ROOT" || exit 1
+  # No cd: runs/ and .cache/ land in the working directory (README, "Configuration").
   if [ "$inspect" = 0 ]; then
-    exec "$PY" -m scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
+    exec "$PY" -m ringfeed.scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
   fi
   run_id=${run_id:-$(date +%Y%m%d-%H%M%S)-$$}
-  "$PY" -m scripts.cli run "${args[@]}" --run-id "$run_id" &
+  # The run logs to a file the inspector shows under its screen: a redraw every
+  # second would otherwise wipe the log lines (the loss among them) off the terminal.
+  local log_dir=${RINGFEED_RUNTIME_DIR:-/tmp}/ringfeed-$(id -u)
+  mkdir -p -m 700 "$log_dir"
+  local log=$log_dir/$run_id.log
+  "$PY" -m ringfeed.scripts.cli run "${args[@]}" --run-id "$run_id" >"$log" 2>&1 &
   local pid=$!
   trap 'kill -TERM "$pid" 2>/dev/null' INT TERM
-  sleep 2
-  "$PY" -m scripts.cli inspect --run-id "$run_id"
+  echo "launch: run $run_id starting (its log: $log)"
+  # The inspector attaches once the stager made its ring (an index or manifest may
+  # take a while first), or not at all if the run ended before.
+  while kill -0 "$pid" 2>/dev/null && ! [ -e "/dev/shm/ringfeed-$(id -u)-$run_id-samples" ]; do
+    sleep 0.5
+  done
+  kill -0 "$pid" 2>/dev/null && "$PY" -m ringfeed.scripts.cli inspect --run-id "$run_id" --log "$log"
   wait "$pid"
+  local code=$?
+  echo "--- the run's log ($log), last lines:"
+  tail -n 15 "$log"
+  return $code
 }
 
 verb=${1:-run}
@@ -48,9 +62,9 @@ case "$verb" in
   producers)
     config=$(abspath "$1")
     shift
-    cd "$ROOT" && exec "$PY" -m scripts.cli producers "$config" --run-id remote --remote "$@"
+    exec "$PY" -m ringfeed.scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
-  inspect) cd "$ROOT" && exec "$PY" -m scripts.cli inspect "$@" ;;
+  inspect) exec "$PY" -m ringfeed.scripts.cli inspect "$@" ;;
   -h|--help|help) sed -n '2,13p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac

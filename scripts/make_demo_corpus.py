@@ -1,7 +1,7 @@
 """Make data/multilingual-demo: a small multilingual, multi-speaker corpus spoken by
 espeak-ng, and its manifest. Run once by the maintainers (the result ships in the repo):
 
-    .venv/bin/python -m scripts.make_demo_corpus [OUT_DIR]
+    .venv/bin/python -m ringfeed.scripts.make_demo_corpus [OUT_DIR]
 
 4 languages in 3 scripts (English and German in Latin, Russian in Cyrillic, Persian
 in Arabic script), 3 speakers (espeak-ng voice variants: a low male, a female and a
@@ -23,8 +23,8 @@ from pathlib import Path
 import soundfile as sf
 import soxr
 
-from producer.normalize import normalize
-from producer.text import english_cleaners
+from ringfeed.producer.normalize import normalize
+from ringfeed.producer.text import english_cleaners
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "multilingual-demo"
 RATE_HZ = 16_000

@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Config, ConfigError
-from shared.config_checks import is_loopback
+from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.config_checks import is_loopback
 
 # Audio files whose headers are read, spread over the dataset.
 AUDIO_SAMPLE = 8
@@ -28,15 +28,20 @@ class Finding:
     message: str
 
 
-def preflight(cfg: Config) -> list[Finding]:
-    """Everything found wrong with cfg on this host, fatal ones first."""
-    findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
-    findings += _model(cfg)
+def preflight(cfg: Config, role: str = "head") -> list[Finding]:
+    """Everything found wrong with cfg on this host, fatal ones first. role: "head"
+    (stager, trainer and local producers) or "producer" (a host that only runs
+    `ringfeed producers --connect`: its dataset, cache and client keys)."""
+    if role == "producer":
+        findings = [*_dataset(cfg), *_cache(cfg), *_client_keys(cfg)]
+    else:
+        findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
+        findings += _model(cfg)
     return sorted(findings, key=lambda f: not f.fatal)
 
 
 def _rings(cfg: Config) -> list[Finding]:
-    from shared.ring import check_rings_fit
+    from ringfeed.shared.ring import check_rings_fit
 
     try:
         check_rings_fit(cfg)
@@ -47,7 +52,7 @@ def _rings(cfg: Config) -> list[Finding]:
 
 def _model(cfg: Config) -> list[Finding]:
     """The default model's model.kwargs (another factory checks its own when it runs)."""
-    from consumer.trainer.model_kwargs import DEFAULT_FACTORY, default_model_kwargs
+    from ringfeed.consumer.trainer.model_kwargs import DEFAULT_FACTORY, default_model_kwargs
 
     if cfg.model.factory != DEFAULT_FACTORY:
         return []
@@ -59,7 +64,7 @@ def _model(cfg: Config) -> list[Finding]:
 
 
 def _dataset(cfg: Config) -> list[Finding]:
-    from shared.dataset import DatasetError, dataset_index
+    from ringfeed.shared.dataset import DatasetError, dataset_index
 
     if cfg.data.format == "synthetic":
         return []
@@ -127,7 +132,7 @@ def _cache(cfg: Config) -> list[Finding]:
 
 
 def _keys(cfg: Config) -> list[Finding]:
-    from shared.keys import KeysError, load_server
+    from ringfeed.shared.keys import KeysError, load_server
 
     t = cfg.transport
     if t.kind != "tcp" or (not t.keys_dir and is_loopback(t.host)):
@@ -139,10 +144,28 @@ def _keys(cfg: Config) -> list[Finding]:
     return []
 
 
+def _client_keys(cfg: Config) -> list[Finding]:
+    """A producer host connects over tcp with this host's key pair and the server's
+    public key (the bundle `ringfeed keys DIR --client NAME` made for it)."""
+    from ringfeed.shared.keys import KeysError, load_client
+
+    t = cfg.transport
+    if t.kind != "tcp":
+        return [Finding(True, "transport.kind: a producer host connects over tcp: set "
+                              "transport.kind: tcp (and the head's host and port)")]  # fmt: skip
+    if not t.keys_dir:
+        return []
+    try:
+        load_client(Path(t.keys_dir))
+    except (KeysError, OSError, ValueError) as exc:
+        return [Finding(True, f"transport.keys_dir: {exc}")]
+    return []
+
+
 def _devices(cfg: Config) -> list[Finding]:
     if cfg.features.device != "stager":
         return []
-    from consumer.devices import count_gpus
+    from ringfeed.consumer.devices import count_gpus
 
     n_gpus, why = count_gpus()
     if n_gpus:

@@ -4,7 +4,7 @@
         run.start_all("trainer")                      # stager, producers, consumer
         code = run.watch(stop)                        # until done, a failure or stop
 
-Each process is ``python -m scripts.cli VERB CONFIG --run-id RID`` started in the
+Each process is ``python -m ringfeed.scripts.cli VERB CONFIG --run-id RID`` started in the
 repository root. Leaving the block SIGTERMs whatever is still alive, SIGKILLs
 it after the grace (``RINGFEED_GRACE_S``, 8 s), then removes the run's
 segments from /dev/shm and its ipc socket files, so a failing test, benchmark
@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from consumer.client.batch_client import BatchClient
-from shared.config import launch_grace_s, load_config, run_dir
-from shared.process import StopFlag, die_with_parent
-from shared.segments import list_segments, socket_files
+from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.shared.config import launch_grace_s, load_config, run_dir
+from ringfeed.shared.process import StopFlag, die_with_parent
+from ringfeed.shared.segments import list_segments, socket_files
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 # A trainer spends its first ~10-30 s importing TensorFlow and compiling on 2 cores.
 DEFAULT_TIMEOUT_S = 120.0
 WATCH_POLL_S = 0.2
+# A local pool whose workers all lost a stager that is still running (it was paused
+# past producers.orphan_s) exits 1; the launcher starts it again this many times.
+POOL_RESTARTS = 3
 
 
 class RunError(RuntimeError):
@@ -73,6 +76,7 @@ class Run:
         self.clients: list[BatchClient] = []
         self.launches = 0
         self.failure: tuple[str, int] | None = None
+        self.pool_restarts = 0
         # Extra arguments of some verbs (a training worker's --worker, --cluster).
         self.verb_args: dict[str, list[str]] = {}
 
@@ -85,23 +89,28 @@ class Run:
         """Start `ringfeed VERB CONFIG --run-id RID EXTRA...`; a restarted verb replaces
         the earlier process of that name."""
         self.launches += 1
-        cmd = [sys.executable, "-m", "scripts.cli", verb, str(self.config)]
+        cmd = [sys.executable, "-m", "ringfeed.scripts.cli", verb, str(self.config)]
         cmd += ["--run-id", self.run_id, *self.verb_args.get(verb, []), *extra]
-        # die_with_parent: a launcher killed with SIGKILL takes its run down with it.
+        # die_with_parent: a launcher killed with SIGKILL takes its run down with it. The
+        # children share the launcher's working directory: outputs (run_root, the cache)
+        # are relative to it.
         if self.log_dir is None:
-            proc = subprocess.Popen(cmd, cwd=REPO, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent)
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
                 proc = subprocess.Popen(
-                    cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+                    cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
                 )
         self.procs[verb] = proc
         return proc
 
     def start_all(self, consumer: str = "trainer") -> None:
+        """The stager, the producer pool and the consumer verb ("none": a consumer of
+        the user's own, e.g. ring_dataset in their process)."""
         for verb in ("stager", "producers", consumer):
-            self.start(verb)
+            if verb != "none":
+                self.start(verb)
 
     def wait(self, verb: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
         """The exit code of `verb`; RunError with the logs if it runs past timeout_s."""
@@ -122,6 +131,8 @@ class Run:
         stager_gone_at: float | None = None
         while True:
             codes = {verb: proc.poll() for verb, proc in self.procs.items()}
+            if self._restart_pool(codes, stop):
+                continue
             for verb, code in codes.items():
                 if code not in (None, 0) and self.failure is None:
                     self.failure = (verb, exit_code(code))
@@ -141,6 +152,24 @@ class Run:
             failed = [(v, exit_code(p.returncode)) for v, p in self.procs.items() if p.returncode]
             self.failure = failed[0] if failed else None
         return self.failure[1] if self.failure else 0
+
+    def _restart_pool(self, codes: dict[str, int | None], stop: StopFlag | None) -> bool:
+        """Start the local pool again when it exited orphaned (code 1) while the stager
+        runs, up to POOL_RESTARTS times; True if it did. Any other exit of the pool is
+        left to watch: 0 at the run's end, 2 when refused, a failure otherwise."""
+        if codes.get("producers") != 1 or codes.get("stager", 0) is not None:
+            return False
+        if (stop is not None and stop.is_set()) or self.pool_restarts >= POOL_RESTARTS:
+            if self.pool_restarts >= POOL_RESTARTS:
+                log.error("the producer pool lost its stager %d times; ending the run",
+                          self.pool_restarts + 1)  # fmt: skip
+            return False
+        self.pool_restarts += 1
+        log.warning("the producer pool exited: its workers lost the stager, which still "
+                    "runs (paused?); starting it again (%d/%d)", self.pool_restarts,
+                    POOL_RESTARTS)  # fmt: skip
+        self.start("producers")
+        return True
 
     def stop(self, grace_s: float | None = None) -> None:
         """SIGTERM everything alive, SIGKILL after the grace; idempotent."""

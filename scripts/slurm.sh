@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --workers) workers=1; shift ;;
     --trainer-port) trainer_port=$2; shift 2 ;;
     --worker-task)  # one task of --workers, on its node (srun runs this)
-      exec "$PY" -m scripts.cli run "$config" --run-id "$3" --worker "$SLURM_PROCID/$2" \
+      exec "$PY" -m ringfeed.scripts.cli run "$config" --run-id "$3" --worker "$SLURM_PROCID/$2" \
         --cluster "$4" ;;
     *) echo "slurm.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -59,7 +59,7 @@ job_dir="${SLURM_SUBMIT_DIR:-$PWD}/.ringfeed-slurm-$SLURM_JOB_ID"
 mkdir -p -m 700 "$job_dir"
 
 # Keys for this job: the head's pair, one client pair for every producer node.
-"$PY" -m scripts.cli keys "$job_dir/keys" --client slurm >/dev/null
+"$PY" -m ringfeed.scripts.cli keys "$job_dir/keys" --client slurm >/dev/null
 
 # Two configs derived from the user's: the head binds every interface (so it needs
 # the keys), the producers use the client bundle. Everything else is the user's.
@@ -85,7 +85,7 @@ echo "slurm.sh: job $SLURM_JOB_ID, head $head, $others producer node(s), run $ru
 pids=()
 if [ "$others" -gt 0 ]; then
   srun --nodes="$others" --ntasks-per-node=1 --exclude="$head" --kill-on-bad-exit=0 \
-    "$PY" -m scripts.cli producers "$job_dir/producer.yaml" --run-id "$run_id" \
+    "$PY" -m ringfeed.scripts.cli producers "$job_dir/producer.yaml" --run-id "$run_id" \
     --remote --connect "tcp://$head:$port" &
   pids+=($!)
 fi
@@ -97,6 +97,6 @@ stop_producers() {
 trap stop_producers EXIT
 
 code=0
-"$PY" -m scripts.cli run "$job_dir/head.yaml" --run-id "$run_id" --consumer "$consumer" || code=$?
+"$PY" -m ringfeed.scripts.cli run "$job_dir/head.yaml" --run-id "$run_id" --consumer "$consumer" || code=$?
 echo "slurm.sh: run $run_id ended with code $code"
 exit "$code"

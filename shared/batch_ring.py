@@ -14,7 +14,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from shared.sample_schema import SampleSchema
+from ringfeed.shared.sample_schema import SampleSchema
 
 
 class BatchState(IntEnum):

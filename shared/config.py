@@ -19,11 +19,12 @@ from typing import Any, Literal
 
 import yaml
 
-from shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
-from shared.config_corpus import DataConfig, TextConfig
-from shared.config_features import FeaturesConfig, UserFieldConfig, sample_decls
-from shared.sample_schema import ID_FIELDS, FieldSpec, SampleSchema
-from shared.schema import ConfigError, build
+from ringfeed.shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
+from ringfeed.shared.config_corpus import DataConfig, TextConfig
+from ringfeed.shared.config_features import FeaturesConfig, UserFieldConfig, sample_decls
+from ringfeed.shared.config_model import DevicesConfig, ModelConfig, TrainConfig
+from ringfeed.shared.sample_schema import ID_FIELDS, FieldSpec, SampleSchema
+from ringfeed.shared.schema import ConfigError, build
 
 # Re-exported: ID_FIELDS (int32 per batch row: ids in shared/id_tables.py) and the
 # features section, where they always were.
@@ -39,11 +40,17 @@ SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
 
 @dataclass(frozen=True)
 class AudioConfig:
+    # Every clip is resampled to this rate (Hz, soxr).
     sample_rate: int = 22050
+    # Trim leading and trailing silence (librosa.effects.trim, trim_top_db).
     trim_silence: bool = False
+    # Silence threshold of trim_silence, dB below the peak.
     trim_top_db: float = 60.0
+    # peak: scale each clip to peak_level; none: as decoded.
     normalize: Literal["none", "peak"] = "peak"
+    # The peak of a peak-normalized clip.
     peak_level: float = 0.95
+    # Shorter clips (after trimming) are skipped, seconds.
     min_duration_s: float = 0.1
     # Longer audio (by its file header) is rejected before it is decoded, seconds. With
     # features.on_too_long: skip, audio longer than a slot is rejected the same way.
@@ -52,8 +59,11 @@ class AudioConfig:
 
 @dataclass(frozen=True)
 class RingConfig:
+    # Sample slots in the shared-memory ring.
     slots: int = 64
+    # A grant with no READY within this long comes back (and bounds one sample's work), seconds.
     lease_s: float = 10.0
+    # How often producers say they are alive, seconds.
     heartbeat_s: float = 1.0
     # An item whose lease expires this many times is skipped with a reason.
     max_item_attempts: int = 3
@@ -64,8 +74,11 @@ class RingConfig:
 
 @dataclass(frozen=True)
 class ProducersConfig:
+    # Producer processes of a local pool.
     workers: int = 2
+    # A pool restarts a dead worker at most this many times.
     max_restarts: int = 5
+    # Wait before the first restart, doubled on each, seconds.
     restart_backoff_s: float = 0.5
     # Grants a producer holds at once: enough to hide the round trip to the stager.
     # Ring throughput here with 2, 4, 8, 16, 32 (before GRANT/READY carried lists):
@@ -82,9 +95,13 @@ class ProducersConfig:
 
 @dataclass(frozen=True)
 class StagerConfig:
+    # Rows per batch (without buckets).
     batch_size: int = 32
+    # Batches staged ahead of the trainer (3: triple buffering).
     batch_slots: int = 3
+    # Batches in plan order (exact resume); false: in the order samples finish.
     deterministic: bool = True
+    # Seed of the epoch plan (the shuffle of each epoch).
     seed: int = 1234
     # 0 = run until stopped.
     epochs: int = 0
@@ -114,42 +131,13 @@ class TransportConfig:
     # "ipc" keeps everything on this host; "tcp" also binds host:port so producers
     # on other hosts can connect (local processes keep using ipc).
     kind: Literal["ipc", "tcp"] = "ipc"
+    # With kind: tcp, the address the stager binds for remote producers.
     host: str = "127.0.0.1"
+    # With kind: tcp, the port of that address.
     port: int = 5555
     # Directory of CURVE keys (shared/keys.py; required for a non-loopback host).
     # When set, the stager accepts only producers whose public key it lists.
     keys_dir: str = ""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    # "module:function", called as function(cfg, **kwargs) by the trainer.
-    factory: str = "consumer.trainer.model:build_default_model"  # model_kwargs.DEFAULT_FACTORY
-    # The factory's own hyper-parameters; it checks them (the default model's:
-    # d_model, n_layers, kernel_size, dropout, consumer/trainer/model.py).
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 300
-    learning_rate: float = 1e-3
-    checkpoint_every: int = 100
-    log_every: int = 10
-    mixed_precision: bool = True
-    jit_compile: bool = True
-    # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
-    log_batches: bool = False
-    # TF intra-op threads of a CPU trainer; 0: every core (README: "The CPU trainer").
-    cpu_threads: int = 0
-    collective_timeout_s: float = 120.0  # --worker K/N: longest wait on a peer, then exit 1
-
-
-@dataclass(frozen=True)
-class DevicesConfig:
-    stager_gpu: int = 0
-    model: tuple[int, ...] = ()  # the model's GPUs, a replica each; (): all but stager_gpu
-    cpu_replicas: int = 1  # model replicas without a GPU: logical CPU devices
 
 
 @dataclass(frozen=True)
@@ -224,7 +212,14 @@ class Config:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        """YAML that means the same wherever it is loaded from: relative input paths
+        (INPUT_PATH_KEYS, relative to the working directory in a Config) are written
+        absolute, as load_config would read them relative to the file's folder."""
+        raw = self.to_dict()
+        for section, key in INPUT_PATH_KEYS:
+            if raw[section][key]:
+                raw[section][key] = str(Path(raw[section][key]).absolute())
+        return yaml.safe_dump(raw, sort_keys=False)
 
 
 # ---------------------------------------------------------------- loading
@@ -239,8 +234,14 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
     return build(Config, raw)
 
 
+# Inputs travel with a config file: relative to its folder. Outputs (run_root, the
+# cache) stay relative to the working directory: they land where you run.
+INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"), ("features", "durations_dir"))
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read a YAML file into a validated Config; errors name the file and key."""
+    """Read a YAML file into a validated Config; errors name the file and key. Relative
+    INPUT_PATH_KEYS written in the file become absolute, from the file's folder."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -248,6 +249,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if isinstance(raw, dict):
+        for section, key in INPUT_PATH_KEYS:
+            part = raw.get(section)
+            value = part.get(key) if isinstance(part, dict) else None
+            if isinstance(value, str) and value and not Path(value).is_absolute():
+                part[key] = str(path.absolute().parent / value)
     try:
         return config_from_dict(raw)
     except ConfigError as exc:

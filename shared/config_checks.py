@@ -10,12 +10,12 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING, Any
 
-from shared.field_config_checks import validate_fields
-from shared.language_codes import valid_code
-from shared.schema import ConfigError, check
+from ringfeed.shared.field_config_checks import validate_fields
+from ringfeed.shared.language_codes import valid_code
+from ringfeed.shared.schema import ConfigError, check
 
 if TYPE_CHECKING:
-    from shared.config import Config
+    from ringfeed.shared.config import Config
 
 # Auto buckets are at least max_frames // this long, so a batch's rows are bounded.
 MIN_BUCKET_FRACTION = 8
@@ -41,13 +41,22 @@ MOVED_KEYS = {
 }
 
 
+# Packages that moved under `ringfeed.` (pyproject.toml): a model.factory naming one
+# the old way (an earlier config, a checkpoint's copy) still means the same function.
+MOVED_PACKAGES = ("shared.", "producer.", "consumer.", "scripts.")
+
+
 def check_moved(raw: dict[str, Any]) -> None:
     """Raise ConfigError for a key of an earlier schema (MOVED_KEYS) in a raw config
-    mapping, saying where it went."""
+    mapping, saying where it went; a model.factory in a moved package is renamed."""
     for key, note in MOVED_KEYS.items():
         section, name = key.split(".")
         if isinstance(raw.get(section), dict) and name in raw[section]:
             raise ConfigError(f"{key}: {note}")
+    model = raw.get("model")
+    factory = model.get("factory") if isinstance(model, dict) else None
+    if isinstance(factory, str) and factory.startswith(MOVED_PACKAGES):
+        model["factory"] = f"ringfeed.{factory}"
 
 
 def is_loopback(host: str) -> bool:
@@ -110,6 +119,8 @@ def _validate_trainer(cfg: Config) -> None:
     check(cfg.train.steps >= 0, "train.steps", "must be >= 0")
     check(cfg.train.cpu_threads >= 0, "train.cpu_threads", "must be >= 0 (0 = every core)")
     check(cfg.train.collective_timeout_s > 0, "train.collective_timeout_s", "must be > 0")
+    for key in ("connect_timeout_s", "data_timeout_s"):
+        check(getattr(cfg.train, key) > 0, f"train.{key}", "must be > 0")
     check(cfg.devices.cpu_replicas >= 1, "devices.cpu_replicas", "must be >= 1")
     model = cfg.devices.model
     check(len(set(model)) == len(model) and all(g >= 0 for g in model), "devices.model",

@@ -15,12 +15,14 @@ DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
 
 @dataclass(frozen=True)
 class DataConfig:
+    # The corpus: a folder (ljspeech, libritts, vctk) or a metadata file (csv, jsonl).
     path: str = "data/ljspeech-mini"
     # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
     # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk: shared/dataset.py
     # and shared/corpora.py; synthetic: precomputed arrays, no files (transport tests and
     # benchmarks).
     format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "synthetic"] = "ljspeech"
+    # Items of format: synthetic.
     synthetic_items: int = 256
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
     # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
@@ -30,10 +32,12 @@ class DataConfig:
     # The language (a code: en, de, fa, pt-br) of clips whose entry names none; auto:
     # detected from the text (shared/language_id.py), among detect_languages if given.
     language: str = "en"
+    # With language: auto, the codes detection may choose from; () = any of 97.
     detect_languages: tuple[str, ...] = ()
     # Speaker and language ids (shared/id_tables.py) stay below these: the sizes of the
     # model's embedding tables, fixed so that a table that grows keeps the weights' shapes.
     max_speakers: int = 1024
+    # The size of the language embedding table (see max_speakers).
     max_languages: int = 64
     # A resume whose corpus has speakers or languages the run's id table lacks: refuse
     # (the default: the model never saw them, and it is often the wrong data.path) or
@@ -49,7 +53,10 @@ class TextConfig:
     # The vocabulary: ids 3.. in this order. `ringfeed vocab CONFIG` builds it from the
     # normalized (or phonemized) corpus and reports rare characters.
     alphabet: str = DEFAULT_ALPHABET
+    # Tokens per sample slot (the end-of-text token included); a longer text follows
+    # features.on_too_long.
     max_text_len: int = 200
+    # Append the end-of-text token (id 2) to every text.
     add_eos: bool = True
     # A text whose share of characters outside the alphabet exceeds this is quarantined.
     max_unknown_frac: float = 0.1

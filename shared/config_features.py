@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from shared.sample_schema import FieldDecl
+from ringfeed.shared.sample_schema import FieldDecl
 
 if TYPE_CHECKING:
-    from shared.config import Config
+    from ringfeed.shared.config import Config
 
 
 @dataclass(frozen=True)
@@ -35,36 +35,52 @@ class UserFieldConfig:
 
 @dataclass(frozen=True)
 class FeaturesConfig:
+    # STFT size of the log-mel, samples.
     n_fft: int = 1024
+    # Samples between mel frames.
     hop_length: int = 256
+    # STFT window (Hann), samples.
     win_length: int = 1024
+    # Mel bands (Slaney filterbank, as librosa).
     n_mels: int = 80
+    # Lowest mel band edge, Hz.
     fmin: float = 0.0
+    # Highest mel band edge, Hz.
     fmax: float = 8000.0
+    # Mel frames per sample slot (the longest clip: max_frames x hop_length / sample_rate s).
     max_frames: int = 800
+    # A clip or text longer than its slot: skip it (quarantined, counted) or truncate it.
     on_too_long: Literal["skip", "truncate"] = "skip"
     # producer: producers compute the mel; stager: producers write the waveform and
     # the stager computes mels for the whole batch on its device.
     device: Literal["producer", "stager"] = "producer"
+    # The feature cache and the length manifest live here.
     cache_dir: str = ".cache/features"
+    # Keep each clip's features on disk, so later epochs skip decode and mel.
     cache: bool = True
-    # Optional sample fields (README, "Sample fields"); off, a sample is tokens + mel.
-    # reference: a log-mel of another clip of the same speaker (ref_mel), at most
-    # reference_frames long; a speaker's only clip is its own reference or is skipped.
+    # Sample field ref_mel (README, "Sample fields"): the log-mel of another clip of the
+    # same speaker, chosen from seed, epoch and item.
     reference: bool = False
+    # Longest reference, mel frames (a longer clip is cut from a drawn offset).
     reference_frames: int = 200
+    # A speaker with one clip: own (it is its own reference, counted) or skip the item.
     single_clip: Literal["own", "skip"] = "own"
-    # pitch: f0 per mel frame, Hz (0 unvoiced), and a voiced flag (pyworld DIO+StoneMask).
+    # Sample fields pitch (f0 per mel frame, Hz, 0 unvoiced) and voiced: pyworld DIO +
+    # StoneMask, ~13 ms per second of audio.
     pitch: bool = False
-    # energy: L2 norm of each mel frame's STFT magnitude (the mel's own STFT, bins <= fmax).
+    # Sample field energy: the L2 norm of each mel frame's STFT magnitude (bins <= fmax).
     energy: bool = False
-    # A fields-of-your-own function, "module:function"(wave, mel, text, entry) -> arrays;
-    # user_version names its output in the feature cache: change it when the function does.
+    # Fields of your own: "module:function", called as function(wave, mel, text, entry)
+    # and returning one array per features.user_fields entry (README, "Sample fields").
     user_function: str = ""
+    # The version of user_function's output in the feature cache: change it when the
+    # function changes.
     user_version: str = ""
+    # The fields user_function returns: each {name, dtype: float32 | int32, shape,
+    # length: frames | tokens | own | none, pad}.
     user_fields: tuple[UserFieldConfig, ...] = ()
-    # Durations per token (mel frames) from <durations_dir>/<item_id>.durations, one
-    # integer per token, checked to sum to the mel's frames ("" = no durations field).
+    # Sample field durations (mel frames per token) from <durations_dir>/<item_id>.durations,
+    # checked to sum to the mel frames; "" = none.
     durations_dir: str = ""
 
 

@@ -37,8 +37,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shared.dataset import BadLine, DatasetEntry, DatasetError
-from shared.language_codes import language_code, valid_code
+from ringfeed.shared.dataset import BadLine, DatasetEntry, DatasetError
+from ringfeed.shared.language_codes import language_code, valid_code
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Config
-from shared.language_codes import language_code
+from ringfeed.shared.config import Config
+from ringfeed.shared.language_codes import language_code
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,8 @@ def _metadata_path(cfg: Config, root: str | os.PathLike[str] | None) -> Path:
         want = f"a directory holding {METADATA_FILE}, or the file itself"
         want = "the manifest file" if cfg.data.format == "jsonl" else want
         raise DatasetError(
-            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects {want})"
+            f"data.path: no metadata file at {path} (data.format: {cfg.data.format} expects "
+            f"{want}; every format: README, 'Bring your own data')"
         )
     return path
 
@@ -104,6 +105,10 @@ def _decode(line: bytes) -> tuple[str | None, str, str]:
 
 
 def _ljspeech_entry(fields: list[str], base: Path, column: int) -> DatasetEntry | str:
+    if len(fields) == 2:
+        return ("expected 3 '|'-separated columns (id|text|normalized), got 2: for 'id|text' "
+                "lines use data.format: csv with the header 'audio_file|text' (README, "
+                "'Bring your own data')")  # fmt: skip
     if len(fields) != 3:
         return f"expected 3 '|'-separated columns (id|text|normalized), got {len(fields)}"
     item_id = fields[0].strip()
@@ -136,7 +141,8 @@ def _csv_columns(path: Path, lines: list[tuple[int, bytes]]) -> int:
     if header not in (CSV_HEADER, CSV_HEADER_SPEAKER):
         raise DatasetError(
             f"{path}:1: data.format: csv needs the header 'audio_file|text' or "
-            f"'audio_file|text|speaker_name', got {'|'.join(header)!r}"
+            f"'audio_file|text|speaker_name', got {'|'.join(header)!r} (every format: README, "
+            "'Bring your own data')"
         )
     return len(header)
 
@@ -147,7 +153,7 @@ def _decoded(path: Path, lines: list[tuple[int, bytes]]) -> list[tuple[int, str 
 
 def _line_results(cfg: Config, path: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
     """(file, line, entry or reason, item id) of every line of a one-file corpus."""
-    from shared import corpora  # it builds on the types above
+    from ringfeed.shared import corpora  # it builds on the types above
 
     base = path.parent.absolute()
     lines = _split_lines(path.read_bytes())
@@ -173,7 +179,7 @@ def _line_results(cfg: Config, path: Path) -> list[tuple[str, int, DatasetEntry 
 
 
 def _folder_results(cfg: Config, root: Path) -> list[tuple[str, int, DatasetEntry | str, str]]:
-    from shared import corpora
+    from ringfeed.shared import corpora
 
     if not root.is_dir():
         raise DatasetError(f"data.path: {root} is not a folder (data.format: {cfg.data.format})")
@@ -220,7 +226,7 @@ def _with_languages(cfg: Config, entries: list[DatasetEntry]) -> list[DatasetEnt
     """Every entry with a language: its own, data.language, or (auto) the detected one."""
     missing = [k for k, e in enumerate(entries) if not e.language]
     if cfg.data.language == "auto" and missing:
-        from shared.language_id import detect_languages  # loads the detector's model
+        from ringfeed.shared.language_id import detect_languages  # loads the detector's model
 
         texts = [entries[k].text for k in missing]
         candidates = [language_code(c) for c in cfg.data.detect_languages]

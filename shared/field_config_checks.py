@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shared.sample_schema import RESERVED
-from shared.schema import check
+from ringfeed.shared.sample_schema import RESERVED
+from ringfeed.shared.schema import check
 
 # "<name>_lens" must fit the ring's 16-byte field names.
 MAX_USER_NAME = 11

@@ -9,7 +9,11 @@ sends it back in its CONSUMER_HELLO when it resumes (consumer/stager/consumer_si
 
 The config fingerprint (every producer, in its HELLO) hashes each config key that
 shapes a sample, one hash per key, so the stager can refuse a producer whose
-config differs and name the keys (consumer/stager/producer_desk.py).
+config differs and name the keys (consumer/stager/producer_desk.py). It also
+carries the corpus digest (CORPUS_KEY): item ids, texts, speakers, languages and
+audio paths relative to the corpus root, in item order. Only the item count was
+compared before, and a remote host whose metadata listed the same clips in
+another order joined and paired one clip's mel with another clip's text.
 
 Cost: one pass over what the stager has already loaded (its index and manifest),
 never per-clip work in other processes: 0.3 s for an index of a million clips,
@@ -26,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex, dataset_index
 
 # Hex characters of each part's hash: 64 bits, enough to tell two versions apart.
 PLAN_HASH_HEX = 16
@@ -43,6 +47,8 @@ PLAN_PARTS = {
 # Config sections whose keys shape a sample, less the keys that do not.
 SAMPLE_SECTIONS = ("data", "text", "audio", "features")
 NOT_SHAPING = {"data.path", "features.cache_dir", "features.cache"}
+# The config fingerprint's entry for the corpus's content (corpus_digest).
+CORPUS_KEY = "data.corpus"
 # Keys a refusal names at most (the message stays short whatever the peer sent).
 MAX_KEYS_SHOWN = 8
 
@@ -63,6 +69,39 @@ def index_hash(index: DatasetIndex, base: str) -> str:
     return _digest(lines, PLAN_HASH_HEX)
 
 
+def corpus_base(cfg: Config) -> str:
+    """The corpus root ("/.../", data.path's folder when it names a file): paths are
+    hashed relative to it, so a host may keep the corpus anywhere."""
+    base = Path(cfg.data.path).absolute()
+    return f"{base.parent if base.is_file() else base}/"
+
+
+def corpus_digest(cfg: Config, index: DatasetIndex) -> str:
+    """What makes item k the same clip with the same text on every host: ids, texts,
+    speakers, languages, segments and audio paths relative to the corpus root, in item
+    order (synthetic data: its item count)."""
+    if index.synthetic_items:
+        return _digest([f"synthetic:{index.synthetic_items}".encode()], PLAN_HASH_HEX)
+    base = corpus_base(cfg)
+    lines = (
+        json.dumps(
+            [
+                e.item_id,
+                e.audio_path.removeprefix(base),
+                e.text,
+                e.speaker,
+                e.language,
+                e.offset_s,
+                e.duration_s,
+            ],
+            ensure_ascii=False,
+        ).encode()  # fmt: skip
+        + b"\n"
+        for e in index.entries
+    )
+    return _digest(lines, PLAN_HASH_HEX)
+
+
 def plan_fingerprint(
     cfg: Config,
     index: DatasetIndex,
@@ -72,10 +111,8 @@ def plan_fingerprint(
     """Per part (PLAN_PARTS), the hash of what decides the plan; called once by the stager.
     buckets: each bucket's (frames, text, rows); manifest: its length arrays ([] without
     buckets: then neither part decides anything)."""
-    base = Path(cfg.data.path).absolute()
-    base = base.parent if base.is_file() else base
     return {
-        "index": index_hash(index, f"{base}/"),
+        "index": index_hash(index, corpus_base(cfg)),
         "seed": _digest([str(cfg.stager.seed).encode()], PLAN_HASH_HEX),
         "buckets": _digest([json.dumps([list(b) for b in buckets]).encode()], PLAN_HASH_HEX),
         "manifest": _digest((np.ascontiguousarray(a).tobytes() for a in manifest), PLAN_HASH_HEX),
@@ -87,9 +124,12 @@ def plan_changes(ours: dict[str, str], theirs: dict[str, Any]) -> list[str]:
     return [name for part, name in PLAN_PARTS.items() if theirs.get(part) != ours[part]]
 
 
-def config_fingerprint(cfg: Config) -> dict[str, str]:
-    """Per "section.key", a hash of its value, for every key that shapes a sample; every
+def config_fingerprint(cfg: Config, corpus: str | None = None) -> dict[str, str]:
+    """Per "section.key", a hash of its value, for every key that shapes a sample, and
+    the corpus digest under CORPUS_KEY (None: read the index to compute it); every
     producer sends it in its HELLO."""
+    if corpus is None:
+        corpus = corpus_digest(cfg, dataset_index(cfg))
     raw = cfg.to_dict()
     keys = {
         f"{section}.{key}": value
@@ -97,7 +137,8 @@ def config_fingerprint(cfg: Config) -> dict[str, str]:
         for key, value in raw[section].items()
         if f"{section}.{key}" not in NOT_SHAPING
     }
-    return {k: _digest([json.dumps(v).encode()], KEY_HASH_HEX) for k, v in keys.items()}
+    hashes = {k: _digest([json.dumps(v).encode()], KEY_HASH_HEX) for k, v in keys.items()}
+    return hashes | {CORPUS_KEY: corpus}
 
 
 def config_refusal(ours: dict[str, str], theirs: dict[str, Any]) -> str:
@@ -106,6 +147,12 @@ def config_refusal(ours: dict[str, str], theirs: dict[str, Any]) -> str:
     differ = [key for key, value in ours.items() if theirs.get(key) != value]
     if not differ and len(theirs) == len(ours):
         return ""
+    if differ == [CORPUS_KEY]:
+        return (
+            "this producer's corpus differs from the stager's (item ids, texts, speakers, "
+            "languages or audio paths relative to data.path, in file order): every host "
+            "needs the same metadata and audio files (README, 'Producers on other hosts')"
+        )
     shown = ", ".join(differ[:MAX_KEYS_SHOWN])
     more = f" and {len(differ) - MAX_KEYS_SHOWN} more" if len(differ) > MAX_KEYS_SHOWN else ""
     extra = "" if differ else f"{len(theirs) - len(ours)} keys this stager does not have"

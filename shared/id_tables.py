@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex
-from shared.language_codes import language_code
-from shared.schema import ConfigError
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex
+from ringfeed.shared.language_codes import language_code
+from ringfeed.shared.schema import ConfigError
 
 IDS_FILE = "ids.json"
 # Where the trainer keeps checkpoints in a run directory (consumer/trainer/checkpoint.py).

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from shared.text_cache import TextCache
+from ringfeed.shared.text_cache import TextCache
 
 log = logging.getLogger(__name__)
 

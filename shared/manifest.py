@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.config import Config
-from shared.dataset import DatasetIndex
+from ringfeed.shared.config import Config
+from ringfeed.shared.dataset import DatasetIndex
 
 # Frames of an item whose length could not be read from its header: the producer may
 # still decode it (another decoder), so it goes to the largest bucket, which fits all.
@@ -48,7 +48,9 @@ def settings_key(cfg: Config) -> str:
         "audio": [a.sample_rate],
         "features": [f.hop_length, f.max_frames, f.device],
         "text": cfg.to_dict()["text"],
-        "version": 1,
+        # 2: producer/normalize.py NORMALIZER_VERSION 3 (clock times, phone numbers) changed
+        # token counts; bump it with every text rule that changes them.
+        "version": 2,
     }  # fmt: skip
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 

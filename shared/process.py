@@ -30,9 +30,18 @@ PR_SET_PDEATHSIG = 1
 LOG_FORMAT = "%(asctime)s %(levelname).1s %(processName)s %(name)s: %(message)s"
 
 
+def _short_name(record: logging.LogRecord) -> bool:
+    """Log lines name the module without the package: consumer.stager.stager, not
+    ringfeed.consumer.stager.stager (concise, and the repository's folder names)."""
+    record.name = record.name.removeprefix("ringfeed.")
+    return True
+
+
 def setup_logging(level: str = "INFO") -> None:
     """Concise logs on stderr, one line each, with the process name."""
     logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_short_name)
     logging.getLogger("absl").setLevel(logging.WARNING)  # TF's per-checkpoint chatter
 
 

@@ -34,16 +34,16 @@ from typing import Any
 import msgpack
 
 # The limits decode enforces are part of the protocol: shared/field_checks.py holds them.
-from shared.field_checks import MAX_HEADER_BYTES as MAX_HEADER_BYTES
-from shared.field_checks import MAX_NAME as MAX_NAME
-from shared.field_checks import MAX_STR as MAX_STR
-from shared.field_checks import MAX_WORK_KEY as MAX_WORK_KEY
-from shared.field_checks import MAX_WORK_KEYS as MAX_WORK_KEYS
-from shared.field_checks import clean_fields, field_check
-from shared.grants import Grant as Grant
-from shared.grants import GrantEntry as GrantEntry
-from shared.grants import Ready as Ready
-from shared.grants import ReadyEntry as ReadyEntry
+from ringfeed.shared.field_checks import MAX_HEADER_BYTES as MAX_HEADER_BYTES
+from ringfeed.shared.field_checks import MAX_NAME as MAX_NAME
+from ringfeed.shared.field_checks import MAX_STR as MAX_STR
+from ringfeed.shared.field_checks import MAX_WORK_KEY as MAX_WORK_KEY
+from ringfeed.shared.field_checks import MAX_WORK_KEYS as MAX_WORK_KEYS
+from ringfeed.shared.field_checks import clean_fields, field_check
+from ringfeed.shared.grants import Grant as Grant
+from ringfeed.shared.grants import GrantEntry as GrantEntry
+from ringfeed.shared.grants import Ready as Ready
+from ringfeed.shared.grants import ReadyEntry as ReadyEntry
 
 # 4: HELLO carries the config fingerprint, WELCOME and CONSUMER_HELLO the plan's; REFUSED.
 VERSION = 4

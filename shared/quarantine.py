@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from shared.dataset import DatasetIndex
+from ringfeed.shared.dataset import DatasetIndex
 
 
 class QuarantineWriter:

@@ -60,8 +60,8 @@ from typing import NamedTuple
 import numpy as np
 import xxhash
 
-from shared.config import USER_PREFIX, Config
-from shared.shm import SHM_DIR, check_shm_fits, reserve
+from ringfeed.shared.config import USER_PREFIX, Config
+from ringfeed.shared.shm import SHM_DIR, check_shm_fits, reserve
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.config import runtime_dir
-from shared.ring import HEADER_DTYPE, SEGMENT_PREFIX, parse_header
-from shared.shm import SHM_DIR
+from ringfeed.shared.config import runtime_dir
+from ringfeed.shared.ring import HEADER_DTYPE, SEGMENT_PREFIX, parse_header
+from ringfeed.shared.shm import SHM_DIR
 
 log = logging.getLogger(__name__)
 

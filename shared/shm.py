@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from shared.config import ConfigError
+from ringfeed.shared.config import ConfigError
 
 SHM_DIR = Path("/dev/shm")  # where POSIX shared memory lives on Linux
 # posix_fallocate errors that mean "this filesystem cannot reserve", not "no room".

@@ -11,7 +11,7 @@ from typing import Any
 
 import zmq
 
-from shared.protocol import Message, ProtocolError, decode, encode
+from ringfeed.shared.protocol import Message, ProtocolError, decode, encode
 
 # A payload frame may be as large as the largest slot field; anything bigger
 # is refused by libzmq before it reaches Python (ZMQ_MAXMSGSIZE).

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from shared.field_checks import clean
+from ringfeed.shared.field_checks import clean
 
 MAX_LISTED_PRODUCERS = 32
 

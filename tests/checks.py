@@ -6,10 +6,10 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from consumer.client.batch_client import BatchClient
-from consumer.stager.plan import EpochPlan
-from producer.sources import check_synthetic_rows
-from shared.config import Config
+from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.shared.config import Config
 from tests.polling import wait_for
 
 

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from shared.config import Config, replace
+from ringfeed.shared.config import Config, replace
 
 REPO = Path(__file__).resolve().parents[1]
 WAVS = REPO / "data" / "ljspeech-mini" / "wavs"

@@ -37,9 +37,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from producer.sample import Sample
-from producer.sources import Source
-from shared.config import SOURCE_HOOK_ENV, Config, load_config
+from ringfeed.producer.sample import Sample
+from ringfeed.producer.sources import Source
+from ringfeed.shared.config import SOURCE_HOOK_ENV, Config, load_config
 
 # By file, not module name: producers that a launcher starts in another working
 # directory (scripts/slurm.sh, Ray actors) cannot import the tests package.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from consumer.trainer.model import build_default_model
-from shared.config import Config
+from ringfeed.consumer.trainer.model import build_default_model
+from ringfeed.shared.config import Config
 
 
 def build(cfg: Config, **kwargs: Any):

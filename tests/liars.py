@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from producer.sources import SyntheticSource
-from shared import protocol as p
-from shared.config import Config, endpoints, load_config
-from shared.fingerprint import config_fingerprint
-from shared.keys import load_client
-from shared.ring import Ring, rows_checksum
+from ringfeed.producer.sources import SyntheticSource
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config, endpoints, load_config
+from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.keys import load_client
+from ringfeed.shared.ring import Ring, rows_checksum
 
 WELCOME_WAIT_S = 0.5
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import sys
 
-from producer.worker import run_worker
-from shared import protocol as p
-from shared.config import load_config
-from shared.process import setup_logging
+from ringfeed.producer.worker import run_worker
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import load_config
+from ringfeed.shared.process import setup_logging
 
 
 def main(config: str, endpoint: str, version: str) -> int:

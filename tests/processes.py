@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 # The stager's RSS may grow by this much over a short faulty run (allocator noise).
+# `ringfeed` as a command line of the test's own interpreter: [*CLI, "validate", CFG].
+CLI = (sys.executable, "-m", "ringfeed.scripts.cli")
 RSS_SLACK_KB = 16 * 1024
 
 

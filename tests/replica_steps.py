@@ -42,8 +42,8 @@ def batches(cfg, rows: int, bucketed: bool, steps: int) -> list[dict[str, np.nda
 
 def main(rows: int, bucketed: bool, steps: int) -> dict:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    from consumer.devices import configure_tensorflow, plan_device
-    from shared.config import config_from_dict
+    from ringfeed.consumer.devices import configure_tensorflow, plan_device
+    from ringfeed.shared.config import config_from_dict
 
     stager = {"batch_size": rows, "buckets": [32, 64]} if bucketed else {"batch_size": rows}
     cfg = config_from_dict({
@@ -60,10 +60,10 @@ def main(rows: int, bucketed: bool, steps: int) -> dict:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         configure_tensorflow(plan)
         CONFIGURED.append(True)
-    from consumer.stager.plan import ONE_WORKER
-    from consumer.trainer import model as model_module
-    from consumer.trainer.replicas import DistributedStep, make_strategy
-    from consumer.trainer.train_step import TrainStep, make_optimizer
+    from ringfeed.consumer.stager.plan import ONE_WORKER
+    from ringfeed.consumer.trainer import model as model_module
+    from ringfeed.consumer.trainer.replicas import DistributedStep, make_strategy
+    from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer
 
     model_module.PRENET_DROPOUT = 0.0  # dropout draws differ per device: compare without
     data = batches(cfg, rows, bucketed, steps)

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from scripts import runner
-from scripts.runner import DEFAULT_TIMEOUT_S
-from shared.segments import list_segments
+from ringfeed.scripts import runner
+from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
+from ringfeed.shared.segments import list_segments
 from tests.fault_sources import inject_faults
 from tests.polling import wait_for
 

@@ -10,10 +10,10 @@ import pytest
 import soundfile as sf
 import soxr
 
-from producer.audio import load_audio
-from producer.features import fit_length, log_mel, mel_filterbank
-from producer.sample import SkipSample
-from shared.config import LOG_FLOOR, Config, replace
+from ringfeed.producer.audio import load_audio
+from ringfeed.producer.features import fit_length, log_mel, mel_filterbank
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.config import LOG_FLOOR, Config, replace
 
 WAVS = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
 CLIP = WAVS / "LJ001-0002.wav"
@@ -130,7 +130,7 @@ def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
 def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int, hop: int) -> None:
     """The producer's STFT is librosa's definition, to float32 rounding (~1e-7 of a frame's
     energy, here bounded by 1e-6 of the clip's largest bin), with no librosa import."""
-    from producer.features import stft_magnitude
+    from ringfeed.producer.features import stft_magnitude
 
     cfg = replace(Config(), features={"n_fft": n_fft, "win_length": win_length, "hop_length": hop})
     wave, _ = sf.read(CLIP, dtype="float32")
@@ -153,7 +153,7 @@ def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int
 def test_filterbank_is_librosa_for_other_rates(
     sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float
 ) -> None:
-    from producer.features import mel_filterbank
+    from ringfeed.producer.features import mel_filterbank
 
     raw = {
         "audio": {"sample_rate": sr},

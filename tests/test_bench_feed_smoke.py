@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from scripts.runner import REPO
+from ringfeed.scripts.runner import REPO
 
 SMOKE_TIMEOUT_S = 180.0
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.stager.buckets import BucketPlan, assign, least_padding, make_buckets
-from producer.manifest import build_manifest
-from producer.pipeline import SamplePipeline
-from producer.sources import check_synthetic_rows
-from scripts.runner import REPO
-from shared.config import config_from_dict, load_config
-from shared.dataset import dataset_index
-from shared.manifest import Manifest, load_manifest, manifest_path
+from ringfeed.consumer.stager.buckets import BucketPlan, assign, least_padding, make_buckets
+from ringfeed.producer.manifest import build_manifest
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import config_from_dict, load_config
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.manifest import Manifest, load_manifest, manifest_path
 from tests.runs import Run, finish, rid, small
 
 SHIPPED = REPO / "data" / "ljspeech-mini"

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.cache import MAX_WRITE_FAILURES, FeatureCache, settings_hash
-from producer.pipeline import SamplePipeline
-from shared.config import Config, replace
-from shared.dataset import read_dataset
+from ringfeed.producer.cache import MAX_WRITE_FAILURES, FeatureCache, settings_hash
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import read_dataset
 from tests.processes import run_on_small_tmpfs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,9 +130,9 @@ def test_edited_file_misses(tmp_path: Path) -> None:
 FILL_THEN_MEASURE = """
 import json, os, resource, sys, time
 import numpy as np
-from producer.pipeline import SamplePipeline
-from shared.config import Config, replace
-from shared.dataset import read_dataset
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import read_dataset
 from tests.processes import run_on_small_tmpfs
 cache_dir, data, fsize = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if fsize:

@@ -11,10 +11,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from consumer.trainer.checkpoint import KEEP_LAST, CheckpointManager  # noqa: E402
-from consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
-from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
-from shared.config import Config, replace  # noqa: E402
+from ringfeed.consumer.trainer.checkpoint import KEEP_LAST, CheckpointManager  # noqa: E402
+from ringfeed.consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
+from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
+from ringfeed.shared.config import Config, replace  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
@@ -121,7 +121,7 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(
     cfg = small_cfg()
     saved = _three_trained_checkpoints(tmp_path, cfg)
     DAMAGE[damage](tmp_path / "checkpoints")
-    with caplog.at_level("WARNING", logger="consumer.trainer.checkpoint"):
+    with caplog.at_level("WARNING", logger="ringfeed.consumer.trainer.checkpoint"):
         restored, model = _restore_fresh(tmp_path, cfg)
     assert restored == (20, _cursor(20))
     for a, b in zip(saved[20], model.weights, strict=True):

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from scripts.runner import REPO
+from ringfeed.scripts.runner import REPO
+from tests.processes import CLI
 
 
 def ringfeed(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scripts.cli", *args],
+        [*CLI, *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -49,8 +49,8 @@ def test_validate_checks_the_default_models_kwargs(tmp_path: Path) -> None:
         bad.write_text(yaml.safe_dump({"model": {"kwargs": kwargs}}))
         out = ringfeed("validate", str(bad))
         assert out.returncode == 2 and key in out.stderr, out.stderr
-    from consumer.trainer.model_kwargs import DEFAULT_FACTORY
-    from shared.config import Config
+    from ringfeed.consumer.trainer.model_kwargs import DEFAULT_FACTORY
+    from ringfeed.shared.config import Config
 
     assert Config().model.factory == DEFAULT_FACTORY
 
@@ -104,7 +104,7 @@ def test_keys_of_a_non_loopback_endpoint_are_checked(tmp_path: Path) -> None:
 
 
 def test_stager_mels_without_a_gpu_are_a_warning(tmp_path: Path) -> None:
-    from consumer.devices import count_gpus
+    from ringfeed.consumer.devices import count_gpus
 
     if count_gpus()[0]:
         pytest.skip("this host has a GPU")
@@ -114,3 +114,78 @@ def test_stager_mels_without_a_gpu_are_a_warning(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "warning: features.device: stager, but this host has no GPU" in out.stderr
     assert "set features.device: producer" in out.stderr
+
+
+def test_validate_counts_what_each_rule_skips_and_refuses_a_corpus_of_none(
+    tmp_path: Path,
+) -> None:
+    """Every shipped clip is longer than 100 frames (1.16 s): validate used to say ok and
+    the run then skipped for hours. It reads every header, names the rule and the key,
+    and exits 2."""
+    data = tmp_path / "ds"
+    (data / "wavs").mkdir(parents=True)
+    shipped = REPO / "data" / "ljspeech-mini"
+    lines = (shipped / "metadata.csv").read_text().splitlines()[:3]
+    for line in lines:
+        name = line.split("|")[0] + ".wav"
+        (data / "wavs" / name).write_bytes((shipped / "wavs" / name).read_bytes())
+    (data / "metadata.csv").write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"path": str(data)},
+                                   "features": {"cache": False, "max_frames": 100}}))  # fmt: skip
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "usable        0 of 3 clips" in out.stdout
+    assert "skip        3 longer than a slot (1.16 s): raise features.max_frames" in out.stdout
+    assert "none of the 3 clips is usable" in out.stderr
+    cfg.write_text(yaml.safe_dump({"data": {"path": str(data)},
+                                   "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 0 and "usable        3 of 3 clips" in out.stdout, out.stderr
+
+
+def test_every_command_a_message_suggests_exists() -> None:
+    """An error once suggested `ringfeed inspect --list`, which never existed. Every
+    `ringfeed VERB --option` quoted in the code and the README must parse."""
+    import re
+
+    from ringfeed.scripts.cli import build_parser
+
+    verbs = build_parser()._subparsers._group_actions[0].choices
+    files = [REPO / "README.md", *[f for d in ("shared", "producer", "consumer", "scripts")
+                                   for f in (REPO / d).rglob("*.py")]]  # fmt: skip
+    quoted = set()
+    for path in files:
+        for command in re.findall(r"`(?:\.venv/bin/)?ringfeed ([^`]*)`", path.read_text()):
+            quoted.add((path.name, command))
+    assert len(quoted) > 20
+    for where, command in sorted(quoted):
+        verb, *rest = command.split()
+        if verb in ("VERB", "..."):
+            continue
+        assert verb in verbs, f"{where}: `ringfeed {command}`: no verb {verb!r}"
+        known = {o for a in verbs[verb]._actions for o in a.option_strings}
+        for option in (w.split("=")[0] for w in rest if w.startswith("--")):
+            assert option in known, f"{where}: `ringfeed {command}`: {verb} has no {option}"
+
+
+def test_validate_checks_a_producer_hosts_config_by_its_role(tmp_path: Path) -> None:
+    """A producer host has the client bundle, not the server's secret: validate used to
+    refuse its config (`server.key_secret is missing`). With --role producer it checks
+    the client keys and prints the corpus digest the head's validate prints too."""
+    assert ringfeed("keys", str(tmp_path / "keys"), "--client", "hostb").returncode == 0
+    raw = {"data": {"path": str(REPO / "data" / "ljspeech-mini")}, "features": {"cache": False},
+           "transport": {"kind": "tcp", "host": "10.0.0.5",
+                         "keys_dir": str(tmp_path / "keys" / "for-hostb")}}  # fmt: skip
+    cfg = tmp_path / "producer.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    head = ringfeed("validate", str(cfg))
+    assert head.returncode == 2 and "server.key_secret" in head.stderr
+    producer = ringfeed("validate", str(cfg), "--role", "producer")
+    assert producer.returncode == 0, producer.stderr
+    digest = producer.stdout.split("corpus digest ")[1].split()[0]
+    assert f"corpus digest {digest}" in ringfeed("validate", "configs/demo.yaml").stdout
+    raw["transport"]["keys_dir"] = str(tmp_path / "nowhere")
+    cfg.write_text(yaml.safe_dump(raw))
+    missing = ringfeed("validate", str(cfg), "--role", "producer")
+    assert missing.returncode == 2 and "client.key_secret is missing" in missing.stderr

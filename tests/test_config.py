@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.config import (
+from ringfeed.shared.config import (
     Config,
     ConfigError,
     config_from_dict,
@@ -15,8 +15,8 @@ from shared.config import (
     replace,
     run_dir,
 )
-from shared.config_checks import MOVED_KEYS
-from shared.ring import check_rings_fit, slot_bytes
+from ringfeed.shared.config_checks import MOVED_KEYS
+from ringfeed.shared.ring import check_rings_fit, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,9 @@ def test_model_kwargs_and_run_root_round_trip_through_yaml(tmp_path: Path) -> No
     cfg = config_from_dict({"model": {"kwargs": kwargs}, "run_root": str(tmp_path)})
     path = tmp_path / "resolved.yaml"
     path.write_text(cfg.to_yaml())
-    assert load_config(path) == cfg and cfg.model.kwargs == kwargs
+    # Its input paths, relative to the working directory here, are written absolute.
+    absolute = replace(cfg, data={"path": str(Path(cfg.data.path).absolute())})
+    assert load_config(path) == absolute and cfg.model.kwargs == kwargs
     assert run_dir(cfg, "r1") == tmp_path / "r1"
     assert replace(cfg, run_root="elsewhere").run_root == "elsewhere"
 
@@ -156,3 +158,32 @@ def test_shipped_configs_load_and_every_key_is_read(path: Path) -> None:
         # Sections are often bound to a short name (rc = cfg.ring), and a factory's
         # model.kwargs to its own (m = DefaultModelKwargs): look for the attribute.
         assert f".{name}" in code, f"{path.name}: {key} is read by no code"
+
+
+def test_the_config_reference_in_the_repository_is_current_and_explains_every_key() -> None:
+    from ringfeed.shared.config_reference import REFERENCE, reference_markdown, reference_rows
+
+    rows = reference_rows()
+    assert len(rows) > 60 and all(meaning for *_, meaning in rows), [
+        key for key, *_, meaning in rows if not meaning
+    ]
+    assert REFERENCE.read_text() == reference_markdown(), (
+        "docs/config.md is stale: run `ringfeed config --write`"
+    )
+
+
+def test_input_paths_are_relative_to_the_config_file_outputs_to_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    """runs/ and .cache used to land in the repository whatever the working folder,
+    and a config's data.path meant something else from each folder."""
+    (tmp_path / "configs").mkdir()
+    path = tmp_path / "configs" / "c.yaml"
+    path.write_text("data: {path: ../corpus}\ntransport: {kind: tcp, keys_dir: keys}\n")
+    cfg = load_config(path)
+    assert cfg.data.path == str(tmp_path / "configs" / ".." / "corpus")
+    assert cfg.transport.keys_dir == str(tmp_path / "configs" / "keys")
+    assert cfg.run_root == "runs" and cfg.features.cache_dir == ".cache/features"
+    again = tmp_path / "again.yaml"
+    again.write_text(cfg.to_yaml())
+    assert load_config(again) == cfg

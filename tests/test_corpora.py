@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from producer import phonemes
-from producer.audio import load_audio
-from producer.pipeline import SamplePipeline
-from scripts import cli
-from scripts.corpus_report import corpus_report
-from shared.config import Config, load_config, replace
-from shared.dataset import dataset_index, read_dataset
-from shared.id_tables import IDS_FILE, read_tables, settle_tables
-from shared.schema import ConfigError
+from ringfeed.producer import phonemes
+from ringfeed.producer.audio import load_audio
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.scripts import cli
+from ringfeed.scripts.corpus_report import corpus_report
+from ringfeed.shared.config import Config, load_config, replace
+from ringfeed.shared.dataset import dataset_index, read_dataset
+from ringfeed.shared.id_tables import IDS_FILE, read_tables, settle_tables
+from ringfeed.shared.schema import ConfigError
 from tests.corpus_files import WAVS, jsonl_cfg, make_libritts, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,7 +191,7 @@ def test_validate_on_the_demo_corpus(
 def test_every_checkpoint_carries_the_runs_id_tables(tmp_path: Path) -> None:
     import keras
 
-    from consumer.trainer.checkpoint import CheckpointManager
+    from ringfeed.consumer.trainer.checkpoint import CheckpointManager
 
     cfg = corpus(tmp_path, [("zoe", "fa"), ("ann", "de")])
     run = tmp_path / "run"

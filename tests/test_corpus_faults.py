@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from producer.audio import decode
-from producer.manifest import header_frames
-from shared.config import Config, replace
-from shared.dataset import read_dataset
-from shared.id_tables import IdTables, settle_tables
-from shared.text_cache import TextCache, text_key
+from ringfeed.producer.audio import decode
+from ringfeed.producer.manifest import header_frames
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.id_tables import IdTables, settle_tables
+from ringfeed.shared.text_cache import TextCache, text_key
 from tests.corpus_files import WAVS, jsonl_cfg, make_libritts
 
 GOOD = '{"audio": "a.wav", "text": "fine", "id": "good"}'
@@ -57,7 +57,7 @@ def test_language_codes_as_corpora_write_them(tmp_path: Path) -> None:
 
 
 def test_a_failed_id_table_write_leaves_no_temp_file(tmp_path: Path) -> None:
-    from shared.dataset import DatasetEntry, DatasetIndex
+    from ringfeed.shared.dataset import DatasetEntry, DatasetIndex
 
     entry = DatasetEntry("a", "/a.wav", "t", speaker="\udc80", language="en")
     with pytest.raises(UnicodeEncodeError):
@@ -92,7 +92,7 @@ def test_libritts_root_speakers_linked_subsets_and_cycles(tmp_path: Path, caplog
     bad_folder = root / "train-clean-100" / "19" / "198" / "misfiled_0001.normalized.txt"
     bad_folder.write_text("x")
     shutil.copy(WAVS / "LJ001-0001.wav", bad_folder.with_name("misfiled_0001.wav"))
-    with caplog.at_level(logging.WARNING, logger="shared.corpora"):
+    with caplog.at_level(logging.WARNING, logger="ringfeed.shared.corpora"):
         entries, _ = read_dataset(cfg)
     assert "misfiled" in caplog.text and "not laid out as" in caplog.text
     assert any(e.item_id == "misfiled_0001" and e.speaker == "19" for e in entries)
@@ -101,7 +101,7 @@ def test_libritts_root_speakers_linked_subsets_and_cycles(tmp_path: Path, caplog
 def test_vctk_files_off_the_layout_are_warned_about(tmp_path: Path, caplog) -> None:
     (tmp_path / "txt" / "extra" / "p225").mkdir(parents=True)
     (tmp_path / "txt" / "extra" / "p225" / "p225_001.txt").write_text("Please.")
-    with caplog.at_level(logging.WARNING, logger="shared.corpora"):
+    with caplog.at_level(logging.WARNING, logger="ringfeed.shared.corpora"):
         read_dataset(replace(Config(), data={"path": str(tmp_path), "format": "vctk"}))
     assert "not laid out as txt/<speaker>" in caplog.text
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from shared.config import Config, replace
-from shared.dataset import DatasetError, read_dataset
-from shared.quarantine import QuarantineWriter, read_quarantine
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import DatasetError, read_dataset
+from ringfeed.shared.quarantine import QuarantineWriter, read_quarantine
 from tests.broken_dataset import make_broken_dataset
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from consumer import devices
-from consumer.devices import DevicePlan, choose_device, gpu_stats, plan_device
-from shared.config import Config, ConfigError, config_from_dict, replace
+from ringfeed.consumer import devices
+from ringfeed.consumer.devices import DevicePlan, choose_device, gpu_stats, plan_device
+from ringfeed.shared.config import Config, ConfigError, config_from_dict, replace
 
 
 def _nvml_gpus() -> int:

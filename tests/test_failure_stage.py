@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 import zmq
 
-import producer.pipeline
-from producer.cache import FeatureCache
-from producer.sources import DatasetSource
-from producer.text import TextEncoder
-from producer.worker import Worker
-from shared import protocol as p
-from shared.config import Config, replace
-from shared.process import StopFlag
-from shared.ring import Ring, segment_name
-from shared.sockets import make_socket, recv, send
+from ringfeed.producer import pipeline
+from ringfeed.producer.cache import FeatureCache
+from ringfeed.producer.sources import DatasetSource
+from ringfeed.producer.text import TextEncoder
+from ringfeed.producer.worker import Worker
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.process import StopFlag
+from ringfeed.shared.ring import Ring, segment_name
+from ringfeed.shared.sockets import make_socket, recv, send
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini"
 ITEM = 1  # LJ001-0002, 1.9 s: "in being comparatively modern."
@@ -44,8 +44,8 @@ def boom(*args: object, **kwargs: object) -> None:
 # stage -> (owner of the function that stage calls, its name)
 STAGE_FUNCTIONS = {
     "text": (TextEncoder, "encode"),
-    "audio": (producer.pipeline, "load_audio"),
-    "features": (producer.pipeline, "log_mel"),
+    "audio": (pipeline, "load_audio"),
+    "features": (pipeline, "log_mel"),
     "cache": (FeatureCache, "put"),  # the last stage: every other one ran first
 }
 
@@ -124,13 +124,13 @@ def test_a_sample_that_does_not_fit_its_slot_is_quarantined_at_write(
     tmp_path: Path, stager_socket: tuple[zmq.Socket, str], ring: Ring, monkeypatch
 ) -> None:
     cfg = make_cfg(tmp_path)
-    real_log_mel = producer.pipeline.log_mel
+    real_log_mel = pipeline.log_mel
 
     def one_band_too_many(wave: np.ndarray, c: Config) -> np.ndarray:
         mel = real_log_mel(wave, c)
         return np.concatenate([mel, mel[:, :1]], axis=1)
 
-    monkeypatch.setattr(producer.pipeline, "log_mel", one_band_too_many)
+    monkeypatch.setattr(pipeline, "log_mel", one_band_too_many)
     skip, _ = fill_one(cfg, stager_socket, ring)
     assert int(ring.slots[0]["sealed_generation"]) != GENERATION
     assert skip.stage == "write" and skip.reason.startswith("unexpected ValueError in write")

@@ -7,22 +7,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from consumer.client.batch_client import StagerGone
-from consumer.trainer.feeder import Feeder
-from scripts.runner import REPO
-from shared.config import load_config
-from shared.process import StopFlag
-from shared.quarantine import read_quarantine
-from shared.segments import socket_files
+from ringfeed.consumer.client.batch_client import StagerGone
+from ringfeed.consumer.trainer.feeder import Feeder
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import load_config
+from ringfeed.shared.process import StopFlag
+from ringfeed.shared.quarantine import read_quarantine
+from ringfeed.shared.segments import socket_files
 from tests.fault_sources import inject_faults
 from tests.polling import wait_for
+from tests.processes import CLI
 from tests.runs import SYNTHETIC, Run, rid, shm_segments, small, write_config
 
 pytestmark = pytest.mark.slow
@@ -51,10 +51,33 @@ def test_a_feeder_that_raises_reaches_the_trainer_loop(tmp_path: Path) -> None:
         assert not feeder.is_alive()
 
 
+def test_a_trainer_without_batches_ends_in_the_configured_time_saying_why(
+    tmp_path: Path,
+) -> None:
+    """No producer ever joins: the trainer's feeder used to wait a fixed 300 s and say
+    'stager lost' even when the stager was fine. It waits train.data_timeout_s and
+    says the stager is alive and its producers are not delivering; once the stager is
+    SIGKILLed, the verdict says it is gone."""
+    cfg_path = small(tmp_path, items=100, train={"data_timeout_s": 2.0})
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        feeder = Feeder(cfg, run_id, 0, 0, "/CPU:0", StopFlag())
+        t0 = time.monotonic()
+        feeder.start()
+        with pytest.raises(TimeoutError, match="stager \\(pid \\d+\\) is alive but sent no batch"):
+            feeder.get()
+        assert time.monotonic() - t0 < 20
+        run.signal("stager", signal.SIGKILL)
+        run.wait("stager", 10)
+        assert "is gone" in feeder.client.stager_verdict(2.0)
+        feeder.finish(False, timeout_s=5)
+
+
 def ringfeed_run(config: Path, run_id: str, log: Path) -> subprocess.Popen:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", "run", str(config), "--run-id", run_id],
+            [*CLI, "run", str(config), "--run-id", run_id],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -139,7 +162,7 @@ def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
         run.wait("stager", 10)
         assert len(socket_files(run_id)) == 2 and len(shm_segments(run_id)) == 2
         out = subprocess.run(
-            [sys.executable, "-m", "scripts.cli", "cleanup", "--run-id", run_id],
+            [*CLI, "cleanup", "--run-id", run_id],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from consumer.stager.plan import EpochPlan
-from scripts.lossy_link import LossyLink
-from shared import protocol as p
-from shared.config import endpoints, load_config
-from shared.fingerprint import config_fingerprint
-from shared.quarantine import read_quarantine
+from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.scripts.lossy_link import LossyLink
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import endpoints, load_config
+from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.quarantine import read_quarantine
 from tests.checks import consume
 from tests.fault_sources import inject_faults
 from tests.peers import free_port, peer_socket

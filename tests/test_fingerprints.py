@@ -9,11 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.client.batch_client import BatchClient, StagerRefused
-from scripts.runner import REPO
-from shared.config import config_from_dict, load_config, replace
-from shared.dataset import dataset_index
-from shared.fingerprint import config_fingerprint, config_refusal, plan_changes, plan_fingerprint
+from ringfeed.consumer.client.batch_client import BatchClient, StagerRefused
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import Config, config_from_dict, load_config, replace
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.fingerprint import (
+    config_fingerprint,
+    config_refusal,
+    corpus_digest,
+    plan_changes,
+    plan_fingerprint,
+)
 from tests.runs import SYNTHETIC, Run, rid, small, write_config
 
 MINI = REPO / "data" / "ljspeech-mini"
@@ -51,14 +57,14 @@ def test_each_plan_part_is_told_apart(tmp_path: Path) -> None:
 
 def test_a_config_refusal_names_the_keys_that_shape_a_sample() -> None:
     cfg = config_from_dict({})
-    ours = config_fingerprint(cfg)
+    ours = config_fingerprint(cfg, "corpus")
     alphabet = "".join(reversed(cfg.text.alphabet))  # same size, other ids
     other = replace(cfg, features={"hop_length": 128}, text={"alphabet": alphabet})
-    why = config_refusal(ours, config_fingerprint(other))
+    why = config_refusal(ours, config_fingerprint(other, "corpus"))
     assert "text.alphabet, features.hop_length:" in why
     # Where a host keeps its data and cache shapes no sample.
     elsewhere = replace(cfg, data={"path": "/elsewhere"}, features={"cache_dir": "/tmp/c"})
-    assert config_refusal(ours, config_fingerprint(elsewhere)) == ""
+    assert config_refusal(ours, config_fingerprint(elsewhere, "corpus")) == ""
     # A peer that sends nothing, or junk, is refused in a bounded message.
     assert "and " in config_refusal(ours, {}) and len(config_refusal(ours, {})) < 400
     junk = {"x\x1b[2J" * 10: "y"} | {k: "0" for k in ours}
@@ -129,3 +135,30 @@ def test_the_trainer_refuses_a_resume_after_the_seed_changed_unless_new_plan(
         after = run.json("summary.json")["cursor"]
     assert before["position"] == 32 and after["position"] == 32 + 4 * 4
     assert plan_changes(before["plan"], after["plan"]) == ["seed"]
+
+
+def test_the_corpus_digest_tells_the_same_clips_in_another_order_or_with_other_texts(
+    tmp_path: Path,
+) -> None:
+    """Only the item count used to be compared: a host whose metadata listed the same
+    clips in another order paired one clip's mel with another's text."""
+    lines = [f"c{i}|text {i}|text {i}" for i in range(3)]
+
+    def corpus(name: str, metadata: list[str]) -> Config:
+        folder = tmp_path / name
+        (folder / "wavs").mkdir(parents=True)
+        for i in range(3):
+            (folder / "wavs" / f"c{i}.wav").write_bytes(b"RIFF")
+        (folder / "metadata.csv").write_text("\n".join(metadata) + "\n")
+        return config_from_dict({"data": {"path": str(folder)}})
+
+    def digest(cfg: Config) -> str:
+        return corpus_digest(cfg, dataset_index(cfg))
+
+    ours = digest(corpus("a", lines))
+    assert digest(corpus("moved", lines)) == ours  # paths count from the corpus root
+    assert digest(corpus("reordered", lines[::-1])) != ours
+    assert digest(corpus("retexted", [*lines[:2], "c2|another text|another text"])) != ours
+    cfg = corpus("b", lines)
+    why = config_refusal(config_fingerprint(cfg, ours), config_fingerprint(cfg, "other"))
+    assert "corpus differs" in why and "Producers on other hosts" in why

@@ -16,9 +16,9 @@ import msgpack
 import pytest
 import zmq
 
-from shared import protocol as p
-from shared.config import endpoints, load_config
-from shared.fingerprint import config_fingerprint
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import endpoints, load_config
+from ringfeed.shared.fingerprint import config_fingerprint
 from tests.checks import assert_exactly_once, consume
 from tests.peers import peer_socket
 from tests.polling import wait_for

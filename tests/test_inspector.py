@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -14,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from consumer.tools.diagnosis import diagnose
-from consumer.tools.inspector import Inspector
-from consumer.tools.screen import render
-from consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
-from scripts.runner import REPO
-from shared.ring import Ring, SlotState, shown_state
-from shared.stats import (
+from ringfeed.consumer.tools.diagnosis import diagnose
+from ringfeed.consumer.tools.inspector import Inspector
+from ringfeed.consumer.tools.screen import render
+from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.ring import Ring, SlotState, shown_state
+from ringfeed.shared.stats import (
     CrashReport,
     Padding,
     ProducerStats,
@@ -28,6 +27,7 @@ from shared.stats import (
     TrainerReport,
     UnlistedProducers,
 )
+from tests.processes import CLI
 from tests.runs import Run, rid, shm_segments, small
 
 
@@ -100,7 +100,8 @@ BUSY_TRAINER = TrainerReport(step_s=0.3, wait_s=0.0)
     ("over", "stage"),
     [
         ({"has_stats": False}, "starting"),
-        ({"stats": {"consumer_connected": False}}, "no-consumer"),
+        ({"stats": {"consumer_connected": False}}, "starting"),
+        ({"stats": {"consumer_connected": False, "batches": 5}}, "no-consumer"),
         ({"ring": {"oldest_grant_s": 12.0}}, "stuck-producer"),
         ({"producers": (ProducerRow("p0", stalled=True, silent_s=11.0),)}, "stuck-producer"),
         ({}, "producers"),
@@ -123,6 +124,41 @@ def test_diagnose_stages(over: dict[str, Any], stage: str) -> None:
     d = diagnose(_snap(**over))
     assert d.stage == stage, d
     assert d.evidence and d.advice
+
+
+def test_a_stale_trainer_report_gives_no_verdict_of_its_own() -> None:
+    """A stall: the trainer reports nothing while it waits, and its last report, from
+    before the stall, said it waited 0 %. Read as fresh, that was "the trainer is the
+    limit ... this is the goal" for the first seconds of every stall."""
+    before_stall = TrainerReport(step=40, step_s=0.3, wait_s=0.0, loss=1.5, t=100.0)
+    fresh = replace(_snap(stats={"trainer": before_stall}, **BUSY), t=100.5)
+    assert diagnose(fresh).stage == "trainer" and "goal" in diagnose(fresh).advice
+    stalled = replace(_snap(stats={"trainer": before_stall}), t=103.0)  # batch ring empty
+    d = diagnose(stalled)
+    assert d.stage == "producers" and "no trainer step for 3 s: it waits for data" in d.evidence
+    assert "goal" not in d.advice
+    # Batches wait and the trainer says nothing: it is stuck, not "the goal".
+    stuck = replace(_snap(stats={"trainer": before_stall}, **BUSY), t=110.0)
+    d = diagnose(stuck)
+    assert d.stage == "trainer" and "no trainer step for 10 s while 3 batch(es)" in d.evidence[0]
+    assert "goal" not in d.advice
+    # Stats that stopped arriving: marked, and no verdict from them.
+    old = replace(_snap(**BUSY, stats={"trainer": before_stall}), t=100.5, stats_age_s=9.0)
+    d = diagnose(old)
+    assert d.stage == "stale" and "9 s old" in d.evidence[0]
+    assert "STATS 9 s OLD" in render(old)
+
+
+def test_no_producer_with_grants_out_says_so_not_that_a_lease_will_fix_it() -> None:
+    d = diagnose(_snap(ring={"oldest_grant_s": 12.0}, producers=()))
+    assert d.stage == "producers" and d.evidence[0].startswith("no producer connected")
+    assert "lease will reclaim" not in d.advice and "pool's log" in d.advice
+
+
+def test_the_screen_shows_the_loss_and_the_logs_tail() -> None:
+    report = TrainerReport(step=40, step_s=0.3, wait_s=0.01, loss=1.2345, t=100.0)
+    screen = render(replace(_snap(stats={"trainer": report}), t=100.2), ["step 40 loss 1.23"])
+    assert "loss 1.2345" in screen and "log:\n  step 40 loss 1.23" in screen
 
 
 def test_producers_evidence_quotes_numbers() -> None:
@@ -161,7 +197,8 @@ def test_json_of_a_snapshot_keeps_the_keys_of_before() -> None:
     stats_keys = {"producers", "producers_unlisted", "uptime_s", "epoch", "cursor", "n_items",
                   "batches", "padding", "buckets", "consumer_connected", "trainer", "counters",
                   "delivered_per_s", "dropped", "skipped", "reclaimed", "bad_metadata_lines",
-                  "crashes", "crash_names", "stager_slots", "gpus", "features_device"}  # fmt: skip
+                  "crashes", "crash_names", "stager_slots", "gpus", "features_device",
+                  "stats_age_s"}  # fmt: skip
     starting = _snap(has_stats=False).to_dict()
     assert set(starting) == ring_keys and starting["notes"]
     snap = _snap()
@@ -183,17 +220,7 @@ SETTLED_STEPS = 5
 def _inspect_json(run: Run) -> dict[str, Any]:
     """`ringfeed inspect --json` as a user runs it."""
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scripts.cli",
-            "inspect",
-            "--run-id",
-            run.run_id,
-            "--json",
-            "--config",
-            str(run.config),
-        ],
+        [*CLI, "inspect", "--run-id", run.run_id, "--json", "--config", str(run.config)],
         cwd=REPO,
         capture_output=True,
         text=True,

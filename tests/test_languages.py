@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from producer.sample import SkipSample
-from producer.text import TextEncoder, clean_text
-from producer.vocabulary import build_vocabulary
-from shared import language_id
-from shared.config import Config, replace
-from shared.dataset import read_dataset
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.vocabulary import build_vocabulary
+from ringfeed.shared import language_id
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import read_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
@@ -57,6 +57,14 @@ def test_normalized_in_the_languages_own_words_and_script(language: str) -> None
     letters = [c for c in out if c.isalpha()]
     assert letters and all(unicodedata.name(c).startswith(SCRIPT[language]) for c in letters)
     assert not any(c.isdigit() for c in out)
+
+
+def test_clock_times_and_phone_numbers_in_other_languages() -> None:
+    assert (
+        clean_text("Um 10:30 Uhr, 555-0199", "de")
+        == "um zehn dreißig uhr, fünf fünf fünf, null eins neun neun"
+    )
+    assert clean_text("ساعت ۱۰:۳۰", "fa") == "ساعت ده سی"
 
 
 def test_persian_script_fixes_keep_the_zero_width_non_joiner() -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import REPO
-from shared.config import endpoints, load_config, run_dir
-from shared.keys import generate
-from shared.quarantine import read_quarantine
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import endpoints, load_config, run_dir
+from ringfeed.shared.keys import generate
+from ringfeed.shared.quarantine import read_quarantine
 from tests.checks import assert_exactly_once, consume
 from tests.fault_sources import inject_faults
 from tests.liars import bad_checksums, in_thread, lie_per_grant, silent_identities

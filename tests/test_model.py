@@ -12,9 +12,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from consumer.trainer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
-from consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
-from shared.config import LOG_FLOOR, Config, ConfigError, replace  # noqa: E402
+from ringfeed.consumer.trainer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
+from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
+from ringfeed.shared.config import LOG_FLOOR, Config, ConfigError, replace  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer.client.batch_client import BatchClient, StagerRefused
-from consumer.stager.consumer_side import SILENT_LEASES
-from shared.config import load_config
+from ringfeed.consumer.client.batch_client import BatchClient, StagerRefused
+from ringfeed.consumer.stager.consumer_side import SILENT_LEASES
+from ringfeed.shared.config import load_config
 from tests.checks import assert_exactly_once, consume
 from tests.runs import Run, finish, rid, small
 

@@ -6,18 +6,20 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from producer.worker import EXIT_REFUSED
-from scripts.runner import REPO, worker_pids
-from shared import protocol as p
-from shared.config import endpoints, load_config
+from ringfeed.producer.worker import EXIT_REFUSED
+from ringfeed.scripts.runner import REPO, worker_pids
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import endpoints, load_config
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port
-from tests.processes import send_signal
+from tests.polling import wait_for
+from tests.processes import CLI, send_signal
 from tests.runs import Run, finish, rid, small
 
 pytestmark = pytest.mark.slow
@@ -35,7 +37,7 @@ def tcp_config(folder: Path, port: int, **over: dict) -> Path:
 
 def start_remote_pool(run: Run, config: Path, port: int, name: str) -> subprocess.Popen:
     """`ringfeed producers CONFIG --remote --connect tcp://...` under the run, as `name`."""
-    cmd = [sys.executable, "-m", "scripts.cli", "producers", str(config), "--run-id", run.run_id]
+    cmd = [*CLI, "producers", str(config), "--run-id", run.run_id]
     cmd += ["--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", name]
     with (run.log_dir / f"{run.run_id}-{name}.log").open("w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
@@ -107,6 +109,36 @@ def test_a_pool_with_another_config_is_refused_and_not_restarted(tmp_path: Path)
     assert "restart 1/" not in logs
 
 
+def test_a_host_whose_corpus_lists_the_clips_in_another_order_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The same clips and item count, metadata in another order: it used to join and
+    pair one clip's mel with another clip's text. Now its HELLO's corpus digest differs,
+    the stager refuses it saying so, and the pool ends with exit code 2."""
+    shipped = (REPO / "data" / "ljspeech-mini" / "metadata.csv").read_text().splitlines()[:3]
+
+    def corpus(name: str, lines: list[str]) -> dict:
+        folder = tmp_path / name
+        (folder / "wavs").mkdir(parents=True)
+        for line in lines:
+            wav = line.split("|")[0] + ".wav"
+            (folder / "wavs" / wav).symlink_to(REPO / "data" / "ljspeech-mini" / "wavs" / wav)
+        (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+        return {"format": "ljspeech", "path": str(folder)}
+
+    port = free_port()
+    config = tcp_config(tmp_path / "head", port, data=corpus("head-data", shipped))
+    other = tcp_config(tmp_path / "far", port, data=corpus("far-data", shipped[::-1]))
+    with Run(config, rid(), tmp_path) as run:
+        run.start("stager")
+        pool = start_remote_pool(run, other, port, "far")
+        code = pool.wait(60)
+        logs = run.logs(tail=100_000)
+    assert code == 2, logs
+    assert logs.count("this producer's corpus differs from the stager's") >= 2, logs
+    assert "config differs" not in logs
+
+
 def test_the_only_producer_stopped_past_its_orphan_time_comes_back(tmp_path: Path) -> None:
     """SIGSTOP of the run's only producer for longer than producers.orphan_s, then
     SIGCONT: its silence was its own, not the stager's. It says HELLO again instead of
@@ -137,3 +169,35 @@ def test_the_only_producer_stopped_past_its_orphan_time_comes_back(tmp_path: Pat
     assert stopped, "the producer was never stopped"
     assert_exactly_once(items, cfg, n)
     assert "did not run for" in logs and "lost its stager" not in logs, logs
+
+
+def test_a_pool_orphaned_by_a_paused_stager_is_started_again_and_the_run_completes(
+    tmp_path: Path,
+) -> None:
+    """The stager SIGSTOPped past producers.orphan_s: every worker exits as an orphan
+    and the pool exits 1 while the stager still runs. The launcher used to end the run
+    (or, before, carry on with no producers); it starts the pool again, and once the
+    stager continues the run delivers its epoch."""
+    n = 600
+    config = small(tmp_path, items=n, producers={"workers": 2, "orphan_s": ORPHAN_S})
+    with Run(config, rid(), tmp_path) as run:
+        run.verb_args["drain"] = ["--step-s", "0.05"]  # 75 batches: ~4 s of run
+        run.start_all("drain")
+        stager = run.procs["stager"]
+
+        def pause_the_stager() -> None:
+            wait_for(lambda: "joined" in run.logs(tail=100_000), 60, "a producer joined")
+            stager.send_signal(signal.SIGSTOP)
+            try:  # the workers' orphan time passes, the pool exits, watch starts it again
+                wait_for(lambda: run.pool_restarts, ORPHAN_S + 30, "the pool started again")
+            finally:
+                stager.send_signal(signal.SIGCONT)
+
+        pauser = threading.Thread(target=pause_the_stager)
+        pauser.start()
+        code = run.watch()
+        pauser.join()
+        logs = run.logs(tail=100_000)
+    assert code == 0, logs
+    assert run.pool_restarts == 1 and f"drained {n // 8} batches" in logs, logs
+    assert "lost its stager" in logs  # the first pool's workers, as orphans

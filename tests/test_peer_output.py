@@ -11,7 +11,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 import unicodedata
@@ -22,19 +21,20 @@ import numpy as np
 import pytest
 import zmq
 
-from consumer.stager.drops import Drops
-from consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_BURST, PeerLog
-from consumer.tools.inspector import Inspector
-from consumer.tools.screen import BOLD, CLEAR, RESET, render
-from producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
-from scripts.runner import REPO
-from shared import protocol as p
-from shared.config import Config, config_from_dict, endpoints, load_config
-from shared.content import content_error
-from shared.field_checks import clean
-from shared.fingerprint import config_fingerprint
+from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_BURST, PeerLog
+from ringfeed.consumer.tools.inspector import Inspector
+from ringfeed.consumer.tools.screen import BOLD, CLEAR, RESET, render
+from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config, config_from_dict, endpoints, load_config
+from ringfeed.shared.content import content_error
+from ringfeed.shared.field_checks import clean
+from ringfeed.shared.fingerprint import config_fingerprint
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, peer_socket
+from tests.processes import CLI
 from tests.runs import Run, finish, rid, small
 
 # A traceback as long as decode takes (shared/field_checks.py MAX_STR).
@@ -141,7 +141,7 @@ def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
 
 def inspect_json(run: Run) -> str:
     """`ringfeed inspect --json` as a user runs it: its stdout."""
-    cmd = [sys.executable, "-m", "scripts.cli", "inspect", "--run-id", run.run_id, "--json"]
+    cmd = [*CLI, "inspect", "--run-id", run.run_id, "--json"]
     out = subprocess.run(
         [*cmd, "--config", str(run.config)], cwd=REPO, capture_output=True, text=True, timeout=60
     )
@@ -212,13 +212,13 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     most work counters a peer may send, and the longest crash reports kept."""
     from types import SimpleNamespace
 
-    from consumer.stager.peers import PeerId
-    from consumer.stager.plan import EpochPlan
-    from consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
-    from consumer.stager.slot_manager import SlotManager
-    from consumer.stager.stats import snapshot
-    from shared.config import config_from_dict
-    from shared.stats import CrashReport, TrainerReport
+    from ringfeed.consumer.stager.peers import PeerId
+    from ringfeed.consumer.stager.plan import EpochPlan
+    from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
+    from ringfeed.consumer.stager.slot_manager import SlotManager
+    from ringfeed.consumer.stager.stats import snapshot
+    from ringfeed.shared.config import config_from_dict
+    from ringfeed.shared.stats import CrashReport, TrainerReport
 
     cfg = config_from_dict({})
     manager = SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True)

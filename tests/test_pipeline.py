@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.pipeline import SamplePipeline
-from producer.sample import SkipSample
-from producer.threads import math_thread_env, pin_math_threads
-from shared.config import Config, replace
-from shared.dataset import read_dataset
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.threads import math_thread_env, pin_math_threads
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import read_dataset
 from tests.broken_dataset import make_broken_dataset
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import REPO
-from shared.config import SOURCE_HOOK_ENV, endpoints, load_config
-from shared.quarantine import read_quarantine
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import SOURCE_HOOK_ENV, endpoints, load_config
+from ringfeed.shared.quarantine import read_quarantine
 from tests.checks import assert_exactly_once, consume
 from tests.fault_sources import inject_faults
 from tests.peers import StatsReader, free_port

@@ -14,7 +14,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from scripts.runner import REPO, worker_pids
-from shared.config import load_config
-from shared.keys import generate
+from ringfeed.scripts.runner import REPO, worker_pids
+from ringfeed.shared.config import load_config
+from ringfeed.shared.keys import generate
 from tests.checks import assert_exactly_once, consume
 from tests.peers import free_port
-from tests.processes import RSS_SLACK_KB, rss_kb, send_signal
+from tests.processes import CLI, RSS_SLACK_KB, rss_kb, send_signal
 from tests.runs import Run, finish, rid, shm_segments, small
 
 pytestmark = pytest.mark.slow
@@ -132,7 +131,7 @@ def test_rings_larger_than_free_shm_fail_fast_naming_ring_slots(tmp_path: Path) 
         assert "ring.slots" in run.logs(), run.logs()
         assert shm_segments(run_id) == []
     validate = subprocess.run(
-        [sys.executable, "-m", "scripts.cli", "validate", str(cfg_path)],
+        [*CLI, "validate", str(cfg_path)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -194,7 +193,7 @@ def test_producer_in_another_network_namespace_over_veth(
         run.start("producers")
         out = (tmp_path / f"{run_id}-netns.log").open("w")
         run.procs["netns"] = subprocess.Popen(
-            ["ip", "netns", "exec", name, sys.executable, "-m", "scripts.cli", "producers"]
+            ["ip", "netns", "exec", name, *CLI, "producers"]
             + [str(ns_cfg), "--run-id", run_id, "--remote", "--name", "netns"]
             + ["--connect", f"tcp://{head_ip}:{port}"],
             cwd=REPO,

@@ -11,10 +11,10 @@ import uuid
 import numpy as np
 import pytest
 
-from shared.config import Config, replace
-from shared.ring import SHM_DIR, SLOT_DTYPE, Ring, RingError, SlotState, segment_name
-from shared.segments import list_segments, pid_alive, remove_stale_segments
-from shared.shm import write_zeros
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.ring import SHM_DIR, SLOT_DTYPE, Ring, RingError, SlotState, segment_name
+from ringfeed.shared.segments import list_segments, pid_alive, remove_stale_segments
+from ringfeed.shared.shm import write_zeros
 from tests.polling import wait_for
 from tests.processes import run_on_small_tmpfs
 
@@ -165,8 +165,8 @@ def test_write_zeros_takes_every_page(run_id: str) -> None:
 TWO_RINGS = """
 import os, sys
 import numpy as np
-from shared.config import ConfigError
-from shared.ring import Ring, segment_name
+from ringfeed.shared.config import ConfigError
+from ringfeed.shared.ring import Ring, segment_name
 rid, made = sys.argv[1], []
 for kind in ("samples", "batches"):
     try:

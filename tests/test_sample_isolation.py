@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from producer.pipeline import SamplePipeline
-from producer.sample import SkipSample
-from producer.text import TextEncoder, clean_text
-from producer.worker import describe
-from shared.config import Config, replace
-from shared.dataset import DatasetEntry
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.worker import describe
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.dataset import DatasetEntry
 
 
 @pytest.mark.parametrize(

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.extra_fields import ExtraFields
-from producer.features import log_mel, log_mel_energy
-from producer.pipeline import SamplePipeline
-from producer.prosody import pitch
-from producer.references import SpeakerClips, choose_reference, cut_reference
-from producer.sample import SkipSample
-from shared.batch_ring import batch_views
-from shared.config import Config, ConfigError, replace
-from shared.dataset import dataset_index, read_dataset
+from ringfeed.producer.extra_fields import ExtraFields
+from ringfeed.producer.features import log_mel, log_mel_energy
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prosody import pitch
+from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.batch_ring import batch_views
+from ringfeed.shared.config import Config, ConfigError, replace
+from ringfeed.shared.dataset import dataset_index, read_dataset
 from tests import user_fields
 from tests.broken_dataset import GOOD_SOURCES
 
@@ -231,9 +231,9 @@ def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path:
     """features.device: stager: producers write the wave, a reference mel and fields of
     no frame axis; the stager's batch holds them beside the mels it computes."""
     pytest.importorskip("tensorflow")
-    from consumer.stager.batch_builder import BatchBuilder
-    from consumer.stager.gpu_mel import TfLogMel
-    from shared.ring import Ring, segment_name
+    from ringfeed.consumer.stager.batch_builder import BatchBuilder
+    from ringfeed.consumer.stager.gpu_mel import TfLogMel
+    from ringfeed.shared.ring import Ring, segment_name
     from tests.runs import rid
 
     user = {"user_function": "tests.user_fields:wave_only", "user_version": "t1",

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.pipeline import SamplePipeline
-from producer.references import SpeakerClips, choose_reference, cut_reference
-from shared.config import load_config, replace
-from shared.dataset import dataset_index
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
+from ringfeed.shared.config import load_config, replace
+from ringfeed.shared.dataset import dataset_index
 from tests import user_fields
 from tests.runs import Run, rid, shm_segments, write_config
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from consumer.stager.buckets import Bucket, BucketPlan
-from consumer.stager.order import PlanOrder
-from consumer.stager.plan import Event, Shard, ShardPlan
-from consumer.stager.stager import make_plan
-from shared.config import config_from_dict
-from shared.dataset import dataset_index
-from shared.process import StopFlag
-from shared.schema import ConfigError
+from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
+from ringfeed.consumer.stager.order import PlanOrder
+from ringfeed.consumer.stager.plan import Event, Shard, ShardPlan
+from ringfeed.consumer.stager.stager import make_plan
+from ringfeed.shared.config import config_from_dict
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.process import StopFlag
+from ringfeed.shared.schema import ConfigError
 
 N_ITEMS = 157
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.stager.peers import PeerId
-from consumer.stager.plan import EpochPlan
-from consumer.stager.producer_book import ProducerBook
-from consumer.stager.slot_manager import SlotManager
-from shared import protocol as p
-from shared.ring import Ring, SlotState, segment_name, shown_state
+from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.shared import protocol as p
+from ringfeed.shared.ring import Ring, SlotState, segment_name, shown_state
 
 HOST = "this-host"
 PEER = PeerId("pool 1", "uid 0 pid 1")  # every producer here: one local pool

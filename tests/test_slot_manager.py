@@ -7,12 +7,12 @@ import random
 import subprocess
 import sys
 
-from consumer.stager.peers import PeerId, PeerTrust
-from consumer.stager.plan import EpochPlan
-from consumer.stager.producer_book import ProducerBook
-from consumer.stager.slot_manager import SlotManager
-from shared import protocol as p
-from shared.ring import SlotState
+from ringfeed.consumer.stager.peers import PeerId, PeerTrust
+from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.shared import protocol as p
+from ringfeed.shared.ring import SlotState
 
 HOST = "this-host"
 

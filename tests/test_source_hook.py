@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.sources import SyntheticSource, make_source
-from shared.config import SOURCE_HOOK_ENV, Config, load_config, replace
+from ringfeed.producer.sources import SyntheticSource, make_source
+from ringfeed.shared.config import SOURCE_HOOK_ENV, Config, load_config, replace
 from tests.fault_sources import inject_faults
 from tests.runs import write_config
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.pipeline import SamplePipeline
-from producer.vocabulary import build_vocabulary
-from shared.config import load_config, replace
-from shared.dataset import dataset_index
-from shared.id_tables import IDS_FILE
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.vocabulary import build_vocabulary
+from ringfeed.shared.config import load_config, replace
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.id_tables import IDS_FILE
 from tests.runs import Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import zmq
 
-from scripts.runner import worker_pids
-from shared import protocol as p
-from shared.config import Config, endpoints, load_config
-from shared.fingerprint import config_fingerprint
-from shared.ring import Ring, SlotState, shown_state
+from ringfeed.scripts.runner import worker_pids
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config, endpoints, load_config
+from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.ring import Ring, SlotState, shown_state
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, peer_socket
 from tests.polling import wait_for

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from producer.sample import SkipSample
-from producer.text import EOS_ID, FIRST_CHAR_ID, UNKNOWN_ID, TextEncoder, clean_text
-from shared.config import Config, replace
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text import EOS_ID, FIRST_CHAR_ID, UNKNOWN_ID, TextEncoder, clean_text
+from ringfeed.shared.config import Config, replace
 
 
 @pytest.mark.parametrize(
@@ -30,6 +30,9 @@ from shared.config import Config, replace
         ("Caf\u00e9   na\u00efve\tr\u00e9sum\u00e9", "cafe naive resume"),
         ("50% off", "fifty percent off"),
         ("Chapter 7", "chapter seven"),
+        ("Call 555-0199 at 10:30.", "call five five five, zero one nine nine at ten thirty."),
+        ("At 9:05 pm or 12:00", "at nine oh five pm or twelve o'clock"),
+        ("From 1999-2001", "from nineteen ninety nine-two thousand and one"),
     ],
 )
 def test_clean_text(raw: str, expected: str) -> None:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from producer import normalize, vocabulary
-from producer.manifest import text_tokens
-from producer.sample import SkipSample
-from producer.text import TextEncoder, clean_text
-from shared import language_id, text_cache
-from shared.config import Config, replace
-from shared.language_codes import language_code
+from ringfeed.producer import normalize, vocabulary
+from ringfeed.producer.manifest import text_tokens
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.shared import language_id, text_cache
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.language_codes import language_code
 from tests.corpus_files import WAVS, jsonl_cfg, write_manifest
 
 
@@ -60,7 +60,7 @@ def test_any_cleaner_error_is_a_skip_and_costs_one_text(tmp_path: Path, monkeypa
             raise AttributeError("'NoneType' object has no attribute 'x'")
         return text
 
-    monkeypatch.setattr("producer.text.clean_text", broken)
+    monkeypatch.setattr("ringfeed.producer.text.clean_text", broken)
     with pytest.raises(SkipSample, match="AttributeError") as info:
         encoder.encode("a bad text", "x.wav", "vi")
     assert info.value.stage == "text"

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from producer.sources import check_synthetic_rows
-from shared.config import load_config
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.shared.config import load_config
+from tests.processes import CLI
 from tests.runs import Run, shm_segments, write_config
 
 tf = pytest.importorskip("tensorflow")
 
-from consumer.client.tf_dataset import ring_dataset  # noqa: E402
+from ringfeed.consumer.client.tf_dataset import ring_dataset  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
@@ -47,3 +48,56 @@ def test_ring_dataset_yields_static_batches_until_the_plan_ends(tmp_path: Path) 
     # Copies, not views of a reused slot: every row of each batch holds its own item.
     items = sorted(i for b in batches for i in check_synthetic_rows(b, 4, cfg))
     assert items == list(range(24)), "each item exactly once in the epoch"
+
+
+@pytest.mark.slow
+def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) -> None:
+    """`ringfeed run CONFIG --consumer none`: stager and producers only; the user's own
+    Keras model.fit over ring_dataset is the consumer, and the end of its plan (one
+    epoch here) ends the run: the launcher exits 0, nothing left in /dev/shm."""
+    import subprocess
+
+    import numpy as np
+
+    from ringfeed.scripts.runner import REPO
+
+    n, rows = 24, 4
+    config = write_config(tmp_path, {
+        "data": {"format": "synthetic", "synthetic_items": n},
+        "features": {"max_frames": 32, "cache": False}, "text": {"max_text_len": 32},
+        "ring": {"slots": 8}, "stager": {"batch_size": rows, "epochs": 1},
+        "producers": {"workers": 1},
+    })  # fmt: skip
+    cfg, run_id = load_config(config), f"none-{uuid.uuid4().hex[:6]}"
+    launcher = subprocess.Popen(
+        [*CLI, "run", str(config), "--consumer", "none",
+         "--run-id", run_id], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)  # fmt: skip
+    seen: list[int] = []
+
+    names = list(cfg.batch_fields())
+
+    def checked(*arrays: np.ndarray) -> np.ndarray:
+        batch = dict(zip(names, arrays, strict=True))
+        seen.extend(check_synthetic_rows(batch, rows, cfg))
+        return batch["mel"]
+
+    def to_xy(batch: dict) -> tuple:
+        mel = tf.numpy_function(checked, [batch[name] for name in names], tf.float32)
+        mel = tf.ensure_shape(mel, batch["mel"].shape)
+        return mel, tf.zeros([rows, 1])
+
+    try:
+        model = tf.keras.Sequential([tf.keras.Input(cfg.batch_fields()["mel"][0][1:]),
+                                     tf.keras.layers.GlobalAveragePooling1D(),
+                                     tf.keras.layers.Dense(1)])  # fmt: skip
+        model.compile(optimizer="sgd", loss="mse")
+        history = model.fit(ring_dataset(cfg, run_id).map(to_xy), epochs=1, verbose=0)
+        out, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, out
+    assert "the data side only" in out and len(history.history["loss"]) == 1
+    assert sorted(seen) == list(range(n)), "each item exactly once, every row checked"
+    assert shm_segments(run_id) == []

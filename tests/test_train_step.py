@@ -8,15 +8,15 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from consumer.trainer.metrics import StepMetrics, format_line  # noqa: E402
-from consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
-from consumer.trainer.train_step import (  # noqa: E402
+from ringfeed.consumer.trainer.metrics import StepMetrics, format_line  # noqa: E402
+from ringfeed.consumer.trainer.model import build_default_model, masked_l1  # noqa: E402
+from ringfeed.consumer.trainer.train_step import (  # noqa: E402
     TrainStep,
     batch_signature,
     make_optimizer,
     set_precision_policy,
 )
-from shared.config import Config, replace  # noqa: E402
+from ringfeed.shared.config import Config, replace  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 
@@ -129,8 +129,8 @@ def test_step_metrics_window() -> None:
 
 
 def test_cpu_trainer_threads_default_to_every_core() -> None:
-    from consumer.trainer.trainer import cpu_threads
-    from shared.config import Config, replace
+    from ringfeed.consumer.trainer.trainer import cpu_threads
+    from ringfeed.shared.config import Config, replace
 
     assert cpu_threads(Config(), 16) == 16  # producers.workers no longer takes cores away
     assert cpu_threads(replace(Config(), train={"cpu_threads": 3}), 16) == 3
@@ -139,7 +139,7 @@ def test_cpu_trainer_threads_default_to_every_core() -> None:
 def test_the_default_model_takes_the_fields_it_knows_and_ignores_the_rest() -> None:
     """A batch with a reference clip, pitch and energy trains the default model, which
     reads tokens, mel, their lengths and the ids only."""
-    from consumer.trainer.model import DEFAULT_INPUTS
+    from ringfeed.consumer.trainer.model import DEFAULT_INPUTS
 
     cfg = replace(small_cfg(), features={"pitch": True, "energy": True, "reference": True,
                                          "reference_frames": 16})  # fmt: skip

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ringfeed.scripts.runner import REPO
 from tests.fault_sources import inject_faults
 from tests.runs import BUCKETS, SYNTHETIC, Run, batch_records, rid, shm_segments, write_config
 
@@ -22,7 +23,7 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,
         {
-            "data": {"path": "data/ljspeech-mini"},
+            "data": {"path": str(REPO / "data" / "ljspeech-mini")},
             "features": {
                 "max_frames": 128,
                 "on_too_long": "truncate",

@@ -16,12 +16,12 @@ import msgpack
 import pytest
 import zmq
 
-from consumer.stager.plan import EpochPlan
-from producer.sources import check_synthetic_rows
-from scripts.runner import REPO
-from shared import protocol as p
-from shared.config import endpoints, load_config
-from shared.fingerprint import config_fingerprint
+from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import endpoints, load_config
+from ringfeed.shared.fingerprint import config_fingerprint
 from tests.checks import consume
 from tests.peers import StatsReader
 from tests.runs import Run, rid, shm_segments, small

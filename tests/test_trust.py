@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,18 +18,19 @@ import numpy as np
 import pytest
 import zmq
 
-from producer.sources import SyntheticSource
-from scripts.runner import REPO, worker_pids
-from shared import protocol as p
-from shared.config import endpoints, load_config, run_dir
-from shared.fingerprint import config_fingerprint
-from shared.keys import KeysError, generate, load_client, load_server
-from shared.process import die_with_parent
-from shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, SlotState, rows_checksum
-from shared.run_secret import read_consumer_secret
+from ringfeed.producer.sources import SyntheticSource
+from ringfeed.scripts.runner import REPO, worker_pids
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import endpoints, load_config, run_dir
+from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.keys import KeysError, generate, load_client, load_server
+from ringfeed.shared.process import die_with_parent
+from ringfeed.shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, SlotState, rows_checksum
+from ringfeed.shared.run_secret import read_consumer_secret
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port, peer_socket
 from tests.polling import wait_for
+from tests.processes import CLI
 from tests.runs import Run, finish, rid, small
 
 pytestmark = pytest.mark.slow
@@ -299,7 +299,7 @@ def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
         producers={"workers": 1},
     )
     cfg, run_id = load_config(cfg_path), rid()
-    cli = [sys.executable, "-m", "scripts.cli", "producers", str(cfg_path), "--run-id", run_id]
+    cli = [*CLI, "producers", str(cfg_path), "--run-id", run_id]
     pod_cmd = ["unshare", "--pid", "--uts", "--fork", "--kill-child", "sh", "-c",
                'hostname pod-7 && exec "$@"', "sh", *cli]  # fmt: skip
     with (
@@ -351,9 +351,7 @@ def test_another_users_segment_in_dev_shm_does_not_stop_a_run(tmp_path: Path) ->
             client.close()
             finish(run, run_id, "producers")
         assert_exactly_once(items, cfg, n)
-        cleanup = subprocess.run(
-            [sys.executable, "-m", "scripts.cli", "cleanup"], cwd=REPO, capture_output=True
-        )
+        cleanup = subprocess.run([*CLI, "cleanup"], cwd=REPO, capture_output=True)
         assert cleanup.returncode == 0, cleanup.stderr
     finally:
         for path in squat:

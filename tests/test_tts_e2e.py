@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.client.batch_client import BatchClient
-from scripts.runner import REPO
-from shared.config import load_config
-from shared.dataset import read_dataset
-from shared.quarantine import read_quarantine
+from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.scripts.runner import REPO
+from ringfeed.shared.config import load_config
+from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.quarantine import read_quarantine
 from tests.broken_dataset import make_broken_dataset
 from tests.runs import Run, rid, shm_segments, write_config
 
@@ -68,7 +68,7 @@ def test_broken_inputs_are_quarantined_and_good_ones_delivered_once(tmp_path: Pa
 
 
 def test_stager_mels_match_producer_mels(tmp_path: Path) -> None:
-    from consumer.stager.gpu_mel import MEL_ATOL_ALL
+    from ringfeed.consumer.stager.gpu_mel import MEL_ATOL_ALL
 
     raw = {
         "data": {"path": str(REPO / "data" / "ljspeech-mini")},

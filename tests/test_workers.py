@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.stager.buckets import Bucket, BucketPlan
-from consumer.stager.plan import Shard, ShardPlan
-from shared.config import Config, load_config
+from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
+from ringfeed.consumer.stager.plan import Shard, ShardPlan
+from ringfeed.shared.config import Config, load_config
 from tests.fault_sources import inject_faults
 from tests.runs import BUCKETS, SYNTHETIC, Run, batch_records, rid, shm_segments, write_config
 

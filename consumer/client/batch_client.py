@@ -18,21 +18,19 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from shared import protocol as p
-from shared.batch_ring import batch_views
-from shared.config import Config, endpoints, run_dir
-from shared.process import POLL_S, SHUTDOWN_WAIT_S
-from shared.ring import Ring
-from shared.run_secret import consumer_identity, read_consumer_secret
-from shared.sockets import make_socket, recv, send
+from ringfeed.shared import protocol as p
+from ringfeed.shared.batch_ring import batch_views
+from ringfeed.shared.config import Config, endpoints, run_dir
+from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S
+from ringfeed.shared.ring import Ring
+from ringfeed.shared.run_secret import consumer_identity, read_consumer_secret
+from ringfeed.shared.segments import pid_alive
+from ringfeed.shared.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
 
-# Longest a consumer waits for the stager's WELCOME, seconds (it may start later).
-CONNECT_TIMEOUT_S = 60.0
-# Longest without a batch before a consumer gives up on the stager, seconds: the first
-# batch of a cold feature cache on slow producers is the worst case.
-DATA_TIMEOUT_S = 300.0
+# While a consumer waits for a batch, it says so this often, seconds.
+WAITING_NOTE_S = 60.0
 
 # How often an unanswered CONSUMER_HELLO is repeated (the stager may start later).
 HELLO_RETRY_S = 1.0
@@ -77,6 +75,7 @@ class BatchClient:
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
         self.sock.connect(endpoints(cfg, run_id).control)
         self.ring: Ring | None = None
+        self.stager_pid = 0  # the pid of the stager that welcomed this client
         self.position, self.batch_index = position, batch_index
         self.run_dir = run_dir(cfg, run_id)
         self.ended = False
@@ -120,6 +119,7 @@ class BatchClient:
         if self.ring is not None:
             self.ring.close()
         self.ring = Ring.attach(welcome.ring_name)
+        self.stager_pid = self.ring.owner_pid  # its batch ring's owner
         self.plan, self.new_plan_at = dict(welcome.plan), 0
 
     def _wait(self, kinds: tuple[type, ...], timeout_s: float) -> p.Message | None:
@@ -158,6 +158,20 @@ class BatchClient:
                 send(self.sock, self.hello())
             elif isinstance(msg, p.Welcome) and self.ring is not None:
                 self._attach(msg)  # the restarted stager's rings
+
+    def stager_verdict(self, waited_s: float) -> str:
+        """Why no batch came for waited_s: the stager is gone, or it is alive and its
+        producers are not delivering (a consumer asks before giving up)."""
+        pid = self.stager_pid
+        if not pid:
+            return f"no WELCOME from the stager in {waited_s:.0f} s"
+        if not pid_alive(pid):
+            return f"the stager (pid {pid}) is gone: its log says why"
+        return (
+            f"the stager (pid {pid}) is alive but sent no batch for {waited_s:.0f} s: its "
+            "producers are gone, stuck or too slow (`ringfeed inspect`, the producer pool's "
+            "log); train.data_timeout_s sets this wait"
+        )
 
     def next(self, timeout_s: float) -> Batch | None:
         """The next batch, or None at the end of a finite plan; raises TimeoutError."""

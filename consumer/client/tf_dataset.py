@@ -33,8 +33,8 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from consumer.client.batch_client import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S, BatchClient
-from shared.config import Config
+from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.shared.config import Config
 
 
 def element_spec(cfg: Config) -> dict[str, tf.TensorSpec]:
@@ -52,9 +52,12 @@ def _batches(cfg: Config, run_id: str, position: int) -> Iterator[dict[str, np.n
     client = BatchClient(cfg, run_id, "tf.data", position)
     finished = False
     try:
-        client.connect(timeout_s=CONNECT_TIMEOUT_S)
+        client.connect(timeout_s=cfg.train.connect_timeout_s)
         while True:
-            batch = client.next(timeout_s=DATA_TIMEOUT_S)
+            try:
+                batch = client.next(timeout_s=cfg.train.data_timeout_s)
+            except TimeoutError:
+                raise TimeoutError(client.stager_verdict(cfg.train.data_timeout_s)) from None
             if batch is None:
                 finished = True
                 return
@@ -69,7 +72,7 @@ def _batches(cfg: Config, run_id: str, position: int) -> Iterator[dict[str, np.n
 def ring_dataset(cfg: Config, run_id: str, position: int = 0) -> tf.data.Dataset:
     """Batches of run `run_id` from plan `position` on, as a tf.data.Dataset of dicts.
 
-    The stager must be running (or start within CONNECT_TIMEOUT_S). Only one
+    The stager must be running (or start within train.connect_timeout_s). Only one
     consumer is served at a time: iterating a second dataset of the same run
     restarts the plan at its position for that one.
     """

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from shared.batch_ring import BatchState, batch_views
-from shared.config import Config
-from shared.ring import Ring
+from ringfeed.shared.batch_ring import BatchState, batch_views
+from ringfeed.shared.config import Config
+from ringfeed.shared.ring import Ring
 
 
 class BatchBuilder:

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from consumer.stager.plan import EpochPlan
-from shared.config import MIN_BUCKET_FRACTION, Config, ConfigError
-from shared.dataset import DatasetIndex
-from shared.manifest import Manifest, load_manifest
-from shared.process import die_with_parent
+from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.shared.config import MIN_BUCKET_FRACTION, Config, ConfigError
+from ringfeed.shared.dataset import DatasetIndex
+from ringfeed.shared.manifest import Manifest, load_manifest
+from ringfeed.shared.process import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def length_manifest(
     if not stale.any():
         return manifest
     log.info("length manifest: %d of %d items to measure", int(stale.sum()), index.n_items)
-    cmd = [sys.executable, "-m", "scripts.cli", "manifest", str(config_file)]
+    cmd = [sys.executable, "-m", "ringfeed.scripts.cli", "manifest", str(config_file)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent)
     while proc.poll() is None:
         if stop():

@@ -26,17 +26,17 @@ import logging
 import time
 from collections.abc import Callable
 
-from consumer.stager.batch_builder import BatchBuilder
-from consumer.stager.control import ControlSockets, is_remote
-from consumer.stager.delivery import Delivery
-from consumer.stager.drops import Drops
-from consumer.stager.producer_book import ProducerBook
-from shared import protocol as p
-from shared.fingerprint import plan_changes
-from shared.run_secret import FILE as SECRET_FILE
-from shared.run_secret import consumer_pid
-from shared.segments import pid_alive
-from shared.stats import TrainerReport
+from ringfeed.consumer.stager.batch_builder import BatchBuilder
+from ringfeed.consumer.stager.control import ControlSockets, is_remote
+from ringfeed.consumer.stager.delivery import Delivery
+from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.shared import protocol as p
+from ringfeed.shared.fingerprint import plan_changes
+from ringfeed.shared.run_secret import FILE as SECRET_FILE
+from ringfeed.shared.run_secret import consumer_pid
+from ringfeed.shared.segments import pid_alive
+from ringfeed.shared.stats import TrainerReport
 
 log = logging.getLogger(__name__)
 

@@ -32,11 +32,11 @@ import zmq
 import zmq.utils.z85
 from zmq.utils.monitor import recv_monitor_message
 
-from consumer.stager.peers import PeerId, peer_of
-from shared import protocol as p
-from shared.config import Config, Endpoints
-from shared.keys import load_server
-from shared.sockets import make_socket, send
+from ringfeed.consumer.stager.peers import PeerId, peer_of
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config, Endpoints
+from ringfeed.shared.keys import load_server
+from ringfeed.shared.sockets import make_socket, send
 
 log = logging.getLogger(__name__)
 

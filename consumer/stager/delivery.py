@@ -19,15 +19,15 @@ from __future__ import annotations
 import collections
 import logging
 
-from consumer.stager.batch_builder import BatchBuilder
-from consumer.stager.buckets import Bucket
-from consumer.stager.control import ControlSockets
-from consumer.stager.intake import Intake
-from consumer.stager.plan import Event
-from consumer.stager.slot_manager import SlotManager
-from shared import protocol as p
-from shared.dataset import DatasetIndex
-from shared.quarantine import QuarantineWriter
+from ringfeed.consumer.stager.batch_builder import BatchBuilder
+from ringfeed.consumer.stager.buckets import Bucket
+from ringfeed.consumer.stager.control import ControlSockets
+from ringfeed.consumer.stager.intake import Intake
+from ringfeed.consumer.stager.plan import Event
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.shared import protocol as p
+from ringfeed.shared.dataset import DatasetIndex
+from ringfeed.shared.quarantine import QuarantineWriter
 
 log = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ item is skipped for its content only when two peers sent bad rows for it.
 
 from __future__ import annotations
 
-from consumer.stager.batch_builder import BatchBuilder
-from consumer.stager.buckets import Bucket
-from consumer.stager.drops import Drops
-from consumer.stager.plan import Event
-from consumer.stager.producer_book import ProducerBook
-from consumer.stager.ready import copy_payload, lengths_error, payload_error, row_limits
-from consumer.stager.slot_manager import SlotManager
-from consumer.stager.state import Producer, Slot
-from shared import protocol as p
-from shared.content import content_error
-from shared.ring import Ring, rows_checksum
+from ringfeed.consumer.stager.batch_builder import BatchBuilder
+from ringfeed.consumer.stager.buckets import Bucket
+from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.plan import Event
+from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.ready import copy_payload, lengths_error, payload_error, row_limits
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.consumer.stager.state import Producer, Slot
+from ringfeed.shared import protocol as p
+from ringfeed.shared.content import content_error
+from ringfeed.shared.ring import Ring, rows_checksum
 
 # Items remembered with the peer that first sent bad rows for them.
 MAX_SUSPECTS = 4096

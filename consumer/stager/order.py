@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import heapq
 
-from consumer.stager.plan import EpochPlan, Event
+from ringfeed.consumer.stager.plan import EpochPlan, Event
 
 
 class PlanOrder:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from consumer.stager.drops import Drops
+from ringfeed.consumer.stager.drops import Drops
 
 # Per peer: a crash storm of one honest worker pool still shows every worker's first
 # lines; a traceback is at most 16 KiB (shared/field_checks.py MAX_STR).

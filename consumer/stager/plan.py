@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.schema import ConfigError
+from ringfeed.shared.schema import ConfigError
 
 
 class EpochPlan:

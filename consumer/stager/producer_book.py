@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import collections
 
-from consumer.stager.peers import PeerId, PeerTrust
-from consumer.stager.slot_manager import SlotManager
-from consumer.stager.state import Producer
-from shared import protocol as p
-from shared.segments import pid_alive
+from ringfeed.consumer.stager.peers import PeerId, PeerTrust
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.consumer.stager.state import Producer
+from ringfeed.shared import protocol as p
+from ringfeed.shared.segments import pid_alive
 
 # A producer silent this many leases, holding nothing, is forgotten (a lost remote host):
 # it no longer shows in the stats or dilutes the others' fair share of the ring.

@@ -18,18 +18,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from consumer.stager.control import ControlSockets, is_remote
-from consumer.stager.drops import Drops
-from consumer.stager.intake import Intake
-from consumer.stager.peer_log import PeerLog
-from consumer.stager.peers import PeerId, with_claims
-from consumer.stager.producer_book import ProducerBook
-from consumer.stager.slot_manager import SlotManager
-from consumer.stager.state import Producer
-from shared import protocol as p
-from shared.fingerprint import config_refusal
-from shared.process import POLL_S
-from shared.stats import CrashReport
+from ringfeed.consumer.stager.control import ControlSockets, is_remote
+from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.intake import Intake
+from ringfeed.consumer.stager.peer_log import PeerLog
+from ringfeed.consumer.stager.peers import PeerId, with_claims
+from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.consumer.stager.state import Producer
+from ringfeed.shared import protocol as p
+from ringfeed.shared.fingerprint import config_refusal
+from ringfeed.shared.process import POLL_S
+from ringfeed.shared.stats import CrashReport
 
 log = logging.getLogger(__name__)
 

@@ -41,12 +41,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from consumer.stager.order import PlanOrder
-from consumer.stager.peers import PeerId
-from consumer.stager.plan import EpochPlan, Event
-from consumer.stager.state import Slot
-from shared import protocol as p
-from shared.ring import SLOT_DTYPE, SlotState
+from ringfeed.consumer.stager.order import PlanOrder
+from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.plan import EpochPlan, Event
+from ringfeed.consumer.stager.state import Slot
+from ringfeed.shared import protocol as p
+from ringfeed.shared.ring import SLOT_DTYPE, SlotState
 
 # A fenced slot is free again after this many leases whatever its producer's pid says.
 FENCE_LEASES = 4

@@ -31,30 +31,30 @@ from pathlib import Path
 
 import numpy as np
 
-from consumer.devices import count_gpus_for, stager_mel_fn
-from consumer.stager.batch_builder import BatchBuilder
-from consumer.stager.buckets import Bucket, BucketPlan, length_manifest, make_buckets
-from consumer.stager.consumer_side import ConsumerSide
-from consumer.stager.control import ControlSockets
-from consumer.stager.delivery import Delivery, NothingDelivered
-from consumer.stager.drops import Drops
-from consumer.stager.intake import Intake
-from consumer.stager.peers import PeerId
-from consumer.stager.plan import ONE_WORKER, EpochPlan, Shard, ShardPlan
-from consumer.stager.producer_book import ProducerBook
-from consumer.stager.producer_desk import ProducerDesk
-from consumer.stager.slot_manager import SlotManager
-from consumer.stager.stats import snapshot
-from shared import protocol as p
-from shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
-from shared.dataset import DatasetError, DatasetIndex, dataset_index
-from shared.fingerprint import config_fingerprint, plan_fingerprint
-from shared.id_tables import IDS_FILE, settle_tables
-from shared.process import POLL_S, StopFlag, write_json_atomic
-from shared.quarantine import QuarantineWriter
-from shared.ring import Ring, check_rings_fit, segment_name, slot_bytes
-from shared.run_secret import write_consumer_secret
-from shared.segments import remove_stale_segments
+from ringfeed.consumer.devices import count_gpus_for, stager_mel_fn
+from ringfeed.consumer.stager.batch_builder import BatchBuilder
+from ringfeed.consumer.stager.buckets import Bucket, BucketPlan, length_manifest, make_buckets
+from ringfeed.consumer.stager.consumer_side import ConsumerSide
+from ringfeed.consumer.stager.control import ControlSockets
+from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
+from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.intake import Intake
+from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.plan import ONE_WORKER, EpochPlan, Shard, ShardPlan
+from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.producer_desk import ProducerDesk
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.consumer.stager.stats import snapshot
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
+from ringfeed.shared.dataset import DatasetError, DatasetIndex, dataset_index
+from ringfeed.shared.fingerprint import config_fingerprint, corpus_digest, plan_fingerprint
+from ringfeed.shared.id_tables import IDS_FILE, settle_tables
+from ringfeed.shared.process import POLL_S, StopFlag, write_json_atomic
+from ringfeed.shared.quarantine import QuarantineWriter
+from ringfeed.shared.ring import Ring, check_rings_fit, segment_name, slot_bytes
+from ringfeed.shared.run_secret import write_consumer_secret
+from ringfeed.shared.segments import remove_stale_segments
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def build(
     cleanup.callback(net.close)
     delivery = Delivery(slots, builder, intake, buckets, quarantine, index, net)
     desk = ProducerDesk(book, intake, p.Welcome(run_id, samples.name, index.n_items, fingerprint),
-                        net, drop, config_fingerprint(cfg))  # fmt: skip
+                        net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)))  # fmt: skip
     consumer = ConsumerSide(write_consumer_secret(directory),
                             p.Welcome(run_id, batches.name, index.n_items, fingerprint),
                             book, delivery, builder, net, drop)  # fmt: skip

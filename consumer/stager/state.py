@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from consumer.stager.peers import PeerId
-from shared.ring import SlotState
+from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.shared.ring import SlotState
 
 
 @dataclass

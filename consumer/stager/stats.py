@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from shared.ring import SlotState
-from shared.stats import (
+from ringfeed.shared.ring import SlotState
+from ringfeed.shared.stats import (
     MAX_LISTED_PRODUCERS,
     Padding,
     ProducerStats,
@@ -23,8 +23,8 @@ from shared.stats import (
 )
 
 if TYPE_CHECKING:
-    from consumer.stager.stager import Stager
-    from consumer.stager.state import Producer
+    from ringfeed.consumer.stager.stager import Stager
+    from ringfeed.consumer.stager.state import Producer
 
 
 def producer_stats(stager: Stager, pr: Producer, now: float) -> ProducerStats:

@@ -8,15 +8,23 @@ snapshot taken before the first stats message still gets an answer.
 
 The rules, in order (the first that holds names the stage)::
 
-    no stats yet, or the stager has not seen its consumer's steps    starting
-    stats say no consumer connected                                   no-consumer
-    a grant older than ring.lease_s, a stalled or fenced producer     stuck-producer
+    the last stats are older than STATS_STALE_S                       stale
+    no stats yet, no consumer yet, or no step of its reported yet     starting
+    stats say the consumer left                                       no-consumer
     no producer connected                                             producers
+    a grant older than ring.lease_s, a stalled or fenced producer     stuck-producer
+    the trainer's last step report is stale and batches wait for it   trainer (stuck)
     trainer waits < 10 % of its step, or the batch ring is full       trainer
       (advice names the GPU only where the stager's host has one: stats "gpus")
     sample ring mostly READY, yet the batch ring is empty             stager
       (unless an older grant blocks them: deterministic order)        producers
     otherwise (slots FREE/GRANTED, trainer waiting)                   producers
+
+A stale source never gives a verdict of its own: stale stats give "stale", and
+a trainer report older than a few of its steps is not read as the trainer's
+wait (during a stall the trainer reports nothing, and its last report, from
+before the stall, said it waited 0 %: "this is the goal" was wrong for the
+first seconds of every stall).
 """
 
 from __future__ import annotations
@@ -26,10 +34,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from consumer.tools.snapshot import InspectorSnapshot
-    from shared.stats import StagerStats, TrainerReport
+    from ringfeed.consumer.tools.snapshot import InspectorSnapshot
+    from ringfeed.shared.stats import StagerStats, TrainerReport
 
-STAGES = ("starting", "no-consumer", "stuck-producer", "producers", "stager", "trainer")
+STAGES = ("stale", "starting", "no-consumer", "stuck-producer", "producers", "stager", "trainer")
+# The stager publishes stats every 0.5 s: older ones mean it is stuck, stopped or gone.
+STATS_STALE_S = 3.0
+# A trainer report is stale when older than this many of its steps (step plus wait) ...
+TRAINER_STALE_STEPS = 3
+# ... and than this, seconds (a fast step's report may lag by a poll or two).
+TRAINER_STALE_MIN_S = 2.0
 # Below this data-wait fraction of a step, the GPU is the limit (the goal).
 WAIT_LOW = 0.10
 # A sample ring at least this READY is waiting for the stager, not for producers.
@@ -107,28 +121,55 @@ def _stager_mel_advice(stats: StagerStats) -> str:
     return "; its batch mels run per batch on its device: give it a GPU of its own"
 
 
+def trainer_age_s(snap: InspectorSnapshot) -> float | None:
+    """Seconds since the trainer's last step report reached the stager (None: unknown)."""
+    report = snap.stats.trainer if snap.stats is not None else None
+    if report is None or not report.t or not snap.t:
+        return None
+    return max(0.0, snap.t - report.t)
+
+
+def trainer_stale(snap: InspectorSnapshot) -> bool:
+    """True when the trainer's last report is too old to say how it spends its time."""
+    age, report = trainer_age_s(snap), snap.stats.trainer if snap.stats else None
+    if age is None or report is None:
+        return False
+    return age > max(TRAINER_STALE_MIN_S, TRAINER_STALE_STEPS * (report.step_s + report.wait_s))
+
+
 def _not_running(snap: InspectorSnapshot, stats: StagerStats, ring_line: str) -> Diagnosis | None:
-    """no-consumer, stuck-producer or no producer at all; None if none holds."""
+    """starting (no consumer yet), no-consumer, no producer at all, or stuck-producer;
+    None if none holds."""
+    if not stats.consumer_connected and not stats.batches:
+        return Diagnosis(
+            "starting",
+            ["no trainer has connected yet (it may still be importing TensorFlow or "
+             "building its model)", ring_line],
+            "wait; scripts/launch.sh starts one. Without it: "
+            "`ringfeed trainer CONFIG --run-id R`",
+        )  # fmt: skip
     if not stats.consumer_connected:
         return Diagnosis(
             "no-consumer",
-            ["no trainer connected: the stager grants nothing until one says hello", ring_line],
-            "start `ringfeed trainer CFG --run-id R` (or `ringfeed drain`)",
-        )
+            [f"the consumer left after {stats.batches} batches: the stager grants nothing "
+             "until one says hello", ring_line],
+            "look at the trainer's log; resume it with `ringfeed trainer CONFIG --run-id R`",
+        )  # fmt: skip
     stuck = _stuck(snap)
+    if not snap.producers:
+        crashes = len(stats.crashes)
+        return Diagnosis(
+            "producers",
+            [f"no producer connected ({crashes} crash(es) reported)", *stuck, ring_line],
+            "start producers (`ringfeed producers CONFIG --run-id R`), or read the pool's log: "
+            "it may have exited; grants they held come back after ring.lease_s",
+        )
     if stuck:
         return Diagnosis(
             "stuck-producer",
             [*stuck, ring_line],
             "the lease will reclaim it; look at that producer's log and input "
             "(quarantine.jsonl), or lower ring.lease_s to reclaim sooner",
-        )
-    if not snap.producers:
-        crashes = len(stats.crashes)
-        return Diagnosis(
-            "producers",
-            [f"no producer connected ({crashes} crash(es) reported)", ring_line],
-            "start `ringfeed producers CFG --run-id R`; check crash tracebacks in the stager log",
         )
     return None
 
@@ -160,6 +201,16 @@ def _ready_but_no_batch(
     )
 
 
+def _stuck_trainer(age_s: float, batch_ready: int, ring_line: str) -> Diagnosis:
+    return Diagnosis(
+        "trainer",
+        [f"no trainer step for {age_s:.0f} s while {batch_ready} batch(es) wait for it: "
+         "it is stuck in a step, compiling, or stopped", ring_line],
+        "read the trainer's log (XLA compiles each new batch shape once: a long first "
+        "step of a bucket is normal)",
+    )  # fmt: skip
+
+
 def diagnose(snap: InspectorSnapshot) -> Diagnosis:
     """Name the stage that limits the run now; pure, called by the inspector each refresh."""
     ring, stats = snap.ring, snap.stats
@@ -172,12 +223,24 @@ def diagnose(snap: InspectorSnapshot) -> Diagnosis:
     )
     if stats is None:
         return Diagnosis("starting", ["no stats from the stager yet", ring_line], "wait")
+    if snap.stats_age_s is not None and snap.stats_age_s > STATS_STALE_S:
+        return Diagnosis(
+            "stale",
+            [f"the stager's last stats are {snap.stats_age_s:.0f} s old: it is stuck, "
+             "stopped or gone (what follows is from then)", ring_line],
+            "read the stager's log; after a crash `ringfeed cleanup` removes what it left",
+        )  # fmt: skip
     wait = _wait_fraction(stats.trainer)
     wait_line = f"trainer waits for data {wait:.0%} of the time" if wait is not None else None
     early = _not_running(snap, stats, ring_line)
     if early is not None:
         return early
-    if wait is None and batch_ready < batch_slots:
+    if trainer_stale(snap):
+        age = trainer_age_s(snap) or 0.0
+        if batch_ready:
+            return _stuck_trainer(age, batch_ready, ring_line)
+        wait, wait_line = None, f"no trainer step for {age:.0f} s: it waits for data"
+    elif wait is None and batch_ready < batch_slots:
         return Diagnosis("starting", ["no trainer step reported yet", ring_line], "wait")
     if (wait is not None and wait < WAIT_LOW) or batch_ready >= batch_slots:
         if wait is not None and wait < WAIT_LOW:

@@ -28,19 +28,19 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from consumer.tools.screen import CLEAR, render
-from consumer.tools.snapshot import (
+from ringfeed.consumer.tools.screen import CLEAR, render
+from ringfeed.consumer.tools.snapshot import (
     InspectorSnapshot,
     ProducerRow,
     RingView,
     SlotView,
     TrainerFigures,
 )
-from consumer.tools.timeline import plot_recording
-from shared import protocol as p
-from shared.batch_ring import BatchState
-from shared.config import ConfigError, load_config
-from shared.ring import (
+from ringfeed.consumer.tools.timeline import plot_recording
+from ringfeed.shared import protocol as p
+from ringfeed.shared.batch_ring import BatchState
+from ringfeed.shared.config import ConfigError, load_config
+from ringfeed.shared.ring import (
     SHM_DIR,
     Ring,
     RingError,
@@ -48,14 +48,16 @@ from shared.ring import (
     segment_name,
     shown_state,
 )
-from shared.segments import list_segments, pid_alive, read_header
-from shared.sockets import make_socket, recv
-from shared.stats import StagerStats
+from ringfeed.shared.segments import list_segments, pid_alive, read_header
+from ringfeed.shared.sockets import make_socket, recv
+from ringfeed.shared.stats import StagerStats
 
 log = logging.getLogger(__name__)
 
 # How long --json waits for the first stats message (the stager publishes every 0.5 s).
 FIRST_STATS_WAIT_S = 2.0
+# Lines of the run's log the live screen shows under it (--log).
+LOG_LINES = 8
 # Producer rates are averaged over the stats of this many recent seconds.
 RATE_WINDOW_S = 3.0
 STATE_CHARS = {
@@ -109,6 +111,7 @@ class Inspector:
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(self.samples.stats_endpoint)
         self.stats: StagerStats | None = None
+        self.stats_at = 0.0  # time.time() when the last stats message arrived
         # (stager uptime_s, {producer: samples}, delivered) of recent stats, for rates.
         self.history: deque[tuple[float, dict[str, int], int]] = deque(maxlen=64)
 
@@ -136,7 +139,7 @@ class Inspector:
                 got = True
 
     def _take(self, stats: StagerStats) -> None:
-        self.stats = stats
+        self.stats, self.stats_at = stats, time.time()
         samples = {pr.name: pr.samples for pr in stats.producers}
         self.history.append((stats.uptime_s, samples, stats.counters.get("delivered", 0)))
 
@@ -167,6 +170,7 @@ class Inspector:
             producers=tuple(ProducerRow.of(pr, rates.get(pr.name)) for pr in stats.producers),
             trainer=None if stats.trainer is None else TrainerFigures.of(stats.trainer, now),
             delivered_per_s=None if delivered_per_s is None else round(delivered_per_s, 2),
+            stats_age_s=round(now - self.stats_at, 3),
         )
 
     def _batch_size(self, stats: StagerStats | None) -> float | None:
@@ -233,8 +237,21 @@ def write_out(text: str) -> None:
     sys.stdout.flush()
 
 
-def live(insp: Inspector, interval_s: float, record: str | None) -> int:
-    """Redraw every interval_s until Ctrl-C or the run ends; append snapshots to record."""
+def log_tail(path: str, lines: int = LOG_LINES) -> list[str]:
+    """The last lines of a log file (its last 16 KiB at most); [] if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def live(insp: Inspector, interval_s: float, record: str | None, log_path: str = "") -> int:
+    """Redraw every interval_s until Ctrl-C or the run ends; append snapshots to record;
+    show the last lines of the run's log file, when given, under the screen (the run
+    writes there instead of to the terminal, so a redraw never wipes a log line)."""
     out = open(record, "a") if record else None  # noqa: SIM115 - closed in finally
     try:
         while True:
@@ -243,7 +260,7 @@ def live(insp: Inspector, interval_s: float, record: str | None) -> int:
                 write_out(f"\nrun {insp.run_id} ended: its ring is gone\n")
                 return 0
             snap = insp.snapshot()
-            write_out(CLEAR + render(snap) + "\n")
+            write_out(CLEAR + render(snap, log_tail(log_path) if log_path else None) + "\n")
             if out is not None:
                 out.write(json.dumps(snap.to_dict()) + "\n")
                 out.flush()
@@ -263,6 +280,7 @@ def main(
     plot: str | None = None,
     recording: str | None = None,
     config_path: str | None = None,
+    log_path: str = "",
 ) -> int:
     """Entry of `ringfeed inspect`; returns the exit code."""
     if plot:
@@ -288,6 +306,6 @@ def main(
                 insp.poll_stats(0.6)
             write_out(json.dumps(insp.snapshot().to_dict(), indent=1) + "\n")
             return 0
-        return live(insp, interval_s, record)
+        return live(insp, interval_s, record, log_path)
     finally:
         insp.close()

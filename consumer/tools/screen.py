@@ -8,8 +8,9 @@ terminal with CLEAR before writing it.
 
 from __future__ import annotations
 
-from consumer.tools.snapshot import InspectorSnapshot, TrainerFigures
-from shared.stats import MAX_LISTED_PRODUCERS, StagerStats
+from ringfeed.consumer.tools.diagnosis import STATS_STALE_S, trainer_stale
+from ringfeed.consumer.tools.snapshot import InspectorSnapshot, TrainerFigures
+from ringfeed.shared.stats import MAX_LISTED_PRODUCERS, StagerStats
 
 BOLD, RESET, CLEAR = "\x1b[1m", "\x1b[0m", "\x1b[H\x1b[2J"
 
@@ -32,8 +33,10 @@ def _title(snap: InspectorSnapshot) -> str:
     s = snap.stats
     if s is None:
         return f"ringfeed inspect  run {snap.run_id}  uptime - s  epoch -  cursor -/-"
+    age = snap.stats_age_s
+    stale = f"  STATS {age:.0f} s OLD" if age is not None and age > STATS_STALE_S else ""
     return (f"ringfeed inspect  run {snap.run_id}  uptime {s.uptime_s:.0f} s  "
-            f"epoch {s.epoch}  cursor {s.cursor}/{s.n_items}")  # fmt: skip
+            f"epoch {s.epoch}  cursor {s.cursor}/{s.n_items}{stale}")  # fmt: skip
 
 
 def _ring_lines(snap: InspectorSnapshot) -> list[str]:
@@ -81,13 +84,15 @@ def _trainer_lines(snap: InspectorSnapshot, stats: StagerStats) -> list[str]:
     step, step_s = (report.step, report.step_s) if report is not None else (None, None)
     c = stats.counters
     dropped = ", ".join(f"{k}={v}" for k, v in stats.dropped.items()) or "none"
+    loss = report.loss if report is not None and report.loss else None  # drain: none
     return [
         "",
-        f"trainer: step {_fmt(step, 'd')}  step {_fmt(step_s, '.3f')} s  "
-        f"data wait {_fmt(figures.wait_fraction, '.0%')}  "
+        f"trainer: step {_fmt(step, 'd')}  loss {_fmt(loss, '.4f')}  "
+        f"step {_fmt(step_s, '.3f')} s  data wait {_fmt(figures.wait_fraction, '.0%')}  "
         f"{_fmt(figures.samples_per_s, '.1f')} samples/s, "
         f"{_fmt(figures.frames_per_s, '.0f')} true frames/s  "
         f"last report {_fmt(figures.age_s, '.1f')} s ago"
+        + (" (stale)" if trainer_stale(snap) else "")
         + ("" if stats.consumer_connected else "  (no consumer connected)"),
         f"counters: delivered {c.get('delivered', 0)} ({_fmt(snap.delivered_per_s, '.1f')}"
         f"/s)  skipped {c.get('skipped', 0)}  reclaimed {c.get('reclaimed', 0)}  "
@@ -95,10 +100,13 @@ def _trainer_lines(snap: InspectorSnapshot, stats: StagerStats) -> list[str]:
     ]
 
 
-def render(snap: InspectorSnapshot) -> str:
-    """The live screen as text (ANSI bold only); one screen, called once per refresh."""
+def render(snap: InspectorSnapshot, log_tail: list[str] | None = None) -> str:
+    """The live screen as text (ANSI bold only); one screen, called once per refresh.
+    log_tail: the last lines of the run's log (`inspect --log FILE`), shown under it."""
     lines = _ring_lines(snap)
     if snap.stats is not None:
         lines += _producer_lines(snap, snap.stats) + _trainer_lines(snap, snap.stats)
+    if log_tail:
+        lines += ["", "log:", *(f"  {line[:160]}" for line in log_tail)]
     lines.append("\n(Ctrl-C to quit)")
     return "\n".join(lines)

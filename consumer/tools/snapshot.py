@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from consumer.tools.diagnosis import Diagnosis, diagnose
-from shared.stats import ProducerStats, StagerStats, TrainerReport
+from ringfeed.consumer.tools.diagnosis import Diagnosis, diagnose
+from ringfeed.shared.stats import ProducerStats, StagerStats, TrainerReport
 
 NO_STATS_NOTE = "no stats received: ring data only (is the stager publishing?)"
 
@@ -124,7 +124,8 @@ class InspectorSnapshot:
     """The run at time t (time.time(), s). stats: the stager's last record (None before
     the first); producers and trainer: what the inspector derives from it; batch_size:
     rows per batch (the mean over buckets when the stats list them, else the batch ring's
-    rows; None: neither known); delivered_per_s over the last seconds (None: too soon)."""
+    rows; None: neither known); delivered_per_s over the last seconds (None: too soon);
+    stats_age_s since the last stats message arrived (None: unknown)."""
 
     t: float
     run_id: str
@@ -135,6 +136,7 @@ class InspectorSnapshot:
     trainer: TrainerFigures | None = None
     delivered_per_s: float | None = None
     batch_size: float | None = None
+    stats_age_s: float | None = None
 
     @property
     def has_stats(self) -> bool:
@@ -180,6 +182,7 @@ class InspectorSnapshot:
             "trainer": trainer,
             "counters": dict(stats.counters),
             "delivered_per_s": self.delivered_per_s,
+            "stats_age_s": self.stats_age_s,
             "dropped": dict(stats.dropped),
             "skipped": stats.counters.get("skipped", 0),
             "reclaimed": stats.counters.get("reclaimed", 0),

@@ -26,6 +26,7 @@ STAGE_COLORS = {
     "stuck-producer": "tab:purple",
     "no-consumer": "tab:gray",
     "starting": "lightgray",
+    "stale": "black",
 }
 OCCUPANCY = {  # sample slot state: its colour, stacked bottom up
     "READY": "tab:green",

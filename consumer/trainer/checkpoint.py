@@ -32,8 +32,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from shared.id_tables import read_tables
-from shared.process import write_json_atomic
+from ringfeed.shared.id_tables import read_tables
+from ringfeed.shared.process import write_json_atomic
 
 log = logging.getLogger(__name__)
 

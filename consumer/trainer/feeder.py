@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from consumer.client.batch_client import CONNECT_TIMEOUT_S, DATA_TIMEOUT_S, Batch, BatchClient
-from shared import protocol as p
-from shared.config import Config
-from shared.process import POLL_S, StopFlag
+from ringfeed.consumer.client.batch_client import WAITING_NOTE_S, Batch, BatchClient
+from ringfeed.shared import protocol as p
+from ringfeed.shared.config import Config
+from ringfeed.shared.process import POLL_S, StopFlag
 
 log = logging.getLogger(__name__)
 
@@ -132,22 +132,26 @@ class Feeder(threading.Thread):
             self.client.close(finished=self._finished)
 
     def _connect(self) -> None:
-        self.client.connect(CONNECT_TIMEOUT_S, lambda: self.stop.is_set() or self._done.is_set())
+        timeout_s = self._client_args[0].train.connect_timeout_s
+        self.client.connect(timeout_s, lambda: self.stop.is_set() or self._done.is_set())
 
     def _loop(self) -> None:
-        last_batch = time.monotonic()
+        limit_s = self._client_args[0].train.data_timeout_s
+        last_batch = last_note = time.monotonic()
         while not (self.stop.is_set() or self._done.is_set()):
             self._flush_stats()
             try:
                 batch = self.client.next(timeout_s=POLL_S)
             except TimeoutError:
-                if time.monotonic() - last_batch > DATA_TIMEOUT_S:
-                    raise TimeoutError(
-                        f"no batch from the stager for {DATA_TIMEOUT_S:.0f} s: check that "
-                        "producers are running (ringfeed inspect)"
-                    ) from None
+                waited = time.monotonic() - last_batch
+                if waited > limit_s:
+                    raise TimeoutError(self.client.stager_verdict(waited)) from None
+                if time.monotonic() - last_note > WAITING_NOTE_S:
+                    last_note = time.monotonic()
+                    log.warning("no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
+                                waited, limit_s, self.client.stager_verdict(waited))  # fmt: skip
                 continue
-            last_batch = time.monotonic()
+            last_batch = last_note = time.monotonic()
             if batch is None:
                 self._put(EndOfData())
                 return

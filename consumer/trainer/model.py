@@ -38,9 +38,9 @@ import numpy as np
 import tensorflow as tf
 from keras import layers, ops
 
-from consumer.trainer.model_kwargs import DefaultModelKwargs, default_model_kwargs
-from shared.config import Config
-from shared.schema import ConfigError
+from ringfeed.consumer.trainer.model_kwargs import DefaultModelKwargs, default_model_kwargs
+from ringfeed.shared.config import Config
+from ringfeed.shared.schema import ConfigError
 
 LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 

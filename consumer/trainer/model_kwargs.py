@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.schema import build, check
+from ringfeed.shared.schema import build, check
 
-DEFAULT_FACTORY = "consumer.trainer.model:build_default_model"
+DEFAULT_FACTORY = "ringfeed.consumer.trainer.model:build_default_model"
 
 
 @dataclass(frozen=True)

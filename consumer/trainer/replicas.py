@@ -50,11 +50,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from consumer.devices import DevicePlan
-from consumer.stager.plan import Shard
-from consumer.trainer.model import LossFn
-from consumer.trainer.train_step import GRAD_CLIP_NORM, check_new_shape
-from shared.config import Config, ConfigError
+from ringfeed.consumer.devices import DevicePlan
+from ringfeed.consumer.stager.plan import Shard
+from ringfeed.consumer.trainer.model import LossFn
+from ringfeed.consumer.trainer.train_step import GRAD_CLIP_NORM, check_new_shape
+from ringfeed.shared.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 

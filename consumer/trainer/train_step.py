@@ -28,8 +28,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from consumer.trainer.model import LossFn
-from shared.config import Config
+from ringfeed.consumer.trainer.model import LossFn
+from ringfeed.shared.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumer.client.batch_client import StagerGone, StagerRefused
-from consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
-from consumer.stager.plan import ONE_WORKER, Shard
-from consumer.trainer.feeder import EndOfData, Feeder
-from consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
-from shared.config import Config, run_dir
-from shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
+from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
+from ringfeed.consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
+from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
+from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
+from ringfeed.consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
+from ringfeed.shared.config import Config, run_dir
+from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +119,9 @@ def build_step(
     plan = choose_device("trainer", cfg)
     import tensorflow as tf  # only now: CUDA_VISIBLE_DEVICES is set
 
-    from consumer.trainer.model import load_model_factory
-    from consumer.trainer.replicas import DistributedStep, make_strategy
-    from consumer.trainer.train_step import TrainStep, make_optimizer, set_precision_policy
+    from ringfeed.consumer.trainer.model import load_model_factory
+    from ringfeed.consumer.trainer.replicas import DistributedStep, make_strategy
+    from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer, set_precision_policy
 
     if plan.mode == "cpu":
         tf.config.threading.set_intra_op_parallelism_threads(cpu_threads(cfg, os.cpu_count() or 1))
@@ -149,7 +149,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
     """Build everything the loop needs; called once by main. new_plan: if the plan
     changed since the checkpoint, start a new one at its next epoch (else: refused).
     shard, cluster: this worker of several and every worker's host:port."""
-    from consumer.trainer.checkpoint import CheckpointManager
+    from ringfeed.consumer.trainer.checkpoint import CheckpointManager
 
     plan, policy, model, optimizer, step_fn = build_step(cfg, shard, cluster)
     directory = run_dir(cfg, run_id)
@@ -159,7 +159,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
     source = checkpoints if chief == directory else CheckpointManager(chief, model, optimizer)
     step, cursor = restore(cfg, source)
     if shard.count > 1:
-        from consumer.trainer.replicas import check_same_step
+        from ringfeed.consumer.trainer.replicas import check_same_step
 
         check_same_step(step_fn.strategy, step)
     replicated = hasattr(step_fn, "strategy")

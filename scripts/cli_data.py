@@ -1,0 +1,196 @@
+"""The `ringfeed` verbs that look at a config and its corpus without starting a run:
+validate (its producer-host role too), manifest, vocab, text and config. Thin, as
+scripts/cli.py is: each calls the module that does the work."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+
+def _config(path: str):
+    from ringfeed.shared.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _user_function_error(cfg) -> str:
+    """'' if features.user_function (if any) imports, as a producer will at start."""
+    if not cfg.features.user_function:
+        return ""
+    from ringfeed.producer.extra_fields import load_user_function
+    from ringfeed.shared.config import ConfigError
+
+    try:
+        load_user_function(cfg.features.user_function)
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def _print_schema(cfg) -> None:
+    """The declared sample schema, bytes per slot and per batch (README, "Sample fields")."""
+    mib = 2**20
+    print('  sample schema (README, "Sample fields"):')
+    for line in cfg.schema.describe():
+        print(f"    {line}")
+    fixed = cfg.batch_fields()
+    per_batch = sum(int(np.prod(s)) * d.itemsize for s, d in fixed.values())
+    print(f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
+          f"{per_batch // cfg.stager.batch_size:,} B per sample")  # fmt: skip
+
+
+def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
+    """Check what can be checked without starting a run; exit 2 on a fatal finding."""
+    from ringfeed.scripts.preflight import preflight
+    from ringfeed.shared.ring import rings_bytes, slot_bytes
+    from ringfeed.shared.shm import free_shm_bytes
+
+    cfg = _config(args.config)
+    role = getattr(args, "role", "head")
+    findings = preflight(cfg, role)
+    for finding in findings:
+        print(
+            f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
+        )
+    if cfg.text.tokens == "phonemes":
+        from ringfeed.producer.phonemes import espeak_problem
+
+        if problem := espeak_problem():
+            print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    if why := _user_function_error(cfg):
+        print(f"config error: {why}", file=sys.stderr)
+        return 2
+    if any(f.fatal for f in findings):
+        return 2
+    if quiet:
+        return 0
+    if role == "producer":
+        return _validate_producer_host(args.config, cfg)
+    mib = 2**20
+    print(f"{args.config}: ok")
+    _print_schema(cfg)
+    sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
+    print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
+    print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")
+    print(
+        f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
+        f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
+    )
+    if cfg.data.format != "synthetic":
+        from ringfeed.scripts.corpus_report import corpus_check
+
+        report = corpus_check(cfg)
+        print("\n".join(report.lines))
+        if report.usable == 0:
+            print(f"config error: none of the {report.n_items} clips is usable (the skip "
+                  "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
+            return 2
+    return 0
+
+
+def _validate_producer_host(path: str, cfg) -> int:
+    """What a producer host needs to know: its corpus digest, to compare with the
+    head's (`ringfeed validate CONFIG` there prints the same line)."""
+    from ringfeed.shared.dataset import dataset_index
+    from ringfeed.shared.fingerprint import corpus_digest
+
+    print(f"{path}: ok for a producer host")
+    print(f"  corpus digest {corpus_digest(cfg, dataset_index(cfg))} (the head's validate "
+          "must print the same: same metadata, texts and files)")  # fmt: skip
+    return 0
+
+
+def cmd_manifest(args: argparse.Namespace) -> int:
+    """Build or refresh the length manifest (shared/manifest.py); the stager calls it."""
+    from ringfeed.producer.manifest import build_manifest
+    from ringfeed.shared.dataset import DatasetError
+    from ringfeed.shared.manifest import manifest_path
+
+    cfg = _config(args.config)
+    try:
+        manifest = build_manifest(cfg)
+    except DatasetError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    known = manifest.frames[manifest.frames >= 0]
+    spread = f"{known.min()}..{known.max()} frames" if known.size else "no readable headers"
+    print(f"{manifest_path(cfg)}: {len(manifest.frames)} items, {spread}")
+    return 0
+
+
+def cmd_vocab(args: argparse.Namespace) -> int:
+    """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
+    import yaml
+
+    from ringfeed.producer.vocabulary import build_vocabulary
+    from ringfeed.shared.dataset import DatasetError
+
+    cfg = _config(args.config)
+    try:
+        vocab = build_vocabulary(cfg, args.min_count)
+    except DatasetError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    for char, n, item in vocab.rare:
+        print(f"rare: {char!r} (U+{ord(char):04X}) {n} times, e.g. in {item}", file=sys.stderr)
+    for item, reason in vocab.failed:
+        print(f"not cleaned (the producers skip it): {item}: {reason}", file=sys.stderr)
+    print(f"# {len(vocab.alphabet)} {cfg.text.tokens} from {vocab.texts} texts; in {args.config}:")
+    print(yaml.safe_dump({"text": {"alphabet": vocab.alphabet}}, allow_unicode=True), end="")
+    return 0
+
+
+def cmd_text(args: argparse.Namespace) -> int:
+    """What the producers make of a text: its language, normalized form and tokens."""
+    from ringfeed.producer.sample import SkipSample
+    from ringfeed.producer.text import TextEncoder
+    from ringfeed.shared.config import replace
+
+    cfg = replace(_config(args.config), features={"cache": False})  # a preview writes nothing
+    language, why = args.language, "--language"
+    if not language:
+        language, why = cfg.data.language, "data.language"
+        if language == "auto":
+            from ringfeed.shared.language_id import detector
+
+            language, why = detector(cfg.data.detect_languages).detect(args.text), "detected"
+    encoder = TextEncoder(cfg)
+    try:
+        cleaned = encoder.clean(args.text, language)
+        ids, truncated = encoder.encode(args.text, "", language)
+    except SkipSample as skip:
+        print(f"language   {language} ({why})")
+        print(f"skipped    the producers skip this text: {skip.reason}")
+        return 1
+    finally:
+        encoder.close()
+    print(f"language   {language} ({why})")
+    print(f"{cfg.text.tokens:10s} {cleaned!r}")
+    print(f"tokens     {len(ids)} of text.max_text_len={cfg.text.max_text_len}"
+          + (" (cut: features.on_too_long: truncate)" if truncated else ""))  # fmt: skip
+    print(f"ids        {' '.join(map(str, ids.tolist()))}")
+    print(f"read back  {encoder.decode(ids)!r} (0 pad, 1 unknown, 2 end of text)")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Every config key with its type, default and meaning (docs/config.md)."""
+    from ringfeed.shared.config_reference import REFERENCE, reference_markdown
+
+    text = reference_markdown()
+    if args.write:
+        REFERENCE.parent.mkdir(exist_ok=True)
+        REFERENCE.write_text(text)
+        print(f"wrote {REFERENCE}")
+    else:
+        print(text, end="")
+    return 0
