@@ -11,13 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ringfeed.shared.sample_schema import RESERVED
+from ringfeed.shared.sample_schema import MAX_SAMPLE_FIELDS, RESERVED
 from ringfeed.shared.schema import check
 
 # "<name>_lens" must fit the ring's 16-byte field names.
 MAX_USER_NAME = 11
-# Sample fields a slot holds at most (shared/ring.py MAX_LENGTHS).
-MAX_SAMPLE_FIELDS = 16
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -30,10 +28,6 @@ def validate_fields(cfg: Any) -> None:
               f"or features.{key}: false")  # fmt: skip
     check(not f.reference or 1 <= f.reference_frames <= f.max_frames, "features.reference_frames",
           f"{f.reference_frames}: must be 1..features.max_frames={f.max_frames}")  # fmt: skip
-    if cfg.data.format == "synthetic":
-        for key in ("reference", "pitch", "energy", "user_fields", "durations_dir"):
-            check(not getattr(f, key), f"features.{key}",
-                  "needs audio, and data.format: synthetic has none: use a corpus")  # fmt: skip
     _validate_user_fields(f.user_fields, stager)
     n = 2 + f.reference + 2 * f.pitch + f.energy + bool(f.durations_dir) + len(f.user_fields)
     why = f"a sample would hold {n} fields, at most {MAX_SAMPLE_FIELDS}: declare fewer"

@@ -37,6 +37,9 @@ import numpy as np
 Length = Literal["frames", "tokens", "own", "none"]
 FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
 
+# Fields one sample holds at most: its slot header's lengths (shared/ring.py MAX_LENGTHS)
+# and a remote READY's payload frames (shared/protocol.py MAX_PAYLOAD_FRAMES) follow.
+MAX_SAMPLE_FIELDS = 16
 # Batch fields the stager writes itself, int32 per row, after the sample's fields'.
 ID_FIELDS = ("speaker", "language")
 # The batch field that says how many rows of a length axis are real.

@@ -72,7 +72,8 @@ def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
             msgpack.packb([p.VERSION, int(p.Kind.READY), "a", 1.5, None, {}, b"", []])
         )
     elif pick == 5:  # extra frames (a payload on a control message, or too many)
-        return [bytes(header), *[b"\0" * rng.randrange(64)] * rng.choice([1, 9, 20])]
+        extra = rng.choice([1, p.MAX_PAYLOAD_FRAMES + 1, 20])
+        return [bytes(header), *[b"\0" * rng.randrange(64)] * extra]
     elif pick == 6:  # a remote-style READY with payload frames of the wrong sizes
         return [bytes(header), *[os.urandom(rng.randrange(256)) for _ in range(n_fields)]]
     elif pick == 7:  # random bytes

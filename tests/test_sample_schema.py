@@ -271,3 +271,40 @@ def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path:
             assert view["style_lens"][k] == n and (view["style"][k, n:] == -1).all()
             assert abs(int(view["mel_lens"][k]) - (1 + len(s.wave) // 256)) <= 1
         assert (view["style"][2] == -1).all() and view["ref_mel_lens"][2] == 0
+
+
+def test_synthetic_items_carry_every_declared_field_and_the_row_check_covers_them() -> None:
+    """Synthetic data (transport tests, the soak, the ring benchmark) synthesizes every
+    optional field from the item; check_synthetic_rows checks each row of each."""
+    from ringfeed.consumer.stager.batch_builder import BatchBuilder
+    from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
+    from ringfeed.shared.ring import Ring, segment_name
+    from tests.runs import rid
+
+    features = {"max_frames": 32, "pitch": True, "energy": True, "reference": True,
+                "reference_frames": 8, **USER}  # fmt: skip
+    cfg = replace(Config(), data={"format": "synthetic", "synthetic_items": 40},
+                  features=features, text={"max_text_len": 32},
+                  stager={"batch_size": 4, "buckets": [16, 32]})  # fmt: skip
+    source, run_id = SyntheticSource(cfg), rid()
+    with (
+        Ring.create(segment_name(run_id, "samples"), cfg.sample_fields(), 3, run_id,
+                    "samples") as ring,
+        Ring.create(segment_name(run_id, "batches"), cfg.batch_ring_fields(), 1, run_id,
+                    "batches") as batches,
+    ):  # fmt: skip
+        builder = BatchBuilder(cfg, batches, None)
+        builder.begin((4, 32, 32))
+        builder.room()
+        for k, item in enumerate([5, 17, 30]):
+            s = source.prepare(item)
+            for name in ring.fields:
+                ring.view(name)[k][: len(s.array(name))] = s.array(name)
+            builder.add(ring, k, item, [len(s.array(name)) for name in ring.fields])
+        slot, _, n_valid = builder.finish()
+        flat = {name: batches.view(name)[slot] for name in batches.fields}
+        view = batch_views(flat, 4, 32, 32, cfg.schema)
+        assert check_synthetic_rows(view, n_valid, cfg) == [5, 17, 30]
+        view["style"][1, 0, 0] += 1  # one value of one row of one field
+        with pytest.raises(RowMismatch, match="row 1: style"):
+            check_synthetic_rows(view, n_valid, cfg)
