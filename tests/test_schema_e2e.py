@@ -1,5 +1,6 @@
 """Every declared field through real processes: a reference clip, pitch, energy,
-durations and fields of the user's own, length buckets on, the stager killed and resumed in the
+durations and fields of the user's own, length buckets on, a local producer and a
+remote one (every field as payload frames), the stager killed and resumed in the
 middle; every row of every field is what the producer computes for its item, and
 each reference is another clip of the row's speaker whenever it has one."""
 
@@ -17,6 +18,7 @@ from ringfeed.producer.references import SpeakerClips, choose_reference, cut_ref
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.dataset import dataset_index
 from tests import user_fields
+from tests.peers import free_port
 from tests.runs import Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
@@ -41,7 +43,7 @@ def manifest(path: Path) -> Path:
     return path
 
 
-def config(tmp_path: Path) -> Path:
+def config(tmp_path: Path, port: int) -> Path:
     return write_config(tmp_path, {
         "data": {"path": str(manifest(tmp_path / "train.jsonl")), "format": "jsonl"},
         "audio": {"sample_rate": 8000},
@@ -53,7 +55,8 @@ def config(tmp_path: Path) -> Path:
                      "durations_dir": str(tmp_path / "durations")},
         "ring": {"slots": 8, "heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
-        "producers": {"workers": 2},
+        "producers": {"workers": 1},
+        "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
     })  # fmt: skip
 
 
@@ -82,7 +85,8 @@ def check_rows(a: dict[str, np.ndarray], n: int, expected: list, cfg) -> list[in
 
 
 def test_every_field_of_every_row_across_a_stager_restart(tmp_path: Path) -> None:
-    cfg_path = config(tmp_path)
+    port = free_port()
+    cfg_path = config(tmp_path, port)
     cfg = load_config(cfg_path)
     index = dataset_index(cfg)
     no_durations = replace(cfg, features={"cache": False, "durations_dir": ""})
@@ -101,7 +105,10 @@ def test_every_field_of_every_row_across_a_stager_restart(tmp_path: Path) -> Non
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
-        run.start("producers")
+        run.start("producers")  # one local worker, writing into the ring
+        run.procs["remote"] = run.start(  # and one sending every field as payload frames
+            "producers", "--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", "far"
+        )
         client = run.client(timeout_s=60)
         items: list[int] = []
         shapes = set()
@@ -115,7 +122,9 @@ def test_every_field_of_every_row_across_a_stager_restart(tmp_path: Path) -> Non
                 run.start("stager")
         client.close()
         assert run.wait("stager", 30) == 0, run.logs()
+        kinds = {p["remote"] for p in run.json("stager.json")["producers"] if p["samples"]}
     assert run.launches == 3, "the stager was never restarted"
     assert collections.Counter(items) == collections.Counter(range(25)), "each item once"
     assert len(shapes) > 1, "one bucket only: buckets were not exercised"
+    assert kinds == {True, False}, "a local and a remote producer must both have written"
     assert shm_segments(run_id) == []
