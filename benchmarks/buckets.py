@@ -47,7 +47,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ringfeed.shared.config import Config, load_config  # noqa: E402
+from ringfeed.shared.config import Config, load_config, read_raw  # noqa: E402
 
 RUN_TIMEOUT_S = 600.0
 RESULT_TAG = "BUCKETS_RESULT "
@@ -60,7 +60,7 @@ DATASETS = {
 
 
 def bench_config(dataset: str, variant: str, root: Path, steps: int) -> dict[str, Any]:
-    raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    raw = read_raw(REPO / "configs" / "demo.yaml")
     raw = {**raw, **json.loads(json.dumps(DATASETS[dataset]))}
     raw["features"] = raw.get("features", {}) | {
         "cache": False,

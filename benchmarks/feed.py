@@ -57,7 +57,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ringfeed.shared.config import Config, load_config  # noqa: E402
+from ringfeed.shared.config import Config, load_config, read_raw  # noqa: E402
 
 VARIANTS = ("ideal", "tfdata", "ringfeed")
 # Distinct batches the ideal variant cycles through (built from real samples).
@@ -275,7 +275,7 @@ def main() -> None:
         print(RESULT_TAG + json.dumps(result), flush=True)
         return
     variants = [v for v in args.variants.split(",") if v]
-    raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    raw = read_raw(REPO / "configs" / "demo.yaml")
     raw.setdefault("stager", {})["batch_size"] = args.batch
     raw.setdefault("features", {})["max_frames"] = args.max_frames
     results: dict[str, list[dict]] = {v: [] for v in variants}

@@ -30,13 +30,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ringfeed.scripts.runner import Run  # noqa: E402
+from ringfeed.shared.config import read_raw  # noqa: E402
 
 TIMEOUT_S = 120.0
 
 
 def first_batch_s(cache_dir: Path, tmp: Path) -> float:
     """Seconds from starting stager + producers to the first full batch here."""
-    raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    raw = read_raw(REPO / "configs" / "demo.yaml")
     raw["data"]["path"] = str(REPO / "data" / "ljspeech-mini")
     raw["features"] = {**raw.get("features", {}), "cache_dir": str(cache_dir)}
     raw["run_root"] = str(tmp / "runs")

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.feed import RESULT_TAG, RUN_TIMEOUT_S, bench_config, tf_dataset  # noqa: E402
-from ringfeed.shared.config import load_config  # noqa: E402
+from ringfeed.shared.config import load_config, read_raw  # noqa: E402
 
 SETUPS = {"1 replica": (1, 1), "2 replicas": (2, 1), "2 workers": (1, 2)}
 
@@ -127,7 +127,7 @@ def run_ringfeed(cfg_path: Path, workers: int, tmp: Path) -> list[dict[str, Any]
 
 
 def configs(tmp: Path, args: argparse.Namespace) -> dict[str, Path]:
-    raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    raw = read_raw(REPO / "configs" / "demo.yaml")
     raw.setdefault("stager", {})["batch_size"] = args.batch
     raw.setdefault("features", {})["max_frames"] = args.max_frames
     paths = {}

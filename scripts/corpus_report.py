@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import soundfile as sf
 
+from ringfeed.consumer.stager.balance import balance_lines
 from ringfeed.shared.config import Config
 from ringfeed.shared.dataset import DatasetEntry, dataset_index
 from ringfeed.shared.fingerprint import corpus_digest
@@ -151,6 +152,7 @@ def corpus_check(cfg: Config) -> CorpusReport:
         lines.append(f"    skip {n:8d} {rules[rule].name}: {rules[rule].fix}")
     if multichannel:
         lines.append(f"    {multichannel} clips have more than one channel (mixed down to mono)")
+    lines += balance_lines(cfg, index, tables)
     alphabet = cfg.text.alphabet
     lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
                  f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip

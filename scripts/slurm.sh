@@ -69,8 +69,10 @@ from pathlib import Path
 
 import yaml
 
+from ringfeed.shared.config import read_raw
+
 config, job_dir, port = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-raw = yaml.safe_load(config.read_text()) or {}
+raw = read_raw(config) or {}  # its data.path stays right from the job directory
 transport = raw.get("transport", {}) | {"kind": "tcp", "host": "0.0.0.0"}
 if port:
     transport["port"] = int(port)
@@ -78,7 +80,7 @@ for role, keys in (("head", job_dir / "keys"), ("producer", job_dir / "keys" / "
     out = raw | {"transport": transport | {"keys_dir": str(keys)}}
     (job_dir / f"{role}.yaml").write_text(yaml.safe_dump(out, sort_keys=False))
 EOF
-port=$("$PY" -c "import sys; from shared.config import load_config; \
+port=$("$PY" -c "import sys; from ringfeed.shared.config import load_config; \
 print(load_config(sys.argv[1]).transport.port)" "$job_dir/head.yaml")
 
 echo "slurm.sh: job $SLURM_JOB_ID, head $head, $others producer node(s), run $run_id"

@@ -23,6 +23,7 @@ from ringfeed.shared.config_checks import MIN_BUCKET_FRACTION, check_moved, vali
 from ringfeed.shared.config_corpus import DataConfig, TextConfig
 from ringfeed.shared.config_features import FeaturesConfig, UserFieldConfig, sample_decls
 from ringfeed.shared.config_model import DevicesConfig, ModelConfig, TrainConfig
+from ringfeed.shared.config_stager import StagerConfig
 from ringfeed.shared.sample_schema import ID_FIELDS, FieldSpec, SampleSchema
 from ringfeed.shared.schema import ConfigError, build
 
@@ -91,39 +92,6 @@ class ProducersConfig:
     # A producer that hears nothing from its stager for this long (after a WELCOME,
     # counting only time it was running: not a SIGSTOP or a suspended VM) exits, seconds.
     orphan_s: float = 30.0
-
-
-@dataclass(frozen=True)
-class StagerConfig:
-    # Rows per batch (without buckets).
-    batch_size: int = 32
-    # Batches staged ahead of the trainer (3: triple buffering).
-    batch_slots: int = 3
-    # Batches in plan order (exact resume); false: in the order samples finish.
-    deterministic: bool = True
-    # Seed of the epoch plan (the shuffle of each epoch).
-    seed: int = 1234
-    # 0 = run until stopped.
-    epochs: int = 0
-    # Length buckets (README, "Length buckets"): the mel-frame lengths of the batch
-    # shapes the model sees, ascending, the largest = features.max_frames. Each bucket's
-    # batch holds batch_frames // length rows. () = one fixed shape [batch_size,
-    # max_frames]: the default, as a model must accept several shapes to use buckets.
-    buckets: tuple[int, ...] = ()
-    # > 0 (with buckets unset): that many buckets, from the length manifest's quantiles.
-    auto_buckets: int = 0
-    # Mel frames per batch (rows x bucket length). 0 = batch_size x max_frames: no
-    # bucket's batch is larger than the fixed shape's.
-    batch_frames: int = 0
-
-    @property
-    def bucketed(self) -> bool:
-        return bool(self.buckets) or self.auto_buckets > 0
-
-    @property
-    def n_shapes(self) -> int:
-        """Batch shapes the model may see: one per bucket (auto: at most that many)."""
-        return len(self.buckets) or self.auto_buckets or 1
 
 
 @dataclass(frozen=True)
@@ -239,9 +207,9 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
 INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"), ("features", "durations_dir"))
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read a YAML file into a validated Config; errors name the file and key. Relative
-    INPUT_PATH_KEYS written in the file become absolute, from the file's folder."""
+def read_raw(path: str | os.PathLike[str]) -> Any:
+    """A config file's YAML as plain data, its relative INPUT_PATH_KEYS made absolute
+    from the file's folder (for a tool that edits a config and writes it elsewhere)."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -249,12 +217,18 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if isinstance(raw, dict):
-        for section, key in INPUT_PATH_KEYS:
-            part = raw.get(section)
-            value = part.get(key) if isinstance(part, dict) else None
-            if isinstance(value, str) and value and not Path(value).is_absolute():
-                part[key] = str(path.absolute().parent / value)
+    for section, key in INPUT_PATH_KEYS if isinstance(raw, dict) else ():
+        part = raw.get(section)
+        value = part.get(key) if isinstance(part, dict) else None
+        if isinstance(value, str) and value:  # ~ is the user's home, as in a shell
+            part[key] = str(path.absolute().parent / Path(value).expanduser())
+    return raw
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read a YAML file into a validated Config (read_raw); errors name the file and key."""
+    path = Path(path)
+    raw = read_raw(path)
     try:
         return config_from_dict(raw)
     except ConfigError as exc:

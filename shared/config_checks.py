@@ -109,6 +109,7 @@ def validate(cfg: Config) -> None:
     _validate_transport(cfg)
     _validate_producers(cfg)
     _validate_buckets(cfg)
+    _validate_balance(cfg)
     _validate_trainer(cfg)
     check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
     check(r.max_strikes >= 0, "ring.max_strikes", "must be >= 0 (0 = never refuse a peer)")
@@ -200,6 +201,31 @@ def _validate_buckets(cfg: Config) -> None:
         cfg.batch_frames >= top,
         "stager.batch_frames",
         f"{cfg.batch_frames} < features.max_frames={top}: the longest bucket needs a row",
+    )
+
+
+def _validate_balance(cfg: Config) -> None:
+    b = cfg.stager.balance
+    if not b.on:
+        check(
+            not b.weights, "stager.balance.weights", "needs stager.balance.by (language or speaker)"
+        )
+        return
+    check(
+        0.0 <= b.temperature <= 1.0,
+        "stager.balance.temperature",
+        f"must be in [0, 1] (1: as in the data, 0: uniform), got {b.temperature}",
+    )
+    for name, weight in b.weights.items():
+        check(
+            0.0 < weight < 1e6,
+            f"stager.balance.weights.{name}",
+            f"must be a number > 0 and < 1e6 (a multiplier; 1 is the default), got {weight}",
+        )
+    check(
+        cfg.stager.deterministic,
+        "stager.deterministic",
+        "balanced epochs need deterministic: true (each batch is a fixed part of the plan)",
     )
 
 

@@ -2,7 +2,10 @@
 
 The plan fingerprint (stager, once at start) hashes what decides which item is at
 which plan position: the dataset index content (item ids and audio paths in file
-order, not mtimes), the seed, the length buckets and the length manifest. It is
+order, not mtimes), the seed, the length buckets and the length manifest, and
+with stager.balance each item's group and the weights (a part only a balanced
+plan has, so the default plan's fingerprint is what it was). Never the number of
+training workers: a resume with another number continues the plan. It is
 kept per part, so a refused resume can say what changed. The stager sends it in
 its WELCOME to the consumer; the trainer keeps it in every checkpoint's cursor and
 sends it back in its CONSUMER_HELLO when it resumes (consumer/stager/consumer_side.py).
@@ -43,6 +46,7 @@ PLAN_PARTS = {
     "seed": "seed",
     "buckets": "buckets",
     "manifest": "manifest",
+    "balance": "balance (stager.balance: groups, temperature, weights)",
 }
 # Config sections whose keys shape a sample, less the keys that do not.
 SAMPLE_SECTIONS = ("data", "text", "audio", "features")
@@ -121,7 +125,7 @@ def plan_fingerprint(
 
 def plan_changes(ours: dict[str, str], theirs: dict[str, Any]) -> list[str]:
     """The names of the plan parts that differ ([] if none)."""
-    return [name for part, name in PLAN_PARTS.items() if theirs.get(part) != ours[part]]
+    return [name for part, name in PLAN_PARTS.items() if theirs.get(part) != ours.get(part)]
 
 
 def config_fingerprint(cfg: Config, corpus: str | None = None) -> dict[str, str]:

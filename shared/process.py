@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -76,20 +77,37 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), signum)
 
 
+# A second stop signal this long after the first exits at once (StopFlag.install).
+SECOND_SIGNAL_AFTER_S = 1.0
+
+
 class StopFlag:
     """Set by SIGTERM or SIGINT (and by code); loops check `is_set()`."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self.signal: int | None = None
+        self._first_at: float | None = None
+        self._second_exits = False
 
-    def install(self) -> StopFlag:
-        """Route SIGTERM and SIGINT to this flag (main thread only)."""
+    def install(self, second_exits: bool = False) -> StopFlag:
+        """Route SIGTERM and SIGINT to this flag (main thread only). second_exits: a
+        signal at least SECOND_SIGNAL_AFTER_S after the first exits at once (a user who
+        presses Ctrl-C again does not want to wait for a checkpoint); sooner, it is the
+        same stop (Ctrl-C reaches the whole process group and the launcher's SIGTERM
+        follows at once)."""
+        self._second_exits = second_exits
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
         return self
 
     def _handle(self, signum: int, frame: types.FrameType | None) -> None:
+        now = time.monotonic()
+        if self._first_at is None:
+            self._first_at = now
+        elif self._second_exits and now - self._first_at >= SECOND_SIGNAL_AFTER_S:
+            os.write(2, b"second signal: exiting at once, without a checkpoint\n")
+            os._exit(128 + signum)
         self.signal = signum
         self._event.set()
 

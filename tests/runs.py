@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from ringfeed.consumer.stager.plan import Shard
 from ringfeed.scripts import runner
 from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
 from ringfeed.shared.segments import list_segments
@@ -129,3 +131,26 @@ def batch_records(path: Path) -> dict[int, dict]:
             continue
         records[record["step"]] = record
     return records
+
+
+def free_ports(n: int) -> list[int]:
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+@contextlib.contextmanager
+def workers(config: Path, tmp_path: Path, base: str, n: int = 2):
+    """The runs of n training workers (stager, producers, trainer each), started."""
+    cluster = ",".join(f"127.0.0.1:{port}" for port in free_ports(n))
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for k in range(n):
+            run = stack.enter_context(Run(config, Shard(k, n).run_id(base), tmp_path))
+            args = ["--worker", f"{k}/{n}"]
+            run.verb_args = {"stager": args, "trainer": [*args, "--cluster", cluster]}
+            run.start_all()
+            runs.append(run)
+        yield runs

@@ -178,8 +178,8 @@ def test_producer_features_never_import_librosa() -> None:
 
     code = (
         "import sys, numpy as np\n"
-        "from shared.config import Config\n"
-        "from producer.features import log_mel\n"
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.producer.features import log_mel\n"
         "log_mel(np.zeros(22050, np.float32), Config())\n"
         "sys.exit('librosa' in sys.modules)\n"
     )

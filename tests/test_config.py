@@ -184,6 +184,8 @@ def test_input_paths_are_relative_to_the_config_file_outputs_to_the_working_dire
     assert cfg.data.path == str(tmp_path / "configs" / ".." / "corpus")
     assert cfg.transport.keys_dir == str(tmp_path / "configs" / "keys")
     assert cfg.run_root == "runs" and cfg.features.cache_dir == ".cache/features"
+    path.write_text("transport: {kind: tcp, keys_dir: ~/.ringfeed/keys}\n")
+    assert load_config(path).transport.keys_dir == str(Path.home() / ".ringfeed" / "keys")
     again = tmp_path / "again.yaml"
     again.write_text(cfg.to_yaml())
     assert load_config(again) == cfg

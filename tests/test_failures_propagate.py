@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -195,3 +196,25 @@ def test_an_epoch_that_delivers_nothing_ends_the_run_with_why(tmp_path: Path, st
     assert code == 3
     assert f"epoch {start // n}: every item was skipped ({n - start} at " in str(caught.value)
     assert len(quarantined) == n - start and "ZeroDivisionError" in str(caught.value)
+
+
+def test_a_second_stop_signal_a_second_later_exits_at_once() -> None:
+    """The trainer's stop saves a checkpoint first; a user who signals again (Ctrl-C
+    twice) gets out at once. A second signal right after the first is the same stop
+    (Ctrl-C reaches the whole process group, the launcher's SIGTERM follows)."""
+    probe = (
+        "import os, signal, sys, time\n"
+        "from ringfeed.shared.process import StopFlag\n"
+        "stop = StopFlag().install(second_exits=True)\n"
+        "os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGTERM)\n"
+        "assert stop.is_set(); print('one stop', flush=True)\n"
+        "time.sleep(float(sys.argv[1])); os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(0.2); print('still here', flush=True)\n"
+    )
+    late = subprocess.run([sys.executable, "-c", probe, "1.1"], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert late.returncode == 128 + signal.SIGTERM and late.stdout == "one stop\n"
+    assert "second signal: exiting at once" in late.stderr
+    soon = subprocess.run([sys.executable, "-c", probe, "0"], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert soon.returncode == 0 and soon.stdout == "one stop\nstill here\n", soon.stderr

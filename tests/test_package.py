@@ -4,6 +4,7 @@ and never shadows ours."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -40,9 +41,12 @@ def test_a_users_own_shared_package_and_ringfeed_import_side_by_side(tmp_path: P
 def test_the_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
     """What `pip install ringfeed` puts into site-packages: ringfeed/ and its metadata,
     never a top-level shared/, producer/, consumer/ or scripts/."""
+    source = tmp_path / "src"  # a copy: a build writes build/ and egg-info beside it
+    skip = (".venv", ".git", "runs", ".cache", "build", "*.egg-info", "__pycache__", "data")
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*skip))
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300,
+         "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = tmp_path.glob("ringfeed-*.whl")

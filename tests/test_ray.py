@@ -132,7 +132,8 @@ def test_without_ray_the_verb_says_what_to_install(tmp_path: Path) -> None:
 
     cfg_path, port = ray_config(tmp_path, 10, 0.0)
     hide_ray = (
-        "import sys; sys.modules['ray'] = None; from scripts.cli import main; sys.exit(main())"
+        "import sys; sys.modules['ray'] = None; from ringfeed.scripts.cli import main; "
+        "sys.exit(main())"
     )
     out = subprocess.run(
         [sys.executable, "-c", hide_ray, "producers", str(cfg_path), "--run-id", "x",

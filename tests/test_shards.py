@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
-from ringfeed.consumer.stager.order import PlanOrder
-from ringfeed.consumer.stager.plan import Event, Shard, ShardPlan
+from ringfeed.consumer.stager.plan import Shard, ShardPlan
 from ringfeed.consumer.stager.stager import make_plan
 from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.dataset import dataset_index
 from ringfeed.shared.process import StopFlag
 from ringfeed.shared.schema import ConfigError
+from tests.plan_walk import batches
 
 N_ITEMS = 157
 
@@ -29,21 +29,6 @@ def global_plan(bucketed: bool, epochs: int = 3) -> BucketPlan:
     rng = np.random.default_rng(1)
     buckets = [Bucket(200, 64, 12), Bucket(400, 96, 6), Bucket(800, 200, 3)]
     return BucketPlan(7, epochs, buckets, rng.integers(0, 3, N_ITEMS).astype(np.int32))
-
-
-def batches(plan: ShardPlan | BucketPlan, start: int = 0) -> list[tuple[int, list[int]]]:
-    """(bucket, positions) of every batch the stager's plan order gives from `start`
-    (a consumer's cursor) to the plan's end, as delivery cuts them."""
-    order = PlanOrder(plan, deterministic=True)
-    order.reset(start)
-    out: list[tuple[int, list[int]]] = []
-    while (position := order.next_position(window=10**9)) is not None:
-        order.granted(position, 0)
-        order.finish(Event("sample", position, plan.item_at(position)))
-    while not order.exhausted():
-        bucket, _, end = plan.batch_at(order.cursor)
-        out.append((bucket, [e.position for e in order.pop_events(10**9, until=end)]))
-    return out
 
 
 @pytest.mark.parametrize("bucketed", [False, True])

@@ -9,9 +9,7 @@ and relaunching both gives the batches of an uninterrupted run.
 
 from __future__ import annotations
 
-import contextlib
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -22,7 +20,16 @@ from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
 from ringfeed.consumer.stager.plan import Shard, ShardPlan
 from ringfeed.shared.config import Config, load_config
 from tests.fault_sources import inject_faults
-from tests.runs import BUCKETS, SYNTHETIC, Run, batch_records, rid, shm_segments, write_config
+from tests.runs import (
+    BUCKETS,
+    SYNTHETIC,
+    Run,
+    batch_records,
+    rid,
+    shm_segments,
+    workers,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -49,29 +56,6 @@ def first_part_of_worker_0(cfg: Config) -> list[int]:
     shard = ShardPlan(whole, Shard(0, 2))
     first = shard.next_owned(0)
     return [shard.item_at(first), shard.item_at(shard.next_owned(first + 1))]
-
-
-def free_ports(n: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-
-
-@contextlib.contextmanager
-def workers(config: Path, tmp_path: Path, base: str):
-    """Both workers' runs (stager, producers, trainer each), started."""
-    cluster = ",".join(f"127.0.0.1:{port}" for port in free_ports(2))
-    with contextlib.ExitStack() as stack:
-        runs = []
-        for k in range(2):
-            run = stack.enter_context(Run(config, Shard(k, 2).run_id(base), tmp_path))
-            args = ["--worker", f"{k}/2"]
-            run.verb_args = {"stager": args, "trainer": [*args, "--cluster", cluster]}
-            run.start_all()
-            runs.append(run)
-        yield runs
 
 
 def finished(runs: list[Run]) -> list[dict[int, dict]]:

@@ -89,6 +89,7 @@ class Delivery:
         self.quarantine, self.index, self.net = quarantine, index, net
         self.batches_sent = 0
         self.first_position = self.last_position = 0  # of the batch being built
+        self.batch_end = 0  # the global position after the batch being built (buckets)
         self.end_sent = False
         self.tally = EpochTally(slots.plan.n_items, 0)
 
@@ -142,6 +143,7 @@ class Delivery:
         bucket, _, end = self.slots.plan.batch_at(self.slots.cursor)
         if self.builder.rows == 0:
             self.builder.begin(self.buckets[bucket].shape)
+        self.batch_end = end
         return end
 
     def record_skip(self, event: Event) -> None:
@@ -156,11 +158,15 @@ class Delivery:
             self.first_position = self.last_position = self.slots.cursor - 1
         slot, generation, n_valid = self.builder.finish()
         epoch_of = self.slots.plan.epoch_of
+        # A worker's next position is the global batch's end, not its own next row: the
+        # same for every worker and every number of workers (plan.py ShardPlan), so a
+        # checkpoint's cursor resumes any topology at the same global batch.
+        sharded = hasattr(self.slots.plan, "shard")
         msg = p.BatchReady(
             slot,
             generation,
             self.batches_sent,
-            self.slots.cursor,
+            self.batch_end if sharded else self.slots.cursor,
             epoch_of(self.last_position),
             n_valid,
             epoch_of(self.first_position),

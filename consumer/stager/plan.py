@@ -11,12 +11,15 @@ bucket when buckets are off), and :class:`ShardPlan` keeps the positions of
 worker k: rows k, k + N, k + 2N, ... of every global batch. So the global batch
 j is the union of the workers' batch j, every worker takes the same bucket at
 every step, each worker builds one batch per global batch, and the shards are
-disjoint. Positions stay global: a worker's cursor is a global position, the
-chief's checkpoint serves every worker (each starts at its first position at or
-after it), and resuming stays O(1). The remainder: a global batch with fewer
-than N items (only an epoch's last, leftover batches can be that small) is
-trained by nobody; its items are dropped from that epoch, and since the
-permutation changes every epoch, different items each time (logged at start).
+disjoint. Positions stay global: a worker's cursor is a global position (the
+end of the global batch it last sent), the chief's checkpoint serves every
+worker (each starts at its first position at or after it), and resuming stays
+O(1). The global plan does not depend on the number of workers, so a resume
+with another number continues the same global batches. The remainder: a global
+batch with fewer than N items (only an epoch's last, leftover batches can be
+that small) is trained by nobody; its items are dropped from that epoch, and
+since the permutation changes every epoch, different items each time (logged
+at start).
 """
 
 from __future__ import annotations
@@ -85,6 +88,13 @@ class Shard:
     def chief_run_id(self, run_id: str) -> str:
         """The run id of worker 0, whose checkpoints every worker resumes from."""
         return run_id if self.count == 1 else run_id.removesuffix(f"-w{self.index}") + "-w0"
+
+    def chief_run_ids(self, run_id: str) -> tuple[str, str]:
+        """The chief's run id, then the chief's under the other layout (one worker: base;
+        several: base-w0): where a run resumed with another number of workers finds its
+        checkpoints (consumer/trainer/trainer.py)."""
+        chief = self.chief_run_id(run_id)
+        return chief, chief.removesuffix("-w0") if self.count > 1 else f"{run_id}-w0"
 
     def rows(self, global_rows: int) -> int:
         """Rows of a worker's batch for a global batch of `global_rows`: ceil(rows / N)."""

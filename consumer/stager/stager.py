@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.consumer.devices import count_gpus_for, stager_mel_fn
+from ringfeed.consumer.stager import balance
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.buckets import Bucket, BucketPlan, length_manifest, make_buckets
 from ringfeed.consumer.stager.consumer_side import ConsumerSide
@@ -49,7 +50,7 @@ from ringfeed.shared import protocol as p
 from ringfeed.shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
 from ringfeed.shared.dataset import DatasetError, DatasetIndex, dataset_index
 from ringfeed.shared.fingerprint import config_fingerprint, corpus_digest, plan_fingerprint
-from ringfeed.shared.id_tables import IDS_FILE, settle_tables
+from ringfeed.shared.id_tables import IDS_FILE, IdTables, corpus_tables, settle_tables
 from ringfeed.shared.process import POLL_S, StopFlag, write_json_atomic
 from ringfeed.shared.quarantine import QuarantineWriter
 from ringfeed.shared.ring import Ring, check_rings_fit, segment_name, slot_bytes
@@ -153,14 +154,16 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
 
 
 def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
-              shard: Shard = ONE_WORKER):  # fmt: skip
+              shard: Shard = ONE_WORKER, tables: IdTables | None = None):  # fmt: skip
     """The epoch plan, its length buckets ([] without buckets) and its fingerprint
     (shared/fingerprint.py): with buckets, a plan that also says which batch each
-    position belongs to (consumer/stager/buckets.py). With several workers (shard),
-    worker k's part of one global plan whose batches are fixed ranges of positions
-    (one bucket when buckets are off), and buckets of k's rows of each global batch."""
+    position belongs to (buckets.py); balanced, each group's quota (balance.py;
+    groups from the id `tables`). With several workers (shard), worker k's part of
+    one global plan whose batches are fixed ranges of positions (one bucket when
+    buckets are off), and buckets of k's rows of each global batch; the global plan
+    and its fingerprint are the same for any number of workers."""
     st = cfg.stager
-    if not st.bucketed and shard.count == 1:
+    if not st.bucketed and shard.count == 1 and not st.balance.on:
         fingerprint = plan_fingerprint(cfg, index, [], [])
         return EpochPlan(index.n_items, st.seed, st.epochs), [], fingerprint
     if st.bucketed:
@@ -176,10 +179,8 @@ def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
         f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
         for b, n in zip(buckets, counts, strict=True)))  # fmt: skip
     shapes = [(b.frames, b.text, b.rows) for b in buckets]
-    if shard.count > 1:  # the number of workers decides which batches are trained
-        shapes.append((shard.count,))
     fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
-    plan = BucketPlan(st.seed, st.epochs, buckets, of_item, text)
+    plan = global_plan(cfg, index, tables, buckets, of_item, text, fingerprint)
     if shard.count == 1:
         return plan, buckets, fingerprint
     if not st.deterministic:  # out of order, a batch may take another batch's positions
@@ -199,6 +200,25 @@ def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
              index.n_items, shard.count)  # fmt: skip
     local = [Bucket(b.frames, b.text, shard.rows(b.rows)) for b in buckets]
     return sharded, local, fingerprint
+
+
+def global_plan(cfg: Config, index: DatasetIndex, tables: IdTables | None,
+                buckets: list[Bucket], of_item: np.ndarray, text: np.ndarray | None,
+                fingerprint: dict[str, str]) -> BucketPlan:  # fmt: skip
+    """The bucketed plan, or the balanced one (stager.balance), which adds its part to
+    the plan fingerprint."""
+    b, st = cfg.stager.balance, cfg.stager
+    if not b.on:
+        return BucketPlan(st.seed, st.epochs, buckets, of_item, text)
+    tables = tables or corpus_tables(cfg, index)
+    groups = balance.plan_groups(b, tables, index)
+    weights = balance.group_weights(groups.sizes, b.temperature, balance.named_weights(b, groups))
+    fingerprint["balance"] = balance.balance_hash(groups, weights, b.by, b.temperature)
+    plan = balance.BalancedPlan(st.seed, st.epochs, buckets, of_item, groups, weights, text)
+    shares = "; ".join(balance.describe(groups, plan.quotas(0)))
+    log.info("balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
+             b.by, b.temperature, index.n_items, shares)  # fmt: skip
+    return plan
 
 
 def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> DatasetIndex:
@@ -239,7 +259,7 @@ def build(
              len(tables.languages), directory / IDS_FILE)  # fmt: skip
     ends = endpoints(cfg, run_id)
     samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
-    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop, shard)
+    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop, shard, tables)
     slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
                         cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
                         headers=samples.slots)  # fmt: skip

@@ -149,13 +149,13 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
     """Build everything the loop needs; called once by main. new_plan: if the plan
     changed since the checkpoint, start a new one at its next epoch (else: refused).
     shard, cluster: this worker of several and every worker's host:port."""
-    from ringfeed.consumer.trainer.checkpoint import CheckpointManager
+    from ringfeed.consumer.trainer.checkpoint import CheckpointManager, chief_dir
 
     plan, policy, model, optimizer, step_fn = build_step(cfg, shard, cluster)
     directory = run_dir(cfg, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     checkpoints = CheckpointManager(directory, model, optimizer)
-    chief = run_dir(cfg, shard.chief_run_id(run_id))
+    chief = chief_dir(cfg, shard, run_id)
     source = checkpoints if chief == directory else CheckpointManager(chief, model, optimizer)
     step, cursor = restore(cfg, source)
     if shard.count > 1:
@@ -232,7 +232,11 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             record = {"step": s.step, "batch_index": meta.batch_index,
                       "epochs": [meta.first_epoch, meta.epoch],
                       "shape": [meta.rows, meta.frames, meta.text_len]}  # fmt: skip
-            s.batch_log.write(json.dumps(record | {"items": batch.items.tolist()}) + "\n")
+            rows = {
+                "items": batch.items.tolist(),  # and their true text lengths: a row check
+                "text_lens": batch.tensors["text_lens"].numpy()[: meta.n_valid].tolist(),
+            }
+            s.batch_log.write(json.dumps(record | rows) + "\n")
             s.batch_log.flush()
         if s.step % cfg.train.log_every == 0:
             report(s, loss)
@@ -354,7 +358,7 @@ def main(
     refused to resume (the plan changed: the log says what), 1 on a lost stager, a lost
     peer worker (train.collective_timeout_s) or any error (the launcher then stops the
     whole run). shard, cluster: `--worker K/N --cluster HOST:PORT,...`."""
-    stop = StopFlag().install()
+    stop = StopFlag().install(second_exits=True)
     try:
         s = setup(cfg, run_id, stop, new_plan, shard, cluster)
     except Exception as exc:

@@ -1,0 +1,215 @@
+"""Balanced epochs: padding, useful frames per second, window ratios and plan cost.
+
+    .venv/bin/python benchmarks/balance.py [--items 200000] [--rounds 2] [--steps 30]
+    .venv/bin/python benchmarks/balance.py --build 10000000 [--speakers 50000]   # plan cost
+
+On the generated lopsided corpus (tests/lopsided.py: languages 80 / 15 / 5 %,
+Zipf-sized speakers, the rare language speaking longer clips), three plans:
+
+- balanced+buckets: stager.balance by language, temperature 0.3, four length
+  buckets (200 / 300 / 450 / 800 frames, 8 x 800 frames a batch);
+- plain+buckets: the same buckets without balance (BucketPlan, as today);
+- balanced, no buckets: one fixed shape [8, 800].
+
+For each: padding efficiency (true / padded mel frames over every batch of an
+epoch, empty rows of part-filled batches counted as padding), the worst gap
+between a language's share of any 10 consecutive batches and its target share
+(the data's for plain+buckets), and the useful mel frames per second of the demo
+model (d_model 64, 2 layers, XLA, CPU) training on the plan's first batches (true
+frames over step time; each shape compiled before timing; rounds alternate the
+plans). --build times the balanced plan of one epoch at that many items and its
+memory: the peak of Python allocations during the build (tracemalloc) and the
+arrays kept per epoch, in bytes per item.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ringfeed.consumer.stager.balance import BalancedPlan, Groups, group_weights, quotas  # noqa: E402
+from ringfeed.consumer.stager.buckets import Bucket, BucketPlan  # noqa: E402
+from tests.lopsided import Corpus, lopsided_corpus  # noqa: E402
+
+SEED = 1234
+TEMPERATURE = 0.3
+BATCH_FRAMES = 8 * 800
+WINDOW_BATCHES = 10
+
+
+def plans(corpus: Corpus) -> dict[str, BucketPlan]:
+    groups = corpus.languages
+    weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
+    n = len(corpus.frames)
+    fixed = [Bucket(800, corpus.buckets[-1].text, BATCH_FRAMES // 800)]
+    return {
+        "balanced+buckets": BalancedPlan(
+            SEED, 1, corpus.buckets, corpus.of_bucket, groups, weights, corpus.text
+        ),
+        "plain+buckets": BucketPlan(SEED, 1, corpus.buckets, corpus.of_bucket, corpus.text),
+        "balanced, no buckets": BalancedPlan(
+            SEED, 1, fixed, np.zeros(n, np.int32), groups, weights, corpus.text
+        ),
+    }
+
+
+def epoch_batches(plan: BucketPlan, corpus: Corpus) -> list[tuple[Bucket, np.ndarray]]:
+    layout = plan.layout(0)
+    ends = np.append(layout.starts, len(layout.order))
+    return [
+        (plan.buckets[int(b)], layout.order[ends[k] : ends[k + 1]])
+        for k, b in enumerate(layout.buckets)
+    ]
+
+
+def padding(batches: list[tuple[Bucket, np.ndarray]], corpus: Corpus) -> float:
+    true = sum(int(np.minimum(corpus.frames[items], b.frames).sum()) for b, items in batches)
+    return true / sum(b.rows * b.frames for b, _ in batches)
+
+
+def worst_window(plan: BucketPlan, corpus: Corpus, balanced: bool) -> float:
+    layout = plan.layout(0)
+    groups = corpus.languages
+    if balanced:
+        w = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
+        q = quotas(w, len(corpus.frames), SEED, 0)
+    else:
+        q = groups.sizes
+    target = q / q.sum()
+    group = groups.of_item[layout.order]
+    ends = np.append(layout.starts, len(layout.order))
+    full = len(layout.starts) - len(plan.buckets)  # the epoch's last, part-filled ones
+    worst = 0.0
+    for i in range(max(0, full - WINDOW_BATCHES)):
+        window = np.bincount(group[ends[i] : ends[i + WINDOW_BATCHES]], minlength=len(q))
+        worst = max(worst, float(np.abs(window / window.sum() - target).max()))
+    return worst
+
+
+def model_step(n_shapes: int):
+    """The demo model's TrainStep on CPU (XLA), and the config it was built from."""
+    import os
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    from ringfeed.consumer.devices import configure_tensorflow, plan_device
+    from ringfeed.consumer.trainer import model as model_module
+    from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer
+    from ringfeed.shared.config import config_from_dict
+
+    cfg = config_from_dict({
+        "stager": {"batch_size": 8, "buckets": [200, 300, 450, 800][-n_shapes:]},
+        "model": {"kwargs": {"d_model": 64, "n_layers": 2}},
+        "train": {"mixed_precision": False},
+    })  # fmt: skip
+    configure_tensorflow(plan_device("trainer", cfg, 0))
+    model, loss_fn = model_module.load_model_factory(cfg)
+    return cfg, TrainStep(model, make_optimizer(cfg), loss_fn, True, max_shapes=4)
+
+
+def tensors(cfg, bucket: Bucket, items: np.ndarray, corpus: Corpus, rng) -> dict:
+    rows = bucket.rows
+    mel_lens = np.zeros(rows, np.int32)
+    text_lens = np.zeros(rows, np.int32)
+    mel_lens[: len(items)] = np.minimum(corpus.frames[items], bucket.frames)
+    text_lens[: len(items)] = np.minimum(corpus.text[items], bucket.text)
+    return {
+        "tokens": rng.integers(1, cfg.vocab_size, (rows, bucket.text)).astype(np.int32),
+        "text_lens": text_lens,
+        "mel": rng.normal(size=(rows, bucket.frames, cfg.features.n_mels)).astype(np.float32),
+        "mel_lens": mel_lens,
+        "speaker": np.zeros(rows, np.int32),
+        "language": np.zeros(rows, np.int32),
+    }
+
+
+def useful_frames_per_s(step, cfg, batches, corpus: Corpus, steps: int) -> float:
+    rng = np.random.default_rng(0)
+    chosen = batches[:steps]
+    data = [tensors(cfg, b, items, corpus, rng) for b, items in chosen]
+    for shape in {b.frames: k for k, (b, _) in enumerate(chosen)}.values():
+        float(step(data[shape]))  # compile every shape first: outside the timing
+    t0 = time.perf_counter()
+    for batch in data:
+        float(step(batch))
+    elapsed = time.perf_counter() - t0
+    return sum(int(b["mel_lens"].sum()) for b in data) / elapsed
+
+
+def compare(items: int, rounds: int, steps: int) -> None:
+    corpus = lopsided_corpus(items, batch_frames=BATCH_FRAMES)
+    found = plans(corpus)
+    batches = {name: epoch_batches(plan, corpus) for name, plan in found.items()}
+    cfg, step = model_step(4)
+    rates: dict[str, list[float]] = {name: [] for name in found}
+    for _ in range(rounds):
+        for name in found:
+            rates[name].append(useful_frames_per_s(step, cfg, batches[name], corpus, steps))
+    print(f"{items} items, temperature {TEMPERATURE} by language, {rounds} rounds x {steps} steps")
+    print("| plan | batches | padding eff. | worst 10-batch share gap | useful mel frames/s |")
+    print("|---|---:|---:|---:|---:|")
+    for name, plan in found.items():
+        gap = worst_window(plan, corpus, balanced=name.startswith("balanced"))
+        rounds_shown = " / ".join(f"{r:,.0f}" for r in rates[name])
+        print(f"| {name} | {len(batches[name])} | {padding(batches[name], corpus):.3f} | "
+              f"{gap:.3f} | {statistics.median(rates[name]):,.0f} ({rounds_shown}) |")  # fmt: skip
+
+
+def many_speakers(items: int, k: int) -> Groups:
+    """k speakers of Zipf-like sizes (exponent 1.1) over `items` clips."""
+    zipf = 1.0 / np.arange(1, k + 1) ** 1.1
+    of_item = np.random.default_rng(0).choice(k, size=items, p=zipf / zipf.sum())
+    return Groups(of_item.astype(np.int32), tuple(f"s{i}" for i in range(k)))
+
+
+def build(items: int, rounds: int, speakers: int) -> None:
+    corpus = lopsided_corpus(items, batch_frames=BATCH_FRAMES)
+    cases = [("language", corpus.languages), ("speaker", corpus.speakers)]
+    if speakers:
+        cases.append(("speaker", many_speakers(items, speakers)))
+    for by, groups in cases:
+        weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
+        times, peaks, kept = [], [], []
+        for epoch in range(rounds):
+            plan = BalancedPlan(SEED, 0, corpus.buckets, corpus.of_bucket, groups, weights,
+                                corpus.text)  # fmt: skip
+            tracemalloc.start()
+            t0 = time.perf_counter()
+            layout = plan.layout(epoch)
+            times.append(time.perf_counter() - t0)
+            peaks.append(tracemalloc.get_traced_memory()[1] / items)
+            tracemalloc.stop()
+            arrays = (layout.order, layout.starts, layout.buckets)
+            kept.append(sum(a.nbytes for a in arrays) / items)
+        each = ", ".join(f"{t:.2f}" for t in times)
+        print(f"by {by} ({len(groups.names)} groups), {items:,} items: build "
+              f"{statistics.median(times):.2f} s (each: {each}), peak {max(peaks):.1f} B/item "
+              f"during it, kept {max(kept):.1f} B/item per epoch")  # fmt: skip
+    inputs = corpus.languages.of_item.nbytes + corpus.of_bucket.nbytes + corpus.text.nbytes
+    print(f"the plan's inputs (group, bucket, text of each item): {inputs / items:.0f} B/item")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--build", type=int, default=0, help="time one epoch's plan of N items")
+    parser.add_argument("--speakers", type=int, default=0, help="--build: also K Zipf speakers")
+    args = parser.parse_args()
+    if args.build:
+        build(args.build, args.rounds, args.speakers)
+    else:
+        compare(args.items, args.rounds, args.steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""Balanced epochs (consumer/stager/balance.py) on a generated lopsided corpus, without
+processes: exact quotas, at most once per repeat, the ratios in every window of 10
+batches, determinism, batches of one bucket, and a resume under another number of
+training workers that continues the same global batches; then the stager's plan,
+its fingerprint and validate's lines; and one real run (slow), killed on two
+workers and resumed on one, against the plan's global batches."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ringfeed.consumer.stager.balance import (
+    BalancedPlan,
+    Groups,
+    balanced_layout,
+    group_weights,
+    merge_by_due,
+    quotas,
+)
+from ringfeed.consumer.stager.buckets import Bucket
+from ringfeed.consumer.stager.plan import EpochPlan, Shard, ShardPlan
+from ringfeed.consumer.stager.stager import make_plan
+from ringfeed.scripts.corpus_report import corpus_check
+from ringfeed.shared.config import config_from_dict, load_config
+from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.fingerprint import PLAN_PARTS, plan_changes
+from ringfeed.shared.id_tables import corpus_tables
+from ringfeed.shared.process import StopFlag
+from ringfeed.shared.schema import ConfigError
+from tests.corpus_files import WAVS, write_manifest
+from tests.lopsided import lopsided_corpus
+from tests.plan_walk import batches
+from tests.runs import SYNTHETIC, Run, batch_records, rid, shm_segments, workers, write_config
+
+N_ITEMS = 6000
+SEED = 11
+WINDOW_BATCHES = 10
+# The largest gap between a group's share of any 10 consecutive batches and its target
+# share, on this corpus (README, "Balanced epochs"): one bucket per batch, and the rare
+# language speaks longer clips, so a window's mix of buckets moves its share of them.
+WINDOW_BOUND = {"bucketed": 0.08, "fixed": 0.01}
+
+CORPUS = lopsided_corpus(N_ITEMS)
+FIXED = [Bucket(800, 200, 32)]
+
+
+def layout_of(groups: Groups, temperature: float, bucketed: bool, epoch: int = 0, seed=SEED):
+    weights = group_weights(groups.sizes, temperature, [1.0] * len(groups.names))
+    of_bucket = CORPUS.of_bucket if bucketed else np.zeros(N_ITEMS, np.int32)
+    buckets = CORPUS.buckets if bucketed else FIXED
+    layout = balanced_layout(groups, weights, of_bucket, buckets, CORPUS.text, seed, epoch)
+    return layout, quotas(weights, N_ITEMS, seed, epoch)
+
+
+GROUPINGS = {"language": CORPUS.languages, "speaker": CORPUS.speakers}
+
+
+@pytest.mark.parametrize("by", GROUPINGS)
+@pytest.mark.parametrize("temperature", [0.0, 0.3, 1.0])
+def test_each_group_gets_exactly_its_quota_each_item_at_most_once_per_repeat(
+    by: str, temperature: float
+) -> None:
+    groups = GROUPINGS[by]
+    for epoch in range(3):
+        layout, quota = layout_of(groups, temperature, bucketed=True, epoch=epoch)
+        assert len(layout.order) == quota.sum() == N_ITEMS
+        assert np.array_equal(
+            np.bincount(groups.of_item[layout.order], minlength=len(quota)), quota
+        )
+        times = np.bincount(layout.order, minlength=N_ITEMS)
+        for g, (q, n) in enumerate(zip(quota, groups.sizes, strict=True)):
+            mine = times[groups.of_item == g]
+            repeats, more = divmod(int(q), int(n))
+            assert set(mine.tolist()) <= {repeats, repeats + 1}, "at most once per repeat"
+            assert int((mine == repeats + 1).sum()) == more
+    sizes = groups.sizes
+    if temperature == 1.0:  # as in the data: every clip once, exactly
+        assert np.array_equal(quota, sizes)
+    if temperature == 0.0:  # uniform: the same share for every group, to one position
+        assert quota.max() - quota.min() <= 1
+
+
+def test_quotas_follow_the_temperature_and_average_the_exact_share() -> None:
+    sizes = CORPUS.languages.sizes
+    shares = [quotas(group_weights(sizes, t, [1, 1, 1]), N_ITEMS, SEED, 0) / N_ITEMS
+              for t in (1.0, 0.3, 0.0)]  # fmt: skip
+    assert shares[0][2] < shares[1][2] < shares[2][2], "the rare language gains as t falls"
+    weights = group_weights(sizes, 0.3, [1, 2, 1])  # a multiplier doubles language b
+    exact = N_ITEMS * weights / weights.sum()
+    drawn = np.array([quotas(weights, N_ITEMS, SEED, e) for e in range(400)])
+    assert (drawn.sum(axis=1) == N_ITEMS).all()
+    assert np.all(np.abs(drawn - exact) < 1)  # floor or ceiling of the exact share
+    assert np.abs(drawn.mean(axis=0) - exact).max() < 0.15  # its mean, over epochs
+
+
+@pytest.mark.parametrize("bucketed", [True, False], ids=["bucketed", "fixed"])
+@pytest.mark.parametrize("temperature", [0.0, 0.3])
+def test_every_window_of_ten_batches_keeps_the_target_ratio(bucketed, temperature) -> None:
+    groups = CORPUS.languages
+    layout, quota = layout_of(groups, temperature, bucketed)
+    target = quota / quota.sum()
+    group = groups.of_item[layout.order]
+    ends = np.append(layout.starts, len(layout.order))
+    full = len(layout.starts) - len(CORPUS.buckets)  # the epoch's last, part-filled ones
+    worst = 0.0
+    for i in range(full - WINDOW_BATCHES):
+        window = group[ends[i] : ends[i + WINDOW_BATCHES]]
+        worst = max(worst, np.abs(np.bincount(window, minlength=3) / len(window) - target).max())
+    assert worst <= WINDOW_BOUND["bucketed" if bucketed else "fixed"]
+
+
+def test_batches_hold_one_bucket_full_but_for_the_last_few() -> None:
+    layout, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True)
+    sizes = np.diff(np.append(layout.starts, len(layout.order)))
+    rows = np.array([b.rows for b in CORPUS.buckets])
+    per_bucket = np.bincount(CORPUS.of_bucket[layout.order], minlength=len(rows))
+    n_full = int((per_bucket // rows).sum())
+    assert len(sizes) - n_full <= len(rows), "the leftovers share at most one batch a bucket"
+    assert np.array_equal(sizes[:n_full], rows[layout.buckets[:n_full]])
+    for k, (start, size) in enumerate(zip(layout.starts, sizes, strict=True)):
+        mine = CORPUS.of_bucket[layout.order[start : start + size]]
+        if k < n_full:
+            assert (mine == layout.buckets[k]).all()
+        else:  # a leftover: shorter clips may ride in a longer bucket's batch
+            assert (mine <= layout.buckets[k]).all()
+
+
+def test_one_seed_gives_one_plan_and_epochs_differ() -> None:
+    first, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=2)
+    again, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=2)
+    for field in ("order", "starts", "buckets"):
+        assert np.array_equal(getattr(first, field), getattr(again, field))
+    other, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=3)
+    reseeded, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=2, seed=SEED + 1)
+    assert not np.array_equal(first.order, other.order)
+    assert not np.array_equal(first.order, reseeded.order)
+
+
+def test_merge_by_due_keeps_every_prefix_near_its_share() -> None:
+    runs = np.array([700, 90, 9, 1])
+    order = merge_by_due(runs)
+    run_of = np.repeat(np.arange(len(runs)), runs)[order]
+    counts = np.cumsum(np.eye(len(runs), dtype=np.int64)[run_of], axis=0)
+    share = runs / runs.sum()
+    expected = np.outer(np.arange(1, runs.sum() + 1), share)
+    # half an item of its due time, plus the others' roundings (merge_by_due)
+    assert (np.abs(counts - expected) < 0.5 + share * len(runs) / 2).all()
+    assert np.abs(counts - expected).max() <= 1.25
+
+
+def global_batches(whole, n_workers: int, start: int = 0) -> list[list[int]]:
+    """The global batches (sorted positions) that n_workers train from plan position
+    `start`: at each step, the union of every worker's batch."""
+    runs = [batches(ShardPlan(whole, Shard(k, n_workers)), start) for k in range(n_workers)]
+    return [sorted(p for _, ps in step for p in ps) for step in zip(*runs, strict=True)]
+
+
+@pytest.mark.parametrize("before, after", [(2, 3), (3, 1), (1, 2)])
+def test_a_resume_with_another_number_of_workers_continues_the_global_batches(
+    before: int, after: int
+) -> None:
+    n = 900
+    corpus = lopsided_corpus(n, seed=3)
+    weights = group_weights(corpus.speakers.sizes, 0.0, [1.0] * len(corpus.speakers.names))
+    buckets = [Bucket(b.frames, b.text, max(3, b.rows // 16)) for b in corpus.buckets]
+    whole = BalancedPlan(SEED, 2, buckets, corpus.of_bucket, corpus.speakers, weights, corpus.text)
+    old, new = global_batches(whole, before), global_batches(whole, after)
+    for cut in (1, len(old) // 3, len(old) // 2 + 1):
+        cursor = whole.batch_at(old[cut - 1][0])[2]  # the chief's checkpoint: a global end
+        resumed = global_batches(whole, after, cursor)
+        assert resumed == [b for b in new if b[0] >= cursor]
+        trained = [p for b in old[:cut] + resumed for p in b]
+        assert len(trained) == len(set(trained)), "nothing repeated"
+        whole_batches = {tuple(range(s, e)) for s, e in all_batches(whole)
+                         if e - s >= max(before, after)}  # fmt: skip
+        assert whole_batches <= {tuple(b) for b in old[:cut] + resumed}, "nothing skipped"
+
+
+def all_batches(plan) -> list[tuple[int, int]]:
+    out, position = [], 0
+    while position < plan.end:
+        _, start, end = plan.batch_at(position)
+        out.append((start, end))
+        position = end
+    return out
+
+
+def manifest_config(tmp_path, **balance):
+    """A jsonl corpus of the shipped clips: speaker ann 9 clips, bob 2, cy 1."""
+    speakers = ["ann"] * 9 + ["bob"] * 2 + ["cy"]
+    lines = [{"audio": str(WAVS / f"LJ001-{k + 1:04d}.wav"), "text": f"clip {k}",
+              "speaker": s, "id": f"c{k}"} for k, s in enumerate(speakers)]  # fmt: skip
+    path = write_manifest(tmp_path / "m.jsonl", lines)
+    stager = {"batch_size": 4} | ({"balance": balance} if balance else {})
+    return config_from_dict({"data": {"path": str(path), "format": "jsonl"}, "stager": stager})
+
+
+def test_the_stager_plan_balances_and_its_fingerprint_names_the_balance(tmp_path) -> None:
+    plain = manifest_config(tmp_path)
+    index = dataset_index(plain)
+    base_plan, _, base = make_plan(plain, index, tmp_path, StopFlag())
+    assert type(base_plan) is EpochPlan and "balance" not in base  # the default: as before
+    cfg = manifest_config(tmp_path, by="speaker", temperature=0.0)
+    plan, buckets, ours = make_plan(cfg, index, tmp_path, StopFlag())
+    assert isinstance(plan, BalancedPlan) and [b.rows for b in buckets] == [4]
+    assert plan.quotas(0).tolist() == [4, 4, 4]  # ann, bob, cy: uniform
+    epoch = [index.item_id(plan.item_at(p)) for p in range(12)]
+    assert sorted(epoch.count(f"c{k}") for k in (9, 10, 11)) == [2, 2, 4]
+    _, _, two_workers = make_plan(cfg, index, tmp_path, StopFlag(), Shard(1, 2))
+    assert two_workers == ours, "the number of workers is no part of the plan"
+    warmer = manifest_config(tmp_path, by="speaker", temperature=0.5)
+    _, _, theirs = make_plan(warmer, index, tmp_path, StopFlag())
+    assert plan_changes(ours, theirs) == [PLAN_PARTS["balance"]]
+    assert plan_changes(ours, base) == [PLAN_PARTS["buckets"], PLAN_PARTS["balance"]]
+    wrong = manifest_config(tmp_path, by="speaker", weights={"anne": 2.0})
+    with pytest.raises(ConfigError, match="stager.balance.weights.anne: no speaker"):
+        make_plan(wrong, index, tmp_path, StopFlag())
+
+
+@pytest.mark.parametrize(
+    "balance, key",
+    [
+        ({"by": "speaker", "temperature": 1.5}, "stager.balance.temperature"),
+        ({"weights": {"en": 2.0}}, "stager.balance.weights"),
+        ({"by": "language", "weights": {"en": 0.0}}, "stager.balance.weights.en"),
+        ({"by": "accent"}, "stager.balance.by"),
+    ],
+)
+def test_a_bad_balance_key_is_named(balance: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        config_from_dict({"stager": {"balance": balance}})
+
+
+def test_validate_prints_the_epoch_and_every_groups_quota(tmp_path) -> None:
+    cfg = manifest_config(tmp_path, by="speaker", temperature=0.0, weights={"cy": 2.0})
+    lines = corpus_check(cfg).lines
+    at = next(k for k, line in enumerate(lines) if line.startswith("  balance"))
+    assert "by speaker, temperature 0: 12 positions an epoch" in lines[at]
+    assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 4]] == [
+        "cy: 6 of 1 clips", "ann: 3 of 9 clips", "bob: 3 of 2 clips"]  # fmt: skip
+    assert "each clip 6 times" in lines[at + 1] and "each clip 0 or 1 times" in lines[at + 2]
+
+
+def lopsided_run_config(tmp_path) -> Path:
+    """48 clips (the 16 shipped recordings, each under three ids) of speakers ann 36,
+    bob 9 and cy 3, balanced by speaker (uniform: 16 positions each an epoch); clip k's
+    text is k + 1 letters, so a row's text length names its item."""
+    speakers = ["ann"] * 36 + ["bob"] * 9 + ["cy"] * 3
+    lines = [{"audio": str(WAVS / f"LJ001-{k % 16 + 1:04d}.wav"), "text": "a" * (k + 1),
+              "speaker": s, "id": f"c{k}"} for k, s in enumerate(speakers)]  # fmt: skip
+    manifest = write_manifest(tmp_path / "lopsided.jsonl", lines)
+    train = {"steps": 16, "checkpoint_every": 4, "log_every": 4, "jit_compile": False,
+             "log_batches": True, "cpu_threads": 1, "collective_timeout_s": 8.0}  # fmt: skip
+    raw = SYNTHETIC | {
+        "data": {"path": str(manifest), "format": "jsonl"},
+        "features": {"max_frames": 32, "on_too_long": "truncate",
+                     "cache_dir": str(tmp_path / "cache")},
+        "text": {"max_text_len": 64},
+        "stager": {"batch_size": 4, "balance": {"by": "speaker", "temperature": 0.0}},
+        "producers": {"workers": 1},
+        "train": train,
+    }  # fmt: skip
+    return write_config(tmp_path, raw)
+
+
+@pytest.mark.slow
+def test_killed_on_two_workers_resumed_on_one_gives_the_uninterrupted_global_batches(
+    tmp_path,
+) -> None:
+    config = lopsided_run_config(tmp_path)
+    cfg = load_config(config)
+    index = dataset_index(cfg)
+    plan, _, _ = make_plan(cfg, index, tmp_path, StopFlag())
+    expected = {s: sorted(plan.item_at(p) for p in range(4 * (s - 1), 4 * s)) for s in range(1, 17)}
+    base = rid("bal")
+    (tmp_path / "two").mkdir()
+    with workers(config, tmp_path / "two", base) as runs:  # killed mid-epoch 0
+        chief = runs[0]
+        chief.poll_for(lambda: (chief.dir / "checkpoints" / "checkpoint").exists(),
+                       what="the chief's first checkpoint")  # fmt: skip
+        for run in runs:
+            run.signal("trainer", signal.SIGKILL)
+        for run in runs:
+            run.stop()
+        before = [batch_records(run.dir / "batches.jsonl") for run in runs]
+    with Run(config, base, tmp_path) as one:  # one worker takes up the chief's checkpoint
+        one.start_all()
+        assert one.wait_all(timeout_s=120) == {"stager": 0, "producers": 0, "trainer": 0}
+        summary, after = one.json("summary.json"), batch_records(one.dir / "batches.jsonl")
+        assert shm_segments(base) == []
+    resumed = summary["steps"] - summary["steps_this_run"]
+    assert summary["steps"] == 16 and 4 <= resumed < 16, one.logs()
+    got = {}
+    for step in range(1, 17):
+        parts = [r[step] for r in before] if step <= resumed else [after[step]]
+        if step <= resumed:  # rows 0, 2 on worker 0, rows 1, 3 on worker 1
+            assert [len(part["items"]) for part in parts] == [2, 2]
+        for part in parts:  # every row is the item it claims: its text has item + 1 letters
+            assert part["text_lens"] == [item + 2 for item in part["items"]]  # + end token
+        got[step] = sorted(item for part in parts for item in part["items"])
+    assert got == expected
+    tables = corpus_tables(cfg, index)
+    speaker = tables.item_ids(index)[0]
+    epoch_0 = [tables.speakers[speaker[i]] for s in range(1, 13) for i in got[s]]
+    assert [epoch_0.count(name) for name in ("ann", "bob", "cy")] == [16, 16, 16]
