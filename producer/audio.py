@@ -8,6 +8,7 @@ the worker.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 
@@ -29,11 +30,12 @@ _FALLBACK_EXTENSIONS = (".mp3", ".m4a", ".ogg", ".opus")
 Segment = tuple[float, float] | None
 
 
-def header_duration_s(path: str) -> float | None:
+def header_duration_s(path: str, data: bytes | None = None) -> float | None:
     """The duration a file's header claims, without decoding it; None if no reader
-    knows the format (the decode then says why)."""
+    knows the format (the decode then says why). data: the clip's bytes when it is a
+    member of a tar shard (path is then the shard)."""
     try:
-        info = sf.info(path)
+        info = sf.info(io.BytesIO(data) if data is not None else path)
     except (sf.LibsndfileError, RuntimeError):
         return None
     if info.samplerate <= 0:
@@ -41,11 +43,13 @@ def header_duration_s(path: str) -> float | None:
     return info.frames / info.samplerate
 
 
-def check_duration(path: str, cfg: Config, segment: Segment = None) -> None:
+def check_duration(
+    path: str, cfg: Config, segment: Segment = None, data: bytes | None = None
+) -> None:
     """Reject from the header what would cost a long decode for nothing: longer than
     audio.max_duration_s, or, with features.on_too_long: skip and no silence trimming,
     longer than a slot holds (max_frames frames). A segment is judged by its own length."""
-    duration_s = header_duration_s(path)
+    duration_s = header_duration_s(path, data)
     if duration_s is None:
         return
     if segment is not None:
@@ -75,26 +79,32 @@ def check_duration(path: str, cfg: Config, segment: Segment = None) -> None:
         )
 
 
-def decode(path: str, segment: Segment = None) -> tuple[np.ndarray, int]:
+def decode(
+    path: str, segment: Segment = None, member: bytes | None = None
+) -> tuple[np.ndarray, int]:
     """Read any supported file -> (float32 [n_samples, n_channels], sample_rate in Hz);
-    only the segment (offset_s, duration_s; duration 0: to the end) when one is given."""
+    only the segment (offset_s, duration_s; duration 0: to the end) when one is given.
+    member: the clip's bytes when it is a member of a tar shard (path is the shard)."""
     try:
-        size = os.stat(path).st_size
+        size = os.stat(path).st_size if member is None else len(member)
     except FileNotFoundError:
         raise SkipSample("audio file not found", path) from None
     if size == 0:
         raise SkipSample("zero-byte audio file", path)
+    source = path if member is None else io.BytesIO(member)
     try:
         if segment is None:
-            data, sr = sf.read(path, dtype="float32", always_2d=True)
+            data, sr = sf.read(source, dtype="float32", always_2d=True)
         else:
-            sr = sf.info(path).samplerate
+            sr = sf.info(source).samplerate
+            if member is not None:
+                source.seek(0)
             # At least one sample: a duration under half a sample is not "to the end".
             start, n = round(segment[0] * sr), max(1, round(segment[1] * sr)) if segment[1] else -1
-            data, sr = sf.read(path, start=start, frames=n, dtype="float32", always_2d=True)
+            data, sr = sf.read(source, start=start, frames=n, dtype="float32", always_2d=True)
         return data, int(sr)
     except sf.LibsndfileError as exc:
-        if not path.lower().endswith(_FALLBACK_EXTENSIONS):
+        if member is not None or not path.lower().endswith(_FALLBACK_EXTENSIONS):
             raise SkipSample(
                 f"unreadable audio file (soundfile: {exc.error_string})", path
             ) from None
@@ -131,15 +141,18 @@ def resample(wave: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     return soxr.resample(wave, sr_in, sr_out, quality=RESAMPLE_QUALITY).astype(np.float32)
 
 
-def load_audio(path: str, cfg: Config, segment: Segment = None) -> np.ndarray:
-    """Decode path (or its segment, (offset_s, duration_s)) -> float32 [n_samples] mono at
-    audio.sample_rate, trimmed and normalized.
+def load_audio(
+    path: str, cfg: Config, segment: Segment = None, member: bytes | None = None
+) -> np.ndarray:
+    """Decode path (or its segment, (offset_s, duration_s); or the bytes of its member when
+    path is a tar shard) -> float32 [n_samples] mono at audio.sample_rate, trimmed and
+    normalized.
 
     Raises SkipSample for unreadable, empty, non-finite, silent or too-short audio.
     """
     a = cfg.audio
-    check_duration(path, cfg, segment)
-    data, sr = decode(path, segment)
+    check_duration(path, cfg, segment, member)
+    data, sr = decode(path, segment, member)
     if data.size == 0:
         raise SkipSample("audio file has no samples", path)
     wave = to_mono(data)

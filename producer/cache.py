@@ -220,12 +220,23 @@ class FeatureCache:
         return len(self._index)
 
     @staticmethod
-    def key(audio_path: str, segment: tuple[float, float] | None = None) -> bytes:
+    def key(
+        audio_path: str,
+        segment: tuple[float, float] | None = None,
+        member: tuple[int, int] | None = None,
+    ) -> bytes:
         """16-byte key from the file's absolute path, size and mtime_ns (one stat call),
-        and the segment (offset_s, duration_s) when the clip is part of the file."""
-        path = os.path.abspath(audio_path)
-        st = os.stat(path)
-        identity = f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+        and the segment (offset_s, duration_s) when the clip is part of the file, and the
+        member (offset, size) when the file is a tar shard. A shard on object storage is
+        not statted: its URL and the member's place name it."""
+        if "://" in audio_path:
+            identity = f"{audio_path}\0remote".encode()
+        else:
+            path = os.path.abspath(audio_path)
+            st = os.stat(path)
+            identity = f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+        if member is not None:
+            identity += f"\0member {member[0]} {member[1]}".encode()
         if segment is not None:
             identity += f"\0{segment[0]!r}\0{segment[1]!r}".encode()
         return hashlib.blake2b(identity, digest_size=16).digest()

@@ -11,6 +11,7 @@ manifest is missing or stale.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import time
@@ -23,19 +24,23 @@ from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.sources import synthetic_lengths
 from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config
-from ringfeed.shared.dataset import DatasetIndex, dataset_index
+from ringfeed.shared.dataset import DatasetEntry, DatasetIndex, dataset_index
 from ringfeed.shared.manifest import UNKNOWN, Manifest, load_manifest, manifest_path, save_manifest
+from ringfeed.shared.shards import MemberReader
 
 log = logging.getLogger(__name__)
 
 PROGRESS_S = 2.0
 
 
-def header_frames(path: str, cfg: Config, segment: Segment = None) -> int:
+def header_frames(
+    path: str, cfg: Config, segment: Segment = None, data: bytes | None = None
+) -> int:
     """Mel frames of the clip (or its segment: offset_s, duration_s) at audio.sample_rate,
-    from its header; UNKNOWN if unreadable."""
+    from its header (data: the clip's bytes when it is a tar shard member); UNKNOWN if
+    unreadable."""
     try:
-        info = sf.info(path)
+        info = sf.info(io.BytesIO(data) if data is not None else path)
     except Exception:  # noqa: BLE001 - any reader failure means "not known from the header"
         return UNKNOWN
     if info.frames <= 0 or info.samplerate <= 0:
@@ -65,6 +70,17 @@ def text_tokens(encoder: TextEncoder, text: str, language: str = "en") -> int:
     return len(tokens)
 
 
+def _member(reader: MemberReader, entry: DatasetEntry) -> bytes | None:
+    """A tar shard member's bytes (None for a file of its own, or an unreadable member:
+    its frames are then UNKNOWN, as for an unreadable file)."""
+    if entry.member is None:
+        return None
+    try:
+        return reader.read(entry.audio_path, *entry.member)
+    except OSError:
+        return b""
+
+
 def build_manifest(cfg: Config, index: DatasetIndex | None = None) -> Manifest:
     """Measure the items the manifest on disk lacks, save, and return the whole."""
     index = index if index is not None else dataset_index(cfg)
@@ -77,13 +93,15 @@ def build_manifest(cfg: Config, index: DatasetIndex | None = None) -> Manifest:
     log.info("length manifest: measuring %d items (%d reused) -> %s",
              len(todo), reused, manifest_path(cfg))  # fmt: skip
     encoder = TextEncoder(cfg) if not index.synthetic_items else None
+    reader = MemberReader(cfg)
     t0 = last = time.monotonic()
     for done, i in enumerate(todo, 1):
         if index.synthetic_items:
             text[i], frames[i] = synthetic_lengths(int(i), cfg)
         else:
-            entry = index.entries[i]
-            frames[i] = header_frames(entry.audio_path, cfg, entry.segment)
+            entry = index.entry(int(i))
+            data = _member(reader, entry)
+            frames[i] = header_frames(entry.audio_path, cfg, entry.segment, data)
             text[i] = text_tokens(encoder, entry.text, entry.language)
         if time.monotonic() - last > PROGRESS_S:
             last = time.monotonic()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,8 @@ from ringfeed.producer.references import SpeakerClips, choose_reference, cut_ref
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config
-from ringfeed.shared.dataset import DatasetEntry, DatasetIndex
+from ringfeed.shared.dataset import DatasetEntry
+from ringfeed.shared.shards import MemberReader
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +58,9 @@ class PipelineCounters:
 class SamplePipeline:
     """Per-sample work of one producer process: text, audio, features, cache."""
 
-    def __init__(
-        self, cfg: Config, cache: FeatureCache | None = None, index: DatasetIndex | None = None
-    ) -> None:
-        """index: the dataset's, for features.reference (another clip of the speaker)."""
+    def __init__(self, cfg: Config, cache: FeatureCache | None = None, index: Any = None) -> None:
+        """index: the dataset's (DatasetIndex or the mapped corpus index), for
+        features.reference (another clip of the speaker)."""
         self.cfg = cfg
         self.text = TextEncoder(cfg)
         self.counters = PipelineCounters()
@@ -72,6 +73,7 @@ class SamplePipeline:
         self.extras = ExtraFields(cfg)
         self.index = index
         self.clips = SpeakerClips(index) if cfg.features.reference and index else None
+        self._members: MemberReader | None = None  # tar shard reads, made on first use
         # Where the sample in progress is: the stage of a quarantine entry.
         self.stage = "start"
 
@@ -114,10 +116,11 @@ class SamplePipeline:
     def _process(self, entry: DatasetEntry) -> Sample:
         self.stage = "text"
         tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
+        fields: dict[str, np.ndarray] = {}
         if self.extras.active:
             array, audio_truncated, fields = self._with_extras(entry, len(tokens))
         else:
-            array, audio_truncated, fields = *self._features(entry.audio_path, entry.segment), {}
+            array, audio_truncated = self._features(entry.audio_path, entry.segment, entry.member)
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
         sample.fields = fields
         if self.cfg.features.durations_dir:
@@ -132,14 +135,18 @@ class SamplePipeline:
             sample.wave = array
         return sample
 
-    def _features(self, path: str, segment: Segment = None) -> tuple[np.ndarray, bool]:
+    def _features(
+        self, path: str, segment: Segment = None, member: tuple[int, int] | None = None
+    ) -> tuple[np.ndarray, bool]:
         """-> (mel [n_frames, n_mels] or wave [n_samples], truncated), from cache if possible;
-        segment: (offset_s, duration_s) of a clip that is part of its file."""
-        key, hit = self._cache_get(path, segment)
+        segment: (offset_s, duration_s) of a clip that is part of its file; member: (byte
+        offset, size) of its audio when path is a tar shard."""
+        key, hit = self._cache_get(path, segment, member)
         if hit is not None:
             return hit
         self.stage = "audio"
-        wave = load_audio(path, self.cfg, segment)
+        data = self._member_bytes(path, member) if member is not None else None
+        wave = load_audio(path, self.cfg, segment, data)
         self.counters.decoded += 1
         self.stage = "features"
         wave, truncated = fit_length(wave, self.cfg, path)
@@ -169,9 +176,9 @@ class SamplePipeline:
                                  "(features.single_clip: skip; own uses the clip itself)",
                                  stage="reference")  # fmt: skip
             self.counters.reference_own += 1
-        entry = self.index.entries[ref]
+        entry = self.index.entry(ref)
         try:
-            array, _ = self._features(entry.audio_path, entry.segment)
+            array, _ = self._features(entry.audio_path, entry.segment, entry.member)
         except SkipSample as skip:
             raise SkipSample(f"reference clip {entry.item_id}: {skip.reason}",
                              entry.audio_path, "reference") from None  # fmt: skip
@@ -184,13 +191,14 @@ class SamplePipeline:
     ) -> tuple[np.ndarray, bool, dict[str, np.ndarray]]:
         """(mel or wave, truncated, optional fields) from the cache when every part is
         there, else all computed from one decode (and the missing parts cached)."""
-        key, hit = self._cache_get(entry.audio_path, entry.segment)
+        key, hit = self._cache_get(entry.audio_path, entry.segment, entry.member)
         if hit is not None:
             fields = self.extras.from_cache(self.cache.get, key, entry)
             if fields is not None:
                 return hit[0], hit[1], fields
         self.stage = "audio"
-        wave = load_audio(entry.audio_path, self.cfg, entry.segment)
+        data = self._member_bytes(entry.audio_path, entry.member) if entry.member else None
+        wave = load_audio(entry.audio_path, self.cfg, entry.segment, data)
         self.counters.decoded += 1
         self.stage = "features"
         wave, truncated = fit_length(wave, self.cfg, entry.audio_path)
@@ -221,15 +229,31 @@ class SamplePipeline:
                 self._cache_error("cannot write", exc)
         return array, truncated, fields
 
+    def _member_bytes(self, path: str, member: tuple[int, int]) -> bytes:
+        """A shard member's bytes (shared/shards.py: one ranged read; a remote shard through
+        the local shard cache); a shard that cannot be read costs this sample."""
+        if self._members is None:
+            self._members = MemberReader(self.cfg)
+        try:
+            return self._members.read(path, *member)
+        except FileNotFoundError:
+            raise SkipSample("audio file not found (its tar shard)", path, "audio") from None
+        except OSError as exc:
+            raise SkipSample(f"unreadable tar shard member ({exc})", path, "audio") from None
+
+    def member_counters(self) -> dict[str, int]:
+        """Tar shard reads of this process (shared/shards.py MemberReader.counters)."""
+        return self._members.counters() if self._members is not None else {}
+
     def _cache_get(
-        self, path: str, segment: Segment = None
+        self, path: str, segment: Segment = None, member: tuple[int, int] | None = None
     ) -> tuple[bytes | None, tuple[np.ndarray, bool] | None]:
         """(cache key, hit or None); a cache that cannot be read is a miss."""
         if self.cache is None:
             return None, None
         self.stage = "cache"
         try:
-            key = self.cache.key(path, segment)
+            key = self.cache.key(path, segment, member)
         except FileNotFoundError:
             raise SkipSample("audio file not found", path, "audio") from None
         try:

@@ -243,7 +243,7 @@ class DatasetSource:
         # The stage starts over with each item: a failure before the pipeline's first
         # stage (reading the item's entry) must not carry the last item's stage.
         self._pipeline.stage = "metadata"
-        return self._pipeline(self.index.entries[item], item, epoch)
+        return self._pipeline(self.index.entry(item), item, epoch)
 
     def work(self) -> dict[str, int]:
         """How often each stage ran in this process: decoded, mels, cache_hits, ...; texts
@@ -252,6 +252,7 @@ class DatasetSource:
         return dataclasses.asdict(self._pipeline.counters) | {
             "normalized": text.normalized,
             "phonemized": text.phonemized,
+            **self._pipeline.member_counters(),
         }
 
 

@@ -8,6 +8,7 @@ ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADD
 ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a changed plan)
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
+ringfeed index CONFIG                    build the corpus index (the stager does if missing)
 ringfeed manifest CONFIG                 measure every item's length (for length buckets)
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
@@ -28,6 +29,7 @@ from pathlib import Path
 from ringfeed.scripts.cli_data import (
     _config,
     cmd_config,
+    cmd_index,
     cmd_manifest,
     cmd_text,
     cmd_validate,
@@ -260,6 +262,7 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
         "--role", choices=("head", "producer"), default="head",
         help="producer: check a host that only runs `ringfeed producers --connect`",
     )  # fmt: skip
+    verb("index", cmd_index).add_argument("config")
     verb("manifest", cmd_manifest).add_argument("config")
     vocab = verb("vocab", cmd_vocab)
     vocab.add_argument("config")

@@ -1,11 +1,12 @@
 """The `ringfeed` verbs that look at a config and its corpus without starting a run:
-validate (its producer-host role too), manifest, vocab, text and config. Thin, as
+validate (its producer-host role too), index, manifest, vocab, text and config. Thin, as
 scripts/cli.py is: each calls the module that does the work."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -106,6 +107,24 @@ def _validate_producer_host(path: str, cfg) -> int:
     print(f"{path}: ok for a producer host")
     print(f"  corpus digest {corpus_digest(cfg, dataset_index(cfg))} (the head's validate "
           "must print the same: same metadata, texts and files)")  # fmt: skip
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """Build the corpus index if missing or stale (shared/corpus_index.py) and describe it."""
+    from ringfeed.shared.corpus_index import open_index
+    from ringfeed.shared.dataset import DatasetError
+
+    cfg = _config(args.config)
+    t0 = time.monotonic()
+    try:
+        index = open_index(cfg, in_subprocess=False)
+    except (DatasetError, OSError) as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    where = getattr(getattr(index, "file", None), "path", "(in memory)")
+    print(f"{where}: {index.n_items} items, {len(index.bad_lines)} unusable lines, "
+          f"digest {index.digest}, {time.monotonic() - t0:.2f} s")  # fmt: skip
     return 0
 
 

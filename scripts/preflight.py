@@ -85,19 +85,25 @@ def _dataset(cfg: Config) -> list[Finding]:
     if index.n_items == 0:
         out.append(Finding(True, f"data.path: {cfg.data.path} has no usable items"))
         return out
-    return out + _audio_sample(index)
+    return out + _audio_sample(index, cfg)
 
 
-def _audio_sample(index) -> list[Finding]:
+def _audio_sample(index, cfg: Config) -> list[Finding]:
+    import io
+
     import soundfile as sf
+
+    from ringfeed.shared.shards import MemberReader
 
     step = max(1, index.n_items // AUDIO_SAMPLE)
     picked = list(range(0, index.n_items, step))[:AUDIO_SAMPLE]
     bad = []
+    members = MemberReader(cfg)  # a clip in a tar shard: its own bytes (shared/shards.py)
     for item in picked:
-        path = index.path(item)
+        entry = index.entry(item)
+        path = entry.audio_path
         try:
-            sf.info(path)
+            sf.info(io.BytesIO(members.read(path, *entry.member)) if entry.member else path)
         except Exception as exc:  # soundfile raises several types on a bad file
             if not path.lower().endswith((".mp3", ".m4a", ".ogg", ".opus")):
                 bad.append(f"{path}: {exc}")

@@ -185,7 +185,7 @@ class Config:
         absolute, as load_config would read them relative to the file's folder."""
         raw = self.to_dict()
         for section, key in INPUT_PATH_KEYS:
-            if raw[section][key]:
+            if raw[section][key] and "://" not in raw[section][key]:  # a URL stays one
                 raw[section][key] = str(Path(raw[section][key]).absolute())
         return yaml.safe_dump(raw, sort_keys=False)
 
@@ -220,7 +220,8 @@ def read_raw(path: str | os.PathLike[str]) -> Any:
     for section, key in INPUT_PATH_KEYS if isinstance(raw, dict) else ():
         part = raw.get(section)
         value = part.get(key) if isinstance(part, dict) else None
-        if isinstance(value, str) and value:  # ~ is the user's home, as in a shell
+        is_url = isinstance(value, str) and "://" in value  # object storage: not a file path
+        if isinstance(value, str) and value and not is_url:  # ~: the user's home, as in a shell
             part[key] = str(path.absolute().parent / Path(value).expanduser())
     return raw
 

@@ -91,6 +91,8 @@ def validate(cfg: Config) -> None:
         ("train.checkpoint_every", cfg.train.checkpoint_every),
         ("data.max_speakers", cfg.data.max_speakers),
         ("data.max_languages", cfg.data.max_languages),
+        ("data.shard_cache_mb", cfg.data.shard_cache_mb),
+        ("data.store_retries", cfg.data.store_retries),
     ]:
         check(value >= 1, key, f"must be >= 1, got {value}")
     _validate_features(cfg)
@@ -99,13 +101,7 @@ def validate(cfg: Config) -> None:
     if cfg.data.format == "synthetic":  # each row names its item (producer/sources.py)
         check(f.n_mels >= 3, "features.n_mels", "synthetic items need 3 mel columns or more")
         check(cfg.data.synthetic_items <= 8192**2, "data.synthetic_items", "at most 8192**2")
-    check(
-        cfg.data.language == "auto" or valid_code(cfg.data.language),
-        "data.language",
-        f"must be a language code such as en, de or pt-br, or auto; got {cfg.data.language!r}",
-    )
-    for code in cfg.data.detect_languages:
-        check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
+    _validate_data(cfg)
     _validate_transport(cfg)
     _validate_producers(cfg)
     _validate_buckets(cfg)
@@ -114,6 +110,23 @@ def validate(cfg: Config) -> None:
     check(s.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
     check(r.max_strikes >= 0, "ring.max_strikes", "must be >= 0 (0 = never refuse a peer)")
     check(cfg.producers.per_node >= 0, "producers.per_node", "must be >= 0 (0 = one per CPU)")
+
+
+def _validate_data(cfg: Config) -> None:
+    d = cfg.data
+    check(
+        d.language == "auto" or valid_code(d.language),
+        "data.language",
+        f"must be a language code such as en, de or pt-br, or auto; got {d.language!r}",
+    )
+    for code in d.detect_languages:
+        check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
+    check(d.shard_window >= 0, "data.shard_window", "must be >= 0 (0 = off)")
+    check(not d.shard_window or d.format == "shards", "data.shard_window",
+          "only tar shards have shards to deal: set data.format: shards, or 0 here")  # fmt: skip
+    check("://" not in d.path or d.format == "shards", "data.path",
+          f"{d.path!r} is an object-store URL: only data.format: shards reads one "
+          "(pack the corpus into tar shards, or copy it to a local folder)")  # fmt: skip
 
 
 def _validate_trainer(cfg: Config) -> None:

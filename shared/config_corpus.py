@@ -19,9 +19,12 @@ class DataConfig:
     path: str = "data/ljspeech-mini"
     # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
     # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk: shared/dataset.py
-    # and shared/corpora.py; synthetic: precomputed arrays, no files (transport tests and
-    # benchmarks).
-    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "synthetic"] = "ljspeech"
+    # and shared/corpora.py; shards: WebDataset-style tar shards in a folder or on object
+    # storage (s3://, gs://, https://; shared/shards.py); synthetic: precomputed arrays, no
+    # files (transport tests and benchmarks).
+    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "shards", "synthetic"] = (
+        "ljspeech"
+    )
     # Items of format: synthetic.
     synthetic_items: int = 256
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
@@ -43,6 +46,21 @@ class DataConfig:
     # (the default: the model never saw them, and it is often the wrong data.path) or
     # append them with new ids.
     new_ids: Literal["refuse", "append"] = "refuse"
+    # Shards on object storage (shared/object_store.py; credentials come from each store's
+    # usual environment, AWS_* or GOOGLE_*, never from here): each shard read is copied
+    # once into the shard cache, the least recently used evicted past this size (MB).
+    shard_cache_mb: int = 4096
+    # Where the shard cache lives ("": <features.cache_dir>/shard-cache), shared by the
+    # producers of a host.
+    shard_cache_dir: str = ""
+    # Tries in all of a read from object storage that fails on a transient error (a broken
+    # pipe, a 5xx, a timeout), waiting 0.5 s, 1 s, 2 s ... in between.
+    store_retries: int = 5
+    # Shards: 0 (the default) plans each epoch as a permutation of all items; W > 0 deals
+    # the shards in a random order and the items of each window of W shards in a random
+    # order, so a shard cache of about W shards fetches each shard once an epoch
+    # (consumer/stager/shard_window.py).
+    shard_window: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.language_codes import language_code
+
+if TYPE_CHECKING:
+    from ringfeed.shared.corpus_index import MappedIndex
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,9 @@ class DatasetEntry:
     language: str = ""
     offset_s: float = 0.0
     duration_s: float = 0.0
+    # (byte offset, size) of the clip's audio inside audio_path when that is a tar shard
+    # (shared/shards.py); None for a file of its own.
+    member: tuple[int, int] | None = None
 
     @property
     def segment(self) -> tuple[float, float] | None:
@@ -251,15 +261,23 @@ def _check_entry(entry: DatasetEntry, seen: dict[str, int]) -> str:
 class DatasetIndex:
     """What the stager and every producer agree on: item k's id and audio path, in file
     order, and the metadata lines that were not used. Synthetic data has no files and
-    no entries: its ids are computed, so 10**7 synthetic items cost nothing to index."""
+    no entries: its ids are computed, so 10**7 synthetic items cost nothing to index.
+
+    This one holds the corpus in memory (tests, tools, a cache folder that cannot be
+    written); a run maps the corpus index instead (shared/corpus_index.py MappedIndex,
+    the same methods), which dataset_index gives."""
 
     entries: tuple[DatasetEntry, ...] = ()
     bad_lines: tuple[BadLine, ...] = ()
     synthetic_items: int = 0
+    root: str = ""  # the corpus root: audio paths in the digest are relative to it
 
     @property
     def n_items(self) -> int:
         return self.synthetic_items or len(self.entries)
+
+    def entry(self, item: int) -> DatasetEntry:
+        return self.entries[item]
 
     def item_id(self, item: int) -> str:
         return synthetic_item_id(item) if self.synthetic_items else self.entries[item].item_id
@@ -279,6 +297,38 @@ class DatasetIndex:
     def _by_id(self) -> dict[str, int]:
         return {entry.item_id: k for k, entry in enumerate(self.entries)}
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """Hex digest of ids, texts, audio paths (relative to root), segments, speakers and
+        languages, in item order: the value a mapped index keeps in its header
+        (shared/index_build.py), the same for the same corpus."""
+        from ringfeed.shared.entry_lines import digest_line, digest_tables
+
+        h = hashlib.blake2b(digest_size=16)
+        if self.synthetic_items:
+            h.update(f"synthetic:{self.synthetic_items}".encode())
+            return h.hexdigest()
+        prefix = f"{self.root}/" if self.root else ""
+        for e in self.entries:
+            rel = e.audio_path.removeprefix(prefix)
+            h.update(digest_line(e.item_id, e.text, rel, e.offset_s, e.duration_s).encode(
+                "utf-8", "surrogatepass"))  # fmt: skip
+        return digest_tables(h, *self.name_tables())
+
+    def name_tables(self) -> tuple[tuple[str, ...], tuple[str, ...], np.ndarray, np.ndarray]:
+        """(speaker names sorted, language codes sorted, each item's speaker and language
+        as int32 ids into them)."""
+        speakers = tuple(sorted({e.speaker for e in self.entries}))
+        languages = tuple(sorted({e.language for e in self.entries}))
+        s = {n: k for k, n in enumerate(speakers)}
+        g = {n: k for k, n in enumerate(languages)}
+        return (
+            speakers,
+            languages,
+            np.fromiter((s[e.speaker] for e in self.entries), np.int32, len(self.entries)),
+            np.fromiter((g[e.language] for e in self.entries), np.int32, len(self.entries)),
+        )
+
 
 SYNTHETIC_PREFIX = "synthetic-"
 
@@ -287,9 +337,25 @@ def synthetic_item_id(item: int) -> str:
     return f"{SYNTHETIC_PREFIX}{item:06d}"
 
 
-def dataset_index(cfg: Config) -> DatasetIndex:
-    """The index of cfg.data: read once by the stager (plan, quarantine) and each producer."""
+def corpus_root(cfg: Config) -> str:
+    """The folder audio paths are relative to: data.path for folders, else its metadata
+    file's folder."""
+    if cfg.data.format in FOLDER_FORMATS:
+        return str(_data_path(cfg, None).absolute())
+    return str(_metadata_path(cfg, None).parent.absolute())
+
+
+def read_index_in_memory(cfg: Config) -> DatasetIndex:
+    """The corpus read into memory (every line parsed, every file checked)."""
+    entries, bad = read_dataset(cfg)
+    return DatasetIndex(tuple(entries), tuple(bad), root=corpus_root(cfg))
+
+
+def dataset_index(cfg: Config) -> DatasetIndex | MappedIndex:
+    """The index of cfg.data, for the stager (plan, quarantine) and each producer: the
+    mapped corpus index (shared/corpus_index.py), built first if missing or stale."""
     if cfg.data.format == "synthetic":
         return DatasetIndex(synthetic_items=cfg.data.synthetic_items)
-    entries, bad = read_dataset(cfg)
-    return DatasetIndex(tuple(entries), tuple(bad))
+    from ringfeed.shared.corpus_index import open_index
+
+    return open_index(cfg)

@@ -34,7 +34,8 @@ MAX_STR = {"traceback": 16384, "reason": 4096, "path": 4096, "secret": 128, "tok
 MAX_NAME = 128
 # A producer's work counters (Heartbeat.work, Bye.work): a few named counts, kept by the
 # stager as they are and listed in its stats (tests/test_trust.py: the stats' worst case).
-MAX_WORK_KEYS, MAX_WORK_KEY = 12, 32
+# 16: the pipeline's stages, text work, taken-back grants and the shard cache's four.
+MAX_WORK_KEYS, MAX_WORK_KEY = 16, 32
 # Fingerprints (Hello.config, Welcome.plan, ConsumerHello.plan; shared/fingerprint.py):
 # name -> short hash, a few dozen entries.
 MAX_DIGESTS, MAX_DIGEST_KEY = 64, 64

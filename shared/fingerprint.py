@@ -18,9 +18,9 @@ audio paths relative to the corpus root, in item order. Only the item count was
 compared before, and a remote host whose metadata listed the same clips in
 another order joined and paired one clip's mel with another clip's text.
 
-Cost: one pass over what the stager has already loaded (its index and manifest),
-never per-clip work in other processes: 0.3 s for an index of a million clips,
-0.43 s with its manifest (README, "Resuming after the dataset changed").
+Cost: the index part is kept in the mapped corpus index (shared/corpus_index.py),
+hashed at its build; the manifest part is one pass over its arrays; never per-clip
+work in other processes (README, "Resuming after the dataset changed").
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def index_hash(index: DatasetIndex, base: str) -> str:
     folder changes nothing) in file order; synthetic data is its item count."""
     if index.synthetic_items:
         return _digest([f"synthetic:{index.synthetic_items}".encode()], PLAN_HASH_HEX)
+    if getattr(index, "plan_hash", None):
+        return index.plan_hash  # the mapped index's, hashed the same way at its build
     lines = (f"{e.item_id}|{e.audio_path.removeprefix(base)}\n".encode() for e in index.entries)
     return _digest(lines, PLAN_HASH_HEX)
 
@@ -83,27 +85,12 @@ def corpus_base(cfg: Config) -> str:
 def corpus_digest(cfg: Config, index: DatasetIndex) -> str:
     """What makes item k the same clip with the same text on every host: ids, texts,
     speakers, languages, segments and audio paths relative to the corpus root, in item
-    order (synthetic data: its item count)."""
+    order (synthetic data: its item count). The index's own digest (index.digest: kept in
+    the mapped corpus index's header, computed once at its build; shared/corpus_index.py),
+    so a producer pays nothing per clip for it."""
     if index.synthetic_items:
         return _digest([f"synthetic:{index.synthetic_items}".encode()], PLAN_HASH_HEX)
-    base = corpus_base(cfg)
-    lines = (
-        json.dumps(
-            [
-                e.item_id,
-                e.audio_path.removeprefix(base),
-                e.text,
-                e.speaker,
-                e.language,
-                e.offset_s,
-                e.duration_s,
-            ],
-            ensure_ascii=False,
-        ).encode()  # fmt: skip
-        + b"\n"
-        for e in index.entries
-    )
-    return _digest(lines, PLAN_HASH_HEX)
+    return index.digest
 
 
 def plan_fingerprint(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,27 +64,32 @@ class IdTables:
 
     def item_ids(self, index: DatasetIndex) -> tuple[np.ndarray, np.ndarray]:
         """(speaker int32 [n_items], language int32 [n_items]) of every item; every name
-        must be in the tables (settle_tables makes sure)."""
+        must be in the tables (settle_tables makes sure). From a mapped corpus index whose
+        tables are the run's, its own arrays, read one item at a time (ItemArray:
+        np.asarray gives the whole): nothing of n_items size in the stager's heap."""
         if index.synthetic_items:
             zeros = np.zeros(index.synthetic_items, np.int32)
             return zeros, zeros.copy()
-        return (
-            _lookup(self.speakers, (e.speaker for e in index.entries)),
-            _lookup(self.languages, (e.language for e in index.entries)),
+        speakers, languages, speaker_ids, language_ids = index.name_tables()
+        return _lookup(self.speakers, speakers, speaker_ids), _lookup(
+            self.languages, languages, language_ids
         )
 
 
-def _lookup(table: Sequence[str], names: Iterable[str]) -> np.ndarray:
-    ids = {name: k for k, name in enumerate(table)}
-    return np.fromiter((ids[n] for n in names), np.int32)
+def _lookup(table: Sequence[str], names: Sequence[str], ids: np.ndarray) -> np.ndarray:
+    """The index's ids (into `names`) as ids into the run's table, one array operation."""
+    if tuple(table) == tuple(names):  # the run's table is the corpus's: no copy of 4n bytes
+        return ids
+    ours = {name: k for k, name in enumerate(table)}
+    remap = np.array([ours[n] for n in names] or [0], np.int32)
+    return remap[np.asarray(ids)] if len(ids) else np.zeros(0, np.int32)
 
 
 def corpus_tables(cfg: Config, index: DatasetIndex) -> IdTables:
     """The names in the corpus, each table sorted: the same corpus gives the same ids."""
     if index.synthetic_items:
         return IdTables(("",), (language_code(cfg.data.language),))
-    speakers = sorted({e.speaker for e in index.entries})
-    languages = sorted({e.language for e in index.entries})
+    speakers, languages, _, _ = index.name_tables()
     return IdTables(tuple(speakers), tuple(languages))
 
 

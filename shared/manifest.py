@@ -5,11 +5,18 @@ mel frames from each audio file's header (never a decode) as an upper bound of
 what the producer will compute, tokens from the same text encoder the producers
 use. Read by the stager (consumer/stager/buckets.py) to plan batches by length.
 
-It lives beside the feature cache, in ``lengths-<key>.npz``; the key hashes
-every setting a length depends on (dataset path and format, sample rate, hop,
-text settings, slot size), and the file stores each item's id and its audio
-file's size and mtime, so a changed setting gives another file and a changed
-item is measured again (only that item: :func:`load_manifest` says which).
+It lives in the corpus index (shared/corpus_index.py: arrays frames and text,
+mapped by the stager like the rest), tagged with a key that hashes every setting
+a length depends on (dataset path and format, sample rate, hop, text settings,
+slot size): a changed setting measures every item again, and an index rebuilt
+for a changed metadata file keeps the lengths of the items it had (by id), so
+only new items are measured (:func:`load_manifest` says which). No file is
+statted to decide: a clip whose audio changed under the same metadata is caught
+by the stager when its mel comes out longer than its bucket (intake.py).
+
+Synthetic data and an index held in memory (a cache folder that cannot be
+written) keep the older form, ``lengths-<key>.npz`` beside the feature cache,
+with each item's audio file's size and mtime.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +36,8 @@ from ringfeed.shared.dataset import DatasetIndex
 # Frames of an item whose length could not be read from its header: the producer may
 # still decode it (another decoder), so it goes to the largest bucket, which fits all.
 UNKNOWN = -1
+# Frames of an item not measured yet (in the corpus index: a new item, or a new index).
+NOT_MEASURED = -2
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,8 @@ def load_manifest(cfg: Config, index: DatasetIndex) -> tuple[Manifest, np.ndarra
     """(the lengths on disk of the items that are current, UNKNOWN and 0 for the others;
     bool [n_items] of the items that need measuring). The manifest is usable as it is
     only when nothing is stale; a missing or unreadable file makes every item stale."""
+    if hasattr(index, "lengths_key"):  # the mapped corpus index
+        return _indexed_lengths(cfg, index)
     stale = np.ones(index.n_items, bool)
     out = Manifest(np.full(index.n_items, UNKNOWN, np.int32), np.zeros(index.n_items, np.int32))
     try:
@@ -95,6 +107,11 @@ def load_manifest(cfg: Config, index: DatasetIndex) -> tuple[Manifest, np.ndarra
 
 def save_manifest(cfg: Config, index: DatasetIndex, manifest: Manifest) -> Path:
     """Write atomically (a reader never sees half a file); returns the path."""
+    if hasattr(index, "lengths_key"):
+        from ringfeed.shared.corpus_index import save_lengths
+
+        save_lengths(index, manifest.frames, manifest.text, settings_key(cfg))
+        return index.file.path
     path = manifest_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.npz")
@@ -107,3 +124,24 @@ def save_manifest(cfg: Config, index: DatasetIndex, manifest: Manifest) -> Path:
     )
     os.replace(tmp, path)
     return path
+
+
+def _indexed_lengths(cfg: Config, index: Any) -> tuple[Manifest, np.ndarray]:
+    """load_manifest of a mapped corpus index: its newest file's lengths (`ringfeed
+    manifest` writes the index again beside the one this process mapped)."""
+    from ringfeed.shared.corpus_index import MappedIndex
+
+    path = index.file.path
+    try:
+        newest = MappedIndex(path)
+    except (OSError, ValueError, KeyError):
+        newest = index
+    if newest.digest != index.digest:  # the corpus itself changed: not this run's lengths
+        newest = index
+    n = index.n_items
+    if newest.lengths_key != settings_key(cfg):
+        return Manifest(np.full(n, UNKNOWN, np.int32), np.zeros(n, np.int32)), np.ones(n, bool)
+    frames = np.array(newest.frames, np.int32)
+    stale = frames == NOT_MEASURED
+    frames[stale] = UNKNOWN
+    return Manifest(frames, np.array(newest.text, np.int32)), stale

@@ -35,3 +35,33 @@ def make_libritts(root: Path) -> None:
         (folder / f"{stem}.normalized.txt").write_text(f"Normalized {k}.")
         (folder / f"{stem}.original.txt").write_text(f"Original {k}!")
     (root / "84" / "121" / "84_121_0009_000000.normalized.txt").write_text("No audio.")
+
+
+def make_shards(dst: Path, n_shards: int = 4, corrupt: str = "") -> list[str]:
+    """The 16 shipped clips packed into n_shards WebDataset-style tars in dst: per clip
+    <id>.wav and <id>.txt (odd shards: <id>.json with the text and a speaker). corrupt:
+    the id of a clip whose audio bytes are garbage. Returns the ids in shard order."""
+    import io
+    import tarfile
+
+    dst.mkdir(parents=True, exist_ok=True)
+    rows = [line.split("|") for line in (WAVS.parent / "metadata.csv").read_text().splitlines()]
+    ids = []
+    per = -(-len(rows) // n_shards)
+    for s in range(n_shards):
+        with tarfile.open(dst / f"part-{s:05d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for item_id, _, text in rows[s * per : (s + 1) * per]:
+                audio = (WAVS / f"{item_id}.wav").read_bytes()
+                if item_id == corrupt:
+                    audio = b"RIFF" + bytes(range(256)) * 8
+                if s % 2:
+                    side = json.dumps({"text": text, "speaker": f"spk{s}"}).encode()
+                    members = [(f"{item_id}.wav", audio), (f"{item_id}.json", side)]
+                else:
+                    members = [(f"{item_id}.wav", audio), (f"{item_id}.txt", text.encode())]
+                for name, data in members:
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                ids.append(item_id)
+    return ids

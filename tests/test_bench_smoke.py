@@ -67,3 +67,10 @@ def test_sample_fields_benchmark_runs() -> None:
 def test_balance_benchmark_runs() -> None:
     out = bench(["benchmarks/balance.py", "--build", "20000", "--rounds", "1"], timeout_s=60)
     assert "by language (3 groups), 20,000 items: build" in out and "B/item per epoch" in out
+
+
+@pytest.mark.slow
+def test_scale_benchmark_runs() -> None:
+    """The corpus-index benchmark on 20,000 generated entries (README: 10,000,000)."""
+    out = bench(["benchmarks/scale.py", "--items", "20000", "--rounds", "1"], timeout_s=120)
+    assert "entries/s" in out and "warm reuse" in out and "above an empty run" in out

@@ -4,7 +4,6 @@ whose every batch has its bucket's shape and every row its item's data."""
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 from pathlib import Path
 
@@ -110,13 +109,18 @@ def test_manifest_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
         sample = pipeline(entry)
         assert len(sample.mel) <= manifest.frames[item] <= len(sample.mel) + 1, entry.item_id
         assert len(sample.tokens) == manifest.text[item]
-    # Current as it is; a touched file is measured again, the others reused.
+    # Current as it is; a line appended to the metadata is measured, the others reused
+    # (the lengths live in the corpus index, which is rebuilt and keeps them by id).
     assert not load_manifest(cfg, index)[1].any()
-    wav = Path(index.entries[3].audio_path)
-    os.utime(wav, ns=(wav.stat().st_atime_ns, wav.stat().st_mtime_ns + 10**9))
+    shutil.copy(data / "wavs/LJ001-0003.wav", data / "wavs/NEW-0001.wav")
+    with open(data / "metadata.csv", "a") as f:
+        f.write("NEW-0001|A new line.|A new line.\n")
+    index = dataset_index(cfg)
     current, stale = load_manifest(cfg, index)
-    assert np.flatnonzero(stale).tolist() == [3] and current.frames[3] == -1
-    assert (build_manifest(cfg).frames == manifest.frames).all()
+    assert np.flatnonzero(stale).tolist() == [16] and current.frames[16] == -1
+    again = build_manifest(cfg)
+    assert (again.frames[:16] == manifest.frames).all() and again.frames[16] == manifest.frames[2]
+    assert not load_manifest(cfg, dataset_index(cfg))[1].any()
     # Another setting that changes lengths is another file.
     other = config_from_dict({**cfg.to_dict(), "features": {**cfg.to_dict()["features"],
                                                             "hop_length": 512}})  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 from ringfeed.consumer.client.batch_client import BatchClient
 from ringfeed.scripts.runner import REPO
 from ringfeed.shared.config import load_config
-from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.dataset import dataset_index
 from ringfeed.shared.quarantine import read_quarantine
 from tests.broken_dataset import make_broken_dataset
 from tests.runs import Run, rid, shm_segments, write_config
@@ -54,15 +54,18 @@ def test_broken_inputs_are_quarantined_and_good_ones_delivered_once(tmp_path: Pa
         "producers": {"workers": 2},
     }
     rows, run = run_epoch(tmp_path, raw)
-    entries, _ = read_dataset(load_config(run.config))
-    delivered = [entries[i].item_id for i in rows["items"]]
+    index = dataset_index(load_config(run.config))
+    delivered = [index.item_id(i) for i in rows["items"]]
     assert sorted(delivered) == sorted(ds.good)  # each good one exactly once
-    reasons = {r["item_id"]: r["reason"] for r in read_quarantine(run.dir / "quarantine.jsonl")}
+    records = read_quarantine(run.dir / "quarantine.jsonl")
+    reasons = {r["item_id"]: r["reason"] for r in records}
     for item_id, needle in {**ds.bad_lines, **ds.bad_samples}.items():
         assert needle in reasons.get(item_id, ""), (item_id, reasons.get(item_id))
+    # The corpus index stats no file: a missing one is found when a producer reads it.
+    assert {r["stage"] for r in records if r["item_id"] == "missing-file"} == {"audio"}
     stager = run.json("stager.json")
-    assert stager["counters"]["skipped"] == len(ds.bad_samples)
-    assert stager["bad_metadata_lines"] == len(ds.bad_lines)
+    assert stager["counters"]["skipped"] == len(ds.bad_samples) + 1
+    assert stager["bad_metadata_lines"] == len(ds.bad_lines) - 1
     # Producers report their own work in heartbeats: here every clip was decoded.
     assert sum(p["work"].get("decoded", 0) for p in stager["producers"]) > 0
 

@@ -49,7 +49,12 @@ class EpochPlan:
             if len(self._perm) > 4:
                 self._perm.pop(min(self._perm))
             rng = np.random.default_rng([self.seed, epoch])
-            self._perm[epoch] = rng.permutation(self.n_items)
+            # rng.permutation(n) shuffles an int64 arange; shuffling an int32 one gives the
+            # same order (the same draws) in half the memory: 40 MB at 10**7 items.
+            dtype = np.int32 if self.n_items < 2**31 else np.int64
+            perm = np.arange(self.n_items, dtype=dtype)
+            rng.shuffle(perm)
+            self._perm[epoch] = perm
         return self._perm[epoch]
 
     def item_at(self, position: int) -> int:

@@ -1,0 +1,201 @@
+"""Corpora of millions of clips: the corpus index's build, reuse, memory and first batch.
+
+    .venv/bin/python benchmarks/scale.py [--items 10000000] [--rounds 2]
+    .venv/bin/python benchmarks/scale.py --quick          # 200,000 items, one round
+
+Generates, under /tmp (never the repo; deleted at the end), a csv corpus
+(`audio_file|text|speaker_name`, 1,000 folders, 500 speakers) of --items
+entries. The entries are cheap: their files do not exist, except the first 256
+positions of epoch 0's plan, which are links to the shipped clips, so the first
+batches hold real audio (a producer granted a missing file quarantines it, as it
+should). Then, on that corpus:
+
+- build: `ringfeed index CONFIG` (a fresh process, cold: no index) and its rate;
+- warm reuse: a fresh process opening the current index (stamp check + map);
+- first batch: stager + 2 producers started as `ringfeed run` starts them, with a
+  warm index, seconds to the first full batch held here (the consumer);
+- memory: RSS of the stager and of each producer once the first batch is here,
+  above the same run on the 16 shipped clips (an "empty run"), rounds alternated.
+
+Targets (issue 21): build >= 200,000 entries/s, warm reuse <= 1 s, first batch
+<= 2 s with a warm index, stager and each producer <= 100 MB above an empty run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
+from ringfeed.scripts.runner import Run, worker_pids  # noqa: E402
+
+MINI = REPO / "data" / "ljspeech-mini"
+REAL_POSITIONS = 256
+TIMEOUT_S = 300.0
+SEED = 0
+
+
+def make_corpus(root: Path, n_items: int) -> Path:
+    """metadata.csv of n_items entries; the first REAL_POSITIONS of the plan are real."""
+    clips = sorted((MINI / "wavs").glob("*.wav"))
+    plan = EpochPlan(n_items, SEED)
+    real = {plan.item_at(p) for p in range(min(REAL_POSITIONS, n_items))}
+    for k in sorted(real):
+        path = root / f"d{k % 1000:03d}" / f"c{k:08d}.wav"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(clips[k % len(clips)], path)
+    metadata = root / "metadata.csv"
+    with open(metadata, "w") as f:
+        f.write("audio_file|text|speaker_name\n")
+        step = 500_000
+        for start in range(0, n_items, step):
+            f.write("".join(
+                f"d{k % 1000:03d}/c{k:08d}.wav|Printing, in the only sense {k}.|s{k % 500}\n"
+                for k in range(start, min(n_items, start + step))))  # fmt: skip
+    return metadata
+
+
+def write_config(tmp: Path, data: Path, fmt: str, name: str) -> Path:
+    raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    raw["data"] = {**raw.get("data", {}), "path": str(data), "format": fmt}
+    raw["features"] = {**raw.get("features", {}), "cache_dir": str(tmp / f"cache-{name}")}
+    raw["stager"] = {**raw.get("stager", {}), "seed": SEED}
+    raw["run_root"] = str(tmp / "runs")
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def build_s(config: Path) -> tuple[float, dict]:
+    """Wall seconds of `ringfeed index CONFIG` in a fresh process, and the index header."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "scripts.cli", "index", str(config)], cwd=REPO,
+                   check=True, capture_output=True)  # fmt: skip
+    wall = time.perf_counter() - t0
+    return wall, header_of(config)
+
+
+def header_of(config: Path) -> dict:
+    code = ("import json, sys; from shared.config import load_config; "
+            "from shared.corpus_index import index_path; from shared.index_file import IndexFile; "
+            "h = IndexFile(index_path(load_config(sys.argv[1]))).header; h.pop('bad_lines'); "
+            "print(json.dumps({k: h[k] for k in ('n_items', 'build_s', 'digest')}))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return json.loads(out)
+
+
+def reuse_s(config: Path) -> float:
+    """Seconds a fresh process takes to open the current index (imports excluded)."""
+    code = ("import sys, time; from shared.config import load_config; "
+            "from shared.corpus_index import open_index; cfg = load_config(sys.argv[1]); "
+            "t = time.perf_counter(); ix = open_index(cfg); ix.entry(ix.n_items - 1); "
+            "print(time.perf_counter() - t)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return float(out.strip().splitlines()[-1])
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, RssAnon) of a process in MB (RSS counts the index's shared file pages)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["RssAnon"]
+
+
+def first_batch(config: Path, tmp: Path) -> dict:
+    """Seconds to the first full batch, and RSS of the stager and each producer then."""
+    run_id = f"scale-{uuid.uuid4().hex[:6]}"
+    t0 = time.perf_counter()
+    with Run(config, run_id, log_dir=tmp) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client("scale", timeout_s=TIMEOUT_S)
+        batch = client.next(timeout_s=TIMEOUT_S)
+        elapsed = time.perf_counter() - t0
+        assert batch is not None and batch.meta.n_valid == client.cfg.stager.batch_size
+        stager = rss_mb(run.procs["stager"].pid)
+        producers = [rss_mb(pid) for pid in worker_pids(run.procs["producers"].pid)]
+        client.free(batch)
+        client.close(finished=True)
+    return {"first_batch_s": elapsed, "stager": stager, "producers": producers}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=10_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="200,000 items, one round")
+    args = parser.parse_args()
+    if args.quick:
+        args.items, args.rounds = 200_000, 1
+    tmp = Path(tempfile.mkdtemp(prefix="ringfeed-scale-", dir="/tmp"))
+    try:
+        t0 = time.perf_counter()
+        metadata = make_corpus(tmp / "corpus", args.items)
+        size_mb = metadata.stat().st_size / 2**20
+        print(f"corpus: {args.items:,} entries, {size_mb:.0f} MB of metadata, "
+              f"made in {time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+        big = write_config(tmp, metadata, "csv", "big")
+        empty = write_config(tmp, MINI, "ljspeech", "empty")
+        wall, header = build_s(big)
+        rate = header["n_items"] / header["build_s"]
+        print(f"build: {header['build_s']:.2f} s ({wall:.2f} s with the process), "
+              f"{rate:,.0f} entries/s (target >= 200,000)", flush=True)  # fmt: skip
+        build_s(empty)
+        reuse = [reuse_s(big) for _ in range(3)]
+        print(f"warm reuse: {statistics.median(reuse):.3f} s median of 3 (target <= 1 s)")
+        runs: dict[str, list[dict]] = {"empty": [], "big": []}
+        for r in range(args.rounds):
+            for name, config in (("empty", empty), ("big", big)):
+                runs[name].append(first_batch(config, tmp))
+                got = runs[name][-1]
+                producers = ", ".join(f"{p[0]:.0f}" for p in got["producers"])
+                print(f"round {r + 1} {name}: first batch {got['first_batch_s']:.2f} s, "
+                      f"stager RSS {got['stager'][0]:.0f} MB, producers {producers} MB",
+                      flush=True)  # fmt: skip
+        report(runs)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(runs: dict[str, list[dict]]) -> None:
+    def med(name: str, pick) -> float:
+        return statistics.median(pick(got) for got in runs[name])
+
+    first = med("big", lambda g: g["first_batch_s"])
+    print(f"\nfirst full batch, warm index (median): {first:.2f} s (target <= 2 s); "
+          f"empty run {med('empty', lambda g: g['first_batch_s']):.2f} s")  # fmt: skip
+    for what, k in (("RSS", 0), ("anonymous RSS", 1)):
+
+        def stager(g: dict, k: int = k) -> float:
+            return g["stager"][k]
+
+        def producer(g: dict, k: int = k) -> float:
+            return max(p[k] for p in g["producers"])
+
+        above_s = med("big", stager) - med("empty", stager)
+        above_p = med("big", producer) - med("empty", producer)
+        print(f"{what} above an empty run: stager {above_s:+.0f} MB, each producer "
+              f"{above_p:+.0f} MB (largest; target <= 100 MB)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
