@@ -12,11 +12,13 @@ judged on an even sample of the texts, normalized as the producers will.
 from __future__ import annotations
 
 import collections
+import io
 import os
 import re
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import soundfile as sf
 
@@ -25,6 +27,7 @@ from ringfeed.shared.config import Config
 from ringfeed.shared.dataset import DatasetEntry, dataset_index
 from ringfeed.shared.fingerprint import corpus_digest
 from ringfeed.shared.id_tables import corpus_tables
+from ringfeed.shared.shards import MemberReader, is_remote
 
 # Speakers listed by name at most; the rest are counted.
 MAX_SPEAKERS_SHOWN = 12
@@ -34,6 +37,8 @@ VOCAB_SAMPLE = 500
 
 # Formats soundfile may not read whose files a producer still decodes (librosa).
 FALLBACK_EXTENSIONS = (".mp3", ".m4a", ".ogg", ".opus")
+# Bytes of a tar member read for its header (wav and flac headers fit many times over).
+HEADER_BYTES = 65536
 # validate prints progress on stderr while reading headers takes longer than this.
 PROGRESS_EVERY_S = 5.0
 
@@ -65,24 +70,48 @@ def audio_rules(cfg: Config) -> dict[str, Rule]:
             f"shorter than audio.min_duration_s={a.min_duration_s} s",
             "lower audio.min_duration_s",
         ),
+        "past_end": Rule("segment starts past its file's end", "fix its offset in the manifest"),
+        "remote": Rule(
+            "on object storage, not checked", "their headers are read when a producer reads them"
+        ),
     }
 
 
-def audio_verdict(entry: DatasetEntry, cfg: Config) -> tuple[str, float, int]:
-    """(the rule that skips the clip, "" if none; its seconds, 0.0 if unknown; its
-    channels, 0 if unknown) from its file's header, as producer/audio.py judges it."""
-    try:
+def _header(entry: DatasetEntry, members: MemberReader) -> Any:
+    """soundfile's view of the clip's header: of its file, or of its tar member's first
+    HEADER_BYTES (a header read, never the whole clip). Raises as the readers do."""
+    if entry.member is None:
         if os.stat(entry.audio_path).st_size == 0:
-            return "empty", 0.0, 0
-        info = sf.info(entry.audio_path)
+            raise EOFError
+        return sf.info(entry.audio_path)
+    offset, size = entry.member
+    if size == 0:
+        raise EOFError
+    return sf.info(io.BytesIO(members.read(entry.audio_path, offset, min(size, HEADER_BYTES))))
+
+
+def audio_verdict(
+    entry: DatasetEntry, cfg: Config, members: MemberReader
+) -> tuple[str, float, int]:
+    """(the rule that skips the clip, "" if none, "remote" if not checked; its seconds,
+    0.0 if unknown; its channels, 0 if unknown) from its header, as producer/audio.py
+    judges it. Object storage is not read here: validate would fetch the corpus."""
+    if is_remote(entry.audio_path):
+        return "remote", entry.duration_s, 0
+    try:
+        info = _header(entry, members)
     except FileNotFoundError:
         return "missing", 0.0, 0
+    except EOFError:
+        return "empty", 0.0, 0
     except (OSError, sf.LibsndfileError, RuntimeError):
         if entry.audio_path.lower().endswith(FALLBACK_EXTENSIONS):
             return "", entry.duration_s, 0  # another decoder may read it: decode decides
         return "unreadable", 0.0, 0
     if info.samplerate <= 0:
         return "unreadable", 0.0, 0
+    if entry.offset_s and entry.offset_s >= info.frames / info.samplerate:
+        return "past_end", 0.0, info.channels
     seconds = max(0.0, info.frames / info.samplerate - entry.offset_s)
     if entry.duration_s:
         seconds = min(seconds, entry.duration_s)
@@ -121,8 +150,9 @@ def corpus_check(cfg: Config) -> CorpusReport:
     skips: collections.Counter[str] = collections.Counter()
     multichannel = 0
     started = shown = time.monotonic()
+    members = MemberReader(cfg)
     for i, entry in enumerate(index.entries):
-        rule, clip_s, channels = audio_verdict(entry, cfg)
+        rule, clip_s, channels = audio_verdict(entry, cfg, members)
         skips[rule] += 1
         multichannel += channels > 1
         clips[entry.language] += 1
@@ -145,11 +175,12 @@ def corpus_check(cfg: Config) -> CorpusReport:
     for language in tables.languages:
         hours = seconds[language] / 3600
         lines.append(f"    {language:10s} {clips[language]:8d} clips {hours:9.3f} h")
-    usable = skips.pop("", 0)
+    usable = skips.pop("", 0) + skips.get("remote", 0)  # unchecked: counted usable
     lines.append(f"  usable        {usable} of {index.n_items} clips by their audio headers")
     rules = audio_rules(cfg)
     for rule, n in skips.most_common():
-        lines.append(f"    skip {n:8d} {rules[rule].name}: {rules[rule].fix}")
+        verb = "note" if rule == "remote" else "skip"
+        lines.append(f"    {verb} {n:8d} {rules[rule].name}: {rules[rule].fix}")
     if multichannel:
         lines.append(f"    {multichannel} clips have more than one channel (mixed down to mono)")
     lines += balance_lines(cfg, index, tables)

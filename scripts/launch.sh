@@ -33,23 +33,37 @@ cmd_run() {
     exec "$PY" -m ringfeed.scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
   fi
   run_id=${run_id:-$(date +%Y%m%d-%H%M%S)-$$}
+  local ring_id=$run_id worker
+  for ((k = 0; k < ${#args[@]}; k++)); do  # training worker K's run (and ring) is R-wK
+    [ "${args[$k]}" = --worker ] && worker=${args[$((k + 1))]} && ring_id=$run_id-w${worker%%/*}
+  done
   # The run logs to a file the inspector shows under its screen: a redraw every
   # second would otherwise wipe the log lines (the loss among them) off the terminal.
   local log_dir=${RINGFEED_RUNTIME_DIR:-/tmp}/ringfeed-$(id -u)
   mkdir -p -m 700 "$log_dir"
-  local log=$log_dir/$run_id.log
+  local log=$log_dir/$ring_id.log
   "$PY" -m ringfeed.scripts.cli run "${args[@]}" --run-id "$run_id" >"$log" 2>&1 &
-  local pid=$!
-  trap 'kill -TERM "$pid" 2>/dev/null' INT TERM
+  local pid=$! ipid=""
+  # Both run in the background, so a TERM or Ctrl-C reaches this trap at once (a
+  # foreground child would hold it until the child ends) and stops the run its way.
+  trap 'kill -TERM "$pid" $ipid 2>/dev/null' INT TERM
   echo "launch: run $run_id starting (its log: $log)"
   # The inspector attaches once the stager made its ring (an index or manifest may
   # take a while first), or not at all if the run ended before.
-  while kill -0 "$pid" 2>/dev/null && ! [ -e "/dev/shm/ringfeed-$(id -u)-$run_id-samples" ]; do
+  while kill -0 "$pid" 2>/dev/null && ! [ -e "/dev/shm/ringfeed-$(id -u)-$ring_id-samples" ]; do
     sleep 0.5
   done
-  kill -0 "$pid" 2>/dev/null && "$PY" -m ringfeed.scripts.cli inspect --run-id "$run_id" --log "$log"
-  wait "$pid"
-  local code=$?
+  if kill -0 "$pid" 2>/dev/null; then
+    "$PY" -m ringfeed.scripts.cli inspect --run-id "$ring_id" --log "$log" &
+    ipid=$!
+    wait "$ipid"
+  fi
+  local code
+  while :; do  # a trapped signal interrupts wait: wait again until the run has ended
+    wait "$pid"
+    code=$?
+    kill -0 "$pid" 2>/dev/null || break
+  done
   echo "--- the run's log ($log), last lines:"
   tail -n 15 "$log"
   return $code

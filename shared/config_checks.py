@@ -41,22 +41,27 @@ MOVED_KEYS = {
 }
 
 
-# Packages that moved under `ringfeed.` (pyproject.toml): a model.factory naming one
-# the old way (an earlier config, a checkpoint's copy) still means the same function.
-MOVED_PACKAGES = ("shared.", "producer.", "consumer.", "scripts.")
+# ringfeed's own model factory before the package moved under `ringfeed.`: an earlier
+# config or a checkpoint's copy names it so. Only these names: a user's own package
+# may well be called `scripts` or `consumer`.
+MOVED_FACTORIES = {
+    "consumer.trainer.model:build_default_model": (
+        "ringfeed.consumer.trainer.model:build_default_model"
+    ),
+}
 
 
 def check_moved(raw: dict[str, Any]) -> None:
     """Raise ConfigError for a key of an earlier schema (MOVED_KEYS) in a raw config
-    mapping, saying where it went; a model.factory in a moved package is renamed."""
+    mapping, saying where it went; ringfeed's own old model.factory is renamed."""
     for key, note in MOVED_KEYS.items():
         section, name = key.split(".")
         if isinstance(raw.get(section), dict) and name in raw[section]:
             raise ConfigError(f"{key}: {note}")
     model = raw.get("model")
     factory = model.get("factory") if isinstance(model, dict) else None
-    if isinstance(factory, str) and factory.startswith(MOVED_PACKAGES):
-        model["factory"] = f"ringfeed.{factory}"
+    if isinstance(factory, str) and factory in MOVED_FACTORIES:
+        model["factory"] = MOVED_FACTORIES[factory]
 
 
 def is_loopback(host: str) -> bool:

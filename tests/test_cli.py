@@ -189,3 +189,18 @@ def test_validate_checks_a_producer_hosts_config_by_its_role(tmp_path: Path) -> 
     cfg.write_text(yaml.safe_dump(raw))
     missing = ringfeed("validate", str(cfg), "--role", "producer")
     assert missing.returncode == 2 and "client.key_secret is missing" in missing.stderr
+
+
+def test_validate_reads_the_headers_of_clips_inside_tar_shards(tmp_path: Path) -> None:
+    """It used to call sf.info on the whole .tar and refuse every shard corpus. Each
+    member's header is read from its own bytes; a corrupt member is counted alone."""
+    from tests.corpus_files import make_shards
+
+    ids = make_shards(tmp_path / "shards", n_shards=2, corrupt="LJ001-0003")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"format": "shards", "path": "shards"},
+                                   "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
+    out = ringfeed("validate", str(cfg))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"usable        {len(ids) - 1} of {len(ids)} clips" in out.stdout
+    assert "skip        1 header unreadable" in out.stdout

@@ -189,3 +189,12 @@ def test_input_paths_are_relative_to_the_config_file_outputs_to_the_working_dire
     again = tmp_path / "again.yaml"
     again.write_text(cfg.to_yaml())
     assert load_config(again) == cfg
+
+
+def test_only_ringfeeds_own_old_factory_name_is_renamed() -> None:
+    """A checkpoint's config names the default model as before the package move; a
+    user's own package called `scripts` keeps its name."""
+    old = config_from_dict({"model": {"factory": "consumer.trainer.model:build_default_model"}})
+    assert old.model.factory == "ringfeed.consumer.trainer.model:build_default_model"
+    own = config_from_dict({"model": {"factory": "scripts.mymodel:build"}})
+    assert own.model.factory == "scripts.mymodel:build"
