@@ -115,14 +115,12 @@ def _decode(line: bytes) -> tuple[str | None, str, str]:
 
 
 def _ljspeech_entry(fields: list[str], base: Path, column: int) -> DatasetEntry | str:
-    if len(fields) == 2:
-        return ("expected 3 '|'-separated columns (id|text|normalized), got 2: for 'id|text' "
-                "lines use data.format: csv with the header 'audio_file|text' (README, "
-                "'Bring your own data')")  # fmt: skip
-    if len(fields) != 3:
-        return f"expected 3 '|'-separated columns (id|text|normalized), got {len(fields)}"
+    if len(fields) not in (2, 3):
+        return (f"expected 'id|text|normalized' or 'id|text' ('|'-separated), got "
+                f"{len(fields)} columns")  # fmt: skip
     item_id = fields[0].strip()
-    text = fields[column].strip()
+    # id|text (many corpora drop LJSpeech's second copy of the text): that text.
+    text = fields[min(column, len(fields) - 1)].strip()
     if not item_id:
         return "empty item id"
     if not text:

@@ -43,15 +43,15 @@ class Fields(NamedTuple):
 
 
 def ljspeech_rows(lines: list[str], text_column: int) -> list[tuple | str]:
-    """ljspeech lines (id|text|normalized) -> Fields-shaped tuples or reasons; one loop
+    """ljspeech lines (id|text|normalized, or id|text) -> Fields-shaped tuples or reasons; one loop
     with no call per good line (the build's hot path). A bad line's reason is the one
     shared/dataset.py gives (its reader decides it)."""
     out: list[tuple | str] = []
     append = out.append
     for line in lines:
         fields = line.split("|")
-        if len(fields) == 3:
-            item_id, text = fields[0].strip(), fields[text_column].strip()
+        if len(fields) in (2, 3):  # id|text too: that text whatever text_column says
+            item_id, text = fields[0].strip(), fields[min(text_column, len(fields) - 1)].strip()
             if item_id and text:
                 append((item_id, f"wavs/{item_id}.wav", text, "", "", 0.0, 0.0))
                 continue

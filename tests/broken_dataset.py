@@ -91,11 +91,11 @@ def make_broken_dataset(dst: Path, src: Path = MINI) -> BrokenDataset:
     _write_bad_audio(ds, src, wavs, lines)
     lines.append("missing-file|There is no audio.|There is no audio.")
     lines.append("empty-text|   |   ")
-    lines.append("two-columns|Only two columns here.")
+    lines.append("four-columns|One|too|many.")
     ds.bad_lines.update({
         "missing-file": "audio file not found",
         "empty-text": "empty text",
-        "two-columns": "expected 3",
+        "four-columns": "got 4 columns",
     })  # fmt: skip
     raw = "\n".join(lines).encode() + b"\nbad-bytes|caf\xe9 latin-1|caf\xe9 latin-1\n"
     ds.bad_lines["bad-bytes"] = "not valid UTF-8"

@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import DatasetError, read_dataset
+from ringfeed.shared.dataset import DatasetError, dataset_index, read_dataset
 from ringfeed.shared.quarantine import QuarantineWriter, read_quarantine
 from tests.broken_dataset import make_broken_dataset
 
@@ -74,3 +74,16 @@ def test_a_record_after_a_torn_line_is_kept(tmp_path: Path) -> None:
     with QuarantineWriter(path) as q:
         assert q.write("LJ3", "/c.wav", "empty text", "text")
     assert [r["item_id"] for r in read_quarantine(path)] == ["LJ1", "LJ3"]
+
+
+def test_ljspeech_lines_of_just_id_and_text_are_read(tmp_path: Path) -> None:
+    """Many corpora drop LJSpeech's second copy of the text; such a file used to fail
+    every line with 'expected 3 columns'."""
+    (tmp_path / "wavs").mkdir()
+    (tmp_path / "wavs" / "a.wav").write_bytes(b"RIFF")
+    (tmp_path / "metadata.csv").write_text("a|Just the text.\nb|x|y|z\n")
+    cache = str(tmp_path / "cache")
+    index = dataset_index(replace(Config(), data={"path": str(tmp_path)},
+                                  features={"cache_dir": cache}))  # fmt: skip
+    assert index.n_items == 1 and index.entry(0).text == "Just the text."
+    assert "got 4 columns" in index.bad_lines[0].reason
