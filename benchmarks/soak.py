@@ -1,10 +1,15 @@
 """Soak: a run under every fault at once, for minutes; every row of every batch checked.
 
     .venv/bin/python benchmarks/soak.py [--seconds 600] [--seed 0] [--workers 2] [--drop 0.002]
+                                        [--fields]
 
 Data: ``data.format: synthetic`` (2,000 items, 2 ms of sleep per sample, so
 the producers, not the consumer, set the pace; no dataset or cache needed),
-finite epochs far beyond what the time allows. The faults, all at once:
+finite epochs far beyond what the time allows. ``--fields`` declares every kind of
+optional sample field (README, "Sample fields": a reference clip, pitch, voiced,
+energy, durations and fields of the user's own of each length kind), synthesized
+per item, so they too travel as payload frames through the lossy link and are
+checked row by row. The faults, all at once:
 
 - the producers are remote (payloads as TCP frames) and reach the stager
   through scripts/lossy_link.py, which drops ``--drop`` of the messages each
@@ -76,10 +81,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def soak_config(root: Path, workers: int, port: int) -> dict:
+# --fields: every kind of optional field (synthesized: the user function is never called).
+FIELDS = {
+    "reference": True, "reference_frames": 16, "pitch": True, "energy": True,
+    "durations_dir": "unused-with-synthetic-data", "user_function": "unused:synthetic",
+    "user_version": "soak", "user_fields": [
+        {"name": "emotion", "dtype": "int32", "shape": [2], "length": "none"},
+        {"name": "style", "dtype": "float32", "shape": [4, 3], "length": "own", "pad": -1.0},
+        {"name": "loudness", "dtype": "float32", "shape": [], "length": "frames"},
+    ],
+}  # fmt: skip
+
+
+def soak_config(root: Path, workers: int, port: int, fields: bool = False) -> dict:
     return {
         "data": {"format": "synthetic", "synthetic_items": N_ITEMS},
-        "features": {"max_frames": 64, "cache": False},
+        "features": {"max_frames": 64, "cache": False, **(FIELDS if fields else {})},
         "text": {"max_text_len": 32},
         "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
         "stager": {"batch_size": 8, "epochs": 100_000},
@@ -157,7 +174,7 @@ def wait(proc: subprocess.Popen, timeout_s: float) -> int | None:
 
 def soak(args: argparse.Namespace, tmp: Path) -> int:
     stager_port, link_port = free_port(), free_port()
-    raw = soak_config(tmp, args.workers, stager_port)
+    raw = soak_config(tmp, args.workers, stager_port, args.fields)
     cfg_path = tmp / "soak.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
     inject_faults(cfg_path, raise_items=[POISON_RAISE], exit_items=[POISON_EXIT], delay_s=0.002)
@@ -261,6 +278,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--drop", type=float, default=0.002, help="fraction of messages lost")
+    parser.add_argument("--fields", action="store_true", help="every kind of sample field")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ringfeed-soak-"))
     code = soak(args, tmp)

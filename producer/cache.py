@@ -79,6 +79,20 @@ def settings_hash(cfg: Config) -> str:
 def _settings_json(cfg: Config) -> str:
     features = dataclasses.asdict(cfg.features)
     del features["cache_dir"], features["cache"]  # where and whether: not what
+    # The optional fields are cached under keys of their own (producer/extra_fields.py):
+    # turning one on or off keeps the mels.
+    for key in (
+        "pitch",
+        "energy",
+        "user_function",
+        "user_version",
+        "user_fields",
+        "reference",
+        "reference_frames",
+        "single_clip",
+        "durations_dir",
+    ):
+        del features[key]
     features["log_floor"] = LOG_FLOOR  # once a key: caches made then keep their name
     features["stft_dtype"] = STFT_DTYPE
     settings = {

@@ -165,6 +165,17 @@ def log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
     return np.log(np.maximum(mel, np.float32(LOG_FLOOR), out=mel), out=mel)
 
 
+def log_mel_energy(wave: np.ndarray, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
+    """Waveform float32 [n] -> (log-mel float32 [frames, n_mels] as log_mel's, energy
+    float32 [frames]): energy is the L2 norm of each frame's STFT magnitude over the
+    bins the mel uses (<= fmax), from the same STFT, computed once (features.energy)."""
+    bins, fb_t = _used_bins(cfg.audio.sample_rate, cfg.features)
+    magnitude = _magnitude(wave, cfg.features, bins)
+    energy = np.sqrt(np.einsum("fb,fb->f", magnitude, magnitude, dtype=np.float32))
+    mel = magnitude @ fb_t
+    return np.log(np.maximum(mel, np.float32(LOG_FLOOR), out=mel), out=mel), energy
+
+
 def n_frames(n_samples: int, cfg: Config) -> int:
     """Frames librosa gives for n_samples (center=True)."""
     return 1 + n_samples // cfg.features.hop_length

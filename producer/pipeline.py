@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ringfeed.producer.audio import Segment, load_audio
 from ringfeed.producer.cache import FeatureCache
-from ringfeed.producer.features import fit_length, log_mel
+from ringfeed.producer.durations import read_durations
+from ringfeed.producer.extra_fields import ExtraFields
+from ringfeed.producer.features import fit_length, log_mel, log_mel_energy
+from ringfeed.producer.prosody import pitch
+from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config
@@ -40,6 +45,10 @@ class PipelineCounters:
     skipped: int = 0
     decoded: int = 0
     mels: int = 0
+    # Samples whose optional fields (pitch, energy, the user's) were computed, not cached.
+    extras: int = 0
+    # Samples whose speaker has one clip, its own reference (features.single_clip: own).
+    reference_own: int = 0
     cache_hits: int = 0
     cache_errors: int = 0
     # Samples not written to the cache because it stopped writing after repeated failures.
@@ -49,7 +58,9 @@ class PipelineCounters:
 class SamplePipeline:
     """Per-sample work of one producer process: text, audio, features, cache."""
 
-    def __init__(self, cfg: Config, cache: FeatureCache | None = None) -> None:
+    def __init__(self, cfg: Config, cache: FeatureCache | None = None, index: Any = None) -> None:
+        """index: the dataset's (DatasetIndex or the mapped corpus index), for
+        features.reference (another clip of the speaker)."""
         self.cfg = cfg
         self.text = TextEncoder(cfg)
         self.counters = PipelineCounters()
@@ -59,6 +70,9 @@ class SamplePipeline:
             except OSError as exc:
                 self._cache_error("cannot open", exc)
         self.cache = cache
+        self.extras = ExtraFields(cfg)
+        self.index = index
+        self.clips = SpeakerClips(index) if cfg.features.reference and index else None
         self._members: MemberReader | None = None  # tar shard reads, made on first use
         # Where the sample in progress is: the stage of a quarantine entry.
         self.stage = "start"
@@ -81,12 +95,17 @@ class SamplePipeline:
             librosa.effects.trim(wave, top_db=self.cfg.audio.trim_top_db)
         if self.cfg.features.device == "producer":
             log_mel(wave, self.cfg)
+        if self.cfg.features.pitch:  # pyworld's import, ~0.1 s
+            pitch(wave, 1 + len(wave) // self.cfg.features.hop_length, self.cfg)
 
-    def __call__(self, entry: DatasetEntry) -> Sample:
+    def __call__(self, entry: DatasetEntry, item: int = -1, epoch: int = 0) -> Sample:
         """entry -> Sample(tokens int32 [n_tokens], mel float32 [n_frames, n_mels] or
-        wave float32 [n_samples]); raises SkipSample with the reason and the audio path."""
+        wave float32 [n_samples], the optional fields); raises SkipSample with the reason
+        and the audio path. item, epoch: the entry's item and plan epoch (features.reference)."""
         try:
             sample = self._process(entry)
+            if self.cfg.features.reference:
+                sample.fields["ref_mel"] = self._reference(item, epoch)
         except SkipSample as skip:
             skip.stage = skip.stage or self.stage
             self.counters.skipped += 1
@@ -97,8 +116,19 @@ class SamplePipeline:
     def _process(self, entry: DatasetEntry) -> Sample:
         self.stage = "text"
         tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
-        array, audio_truncated = self._features(entry.audio_path, entry.segment, entry.member)
+        fields: dict[str, np.ndarray] = {}
+        if self.extras.active:
+            array, audio_truncated, fields = self._with_extras(entry, len(tokens))
+        else:
+            array, audio_truncated = self._features(entry.audio_path, entry.segment, entry.member)
         sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
+        sample.fields = fields
+        if self.cfg.features.durations_dir:
+            self.stage = "durations"
+            frames = len(array) if self.cfg.features.device == "producer" else (
+                1 + len(array) // self.cfg.features.hop_length)  # fmt: skip
+            fields["durations"] = read_durations(self.cfg.features.durations_dir,
+                                                 entry.item_id, len(tokens), frames)  # fmt: skip
         if self.cfg.features.device == "producer":
             sample.mel = array
         else:
@@ -133,6 +163,71 @@ class SamplePipeline:
             except OSError as exc:  # a full or read-only disk costs the cache, not the sample
                 self._cache_error("cannot write", exc)
         return array, truncated
+
+    def _reference(self, item: int, epoch: int) -> np.ndarray:
+        """The log-mel of another clip of item's speaker, cut to reference_frames
+        (producer/references.py); from the feature cache when there."""
+        if self.clips is None or self.index is None or item < 0:
+            raise ValueError("features.reference needs the dataset index and the item")
+        ref, rng = choose_reference(self.clips, item, epoch, self.cfg)
+        if ref == item:
+            if self.cfg.features.single_clip == "skip":
+                raise SkipSample("its speaker has no other clip for a reference "
+                                 "(features.single_clip: skip; own uses the clip itself)",
+                                 stage="reference")  # fmt: skip
+            self.counters.reference_own += 1
+        entry = self.index.entry(ref)
+        try:
+            array, _ = self._features(entry.audio_path, entry.segment, entry.member)
+        except SkipSample as skip:
+            raise SkipSample(f"reference clip {entry.item_id}: {skip.reason}",
+                             entry.audio_path, "reference") from None  # fmt: skip
+        self.stage = "reference"
+        mel = array if self.cfg.features.device == "producer" else log_mel(array, self.cfg)
+        return cut_reference(mel, self.cfg.features.reference_frames, rng)
+
+    def _with_extras(
+        self, entry: DatasetEntry, n_tokens: int
+    ) -> tuple[np.ndarray, bool, dict[str, np.ndarray]]:
+        """(mel or wave, truncated, optional fields) from the cache when every part is
+        there, else all computed from one decode (and the missing parts cached)."""
+        key, hit = self._cache_get(entry.audio_path, entry.segment, entry.member)
+        if hit is not None:
+            fields = self.extras.from_cache(self.cache.get, key, entry)
+            if fields is not None:
+                return hit[0], hit[1], fields
+        self.stage = "audio"
+        data = self._member_bytes(entry.audio_path, entry.member) if entry.member else None
+        wave = load_audio(entry.audio_path, self.cfg, entry.segment, data)
+        self.counters.decoded += 1
+        self.stage = "features"
+        wave, truncated = fit_length(wave, self.cfg, entry.audio_path)
+        fields: dict[str, np.ndarray] = {}
+        mel = None
+        frames = 1 + len(wave) // self.cfg.features.hop_length
+        if self.cfg.features.device == "producer":
+            if self.extras.energy:
+                mel, fields["energy"] = log_mel_energy(wave, self.cfg)
+            else:
+                mel = log_mel(wave, self.cfg)
+            self.counters.mels += 1
+        if self.extras.pitch:
+            self.stage = "pitch"
+            fields["pitch"], fields["voiced"] = pitch(wave, frames, self.cfg)
+        if self.extras.user is not None:
+            self.stage = "user"  # an exception of the user's function: a sample of stage user
+            fields.update(self.extras.call_user(wave, mel, frames, n_tokens, entry))
+        self.counters.extras += 1
+        array = mel if mel is not None else wave
+        if key is not None:
+            self.stage = "cache"
+            try:
+                if hit is None and not self.cache.put(key, array, truncated):
+                    self.counters.cache_writes_off += 1
+                self.extras.to_cache(self.cache.put, key, entry, fields, truncated)
+            except OSError as exc:  # a full or read-only disk costs the cache, not the sample
+                self._cache_error("cannot write", exc)
+        return array, truncated, fields
 
     def _member_bytes(self, path: str, member: tuple[int, int]) -> bytes:
         """A shard member's bytes (shared/shards.py: one ranged read; a remote shard through

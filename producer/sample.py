@@ -18,7 +18,9 @@ class Sample:
     tokens: int32 [text_len]; mel: float32 [n_frames, n_mels] (features.device:
     producer) or None; wave: float32 [n_samples] at audio.sample_rate
     (features.device: stager) or None. truncated is set when
-    features.on_too_long: truncate cut the clip.
+    features.on_too_long: truncate cut the clip. fields: the optional fields of the
+    declared schema (shared/sample_schema.py) by name: pitch, voiced, energy and the
+    user's, unpadded (axis 0 the true length).
     """
 
     item_id: str
@@ -27,6 +29,13 @@ class Sample:
     wave: np.ndarray | None = None
     truncated: bool = False
     extra: dict[str, float] = field(default_factory=dict)
+    fields: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def array(self, name: str) -> np.ndarray:
+        """The unpadded array of field `name` (tokens, mel, wave or an optional one)."""
+        if name in ("tokens", "mel", "wave"):
+            return getattr(self, name)
+        return self.fields[name]
 
 
 class SkipSample(Exception):  # noqa: N818 - it is a verdict, not an error of ours

@@ -58,7 +58,7 @@ class SlotWriter(Protocol):
 
 def sample_arrays(sample: Sample, fields: FieldSpec) -> list[np.ndarray]:
     """The sample's unpadded arrays in ring field order."""
-    return [getattr(sample, name) for name in fields]
+    return [sample.array(name) for name in fields]
 
 
 def ready_entry(

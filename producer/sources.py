@@ -44,7 +44,10 @@ class Source(Protocol):
 
     def warm_up(self) -> None: ...
 
-    def prepare(self, item: int) -> Sample: ...
+    def prepare(self, item: int, epoch: int = 0) -> Sample:
+        """The item's sample in plan epoch `epoch` (which picks its reference clip); the
+        worker passes a grant's position // n_items (consumer/stager/plan.py epoch_of)."""
+        ...
 
     def work(self) -> dict[str, int]: ...
 
@@ -70,6 +73,22 @@ def synthetic_tokens(item: int, n: int, cfg: Config) -> np.ndarray:
     """Every token of a synthetic item: row i is (stamp + i) within the vocabulary."""
     span = cfg.vocab_size - 3
     return (3 + (item + np.arange(n, dtype=np.int64)) % span).astype(np.int32)
+
+
+def synthetic_fields(item: int, text_len: int, n_frames: int, cfg: Config) -> dict:
+    """The optional fields of a synthetic item (every field of the declared schema past
+    tokens and mel): each a pure function of the item, its length following the mel, the
+    text, 1 + item % its rows (own) or its shape (none); values item % STAMP_BASE + k % 97
+    for the k-th value, cast to the field's dtype, so a row names its item."""
+    out = {}
+    low = item % STAMP_BASE
+    for f in cfg.schema.extras:
+        n = {"frames": n_frames, "tokens": text_len, "own": 1 + item % f.shape[0]}.get(
+            f.length, f.shape[0])  # fmt: skip
+        shape = f.shape if f.length == "none" else (n, *f.inner)
+        k = np.arange(int(np.prod(shape)), dtype=np.int64)
+        out[f.name] = (low + k % 97).reshape(shape).astype(f.dtype)
+    return out
 
 
 def synthetic_lengths(item: int, cfg: Config) -> tuple[int, int]:
@@ -112,6 +131,7 @@ class SyntheticSource:
         self._name = name
         self._block = rng.standard_normal(fields[name][0], dtype=np.float32)
         self._rows = np.arange(self._block.shape[0], dtype=np.float32)
+        self._extras = bool(cfg.schema.extras)
         self.stage = "synthetic"
 
     def item_id(self, item: int) -> str:
@@ -129,7 +149,7 @@ class SyntheticSource:
     def lengths(self, item: int) -> tuple[int, int]:
         return synthetic_lengths(item, self.cfg)
 
-    def prepare(self, item: int) -> Sample:
+    def prepare(self, item: int, epoch: int = 0) -> Sample:
         text_len, n = self.lengths(item)
         sample = Sample(
             item_id=self.item_id(item), tokens=synthetic_tokens(item, text_len, self.cfg)
@@ -141,6 +161,8 @@ class SyntheticSource:
         else:
             array[0], array[1] = low, high
         setattr(sample, self._name, array)
+        if self._extras:
+            sample.fields = synthetic_fields(item, text_len, n, self.cfg)
         return sample
 
 
@@ -172,9 +194,24 @@ def check_synthetic_rows(arrays: dict[str, np.ndarray], n_valid: int, cfg: Confi
         rows = np.arange(n_frames)
         expect(bool((mel[:n_frames, 1] == rows).all()), f"row {row}: mel rows out of place")
         expect(not mel[n_frames:].any(), f"row {row}: mel padding is not zero")
+        if cfg.schema.extras:
+            _check_fields(arrays, row, synthetic_fields(item, text_len, n_frames, cfg), cfg)
     for row in range(n_valid, len(arrays["items"])):
         expect(not arrays["tokens"][row].any() and not arrays["mel"][row].any(), "padding")
+    for f in cfg.schema.extras:
+        expect(bool((arrays[f.name][n_valid:] == f.pad).all()), f"{f.name}: padding rows")
     return items
+
+
+def _check_fields(arrays: dict[str, np.ndarray], row: int, want: dict, cfg: Config) -> None:
+    """Row `row` of every optional field against its item's (synthetic_fields)."""
+    for f in cfg.schema.extras:
+        got, exp = arrays[f.name][row], want[f.name]
+        m = len(exp)
+        if f.length == "own" and arrays[f.lens_name][row] != m:
+            raise RowMismatch(f"row {row}: {f.lens_name} {arrays[f.lens_name][row]}, need {m}")
+        if not (np.array_equal(got[:m], exp) and (got[m:] == f.pad).all()):
+            raise RowMismatch(f"row {row}: {f.name} not its item's, or its padding not {f.pad}")
 
 
 class DatasetSource:
@@ -186,7 +223,7 @@ class DatasetSource:
         self.cfg = cfg
         self.index = index if index is not None else dataset_index(cfg)
         self.n_items = self.index.n_items
-        self._pipeline = SamplePipeline(cfg)
+        self._pipeline = SamplePipeline(cfg, index=self.index)
 
     def item_id(self, item: int) -> str:
         return self.index.item_id(item)
@@ -202,11 +239,11 @@ class DatasetSource:
         """Where the pipeline is with the sample in progress (SamplePipeline.stage)."""
         return self._pipeline.stage
 
-    def prepare(self, item: int) -> Sample:
+    def prepare(self, item: int, epoch: int = 0) -> Sample:
         # The stage starts over with each item: a failure before the pipeline's first
         # stage (reading the item's entry) must not carry the last item's stage.
         self._pipeline.stage = "metadata"
-        return self._pipeline(self.index.entry(item))
+        return self._pipeline(self.index.entry(item), item, epoch)
 
     def work(self) -> dict[str, int]:
         """How often each stage ran in this process: decoded, mels, cache_hits, ...; texts

@@ -284,8 +284,8 @@ class Worker:
         """The item's sample, or None once its SKIP is sent."""
         try:
             with time_limit(self.cfg.ring.lease_s, self.busy):
-                sample = self.source.prepare(grant.item)
-            rows = {name: getattr(sample, name) for name in self.fields}
+                sample = self.source.prepare(grant.item, grant.position // self.source.n_items)
+            rows = {name: sample.array(name) for name in self.fields}
             why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
             if why:
                 raise SkipSample(why, stage="check")

@@ -8,6 +8,8 @@ import argparse
 import sys
 import time
 
+import numpy as np
+
 
 def _config(path: str):
     from ringfeed.shared.config import ConfigError, load_config
@@ -17,6 +19,32 @@ def _config(path: str):
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def _user_function_error(cfg) -> str:
+    """'' if features.user_function (if any) imports, as a producer will at start."""
+    if not cfg.features.user_function:
+        return ""
+    from ringfeed.producer.extra_fields import load_user_function
+    from ringfeed.shared.config import ConfigError
+
+    try:
+        load_user_function(cfg.features.user_function)
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def _print_schema(cfg) -> None:
+    """The declared sample schema, bytes per slot and per batch (README, "Sample fields")."""
+    mib = 2**20
+    print('  sample schema (README, "Sample fields"):')
+    for line in cfg.schema.describe():
+        print(f"    {line}")
+    fixed = cfg.batch_fields()
+    per_batch = sum(int(np.prod(s)) * d.itemsize for s, d in fixed.values())
+    print(f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
+          f"{per_batch // cfg.stager.batch_size:,} B per sample")  # fmt: skip
 
 
 def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
@@ -39,6 +67,9 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
                   file=sys.stderr)  # fmt: skip
             return 2
+    if why := _user_function_error(cfg):
+        print(f"config error: {why}", file=sys.stderr)
+        return 2
     if any(f.fatal for f in findings):
         return 2
     if quiet:
@@ -47,8 +78,7 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         return _validate_producer_host(args.config, cfg)
     mib = 2**20
     print(f"{args.config}: ok")
-    for name, (shape, dtype) in cfg.sample_fields().items():
-        print(f"  sample field {name:8s} {str(list(shape)):14s} {dtype}")
+    _print_schema(cfg)
     sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
     print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
     print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")

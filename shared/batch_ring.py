@@ -14,6 +14,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from ringfeed.shared.sample_schema import SampleSchema
+
 
 class BatchState(IntEnum):
     """A batch slot: FREE, FILLING (rows being copied in), or SENT (announced to the
@@ -25,18 +27,10 @@ class BatchState(IntEnum):
 
 
 def batch_views(
-    slot: Mapping[str, np.ndarray], rows: int, frames: int, text: int
+    slot: Mapping[str, np.ndarray], rows: int, frames: int, text: int, schema: SampleSchema
 ) -> dict[str, np.ndarray]:
     """One batch of shape (rows, frames, text) inside a batch-ring slot whose fields are
     flat (Config.batch_ring_fields): zero-copy views, row-major from each field's start.
-    The one definition of that layout, for the stager's builder and the batch client."""
-    mel = slot["mel"]
-    return {
-        "tokens": slot["tokens"][: rows * text].reshape(rows, text),
-        "text_lens": slot["text_lens"][:rows],
-        "mel": mel[: rows * frames].reshape(rows, frames, mel.shape[-1]),
-        "mel_lens": slot["mel_lens"][:rows],
-        "items": slot["items"][:rows],
-        "speaker": slot["speaker"][:rows],
-        "language": slot["language"][:rows],
-    }
+    The one definition of that layout (the declared schema's), for the stager's builder
+    and the batch client."""
+    return schema.batch_views(slot, rows, frames, text)

@@ -10,20 +10,26 @@ only module that reads environment variables.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import yaml
 
 from ringfeed.shared.config_checks import MIN_BUCKET_FRACTION, check_moved, validate
 from ringfeed.shared.config_corpus import DataConfig, TextConfig
+from ringfeed.shared.config_features import FeaturesConfig, UserFieldConfig, sample_decls
 from ringfeed.shared.config_model import DevicesConfig, ModelConfig, TrainConfig
 from ringfeed.shared.config_stager import StagerConfig
+from ringfeed.shared.sample_schema import ID_FIELDS, FieldSpec, SampleSchema
 from ringfeed.shared.schema import ConfigError, build
+
+# Re-exported: ID_FIELDS (int32 per batch row: ids in shared/id_tables.py) and the
+# features section, where they always were.
+__all__ = ["ID_FIELDS", "FeaturesConfig", "UserFieldConfig"]
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
 # log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
@@ -31,7 +37,6 @@ from ringfeed.shared.schema import ConfigError, build
 LOG_FLOOR = 1e-5
 # Environment variable naming a source hook, "module:callable" (see source_hook).
 SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
-ID_FIELDS = ("speaker", "language")  # int32 per batch row: ids in shared/id_tables.py
 
 
 @dataclass(frozen=True)
@@ -51,33 +56,6 @@ class AudioConfig:
     # Longer audio (by its file header) is rejected before it is decoded, seconds. With
     # features.on_too_long: skip, audio longer than a slot is rejected the same way.
     max_duration_s: float = 60.0
-
-
-@dataclass(frozen=True)
-class FeaturesConfig:
-    # STFT size of the log-mel, samples.
-    n_fft: int = 1024
-    # Samples between mel frames.
-    hop_length: int = 256
-    # STFT window (Hann), samples.
-    win_length: int = 1024
-    # Mel bands (Slaney filterbank, as librosa).
-    n_mels: int = 80
-    # Lowest mel band edge, Hz.
-    fmin: float = 0.0
-    # Highest mel band edge, Hz.
-    fmax: float = 8000.0
-    # Mel frames per sample slot (the longest clip: max_frames x hop_length / sample_rate s).
-    max_frames: int = 800
-    # A clip or text longer than its slot: skip it (quarantined, counted) or truncate it.
-    on_too_long: Literal["skip", "truncate"] = "skip"
-    # producer: producers compute the mel; stager: producers write the waveform and
-    # the stager computes mels for the whole batch on its device.
-    device: Literal["producer", "stager"] = "producer"
-    # The feature cache and the length manifest live here.
-    cache_dir: str = ".cache/features"
-    # Keep each clip's features on disk, so later epochs skip decode and mel.
-    cache: bool = True
 
 
 @dataclass(frozen=True)
@@ -161,19 +139,16 @@ class Config:
         frames (librosa, center=True), so every clip that fits max_frames fits here."""
         return self.features.max_frames * self.features.hop_length
 
-    def sample_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """Payload fields of one sample-ring slot: name -> (shape, dtype)."""
-        fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {
-            "tokens": ((self.text.max_text_len,), np.dtype(np.int32)),
-        }
-        if self.features.device == "producer":
-            fields["mel"] = (
-                (self.features.max_frames, self.features.n_mels),
-                np.dtype(np.float32),
-            )
-        else:
-            fields["wave"] = ((self.max_samples,), np.dtype(np.float32))
-        return fields
+    @functools.cached_property
+    def schema(self) -> SampleSchema:
+        """The declared sample schema (shared/sample_schema.py): every field, built-in
+        or the user's, from which slots, batches and specs derive."""
+        return SampleSchema(sample_decls(self), self.features.max_frames,
+                            self.text.max_text_len, self.features.n_mels)  # fmt: skip
+
+    def sample_fields(self) -> FieldSpec:
+        """Payload fields of one sample-ring slot: name -> (shape, dtype), ring order."""
+        return self.schema.slot_fields()
 
     @property
     def batch_frames(self) -> int:
@@ -189,31 +164,16 @@ class Config:
         shortest = min(self.stager.buckets or (self.features.max_frames // MIN_BUCKET_FRACTION,))
         return max(1, self.batch_frames // max(1, shortest))
 
-    def batch_ring_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    def batch_ring_fields(self) -> FieldSpec:
         """Payload fields of one batch-ring slot, flat: a batch of any bucket's shape
         [rows, frames, ...] is the first rows x frames entries (the client reshapes)."""
-        rows = self.max_batch_rows
         frames = max(self.batch_frames, self.features.max_frames)
-        return {
-            "tokens": ((rows * self.text.max_text_len,), np.dtype(np.int32)),
-            "text_lens": ((rows,), np.dtype(np.int32)),
-            "mel": ((frames, self.features.n_mels), np.dtype(np.float32)),
-            "mel_lens": ((rows,), np.dtype(np.int32)),
-            "items": ((rows,), np.dtype(np.int64)),
-            **{name: ((rows,), np.dtype(np.int32)) for name in ID_FIELDS},
-        }
+        return self.schema.batch_ring_fields(self.max_batch_rows, frames)
 
-    def batch_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """Payload fields of one batch-ring slot (always mels, never waveforms)."""
-        b = self.stager.batch_size
-        return {
-            "tokens": ((b, self.text.max_text_len), np.dtype(np.int32)),
-            "text_lens": ((b,), np.dtype(np.int32)),
-            "mel": ((b, self.features.max_frames, self.features.n_mels), np.dtype(np.float32)),
-            "mel_lens": ((b,), np.dtype(np.int32)),
-            "items": ((b,), np.dtype(np.int64)),
-            **{name: ((b,), np.dtype(np.int32)) for name in ID_FIELDS},
-        }
+    def batch_fields(self) -> FieldSpec:
+        """Fields of one batch at the fixed shape [batch_size, ...] (always mels, never
+        waveforms): the schema's fields, their lengths, items, speaker and language."""
+        return self.schema.batch_fields(self.stager.batch_size)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML-able data (tuples become lists)."""
@@ -244,7 +204,7 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
 
 # Inputs travel with a config file: relative to its folder. Outputs (run_root, the
 # cache) stay relative to the working directory: they land where you run.
-INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"))
+INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"), ("features", "durations_dir"))
 
 
 def read_raw(path: str | os.PathLike[str]) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING, Any
 
+from ringfeed.shared.field_config_checks import validate_fields
 from ringfeed.shared.language_codes import valid_code
 from ringfeed.shared.schema import ConfigError, check
 
@@ -164,6 +165,7 @@ def _validate_features(cfg: Config) -> None:
         "must be a non-empty string of distinct characters",
     )
     check(0 <= cfg.text.max_unknown_frac <= 1, "text.max_unknown_frac", "must be in [0, 1]")
+    validate_fields(cfg)
 
 
 def _validate_ring(cfg: Config) -> None:

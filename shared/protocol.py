@@ -44,11 +44,14 @@ from ringfeed.shared.grants import Grant as Grant
 from ringfeed.shared.grants import GrantEntry as GrantEntry
 from ringfeed.shared.grants import Ready as Ready
 from ringfeed.shared.grants import ReadyEntry as ReadyEntry
+from ringfeed.shared.sample_schema import MAX_SAMPLE_FIELDS
 
 # 4: HELLO carries the config fingerprint, WELCOME and CONSUMER_HELLO the plan's; REFUSED.
 VERSION = 4
-# Raw payload frames of a remote READY; the stager checks exact sizes anyway.
-MAX_PAYLOAD_FRAMES = 8
+# Raw payload frames of a remote READY, one per sample field (the declared schema's, at
+# most MAX_SAMPLE_FIELDS); the stager checks exact sizes anyway. Was 8, which the soak
+# with every optional field (--fields: 10 fields) found refusing every remote READY.
+MAX_PAYLOAD_FRAMES = MAX_SAMPLE_FIELDS
 
 
 class ProtocolError(ValueError):

@@ -61,13 +61,17 @@ import numpy as np
 import xxhash
 
 from ringfeed.shared.config import USER_PREFIX, Config
+from ringfeed.shared.sample_schema import MAX_SAMPLE_FIELDS
 from ringfeed.shared.shm import SHM_DIR, check_shm_fits, reserve
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"RINGFEED"
-LAYOUT_VERSION = 2
-MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 8, 4, 4, 64
+# 3: up to 24 fields a slot and 16 lengths (the declared sample schema, issue 20).
+LAYOUT_VERSION = 3
+# A batch holds each sample field, its lens, items and the ids: 7 by default; a sample
+# holds at most MAX_LENGTHS fields (shared/field_config_checks.py says so at load).
+MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 24, 4, MAX_SAMPLE_FIELDS, 64
 SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
 
 FIELD_DTYPE = np.dtype(

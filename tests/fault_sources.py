@@ -109,7 +109,7 @@ class FaultySource:
     def work(self) -> dict[str, int]:
         return self.source.work()
 
-    def prepare(self, item: int) -> Sample:
+    def prepare(self, item: int, epoch: int = 0) -> Sample:
         if self.faults.delay_s > 0:
             time.sleep(self.faults.delay_s)
         if item in self.faults.raise_items:
@@ -122,4 +122,4 @@ class FaultySource:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
             while True:
                 time.sleep(1)  # a hung C call: no alarm gets through
-        return self.source.prepare(item)
+        return self.source.prepare(item, epoch)

@@ -58,6 +58,12 @@ def test_text_cost_benchmark_runs() -> None:
 
 
 @pytest.mark.slow
+def test_sample_fields_benchmark_runs() -> None:
+    out = bench(["benchmarks/sample_fields.py", "--rounds", "1", "--passes", "1"], timeout_s=120)
+    assert "all three, cached" in out and "batch B/sample" in out
+
+
+@pytest.mark.slow
 def test_balance_benchmark_runs() -> None:
     out = bench(["benchmarks/balance.py", "--build", "20000", "--rounds", "1"], timeout_s=60)
     assert "by language (3 groups), 20,000 items: build" in out and "B/item per epoch" in out

@@ -28,6 +28,10 @@ from tests.runs import Run, finish, rid, small
 pytestmark = pytest.mark.slow
 
 
+# Payload frames a READY may not have (one per sample field at most).
+TOO_MANY = p.MAX_PAYLOAD_FRAMES + 1
+
+
 def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
     """One hostile message: a mutated valid frame, a wrong type, a lie about slots."""
     pick = rng.randrange(10)
@@ -72,7 +76,7 @@ def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
             msgpack.packb([p.VERSION, int(p.Kind.READY), "a", 1.5, None, {}, b"", []])
         )
     elif pick == 5:  # extra frames (a payload on a control message, or too many)
-        return [bytes(header), *[b"\0" * rng.randrange(64)] * rng.choice([1, 9, 20])]
+        return [bytes(header), *[b"\0" * rng.randrange(64)] * rng.choice([1, TOO_MANY, 20])]
     elif pick == 6:  # a remote-style READY with payload frames of the wrong sizes
         return [bytes(header), *[os.urandom(rng.randrange(256)) for _ in range(n_fields)]]
     elif pick == 7:  # random bytes

@@ -78,7 +78,8 @@ def _header(*values: object) -> bytes:
         ([b"\x00" * (p.MAX_HEADER_BYTES + 1)], "header of"),
         ([_header(p.VERSION, int(p.Kind.GRANT), [1], [2], [3], [4]), b"x"], "unexpected payload"),
         (
-            [_header(p.VERSION, int(p.Kind.READY), [0], [1], [2], [1], [0], [0])] + [b""] * 9,
+            [_header(p.VERSION, int(p.Kind.READY), [0], [1], [2], [1], [0], [0])]
+            + [b""] * (p.MAX_PAYLOAD_FRAMES + 1),
             "payload frames",
         ),
         ([_header(1, 2, 3)[:-1]], "not msgpack"),

@@ -134,3 +134,19 @@ def test_cpu_trainer_threads_default_to_every_core() -> None:
 
     assert cpu_threads(Config(), 16) == 16  # producers.workers no longer takes cores away
     assert cpu_threads(replace(Config(), train={"cpu_threads": 3}), 16) == 3
+
+
+def test_the_default_model_takes_the_fields_it_knows_and_ignores_the_rest() -> None:
+    """A batch with a reference clip, pitch and energy trains the default model, which
+    reads tokens, mel, their lengths and the ids only."""
+    from ringfeed.consumer.trainer.model import DEFAULT_INPUTS
+
+    cfg = replace(small_cfg(), features={"pitch": True, "energy": True, "reference": True,
+                                         "reference_frames": 16})  # fmt: skip
+    model = build_default_model(cfg, **cfg.model.kwargs)
+    assert sorted(t.name for t in model.inputs) == sorted(DEFAULT_INPUTS)
+    step = TrainStep(model, make_optimizer(cfg), masked_l1, jit_compile=False)
+    known = random_batch(cfg, 0)
+    batch = {k: known.get(k, np.zeros(s, d)) for k, (s, d) in cfg.batch_fields().items()}
+    assert {"ref_mel", "ref_mel_lens", "pitch", "voiced", "energy"} <= batch.keys()
+    assert np.isfinite(float(step(batch)))

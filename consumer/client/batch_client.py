@@ -186,7 +186,7 @@ class BatchClient:
         # Where a restarted stager must resume so that no batch comes twice or never.
         self.position, self.batch_index = msg.next_position, msg.batch_index + 1
         slot = {name: self.ring.view(name)[msg.slot] for name in self.ring.fields}
-        arrays = batch_views(slot, msg.rows, msg.frames, msg.text_len)
+        arrays = batch_views(slot, msg.rows, msg.frames, msg.text_len, self.cfg.schema)
         return Batch(msg, arrays)
 
     def free(self, batch: Batch) -> None:

@@ -9,7 +9,9 @@ Each element is one whole batch as cfg.batch_fields(): a dict of tokens int32 [B
 T], text_lens int32 [B], mel float32 [B, F, n_mels], mel_lens int32 [B], items int64
 [B] (plan item ids; rows >= the batch's valid count are padding, with mel_lens 0),
 speaker and language int32 [B] (ids in the run's tables, runs/<run-id>/ids.json:
-shared/id_tables.py). Without length buckets the element_spec is fully static, so a
+shared/id_tables.py), then every optional field of the declared schema (README,
+"Sample fields": ref_mel, pitch, voiced, energy, the user's, with <name>_lens for a
+field of its own length). Without length buckets the element_spec is fully static, so a
 model compiled with jit_compile=True traces once. With length buckets
 (stager.buckets) B, T and F are None in the element_spec and each element has its
 bucket's shape: Keras compiles the step once per shape, that is once per bucket
@@ -36,14 +38,14 @@ from ringfeed.shared.config import Config
 
 
 def element_spec(cfg: Config) -> dict[str, tf.TensorSpec]:
-    """TensorSpecs of one element: every field of cfg.batch_fields(); with length
-    buckets the batch and length dims are None (each bucket has its own)."""
-    specs = {}
-    for name, (shape, dtype) in cfg.batch_fields().items():
-        if cfg.stager.bucketed:
-            shape = (None, None, *shape[2:]) if len(shape) > 1 else (None,)
-        specs[name] = tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
-    return specs
+    """TensorSpecs of one element: every field of the declared schema's batch
+    (cfg.schema.batch_specs); with length buckets the batch dim and each length dim a
+    bucket cuts are None (each bucket has its own)."""
+    specs = cfg.schema.batch_specs(cfg.stager.batch_size, cfg.stager.bucketed)
+    return {
+        name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
+        for name, (shape, dtype) in specs.items()
+    }
 
 
 def _batches(cfg: Config, run_id: str, position: int) -> Iterator[dict[str, np.ndarray]]:

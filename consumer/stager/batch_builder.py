@@ -44,6 +44,8 @@ class BatchBuilder:
         self.speaker_of, self.language_of = ids if ids is not None else (None, None)
         self.ring = batches
         self.mel_fn = mel_fn
+        # The optional fields (shared/sample_schema.py), copied after tokens and mel.
+        self.extras = cfg.schema.extras
         self.hop = cfg.features.hop_length
         self.shape = (cfg.stager.batch_size, cfg.features.max_frames, cfg.text.max_text_len)
         self.state = [BatchState.FREE] * batches.n_slots
@@ -78,7 +80,7 @@ class BatchBuilder:
             return
         rows, frames, text = self.shape
         slot = {name: self.ring.view(name)[self.current] for name in self.ring.fields}
-        self.view = batch_views(slot, rows, frames, text)
+        self.view = batch_views(slot, rows, frames, text, self.cfg.schema)
         if self.mel_fn is not None:
             self.waves = self.wave_buf[: rows * frames * self.hop].reshape(rows, -1)
 
@@ -104,7 +106,7 @@ class BatchBuilder:
         stager's check; :meth:`drop_last` undoes the row if that check fails."""
         row, view = self.rows, self.view
         assert self.current is not None and row < self.shape[0]
-        n_text, n = lengths
+        n_text, n = lengths[0], lengths[1]
         tokens = view["tokens"][row]
         tokens[:n_text] = samples.view("tokens")[slot][:n_text]
         tokens[n_text:] = 0
@@ -122,7 +124,24 @@ class BatchBuilder:
             self.wave_lens[row] = n
         frames[n:] = 0
         self.rows += 1
-        return [tokens[:n_text], frames[:n]]  # sample-field order: tokens, then mel or wave
+        copies = [tokens[:n_text], frames[:n]]  # sample-field order: tokens, mel or wave, ...
+        if self.extras:
+            self._add_extras(samples, slot, row, lengths, copies)
+        return copies
+
+    def _add_extras(
+        self, samples: Ring, slot: int, row: int, lengths: list[int], copies: list[np.ndarray]
+    ) -> None:
+        """Copy the optional fields' used rows into `row`, their pad value after them;
+        append the copies to `copies` (sample-field order)."""
+        view = self.view
+        for f, m in zip(self.extras, lengths[2:], strict=True):
+            dst, src = view[f.name][row], samples.view(f.name)[slot]
+            dst[:m] = src[:m]
+            dst[m:] = f.pad
+            copies.append(dst[:m])
+            if f.length == "own":
+                view[f.lens_name][row] = m
 
     def drop_last(self) -> None:
         """Forget the row just added (its sample failed the stager's check)."""
@@ -145,6 +164,10 @@ class BatchBuilder:
             view["items"][n:] = -1
             view["speaker"][n:] = 0
             view["language"][n:] = 0
+            for f in self.extras:
+                view[f.name][n:] = f.pad
+                if f.length == "own":
+                    view[f.lens_name][n:] = 0
             if self.waves is None:
                 view["mel"][n:] = 0
                 view["mel_lens"][n:] = 0

@@ -56,6 +56,9 @@ class Intake:
         self.buckets, self.hop_length, self.drop = buckets, hop_length, drop
         self.vocab = vocab_size
         self.limits = row_limits(samples.fields)
+        # Optional fields' lengths must agree with the mel's or the text's (one check a
+        # READY, only when the schema declares any).
+        self.schema = builder.cfg.schema if builder.cfg.schema.extras else None
         # Producers' progress fields, read per READY and per copy (column views: cheap).
         self.seals = samples.slots["sealed_generation"]
         self.writing = samples.slots["writing_generation"]
@@ -95,6 +98,8 @@ class Intake:
 
     def accept(self, producer: Producer, e: p.ReadyEntry, payload: list[bytes]) -> None:
         why = lengths_error(e.lengths, self.limits)
+        if not why and self.schema is not None:
+            why = self.schema.lengths_error(e.lengths)
         if why:
             self.reject(producer, "malformed", why)
             return

@@ -149,18 +149,22 @@ def _decoder_block(x, memory, attn_mask, m: DefaultModelKwargs, i: int):
     return layers.LayerNormalization(name=f"dec_norm_ffn{i}")(x + y)
 
 
-def model_inputs(cfg: Config) -> dict[str, keras.KerasTensor]:
-    """keras.Inputs for one batch, as cfg.batch_fields() (without items): static
-    shapes, or with length buckets None for the batch and length dims (each bucket's
-    shape is then static in its own compiled step)."""
-    inputs = {}
-    for name, (shape, dtype) in cfg.batch_fields().items():
-        if name == "items":
-            continue
-        if cfg.stager.bucketed:
-            shape = (None, None, *shape[2:]) if len(shape) > 1 else (None,)
-        inputs[name] = keras.Input(batch_shape=shape, dtype=dtype.name, name=name)
-    return inputs
+# The batch fields the default model reads; it ignores the others (reference clips,
+# pitch, energy, the user's), which a model of one's own takes by name.
+DEFAULT_INPUTS = ("tokens", "text_lens", "mel", "mel_lens", "speaker", "language")
+
+
+def model_inputs(
+    cfg: Config, names: tuple[str, ...] = DEFAULT_INPUTS
+) -> dict[str, keras.KerasTensor]:
+    """keras.Inputs for the batch fields `names`, shaped as the declared schema says
+    (cfg.schema.batch_specs): static, or with length buckets None for the batch and
+    length dims (each bucket's shape is then static in its own compiled step)."""
+    specs = cfg.schema.batch_specs(cfg.stager.batch_size, cfg.stager.bucketed)
+    return {
+        name: keras.Input(batch_shape=specs[name][0], dtype=specs[name][1].name, name=name)
+        for name in names
+    }
 
 
 def build_default_model(cfg: Config, **kwargs: Any) -> keras.Model:
