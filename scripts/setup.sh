@@ -15,6 +15,17 @@ if ! command -v espeak-ng >/dev/null 2>&1; then
     echo "  sudo apt-get install -y espeak-ng" >&2
   fi
 fi
+# A C++ compiler: pyworld (features.pitch) has no binary wheel and builds from source.
+if ! command -v g++ >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing a C++ compiler (apt-get build-essential) for pyworld"
+    { apt-get update -qq && apt-get install -y -qq build-essential; } >/dev/null 2>&1 \
+      || echo "setup: apt-get install build-essential failed; pip cannot build pyworld" >&2
+  else
+    echo "setup: no C++ compiler: pyworld (pitch) builds from source; run" >&2
+    echo "  sudo apt-get install -y build-essential" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
