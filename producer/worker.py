@@ -55,7 +55,7 @@ from ringfeed.shared.config import Config
 from ringfeed.shared.content import content_error
 from ringfeed.shared.fingerprint import config_fingerprint, corpus_digest
 from ringfeed.shared.keys import ClientKeys, load_client
-from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag
+from ringfeed.shared.process import POLL_S, POOL_ORPHANED, SHUTDOWN_WAIT_S, StopFlag
 from ringfeed.shared.ring import Ring
 from ringfeed.shared.sockets import make_socket, recv, send
 
@@ -358,11 +358,13 @@ class Worker:
 def pool_exit_code(endings: list[int]) -> int:
     """A pool's exit code from the exit codes that ended its workers for good (0: a
     worker the pool stopped itself): 2 if the stager refused one (what to change is in
-    its log), 1 if each lost its stager (killed: the run did not finish), else 0."""
+    its log), POOL_ORPHANED if each lost its stager (the run did not finish; the
+    launcher starts a local pool again if the stager still runs), else 0. A pool whose
+    workers all crashed past producers.max_restarts exits 1."""
     ended = [code for code in endings if code]
     if EXIT_REFUSED in ended:
         return 2
-    return 1 if ended and all(code == EXIT_ORPHANED for code in ended) else 0
+    return POOL_ORPHANED if ended and all(code == EXIT_ORPHANED for code in ended) else 0
 
 
 def run_worker(

@@ -27,7 +27,7 @@ from typing import Any
 
 from ringfeed.consumer.client.batch_client import BatchClient
 from ringfeed.shared.config import launch_grace_s, load_config, run_dir
-from ringfeed.shared.process import StopFlag, die_with_parent
+from ringfeed.shared.process import POOL_ORPHANED, StopFlag, die_with_parent
 from ringfeed.shared.segments import list_segments, socket_files
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TIMEOUT_S = 120.0
 WATCH_POLL_S = 0.2
 # A local pool whose workers all lost a stager that is still running (it was paused
-# past producers.orphan_s) exits 1; the launcher starts it again this many times.
+# past producers.orphan_s) exits POOL_ORPHANED; the launcher starts it again this many
+# times.
 POOL_RESTARTS = 3
 
 
@@ -154,10 +155,11 @@ class Run:
         return self.failure[1] if self.failure else 0
 
     def _restart_pool(self, codes: dict[str, int | None], stop: StopFlag | None) -> bool:
-        """Start the local pool again when it exited orphaned (code 1) while the stager
-        runs, up to POOL_RESTARTS times; True if it did. Any other exit of the pool is
-        left to watch: 0 at the run's end, 2 when refused, a failure otherwise."""
-        if codes.get("producers") != 1 or codes.get("stager", 0) is not None:
+        """Start the local pool again when it exited orphaned (POOL_ORPHANED) while the
+        stager runs, up to POOL_RESTARTS times; True if it did. Any other exit of the
+        pool is left to watch: 0 at the run's end, 2 when refused, 1 when its workers
+        crashed past producers.max_restarts: each a failure."""
+        if codes.get("producers") != POOL_ORPHANED or codes.get("stager", 0) is not None:
             return False
         if (stop is not None and stop.is_set()) or self.pool_restarts >= POOL_RESTARTS:
             if self.pool_restarts >= POOL_RESTARTS:

@@ -77,6 +77,10 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), signum)
 
 
+# The exit code of a producer pool every worker of which lost its stager (told apart
+# from 1, crashes past producers.max_restarts, which no restart of the pool fixes): the
+# launcher starts a local pool again while the stager runs (scripts/runner.py).
+POOL_ORPHANED = 4
 # A second stop signal this long after the first exits at once (StopFlag.install).
 SECOND_SIGNAL_AFTER_S = 1.0
 

@@ -16,6 +16,7 @@ from ringfeed.producer.worker import EXIT_REFUSED
 from ringfeed.scripts.runner import REPO, worker_pids
 from ringfeed.shared import protocol as p
 from ringfeed.shared.config import endpoints, load_config
+from ringfeed.shared.process import POOL_ORPHANED
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, free_port
 from tests.polling import wait_for
@@ -62,7 +63,7 @@ def test_a_remote_pool_exits_when_its_stager_is_sigkilled(tmp_path: Path) -> Non
         code = pool.wait(30)
         took_s = time.monotonic() - killed_at
         logs = run.logs(tail=100_000)
-    assert code == 1, logs
+    assert code == POOL_ORPHANED, logs
     # ORPHAN_S, plus a heartbeat, the pool's grace for its other worker and its exit.
     assert took_s < ORPHAN_S + 8, f"the pool took {took_s:.1f} s\n{logs}"
     assert "saying HELLO again" in logs  # it did keep trying, and still ended
