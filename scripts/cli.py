@@ -53,7 +53,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     run_id = shard.run_id(args.run_id or new_run_id())
     stop = StopFlag().install()
-    print(f"launch: run {run_id} with {args.config}")
+    from ringfeed.shared.config import load_config, run_dir
+
+    directory = run_dir(load_config(args.config), run_id).absolute()
+    resumes = directory.is_dir()  # a relaunch with its run id resumes it
+    print(f"launch: run {run_id} with {args.config}, in {directory}"
+          + (" (exists: this run resumes)" if resumes else ""))  # fmt: skip
     print(f"launch: watch it with scripts/launch.sh inspect --run-id {run_id}")
     if args.consumer == "none":
         print(f"launch: the data side only: consume it with ring_dataset(load_config("

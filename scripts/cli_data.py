@@ -77,7 +77,7 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     if role == "producer":
         return _validate_producer_host(args.config, cfg)
     mib = 2**20
-    print(f"{args.config}: ok")
+    print(f"{args.config}: the config is valid; what it makes:")
     _print_schema(cfg)
     sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
     print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
@@ -99,14 +99,19 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
 
 
 def _validate_producer_host(path: str, cfg) -> int:
-    """What a producer host needs to know: its corpus digest, to compare with the
-    head's (`ringfeed validate CONFIG` there prints the same line)."""
-    from ringfeed.shared.dataset import dataset_index
-    from ringfeed.shared.fingerprint import corpus_digest
+    """What a producer host needs to know: whether it holds every file of the corpus
+    (one it lacks would be quarantined for the whole run, though the head has it), and
+    the corpus digest, which the head's `ringfeed validate CONFIG` prints too."""
+    from ringfeed.scripts.corpus_report import corpus_check
 
-    print(f"{path}: ok for a producer host")
-    print(f"  corpus digest {corpus_digest(cfg, dataset_index(cfg))} (the head's validate "
-          "must print the same: same metadata, texts and files)")  # fmt: skip
+    report = corpus_check(cfg)
+    print(f"{path}: checked for a producer host")
+    print("\n".join(report.lines))
+    if report.missing:
+        print(f"config error: this host lacks {report.missing} of the corpus's "
+              f"{report.n_items} audio files: copy them here (a producer would have each "
+              "one quarantined for the run)", file=sys.stderr)  # fmt: skip
+        return 2
     return 0
 
 

@@ -133,6 +133,7 @@ class CorpusReport:
     lines: list[str]
     usable: int
     n_items: int
+    missing: int = 0  # clips whose audio file is not on this host
 
 
 def corpus_report(cfg: Config) -> list[str]:
@@ -187,7 +188,8 @@ def corpus_check(cfg: Config) -> CorpusReport:
     alphabet = cfg.text.alphabet
     lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
                  f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip
-    return CorpusReport(lines + vocabulary_check(cfg, index.entries), usable, index.n_items)
+    lines += vocabulary_check(cfg, index.entries)
+    return CorpusReport(lines, usable, index.n_items, skips.get("missing", 0))
 
 
 def vocabulary_check(cfg: Config, entries: tuple[DatasetEntry, ...]) -> list[str]:

@@ -204,3 +204,22 @@ def test_validate_reads_the_headers_of_clips_inside_tar_shards(tmp_path: Path) -
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"usable        {len(ids) - 1} of {len(ids)} clips" in out.stdout
     assert "skip        1 header unreadable" in out.stdout
+
+
+def test_a_producer_host_missing_some_of_the_corpus_files_is_told_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    """Its HELLO's digest matches (same metadata), but each file it lacks would be
+    quarantined for the whole run though the head has it."""
+    (tmp_path / "wavs").mkdir()
+    lines = (REPO / "data" / "ljspeech-mini" / "metadata.csv").read_text().splitlines()[:2]
+    name = lines[0].split("|")[0] + ".wav"
+    (tmp_path / "wavs" / name).write_bytes((REPO / "data" / "ljspeech-mini" / "wavs" / name)
+                                           .read_bytes())  # fmt: skip
+    (tmp_path / "metadata.csv").write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"path": "."}, "transport": {"kind": "tcp"},
+                                   "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
+    out = ringfeed("validate", str(cfg), "--role", "producer")
+    assert out.returncode == 2 and "this host lacks 1 of the corpus's 2 audio files" in out.stderr
+    assert "corpus digest" in out.stdout
