@@ -159,6 +159,7 @@ class StagerStats:
     refused_producers: int = 0
     gpus: int | None = None
     features_device: str = ""
+    lease_s: float | None = None  # ring.lease_s of the run (None: an older stager)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (dicts, lists, numbers, strings, None) for msgpack and JSON."""

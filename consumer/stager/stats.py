@@ -103,4 +103,5 @@ def snapshot(stager: Stager) -> StagerStats:
         # Where the work can run: the trainer shares the stager's host, on a GPU if any.
         gpus=stager.gpus,
         features_device=stager.cfg.features.device,
+        lease_s=stager.cfg.ring.lease_s,
     )

@@ -159,7 +159,12 @@ class Inspector:
         """The run now (time.time(), ages in seconds); its diagnosis reads it."""
         now, stats = time.time(), self.stats
         snap = InspectorSnapshot(
-            now, self.run_id, self._ring_view(now), self.lease_s, batch_size=self._batch_size(stats)
+            now,
+            self.run_id,
+            self._ring_view(now),
+            # The stager's own word first: a config file may not be where we look.
+            stats.lease_s if stats is not None and stats.lease_s else self.lease_s,
+            batch_size=self._batch_size(stats),
         )
         if stats is None:
             return snap
