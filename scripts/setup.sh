@@ -4,28 +4,21 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-python3}
-# espeak-ng: phonemes (text.tokens: phonemes) and the multilingual demo corpus's voices.
-if ! command -v espeak-ng >/dev/null 2>&1; then
+# need COMMAND PACKAGE WHY: apt-get install PACKAGE when COMMAND is missing (as root),
+# else say what to run.
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing espeak-ng (apt-get)"
-    { apt-get update -qq && apt-get install -y -qq espeak-ng; } >/dev/null 2>&1 \
-      || echo "setup: apt-get install espeak-ng failed; text.tokens: phonemes needs it" >&2
+    echo "setup: installing $2 (apt-get): $3"
+    { apt-get update -qq && apt-get install -y -qq "$2"; } >/dev/null 2>&1 \
+      || echo "setup: apt-get install $2 failed; $3" >&2
   else
-    echo "setup: espeak-ng is missing (text.tokens: phonemes needs it): run" >&2
-    echo "  sudo apt-get install -y espeak-ng" >&2
+    echo "setup: $1 is missing ($3): run" >&2
+    echo "  sudo apt-get install -y $2" >&2
   fi
-fi
-# A C++ compiler: pyworld (features.pitch) has no binary wheel and builds from source.
-if ! command -v g++ >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing a C++ compiler (apt-get build-essential) for pyworld"
-    { apt-get update -qq && apt-get install -y -qq build-essential; } >/dev/null 2>&1 \
-      || echo "setup: apt-get install build-essential failed; pip cannot build pyworld" >&2
-  else
-    echo "setup: no C++ compiler: pyworld (pitch) builds from source; run" >&2
-    echo "  sudo apt-get install -y build-essential" >&2
-  fi
-fi
+}
+need espeak-ng espeak-ng "text.tokens: phonemes and the multilingual demo's voices need it"
+need g++ build-essential "pyworld (features.pitch) has no binary wheel and builds from source"
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
