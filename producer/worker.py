@@ -356,11 +356,9 @@ class Worker:
 
 
 def pool_exit_code(endings: list[int]) -> int:
-    """A pool's exit code from the exit codes that ended its workers for good (0: a
-    worker the pool stopped itself): 2 if the stager refused one (what to change is in
-    its log), POOL_ORPHANED if each lost its stager (the run did not finish; the
-    launcher starts a local pool again if the stager still runs), else 0. A pool whose
-    workers all crashed past producers.max_restarts exits 1."""
+    """A pool's exit code from the exit codes that ended its workers for good (0: one
+    the pool stopped): 2 if the stager refused one (its log says what to change),
+    POOL_ORPHANED if each lost its stager (shared/process.py), else 0."""
     ended = [code for code in endings if code]
     if EXIT_REFUSED in ended:
         return 2
