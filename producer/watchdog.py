@@ -7,7 +7,7 @@ the sample never asks for another, and the item, granted again, catches the next
 producer too: a few such inputs stop a whole pool. Two bounds, both from
 ring.lease_s (the stager gives up on the grant then anyway):
 
-- soft, in the worker (:func:`time_limit`): SIGALRM after ring.lease_s raises
+- soft, in the worker (:class:`TimeLimit`): SIGALRM after ring.lease_s raises
   :class:`SampleTimeout` where the work is, the sample is skipped with the stage it
   was in, and the worker goes on. It interrupts Python code only (the alarm's
   handler runs between bytecodes), and needs the process's main thread;
@@ -24,12 +24,10 @@ SampleTimeout is a BaseException, so that an ``except Exception`` inside the wor
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 # The pool kills a worker whose one sample has run this many leases.
@@ -40,33 +38,39 @@ class SampleTimeout(BaseException):
     """One sample's work ran past its bound (ring.lease_s)."""
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float, busy: Any = None) -> Iterator[None]:
-    """Raise SampleTimeout in the body after `seconds` (main thread only; elsewhere the
-    body runs unbounded, and the pool's hard bound remains). busy: a shared double
-    (multiprocessing.Value) that holds when the work began, 0 when idle, for the
-    pool's hard bound."""
-    if busy is not None:
-        busy.value = time.monotonic()
-    armed = seconds > 0 and threading.current_thread() is threading.main_thread()
-    inside = [True]
+class TimeLimit:
+    """``with limit:`` raises SampleTimeout in the body after `seconds` (main thread
+    only; elsewhere the body runs unbounded, and the pool's hard bound remains). busy:
+    a shared double (multiprocessing.Value) that holds when the work began, 0 when
+    idle, for the pool's hard bound.
 
-    def expire(signum: int, frame: Any) -> None:
-        if inside[0]:  # an alarm that lands after the body ended is ignored
-            raise SampleTimeout(f"its work took more than ring.lease_s={seconds:g} s")
+    One per worker: the SIGALRM handler is installed once, and each sample costs two
+    setitimer calls (a context manager per sample cost the ring 15 us a sample)."""
 
-    previous = signal.signal(signal.SIGALRM, expire) if armed else None
-    if armed:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        inside[0] = False
-        if armed:
+    def __init__(self, seconds: float, busy: Any = None) -> None:
+        self.seconds, self.busy = seconds, busy
+        self.armed = seconds > 0 and threading.current_thread() is threading.main_thread()
+        self.inside = False
+        if self.armed:
+            signal.signal(signal.SIGALRM, self._expire)
+
+    def _expire(self, signum: int, frame: Any) -> None:
+        if self.inside:  # an alarm that lands after the body ended is ignored
+            raise SampleTimeout(f"its work took more than ring.lease_s={self.seconds:g} s")
+
+    def __enter__(self) -> None:
+        if self.busy is not None:
+            self.busy.value = time.monotonic()
+        self.inside = True
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        self.inside = False
+        if self.armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-        if busy is not None:
-            busy.value = 0.0
+        if self.busy is not None:
+            self.busy.value = 0.0
 
 
 def stuck_for(busy: Any, pid: int | None, now: float) -> float:

@@ -49,7 +49,7 @@ import zmq
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
 from ringfeed.producer.sources import Source, base_source, make_source
-from ringfeed.producer.watchdog import SampleTimeout, time_limit
+from ringfeed.producer.watchdog import SampleTimeout, TimeLimit
 from ringfeed.shared import protocol as p
 from ringfeed.shared.config import Config
 from ringfeed.shared.content import content_error
@@ -58,6 +58,9 @@ from ringfeed.shared.keys import ClientKeys, load_client
 from ringfeed.shared.process import POLL_S, POOL_ORPHANED, SHUTDOWN_WAIT_S, StopFlag
 from ringfeed.shared.ring import Ring
 from ringfeed.shared.sockets import make_socket, recv, send
+
+# Plain ints: pyzmq's enum flags cost a Python call per test, once a sample.
+EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,6 @@ class Worker:
         self.grants: deque[p.GrantEntry] = deque()
         self.ready_batch = max(1, cfg.producers.credits // 4)
         self.done = 0
-        self.done_reported = 0
         self.last_sent = self.last_heard = self.last_heartbeat = time.monotonic()
         self.last_turn = time.monotonic()  # the loop's last turn: a longer gap is a pause
         self.welcomed = False  # by the stager, on the current socket
@@ -121,6 +123,7 @@ class Worker:
         self.keys: ClientKeys | None = None
         self.place = ""
         self.busy: Any = None  # shared with the pool: when the current sample began
+        self.limit = TimeLimit(0)  # each sample's bound, from run() on (needs busy)
 
     # ------------------------------------------------------------ setup
     def connect(self) -> None:
@@ -155,6 +158,7 @@ class Worker:
 
     # ------------------------------------------------------------ loop
     def run(self) -> None:
+        self.limit = TimeLimit(self.cfg.ring.lease_s, self.busy)
         self.connect()
         self.last_turn = time.monotonic()
         while not self.stop.is_set():
@@ -169,7 +173,10 @@ class Worker:
 
     def poll(self, timeout_s: float) -> None:
         assert self.sock is not None
-        if not self.sock.poll(timeout_s * 1000):
+        if timeout_s > 0:
+            if not self.sock.poll(timeout_s * 1000):
+                return
+        elif not self.sock.getsockopt(EVENTS) & POLLIN:  # between samples: one cheap call
             return
         while True:
             try:
@@ -256,12 +263,11 @@ class Worker:
         ):
             self._send(p.Request(self.cfg.producers.credits))
             self.last_request = now
-        # Every heartbeat_s, and as soon as it runs out of work, so the counters it
-        # reports are current when a short run ends.
-        gone_idle = not self.grants and self.done != self.done_reported
-        if gone_idle or now - self.last_heartbeat >= self.cfg.ring.heartbeat_s:
+        # Every heartbeat_s (not each time it runs out of grants: at full rate that was
+        # two more messages a sample); the BYE carries the final counters.
+        if now - self.last_heartbeat >= self.cfg.ring.heartbeat_s:
             self._send(p.Heartbeat(self.done, self.work()))
-            self.last_heartbeat, self.done_reported = now, self.done
+            self.last_heartbeat = now
         if self.welcomed and silent > self.cfg.ring.lease_s:
             log.warning("stager silent for %.1f s; saying HELLO again", silent)
             self.connect()
@@ -283,7 +289,7 @@ class Worker:
     def prepare(self, grant: p.GrantEntry) -> Sample | None:
         """The item's sample, or None once its SKIP is sent."""
         try:
-            with time_limit(self.cfg.ring.lease_s, self.busy):
+            with self.limit:
                 sample = self.source.prepare(grant.item, grant.position // self.source.n_items)
             rows = {name: sample.array(name) for name in self.fields}
             why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
