@@ -4,7 +4,7 @@ The worker (producer/worker.py) picks the writer once, when the stager welcomes
 it, and from then on only calls ``claim``, ``write`` and ``flush``:
 
 - :class:`LocalSlotWriter` (same host): copies the sample into the granted
-  shared-memory slot, zeroes the padding, seals it, and queues a READY entry;
+  shared-memory slot, seals it, and queues a READY entry;
   ``flush`` announces the queued entries in one READY, because per-message
   cost, not bytes, limits the ring with small work per sample.
 - :class:`RemoteSlotWriter` (another host, which cannot map the ring): sends
@@ -25,6 +25,16 @@ import numpy as np
 from ringfeed.producer.sample import Sample
 from ringfeed.shared import protocol as p
 from ringfeed.shared.ring import FieldSpec, Ring, rows_checksum
+
+# The slot header's fields a local producer reads or writes (shared/ring.py SLOT_DTYPE).
+PROGRESS_FIELDS = (
+    "generation",
+    "writing_generation",
+    "sealed_generation",
+    "lengths",
+    "t_write",
+    "t_ready",
+)
 
 # How a writer sends a message (with raw payload frames or None): the worker's _send.
 Send = Callable[[p.Message, list | None], None]
@@ -69,24 +79,33 @@ def ready_entry(
 
 
 class LocalSlotWriter:
-    """Writes into the shared-memory ring this host shares with the stager."""
+    """Writes into the shared-memory ring this host shares with the stager.
+
+    Only a sample's used rows are written: the rows past its length keep whatever
+    the slot held before, as nothing reads them (the stager copies the used rows and
+    pads its batch row itself). Zeroing them cost the ring a write of a quarter of
+    each slot, through the other core's cache, per sample."""
 
     def __init__(self, ring: Ring, fields: FieldSpec, send: Send) -> None:
         self.ring, self.fields, self.send = ring, fields, send
         self.queued: list[p.ReadyEntry] = []
+        # One column view per header field: ~10x cheaper per write than a record's.
+        self.col = {name: ring.slots[name] for name in PROGRESS_FIELDS}
+        self.views = [ring.view(name) for name in fields]
 
     def taken_back(self, grant: p.GrantEntry) -> bool:
         """Has the stager taken this grant back (the generation in the slot header moved
         on)? Then we neither write nor seal that slot; the stager re-grants the item.
         The check narrows the window for a stale write; the stager's check after copying
         closes it (shared/ring.py)."""
-        return int(self.ring.slots[grant.slot]["generation"]) != grant.generation
+        return int(self.col["generation"][grant.slot]) != grant.generation
 
     def claim(self, grant: p.GrantEntry) -> bool:
         if self.taken_back(grant):
             return False
-        header = self.ring.slots[grant.slot]  # our progress fields only: state is the stager's
-        header["writing_generation"], header["t_write"] = grant.generation, time.time()
+        # Our progress fields only: state is the stager's.
+        self.col["writing_generation"][grant.slot] = grant.generation
+        self.col["t_write"][grant.slot] = time.time()
         return True
 
     def write(self, grant: p.GrantEntry, sample: Sample) -> bool:
@@ -97,23 +116,21 @@ class LocalSlotWriter:
         return True
 
     def _copy(self, grant: p.GrantEntry, sample: Sample) -> tuple[list[int], int]:
-        """Copy into the slot, zero the padding, seal; returns the true lengths and the
+        """Copy the used rows into the slot and seal it; returns the true lengths and the
         checksum of the rows as written (computed from our copy, not from the slot)."""
-        lengths, written = [], []
-        for name, arr in zip(self.fields, sample_arrays(sample, self.fields), strict=True):
-            dst = self.ring.view(name)[grant.slot]
+        k, lengths, written = grant.slot, [], []
+        for view, arr in zip(self.views, sample_arrays(sample, self.fields), strict=True):
+            dst = view[k]
             n = arr.shape[0]
             rows = np.ascontiguousarray(arr, dtype=dst.dtype)
             dst[:n] = rows
-            dst[n:] = 0
             lengths.append(n)
             written.append(rows)
-        header = self.ring.slots[grant.slot]
-        header["lengths"][: len(lengths)] = lengths
-        header["t_ready"] = time.time()
+        self.col["lengths"][k, : len(lengths)] = lengths
+        self.col["t_ready"][k] = time.time()
         # Last: the stager accepts the READY only if this equals the granted generation.
         if not self.taken_back(grant):
-            header["sealed_generation"] = grant.generation
+            self.col["sealed_generation"][k] = grant.generation
         return lengths, rows_checksum(written)
 
     def pending(self) -> int:
@@ -126,6 +143,7 @@ class LocalSlotWriter:
 
     def close(self) -> None:
         self.queued.clear()
+        self.col, self.views = {}, []  # no view of the ring may outlive its map
         self.ring.close()
 
 

@@ -44,12 +44,11 @@ def payload_error(fields: FieldSpec, lengths: list[int], payload: list[bytes]) -
 def copy_payload(
     ring: Ring, slot: int, generation: int, lengths: list[int], payload: list[bytes]
 ) -> None:
-    """Write checked payload frames into `slot`, zeroing the padding rows, and seal it
-    as its remote producer would have (the stager writes for it)."""
+    """Write checked payload frames into `slot` (the used rows; nothing reads past them)
+    and seal it as its remote producer would have (the stager writes for it)."""
     header = ring.slots[slot]
     header["writing_generation"] = generation
     for name, n, frame in zip(ring.fields, lengths, payload, strict=True):
         dst = ring.view(name)[slot]
         dst[:n] = np.frombuffer(frame, dtype=dst.dtype).reshape(dst[:n].shape)
-        dst[n:] = 0
     header["sealed_generation"] = generation
