@@ -131,6 +131,9 @@ class SyntheticSource:
         self._name = name
         self._block = rng.standard_normal(fields[name][0], dtype=np.float32)
         self._rows = np.arange(self._block.shape[0], dtype=np.float32)
+        # synthetic_tokens(item, n) is _cycle[item % span:][:n]: a view, not made anew.
+        self._span = cfg.vocab_size - 3
+        self._cycle = synthetic_tokens(0, self._span + cfg.text.max_text_len, cfg)
         self._extras = bool(cfg.schema.extras)
         self.stage = "synthetic"
 
@@ -151,9 +154,8 @@ class SyntheticSource:
 
     def prepare(self, item: int, epoch: int = 0) -> Sample:
         text_len, n = self.lengths(item)
-        sample = Sample(
-            item_id=self.item_id(item), tokens=synthetic_tokens(item, text_len, self.cfg)
-        )
+        start = item % self._span
+        sample = Sample(item_id=self.item_id(item), tokens=self._cycle[start : start + text_len])
         array = self._block[:n].copy()
         low, high = synthetic_stamps(item)
         if array.ndim == 2:

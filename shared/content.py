@@ -10,7 +10,7 @@ bad rows from a second producer make the item quarantined.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -18,16 +18,22 @@ import numpy as np
 MAX_ABS = 1e4
 
 
-def content_error(rows: Mapping[str, np.ndarray], vocab_size: int) -> str:
-    """'' if every used row is in range, else why not. rows: field name -> used rows;
-    'tokens' holds token ids (0 <= id < vocab_size), float fields finite values."""
-    for name, x in rows.items():
-        if not x.size:
+def content_error(
+    rows: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]], vocab_size: int
+) -> str:
+    """'' if every used row is in range, else why not. rows: field name -> used rows (a
+    mapping, or its (name, rows) pairs); 'tokens' holds token ids (0 <= id < vocab_size),
+    float fields finite values; other fields are not bounded."""
+    pairs = rows.items() if isinstance(rows, Mapping) else rows
+    for name, x in pairs:
+        if not x.size or (name != "tokens" and x.dtype.kind != "f"):
             continue
-        lo, hi = x.min(), x.max()  # NaN propagates: every comparison below fails
+        # NaN propagates: every comparison below fails. The ufuncs themselves, as this
+        # runs twice a sample at the ring's full rate (ndarray.min adds a Python layer).
+        lo, hi = np.minimum.reduce(x, axis=None), np.maximum.reduce(x, axis=None)
         if name == "tokens":
             if not (lo >= 0 and hi < vocab_size):
                 return f"token ids {lo}..{hi} outside the vocabulary 0..{vocab_size - 1}"
-        elif x.dtype.kind == "f" and not (lo >= -MAX_ABS and hi <= MAX_ABS):
+        elif not (lo >= -MAX_ABS and hi <= MAX_ABS):
             return f"{name} values {lo}..{hi}: not finite, or beyond +-{MAX_ABS:g}"
     return ""

@@ -15,7 +15,7 @@ def batches(plan: ShardPlan | BucketPlan, start: int = 0) -> list[tuple[int, lis
     order.reset(start)
     out: list[tuple[int, list[int]]] = []
     while (position := order.next_position(window=10**9)) is not None:
-        order.granted(position, 0)
+        order.granted(position, plan.item_at(position))
         order.finish(Event("sample", position, plan.item_at(position)))
     while not order.exhausted():
         bucket, _, end = plan.batch_at(order.cursor)

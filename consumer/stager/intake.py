@@ -167,7 +167,7 @@ class Intake:
             self.builder.drop_last()
             self.drop("torn", f"slot {k} item {event.item}: rows changed after its READY")
             return ""
-        why = content_error(dict(zip(self.samples.fields, copies, strict=True)), self.vocab)
+        why = content_error(zip(self.samples.fields, copies, strict=True), self.vocab)
         if why:
             self.builder.drop_last()
             return self.bad_rows(event, slot, why)

@@ -36,7 +36,7 @@ class PlanOrder:
         self.retry: list[int] = []
         self.attempts: dict[int, int] = {}  # position -> charged failed grants
         self.finished: dict[int, Event] = {}
-        self.in_flight: dict[int, int] = {}  # position -> slot
+        self.in_flight: dict[int, int] = {}  # position -> its item, while a grant is out
         self.busy: collections.Counter[int] = collections.Counter()  # item -> grants out
         self.taken_from: dict[int, str] = {}  # retry position -> peer it came back from
 
@@ -63,10 +63,12 @@ class PlanOrder:
                     return None
                 if self.deterministic and position >= self.next_event + window:
                     return None
-                if self.busy[self.plan.item_at(position)]:
+                item = self.plan.item_at(position)
+                if self.busy[item]:
                     return None  # a dataset smaller than the grants out: wait for it
                 self.next_grant += 1
-            item = self.plan.item_at(position)
+            else:
+                item = self.plan.item_at(position)
             if item in self.known_bad:
                 reason, stage = self.known_bad[item]
                 self.finish(Event("skip", position, item, reason=reason, stage=stage))
@@ -94,14 +96,14 @@ class PlanOrder:
             return False
         return not avoid or self.taken_from.get(position) != avoid
 
-    def granted(self, position: int, slot: int) -> None:
-        self.in_flight[position] = slot
-        self.busy[self.plan.item_at(position)] += 1
+    def granted(self, position: int, item: int) -> None:
+        self.in_flight[position] = item
+        self.busy[item] += 1
 
     def _landed(self, position: int) -> None:
         """position's grant is over (finished or taken back)."""
-        if self.in_flight.pop(position, None) is not None:
-            item = self.plan.item_at(position)
+        item = self.in_flight.pop(position, None)
+        if item is not None:
             self.busy[item] -= 1
             if not self.busy[item]:
                 del self.busy[item]

@@ -136,7 +136,7 @@ class SlotManager:
         slot.owner_index = owner_index
         self._to(free, SlotState.GRANTED)
         self.held.setdefault(ident, set()).add(free)
-        self.order.granted(position, free)
+        self.order.granted(position, slot.item)
         self._counters["grants"] += 1
         return p.GrantEntry(free, slot.generation, slot.item, position)
 
@@ -298,7 +298,8 @@ class SlotManager:
 
     def _to(self, k: int, state: SlotState) -> None:
         """Every slot change ends here: it keeps the free list and counts, and writes the
-        slot's record (callers set generation, item and owner first)."""
+        slot's record (callers set generation, item and owner first; a READY changes
+        the state only)."""
         slot = self.slots[k]
         old = slot.state
         if old != state:
@@ -313,6 +314,9 @@ class SlotManager:
         # One column view per field (set in attach_headers): ~10x cheaper per write than
         # a record's fields, and this runs three times per sample in the stager.
         col = self._columns
+        if state == SlotState.READY:
+            col["state"][k] = state
+            return
         col["state"][k], col["generation"][k], col["item"][k] = state, slot.generation, slot.item
         col["epoch"][k] = self.plan.epoch_of(slot.position) if slot.position >= 0 else 0
         col["producer"][k], col["t_granted"][k] = slot.owner_index, slot.t_granted_wall
