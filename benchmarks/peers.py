@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from checkout import check_imports, own_code
 
 REPO = Path(__file__).resolve().parents[1]
 CLIPS = REPO / "data" / "ljspeech-mini"
@@ -260,6 +261,8 @@ def tf_parity(cfg, path: str) -> float:
 
 def child(args: argparse.Namespace) -> None:
     sys.path[:0] = [args.repo, str(Path(args.repo) / "benchmarks"), str(REPO / "benchmarks")]
+    if args.child.startswith("ringfeed"):
+        check_imports(Path(args.repo))
     corpus, cache_dir = Path(args.corpus), Path(args.cache_dir)
     if args.child.startswith("ringfeed"):
         epochs = CACHED_EPOCHS if args.child == "ringfeed-cached" else 1
@@ -280,7 +283,11 @@ def spawn(variant: str, repo: Path, corpus: Path, cache_dir: Path) -> dict:
     )
     cmd = [sys.executable, __file__, "--child", variant.split("@")[0], "--repo", str(repo)]
     cmd += ["--corpus", str(corpus), "--cache-dir", str(cache_dir)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    # cwd=repo: the run's processes (python -m ringfeed...) import from their working
+    # directory, so a --baseline run must start there or it runs this checkout's code.
+    proc = subprocess.run(
+        cmd, env=env, cwd=repo, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :])
@@ -334,7 +341,7 @@ def main() -> None:
         for r in range(args.rounds):
             order = variants if r % 2 == 0 else [v for v in ODD_ORDER if v in variants]
             for v in order:
-                repo = Path(args.baseline) if v.endswith("@baseline") else REPO
+                repo = own_code(Path(args.baseline)) if v.endswith("@baseline") else REPO
                 cache_dir = Path(tmp) / f"r{r}" / ("base" if "@" in v else "cache")
                 cache_dir.parent.mkdir(exist_ok=True)
                 out = spawn(v, repo, corpus, cache_dir)

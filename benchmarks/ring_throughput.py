@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from checkout import check_imports, own_code
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT_TAG = "RING_RESULT "
@@ -114,7 +115,9 @@ def ring_in_child(repo: Path, seconds: float, workers: int, tmp: Path) -> tuple[
     """bench_ring with `repo`'s stager, producers and client, in a fresh process."""
     cmd = [sys.executable, __file__, "--ring-child", str(repo), "--seconds", str(seconds)]
     cmd += ["--workers", str(workers), "--tmp", str(tmp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120 + 2 * seconds)
+    # cwd=repo: the run's processes (python -m ringfeed...) import from their working
+    # directory, so a --baseline run must start there or it runs this checkout's code.
+    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=120 + 2 * seconds)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             rate, cpu_us = line[len(RESULT_TAG) :].split()
@@ -156,6 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.ring_child:
         sys.path[:0] = [args.ring_child, str(Path(args.ring_child) / "benchmarks")]
+        check_imports(Path(args.ring_child))
         rate, cpu_us = bench_ring(args.seconds, args.workers, Path(args.tmp))
         print(f"{RESULT_TAG}{rate} {cpu_us}")
         return
@@ -174,7 +178,9 @@ def main() -> None:
                 [("ringfeed@baseline", args.baseline)] * bool(args.baseline)
             )
             for name, repo in rings if r % 2 == 0 else rings[::-1]:
-                rate, cpu_us = ring_in_child(Path(repo), args.seconds, args.workers, Path(tmp))
+                rate, cpu_us = ring_in_child(
+                    own_code(Path(repo)), args.seconds, args.workers, Path(tmp)
+                )
                 rates[name].append(rate)
                 cpu[name].append(cpu_us)
             print(
