@@ -59,9 +59,7 @@ from ringfeed.shared.process import POLL_S, POOL_ORPHANED, SHUTDOWN_WAIT_S, Stop
 from ringfeed.shared.ring import Ring
 from ringfeed.shared.sockets import make_socket, recv, send
 
-# Plain ints: pyzmq's enum flags cost a Python call per test, once a sample.
-EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-
+EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum flags cost a call
 log = logging.getLogger(__name__)
 
 # A producer that hears nothing from the stager for ring.lease_s says HELLO again (the
@@ -92,13 +90,8 @@ class Worker:
     """State of one producer process between setup and teardown."""
 
     def __init__(self, cfg: Config, name: str, endpoint: str, remote: bool, stop: StopFlag):
-        self.cfg, self.name, self.endpoint, self.remote, self.stop = (
-            cfg,
-            name,
-            endpoint,
-            remote,
-            stop,
-        )
+        self.cfg, self.name, self.endpoint, self.remote = cfg, name, endpoint, remote
+        self.stop = stop
         base = base_source(cfg)
         self.source: Source = make_source(cfg, base)
         self.fields = cfg.sample_fields()  # name -> (shape, dtype), in ring order
