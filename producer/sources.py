@@ -134,6 +134,7 @@ class SyntheticSource:
         # synthetic_tokens(item, n) is _cycle[item % span:][:n]: a view, not made anew.
         self._span = cfg.vocab_size - 3
         self._cycle = synthetic_tokens(0, self._span + cfg.text.max_text_len, cfg)
+        self._cycle.setflags(write=False)  # shared by every item: an edit in place raises
         self._extras = bool(cfg.schema.extras)
         self.stage = "synthetic"
 
