@@ -163,6 +163,13 @@ def rules_for(language: str) -> Rules:
     return Rules(base) if base in NUM2WORDS_CHECKED else Rules("")
 
 
+def has_number_rules(language: str) -> bool:
+    """Are numbers read out in this language (English by its cleaners, the others by
+    rules_for), or kept as digits?"""
+    base = language_code(language).split("-")[0]
+    return base == "en" or bool(rules_for(language).code)
+
+
 def _num2words(n: int | float, rules: Rules, **kwargs: str) -> str | None:
     """num2words' words for n, or None when it fails: its converters raise any type
     (NUM2WORDS_CHECKED), and a failed number keeps its digits, never costs the text."""

@@ -175,6 +175,7 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 def cmd_text(args: argparse.Namespace) -> int:
     """What the producers make of a text: its language, normalized form and tokens."""
+    from ringfeed.producer.normalize import has_number_rules
     from ringfeed.producer.sample import SkipSample
     from ringfeed.producer.text import TextEncoder
     from ringfeed.shared.config import replace
@@ -187,17 +188,19 @@ def cmd_text(args: argparse.Namespace) -> int:
             from ringfeed.shared.language_id import detector
 
             language, why = detector(cfg.data.detect_languages).detect(args.text), "detected"
+    print(f"language   {language} ({why})")
+    if not has_number_rules(language):
+        print(f"numbers    kept as digits: {language!r} has no number rules here (a typo "
+              "of a code? see producer/normalize.py LANGUAGES, NUM2WORDS_CHECKED)")  # fmt: skip
     encoder = TextEncoder(cfg)
     try:
         cleaned = encoder.clean(args.text, language)
         ids, truncated = encoder.encode(args.text, "", language)
     except SkipSample as skip:
-        print(f"language   {language} ({why})")
         print(f"skipped    the producers skip this text: {skip.reason}")
         return 1
     finally:
         encoder.close()
-    print(f"language   {language} ({why})")
     print(f"{cfg.text.tokens:10s} {cleaned!r}")
     print(f"tokens     {len(ids)} of text.max_text_len={cfg.text.max_text_len}"
           + (" (cut: features.on_too_long: truncate)" if truncated else ""))  # fmt: skip

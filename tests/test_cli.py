@@ -223,3 +223,11 @@ def test_a_producer_host_missing_some_of_the_corpus_files_is_told_before_it_star
     out = ringfeed("validate", str(cfg), "--role", "producer")
     assert out.returncode == 2 and "this host lacks 1 of the corpus's 2 audio files" in out.stderr
     assert "corpus digest" in out.stdout
+
+
+def test_text_says_when_a_language_has_no_number_rules() -> None:
+    out = ringfeed("text", "configs/demo.yaml", "Hello 42", "--language", "xx")
+    assert "numbers    kept as digits: 'xx' has no number rules" in out.stdout, out.stdout
+    for code in ("en", "de", "fa", "pt-br"):
+        out = ringfeed("text", "configs/demo.yaml", "Hallo 42", "--language", code)
+        assert "language" in out.stdout and "kept as digits" not in out.stdout, (code, out.stdout)
