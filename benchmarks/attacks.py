@@ -40,10 +40,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ringfeed.consumer.stager.quarantine import read_quarantine  # noqa: E402
 from ringfeed.scripts.runner import Run  # noqa: E402
 from ringfeed.shared.config import load_config  # noqa: E402
-from ringfeed.shared.keys import generate  # noqa: E402
-from ringfeed.shared.quarantine import read_quarantine  # noqa: E402
+from ringfeed.shared.wire.keys import generate  # noqa: E402
 from tests.checks import assert_exactly_once, consume  # noqa: E402
 from tests.fault_sources import inject_faults  # noqa: E402
 from tests.liars import (  # noqa: E402

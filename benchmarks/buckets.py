@@ -221,7 +221,7 @@ def spawn_tfdata(cfg_path: Path, shapes: list[list[int]]) -> dict[str, Any]:
 def time_manifest(n_items: int, tmp: Path) -> None:
     """Build the length manifest of an LJSpeech-size dataset: n_items entries over the
     shipped clips (hard links, so every entry is its own file), cold then current."""
-    from ringfeed.producer.manifest import build_manifest
+    from ringfeed.producer.lengths import measure_lengths
     from ringfeed.shared.config import config_from_dict
 
     shipped = REPO / "data" / "ljspeech-mini"
@@ -238,7 +238,7 @@ def time_manifest(n_items: int, tmp: Path) -> None:
                             "features": {"cache_dir": str(tmp / "manifest-cache")}})  # fmt: skip
     for what in ("cold", "current"):
         t0 = time.perf_counter()
-        build_manifest(cfg)
+        measure_lengths(cfg)
         print(f"length manifest of {n_items} items, {what}: {time.perf_counter() - t0:.2f} s")
 
 

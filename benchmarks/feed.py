@@ -168,9 +168,9 @@ def run_variant(variant: str, cfg: Config, warmup: int) -> dict[str, Any]:
 
     from ringfeed.consumer.trainer.metrics import StepMetrics
     from ringfeed.producer.pipeline import SamplePipeline
-    from ringfeed.shared.dataset import read_dataset
+    from ringfeed.shared.corpus.open import read_corpus
 
-    entries, _ = read_dataset(cfg, REPO)
+    entries, _ = read_corpus(cfg)
     pipe = SamplePipeline(cfg)
     pipe.warm_up()
     if variant == "ideal":

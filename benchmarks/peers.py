@@ -48,7 +48,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from checkout import check_imports, own_code
 
 REPO = Path(__file__).resolve().parents[1]
 CLIPS = REPO / "data" / "ljspeech-mini"
@@ -174,7 +173,7 @@ def _tf_setup():
 def tf_ops_dataset(cfg, paths: list[str], texts: list[str]):
     """decode_wav -> peak normalize -> tf.signal.stft -> mel matrix -> log, padded batches."""
     from ringfeed.producer.features import mel_filterbank
-    from ringfeed.shared.config import LOG_FLOOR
+    from ringfeed.shared.sample.content import LOG_FLOOR
 
     tf, options = _tf_setup()
     f, max_n = cfg.features, cfg.max_samples - 1
@@ -259,10 +258,21 @@ def tf_parity(cfg, path: str) -> float:
     return float(np.abs(ours - theirs)[above].max())
 
 
+def import_from(repo: Path) -> None:
+    """Put `repo` first on sys.path and make sure its ringfeed is the one imported (a
+    checkout older than ringfeed/'s links to its folders would mix in this one's)."""
+    sys.path[:0] = [str(repo), str(repo / "benchmarks")]
+    import ringfeed
+
+    where = Path(ringfeed.__file__).resolve().parent.parent
+    if where != repo.resolve():
+        raise SystemExit(f"{repo}: imports ringfeed from {where}; a checkout from before "
+                         "ringfeed/ linked its folders needs the links: cd ringfeed && ln -s "
+                         "../shared ../producer ../consumer ../scripts .")  # fmt: skip
+
+
 def child(args: argparse.Namespace) -> None:
-    sys.path[:0] = [args.repo, str(Path(args.repo) / "benchmarks"), str(REPO / "benchmarks")]
-    if args.child.startswith("ringfeed"):
-        check_imports(Path(args.repo))
+    import_from(Path(args.repo))
     corpus, cache_dir = Path(args.corpus), Path(args.cache_dir)
     if args.child.startswith("ringfeed"):
         epochs = CACHED_EPOCHS if args.child == "ringfeed-cached" else 1
@@ -341,7 +351,7 @@ def main() -> None:
         for r in range(args.rounds):
             order = variants if r % 2 == 0 else [v for v in ODD_ORDER if v in variants]
             for v in order:
-                repo = own_code(Path(args.baseline)) if v.endswith("@baseline") else REPO
+                repo = Path(args.baseline) if v.endswith("@baseline") else REPO
                 cache_dir = Path(tmp) / f"r{r}" / ("base" if "@" in v else "cache")
                 cache_dir.parent.mkdir(exist_ok=True)
                 out = spawn(v, repo, corpus, cache_dir)

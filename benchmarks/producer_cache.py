@@ -52,8 +52,10 @@ from ringfeed.producer.features import fit_length, log_mel  # noqa: E402
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
 from ringfeed.producer.text import TextEncoder  # noqa: E402
 from ringfeed.producer.threads import pin_math_threads  # noqa: E402
-from ringfeed.shared.config import LOG_FLOOR, Config, config_from_dict  # noqa: E402
-from ringfeed.shared.dataset import DatasetEntry, read_dataset  # noqa: E402
+from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
+from ringfeed.shared.corpus.entry import Entry  # noqa: E402
+from ringfeed.shared.corpus.open import read_corpus  # noqa: E402
+from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
 
 BATCH_SIZE = 8
 CHILD_TIMEOUT_S = 120.0
@@ -70,13 +72,13 @@ def make_raw(cache_dir: Path) -> dict:
     return raw
 
 
-def entries_of(cfg: Config) -> list[DatasetEntry]:
-    entries, bad = read_dataset(cfg)
+def entries_of(cfg: Config) -> list[Entry]:
+    entries, bad = read_corpus(cfg)
     assert not bad and len(entries) == 16, f"expected 16 usable clips, got {len(entries)}"
     return entries
 
 
-def run_passes(pipe: SamplePipeline, entries: list[DatasetEntry], passes: int) -> float:
+def run_passes(pipe: SamplePipeline, entries: list[Entry], passes: int) -> float:
     """-> samples/s of pipe over entries, `passes` times."""
     t0 = time.perf_counter()
     for _ in range(passes):
@@ -107,7 +109,7 @@ def raw_mel(path: str, cfg: Config) -> np.ndarray:
     return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 
-def bench_raw(cfg: Config, entries: list[DatasetEntry], passes: int) -> float:
+def bench_raw(cfg: Config, entries: list[Entry], passes: int) -> float:
     raw_mel(entries[0].audio_path, cfg)  # librosa's first call (imports, numba) excluded
     t0 = time.perf_counter()
     for _ in range(passes):
@@ -116,7 +118,7 @@ def bench_raw(cfg: Config, entries: list[DatasetEntry], passes: int) -> float:
     return passes * len(entries) / (time.perf_counter() - t0)
 
 
-def bench_cold(entries: list[DatasetEntry], passes: int, tmp: Path) -> float:
+def bench_cold(entries: list[Entry], passes: int, tmp: Path) -> float:
     """Every sample a miss: a fresh cache directory and pipeline per pass (a first epoch)."""
     seconds = 0.0
     for _ in range(passes):
@@ -129,7 +131,7 @@ def bench_cold(entries: list[DatasetEntry], passes: int, tmp: Path) -> float:
     return passes * len(entries) / seconds
 
 
-def bench_warm(cfg: Config, entries: list[DatasetEntry], passes: int) -> float:
+def bench_warm(cfg: Config, entries: list[Entry], passes: int) -> float:
     pipe = SamplePipeline(cfg)
     pipe.warm_up()
     run_passes(pipe, entries, 1)  # maps the shard, fills the text cache
@@ -139,7 +141,7 @@ def bench_warm(cfg: Config, entries: list[DatasetEntry], passes: int) -> float:
     return rate
 
 
-def cold_stages(entries: list[DatasetEntry], tmp: Path) -> dict[str, float]:
+def cold_stages(entries: list[Entry], tmp: Path) -> dict[str, float]:
     """ms per sample of each cold-path stage, calling what the pipeline calls."""
     cfg = config_from_dict(make_raw(tmp / f"stages-{uuid.uuid4().hex[:8]}"))
     text, cache = TextEncoder(cfg), FeatureCache(cfg)

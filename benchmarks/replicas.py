@@ -60,9 +60,9 @@ def tfdata_child(cfg_path: str, worker: str, cluster: str, warmup: int) -> dict[
     from ringfeed.consumer.trainer.metrics import StepMetrics
     from ringfeed.producer.pipeline import SamplePipeline
     from ringfeed.shared.config import replace
-    from ringfeed.shared.dataset import read_dataset
+    from ringfeed.shared.corpus.open import read_corpus
 
-    entries, _ = read_dataset(cfg, REPO)
+    entries, _ = read_corpus(cfg)
     local = replace(cfg, stager={"batch_size": cfg.stager.batch_size // shard.count})
     pipe = SamplePipeline(cfg)
     pipe.warm_up()

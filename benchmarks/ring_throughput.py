@@ -15,7 +15,7 @@ batch buffer, and report steady-state samples/s and GB/s:
   consumed batch by batch through the batch ring by a child process of this
   benchmark; ``data.synthetic_items`` 8192 over endless epochs, as every row is
   stamped with its item (tests/checks.py) and the stager's content check
-  (shared/content.py) rejects floats beyond 1e4;
+  (shared/sample/content.py) rejects floats beyond 1e4;
 - ringfeed@baseline (with ``--baseline DIR``, a checkout of other code, e.g.
   ``git worktree add /tmp/base main``): the same run from that checkout's
   stager and producers, to compare ringfeed with itself in one run.
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from checkout import check_imports, own_code
+from peers import import_from
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT_TAG = "RING_RESULT "
@@ -158,8 +158,7 @@ def main() -> None:
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ring_child:
-        sys.path[:0] = [args.ring_child, str(Path(args.ring_child) / "benchmarks")]
-        check_imports(Path(args.ring_child))
+        import_from(Path(args.ring_child))
         rate, cpu_us = bench_ring(args.seconds, args.workers, Path(args.tmp))
         print(f"{RESULT_TAG}{rate} {cpu_us}")
         return
@@ -178,9 +177,7 @@ def main() -> None:
                 [("ringfeed@baseline", args.baseline)] * bool(args.baseline)
             )
             for name, repo in rings if r % 2 == 0 else rings[::-1]:
-                rate, cpu_us = ring_in_child(
-                    own_code(Path(repo)), args.seconds, args.workers, Path(tmp)
-                )
+                rate, cpu_us = ring_in_child(Path(repo), args.seconds, args.workers, Path(tmp))
                 rates[name].append(rate)
                 cpu[name].append(cpu_us)
             print(

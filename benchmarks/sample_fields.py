@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO))
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
 from ringfeed.producer.threads import pin_math_threads  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
-from ringfeed.shared.dataset import DatasetIndex, dataset_index  # noqa: E402
+from ringfeed.shared.corpus.index import CorpusIndex  # noqa: E402
+from ringfeed.shared.corpus.open import open_corpus  # noqa: E402
 
 SCHEMAS: dict[str, dict] = {
     "mel only": {},
@@ -56,7 +57,7 @@ def config(cache_dir: Path, features: dict) -> Config:
     })  # fmt: skip
 
 
-def one_pass(pipe: SamplePipeline, index: DatasetIndex) -> float:
+def one_pass(pipe: SamplePipeline, index: CorpusIndex) -> float:
     """Seconds for one pass over every item."""
     t0 = time.perf_counter()
     for item, entry in enumerate(index.entries):
@@ -69,7 +70,7 @@ def cold(features: dict, passes: int, tmp: Path) -> float:
     seconds, n = 0.0, 0
     for _ in range(passes):
         cfg = config(tmp / f"cold-{uuid.uuid4().hex[:8]}", features)
-        index = dataset_index(cfg)
+        index = open_corpus(cfg)
         pipe = SamplePipeline(cfg, index=index)
         pipe.warm_up()
         seconds += one_pass(pipe, index)
@@ -80,7 +81,7 @@ def cold(features: dict, passes: int, tmp: Path) -> float:
 
 def cached(features: dict, passes: int, warm_dir: Path) -> float:
     cfg = config(warm_dir, features)
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     pipe = SamplePipeline(cfg, index=index)
     one_pass(pipe, index)  # fills the cache (the first round) or maps it
     decoded = pipe.counters.decoded

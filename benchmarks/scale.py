@@ -83,7 +83,7 @@ def write_config(tmp: Path, data: Path, fmt: str, name: str) -> Path:
 def build_s(config: Path) -> tuple[float, dict]:
     """Wall seconds of `ringfeed index CONFIG` in a fresh process, and the index header."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "scripts.cli", "index", str(config)], cwd=REPO,
+    subprocess.run([sys.executable, "-m", "ringfeed.scripts.cli", "index", str(config)], cwd=REPO,
                    check=True, capture_output=True)  # fmt: skip
     wall = time.perf_counter() - t0
     return wall, header_of(config)
@@ -91,8 +91,8 @@ def build_s(config: Path) -> tuple[float, dict]:
 
 def header_of(config: Path) -> dict:
     code = ("import json, sys; from ringfeed.shared.config import load_config; "
-            "from ringfeed.shared.corpus_index import index_path; "
-            "from ringfeed.shared.index_file import IndexFile; "
+            "from ringfeed.shared.corpus.index import index_path; "
+            "from ringfeed.shared.corpus.index_file import IndexFile; "
             "h = IndexFile(index_path(load_config(sys.argv[1]))).header; h.pop('bad_lines'); "
             "print(json.dumps({k: h[k] for k in ('n_items', 'build_s', 'digest')}))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
@@ -103,8 +103,8 @@ def header_of(config: Path) -> dict:
 def reuse_s(config: Path) -> float:
     """Seconds a fresh process takes to open the current index (imports excluded)."""
     code = ("import sys, time; from ringfeed.shared.config import load_config; "
-            "from ringfeed.shared.corpus_index import open_index; cfg = load_config(sys.argv[1]); "
-            "t = time.perf_counter(); ix = open_index(cfg); ix.entry(ix.n_items - 1); "
+            "from ringfeed.shared.corpus.open import open_corpus; cfg = load_config(sys.argv[1]); "
+            "t = time.perf_counter(); ix = open_corpus(cfg); ix.entry(ix.n_items - 1); "
             "print(time.perf_counter() - t)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout  # fmt: skip

@@ -5,8 +5,8 @@
 Packs --shards tar shards of the 16 shipped clips (each clip under a key of its
 own in every shard), puts them on moto's S3 server on localhost (the tests'
 server, tests/s3_server.py), indexes them, and reads one epoch of clips in plan
-order through one producer's reader (shared/shards.py MemberReader: the shard
-cache of shared/object_store.py, holding --cache-shards shards): once with the
+order through one producer's reader (shared/corpus/shards.py MemberReader: the shard
+cache of shared/corpus/object_store.py, holding --cache-shards shards): once with the
 default plan (a permutation of all items) and once with data.shard_window. A
 real run's producers read the same order, a few grants apart. Prints the bytes
 fetched, their ratio to the corpus's bytes, shards fetched and cache hits.
@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
 from ringfeed.consumer.stager.shard_window import ShardWindowPlan  # noqa: E402
 from ringfeed.shared.config import Config, replace  # noqa: E402
-from ringfeed.shared.corpus_index import open_index  # noqa: E402
-from ringfeed.shared.shards import MemberReader  # noqa: E402
+from ringfeed.shared.corpus.members import MemberReader  # noqa: E402
+from ringfeed.shared.corpus.open import open_corpus  # noqa: E402
 from tests.s3_server import S3Server  # noqa: E402
 
 WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
@@ -85,7 +85,7 @@ def main() -> None:
                 cfg = replace(Config(), data={"path": "s3://bench/c", "format": "shards",
                                               "shard_cache_mb": cache_mb},
                               features={"cache_dir": str(tmp / f"cache-{window}")})  # fmt: skip
-                index = open_index(cfg, in_subprocess=False)
+                index = open_corpus(cfg, in_subprocess=False)
                 plan = (ShardWindowPlan(0, 1, index.shard_starts, window) if window
                         else EpochPlan(index.n_items, 0, 1))  # fmt: skip
                 t0 = time.perf_counter()

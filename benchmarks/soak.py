@@ -57,12 +57,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
+from ringfeed.consumer.stager.quarantine import read_quarantine  # noqa: E402
 from ringfeed.producer.sources import RowMismatch, check_synthetic_rows  # noqa: E402
 from ringfeed.scripts.lossy_link import LossyLink  # noqa: E402
 from ringfeed.scripts.runner import Run, worker_pids  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
-from ringfeed.shared.quarantine import read_quarantine  # noqa: E402
-from ringfeed.shared.segments import list_segments  # noqa: E402
+from ringfeed.shared.memory.segments import list_segments  # noqa: E402
 from tests.fault_sources import inject_faults  # noqa: E402
 
 N_ITEMS = 2000

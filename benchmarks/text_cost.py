@@ -10,7 +10,7 @@ what a producer does to a text before tokenizing (``TextEncoder.encode``):
 
 - en chars: today's path, the English cleaners;
 - multilingual chars + detection: the language detected (data.language: auto,
-  shared/language_id.py) and the language's normalizer (producer/normalize.py);
+  shared/language/detect.py) and the language's normalizer (producer/normalize.py);
 - phonemes: the same, then espeak-ng per language (producer/phonemes.py);
 
 each cold (a fresh cache directory: detection, normalization, phonemization, cache
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from ringfeed.producer.text import TextEncoder  # noqa: E402
 from ringfeed.shared.config import load_config, replace  # noqa: E402
-from ringfeed.shared.language_id import detect_languages  # noqa: E402
+from ringfeed.shared.language.detect import detect_languages  # noqa: E402
 
 DEMO = REPO / "configs" / "multilingual.yaml"
 

@@ -26,7 +26,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ringfeed.shared.config import Config, cuda_visible_devices, tensorflow_log_level
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import cuda_visible_devices, tensorflow_log_level
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,8 @@ import numpy as np
 
 from ringfeed.producer.audio import RESAMPLE_QUALITY
 from ringfeed.producer.features import STFT_DTYPE
-from ringfeed.shared.config import LOG_FLOOR, Config
+from ringfeed.shared.config import Config
+from ringfeed.shared.sample.content import LOG_FLOOR
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Called in producer processes by the sample pipeline (producer/pipeline.py), after
 the mel, on the decoded waveform. Which fields exist is the declared schema's
-business (shared/sample_schema.py, from features.pitch, features.energy and
+business (shared/sample/schema.py, from features.pitch, features.energy and
 features.user_fields); this module computes them, checks the user's, and keeps
 them in the feature cache beside the mel, each group under its own key:
 
@@ -20,7 +20,7 @@ The user's function ("module:function", features.user_function) is called as
 ``function(wave, mel, text, entry)``: wave float32 [n] at audio.sample_rate
 (after trimming, normalizing and fitting to max_frames), mel float32 [frames,
 n_mels] (None with features.device: stager), text the entry's raw text, entry the
-manifest entry (shared/dataset.py DatasetEntry: item_id, audio_path, speaker,
+manifest entry (shared/corpus/dataset.py DatasetEntry: item_id, audio_path, speaker,
 language, ...). It returns a mapping of field name -> array for every declared
 field. Its exceptions are that sample's failure (the pipeline quarantines it with
 stage "user"); an output of the wrong shape or dtype is refused with a message
@@ -39,8 +39,8 @@ import numpy as np
 from ringfeed.producer.prosody import PROSODY_VERSION
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
-from ringfeed.shared.sample_schema import FieldDecl
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.sample.schema import FieldDecl
 
 UserFunction = Callable[..., Mapping[str, Any]]
 

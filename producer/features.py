@@ -28,7 +28,9 @@ import threading
 import numpy as np
 
 from ringfeed.producer.sample import SkipSample
-from ringfeed.shared.config import LOG_FLOOR, Config, FeaturesConfig
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.features import FeaturesConfig
+from ringfeed.shared.sample.content import LOG_FLOOR
 
 # The STFT's arithmetic: part of the feature cache's settings (producer/cache.py), so
 # mels computed before it changed (float64, until issue 23) are not mixed with these.

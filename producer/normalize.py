@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 
 from num2words import num2words
 
-from ringfeed.shared.language_codes import language_code
+from ringfeed.shared.language.codes import language_code
 
 # Longer digit runs are read digit by digit (num2words overflows past ~10**27).
 MAX_NUMBER_DIGITS = 15
 # Bumped when a rule changes: the persistent caches key on it (and bump the length
-# manifest's version in shared/manifest.py settings_key when token counts change).
+# manifest's version in shared/corpus/lengths.py settings_key when token counts change).
 NORMALIZER_VERSION = 3
 
 _DIGITS = {}

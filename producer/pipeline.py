@@ -29,8 +29,8 @@ from ringfeed.producer.references import SpeakerClips, choose_reference, cut_ref
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config
-from ringfeed.shared.dataset import DatasetEntry
-from ringfeed.shared.shards import MemberReader
+from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.members import MemberReader
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class SamplePipeline:
         if self.cfg.features.pitch:  # pyworld's import, ~0.1 s
             pitch(wave, 1 + len(wave) // self.cfg.features.hop_length, self.cfg)
 
-    def __call__(self, entry: DatasetEntry, item: int = -1, epoch: int = 0) -> Sample:
+    def __call__(self, entry: Entry, item: int = -1, epoch: int = 0) -> Sample:
         """entry -> Sample(tokens int32 [n_tokens], mel float32 [n_frames, n_mels] or
         wave float32 [n_samples], the optional fields); raises SkipSample with the reason
         and the audio path. item, epoch: the entry's item and plan epoch (features.reference)."""
@@ -113,7 +113,7 @@ class SamplePipeline:
         self.counters.samples += 1
         return sample
 
-    def _process(self, entry: DatasetEntry) -> Sample:
+    def _process(self, entry: Entry) -> Sample:
         self.stage = "text"
         tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
         fields: dict[str, np.ndarray] = {}
@@ -187,7 +187,7 @@ class SamplePipeline:
         return cut_reference(mel, self.cfg.features.reference_frames, rng)
 
     def _with_extras(
-        self, entry: DatasetEntry, n_tokens: int
+        self, entry: Entry, n_tokens: int
     ) -> tuple[np.ndarray, bool, dict[str, np.ndarray]]:
         """(mel or wave, truncated, optional fields) from the cache when every part is
         there, else all computed from one decode (and the missing parts cached)."""
@@ -230,7 +230,7 @@ class SamplePipeline:
         return array, truncated, fields
 
     def _member_bytes(self, path: str, member: tuple[int, int]) -> bytes:
-        """A shard member's bytes (shared/shards.py: one ranged read; a remote shard through
+        """A shard member's bytes (shared/corpus/shards.py: one ranged read; a remote shard through
         the local shard cache); a shard that cannot be read costs this sample."""
         if self._members is None:
             self._members = MemberReader(self.cfg)
@@ -242,7 +242,7 @@ class SamplePipeline:
             raise SkipSample(f"unreadable tar shard member ({exc})", path, "audio") from None
 
     def member_counters(self) -> dict[str, int]:
-        """Tar shard reads of this process (shared/shards.py MemberReader.counters)."""
+        """Tar shard reads of this process (shared/corpus/shards.py MemberReader.counters)."""
         return self._members.counters() if self._members is not None else {}
 
     def _cache_get(

@@ -35,7 +35,13 @@ from typing import Any
 from ringfeed.producer.watchdog import HARD_FACTOR, stuck_for
 from ringfeed.producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code, run_worker
 from ringfeed.shared.config import Config, config_from_dict
-from ringfeed.shared.process import POLL_S, TERM_GRACE_S, StopFlag, die_with_parent, setup_logging
+from ringfeed.shared.run.process import (
+    POLL_S,
+    TERM_GRACE_S,
+    StopFlag,
+    die_with_parent,
+    setup_logging,
+)
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ payload frames; nothing of a sample passes through Ray's object store.
 
 Environment. Actors do not inherit the driver's environment (a raylet starts
 them), so the driver hands them the one variable a producer reads from it, the
-source hook (shared/config.py source_hook_env), as Ray's runtime_env.
+source hook (shared/config/config.py source_hook_env), as Ray's runtime_env.
 
 Keys. The driver reads the client key bundle (``transport.keys_dir`` on its
 host) and hands the keys to each actor as a task argument, so no one copies
@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from ringfeed.producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code
-from ringfeed.shared.config import Config, source_hook_env
-from ringfeed.shared.keys import ClientKeys, load_client
-from ringfeed.shared.process import POLL_S, StopFlag
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import source_hook_env
+from ringfeed.shared.run.process import POLL_S, StopFlag
+from ringfeed.shared.wire.keys import ClientKeys, load_client
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class ProducerActor:
 
         from ringfeed.producer.worker import run_worker
         from ringfeed.shared.config import config_from_dict
-        from ringfeed.shared.process import setup_logging
+        from ringfeed.shared.run.process import setup_logging
 
         setup_logging()
         cfg = config_from_dict(yaml.safe_load(cfg_yaml))

@@ -15,7 +15,7 @@ stage "reference").
 
 Memory: the items sorted by speaker, one int32 array (4 bytes a clip: 40 MB for
 10 M clips), sorted once per producer at start from the index's speaker ids
-(shared/corpus_index.py maps them) when features.reference is on; nothing
+(shared/corpus/index.py maps them) when features.reference is on; nothing
 otherwise.
 """
 
@@ -30,12 +30,12 @@ from ringfeed.shared.config import Config
 
 class SpeakerClips:
     """Items grouped by speaker: which other clips a speaker has. The index's speaker id
-    of each item (name_tables: mapped for a corpus index) stays where it is; only the
+    of each item (speaker_ids: mapped for a corpus index) stays where it is; only the
     items sorted by speaker are held."""
 
     def __init__(self, index: Any) -> None:
-        """index: a DatasetIndex or the mapped corpus index (name_tables, n_items)."""
-        _, _, self.code, _ = index.name_tables()  # item -> speaker id (int32, maybe mapped)
+        """index: the corpus index (speaker_ids, n_items)."""
+        self.code = index.speaker_ids  # item -> speaker id (int32, maybe mapped)
         codes = np.asarray(self.code[0 : index.n_items], dtype=np.int32)
         self.order = np.argsort(codes, kind="stable").astype(np.int32)  # items by speaker
         counts = np.bincount(codes, minlength=int(codes.max(initial=-1)) + 1)

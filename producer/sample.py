@@ -1,7 +1,7 @@
 """What a producer's per-sample function returns, and how it says no.
 
 Called in producer processes only. Arrays are unpadded; the worker pads them
-into the fixed-shape slot (shared/ring.py) without an extra copy.
+into the fixed-shape slot (shared/memory/ring.py) without an extra copy.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class Sample:
     producer) or None; wave: float32 [n_samples] at audio.sample_rate
     (features.device: stager) or None. truncated is set when
     features.on_too_long: truncate cut the clip. fields: the optional fields of the
-    declared schema (shared/sample_schema.py) by name: pitch, voiced, energy and the
+    declared schema (shared/sample/schema.py) by name: pitch, voiced, energy and the
     user's, unpadded (axis 0 the true length).
     """
 

@@ -23,10 +23,10 @@ from typing import Protocol
 import numpy as np
 
 from ringfeed.producer.sample import Sample
-from ringfeed.shared import protocol as p
-from ringfeed.shared.ring import FieldSpec, Ring, rows_checksum
+from ringfeed.shared.memory.ring import FieldSpec, Ring, rows_checksum
+from ringfeed.shared.wire import protocol as p
 
-# The slot header's fields a local producer reads or writes (shared/ring.py SLOT_DTYPE).
+# The slot header's fields a local producer reads or writes (shared/memory/ring.py SLOT_DTYPE).
 PROGRESS_FIELDS = (
     "generation",
     "writing_generation",
@@ -97,7 +97,7 @@ class LocalSlotWriter:
         """Has the stager taken this grant back (the generation in the slot header moved
         on)? Then we neither write nor seal that slot; the stager re-grants the item.
         The check narrows the window for a stale write; the stager's check after copying
-        closes it (shared/ring.py)."""
+        closes it (shared/memory/ring.py)."""
         return int(self.col["generation"][grant.slot]) != grant.generation
 
     def claim(self, grant: p.GrantEntry) -> bool:

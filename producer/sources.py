@@ -1,12 +1,12 @@
-"""Per-sample functions a producer can run, chosen by ``data.format``.
+"""Per-sample functions a producer can run: a corpus's audio, or computed items.
 
 A source maps an item index (0..n_items-1, the order of the dataset file) to a
 :class:`producer.sample.Sample` or raises :class:`producer.sample.SkipSample`.
-The stager reads the same item list through shared.dataset.dataset_index,
+The stager reads the same item list through shared.corpus.open.open_corpus,
 without any audio code.
 
 Tests and benchmarks may wrap the source with a hook (RINGFEED_SOURCE_HOOK,
-shared/config.py source_hook), e.g. to inject faults (tests/fault_sources.py);
+shared/config/config.py source_hook), e.g. to inject faults (tests/fault_sources.py);
 production code never does, and nothing here ends a process or sleeps.
 """
 
@@ -23,8 +23,12 @@ from typing import Protocol
 import numpy as np
 
 from ringfeed.producer.sample import Sample
-from ringfeed.shared.config import SOURCE_HOOK_ENV, Config, source_hook
-from ringfeed.shared.dataset import DatasetIndex, dataset_index, synthetic_item_id
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import SOURCE_HOOK_ENV, source_hook
+from ringfeed.shared.corpus.formats import synthetic
+from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.corpus.registry import format_of
 
 
 class Source(Protocol):
@@ -58,17 +62,6 @@ def synthetic_stamp(item: int, cfg: Config) -> int:
     return 3 + item % (cfg.vocab_size - 3)
 
 
-# A synthetic item's number is written in two mel columns, item % STAMP_BASE and
-# item // STAMP_BASE: each stays far inside the content check's bound
-# (shared/content.py), and exact in float32, for up to STAMP_BASE**2 items.
-STAMP_BASE = 8192
-
-
-def synthetic_stamps(item: int) -> tuple[int, int]:
-    """The two values that name `item` in its mel (columns 0 and 2) or wave (0 and 1)."""
-    return item % STAMP_BASE, item // STAMP_BASE
-
-
 def synthetic_tokens(item: int, n: int, cfg: Config) -> np.ndarray:
     """Every token of a synthetic item: row i is (stamp + i) within the vocabulary."""
     span = cfg.vocab_size - 3
@@ -78,10 +71,11 @@ def synthetic_tokens(item: int, n: int, cfg: Config) -> np.ndarray:
 def synthetic_fields(item: int, text_len: int, n_frames: int, cfg: Config) -> dict:
     """The optional fields of a synthetic item (every field of the declared schema past
     tokens and mel): each a pure function of the item, its length following the mel, the
-    text, 1 + item % its rows (own) or its shape (none); values item % STAMP_BASE + k % 97
-    for the k-th value, cast to the field's dtype, so a row names its item."""
+    text, 1 + item % its rows (own) or its shape (none); values
+    item % synthetic.STAMP_BASE + k % 97 for the k-th value, cast to the field's dtype, so
+    a row names its item."""
     out = {}
-    low = item % STAMP_BASE
+    low = item % synthetic.STAMP_BASE
     for f in cfg.schema.extras:
         n = {"frames": n_frames, "tokens": text_len, "own": 1 + item % f.shape[0]}.get(
             f.length, f.shape[0])  # fmt: skip
@@ -91,31 +85,13 @@ def synthetic_fields(item: int, text_len: int, n_frames: int, cfg: Config) -> di
     return out
 
 
-def synthetic_lengths(item: int, cfg: Config) -> tuple[int, int]:
-    """(text_len, frames-or-samples) of a synthetic item: varied, so padding is exercised.
-
-    data.synthetic_lengths "uniform": frames max/2..max, text 20..max_text_len.
-    "ljspeech": the shape of LJSpeech's clip lengths (1..10.1 s, mean ~6.6 s: a
-    Beta(4, 2.5) over 0.1..1 of the slot, drawn per item from its number), with
-    text proportional to the clip (LJSpeech reads ~15 characters a second)."""
-    t_max = cfg.text.max_text_len
-    n_max = cfg.sample_fields()["mel" if cfg.features.device == "producer" else "wave"][0][0]
-    if cfg.data.synthetic_lengths == "ljspeech":
-        frac = 0.1 + 0.9 * float(np.random.default_rng([item, 7]).beta(4.0, 2.5))
-        n = max(1, int(frac * n_max))
-        return max(1, min(t_max, int(frac * t_max))), n
-    text_len = 20 + (item * 7919) % max(1, t_max - 19) if t_max > 20 else t_max
-    n = n_max // 2 + (item * 104729) % max(1, n_max - n_max // 2 + 1)
-    return min(text_len, t_max), min(n, n_max)
-
-
 class SyntheticSource:
     """Precomputed samples: the transport's own cost and a checkable payload.
 
     Every row says which item and which row it is: tokens are
     :func:`synthetic_tokens`, and mel row r holds (item's low stamp, r, item's high
-    stamp) in its first three columns (:func:`synthetic_stamps`) over a shared
-    block of random values, so a consumer can check every
+    stamp) in its first three columns (shared/corpus/formats/synthetic.py stamps) over a
+    shared block of random values, so a consumer can check every
     row it receives against the item it claims to be (:func:`check_synthetic_rows`,
     called by tests/checks.py ``consume`` and the soak). Lengths vary with the item
     so padding is exercised: tokens 20..max_text_len, frames max_frames/2..max_frames.
@@ -124,7 +100,7 @@ class SyntheticSource:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.n_items = cfg.data.synthetic_items
-        self.index = DatasetIndex(synthetic_items=self.n_items)
+        self.index = synthetic.SyntheticIndex(cfg)
         rng = np.random.default_rng(0)
         fields = cfg.sample_fields()
         name = "mel" if "mel" in fields else "wave"
@@ -139,7 +115,7 @@ class SyntheticSource:
         self.stage = "synthetic"
 
     def item_id(self, item: int) -> str:
-        return synthetic_item_id(item)
+        return synthetic.item_id(item)
 
     def path(self, item: int) -> str:
         return ""
@@ -151,14 +127,14 @@ class SyntheticSource:
         return {}
 
     def lengths(self, item: int) -> tuple[int, int]:
-        return synthetic_lengths(item, self.cfg)
+        return synthetic.lengths(item, self.cfg)
 
     def prepare(self, item: int, epoch: int = 0) -> Sample:
         text_len, n = self.lengths(item)
         start = item % self._span
         sample = Sample(item_id=self.item_id(item), tokens=self._cycle[start : start + text_len])
         array = self._block[:n].copy()
-        low, high = synthetic_stamps(item)
+        low, high = synthetic.stamps(item)
         if array.ndim == 2:
             array[:, 0], array[:, 1], array[:, 2] = low, self._rows[:n], high
         else:
@@ -184,14 +160,14 @@ def check_synthetic_rows(arrays: dict[str, np.ndarray], n_valid: int, cfg: Confi
 
     expect(bool((arrays["items"][n_valid:] == -1).all()), "padding rows must say item -1")
     for row, item in enumerate(items):
-        text_len, n_frames = synthetic_lengths(item, cfg)
+        text_len, n_frames = synthetic.lengths(item, cfg)
         expect(arrays["text_lens"][row] == text_len, f"row {row}: item {item} text length")
         expect(arrays["mel_lens"][row] == n_frames, f"row {row}: item {item} frame count")
         tokens, mel = arrays["tokens"][row], arrays["mel"][row]
         want = synthetic_tokens(item, text_len, cfg)
         expect(bool((tokens[:text_len] == want).all()), f"row {row}: tokens not item {item}'s")
         expect(not tokens[text_len:].any(), f"row {row}: token padding is not zero")
-        low, high = synthetic_stamps(item)
+        low, high = synthetic.stamps(item)
         stamped = (mel[:n_frames, 0] == low).all() and (mel[:n_frames, 2] == high).all()
         expect(bool(stamped), f"row {row}: mel not item {item}'s")
         rows = np.arange(n_frames)
@@ -220,11 +196,11 @@ def _check_fields(arrays: dict[str, np.ndarray], row: int, want: dict, cfg: Conf
 class DatasetSource:
     """The real TTS path: dataset entries through producer.pipeline.SamplePipeline."""
 
-    def __init__(self, cfg: Config, index: DatasetIndex | None = None) -> None:
+    def __init__(self, cfg: Config, index: CorpusIndex | None = None) -> None:
         from ringfeed.producer.pipeline import SamplePipeline
 
         self.cfg = cfg
-        self.index = index if index is not None else dataset_index(cfg)
+        self.index = index if index is not None else open_corpus(cfg)
         self.n_items = self.index.n_items
         self._pipeline = SamplePipeline(cfg, index=self.index)
 
@@ -272,8 +248,9 @@ def _import(module_name: str) -> ModuleType:
 
 
 def base_source(cfg: Config) -> SyntheticSource | DatasetSource:
-    """The per-sample work for cfg.data.format, as ringfeed does it (no hook)."""
-    return SyntheticSource(cfg) if cfg.data.format == "synthetic" else DatasetSource(cfg)
+    """The per-sample work for cfg.data's corpus, as ringfeed does it (no hook): audio
+    through the pipeline, or computed items where the corpus has no audio."""
+    return DatasetSource(cfg) if format_of(cfg).has_audio else SyntheticSource(cfg)
 
 
 def make_source(cfg: Config, base: Source | None = None) -> Source:

@@ -5,7 +5,7 @@ Called in producer processes, once per sample (:class:`TextEncoder`). English
 producer/normalize.py (its own words and script, never transliterated). With
 text.tokens: phonemes the normalized text is phonemized (producer/phonemes.py).
 The result (normalized or phonemized text) is kept in an LRU per process and in
-the persistent text cache (shared/text_cache.py), so a text seen before costs
+the persistent text cache (shared/language/text_cache.py), so a text seen before costs
 neither normalization nor phonemization.
 
 The English cleaner follows Tacotron's ``english_cleaners`` (keithito/tacotron
@@ -41,8 +41,8 @@ from ringfeed.producer.normalize import (
 )
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
-from ringfeed.shared.language_codes import primary
-from ringfeed.shared.text_cache import TextCache
+from ringfeed.shared.language.codes import primary
+from ringfeed.shared.language.text_cache import TextCache
 
 PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
 FIRST_CHAR_ID = 3

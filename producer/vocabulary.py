@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config
-from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.corpus.open import open_corpus
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class Vocabulary:
 def build_vocabulary(cfg: Config, min_count: int = 1, rare_below: int = 3) -> Vocabulary:
     """The vocabulary of cfg's corpus: characters seen >= min_count times; those seen
     fewer than max(min_count, rare_below) times are reported as rare."""
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     encoder = TextEncoder(cfg)
     counts: collections.Counter[str] = collections.Counter()
     example: dict[str, str] = {}

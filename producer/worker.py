@@ -50,14 +50,14 @@ from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
 from ringfeed.producer.sources import Source, base_source, make_source
 from ringfeed.producer.watchdog import SampleTimeout, TimeLimit
-from ringfeed.shared import protocol as p
 from ringfeed.shared.config import Config
-from ringfeed.shared.content import content_error
-from ringfeed.shared.fingerprint import config_fingerprint, corpus_digest
-from ringfeed.shared.keys import ClientKeys, load_client
-from ringfeed.shared.process import POLL_S, POOL_ORPHANED, SHUTDOWN_WAIT_S, StopFlag
-from ringfeed.shared.ring import Ring
-from ringfeed.shared.sockets import make_socket, recv, send
+from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
+from ringfeed.shared.run.process import POLL_S, POOL_ORPHANED, SHUTDOWN_WAIT_S, StopFlag
+from ringfeed.shared.sample.content import content_error
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.keys import ClientKeys, load_client
+from ringfeed.shared.wire.sockets import make_socket, recv, send
 
 EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum flags cost a call
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class Worker:
         self.config_print = config_fingerprint(cfg, corpus_digest(cfg, base.index))
         self.hello_at = self.last_request = 0.0
         self.on_welcome: Callable[[], object] | None = None
-        self.token = secrets.token_hex(16)  # this process, in every HELLO (shared.protocol)
+        self.token = secrets.token_hex(16)  # this process, in every HELLO (shared.wire.protocol)
         self.n_taken_back = 0  # grants dropped unwritten: the stager had taken them back
         # Set by a cluster engine (producer/ray_pool.py): keys handed over, where it runs.
         self.keys: ClientKeys | None = None
@@ -357,7 +357,7 @@ class Worker:
 def pool_exit_code(endings: list[int]) -> int:
     """A pool's exit code from the exit codes that ended its workers for good (0: one
     the pool stopped): 2 if the stager refused one (its log says what to change),
-    POOL_ORPHANED if each lost its stager (shared/process.py), else 0."""
+    POOL_ORPHANED if each lost its stager (shared/run/process.py), else 0."""
     ended = [code for code in endings if code]
     if EXIT_REFUSED in ended:
         return 2

@@ -9,7 +9,7 @@ ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed index CONFIG                    build the corpus index (the stager does if missing)
-ringfeed manifest CONFIG                 measure every item's length (for length buckets)
+ringfeed lengths CONFIG                  measure every item's length (for length buckets)
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
 ringfeed config [--write]                every config key: type, default, meaning
@@ -30,19 +30,21 @@ from ringfeed.scripts.cli_data import (
     _config,
     cmd_config,
     cmd_index,
-    cmd_manifest,
+    cmd_lengths,
     cmd_text,
     cmd_validate,
     cmd_vocab,
 )
+from ringfeed.shared.config.environment import code_root
 
-DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+# ringfeed/configs links to configs/ in a checkout, and holds its files in a wheel.
+DEMO_CONFIG = code_root() / "ringfeed" / "configs" / "demo.yaml"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """A whole run on this host, watched until it ends (scripts/launch.sh calls this)."""
     from ringfeed.scripts.runner import Run
-    from ringfeed.shared.process import StopFlag
+    from ringfeed.shared.run.process import StopFlag
 
     if cmd_validate(args, quiet=True) != 0:
         return 2  # the finding said what to change; nothing was started
@@ -53,7 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     run_id = shard.run_id(args.run_id or new_run_id())
     stop = StopFlag().install()
-    from ringfeed.shared.config import load_config, run_dir
+    from ringfeed.shared.config import load_config
+    from ringfeed.shared.config.environment import run_dir
 
     directory = run_dir(load_config(args.config), run_id).absolute()
     resumes = directory.is_dir()  # a relaunch with its run id resumes it
@@ -107,7 +110,7 @@ def cmd_stager(args: argparse.Namespace) -> int:
 
 def cmd_producers(args: argparse.Namespace) -> int:
     from ringfeed.producer.pool import main
-    from ringfeed.shared.config import endpoints
+    from ringfeed.shared.config.environment import endpoints
 
     cfg = _config(args.config)
     if args.ray:
@@ -131,7 +134,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     """A consumer without a model: frees each batch, optionally after --step-s; 1 if the
     stager refused it (another consumer holds the run)."""
     from ringfeed.consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
-    from ringfeed.shared.process import StopFlag
+    from ringfeed.shared.run.process import StopFlag
 
     cfg = _config(args.config)
     stop = StopFlag().install()
@@ -183,7 +186,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from ringfeed.shared.keys import generate
+    from ringfeed.shared.wire.keys import generate
 
     bundle = generate(Path(args.dir), args.client)
     print(f"keys in {args.dir}: the stager accepts producer '{args.client}'.")
@@ -193,7 +196,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from ringfeed.shared.segments import remove_dead_sockets, remove_stale_segments
+    from ringfeed.shared.memory.segments import remove_dead_sockets, remove_stale_segments
 
     removed = remove_stale_segments(args.run_id or None)
     sockets = remove_dead_sockets(args.run_id or None)
@@ -268,7 +271,7 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
         help="producer: check a host that only runs `ringfeed producers --connect`",
     )  # fmt: skip
     verb("index", cmd_index).add_argument("config")
-    verb("manifest", cmd_manifest).add_argument("config")
+    verb("lengths", cmd_lengths).add_argument("config")
     vocab = verb("vocab", cmd_vocab)
     vocab.add_argument("config")
     vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")
@@ -313,7 +316,7 @@ def new_run_id() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ringfeed.shared.process import setup_logging
+    from ringfeed.shared.run.process import setup_logging
 
     args = build_parser().parse_args(argv)
     setup_logging()

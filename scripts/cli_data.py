@@ -1,5 +1,5 @@
 """The `ringfeed` verbs that look at a config and its corpus without starting a run:
-validate (its producer-host role too), index, manifest, vocab, text and config. Thin, as
+validate (its producer-host role too), index, lengths, vocab, text and config. Thin, as
 scripts/cli.py is: each calls the module that does the work."""
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def _print_schema(cfg) -> None:
 def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     """Check what can be checked without starting a run; exit 2 on a fatal finding."""
     from ringfeed.scripts.preflight import preflight
-    from ringfeed.shared.ring import rings_bytes, slot_bytes
-    from ringfeed.shared.shm import free_shm_bytes
+    from ringfeed.shared.memory.ring import rings_bytes, slot_bytes
+    from ringfeed.shared.memory.shm import free_shm_bytes
 
     cfg = _config(args.config)
     role = getattr(args, "role", "head")
@@ -116,38 +116,38 @@ def _validate_producer_host(path: str, cfg) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    """Build the corpus index if missing or stale (shared/corpus_index.py) and describe it."""
-    from ringfeed.shared.corpus_index import open_index
-    from ringfeed.shared.dataset import DatasetError
+    """Build the corpus index if missing or stale (shared/corpus/index.py) and describe it."""
+    from ringfeed.shared.corpus.entry import CorpusError
+    from ringfeed.shared.corpus.open import open_corpus
 
     cfg = _config(args.config)
     t0 = time.monotonic()
     try:
-        index = open_index(cfg, in_subprocess=False)
-    except (DatasetError, OSError) as exc:
+        index = open_corpus(cfg, in_subprocess=False)
+    except (CorpusError, OSError) as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    where = getattr(getattr(index, "file", None), "path", "(in memory)")
-    print(f"{where}: {index.n_items} items, {len(index.bad_lines)} unusable lines, "
+    print(f"{index.location}: {index.n_items} items, {len(index.bad_lines)} unusable lines, "
           f"digest {index.digest}, {time.monotonic() - t0:.2f} s")  # fmt: skip
     return 0
 
 
-def cmd_manifest(args: argparse.Namespace) -> int:
-    """Build or refresh the length manifest (shared/manifest.py); the stager calls it."""
-    from ringfeed.producer.manifest import build_manifest
-    from ringfeed.shared.dataset import DatasetError
-    from ringfeed.shared.manifest import manifest_path
+def cmd_lengths(args: argparse.Namespace) -> int:
+    """Measure what the length table lacks (shared/corpus/lengths.py); the stager calls it."""
+    from ringfeed.producer.lengths import measure_lengths
+    from ringfeed.shared.corpus.entry import CorpusError
+    from ringfeed.shared.corpus.open import open_corpus
 
     cfg = _config(args.config)
     try:
-        manifest = build_manifest(cfg)
-    except DatasetError as exc:
+        index = open_corpus(cfg)
+        lengths = measure_lengths(cfg, index)
+    except CorpusError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    known = manifest.frames[manifest.frames >= 0]
+    known = lengths.frames[lengths.frames >= 0]
     spread = f"{known.min()}..{known.max()} frames" if known.size else "no readable headers"
-    print(f"{manifest_path(cfg)}: {len(manifest.frames)} items, {spread}")
+    print(f"{index.location}: {len(lengths.frames)} items, {spread}")
     return 0
 
 
@@ -156,12 +156,12 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     import yaml
 
     from ringfeed.producer.vocabulary import build_vocabulary
-    from ringfeed.shared.dataset import DatasetError
+    from ringfeed.shared.corpus.entry import CorpusError
 
     cfg = _config(args.config)
     try:
         vocab = build_vocabulary(cfg, args.min_count)
-    except DatasetError as exc:
+    except CorpusError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     for char, n, item in vocab.rare:
@@ -185,7 +185,7 @@ def cmd_text(args: argparse.Namespace) -> int:
     if not language:
         language, why = cfg.data.language, "data.language"
         if language == "auto":
-            from ringfeed.shared.language_id import detector
+            from ringfeed.shared.language.detect import detector
 
             language, why = detector(cfg.data.detect_languages).detect(args.text), "detected"
     print(f"language   {language} ({why})")
@@ -211,7 +211,7 @@ def cmd_text(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """Every config key with its type, default and meaning (docs/config.md)."""
-    from ringfeed.shared.config_reference import REFERENCE, reference_markdown
+    from ringfeed.shared.config.reference import REFERENCE, reference_markdown
 
     text = reference_markdown()
     if args.write:

@@ -1,7 +1,7 @@
 """What `ringfeed validate` says about a corpus: speakers, languages, clips and hours,
 and how many clips each of the producers' rules will skip.
 
-Reads the dataset index as the stager will (shared/dataset.py) and the audio
+Reads the dataset index as the stager will (shared/corpus/dataset.py) and the audio
 headers (never decodes): a segment's hours are its duration, a whole file's
 its header's. Costs one stat and one header read per clip; a header read
 cannot see what only a decode finds (a corrupt body, silence, a clip that
@@ -24,10 +24,12 @@ import soundfile as sf
 
 from ringfeed.consumer.stager.balance import balance_lines
 from ringfeed.shared.config import Config
-from ringfeed.shared.dataset import DatasetEntry, dataset_index
-from ringfeed.shared.fingerprint import corpus_digest
-from ringfeed.shared.id_tables import corpus_tables
-from ringfeed.shared.shards import MemberReader, is_remote
+from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.members import MemberReader
+from ringfeed.shared.corpus.object_store import is_remote
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.fingerprint import corpus_digest
+from ringfeed.shared.run.id_tables import corpus_tables
 
 # Speakers listed by name at most; the rest are counted.
 MAX_SPEAKERS_SHOWN = 12
@@ -77,7 +79,7 @@ def audio_rules(cfg: Config) -> dict[str, Rule]:
     }
 
 
-def _header(entry: DatasetEntry, members: MemberReader) -> Any:
+def _header(entry: Entry, members: MemberReader) -> Any:
     """soundfile's view of the clip's header: of its file, or of its tar member's first
     HEADER_BYTES (a header read, never the whole clip). Raises as the readers do."""
     if entry.member is None:
@@ -91,7 +93,7 @@ def _header(entry: DatasetEntry, members: MemberReader) -> Any:
 
 
 def audio_verdict(
-    entry: DatasetEntry, cfg: Config, members: MemberReader
+    entry: Entry, cfg: Config, members: MemberReader
 ) -> tuple[str, float, int]:
     """(the rule that skips the clip, "" if none, "remote" if not checked; its seconds,
     0.0 if unknown; its channels, 0 if unknown) from its header, as producer/audio.py
@@ -143,7 +145,7 @@ def corpus_report(cfg: Config) -> list[str]:
 def corpus_check(cfg: Config) -> CorpusReport:
     """validate's corpus section: the id tables as the stager would build them on a fresh
     run, clips and hours per language, and the clips each skip rule will cost."""
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     tables = corpus_tables(cfg, index)
     clips: collections.Counter[str] = collections.Counter()
     seconds: collections.Counter[str] = collections.Counter()
@@ -192,7 +194,7 @@ def corpus_check(cfg: Config) -> CorpusReport:
     return CorpusReport(lines, usable, index.n_items, skips.get("missing", 0))
 
 
-def vocabulary_check(cfg: Config, entries: tuple[DatasetEntry, ...]) -> list[str]:
+def vocabulary_check(cfg: Config, entries: tuple[Entry, ...]) -> list[str]:
     """Lines saying how many of a sample of the corpus's texts the producers' text rules
     skip (and why), then whether the sample, normalized as the producers will, has
     characters outside text.alphabet (those tokens would be 'unknown')."""

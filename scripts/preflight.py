@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringfeed.shared.config import Config, ConfigError
-from ringfeed.shared.config_checks import is_loopback
+from ringfeed.shared.config.transport import is_loopback
 
 # Audio files whose headers are read, spread over the dataset.
 AUDIO_SAMPLE = 8
@@ -41,7 +41,7 @@ def preflight(cfg: Config, role: str = "head") -> list[Finding]:
 
 
 def _rings(cfg: Config) -> list[Finding]:
-    from ringfeed.shared.ring import check_rings_fit
+    from ringfeed.shared.memory.ring import check_rings_fit
 
     try:
         check_rings_fit(cfg)
@@ -64,13 +64,14 @@ def _model(cfg: Config) -> list[Finding]:
 
 
 def _dataset(cfg: Config) -> list[Finding]:
-    from ringfeed.shared.dataset import DatasetError, dataset_index
+    from ringfeed.shared.corpus.entry import CorpusError
+    from ringfeed.shared.corpus.open import open_corpus
 
     if cfg.data.format == "synthetic":
         return []
     try:
-        index = dataset_index(cfg)
-    except DatasetError as exc:
+        index = open_corpus(cfg)
+    except CorpusError as exc:
         return [Finding(True, str(exc))]
     out = []
     if index.bad_lines:
@@ -93,12 +94,12 @@ def _audio_sample(index, cfg: Config) -> list[Finding]:
 
     import soundfile as sf
 
-    from ringfeed.shared.shards import MemberReader
+    from ringfeed.shared.corpus.members import MemberReader
 
     step = max(1, index.n_items // AUDIO_SAMPLE)
     picked = list(range(0, index.n_items, step))[:AUDIO_SAMPLE]
     bad = []
-    members = MemberReader(cfg)  # a clip in a tar shard: its own bytes (shared/shards.py)
+    members = MemberReader(cfg)  # a clip in a tar shard: its own bytes (shared/corpus/shards.py)
     for item in picked:
         entry = index.entry(item)
         path = entry.audio_path
@@ -138,7 +139,7 @@ def _cache(cfg: Config) -> list[Finding]:
 
 
 def _keys(cfg: Config) -> list[Finding]:
-    from ringfeed.shared.keys import KeysError, load_server
+    from ringfeed.shared.wire.keys import KeysError, load_server
 
     t = cfg.transport
     if t.kind != "tcp" or (not t.keys_dir and is_loopback(t.host)):
@@ -153,7 +154,7 @@ def _keys(cfg: Config) -> list[Finding]:
 def _client_keys(cfg: Config) -> list[Finding]:
     """A producer host connects over tcp with this host's key pair and the server's
     public key (the bundle `ringfeed keys DIR --client NAME` made for it)."""
-    from ringfeed.shared.keys import KeysError, load_client
+    from ringfeed.shared.wire.keys import KeysError, load_client
 
     t = cfg.transport
     if t.kind != "tcp":

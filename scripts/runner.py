@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from ringfeed.consumer.client.batch_client import BatchClient
-from ringfeed.shared.config import launch_grace_s, load_config, run_dir
-from ringfeed.shared.process import POOL_ORPHANED, StopFlag, die_with_parent
-from ringfeed.shared.segments import list_segments, socket_files
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import child_environment, launch_grace_s, run_dir
+from ringfeed.shared.memory.segments import list_segments, socket_files
+from ringfeed.shared.run.process import POOL_ORPHANED, StopFlag, die_with_parent
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
 # A trainer spends its first ~10-30 s importing TensorFlow and compiling on 2 cores.
 DEFAULT_TIMEOUT_S = 120.0
 WATCH_POLL_S = 0.2
@@ -96,12 +96,16 @@ class Run:
         # children share the launcher's working directory: outputs (run_root, the cache)
         # are relative to it.
         if self.log_dir is None:
-            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, env=child_environment())
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
                 proc = subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                    env=child_environment(),
                 )
         self.procs[verb] = proc
         return proc

@@ -1,7 +1,7 @@
 """Faults injected into producers, for tests and benchmarks (a helper, not a test module).
 
 The config has no fault keys: faults come in through the producer's source hook
-(RINGFEED_SOURCE_HOOK, shared/config.py source_hook). After
+(RINGFEED_SOURCE_HOOK, shared/config/config.py source_hook). After
 
     cfg_path = write_config(tmp_path, raw)
     inject_faults(cfg_path, raise_items=[17], delay_s=0.002)
@@ -39,7 +39,8 @@ from pathlib import Path
 
 from ringfeed.producer.sample import Sample
 from ringfeed.producer.sources import Source
-from ringfeed.shared.config import SOURCE_HOOK_ENV, Config, load_config
+from ringfeed.shared.config import Config, load_config
+from ringfeed.shared.config.environment import SOURCE_HOOK_ENV
 
 # By file, not module name: producers that a launcher starts in another working
 # directory (scripts/slurm.sh, Ray actors) cannot import the tests package.

@@ -18,11 +18,12 @@ import numpy as np
 import zmq
 
 from ringfeed.producer.sources import SyntheticSource
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import Config, endpoints, load_config
-from ringfeed.shared.fingerprint import config_fingerprint
-from ringfeed.shared.keys import load_client
-from ringfeed.shared.ring import Ring, rows_checksum
+from ringfeed.shared.config import Config, load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.memory.ring import Ring, rows_checksum
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.keys import load_client
 
 WELCOME_WAIT_S = 0.5
 

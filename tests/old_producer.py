@@ -2,7 +2,7 @@
 
     python tests/old_producer.py CONFIG ENDPOINT VERSION
 
-runs one worker (producer/worker.py) whose shared.protocol.VERSION is VERSION, as a
+runs one worker (producer/worker.py) whose shared.wire.protocol.VERSION is VERSION, as a
 producer of an older or newer ringfeed would, and exits with its exit code.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 
 from ringfeed.producer.worker import run_worker
-from ringfeed.shared import protocol as p
 from ringfeed.shared.config import load_config
-from ringfeed.shared.process import setup_logging
+from ringfeed.shared.run.process import setup_logging
+from ringfeed.shared.wire import protocol as p
 
 
 def main(config: str, endpoint: str, version: str) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import zmq
 
-from ringfeed.shared import protocol as p
+from ringfeed.shared.wire import protocol as p
 from tests.polling import wait_for
 
 

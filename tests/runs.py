@@ -23,7 +23,7 @@ import yaml
 from ringfeed.consumer.stager.plan import Shard
 from ringfeed.scripts import runner
 from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
-from ringfeed.shared.segments import list_segments
+from ringfeed.shared.memory.segments import list_segments
 from tests.fault_sources import inject_faults
 from tests.polling import wait_for
 

@@ -13,7 +13,8 @@ import soxr
 from ringfeed.producer.audio import load_audio
 from ringfeed.producer.features import fit_length, log_mel, mel_filterbank
 from ringfeed.producer.sample import SkipSample
-from ringfeed.shared.config import LOG_FLOOR, Config, replace
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.sample.content import LOG_FLOOR
 
 WAVS = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
 CLIP = WAVS / "LJ001-0002.wav"

@@ -26,11 +26,11 @@ from ringfeed.consumer.stager.plan import EpochPlan, Shard, ShardPlan
 from ringfeed.consumer.stager.stager import make_plan
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import config_from_dict, load_config
-from ringfeed.shared.dataset import dataset_index
-from ringfeed.shared.fingerprint import PLAN_PARTS, plan_changes
-from ringfeed.shared.id_tables import corpus_tables
-from ringfeed.shared.process import StopFlag
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.fingerprint import PLAN_PARTS, plan_changes
+from ringfeed.shared.run.id_tables import corpus_tables
+from ringfeed.shared.run.process import StopFlag
 from tests.corpus_files import WAVS, write_manifest
 from tests.lopsided import lopsided_corpus
 from tests.plan_walk import batches
@@ -201,7 +201,7 @@ def manifest_config(tmp_path, **balance):
 
 def test_the_stager_plan_balances_and_its_fingerprint_names_the_balance(tmp_path) -> None:
     plain = manifest_config(tmp_path)
-    index = dataset_index(plain)
+    index = open_corpus(plain)
     base_plan, _, base = make_plan(plain, index, tmp_path, StopFlag())
     assert type(base_plan) is EpochPlan and "balance" not in base  # the default: as before
     cfg = manifest_config(tmp_path, by="speaker", temperature=0.0)
@@ -273,7 +273,7 @@ def test_killed_on_two_workers_resumed_on_one_gives_the_uninterrupted_global_bat
 ) -> None:
     config = lopsided_run_config(tmp_path)
     cfg = load_config(config)
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     plan, _, _ = make_plan(cfg, index, tmp_path, StopFlag())
     expected = {s: sorted(plan.item_at(p) for p in range(4 * (s - 1), 4 * s)) for s in range(1, 17)}
     base = rid("bal")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ringfeed.scripts.runner import REPO
+from tests.corpus_files import REPO
 
 SMOKE_TIMEOUT_S = 180.0
 

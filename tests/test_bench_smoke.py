@@ -1,6 +1,5 @@
 """The benchmarks still run: smallest settings (~15 s)."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -75,30 +74,3 @@ def test_scale_benchmark_runs() -> None:
     """The corpus-index benchmark on 20,000 generated entries (README: 10,000,000)."""
     out = bench(["benchmarks/scale.py", "--items", "20000", "--rounds", "1"], timeout_s=120)
     assert "entries/s" in out and "warm reuse" in out and "above an empty run" in out
-
-
-def test_a_baseline_checkout_runs_its_own_code(tmp_path: Path) -> None:
-    """--baseline: a second checkout's processes import its folders, not this one's
-    (which the editable install would otherwise give them)."""
-    spec = importlib.util.spec_from_file_location("checkout", REPO / "benchmarks/checkout.py")
-    checkout = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checkout)
-    base = tmp_path / "base"
-    (base / "ringfeed").mkdir(parents=True)
-    (base / "ringfeed/__init__.py").write_text("")
-    for name in checkout.FOLDERS:
-        (base / name).mkdir()
-        (base / name / "__init__.py").write_text("")
-    (base / "scripts/runner.py").write_text("")
-    probe = [sys.executable, "-c", "from ringfeed.scripts import runner; print(runner.__file__)"]
-
-    def imported() -> Path | None:
-        out = subprocess.run(probe, cwd=base, capture_output=True, text=True)
-        return Path(out.stdout.strip()).resolve() if out.returncode == 0 else None
-
-    assert imported() != (base / "scripts/runner.py").resolve()  # elsewhere, or nowhere
-    checkout.own_code(base)
-    assert imported() == (base / "scripts/runner.py").resolve()
-    checkout.check_imports(REPO)  # this process imports this checkout's runner
-    with pytest.raises(RuntimeError, match="not its own code"):
-        checkout.check_imports(base)

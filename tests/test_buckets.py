@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.buckets import BucketPlan, assign, least_padding, make_buckets
-from ringfeed.producer.manifest import build_manifest
+from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sources import check_synthetic_rows
-from ringfeed.scripts.runner import REPO
 from ringfeed.shared.config import config_from_dict, load_config
-from ringfeed.shared.dataset import dataset_index
-from ringfeed.shared.manifest import Manifest, load_manifest, manifest_path
+from ringfeed.shared.corpus.lengths import Lengths, lengths_key, load_lengths
+from ringfeed.shared.corpus.open import open_corpus
+from tests.corpus_files import REPO
 from tests.runs import Run, finish, rid, small
 
 SHIPPED = REPO / "data" / "ljspeech-mini"
@@ -53,7 +53,7 @@ def test_every_item_fits_its_bucket_and_every_batch_its_budget() -> None:
     frames = rng.integers(20, 420, size=1000).astype(np.int32)
     frames[:5] = -1  # unreadable headers go to the largest bucket
     text = rng.integers(1, 200, size=1000).astype(np.int32)
-    buckets, of_item = make_buckets(cfg, Manifest(frames, text))
+    buckets, of_item = make_buckets(cfg, Lengths(frames, text))
     assert [b.frames for b in buckets] == sorted({b.frames for b in buckets})
     assert buckets[-1].frames == 400 and (of_item[:5] == len(buckets) - 1).all()
     for item, b in enumerate(of_item):
@@ -70,7 +70,7 @@ def test_the_bucketed_plan_is_pure_and_deals_every_item_once_per_epoch() -> None
     rng = np.random.default_rng(1)
     frames = rng.integers(10, 400, size=777).astype(np.int32)
     text = rng.integers(1, 100, size=777).astype(np.int32)
-    buckets, of_item = make_buckets(cfg, Manifest(frames, text))
+    buckets, of_item = make_buckets(cfg, Lengths(frames, text))
     plan = BucketPlan(42, 3, buckets, of_item, text)
     again = BucketPlan(42, 3, buckets, of_item, text)
     for epoch in range(3):
@@ -93,7 +93,7 @@ def test_the_bucketed_plan_is_pure_and_deals_every_item_once_per_epoch() -> None
     assert [plan.item_at(i) for i in range(777)] != [plan.item_at(777 + i) for i in range(777)]
 
 
-def test_manifest_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
+def test_measured_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(SHIPPED, data)
     cfg = config_from_dict({
@@ -102,8 +102,8 @@ def test_manifest_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
                      "on_too_long": "truncate", "max_frames": 2000},
         "stager": {"auto_buckets": 2},
     })  # fmt: skip
-    manifest = build_manifest(cfg)
-    index = dataset_index(cfg)
+    manifest = measure_lengths(cfg)
+    index = open_corpus(cfg)
     pipeline = SamplePipeline(cfg)
     for item, entry in enumerate(index.entries):
         sample = pipeline(entry)
@@ -111,20 +111,21 @@ def test_manifest_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
         assert len(sample.tokens) == manifest.text[item]
     # Current as it is; a line appended to the metadata is measured, the others reused
     # (the lengths live in the corpus index, which is rebuilt and keeps them by id).
-    assert not load_manifest(cfg, index)[1].any()
+    assert not load_lengths(cfg, index)[1].any()
     shutil.copy(data / "wavs/LJ001-0003.wav", data / "wavs/NEW-0001.wav")
     with open(data / "metadata.csv", "a") as f:
         f.write("NEW-0001|A new line.|A new line.\n")
-    index = dataset_index(cfg)
-    current, stale = load_manifest(cfg, index)
+    index = open_corpus(cfg)
+    current, stale = load_lengths(cfg, index)
     assert np.flatnonzero(stale).tolist() == [16] and current.frames[16] == -1
-    again = build_manifest(cfg)
+    again = measure_lengths(cfg)
     assert (again.frames[:16] == manifest.frames).all() and again.frames[16] == manifest.frames[2]
-    assert not load_manifest(cfg, dataset_index(cfg))[1].any()
-    # Another setting that changes lengths is another file.
+    assert not load_lengths(cfg, open_corpus(cfg))[1].any()
+    # Another setting that changes lengths is another key: every item measured again.
     other = config_from_dict({**cfg.to_dict(), "features": {**cfg.to_dict()["features"],
                                                             "hop_length": 512}})  # fmt: skip
-    assert manifest_path(other) != manifest_path(cfg)
+    assert lengths_key(other) != lengths_key(cfg)
+    assert load_lengths(other, open_corpus(other))[1].all()
 
 
 def test_bucketed_batches_have_their_shapes_and_every_row_its_item(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from ringfeed.producer.cache import MAX_WRITE_FAILURES, FeatureCache, settings_hash
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.corpus.open import read_corpus
 from tests.processes import run_on_small_tmpfs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def _config(tmp_path: Path, **features: object) -> Config:
 
 
 def _short_entries(cfg: Config) -> list:
-    entries = [e for e in read_dataset(cfg)[0] if os.path.getsize(e.audio_path) < 250_000]
+    entries = [e for e in read_corpus(cfg)[0] if os.path.getsize(e.audio_path) < 250_000]
     return entries[:N_CLIPS]
 
 
@@ -132,7 +132,7 @@ import json, os, resource, sys, time
 import numpy as np
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.corpus.open import read_corpus
 from tests.processes import run_on_small_tmpfs
 cache_dir, data, fsize = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if fsize:
@@ -147,7 +147,7 @@ for i in range(100):
         pipe.cache.put(i.to_bytes(16, "little"), big, False)
     except OSError:
         pass
-entries = [e for e in read_dataset(cfg)[0] if os.path.getsize(e.audio_path) < 250_000]
+entries = [e for e in read_corpus(cfg)[0] if os.path.getsize(e.audio_path) < 250_000]
 for entry in entries[:4]:
     pipe(entry)
 t = time.perf_counter()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ringfeed.scripts.runner import REPO
+from tests.corpus_files import REPO
 from tests.processes import CLI
 
 

@@ -7,16 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ringfeed.shared.config import (
-    Config,
-    ConfigError,
-    config_from_dict,
-    load_config,
-    replace,
-    run_dir,
-)
-from ringfeed.shared.config_checks import MOVED_KEYS
-from ringfeed.shared.ring import check_rings_fit, slot_bytes
+from ringfeed.shared.config import Config, ConfigError, config_from_dict, load_config, replace
+from ringfeed.shared.config.environment import run_dir
+from ringfeed.shared.config.moved import MOVED_KEYS
+from ringfeed.shared.memory.ring import check_rings_fit, slot_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +60,7 @@ def test_errors_name_the_key(raw: dict, needle: str) -> None:
         ({"train": {"cv_window": 50}}, "train.cv_window: no longer a setting (a constant in"),
         (
             {"features": {"log_floor": 1e-5}},
-            "features.log_floor: no longer a setting (LOG_FLOOR in shared/config.py)",
+            "features.log_floor: no longer a setting (LOG_FLOOR in shared/sample/content.py)",
         ),
         (
             {"data": {"synthetic_raise": [3]}},
@@ -161,7 +155,7 @@ def test_shipped_configs_load_and_every_key_is_read(path: Path) -> None:
 
 
 def test_the_config_reference_in_the_repository_is_current_and_explains_every_key() -> None:
-    from ringfeed.shared.config_reference import REFERENCE, reference_markdown, reference_rows
+    from ringfeed.shared.config.reference import REFERENCE, reference_markdown, reference_rows
 
     rows = reference_rows()
     assert len(rows) > 60 and all(meaning for *_, meaning in rows), [

@@ -17,9 +17,9 @@ from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.scripts import cli
 from ringfeed.scripts.corpus_report import corpus_report
 from ringfeed.shared.config import Config, load_config, replace
-from ringfeed.shared.dataset import dataset_index, read_dataset
-from ringfeed.shared.id_tables import IDS_FILE, read_tables, settle_tables
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.corpus.open import open_corpus, read_corpus
+from ringfeed.shared.run.id_tables import IDS_FILE, read_tables, settle_tables
 from tests.corpus_files import WAVS, jsonl_cfg, make_libritts, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def test_jsonl_manifest_entries_segments_and_bad_lines(tmp_path: Path) -> None:
         {"audio": "../gone.wav", "text": "x"},
         {"audio": "../long.wav", "text": "again", "offset": 2.0},
     ])  # fmt: skip
-    entries, bad = read_dataset(jsonl_cfg(manifest, language="fa"))
+    entries, bad = read_corpus(jsonl_cfg(manifest, language="fa"))
     got = [(e.item_id, e.speaker, e.language, e.segment) for e in entries]
     assert got == [
         ("../long", "ann", "de", None),
@@ -72,7 +72,7 @@ def test_a_segment_is_decoded_alone_and_cached_apart(tmp_path: Path) -> None:
         {"audio": str(WAVS / "LJ001-0001.wav"), "text": "b", "offset": 4.0, "duration": 1.0},
         {"audio": str(WAVS / "LJ001-0002.wav"), "text": "c", "offset": 5.0},
     ])  # fmt: skip
-    index = dataset_index(replace(cfg, data={"path": str(manifest), "format": "jsonl"}))
+    index = open_corpus(replace(cfg, data={"path": str(manifest), "format": "jsonl"}))
     pipe = SamplePipeline(cfg)
     a, b = pipe(index.entries[0]), pipe(index.entries[1])
     assert a.mel.shape[0] == 1 + 33075 // 256 and b.mel.shape[0] == 1 + 22050 // 256
@@ -85,14 +85,14 @@ def test_a_segment_is_decoded_alone_and_cached_apart(tmp_path: Path) -> None:
 def test_libritts_layout(tmp_path: Path) -> None:
     make_libritts(tmp_path)
     cfg = replace(Config(), data={"path": str(tmp_path), "format": "libritts"})
-    entries, bad = read_dataset(cfg)
+    entries, bad = read_corpus(cfg)
     assert [(e.item_id, e.speaker, e.text, e.language) for e in entries] == [
         ("19_198_0000_000000", "19", "Normalized 0.", "en"),
         ("19_227_0001_000000", "19", "Normalized 1.", "en"),
         ("84_121_0002_000000", "84", "Normalized 2.", "en"),
     ]
     assert len(bad) == 1 and "audio file not found" in bad[0].reason
-    original, _ = read_dataset(replace(cfg, data={"text_column": 1}))
+    original, _ = read_corpus(replace(cfg, data={"text_column": 1}))
     assert original[0].text == "Original 0!"
 
 
@@ -105,7 +105,7 @@ def test_vctk_layouts(tmp_path: Path) -> None:
     sf.write(tmp_path / "wav48_silence_trimmed/p225/p225_001_mic1.flac", wave, sr)
     (tmp_path / "wav48" / "p226").mkdir(parents=True)
     sf.write(tmp_path / "wav48/p226/p226_001.wav", wave, sr)
-    entries, bad = read_dataset(replace(Config(), data={"path": str(tmp_path), "format": "vctk"}))
+    entries, bad = read_corpus(replace(Config(), data={"path": str(tmp_path), "format": "vctk"}))
     assert bad == []
     assert [(e.item_id, e.speaker, e.text) for e in entries] == [
         ("p225_001", "p225", "Please call 0."),
@@ -126,7 +126,7 @@ def test_id_tables_stable_kept_on_resume_and_new_names_refused_or_appended(
     run = tmp_path / "run"
     run.mkdir()
     cfg = corpus(tmp_path, [("zoe", "fa"), ("ann", "de"), ("zoe", "en"), ("bob", "fa")])
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     tables = settle_tables(cfg, index, run)
     assert tables.speakers == ("ann", "bob", "zoe") and tables.languages == ("de", "en", "fa")
     speaker, language = map(np.asarray, tables.item_ids(index))  # a mapped index reads per item
@@ -134,14 +134,14 @@ def test_id_tables_stable_kept_on_resume_and_new_names_refused_or_appended(
     assert speaker.dtype == np.int32 and read_tables(run) == tables
 
     fewer = corpus(tmp_path, [("zoe", "fa")])  # a resume on part of the corpus: same ids
-    kept = settle_tables(fewer, dataset_index(fewer), run)
-    assert kept == tables and np.asarray(kept.item_ids(dataset_index(fewer))[0]).tolist() == [2]
+    kept = settle_tables(fewer, open_corpus(fewer), run)
+    assert kept == tables and np.asarray(kept.item_ids(open_corpus(fewer))[0]).tolist() == [2]
 
     more = corpus(tmp_path, [("zoe", "fa"), ("al", "ru"), ("cy", "fa")])
     with pytest.raises(ConfigError, match=r"speakers 'al', 'cy' and languages 'ru'.*new_ids"):
-        settle_tables(more, dataset_index(more), run)
+        settle_tables(more, open_corpus(more), run)
     assert read_tables(run) == tables  # a refusal changes nothing
-    appended = settle_tables(replace(more, data={"new_ids": "append"}), dataset_index(more), run)
+    appended = settle_tables(replace(more, data={"new_ids": "append"}), open_corpus(more), run)
     assert appended.speakers == ("ann", "bob", "zoe", "al", "cy")
     assert appended.languages == ("de", "en", "fa", "ru")
 
@@ -154,7 +154,7 @@ def test_id_tables_stable_kept_on_resume_and_new_names_refused_or_appended(
 
     small = replace(more, data={"max_speakers": 2})
     with pytest.raises(ConfigError, match="data.max_speakers"):
-        settle_tables(small, dataset_index(small), tmp_path / "fresh")
+        settle_tables(small, open_corpus(small), tmp_path / "fresh")
 
 
 def test_validate_report_names_speakers_languages_and_hours(tmp_path: Path) -> None:
@@ -196,7 +196,7 @@ def test_every_checkpoint_carries_the_runs_id_tables(tmp_path: Path) -> None:
     cfg = corpus(tmp_path, [("zoe", "fa"), ("ann", "de")])
     run = tmp_path / "run"
     run.mkdir()
-    tables = settle_tables(cfg, dataset_index(cfg), run)
+    tables = settle_tables(cfg, open_corpus(cfg), run)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     CheckpointManager(run, model, keras.optimizers.Adam()).save(7, {}, cfg.to_yaml())
     sidecar = json.loads((run / "checkpoints" / "ckpt-7.json").read_text())

@@ -14,11 +14,11 @@ import pytest
 import soundfile as sf
 
 from ringfeed.producer.audio import decode
-from ringfeed.producer.manifest import header_frames
+from ringfeed.producer.lengths import header_frames
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import read_dataset
-from ringfeed.shared.id_tables import IdTables, settle_tables
-from ringfeed.shared.text_cache import TextCache, text_key
+from ringfeed.shared.corpus.open import read_corpus
+from ringfeed.shared.language.text_cache import TextCache, text_key
+from ringfeed.shared.run.id_tables import IdTables, settle_tables
 from tests.corpus_files import WAVS, jsonl_cfg, make_libritts
 
 GOOD = '{"audio": "a.wav", "text": "fine", "id": "good"}'
@@ -38,7 +38,7 @@ def test_one_hostile_manifest_line_costs_that_line(tmp_path: Path, line: str, re
     shutil.copy(WAVS / "LJ001-0001.wav", tmp_path / "a.wav")
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(f"{GOOD}\n{line}\n", encoding="utf-8")
-    entries, bad = read_dataset(jsonl_cfg(manifest, language="auto", detect_languages=["en"]))
+    entries, bad = read_corpus(jsonl_cfg(manifest, language="auto", detect_languages=["en"]))
     assert [e.item_id for e in entries] == ["good"]
     assert len(bad) == 1 and bad[0].line == 2 and reason in bad[0].reason
 
@@ -49,21 +49,22 @@ def test_language_codes_as_corpora_write_them(tmp_path: Path) -> None:
              for k, code in enumerate(["en-US", "pt_BR", "eng", "DE"])]  # fmt: skip
     manifest = tmp_path / "m.jsonl"
     manifest.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    entries, bad = read_dataset(jsonl_cfg(manifest, language="en-GB"))
+    entries, bad = read_corpus(jsonl_cfg(manifest, language="en-GB"))
     assert bad == [] and [e.language for e in entries] == ["en-us", "pt-br", "en", "de"]
     (tmp_path / "n.jsonl").write_text('{"audio": "a.wav", "text": "t"}\n')
-    entries, _ = read_dataset(jsonl_cfg(tmp_path / "n.jsonl", language="en-GB"))
+    entries, _ = read_corpus(jsonl_cfg(tmp_path / "n.jsonl", language="en-GB"))
     assert entries[0].language == "en-gb"
 
 
 def test_a_failed_id_table_write_leaves_no_temp_file(tmp_path: Path) -> None:
-    from ringfeed.shared.dataset import DatasetEntry, DatasetIndex
+    from ringfeed.shared.corpus.build import build_entries
+    from ringfeed.shared.corpus.entry import Entry
 
-    entry = DatasetEntry("a", "/a.wav", "t", speaker="\udc80", language="en")
+    entry = Entry("a", "/a.wav", "t", speaker="\udc80", language="en")
     with pytest.raises(UnicodeEncodeError):
-        settle_tables(Config(), DatasetIndex((entry,)), tmp_path)
+        settle_tables(Config(), build_entries(Config(), [entry]), tmp_path)
     assert list(tmp_path.iterdir()) == []
-    assert isinstance(settle_tables(Config(), DatasetIndex(()), tmp_path), IdTables)
+    assert isinstance(settle_tables(Config(), build_entries(Config(), []), tmp_path), IdTables)
 
 
 def test_a_lone_surrogate_is_a_cache_key_like_any_text(tmp_path: Path) -> None:
@@ -86,14 +87,14 @@ def test_libritts_root_speakers_linked_subsets_and_cycles(tmp_path: Path, caplog
     (root / "dev-clean").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     (root / "train-clean-100" / "19" / "loop").symlink_to(root, target_is_directory=True)
     cfg = replace(Config(), data={"path": str(root), "format": "libritts"})
-    entries, _ = read_dataset(cfg)
+    entries, _ = read_corpus(cfg)
     got = [(os.path.relpath(e.audio_path, root).split(os.sep)[0], e.speaker) for e in entries]
     assert got == [("dev-clean", "7"), *[("train-clean-100", s) for s in ("19", "19", "84")]]
     bad_folder = root / "train-clean-100" / "19" / "198" / "misfiled_0001.normalized.txt"
     bad_folder.write_text("x")
     shutil.copy(WAVS / "LJ001-0001.wav", bad_folder.with_name("misfiled_0001.wav"))
-    with caplog.at_level(logging.WARNING, logger="ringfeed.shared.corpora"):
-        entries, _ = read_dataset(cfg)
+    with caplog.at_level(logging.WARNING, logger="ringfeed.shared.corpus.folders"):
+        entries, _ = read_corpus(cfg)
     assert "misfiled" in caplog.text and "not laid out as" in caplog.text
     assert any(e.item_id == "misfiled_0001" and e.speaker == "19" for e in entries)
 
@@ -101,8 +102,8 @@ def test_libritts_root_speakers_linked_subsets_and_cycles(tmp_path: Path, caplog
 def test_vctk_files_off_the_layout_are_warned_about(tmp_path: Path, caplog) -> None:
     (tmp_path / "txt" / "extra" / "p225").mkdir(parents=True)
     (tmp_path / "txt" / "extra" / "p225" / "p225_001.txt").write_text("Please.")
-    with caplog.at_level(logging.WARNING, logger="ringfeed.shared.corpora"):
-        read_dataset(replace(Config(), data={"path": str(tmp_path), "format": "vctk"}))
+    with caplog.at_level(logging.WARNING, logger="ringfeed.shared.corpus.folders"):
+        read_corpus(replace(Config(), data={"path": str(tmp_path), "format": "vctk"}))
     assert "not laid out as txt/<speaker>" in caplog.text
 
 

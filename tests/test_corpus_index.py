@@ -1,4 +1,4 @@
-"""The corpus index (shared/corpus_index.py): built once, mapped, the same items as the
+"""The corpus index (shared/corpus/index.py): built once, mapped, the same items as the
 corpus readers, current or rebuilt, and found by id without a table in memory."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import soundfile as sf
 
 from ringfeed.scripts import cli
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.corpus_index import MappedIndex, index_path, open_index
-from ringfeed.shared.dataset import DatasetIndex, read_index_in_memory
-from ringfeed.shared.fingerprint import plan_fingerprint
-from ringfeed.shared.id_tables import corpus_tables
+from ringfeed.shared.corpus.index import BuiltIndex, index_path
+from ringfeed.shared.corpus.open import build_in_memory, open_corpus, read_corpus
+from ringfeed.shared.run.fingerprint import plan_fingerprint
+from ringfeed.shared.run.id_tables import corpus_tables
 from tests.broken_dataset import make_broken_dataset
 from tests.corpus_files import jsonl_cfg, make_libritts, write_manifest
 from tests.runs import write_config
@@ -30,22 +30,24 @@ def cached(cfg: Config, tmp_path: Path) -> Config:
     return replace(cfg, features={"cache_dir": str(tmp_path / "cache")})
 
 
-def same_as_readers(cfg: Config) -> MappedIndex:
-    """The mapped index gives read_dataset's entries, tables, digest and plan hash; its
-    bad lines are read_dataset's less the missing files (found when read)."""
-    index = open_index(cfg, in_subprocess=False)
-    memory = read_index_in_memory(cfg)
-    assert isinstance(index, MappedIndex) and isinstance(memory, DatasetIndex)
+def same_as_readers(cfg: Config) -> BuiltIndex:
+    """The mapped index gives read_corpus's entries and bad lines (less the missing files,
+    found when read), and the same digest, plan hash and tables as the index built in
+    memory."""
+    index = open_corpus(cfg, in_subprocess=False)
+    memory = build_in_memory(cfg)
+    assert isinstance(index, BuiltIndex) and index.location == str(index_path(cfg))
     entries = list(index.entries)
-    missing = {b.item_id for b in memory.bad_lines if "audio file not found" in b.reason}
-    assert [e for e in entries if e.item_id not in missing] == list(memory.entries)
+    read, bad = read_corpus(cfg)
+    missing = {b.item_id for b in bad if "audio file not found" in b.reason}
+    assert [e for e in entries if e.item_id not in missing] == read
     assert {(b.line, b.reason) for b in index.bad_lines} == {
-        (b.line, b.reason) for b in memory.bad_lines if b.item_id not in missing
+        (b.line, b.reason) for b in bad if b.item_id not in missing
     }
-    if not missing:
-        assert index.digest == memory.digest
-        assert plan_fingerprint(cfg, index, [], []) == plan_fingerprint(cfg, memory, [], [])
-        assert corpus_tables(cfg, index) == corpus_tables(cfg, memory)
+    assert list(memory.entries) == entries and memory.location == "(in memory)"
+    assert index.digest == memory.digest
+    assert plan_fingerprint(cfg, index, [], []) == plan_fingerprint(cfg, memory, [], [])
+    assert corpus_tables(cfg, index) == corpus_tables(cfg, memory)
     for k, entry in enumerate(entries):
         assert index.find(entry.item_id) == k and index.item_id(k) == entry.item_id
         assert index.path(k) == entry.audio_path
@@ -95,18 +97,18 @@ def test_reused_while_current_rebuilt_when_the_corpus_changes(tmp_path: Path) ->
     data = tmp_path / "data"
     shutil.copytree(MINI, data)
     cfg = cached(replace(Config(), data={"path": str(data)}), tmp_path)
-    first = open_index(cfg)  # built in a subprocess, as the stager and producers do
-    assert isinstance(first, MappedIndex) and first.n_items == 16
+    first = open_corpus(cfg)  # built in a subprocess, as the stager and producers do
+    assert isinstance(first, BuiltIndex) and first.n_items == 16
     inode = os.stat(index_path(cfg)).st_ino
-    assert open_index(cfg).digest == first.digest and os.stat(index_path(cfg)).st_ino == inode
+    assert open_corpus(cfg).digest == first.digest and os.stat(index_path(cfg)).st_ino == inode
     with open(data / "metadata.csv", "a") as f:
         f.write("LJ-new|A new clip.|A new clip.\n")
-    again = open_index(cfg)
+    again = open_corpus(cfg)
     assert again.n_items == 17 and again.digest != first.digest
     assert again.find("LJ-new") == 16 and first.item_id(3) == again.item_id(3)
     other = replace(cfg, data={"text_column": 1})  # another setting: another index file
     assert index_path(other) != index_path(cfg)
-    assert open_index(other).file.header["setting"] == 1
+    assert open_corpus(other).store.header["setting"] == 1
 
 
 def test_ringfeed_index_builds_it_and_says_what_it_holds(
@@ -117,7 +119,7 @@ def test_ringfeed_index_builds_it_and_says_what_it_holds(
     assert cli.main(["index", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"{index_path(cfg)}: 16 items, 0 unusable lines, digest " in out
-    assert open_index(cfg).digest in out
+    assert open_corpus(cfg).digest in out
     missing = write_config(tmp_path, replace(cfg, data={"path": str(tmp_path / "no")}).to_dict())
     assert cli.main(["index", str(missing)]) == 2
     assert "data.path: no metadata file" in capsys.readouterr().err
@@ -130,8 +132,8 @@ def test_an_unwritable_cache_folder_reads_the_corpus_in_memory(
     blocked.write_text("")
     cfg = replace(Config(), data={"path": str(MINI)}, features={"cache_dir": str(blocked / "c")})
     with caplog.at_level(logging.WARNING):
-        index = open_index(cfg)
-    assert isinstance(index, DatasetIndex) and index.n_items == 16
+        index = open_corpus(cfg)
+    assert index.location == "(in memory)" and index.n_items == 16
     assert "features.cache_dir" in caplog.text
 
 
@@ -139,10 +141,10 @@ def test_a_metadata_line_changed_under_a_run_says_so(tmp_path: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(MINI, data)
     cfg = cached(replace(Config(), data={"path": str(data)}), tmp_path)
-    index = open_index(cfg, in_subprocess=False)
+    index = open_corpus(cfg, in_subprocess=False)
     raw = (data / "metadata.csv").read_bytes()
     (data / "metadata.csv").write_bytes(b"x" * 40 + raw)  # every line moves
     with pytest.raises(ValueError, match="changed since the index was built"):
         [index.entry(k) for k in range(index.n_items)]
-    header = json.loads(json.dumps(index.file.header))
+    header = json.loads(json.dumps(index.store.header))
     assert header["n_items"] == 16 and header["digest"] == index.digest

@@ -1,4 +1,4 @@
-"""read_dataset keeps good lines in file order and names what is wrong with the rest."""
+"""read_corpus keeps good lines in file order and names what is wrong with the rest."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
+from ringfeed.consumer.stager.quarantine import QuarantineWriter, read_quarantine
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import DatasetError, dataset_index, read_dataset
-from ringfeed.shared.quarantine import QuarantineWriter, read_quarantine
+from ringfeed.shared.corpus.entry import CorpusError
+from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from tests.broken_dataset import make_broken_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_default_dataset_relative_to_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    entries, bad = read_dataset(Config())
+    entries, bad = read_corpus(Config())
     assert bad == [] and len(entries) == 16
     assert [e.item_id for e in entries] == [f"LJ001-{i:04d}" for i in range(1, 17)]
     assert all(Path(e.audio_path).is_absolute() for e in entries)
@@ -25,7 +26,7 @@ def test_default_dataset_relative_to_cwd(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_broken_dataset_bad_lines(tmp_path: Path) -> None:
     ds = make_broken_dataset(tmp_path / "ds")
-    entries, bad = read_dataset(replace(Config(), data={"path": str(ds.root)}))
+    entries, bad = read_corpus(replace(Config(), data={"path": str(ds.root)}))
     assert [e.item_id for e in entries] == ds.good + list(ds.bad_samples)
     assert {b.item_id for b in bad} == set(ds.bad_lines)
     for line in bad:
@@ -41,13 +42,13 @@ def test_csv_format_with_speakers(tmp_path: Path) -> None:
             "audio/a.ogg|Odd.|ann"]  # fmt: skip
     (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
     cfg = replace(Config(), data={"path": str(tmp_path), "format": "csv"})
-    entries, bad = read_dataset(cfg)
+    entries, bad = read_corpus(cfg)
     assert [(e.item_id, e.text, e.speaker) for e in entries] == [("audio/a", "Hello.", "ann")]
     assert [b.line for b in bad] == [3, 4]
     assert "not found" in bad[0].reason and "unsupported audio extension" in bad[1].reason
     (tmp_path / "metadata.csv").write_text("path|words\n")
-    with pytest.raises(DatasetError, match="header"):
-        read_dataset(cfg)
+    with pytest.raises(CorpusError, match="header"):
+        read_corpus(cfg)
 
 
 def test_quarantine_round_trip(tmp_path: Path) -> None:
@@ -83,7 +84,7 @@ def test_ljspeech_lines_of_just_id_and_text_are_read(tmp_path: Path) -> None:
     (tmp_path / "wavs" / "a.wav").write_bytes(b"RIFF")
     (tmp_path / "metadata.csv").write_text("a|Just the text.\nb|x|y|z\n")
     cache = str(tmp_path / "cache")
-    index = dataset_index(replace(Config(), data={"path": str(tmp_path)},
+    index = open_corpus(replace(Config(), data={"path": str(tmp_path)},
                                   features={"cache_dir": cache}))  # fmt: skip
     assert index.n_items == 1 and index.entry(0).text == "Just the text."
     assert "got 4 columns" in index.bad_lines[0].reason

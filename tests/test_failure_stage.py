@@ -22,11 +22,11 @@ from ringfeed.producer.cache import FeatureCache
 from ringfeed.producer.sources import DatasetSource
 from ringfeed.producer.text import TextEncoder
 from ringfeed.producer.worker import Worker
-from ringfeed.shared import protocol as p
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.process import StopFlag
-from ringfeed.shared.ring import Ring, segment_name
-from ringfeed.shared.sockets import make_socket, recv, send
+from ringfeed.shared.memory.ring import Ring, segment_name
+from ringfeed.shared.run.process import StopFlag
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.sockets import make_socket, recv, send
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini"
 ITEM = 1  # LJ001-0002, 1.9 s: "in being comparatively modern."

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from ringfeed.consumer.client.batch_client import StagerGone
+from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.consumer.trainer.feeder import Feeder
-from ringfeed.scripts.runner import REPO
 from ringfeed.shared.config import load_config
-from ringfeed.shared.process import StopFlag
-from ringfeed.shared.quarantine import read_quarantine
-from ringfeed.shared.segments import socket_files
+from ringfeed.shared.memory.segments import socket_files
+from ringfeed.shared.run.process import StopFlag
+from tests.corpus_files import REPO
 from tests.fault_sources import inject_faults
 from tests.polling import wait_for
 from tests.processes import CLI
@@ -204,7 +204,7 @@ def test_a_second_stop_signal_a_second_later_exits_at_once() -> None:
     (Ctrl-C reaches the whole process group, the launcher's SIGTERM follows)."""
     probe = (
         "import os, signal, sys, time\n"
-        "from ringfeed.shared.process import StopFlag\n"
+        "from ringfeed.shared.run.process import StopFlag\n"
         "stop = StopFlag().install(second_exits=True)\n"
         "os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGTERM)\n"
         "assert stop.is_set(); print('one stop', flush=True)\n"

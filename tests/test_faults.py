@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.scripts.lossy_link import LossyLink
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import endpoints, load_config
-from ringfeed.shared.fingerprint import config_fingerprint
-from ringfeed.shared.quarantine import read_quarantine
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.wire import protocol as p
 from tests.checks import consume
 from tests.fault_sources import inject_faults
 from tests.peers import free_port, peer_socket

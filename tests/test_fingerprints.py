@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.client.batch_client import BatchClient, StagerRefused
-from ringfeed.scripts.runner import REPO
 from ringfeed.shared.config import Config, config_from_dict, load_config, replace
-from ringfeed.shared.dataset import dataset_index
-from ringfeed.shared.fingerprint import (
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.fingerprint import (
     config_fingerprint,
     config_refusal,
     corpus_digest,
     plan_changes,
     plan_fingerprint,
 )
+from tests.corpus_files import REPO
 from tests.runs import SYNTHETIC, Run, rid, small, write_config
 
 MINI = REPO / "data" / "ljspeech-mini"
@@ -36,12 +36,12 @@ def corpus(folder: Path, lines: int) -> Path:
 
 def test_each_plan_part_is_told_apart(tmp_path: Path) -> None:
     cfg = config_from_dict({"data": {"path": str(corpus(tmp_path / "a", 15))}})
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     buckets, lengths = [(32, 16, 8), (64, 32, 4)], [np.arange(15), np.arange(15) // 2]
     base = plan_fingerprint(cfg, index, buckets, lengths)
     # One line appended to the metadata file: the index, and only it, changed.
     grown = replace(cfg, data={"path": str(corpus(tmp_path / "b", 16))})
-    assert plan_changes(base, plan_fingerprint(grown, dataset_index(grown), buckets, lengths)) == [
+    assert plan_changes(base, plan_fingerprint(grown, open_corpus(grown), buckets, lengths)) == [
         "dataset index"
     ]
     reseeded = replace(cfg, stager={"seed": 7})
@@ -52,7 +52,7 @@ def test_each_plan_part_is_told_apart(tmp_path: Path) -> None:
     # The same clips in another folder: the plan is the same (paths count from the folder).
     shutil.copytree(tmp_path / "a", tmp_path / "moved", symlinks=True)
     moved = replace(cfg, data={"path": str(tmp_path / "moved")})
-    assert plan_changes(base, plan_fingerprint(moved, dataset_index(moved), buckets, lengths)) == []
+    assert plan_changes(base, plan_fingerprint(moved, open_corpus(moved), buckets, lengths)) == []
 
 
 def test_a_config_refusal_names_the_keys_that_shape_a_sample() -> None:
@@ -153,7 +153,7 @@ def test_the_corpus_digest_tells_the_same_clips_in_another_order_or_with_other_t
         return config_from_dict({"data": {"path": str(folder)}})
 
     def digest(cfg: Config) -> str:
-        return corpus_digest(cfg, dataset_index(cfg))
+        return corpus_digest(cfg, open_corpus(cfg))
 
     ours = digest(corpus("a", lines))
     assert digest(corpus("moved", lines)) == ours  # paths count from the corpus root

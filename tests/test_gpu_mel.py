@@ -11,7 +11,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from ringfeed.consumer.stager.gpu_mel import MEL_ATOL, MEL_ATOL_ALL, MEL_COMPARE_FLOOR, TfLogMel  # noqa: E402
-from ringfeed.shared.config import LOG_FLOOR, Config, replace  # noqa: E402
+from ringfeed.shared.config import Config, replace  # noqa: E402
+from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 

@@ -16,9 +16,10 @@ import msgpack
 import pytest
 import zmq
 
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import endpoints, load_config
-from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.wire import protocol as p
 from tests.checks import assert_exactly_once, consume
 from tests.peers import peer_socket
 from tests.polling import wait_for

@@ -13,13 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ringfeed.consumer.tools.diagnosis import diagnose
-from ringfeed.consumer.tools.inspector import Inspector
-from ringfeed.consumer.tools.screen import render
-from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
-from ringfeed.scripts.runner import REPO
-from ringfeed.shared.ring import Ring, SlotState, shown_state
-from ringfeed.shared.stats import (
+from ringfeed.consumer.stager.stats_record import (
     CrashReport,
     Padding,
     ProducerStats,
@@ -27,6 +21,12 @@ from ringfeed.shared.stats import (
     TrainerReport,
     UnlistedProducers,
 )
+from ringfeed.consumer.tools.diagnosis import diagnose
+from ringfeed.consumer.tools.inspector import Inspector
+from ringfeed.consumer.tools.screen import render
+from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
+from ringfeed.shared.memory.ring import Ring, SlotState, shown_state
+from tests.corpus_files import REPO
 from tests.processes import CLI
 from tests.runs import Run, rid, shm_segments, small
 

@@ -13,9 +13,9 @@ import pytest
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text import TextEncoder, clean_text
 from ringfeed.producer.vocabulary import build_vocabulary
-from ringfeed.shared import language_id
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.corpus.open import read_corpus
+from ringfeed.shared.language import detect as language_id
 
 REPO = Path(__file__).resolve().parents[1]
 WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
@@ -148,14 +148,14 @@ def test_detected_languages_are_cached_by_text(tmp_path: Path, monkeypatch) -> N
     stripped = [{k: v for k, v in json.loads(x).items() if k != "language"} for x in lines]
     (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(x) for x in stripped) + "\n")
     auto = replace(cfg, data={"language": "auto", "detect_languages": ["de", "en", "fa", "ru"]})
-    entries, _ = read_dataset(auto)
+    entries, _ = read_corpus(auto)
     assert [e.language for e in entries] == ["fa", "de", "ru", "en"]
 
     def no_detection(self, text: str) -> str:
         raise AssertionError("a cached text was detected again")
 
     monkeypatch.setattr(language_id.LanguageDetector, "detect", no_detection)
-    again, _ = read_dataset(auto)
+    again, _ = read_corpus(auto)
     assert [e.language for e in again] == ["fa", "de", "ru", "en"]
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.scripts.runner import REPO
-from ringfeed.shared.config import endpoints, load_config, run_dir
-from ringfeed.shared.keys import generate
-from ringfeed.shared.quarantine import read_quarantine
+from ringfeed.consumer.stager.quarantine import read_quarantine
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import endpoints, run_dir
+from ringfeed.shared.wire.keys import generate
 from tests.checks import assert_exactly_once, consume
+from tests.corpus_files import REPO
 from tests.fault_sources import inject_faults
 from tests.liars import bad_checksums, in_thread, lie_per_grant, silent_identities
 from tests.peers import StatsReader, free_port

@@ -14,7 +14,8 @@ keras = pytest.importorskip("keras")
 
 from ringfeed.consumer.trainer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
 from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
-from ringfeed.shared.config import LOG_FLOOR, Config, ConfigError, replace  # noqa: E402
+from ringfeed.shared.config import Config, ConfigError, replace  # noqa: E402
+from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
 

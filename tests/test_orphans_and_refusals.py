@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from ringfeed.producer.worker import EXIT_REFUSED
-from ringfeed.scripts.runner import REPO, worker_pids
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import endpoints, load_config
-from ringfeed.shared.process import POOL_ORPHANED
+from ringfeed.scripts.runner import worker_pids
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.run.process import POOL_ORPHANED
+from ringfeed.shared.wire import protocol as p
 from tests.checks import assert_exactly_once, consume
+from tests.corpus_files import REPO
 from tests.peers import StatsReader, free_port
 from tests.polling import wait_for
 from tests.processes import CLI, send_signal

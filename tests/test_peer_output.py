@@ -26,18 +26,19 @@ from ringfeed.consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_B
 from ringfeed.consumer.tools.inspector import Inspector
 from ringfeed.consumer.tools.screen import BOLD, CLEAR, RESET, render
 from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
-from ringfeed.scripts.runner import REPO
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import Config, config_from_dict, endpoints, load_config
-from ringfeed.shared.content import content_error
-from ringfeed.shared.field_checks import clean
-from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.config import Config, config_from_dict, load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.sample.content import content_error
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.bounds import clean
 from tests.checks import assert_exactly_once, consume
+from tests.corpus_files import REPO
 from tests.peers import StatsReader, peer_socket
 from tests.processes import CLI
 from tests.runs import Run, finish, rid, small
 
-# A traceback as long as decode takes (shared/field_checks.py MAX_STR).
+# A traceback as long as decode takes (shared/wire/bounds.py MAX_STR).
 LONG_TRACEBACK = "Traceback (most recent call last):\n" + "  x\n" * 4000
 # Without the limit the flood below wrote over 100 MiB; with it, a few tracebacks.
 MAX_LOG_GROWTH_BYTES = 256 * 1024
@@ -217,8 +218,8 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
     from ringfeed.consumer.stager.slot_manager import SlotManager
     from ringfeed.consumer.stager.stats import snapshot
+    from ringfeed.consumer.stager.stats_record import CrashReport, TrainerReport
     from ringfeed.shared.config import config_from_dict
-    from ringfeed.shared.stats import CrashReport, TrainerReport
 
     cfg = config_from_dict({})
     manager = SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True)

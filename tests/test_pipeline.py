@@ -12,7 +12,7 @@ from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.threads import math_thread_env, pin_math_threads
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.corpus.open import read_corpus
 from tests.broken_dataset import make_broken_dataset
 
 
@@ -21,7 +21,7 @@ def test_broken_dataset_verdicts(tmp_path: Path, device: str) -> None:
     ds = make_broken_dataset(tmp_path / "ds")
     cfg = replace(Config(), data={"path": str(ds.root)},
                   features={"device": device, "cache": False})  # fmt: skip
-    entries, _ = read_dataset(cfg)
+    entries, _ = read_corpus(cfg)
     pipe = SamplePipeline(cfg)
     pipe.warm_up()
     verdicts: dict[str, str] = {}
@@ -52,7 +52,7 @@ def test_truncate_marks_sample(tmp_path: Path) -> None:
     ds = make_broken_dataset(tmp_path / "ds")
     cfg = replace(Config(), data={"path": str(ds.root)},
                   features={"on_too_long": "truncate", "cache": False})  # fmt: skip
-    entry = next(e for e in read_dataset(cfg)[0] if e.item_id == "long-30s")
+    entry = next(e for e in read_corpus(cfg)[0] if e.item_id == "long-30s")
     sample = SamplePipeline(cfg)(entry)
     assert sample.truncated and sample.mel.shape == (cfg.features.max_frames, cfg.features.n_mels)
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringfeed.shared import protocol as p
 from ringfeed.shared.config import config_from_dict
-from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.wire import protocol as p
 
 # What a producer of the default config says in its HELLO.
 CONFIG_PRINT = config_fingerprint(config_from_dict({}))

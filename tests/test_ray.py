@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.scripts.runner import REPO
-from ringfeed.shared.config import SOURCE_HOOK_ENV, endpoints, load_config
-from ringfeed.shared.quarantine import read_quarantine
+from ringfeed.consumer.stager.quarantine import read_quarantine
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import SOURCE_HOOK_ENV, endpoints
 from tests.checks import assert_exactly_once, consume
+from tests.corpus_files import REPO
 from tests.fault_sources import inject_faults
 from tests.peers import StatsReader, free_port
 from tests.runs import Run, finish, rid, small

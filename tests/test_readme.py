@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.scripts.runner import REPO
+from tests.corpus_files import REPO
 
 SECTION = "## Bring your own data"
 

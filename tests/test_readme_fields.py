@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.scripts.runner import REPO
 from ringfeed.shared.config import load_config, replace
-from ringfeed.shared.dataset import read_dataset
+from ringfeed.shared.corpus.open import read_corpus
 from tests.broken_dataset import GOOD_SOURCES
+from tests.corpus_files import REPO
 
 SECTION = "## Sample fields"
 
@@ -33,7 +33,7 @@ def test_the_user_field_example_runs_as_written(tmp_path: Path) -> None:
     try:
         cfg = load_config(tmp_path / "fields.yaml")
         pipe = SamplePipeline(replace(cfg, features={"cache_dir": str(tmp_path / "cache")}))
-        for entry in [e for e in read_dataset(cfg)[0] if e.item_id in GOOD_SOURCES]:
+        for entry in [e for e in read_corpus(cfg)[0] if e.item_id in GOOD_SOURCES]:
             s = pipe(entry)
             assert s.fields["loudness"].shape == (len(s.mel),)
             assert s.fields["emotion"].tolist() in ([0], [1])

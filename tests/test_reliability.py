@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.scripts.runner import REPO, worker_pids
+from ringfeed.scripts.runner import worker_pids
 from ringfeed.shared.config import load_config
-from ringfeed.shared.keys import generate
+from ringfeed.shared.wire.keys import generate
 from tests.checks import assert_exactly_once, consume
+from tests.corpus_files import REPO
 from tests.peers import free_port
 from tests.processes import CLI, RSS_SLACK_KB, rss_kb, send_signal
 from tests.runs import Run, finish, rid, shm_segments, small

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.shared.config import ConfigError, config_from_dict, endpoints, load_config
-from ringfeed.shared.keys import generate
+from ringfeed.shared.config import ConfigError, config_from_dict, load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.wire.keys import generate
 from tests.checks import consume
 from tests.peers import StatsReader, free_port
 from tests.polling import wait_for

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ringfeed.scripts.runner import REPO
+from tests.corpus_files import REPO
 
 # Float rounding of a sum split in two, over a few Adam steps.
 TOLERANCE = 1e-4

@@ -12,9 +12,16 @@ import numpy as np
 import pytest
 
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.ring import SHM_DIR, SLOT_DTYPE, Ring, RingError, SlotState, segment_name
-from ringfeed.shared.segments import list_segments, pid_alive, remove_stale_segments
-from ringfeed.shared.shm import write_zeros
+from ringfeed.shared.memory.ring import (
+    SHM_DIR,
+    SLOT_DTYPE,
+    Ring,
+    RingError,
+    SlotState,
+    segment_name,
+)
+from ringfeed.shared.memory.segments import list_segments, pid_alive, remove_stale_segments
+from ringfeed.shared.memory.shm import write_zeros
 from tests.polling import wait_for
 from tests.processes import run_on_small_tmpfs
 
@@ -113,7 +120,7 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
     code = (
         "import sys, time\n"
         "from ringfeed.shared.config import Config\n"
-        "from ringfeed.shared.ring import Ring, segment_name\n"
+        "from ringfeed.shared.memory.ring import Ring, segment_name\n"
         f"Ring.create(segment_name('{run_id}', 'samples'), Config().sample_fields(), 2, "
         f"'{run_id}', 'samples')\n"
         "print('up', flush=True)\n"
@@ -166,7 +173,7 @@ TWO_RINGS = """
 import os, sys
 import numpy as np
 from ringfeed.shared.config import ConfigError
-from ringfeed.shared.ring import Ring, segment_name
+from ringfeed.shared.memory.ring import Ring, segment_name
 rid, made = sys.argv[1], []
 for kind in ("samples", "batches"):
     try:

@@ -17,7 +17,7 @@ from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text import TextEncoder, clean_text
 from ringfeed.producer.worker import describe
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.dataset import DatasetEntry
+from ringfeed.shared.corpus.entry import Entry
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_audio_longer_than_the_limit_is_rejected_from_its_header(tmp_path: Path)
     long = write_wav(tmp_path / "long.wav", 3.0)
     pipe = SamplePipeline(cfg)
     with pytest.raises(SkipSample, match="not decoded") as info:
-        pipe(DatasetEntry("long", str(long), "hello there"))
+        pipe(Entry("long", str(long), "hello there"))
     assert info.value.stage == "audio" and pipe.counters.decoded == 0
 
 
@@ -66,10 +66,10 @@ def test_audio_longer_than_a_slot_is_rejected_from_its_header(tmp_path: Path) ->
     long = write_wav(tmp_path / "long.wav", 1.5)
     pipe = SamplePipeline(cfg)
     with pytest.raises(SkipSample, match="features.max_frames=100"):
-        pipe(DatasetEntry("long", str(long), "hello there"))
+        pipe(Entry("long", str(long), "hello there"))
     assert pipe.counters.decoded == 0
     fits = write_wav(tmp_path / "fits.wav", 1.0)
-    assert pipe(DatasetEntry("fits", str(fits), "hello there")).mel.shape[0] <= 100
+    assert pipe(Entry("fits", str(fits), "hello there")).mel.shape[0] <= 100
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
@@ -82,7 +82,7 @@ def test_an_unwritable_feature_cache_costs_the_cache_not_the_samples(tmp_path: P
         shard.chmod(0o500 if shard.is_dir() else 0o400)
     (cache_dir / next(iter(os.listdir(cache_dir)))).chmod(0o500)
     try:
-        sample = pipe(DatasetEntry("a", str(clip), "hello"))
+        sample = pipe(Entry("a", str(clip), "hello"))
     finally:
         for shard in cache_dir.rglob("*"):
             shard.chmod(0o700)
@@ -100,7 +100,7 @@ def test_a_failing_cache_write_costs_the_cache_not_the_sample(tmp_path: Path) ->
         raise OSError(28, "No space left on device")
 
     pipe.cache.put = full_disk  # the disk's answer, not a mock of our logic
-    sample = pipe(DatasetEntry("a", str(clip), "hello"))
+    sample = pipe(Entry("a", str(clip), "hello"))
     assert sample.mel is not None and pipe.counters.cache_errors == 1
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ringfeed.consumer.stager.batch_ring import batch_views
 from ringfeed.producer.extra_fields import ExtraFields
 from ringfeed.producer.features import log_mel, log_mel_energy
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.prosody import pitch
 from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.producer.sample import SkipSample
-from ringfeed.shared.batch_ring import batch_views
 from ringfeed.shared.config import Config, ConfigError, replace
-from ringfeed.shared.dataset import dataset_index, read_dataset
+from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from tests import user_fields
 from tests.broken_dataset import GOOD_SOURCES
 
@@ -87,7 +87,7 @@ def test_bad_declarations_say_what_to_change(features: dict, key: str, says: str
 def _mini(tmp_path: Path, **features: object) -> tuple[Config, list]:
     cfg = replace(Config(), data={"path": str(MINI)},
                   features={"cache_dir": str(tmp_path / "cache"), **features})  # fmt: skip
-    entries, _ = read_dataset(cfg)
+    entries, _ = read_corpus(cfg)
     return cfg, [e for e in entries if e.item_id in GOOD_SOURCES]  # 1.8-2.6 s each
 
 
@@ -170,14 +170,14 @@ def _speakers(tmp_path: Path, speakers: list[str], **features: object) -> tuple[
     cfg = replace(Config(), data={"path": str(tmp_path / "train.jsonl"), "format": "jsonl"},
                   features={"cache_dir": str(tmp_path / "cache"), "reference": True,
                             "reference_frames": 64, **features})  # fmt: skip
-    return cfg, list(dataset_index(cfg).entries)
+    return cfg, list(open_corpus(cfg).entries)
 
 
 def test_reference_is_another_clip_of_the_speaker_fixed_by_seed_epoch_item(
     tmp_path: Path,
 ) -> None:
     cfg, entries = _speakers(tmp_path, ["a", "b", "a", "a", "c"])
-    clips = SpeakerClips(dataset_index(cfg))
+    clips = SpeakerClips(open_corpus(cfg))
     for item, entry in enumerate(entries):
         refs = {choose_reference(clips, item, epoch, cfg)[0] for epoch in range(8)}
         if entry.speaker == "a":
@@ -185,10 +185,10 @@ def test_reference_is_another_clip_of_the_speaker_fixed_by_seed_epoch_item(
         else:
             assert refs == {item}  # a speaker's only clip
         assert choose_reference(clips, item, 5, cfg)[0] == choose_reference(clips, item, 5, cfg)[0]
-    pipe = SamplePipeline(cfg, index=dataset_index(cfg))
+    pipe = SamplePipeline(cfg, index=open_corpus(cfg))
     sample = pipe(entries[0], 0, epoch=1)
     ref, rng = choose_reference(clips, 0, 1, cfg)
-    full = SamplePipeline(cfg, index=dataset_index(cfg))(entries[ref], ref).mel
+    full = SamplePipeline(cfg, index=open_corpus(cfg))(entries[ref], ref).mel
     want = cut_reference(full, 64, rng)
     assert sample.fields["ref_mel"].shape == (64, cfg.features.n_mels)
     np.testing.assert_array_equal(sample.fields["ref_mel"], want)
@@ -198,7 +198,7 @@ def test_reference_is_another_clip_of_the_speaker_fixed_by_seed_epoch_item(
 
 def test_single_clip_speaker_skipped_when_asked(tmp_path: Path) -> None:
     cfg, entries = _speakers(tmp_path, ["a", "b", "a"], single_clip="skip")
-    pipe = SamplePipeline(cfg, index=dataset_index(cfg))
+    pipe = SamplePipeline(cfg, index=open_corpus(cfg))
     assert pipe(entries[0], 0).fields["ref_mel"].shape[1] == cfg.features.n_mels
     with pytest.raises(SkipSample) as skip:
         pipe(entries[1], 1)
@@ -233,14 +233,14 @@ def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path:
     pytest.importorskip("tensorflow")
     from ringfeed.consumer.stager.batch_builder import BatchBuilder
     from ringfeed.consumer.stager.gpu_mel import TfLogMel
-    from ringfeed.shared.ring import Ring, segment_name
+    from ringfeed.shared.memory.ring import Ring, segment_name
     from tests.runs import rid
 
     user = {"user_function": "tests.user_fields:wave_only", "user_version": "t1",
             "user_fields": user_fields.FIELDS[1:], "device": "stager"}  # fmt: skip
     cfg, entries = _speakers(tmp_path, ["a", "a"], **user)
     cfg = replace(cfg, stager={"batch_size": 3})
-    pipe = SamplePipeline(cfg, index=dataset_index(cfg))
+    pipe = SamplePipeline(cfg, index=open_corpus(cfg))
     samples = [pipe(e, k) for k, e in enumerate(entries)]
     run_id = rid()
     with (
@@ -278,7 +278,7 @@ def test_synthetic_items_carry_every_declared_field_and_the_row_check_covers_the
     optional field from the item; check_synthetic_rows checks each row of each."""
     from ringfeed.consumer.stager.batch_builder import BatchBuilder
     from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
-    from ringfeed.shared.ring import Ring, segment_name
+    from ringfeed.shared.memory.ring import Ring, segment_name
     from tests.runs import rid
 
     features = {"max_frames": 32, "pitch": True, "energy": True, "reference": True,

@@ -16,7 +16,7 @@ import pytest
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.shared.config import load_config, replace
-from ringfeed.shared.dataset import dataset_index
+from ringfeed.shared.corpus.open import open_corpus
 from tests import user_fields
 from tests.peers import free_port
 from tests.runs import Run, rid, shm_segments, write_config
@@ -88,7 +88,7 @@ def test_every_field_of_every_row_across_a_stager_restart(tmp_path: Path) -> Non
     port = free_port()
     cfg_path = config(tmp_path, port)
     cfg = load_config(cfg_path)
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     no_durations = replace(cfg, features={"cache": False, "durations_dir": ""})
     plain = SamplePipeline(no_durations, index=index)
     for k, e in enumerate(index.entries):  # what an aligner would have written

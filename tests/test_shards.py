@@ -15,9 +15,9 @@ from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
 from ringfeed.consumer.stager.plan import Shard, ShardPlan
 from ringfeed.consumer.stager.stager import make_plan
 from ringfeed.shared.config import config_from_dict
-from ringfeed.shared.dataset import dataset_index
-from ringfeed.shared.process import StopFlag
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.process import StopFlag
 from tests.plan_walk import batches
 
 N_ITEMS = 157
@@ -78,7 +78,7 @@ def test_one_worker_owns_every_position_and_a_bad_shard_is_refused() -> None:
 def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -> None:
     cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
                             "stager": {"batch_size": 2}})  # fmt: skip
-    index = dataset_index(cfg)
+    index = open_corpus(cfg)
     plan, buckets, _ = make_plan(cfg, index, tmp_path, StopFlag(), Shard(1, 2))
     assert isinstance(plan, ShardPlan) and [b.rows for b in buckets] == [1]
     with pytest.raises(ConfigError, match="stager.batch_size"):

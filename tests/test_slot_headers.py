@@ -18,8 +18,8 @@ from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan import EpochPlan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.shared import protocol as p
-from ringfeed.shared.ring import Ring, SlotState, segment_name, shown_state
+from ringfeed.shared.memory.ring import Ring, SlotState, segment_name, shown_state
+from ringfeed.shared.wire import protocol as p
 
 HOST = "this-host"
 PEER = PeerId("pool 1", "uid 0 pid 1")  # every producer here: one local pool

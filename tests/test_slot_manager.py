@@ -11,8 +11,8 @@ from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.plan import EpochPlan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.shared import protocol as p
-from ringfeed.shared.ring import SlotState
+from ringfeed.shared.memory.ring import SlotState
+from ringfeed.shared.wire import protocol as p
 
 HOST = "this-host"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.scripts.runner import REPO
+from tests.corpus_files import REPO
 from tests.peers import free_port
 from tests.runs import small
 

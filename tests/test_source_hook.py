@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ringfeed.producer.sources import SyntheticSource, make_source
-from ringfeed.shared.config import SOURCE_HOOK_ENV, Config, load_config, replace
+from ringfeed.shared.config import Config, load_config, replace
+from ringfeed.shared.config.environment import SOURCE_HOOK_ENV
 from tests.fault_sources import inject_faults
 from tests.runs import write_config
 

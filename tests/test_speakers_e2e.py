@@ -14,8 +14,8 @@ import pytest
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.vocabulary import build_vocabulary
 from ringfeed.shared.config import load_config, replace
-from ringfeed.shared.dataset import dataset_index
-from ringfeed.shared.id_tables import IDS_FILE
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.id_tables import IDS_FILE
 from tests.runs import Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
@@ -82,7 +82,7 @@ def test_every_row_has_its_entrys_speaker_and_language_across_a_restart(
 ) -> None:
     cfg_path = config(tmp_path, manifest(tmp_path / "train.jsonl"), tokens)
     cfg = load_config(cfg_path)
-    entries = dataset_index(cfg).entries
+    entries = open_corpus(cfg).entries
     pipe = SamplePipeline(replace(cfg, features={"cache": False}))
     expected = [pipe(e) for e in entries]
     run_id = rid()

@@ -21,10 +21,11 @@ import pytest
 import zmq
 
 from ringfeed.scripts.runner import worker_pids
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import Config, endpoints, load_config
-from ringfeed.shared.fingerprint import config_fingerprint
-from ringfeed.shared.ring import Ring, SlotState, shown_state
+from ringfeed.shared.config import Config, load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.memory.ring import Ring, SlotState, shown_state
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.wire import protocol as p
 from tests.checks import assert_exactly_once, consume
 from tests.peers import StatsReader, peer_socket
 from tests.polling import wait_for

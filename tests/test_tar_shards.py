@@ -1,5 +1,5 @@
-"""WebDataset-style tar shards (shared/shards.py), local and on a real S3-compatible
-server (moto, on localhost; shared/object_store.py): member indexes built once, a
+"""WebDataset-style tar shards (shared/corpus/shards.py), local and on a real S3-compatible
+server (moto, on localhost; shared/corpus/object_store.py): member indexes built once, a
 corrupt member or tar header costs itself, a bounded shard cache, one clear error
 for a store that cannot be reached, and real runs that deliver the same rows from
 loose files, local shards and S3 shards."""
@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.consumer.stager.shard_window import shard_window_plan
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, load_config, replace
-from ringfeed.shared.corpus_index import open_index
-from ringfeed.shared.dataset import DatasetError
-from ringfeed.shared.object_store import ShardCache
-from ringfeed.shared.quarantine import read_quarantine
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.corpus.entry import CorpusError
+from ringfeed.shared.corpus.object_store import ShardCache
+from ringfeed.shared.corpus.open import open_corpus
 from tests.corpus_files import REPO, make_shards
 from tests.runs import Run, rid, shm_segments, write_config
 from tests.s3_server import S3Server
@@ -40,7 +40,7 @@ def shards_cfg(path: str, tmp_path: Path, **data: Any) -> Config:
 def test_member_indexes_are_built_once_and_a_broken_tar_costs_its_rest(tmp_path: Path) -> None:
     ids = make_shards(tmp_path / "shards")
     cfg = shards_cfg(str(tmp_path / "shards"), tmp_path)
-    index = open_index(cfg, in_subprocess=False)
+    index = open_corpus(cfg, in_subprocess=False)
     assert [e.item_id for e in index.entries] == ids and not index.bad_lines
     first = index.entry(5)
     with open(first.audio_path, "rb") as f:  # the member is the clip's own bytes
@@ -60,7 +60,7 @@ def test_member_indexes_are_built_once_and_a_broken_tar_costs_its_rest(tmp_path:
     second = 512 + -(-len((MINI / "wavs/LJ001-0001.wav").read_bytes()) // 512) * 512
     raw[second : second + 512] = b"\x07" * 512
     (tmp_path / "shards/part-00004.tar").write_bytes(bytes(raw))
-    again = open_index(cfg, in_subprocess=False)
+    again = open_corpus(cfg, in_subprocess=False)
     reasons = [b.reason for b in again.bad_lines]
     assert any("unreadable tar header" in r for r in reasons), reasons
     assert any("no text member" in r for r in reasons) and again.n_items == 16
@@ -90,14 +90,14 @@ def test_shard_cache_is_bounded_and_an_unreachable_store_is_one_error(
         }  # fmt: skip
         assert os.path.exists(cache.local("s3://cache-test/s/0.tar"))  # kept: used recently
     cfg = shards_cfg("s3://cache-test/s", tmp_path / "gone", store_retries=2)
-    with pytest.raises(DatasetError, match=r"data.path: listing .* failed after 2 tries.*AWS_"):
-        open_index(cfg)
+    with pytest.raises(CorpusError, match=r"data.path: listing .* failed after 2 tries.*AWS_"):
+        open_corpus(cfg)
 
 
 def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -> None:
     make_shards(tmp_path / "shards")
     cfg = shards_cfg(str(tmp_path / "shards"), tmp_path, shard_window=2)
-    index = open_index(cfg, in_subprocess=False)
+    index = open_corpus(cfg, in_subprocess=False)
     assert index.shard_starts.tolist() == [0, 4, 8, 12, 16]
     plan = shard_window_plan(cfg, index, bucketed=False, workers=1)
     shard_of = np.searchsorted(index.shard_starts, np.arange(16), "right") - 1
@@ -135,7 +135,7 @@ def epoch(tmp_path: Path, data: dict, expected: dict, resume_after: int = 0) -> 
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg_path = write_config(tmp_path, raw)
     cfg = load_config(cfg_path)
-    index = open_index(cfg)
+    index = open_corpus(cfg)
     run_id, ids, start, first = rid(), [], {}, {}
     for part in range(2 if resume_after else 1):
         with Run(cfg_path, run_id, tmp_path) as run:
@@ -174,7 +174,7 @@ def test_loose_files_local_shards_and_s3_shards_deliver_the_same_rows(
 ) -> None:
     cfg = replace(Config(), data={"path": str(MINI)}, features=RAW["features"])
     pipe = SamplePipeline(cfg)
-    expected = {e.item_id: pipe(e) for e in open_index(replace(cfg, features={
+    expected = {e.item_id: pipe(e) for e in open_corpus(replace(cfg, features={
         "cache_dir": str(tmp_path / "expected")})).entries}  # fmt: skip
     loose = epoch(tmp_path / "loose", {"path": str(MINI)}, expected)
     assert collections.Counter(loose["ids"]) == collections.Counter(list(expected))

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from ringfeed.producer import normalize, vocabulary
-from ringfeed.producer.manifest import text_tokens
+from ringfeed.producer.lengths import text_tokens
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text import TextEncoder, clean_text
-from ringfeed.shared import language_id, text_cache
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.language_codes import language_code
+from ringfeed.shared.language import detect as language_id
+from ringfeed.shared.language import text_cache
+from ringfeed.shared.language.codes import language_code
 from tests.corpus_files import WAVS, jsonl_cfg, write_manifest
 
 

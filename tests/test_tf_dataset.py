@@ -59,7 +59,7 @@ def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) 
 
     import numpy as np
 
-    from ringfeed.scripts.runner import REPO
+    from tests.corpus_files import REPO
 
     n, rows = 24, 4
     config = write_config(tmp_path, {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.scripts.runner import REPO
+from tests.corpus_files import REPO
 from tests.fault_sources import inject_faults
 from tests.runs import BUCKETS, SYNTHETIC, Run, batch_records, rid, shm_segments, write_config
 

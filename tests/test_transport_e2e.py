@@ -18,11 +18,12 @@ import zmq
 
 from ringfeed.consumer.stager.plan import EpochPlan
 from ringfeed.producer.sources import check_synthetic_rows
-from ringfeed.scripts.runner import REPO
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import endpoints, load_config
-from ringfeed.shared.fingerprint import config_fingerprint
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.wire import protocol as p
 from tests.checks import consume
+from tests.corpus_files import REPO
 from tests.peers import StatsReader
 from tests.runs import Run, rid, shm_segments, small
 

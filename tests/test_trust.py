@@ -18,16 +18,18 @@ import numpy as np
 import pytest
 import zmq
 
+from ringfeed.consumer.stager.run_secret import read_consumer_secret
 from ringfeed.producer.sources import SyntheticSource
-from ringfeed.scripts.runner import REPO, worker_pids
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import endpoints, load_config, run_dir
-from ringfeed.shared.fingerprint import config_fingerprint
-from ringfeed.shared.keys import KeysError, generate, load_client, load_server
-from ringfeed.shared.process import die_with_parent
-from ringfeed.shared.ring import SEGMENT_PREFIX, SHM_DIR, Ring, SlotState, rows_checksum
-from ringfeed.shared.run_secret import read_consumer_secret
+from ringfeed.scripts.runner import worker_pids
+from ringfeed.shared.config import load_config
+from ringfeed.shared.config.environment import endpoints, run_dir
+from ringfeed.shared.memory.ring import SEGMENT_PREFIX, SHM_DIR, Ring, SlotState, rows_checksum
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.run.process import die_with_parent
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.keys import KeysError, generate, load_client, load_server
 from tests.checks import assert_exactly_once, consume
+from tests.corpus_files import REPO
 from tests.peers import StatsReader, free_port, peer_socket
 from tests.polling import wait_for
 from tests.processes import CLI

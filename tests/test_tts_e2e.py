@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.client.batch_client import BatchClient
-from ringfeed.scripts.runner import REPO
+from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.config import load_config
-from ringfeed.shared.dataset import dataset_index
-from ringfeed.shared.quarantine import read_quarantine
+from ringfeed.shared.corpus.open import open_corpus
 from tests.broken_dataset import make_broken_dataset
+from tests.corpus_files import REPO
 from tests.runs import Run, rid, shm_segments, write_config
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def test_broken_inputs_are_quarantined_and_good_ones_delivered_once(tmp_path: Pa
         "producers": {"workers": 2},
     }
     rows, run = run_epoch(tmp_path, raw)
-    index = dataset_index(load_config(run.config))
+    index = open_corpus(load_config(run.config))
     delivered = [index.item_id(i) for i in rows["items"]]
     assert sorted(delivered) == sorted(ds.good)  # each good one exactly once
     records = read_quarantine(run.dir / "quarantine.jsonl")

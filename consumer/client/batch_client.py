@@ -18,14 +18,15 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from ringfeed.shared import protocol as p
-from ringfeed.shared.batch_ring import batch_views
-from ringfeed.shared.config import Config, endpoints, run_dir
-from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S
-from ringfeed.shared.ring import Ring
-from ringfeed.shared.run_secret import consumer_identity, read_consumer_secret
-from ringfeed.shared.segments import pid_alive
-from ringfeed.shared.sockets import make_socket, recv, send
+from ringfeed.consumer.stager.batch_ring import batch_views
+from ringfeed.consumer.stager.run_secret import consumer_identity, read_consumer_secret
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import endpoints, run_dir
+from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.memory.segments import pid_alive
+from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.sockets import make_socket, recv, send
 
 log = logging.getLogger(__name__)
 

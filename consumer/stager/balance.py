@@ -49,11 +49,11 @@ import numpy as np
 
 from ringfeed.consumer.stager.buckets import Bucket, BucketPlan, EpochLayout
 from ringfeed.shared.config import Config
-from ringfeed.shared.config_stager import BalanceConfig
-from ringfeed.shared.dataset import DatasetIndex
-from ringfeed.shared.id_tables import IdTables
-from ringfeed.shared.language_codes import language_code
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.config.stager import BalanceConfig
+from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.language.codes import language_code
+from ringfeed.shared.run.id_tables import IdTables
 
 # Streams of the seed used here, apart from EpochPlan's permutation([seed, epoch]).
 QUOTA_STREAM = 0xBA1A
@@ -83,9 +83,9 @@ class Groups:
         return np.bincount(self.of_item, minlength=len(self.names)).astype(np.int64)
 
 
-def plan_groups(balance: BalanceConfig, tables: IdTables, index: DatasetIndex) -> Groups:
+def plan_groups(balance: BalanceConfig, tables: IdTables, index: CorpusIndex) -> Groups:
     """The groups of stager.balance.by: the run's speaker or language ids (the tables the
-    stager built once, shared/id_tables.py), one int32 per item."""
+    stager built once, shared/run/id_tables.py), one int32 per item."""
     speakers, languages = tables.item_ids(index)
     if balance.by == "speaker":
         return Groups(speakers, tables.speakers)
@@ -128,7 +128,7 @@ def describe(groups: Groups, quota: np.ndarray, limit: int = MAX_NAMES_SHOWN) ->
     return lines + ([f"... and {rest} more groups"] if rest > 0 else [])
 
 
-def balance_lines(cfg: Config, index: DatasetIndex, tables: IdTables) -> list[str]:
+def balance_lines(cfg: Config, index: CorpusIndex, tables: IdTables) -> list[str]:
     """validate's lines: the epoch's length and every group's quota in epoch 0 (later
     epochs move a group's by at most one: the remainder's draw)."""
     b = cfg.stager.balance
@@ -363,7 +363,7 @@ class BalancedPlan(BucketPlan):
 
 
 def balance_hash(groups: Groups, weights: np.ndarray, by: str, temperature: float) -> str:
-    """What decides the balance, for the plan fingerprint (shared/fingerprint.py): the
+    """What decides the balance, for the plan fingerprint (shared/run/fingerprint.py): the
     groups' names, each item's group, the weights and the temperature."""
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{by}|{temperature!r}|{'|'.join(groups.names)}".encode())

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ringfeed.shared.batch_ring import BatchState, batch_views
+from ringfeed.consumer.stager.batch_ring import BatchState, batch_views
 from ringfeed.shared.config import Config
-from ringfeed.shared.ring import Ring
+from ringfeed.shared.memory.ring import Ring
 
 
 class BatchBuilder:
@@ -29,7 +29,7 @@ class BatchBuilder:
     Each batch has a shape (rows, frames, text): the fixed one (stager.batch_size,
     features.max_frames, text.max_text_len), or its length bucket's, set with
     :meth:`begin` before its first row. Rows are written into the slot's flat
-    fields through shared.ring.batch_views, the layout the client reads back."""
+    fields through shared.memory.ring.batch_views, the layout the client reads back."""
 
     def __init__(
         self,
@@ -39,12 +39,12 @@ class BatchBuilder:
         ids: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """ids: (speaker, language) int32 [n_items] from the run's id tables
-        (shared/id_tables.py): each row's ids come from its item, not from a producer."""
+        (shared/run/id_tables.py): each row's ids come from its item, not from a producer."""
         self.cfg = cfg
         self.speaker_of, self.language_of = ids if ids is not None else (None, None)
         self.ring = batches
         self.mel_fn = mel_fn
-        # The optional fields (shared/sample_schema.py), copied after tokens and mel.
+        # The optional fields (shared/sample/schema.py), copied after tokens and mel.
         self.extras = cfg.schema.extras
         self.hop = cfg.features.hop_length
         self.shape = (cfg.stager.batch_size, cfg.features.max_frames, cfg.text.max_text_len)

@@ -1,7 +1,7 @@
 """Length buckets: batch shapes by clip length, with a frame budget per batch.
 
 With ``stager.buckets`` (or ``stager.auto_buckets``) each item goes to the
-shortest bucket its clip fits (by the length manifest, shared/manifest.py), and
+shortest bucket its clip fits (by the length manifest, shared/corpus/lengths.py), and
 each bucket has its own batch shape [rows, frames, n_mels] / [rows, text]:
 frames is the bucket's length, text the longest text among its items, and rows
 = stager.batch_frames // frames, so every batch holds about the same number of
@@ -30,10 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.consumer.stager.plan import EpochPlan
-from ringfeed.shared.config import MIN_BUCKET_FRACTION, Config, ConfigError
-from ringfeed.shared.dataset import DatasetIndex
-from ringfeed.shared.manifest import Manifest, load_manifest
-from ringfeed.shared.process import die_with_parent
+from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.config.environment import child_environment
+from ringfeed.shared.config.stager import MIN_BUCKET_FRACTION
+from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.corpus.lengths import Lengths, load_lengths
+from ringfeed.shared.run.process import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def _round_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def bucket_lengths(cfg: Config, manifest: Manifest) -> list[int]:
+def bucket_lengths(cfg: Config, manifest: Lengths) -> list[int]:
     """stager.buckets, or the stager.auto_buckets lengths that pad the manifest's clips
     least (multiples of ALIGN, at least max_frames // MIN_BUCKET_FRACTION, the last
     max_frames). Quantiles, the usual choice, leave the first bucket spanning the short
@@ -108,7 +110,7 @@ def assign(frames: np.ndarray, lengths: list[int]) -> np.ndarray:
     return index.astype(np.int32)
 
 
-def make_buckets(cfg: Config, manifest: Manifest) -> tuple[list[Bucket], np.ndarray]:
+def make_buckets(cfg: Config, manifest: Lengths) -> tuple[list[Bucket], np.ndarray]:
     """(the buckets, each item's bucket index)."""
     lengths = bucket_lengths(cfg, manifest)
     of_item = assign(manifest.frames, lengths)
@@ -196,24 +198,25 @@ class BucketPlan(EpochPlan):
 
 
 def length_manifest(
-    cfg: Config, index: DatasetIndex, config_file: Path, stop: Callable[[], bool]
-) -> Manifest:
-    """The current manifest; if it is missing or stale, `ringfeed manifest` (producer
+    cfg: Config, index: CorpusIndex, config_file: Path, stop: Callable[[], bool]
+) -> Lengths:
+    """The current manifest; if it is missing or stale, `ringfeed lengths` (producer
     code, so a subprocess: the stager never imports it) measures what is missing,
     with its progress on our stderr. Raises ConfigError if that fails."""
-    manifest, stale = load_manifest(cfg, index)
+    manifest, stale = load_lengths(cfg, index)
     if not stale.any():
         return manifest
     log.info("length manifest: %d of %d items to measure", int(stale.sum()), index.n_items)
-    cmd = [sys.executable, "-m", "ringfeed.scripts.cli", "manifest", str(config_file)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent)
+    cmd = [sys.executable, "-m", "ringfeed.scripts.cli", "lengths", str(config_file)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent,
+                            env=child_environment())  # fmt: skip
     while proc.poll() is None:
         if stop():
             proc.terminate()
             proc.wait()
             raise ConfigError("stopped while measuring the length manifest")
         time.sleep(0.1)
-    manifest, stale = load_manifest(cfg, index)
+    manifest, stale = load_lengths(cfg, index)
     if proc.returncode != 0 or stale.any():
         raise ConfigError(
             f"stager.buckets: `{' '.join(cmd[2:])}` failed (exit {proc.returncode}); "

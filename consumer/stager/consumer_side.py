@@ -1,11 +1,11 @@
 """The stager's side facing its one consumer (the trainer, or any batch client).
 
 A part of the stager (consumer/stager/stager.py). Only a peer on the ipc
-socket that presents the run's consumer secret (shared/run_secret.py) becomes
+socket that presents the run's consumer secret (consumer/stager/run_secret.py) becomes
 the consumer, at a plan position inside the plan; anything else is dropped
 and counted as "unauthorized". The consumer's messages (BATCH_FREE,
 STEP_STATS, HEARTBEAT, BYE) are accepted from that peer only. A consumer that
-resumes with a plan fingerprint (shared/fingerprint.py) other than this stager's
+resumes with a plan fingerprint (shared/run/fingerprint.py) other than this stager's
 is answered REFUSED naming what changed, unless it asked for a new plan.
 
 One consumer at a time: while the consumer holding the run is alive, another
@@ -13,7 +13,7 @@ one with the secret is refused (counted "refused-consumer") and told so by a
 REFUSED that names the holder, instead of each hello restarting the plan (two
 trainers of one run once fought: 51 plan restarts in 20 s, neither finished).
 Alive means its process exists (its pid travels in its identity,
-shared/run_secret.py), however long it has been busy elsewhere; a holder whose
+consumer/stager/run_secret.py), however long it has been busy elsewhere; a holder whose
 identity carries no pid is alive while it spoke within SILENT_LEASES leases. A
 new socket of the holder's own process, or any consumer once the holder is dead
 or silent, takes over at once: a trainer restarted after SIGKILL resumes.
@@ -31,12 +31,12 @@ from ringfeed.consumer.stager.control import ControlSockets, is_remote
 from ringfeed.consumer.stager.delivery import Delivery
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.producer_book import ProducerBook
-from ringfeed.shared import protocol as p
-from ringfeed.shared.fingerprint import plan_changes
-from ringfeed.shared.run_secret import FILE as SECRET_FILE
-from ringfeed.shared.run_secret import consumer_pid
-from ringfeed.shared.segments import pid_alive
-from ringfeed.shared.stats import TrainerReport
+from ringfeed.consumer.stager.run_secret import FILE as SECRET_FILE
+from ringfeed.consumer.stager.run_secret import consumer_pid
+from ringfeed.consumer.stager.stats_record import TrainerReport
+from ringfeed.shared.memory.segments import pid_alive
+from ringfeed.shared.run.fingerprint import plan_changes
+from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
 

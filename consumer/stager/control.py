@@ -33,10 +33,11 @@ import zmq.utils.z85
 from zmq.utils.monitor import recv_monitor_message
 
 from ringfeed.consumer.stager.peers import PeerId, peer_of
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import Config, Endpoints
-from ringfeed.shared.keys import load_server
-from ringfeed.shared.sockets import make_socket, send
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import Endpoints
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.keys import load_server
+from ringfeed.shared.wire.sockets import make_socket, send
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def rest_of_message(sock: zmq.Socket) -> list[bytes]:
 
 def version_refusal(exc: p.VersionMismatch) -> p.Refused:
     """What a peer of another protocol version is told (a REFUSED decodes in any version:
-    shared/protocol.py), one answer per message it sends."""
+    shared/wire/protocol.py), one answer per message it sends."""
     return p.Refused(
         f"this stager speaks ringfeed protocol version {exc.ours}, the peer version "
         f"{str(exc.theirs)[:20]}: run the same ringfeed version on every host"

@@ -24,10 +24,10 @@ from ringfeed.consumer.stager.buckets import Bucket
 from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.intake import Intake
 from ringfeed.consumer.stager.plan import Event
+from ringfeed.consumer.stager.quarantine import QuarantineWriter
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.shared import protocol as p
-from ringfeed.shared.dataset import DatasetIndex
-from ringfeed.shared.quarantine import QuarantineWriter
+from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Delivery:
         intake: Intake,
         buckets: list[Bucket],
         quarantine: QuarantineWriter,
-        index: DatasetIndex,
+        index: CorpusIndex,
         net: ControlSockets,
     ) -> None:
         self.slots, self.builder, self.intake, self.buckets = slots, builder, intake, buckets

@@ -31,7 +31,8 @@ import librosa
 import numpy as np
 import tensorflow as tf
 
-from ringfeed.shared.config import LOG_FLOOR, Config
+from ringfeed.shared.config import Config
+from ringfeed.shared.sample.content import LOG_FLOOR
 
 # Absolute tolerance in natural-log space on frames within the true length and
 # bins whose librosa mel >= MEL_COMPARE_FLOOR (measured 8.1e-5; tests/test_gpu_mel.py).

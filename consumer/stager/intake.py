@@ -6,7 +6,7 @@ or with payload frames of exactly the used rows (remote), and fitting its
 length bucket. When delivery later copies the rows into a batch, :meth:`take`
 checks again (seqlock, README "Design", contract 7): the slot still carries
 the accepted generation in both producer fields, and the copied rows hash to
-the checksum of the READY, and hold nothing out of range (shared/content.py).
+the checksum of the READY, and hold nothing out of range (shared/sample/content.py).
 
 Whatever fails these checks is a strike against the producer that sent it
 (README, "Design", contract 10): its grants come back at once and uncharged, so
@@ -27,9 +27,9 @@ from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.ready import copy_payload, lengths_error, payload_error, row_limits
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer, Slot
-from ringfeed.shared import protocol as p
-from ringfeed.shared.content import content_error
-from ringfeed.shared.ring import Ring, rows_checksum
+from ringfeed.shared.memory.ring import Ring, rows_checksum
+from ringfeed.shared.sample.content import content_error
+from ringfeed.shared.wire import protocol as p
 
 # Items remembered with the peer that first sent bad rows for them.
 MAX_SUSPECTS = 4096
@@ -144,7 +144,7 @@ class Intake:
             return ""
         return (
             f"longer than its length bucket ({e.lengths} > text {b.text}, {limit}): the "
-            "length manifest is stale; `ringfeed manifest CONFIG` measures it again"
+            "length manifest is stale; `ringfeed lengths CONFIG` measures it again"
         )
 
     def take(self, event: Event) -> str | None:

@@ -11,7 +11,7 @@ again, one line (its next, or :meth:`PeerLog.summarize`'s) says how many of its
 lines were suppressed since. Measured without
 it: 100,800 CRASH messages in 10 s grew the stager's log by 1.5 GiB (issue 18).
 The strings in a line were cleaned of control characters at decode
-(shared/field_checks.py).
+(shared/wire/bounds.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ringfeed.consumer.stager.drops import Drops
 
 # Per peer: a crash storm of one honest worker pool still shows every worker's first
-# lines; a traceback is at most 16 KiB (shared/field_checks.py MAX_STR).
+# lines; a traceback is at most 16 KiB (shared/wire/bounds.py MAX_STR).
 PEER_BURST, PEER_REFILL_S = 5, 10.0
 # All peers together: at most ~16 KiB of traceback per TOTAL_REFILL_S once the burst is out.
 TOTAL_BURST, TOTAL_REFILL_S = 40, 2.0

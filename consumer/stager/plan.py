@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
 
 
 class EpochPlan:

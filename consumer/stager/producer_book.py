@@ -20,8 +20,8 @@ import collections
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
-from ringfeed.shared import protocol as p
-from ringfeed.shared.segments import pid_alive
+from ringfeed.shared.memory.segments import pid_alive
+from ringfeed.shared.wire import protocol as p
 
 # A producer silent this many leases, holding nothing, is forgotten (a lost remote host):
 # it no longer shows in the stats or dilutes the others' fair share of the ring.

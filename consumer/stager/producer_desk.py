@@ -6,7 +6,7 @@ who may join and who pays for a grant taken back are the producer book's
 (consumer/stager/producer_book.py); slot changes are the slot manager's.
 At the end, :meth:`ProducerDesk.shut_down` tells every producer to stop and
 collects their last counters. A HELLO whose config fingerprint is not the
-stager's is answered REFUSED with the keys that differ (shared/fingerprint.py):
+stager's is answered REFUSED with the keys that differ (shared/run/fingerprint.py):
 that producer would write samples of another shape or meaning.
 """
 
@@ -26,10 +26,10 @@ from ringfeed.consumer.stager.peers import PeerId, with_claims
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
-from ringfeed.shared import protocol as p
-from ringfeed.shared.fingerprint import config_refusal
-from ringfeed.shared.process import POLL_S
-from ringfeed.shared.stats import CrashReport
+from ringfeed.consumer.stager.stats_record import CrashReport
+from ringfeed.shared.run.fingerprint import config_refusal
+from ringfeed.shared.run.process import POLL_S
+from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
 

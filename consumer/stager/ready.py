@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringfeed.shared.ring import FieldSpec, Ring
+from ringfeed.shared.memory.ring import FieldSpec, Ring
 
 
 def row_limits(fields: FieldSpec) -> list[int]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ringfeed.consumer.stager.plan import EpochPlan
 from ringfeed.shared.config import Config
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
 
 
 class ShardWindowPlan(EpochPlan):
@@ -61,7 +61,7 @@ class ShardWindowPlan(EpochPlan):
 def shard_window_plan(cfg: Config, index: object, bucketed: bool, workers: int) -> ShardWindowPlan:
     """The plan for data.shard_window (> 0); ConfigError for what it cannot serve."""
     window = cfg.data.shard_window
-    starts = getattr(index, "shard_starts", None)
+    starts = index.shard_starts
     if starts is None:
         raise ConfigError("data.shard_window: the corpus is not tar shards (data.format: "
                           "shards): set it to 0")  # fmt: skip

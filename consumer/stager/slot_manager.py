@@ -45,8 +45,8 @@ from ringfeed.consumer.stager.order import PlanOrder
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan import EpochPlan, Event
 from ringfeed.consumer.stager.state import Slot
-from ringfeed.shared import protocol as p
-from ringfeed.shared.ring import SLOT_DTYPE, SlotState
+from ringfeed.shared.memory.ring import SLOT_DTYPE, SlotState
+from ringfeed.shared.wire import protocol as p
 
 # A fenced slot is free again after this many leases whatever its producer's pid says.
 FENCE_LEASES = 4

@@ -44,19 +44,22 @@ from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan import ONE_WORKER, EpochPlan, Shard, ShardPlan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
+from ringfeed.consumer.stager.quarantine import QuarantineWriter
+from ringfeed.consumer.stager.run_secret import write_consumer_secret
 from ringfeed.consumer.stager.shard_window import shard_window_plan
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats import snapshot
-from ringfeed.shared import protocol as p
-from ringfeed.shared.config import Config, ConfigError, endpoints, ensure_runtime_dir, run_dir
-from ringfeed.shared.dataset import DatasetError, DatasetIndex, dataset_index
-from ringfeed.shared.fingerprint import config_fingerprint, corpus_digest, plan_fingerprint
-from ringfeed.shared.id_tables import IDS_FILE, IdTables, corpus_tables, settle_tables
-from ringfeed.shared.process import POLL_S, StopFlag, write_json_atomic
-from ringfeed.shared.quarantine import QuarantineWriter
-from ringfeed.shared.ring import Ring, check_rings_fit, segment_name, slot_bytes
-from ringfeed.shared.run_secret import write_consumer_secret
-from ringfeed.shared.segments import remove_stale_segments
+from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.config.environment import endpoints, ensure_runtime_dir, run_dir
+from ringfeed.shared.corpus.entry import CorpusError
+from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slot_bytes
+from ringfeed.shared.memory.segments import remove_stale_segments
+from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest, plan_fingerprint
+from ringfeed.shared.run.id_tables import IDS_FILE, IdTables, corpus_tables, settle_tables
+from ringfeed.shared.run.process import POLL_S, StopFlag, write_json_atomic
+from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ class Stager:
     cfg: Config
     run_id: str
     stop: StopFlag
-    index: DatasetIndex
+    index: CorpusIndex
     buckets: list[Bucket]
     samples: Ring
     batches: Ring
@@ -154,10 +157,10 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
     return rings
 
 
-def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
+def make_plan(cfg: Config, index: CorpusIndex, directory, stop: StopFlag,
               shard: Shard = ONE_WORKER, tables: IdTables | None = None):  # fmt: skip
     """The epoch plan, its length buckets ([] without buckets) and its fingerprint
-    (shared/fingerprint.py): with buckets, a plan that also says which batch each
+    (shared/run/fingerprint.py): with buckets, a plan that also says which batch each
     position belongs to (buckets.py); balanced, each group's quota (balance.py;
     groups from the id `tables`). With several workers (shard), worker k's part of
     one global plan whose batches are fixed ranges of positions (one bucket when
@@ -206,7 +209,7 @@ def make_plan(cfg: Config, index: DatasetIndex, directory, stop: StopFlag,
     return sharded, local, fingerprint
 
 
-def global_plan(cfg: Config, index: DatasetIndex, tables: IdTables | None,
+def global_plan(cfg: Config, index: CorpusIndex, tables: IdTables | None,
                 buckets: list[Bucket], of_item: np.ndarray, text: np.ndarray | None,
                 fingerprint: dict[str, str]) -> BucketPlan:  # fmt: skip
     """The bucketed plan, or the balanced one (stager.balance), which adds its part to
@@ -225,8 +228,8 @@ def global_plan(cfg: Config, index: DatasetIndex, tables: IdTables | None,
     return plan
 
 
-def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> DatasetIndex:
-    index = dataset_index(cfg)
+def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> CorpusIndex:
+    index = open_corpus(cfg)
     for bad in index.bad_lines:
         quarantine.write(bad.item_id, f"{bad.file}:{bad.line}", bad.reason, "metadata")
     log.info("dataset: %d usable items, %d bad metadata lines (see %s)",
@@ -321,7 +324,7 @@ def main(cfg: Config, run_id: str, shard: Shard = ONE_WORKER) -> int:
                 return 3
             finally:
                 stager.finish(why)
-    except (ConfigError, DatasetError) as exc:  # what to change, in one line
+    except (ConfigError, CorpusError) as exc:  # what to change, in one line
         log.error("config error: %s", exc)
         return 2
     return 0

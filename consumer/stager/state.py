@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.shared.ring import SlotState
+from ringfeed.shared.memory.ring import SlotState
 
 
 @dataclass

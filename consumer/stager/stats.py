@@ -1,4 +1,4 @@
-"""The stager's stats record (shared/stats.py, StagerStats) built from its state.
+"""The stager's stats record (consumer/stager/stats_record.py, StagerStats) built from its state.
 
 A pure function of the stager's state: the stager sends ``snapshot(self).to_dict()``
 on its stats stream and writes it into stager.json; the inspector
@@ -13,14 +13,14 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ringfeed.shared.ring import SlotState
-from ringfeed.shared.stats import (
+from ringfeed.consumer.stager.stats_record import (
     MAX_LISTED_PRODUCERS,
     Padding,
     ProducerStats,
     StagerStats,
     UnlistedProducers,
 )
+from ringfeed.shared.memory.ring import SlotState
 
 if TYPE_CHECKING:
     from ringfeed.consumer.stager.stager import Stager

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ringfeed.consumer.stager.stats_record import StagerStats, TrainerReport
     from ringfeed.consumer.tools.snapshot import InspectorSnapshot
-    from ringfeed.shared.stats import StagerStats, TrainerReport
 
 STAGES = ("stale", "starting", "no-consumer", "stuck-producer", "producers", "stager", "trainer")
 # The stager publishes stats every 0.5 s: older ones mean it is stuck, stopped or gone.

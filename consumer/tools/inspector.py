@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from ringfeed.consumer.stager.batch_ring import BatchState
+from ringfeed.consumer.stager.stats_record import StagerStats
 from ringfeed.consumer.tools.screen import CLEAR, render
 from ringfeed.consumer.tools.snapshot import (
     InspectorSnapshot,
@@ -37,10 +39,8 @@ from ringfeed.consumer.tools.snapshot import (
     TrainerFigures,
 )
 from ringfeed.consumer.tools.timeline import plot_recording
-from ringfeed.shared import protocol as p
-from ringfeed.shared.batch_ring import BatchState
 from ringfeed.shared.config import ConfigError, load_config
-from ringfeed.shared.ring import (
+from ringfeed.shared.memory.ring import (
     SHM_DIR,
     Ring,
     RingError,
@@ -48,9 +48,9 @@ from ringfeed.shared.ring import (
     segment_name,
     shown_state,
 )
-from ringfeed.shared.segments import list_segments, pid_alive, read_header
-from ringfeed.shared.sockets import make_socket, recv
-from ringfeed.shared.stats import StagerStats
+from ringfeed.shared.memory.segments import list_segments, pid_alive, read_header
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.sockets import make_socket, recv
 
 log = logging.getLogger(__name__)
 

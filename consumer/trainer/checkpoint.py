@@ -8,9 +8,9 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
     checkpoint                              TF's pointer to the latest
 
 The cursor (position, epoch, batch_index, seed; plan: the plan fingerprint that a
-resume must find again, shared/fingerprint.py) lets the stager resume its plan in O(1)
+resume must find again, shared/run/fingerprint.py) lets the stager resume its plan in O(1)
 (README, "Design", contract 4). The sidecar JSON is written first, via a temp
-file, fsync and os.replace (shared.process.write_json_atomic), so it is never
+file, fsync and os.replace (shared.run.process.write_json_atomic), so it is never
 half-written, even after a power loss; TF updates its ``checkpoint`` pointer
 last, so a crash mid-save leaves the previous checkpoint as the latest and at
 worst an orphan sidecar, which the next save removes.
@@ -33,9 +33,10 @@ import keras
 import tensorflow as tf
 
 from ringfeed.consumer.stager.plan import Shard
-from ringfeed.shared.config import Config, run_dir
-from ringfeed.shared.id_tables import read_tables
-from ringfeed.shared.process import write_json_atomic
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import run_dir
+from ringfeed.shared.run.id_tables import read_tables
+from ringfeed.shared.run.process import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class CheckpointManager:
         cursor: {"position", "epoch", "batch_index", "seed", "plan"} of the next batch.
         """
         sidecar = {"checkpoint": step, "step": step, "cursor": cursor, "config_yaml": config_yaml}
-        # The run's speaker and language ids (shared/id_tables.py): the model's embedding
+        # The run's speaker and language ids (shared/run/id_tables.py): the model's embedding
         # rows mean these names, so the table travels with the weights.
         ids = read_tables(self.directory.parent)
         if ids is not None:

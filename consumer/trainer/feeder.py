@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from ringfeed.consumer.client.batch_client import WAITING_NOTE_S, Batch, BatchClient
-from ringfeed.shared import protocol as p
 from ringfeed.shared.config import Config
-from ringfeed.shared.process import POLL_S, StopFlag
+from ringfeed.shared.run.process import POLL_S, StopFlag
+from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
 

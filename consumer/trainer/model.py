@@ -40,7 +40,7 @@ from keras import layers, ops
 
 from ringfeed.consumer.trainer.model_kwargs import DefaultModelKwargs, default_model_kwargs
 from ringfeed.shared.config import Config
-from ringfeed.shared.schema import ConfigError
+from ringfeed.shared.config.loader import ConfigError
 
 LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 

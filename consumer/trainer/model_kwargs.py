@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ringfeed.shared.schema import build, check
+from ringfeed.shared.config.loader import build, check
 
 DEFAULT_FACTORY = "ringfeed.consumer.trainer.model:build_default_model"
 

@@ -45,8 +45,9 @@ from ringfeed.consumer.devices import DevicePlan, choose_device, configure_tenso
 from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
 from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
 from ringfeed.consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
-from ringfeed.shared.config import Config, run_dir
-from ringfeed.shared.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import run_dir
+from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             "batch_index": meta.batch_index + 1,
             "epoch": meta.epoch,
             "seed": cfg.stager.seed,
-            "plan": s.feeder.plan,  # what a resume must find again (shared/fingerprint.py)
+            "plan": s.feeder.plan,  # what a resume must find again (shared/run/fingerprint.py)
         }
         if s.batch_log is not None:
             record = {"step": s.step, "batch_index": meta.batch_index,

@@ -1,0 +1,186 @@
+"""The stager's stats record: what it publishes every STATS_INTERVAL_S and writes at exit.
+
+Built by the stager (consumer/stager/stats.py, ``snapshot(stager)``), sent as
+``protocol.Stats(record.to_dict())`` on the stats PUB socket and written as
+``runs/<run_id>/stager.json``; the inspector (consumer/tools/inspector.py) reads
+it back with :meth:`StagerStats.from_dict`. The dict keys are the field names,
+nested records are nested dicts and sequences are lists, so tests and scripts
+that read stager.json as plain JSON (``stats["counters"]["delivered"]``) need
+nothing from here. :meth:`StagerStats.from_dict` fills a missing key with its
+default and ignores a key it does not know, so a stager.json of an older or
+newer version still reads.
+
+The stats message stays under the protocol's header limit by construction: at
+most MAX_LISTED_PRODUCERS producers are listed (the busiest; the rest summed in
+``producers_unlisted``), names and hosts are capped at decode, and the stager
+keeps the work counters decode bounds (shared/wire/bounds.py MAX_WORK_KEYS;
+tests/test_trust.py checks the worst case). Peer-written strings are cleaned at
+decode; :meth:`StagerStats.from_dict` cleans them again, so the inspector shows no
+control character even from a stager.json an older stager wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ringfeed.shared.wire.bounds import clean
+
+MAX_LISTED_PRODUCERS = 32
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of data that name a field of the dataclass cls (the rest are ignored)."""
+    names = {f.name for f in fields(cls)}
+    return {key: value for key, value in data.items() if key in names}
+
+
+def _plain(value: Any) -> Any:
+    """value with every tuple made a list, as it reads back from JSON or msgpack."""
+    if isinstance(value, dict):
+        return {key: _plain(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class ProducerStats:
+    """One listed producer. grants: slots it holds now; fenced: slots taken back while it
+    may still write them; silent_s: seconds since its last message; stalled: its grants
+    were taken back and it gets nothing until it says HELLO again; work: its own
+    per-sample counters from its last heartbeat (e.g. cache_hits, decoded)."""
+
+    name: str = ""
+    pid: int = 0
+    host: str = ""
+    place: str = ""  # its Ray actor and node when a cluster engine runs it, or ""
+    remote: bool = False
+    samples: int = 0
+    grants: int = 0
+    fenced: int = 0
+    silent_s: float = 0.0
+    stalled: bool = False
+    work: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProducerStats:
+        shown = {k: clean(str(data.get(k, ""))) for k in ("name", "host", "place")}
+        work = {clean(str(k)): v for k, v in (data.get("work") or {}).items()}
+        return cls(**{**_known(cls, data), **shown, "work": work})
+
+
+@dataclass(frozen=True)
+class UnlistedProducers:
+    """The producers past MAX_LISTED_PRODUCERS, summed: how many, their samples, grants."""
+
+    count: int = 0
+    samples: int = 0
+    grants: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UnlistedProducers:
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class TrainerReport:
+    """The trainer's last STEP_STATS: step_s computing (the wait excluded), wait_s waiting
+    for its batch, rows the real rows of that batch, frames their true mel frames;
+    t the stager's wall clock (time.time(), s) when it arrived, 0.0 if unknown."""
+
+    step: int = 0
+    step_s: float = 0.0
+    wait_s: float = 0.0
+    loss: float = 0.0
+    rows: int = 0
+    frames: int = 0
+    t: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainerReport:
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class Padding:
+    """True / padded mel frames and text tokens over every batch sent; None before one."""
+
+    frames: float | None = None
+    text: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Padding:
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class CrashReport:
+    """A producer's crash as the stager keeps it: its name and the traceback's tail."""
+
+    name: str = "?"
+    traceback: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CrashReport:
+        name, traceback = str(data.get("name", "?")), str(data.get("traceback", ""))
+        return cls(name=clean(name), traceback=clean(traceback, lines=True))
+
+
+@dataclass(frozen=True)
+class StagerStats:
+    """The whole record. Times in seconds (uptime_s since the stager started); slots:
+    sample slots per SlotState name (the states present); batch_slots_ready: batch slots
+    sent and not yet freed; buckets: each bucket's batch shape (rows, frames, tokens);
+    counters: the slot manager's (grants, ready, delivered, skipped, reclaimed, ...);
+    dropped: messages dropped, by reason; trainer: None before the first step report;
+    gpus: GPUs on the stager's host (None: not counted)."""
+
+    run_id: str = ""
+    uptime_s: float = 0.0
+    n_items: int = 0
+    cursor: int = 0
+    epoch: int = 0
+    slots: dict[str, int] = field(default_factory=dict)
+    n_slots: int = 0
+    batch_slots_ready: int = 0
+    batches: int = 0
+    padding_efficiency: Padding = field(default_factory=Padding)
+    buckets: tuple[tuple[int, ...], ...] = ()
+    counters: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    bad_metadata_lines: int = 0
+    producers: tuple[ProducerStats, ...] = ()
+    producers_unlisted: UnlistedProducers = field(default_factory=UnlistedProducers)
+    crashes: tuple[CrashReport, ...] = ()
+    trainer: TrainerReport | None = None
+    consumer_connected: bool = False
+    refused_producers: int = 0
+    gpus: int | None = None
+    features_device: str = ""
+    lease_s: float | None = None  # ring.lease_s of the run (None: an older stager)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (dicts, lists, numbers, strings, None) for msgpack and JSON."""
+        data = _plain(asdict(self))
+        data["trainer"] = data["trainer"] or {}  # no report yet: {}, as stager.json always had
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StagerStats:
+        """The record from what to_dict gave (or an older stager.json): missing keys take
+        their defaults, unknown keys are ignored."""
+        trainer, producers = data.get("trainer"), data.get("producers") or ()
+        nested = {
+            "slots": dict(data.get("slots") or {}),
+            "padding_efficiency": Padding.from_dict(data.get("padding_efficiency") or {}),
+            "buckets": tuple(tuple(shape) for shape in data.get("buckets") or ()),
+            "counters": dict(data.get("counters") or {}),
+            "dropped": dict(data.get("dropped") or {}),
+            "producers": tuple(ProducerStats.from_dict(pr) for pr in producers),
+            "producers_unlisted": UnlistedProducers.from_dict(data.get("producers_unlisted") or {}),
+            "crashes": tuple(CrashReport.from_dict(c) for c in data.get("crashes") or ()),
+            "trainer": TrainerReport.from_dict(trainer) if trainer else None,
+        }
+        return cls(**{**_known(cls, data), **nested})

@@ -1,0 +1,174 @@
+"""The one configuration: YAML into frozen, validated dataclasses.
+
+Every process loads the same file with :func:`load_config` and passes the
+result down explicitly. Unknown keys, wrong types and impossible values raise
+:class:`ConfigError` naming the key and what to change: each section checks its
+own keys (one module per section in this package), shared/config/checks.py the
+rules between sections. Derived values (slot shapes, byte sizes) are computed
+here and nowhere else. What comes from the environment (the runtime directory,
+endpoints, hooks) is shared/config/environment.py's, the only module that reads
+environment variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ringfeed.shared.config.audio import AudioConfig
+from ringfeed.shared.config.checks import validate
+from ringfeed.shared.config.data import DataConfig
+from ringfeed.shared.config.features import FeaturesConfig, sample_decls
+from ringfeed.shared.config.loader import ConfigError, build
+from ringfeed.shared.config.model import DevicesConfig, ModelConfig, TrainConfig
+from ringfeed.shared.config.moved import check_moved
+from ringfeed.shared.config.producers import ProducersConfig
+from ringfeed.shared.config.ring import RingConfig
+from ringfeed.shared.config.stager import MIN_BUCKET_FRACTION, StagerConfig
+from ringfeed.shared.config.text import TextConfig
+from ringfeed.shared.config.transport import TransportConfig
+from ringfeed.shared.sample.schema import FieldSpec, SampleSchema
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    text: TextConfig = field(default_factory=TextConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    ring: RingConfig = field(default_factory=RingConfig)
+    producers: ProducersConfig = field(default_factory=ProducersConfig)
+    stager: StagerConfig = field(default_factory=StagerConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    devices: DevicesConfig = field(default_factory=DevicesConfig)
+    # Where run directories go: run_root/<run-id>/.
+    run_root: str = "runs"
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    # ---- derived values: computed here, never inline elsewhere ----
+    @property
+    def vocab_size(self) -> int:
+        """Token ids: 0 = pad, 1 = unknown, 2 = end of text, then the alphabet."""
+        return 3 + len(self.text.alphabet)
+
+    @property
+    def max_samples(self) -> int:
+        """Length of the waveform field: a clip of n samples has 1 + n // hop_length
+        frames (librosa, center=True), so every clip that fits max_frames fits here."""
+        return self.features.max_frames * self.features.hop_length
+
+    @functools.cached_property
+    def schema(self) -> SampleSchema:
+        """The declared sample schema (shared/sample/schema.py): every field, built-in
+        or the user's, from which slots, batches and specs derive."""
+        return SampleSchema(sample_decls(self), self.features.max_frames,
+                            self.text.max_text_len, self.features.n_mels)  # fmt: skip
+
+    def sample_fields(self) -> FieldSpec:
+        """Payload fields of one sample-ring slot: name -> (shape, dtype), ring order."""
+        return self.schema.slot_fields()
+
+    @property
+    def batch_frames(self) -> int:
+        """Mel frames one batch may hold (stager.batch_frames, or the fixed shape's)."""
+        return self.stager.batch_frames or self.stager.batch_size * self.features.max_frames
+
+    @property
+    def max_batch_rows(self) -> int:
+        """Most rows a batch can have: the budget over the shortest bucket possible
+        (auto buckets are at least max_frames // MIN_BUCKET_FRACTION frames)."""
+        if not self.stager.bucketed:
+            return self.stager.batch_size
+        shortest = min(self.stager.buckets or (self.features.max_frames // MIN_BUCKET_FRACTION,))
+        return max(1, self.batch_frames // max(1, shortest))
+
+    def batch_ring_fields(self) -> FieldSpec:
+        """Payload fields of one batch-ring slot, flat: a batch of any bucket's shape
+        [rows, frames, ...] is the first rows x frames entries (the client reshapes)."""
+        frames = max(self.batch_frames, self.features.max_frames)
+        return self.schema.batch_ring_fields(self.max_batch_rows, frames)
+
+    def batch_fields(self) -> FieldSpec:
+        """Fields of one batch at the fixed shape [batch_size, ...] (always mels, never
+        waveforms): the schema's fields, their lengths, items, speaker and language."""
+        return self.schema.batch_fields(self.stager.batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML-able data (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    def to_yaml(self) -> str:
+        """YAML that means the same wherever it is loaded from: relative input paths
+        (INPUT_PATH_KEYS, relative to the working directory in a Config) are written
+        absolute, as load_config would read them relative to the file's folder."""
+        raw = self.to_dict()
+        for section, key in INPUT_PATH_KEYS:
+            if raw[section][key] and "://" not in raw[section][key]:  # a URL stays one
+                raw[section][key] = str(Path(raw[section][key]).absolute())
+        return yaml.safe_dump(raw, sort_keys=False)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def config_from_dict(raw: dict[str, Any] | None) -> Config:
+    """Build a validated Config from a plain mapping (as YAML gives)."""
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: top level must be a mapping, got {type(raw).__name__}")
+    check_moved(raw)
+    return build(Config, raw)
+
+
+# Inputs travel with a config file: relative to its folder. Outputs (run_root, the
+# cache) stay relative to the working directory: they land where you run.
+INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"), ("features", "durations_dir"))
+
+
+def read_raw(path: str | os.PathLike[str]) -> Any:
+    """A config file's YAML as plain data, its relative INPUT_PATH_KEYS made absolute
+    from the file's folder (for a tool that edits a config and writes it elsewhere)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    for section, key in INPUT_PATH_KEYS if isinstance(raw, dict) else ():
+        part = raw.get(section)
+        value = part.get(key) if isinstance(part, dict) else None
+        is_url = isinstance(value, str) and "://" in value  # object storage: not a file path
+        if isinstance(value, str) and value and not is_url:  # ~: the user's home, as in a shell
+            part[key] = str(path.absolute().parent / Path(value).expanduser())
+    return raw
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read a YAML file into a validated Config (read_raw); errors name the file and key."""
+    path = Path(path)
+    raw = read_raw(path)
+    try:
+        return config_from_dict(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def replace(cfg: Config, **changes: Any) -> Config:
+    """A copy of cfg with some keys of some sections changed, or top-level keys
+    (run_root) replaced (for tests and benchmarks)."""
+    raw = cfg.to_dict()
+    for name, value in changes.items():
+        raw[name] = {**raw[name], **value} if isinstance(raw.get(name), dict) else value
+    return config_from_dict(raw)

@@ -1,0 +1,84 @@
+"""The configuration's data section: what the corpus is and where it lives.
+
+Part of the one configuration (shared/config/config.py); validates its own keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ringfeed.shared.config.loader import at_least_one, check
+from ringfeed.shared.language.codes import valid_code
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    # The corpus: a folder (ljspeech, libritts, vctk) or a metadata file (csv, jsonl).
+    path: str = "data/ljspeech-mini"
+    # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
+    # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk: shared/corpus/dataset.py
+    # and shared/corpus/layouts.py; shards: WebDataset-style tar shards in a folder or on object
+    # storage (s3://, gs://, https://; shared/corpus/shards.py); synthetic: precomputed arrays, no
+    # files (transport tests and benchmarks).
+    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "shards", "synthetic"] = (
+        "ljspeech"
+    )
+    # Items of format: synthetic.
+    synthetic_items: int = 256
+    # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
+    # "ljspeech" (LJSpeech's clip-length shape: 1..10 s, mean ~6.6 s, scaled to the slot).
+    synthetic_lengths: Literal["uniform", "ljspeech"] = "uniform"
+    # 1 = raw text (LJSpeech's column 1, LibriTTS' .original.txt), 2 = normalized.
+    text_column: int = 2
+    # The language (a code: en, de, fa, pt-br) of clips whose entry names none; auto:
+    # detected from the text (shared/language/detect.py), among detect_languages if given.
+    language: str = "en"
+    # With language: auto, the codes detection may choose from; () = any of 97.
+    detect_languages: tuple[str, ...] = ()
+    # Speaker and language ids (shared/run/id_tables.py) stay below these: the sizes of the
+    # model's embedding tables, fixed so that a table that grows keeps the weights' shapes.
+    max_speakers: int = 1024
+    # The size of the language embedding table (see max_speakers).
+    max_languages: int = 64
+    # A resume whose corpus has speakers or languages the run's id table lacks: refuse
+    # (the default: the model never saw them, and it is often the wrong data.path) or
+    # append them with new ids.
+    new_ids: Literal["refuse", "append"] = "refuse"
+    # Shards on object storage (shared/corpus/object_store.py; credentials come from each store's
+    # usual environment, AWS_* or GOOGLE_*, never from here): each shard read is copied
+    # once into the shard cache, the least recently used evicted past this size (MB).
+    shard_cache_mb: int = 4096
+    # Where the shard cache lives ("": <features.cache_dir>/shard-cache), shared by the
+    # producers of a host.
+    shard_cache_dir: str = ""
+    # Tries in all of a read from object storage that fails on a transient error (a broken
+    # pipe, a 5xx, a timeout), waiting 0.5 s, 1 s, 2 s ... in between.
+    store_retries: int = 5
+    # Shards: 0 (the default) plans each epoch as a permutation of all items; W > 0 deals
+    # the shards in a random order and the items of each window of W shards in a random
+    # order, so a shard cache of about W shards fetches each shard once an epoch
+    # (consumer/stager/shard_window.py).
+    shard_window: int = 0
+
+    def __post_init__(self) -> None:
+        at_least_one("data", max_speakers=self.max_speakers,
+                     max_languages=self.max_languages, shard_cache_mb=self.shard_cache_mb,
+                     store_retries=self.store_retries)  # fmt: skip
+        check(self.text_column in (1, 2), "data.text_column", "must be 1 or 2")
+        if self.format == "synthetic":
+            check(self.synthetic_items <= 8192**2, "data.synthetic_items", "at most 8192**2")
+        check(
+            self.language == "auto" or valid_code(self.language),
+            "data.language",
+            f"must be a language code such as en, de or pt-br, or auto; got {self.language!r}",
+        )
+        for code in self.detect_languages:
+            check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
+        check(self.shard_window >= 0, "data.shard_window", "must be >= 0 (0 = off)")
+        check(not self.shard_window or self.format == "shards", "data.shard_window",
+              "only tar shards have shards to deal: set data.format: shards, or 0 "
+              "here")  # fmt: skip
+        check("://" not in self.path or self.format == "shards", "data.path",
+              f"{self.path!r} is an object-store URL: only data.format: shards reads one "
+              "(pack the corpus into tar shards, or copy it to a local folder)")  # fmt: skip

@@ -1,0 +1,37 @@
+"""The configuration's ring section: the sample ring's slots and the rules of a grant.
+
+Part of the one configuration (shared/config/config.py); validates its own keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ringfeed.shared.config.loader import at_least_one, check
+
+
+@dataclass(frozen=True)
+class RingConfig:
+    # Sample slots in the shared-memory ring.
+    slots: int = 64
+    # A grant with no READY within this long comes back (and bounds one sample's work), seconds.
+    lease_s: float = 10.0
+    # How often producers say they are alive, seconds.
+    heartbeat_s: float = 1.0
+    # An item whose lease expires this many times is skipped with a reason.
+    max_item_attempts: int = 3
+    # Rejected messages in 10 minutes that get a peer refused for the run (0 = never).
+    max_strikes: int = 3
+    max_producers_per_peer: int = 64  # joined at once per CURVE key, tcp host, local pool
+
+    def __post_init__(self) -> None:
+        at_least_one("ring", slots=self.slots, max_item_attempts=self.max_item_attempts,
+                     max_producers_per_peer=self.max_producers_per_peer)  # fmt: skip
+        check(self.heartbeat_s > 0, "ring.heartbeat_s", "must be > 0")
+        check(
+            self.lease_s >= 2 * self.heartbeat_s,
+            "ring.lease_s",
+            f"{self.lease_s} s must be at least 2 x ring.heartbeat_s={self.heartbeat_s} s, "
+            "or live producers lose their grants",
+        )
+        check(self.max_strikes >= 0, "ring.max_strikes", "must be >= 0 (0 = never refuse a peer)")

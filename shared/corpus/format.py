@@ -1,0 +1,173 @@
+"""What a corpus format is: the small face every format module implements.
+
+A format knows where its corpus is (:meth:`CorpusFormat.locate`), how to tell
+cheaply that it changed (:meth:`~CorpusFormat.stamp`), how to read all of it
+once into the index builder (:meth:`~CorpusFormat.scan`) and how to turn the
+lines the index kept back into entries (:meth:`~CorpusFormat.parse`). The
+formats are registered by name in shared/corpus/registry.py; nothing outside the
+registry and the format modules depends on which format a corpus is in.
+
+Two kinds share most of their work, so each has a base class here:
+
+- :class:`LineFormat`: every clip is one line of one metadata file (LJSpeech,
+  csv, JSON lines). The index keeps each line's byte offset and length, and a
+  producer parses only the lines of the items it is granted.
+- :class:`StoredFormat`: the clips are found by scanning folders or tar shards
+  (LibriTTS, VCTK, shards). The scan runs once, at the index build, and the
+  index keeps each entry as a line of its own (shared/corpus/entry.py store).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.corpus.entry import CorpusError, Entry, stored
+from ringfeed.shared.corpus.lines import decode_block, scan_lines
+
+if TYPE_CHECKING:
+    from ringfeed.shared.corpus.build import Builder
+    from ringfeed.shared.corpus.index import CorpusIndex
+
+# Where a corpus error sends the user for what each format expects.
+FORMATS_DOC = "every format: README, 'Bring your own data'"
+
+
+class CorpusFormat(Protocol):
+    """The face of one format (module docstring). name is data.format's value."""
+
+    name: str
+    # False for a corpus with no audio files (synthetic): producers make its samples.
+    has_audio: bool
+    # The index may be built in memory in each process when it cannot be written.
+    in_memory_ok: bool
+
+    def check(self, cfg: Config) -> None:
+        """ConfigError for a setting this format cannot serve (called at every open)."""
+        ...
+
+    def locate(self, cfg: Config) -> str:
+        """Where the corpus is (its metadata file, its folder or its URL), checked:
+        CorpusError naming data.path and what this format expects."""
+        ...
+
+    def root(self, cfg: Config) -> str:
+        """The folder (or object-store prefix) that item audio paths are relative to."""
+        ...
+
+    def stamp(self, cfg: Config) -> Any:
+        """What says the corpus changed, cheaply: one stat a file or folder, none a clip."""
+        ...
+
+    def scan(self, cfg: Config, builder: Builder) -> None:
+        """Every item, in the corpus's own order, and every unusable line, into builder."""
+        ...
+
+    def parse(self, lines: list[bytes], setting: int, root: str) -> list[tuple | str]:
+        """Lines as the index kept them -> Entry-shaped tuples (audio relative to root) or
+        the reason each is unusable; setting: what scan recorded (builder.setting)."""
+        ...
+
+    def computed_index(self, cfg: Config) -> CorpusIndex | None:
+        """An index that needs no build (synthetic items are computed), or None."""
+        ...
+
+
+def data_path(cfg: Config) -> Path:
+    """data.path, relative to the working directory when it is relative."""
+    return Path(cfg.data.path).absolute()
+
+
+class BaseFormat:
+    """What every format shares: the checks of the settings only some formats serve."""
+
+    name: ClassVar[str] = ""
+    has_audio: ClassVar[bool] = True
+    # data.path may be an object-store URL (s3://, gs://, https://).
+    remote: ClassVar[bool] = False
+    # Its clips come in tar shards that data.shard_window can deal in windows.
+    shards: ClassVar[bool] = False
+    # Each process may build the index in memory when the cache folder cannot be written
+    # (not where that means a scan of a whole store in every process).
+    in_memory_ok: ClassVar[bool] = True
+
+    def check(self, cfg: Config) -> None:
+        d = cfg.data
+        if d.shard_window and not self.shards:
+            raise ConfigError("data.shard_window: only tar shards have shards to deal: set "
+                              "data.format: shards, or 0 here")  # fmt: skip
+        if "://" in d.path and not self.remote:
+            raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format: "
+                              "shards reads one (pack the corpus into tar shards, or copy it "
+                              "to a local folder)")  # fmt: skip
+
+    def computed_index(self, cfg: Config) -> CorpusIndex | None:
+        return None
+
+
+class LineFormat(BaseFormat):
+    """A corpus of one metadata file, a clip a line (module docstring)."""
+
+    # The metadata file inside data.path when data.path is a folder ("": data.path must be
+    # the file itself), and what the error says data.path must be.
+    file_name: ClassVar[str] = ""
+    expects: ClassVar[str] = "the metadata file"
+
+    def locate(self, cfg: Config) -> str:
+        path = data_path(cfg)
+        if path.is_dir() and self.file_name:
+            path = path / self.file_name
+        if not path.is_file():
+            raise CorpusError(f"data.path: no metadata file at {path} (data.format: {self.name} "
+                              f"expects {self.expects}; {FORMATS_DOC})")  # fmt: skip
+        return str(path)
+
+    def root(self, cfg: Config) -> str:
+        return str(Path(self.locate(cfg)).parent)
+
+    def stamp(self, cfg: Config) -> Any:
+        path = self.locate(cfg)
+        st = os.stat(path)
+        return [path, st.st_size, st.st_mtime_ns]
+
+    def setting(self, cfg: Config, path: str, first: bytes | None) -> tuple[int, bool]:
+        """(the setting parse needs, whether the first line is a header to skip)."""
+        return cfg.data.text_column, False
+
+    def rows(self, texts: list[str], setting: int, root: str) -> list[tuple | str]:
+        """Decoded lines -> Entry-shaped tuples or reasons: the format's parser."""
+        raise NotImplementedError
+
+    def guess_id(self, raw: bytes) -> str:
+        """The item id a bad line seems to name, for its quarantine entry ("" if none)."""
+        first = raw.split(b"|", 1)[0]
+        return first.decode("utf-8", errors="ignore").strip() if first.isascii() else ""
+
+    def scan(self, cfg: Config, builder: Builder) -> None:
+        scan_lines(self, cfg, builder, self.locate(cfg))
+
+    def parse(self, lines: list[bytes], setting: int, root: str) -> list[tuple | str]:
+        texts, bad = decode_block(lines)
+        out = self.rows(texts, setting, root)
+        for k, reason in bad.items():
+            out[k] = reason
+        return out
+
+
+class StoredFormat(BaseFormat):
+    """A corpus found by scanning (module docstring): the index keeps its entries, as
+    lines it parses itself."""
+
+    def parse(self, lines: list[bytes], setting: int, root: str) -> list[tuple | str]:
+        return [stored(line.decode("utf-8")) for line in lines]
+
+    def scan(self, cfg: Config, builder: Builder) -> None:
+        root = self.root(cfg)
+        entries, bad = self.read(cfg, root)
+        builder.add_stored(entries, bad)
+
+    def read(self, cfg: Config, root: str) -> tuple[list[Entry], list]:
+        """(entries with audio relative to root, bad lines), in a stable order."""
+        raise NotImplementedError

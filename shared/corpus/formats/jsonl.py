@@ -1,0 +1,123 @@
+"""jsonl: a manifest file, one JSON object per line::
+
+    {"audio": "clips/a.wav", "text": "...", "speaker": "ann", "language": "fa",
+     "offset": 12.5, "duration": 3.2, "id": "a-0003"}
+
+audio and text are required; audio is relative to the manifest's folder (or
+absolute). offset and duration (seconds) cut a segment of a longer file
+(duration alone: the first `duration` seconds); speaker, language and id are
+optional (language: data.language; id: the audio path without its extension,
+with "@offset" for a segment). NeMo's key names audio_filepath and lang are read
+too, so its manifests work as they are. Unknown keys are ignored. A line that is
+not such an object is unusable, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ringfeed.shared.corpus.entry import relative
+from ringfeed.shared.corpus.format import LineFormat
+from ringfeed.shared.language.codes import language_code, valid_code
+
+# A manifest line longer than this is not parsed (a clip's text is a few hundred bytes).
+MAX_LINE_BYTES = 1 << 16
+
+
+def _number(obj: dict[str, Any], key: str) -> float | str:
+    """obj[key] as a finite float >= 0 (0.0 when absent), or the reason it is not."""
+    value = obj.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{key!r} must be a number of seconds, got {type(value).__name__}"
+    try:
+        seconds = float(value)  # an int past 1e308 overflows
+    except OverflowError:
+        return f"{key!r} must be finite and >= 0, got an integer past 1e308"
+    if not math.isfinite(seconds) or seconds < 0:
+        return f"{key!r} must be finite and >= 0, got {seconds}"
+    return seconds
+
+
+def _first(obj: dict[str, Any], *keys: str) -> Any:
+    return next((obj[k] for k in keys if k in obj), None)
+
+
+def _strings(obj: dict[str, Any]) -> tuple[str, str, str, str] | str:
+    """(audio, text, speaker, language) of a manifest object, or why not."""
+    audio, text = _first(obj, "audio", "audio_filepath"), obj.get("text")
+    speaker, language = obj.get("speaker", ""), _first(obj, "language", "lang") or ""
+    if not isinstance(audio, str) or not audio.strip():
+        return "no 'audio' path (a non-empty string)"
+    if not isinstance(text, str) or not text.strip():
+        return "no 'text' (a non-empty string)"
+    if isinstance(speaker, int) and not isinstance(speaker, bool):
+        speaker = str(speaker)  # NeMo writes speaker numbers
+    if not isinstance(speaker, str):
+        return f"'speaker' must be a string, got {type(speaker).__name__}"
+    if not isinstance(language, str) or (language and not valid_code(language)):
+        return f"'language' must be a code such as en, de or pt-br, got {language!r}"
+    return audio.strip(), text.strip(), speaker.strip(), language_code(language)
+
+
+def _not_utf8(obj: dict[str, Any]) -> str:
+    """Why a string field of obj cannot be written as UTF-8 ('' when all can): JSON may
+    escape a lone surrogate ("\\udc80"), which no file, table or hash can take later."""
+    for key, value in obj.items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"{key!r} is not valid Unicode ({exc.reason} at character {exc.start})"
+    return ""
+
+
+def parse_line(line: str, root: str) -> tuple | str:
+    """One manifest line -> its Entry-shaped tuple (audio relative to root when it lies
+    under it), or the reason it is unusable."""
+    if len(line) > MAX_LINE_BYTES:
+        return f"line longer than {MAX_LINE_BYTES} characters"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not JSON ({exc.msg} at column {exc.colno})"
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {type(obj).__name__}"
+    strings = _not_utf8(obj) or _strings(obj)
+    if isinstance(strings, str):
+        return strings
+    audio, text, speaker, language = strings
+    offset_s, duration_s = _number(obj, "offset"), _number(obj, "duration")
+    for value in (offset_s, duration_s):
+        if isinstance(value, str):
+            return value
+    item_id = obj.get("id", "")
+    if not isinstance(item_id, str):
+        return f"'id' must be a string, got {type(item_id).__name__}"
+    if not item_id:
+        item_id = Path(audio).with_suffix("").as_posix().lstrip("/")
+        item_id += f"@{offset_s:.3f}" if offset_s else ""
+    path = audio if os.path.isabs(audio) else str(Path(root) / audio)
+    return (item_id, relative(root, path), text, speaker, language, offset_s, duration_s)
+
+
+class Jsonl(LineFormat):
+    name: ClassVar[str] = "jsonl"
+    expects: ClassVar[str] = "the manifest file"
+
+    def rows(self, texts: list[str], setting: int, root: str) -> list[tuple | str]:
+        out: list[tuple | str] = []
+        for text in texts:
+            try:
+                out.append(parse_line(text, root))
+            except Exception as exc:  # noqa: BLE001 - one line costs that line (contract 9)
+                # json.loads raises ValueError past 4300 digits, RecursionError when nested
+                # thousands deep; whatever else one line can raise, the others stay usable.
+                out.append(f"unreadable line ({type(exc).__name__}: {str(exc)[:200]})")
+        return out
+
+    def guess_id(self, raw: bytes) -> str:
+        return ""

@@ -1,0 +1,60 @@
+"""One clip's bytes from inside a tar shard (shared/corpus/formats/shards.py), by the
+(offset, size) its entry carries: one pread, the shard file kept open for the next.
+
+Used by producers (the audio of a granted item) and by the tools that read audio
+headers (validate, the length table). Remote shards come through the local shard
+cache (shared/corpus/object_store.py ShardCache) first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Any
+
+from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.object_store import ShardCache, is_remote
+
+# Open shard files a producer keeps (one fd each); the least recently used is closed.
+OPEN_SHARDS = 16
+
+
+class MemberReader:
+    """Reads one clip's bytes from its shard (one pread), keeping up to OPEN_SHARDS
+    files open; remote shards come through the local shard cache (object_store)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._open: OrderedDict[str, int] = OrderedDict()
+        self._pid = os.getpid()
+        self._store: Any = None
+        self.reads = 0
+
+    def counters(self) -> dict[str, int]:
+        """The shard cache's hits, fetches, bytes and retries (remote shards; else {})."""
+        return self._store.counters() if self._store else {}
+
+    def read(self, shard: str, offset: int, size: int) -> bytes:
+        if os.getpid() != self._pid:  # forked: the fds are the parent's
+            self._open.clear()
+            self._pid = os.getpid()
+        if is_remote(shard):
+            if self._store is None:
+                self._store = ShardCache(self.cfg)
+            shard = self._store.local(shard)
+        fd = self._open.pop(shard, None)
+        if fd is None:
+            fd = os.open(shard, os.O_RDONLY | os.O_CLOEXEC)
+            while len(self._open) >= OPEN_SHARDS:
+                os.close(self._open.popitem(last=False)[1])
+        self._open[shard] = fd
+        data = os.pread(fd, size, offset)
+        self.reads += 1
+        if len(data) != size:
+            raise OSError(f"{shard}: {len(data)} of {size} bytes at {offset} (truncated shard)")
+        return data
+
+    def entry_bytes(self, entry: Entry) -> bytes | None:
+        """The clip's own bytes when it is a shard member, None for a file of its own."""
+        return self.read(entry.audio_path, *entry.member) if entry.member else None

@@ -1,0 +1,222 @@
+"""Shards on object storage (s3://, gs://, https://, any fsspec protocol), read through
+fsspec with retries and a bounded local shard cache.
+
+- Credentials and endpoints come from each store's usual environment (AWS_ACCESS_KEY_ID,
+  AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_PROFILE for S3; GOOGLE_APPLICATION_CREDENTIALS
+  for GCS), read by the store's own client, never from the config file.
+- A read that fails on a transient error (a broken pipe mid-body, a reset, a 5xx, a
+  timeout; webdataset#473, #432) is tried data.store_retries times in all, waiting
+  0.5 s, 1 s, 2 s ... in between; a missing object or a refused credential is not
+  transient and fails at once. The store client's own retries are turned off where it
+  has them (S3), so that this is the one place that retries, and counts.
+- Each shard a producer reads is copied whole, once, into the shard cache
+  (data.shard_cache_dir, default <features.cache_dir>/shard-cache), shared by the
+  producers of a host, the least recently used shards evicted past data.shard_cache_mb.
+  A clip is then one local ranged read (shared/corpus/members.py MemberReader).
+- A store that cannot be reached at all is one error naming data.path and the
+  environment to check, from the first listing (the index build, before any grant).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.entry import CorpusError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+BACKOFF_S = 0.5
+# Seconds to connect to the store and to wait for a read before calling it transient.
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0
+SHARD_SUFFIX = ".tar"
+ENVIRONMENT_HINT = {
+    "s3": "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL or AWS_PROFILE",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS",
+    "gcs": "GOOGLE_APPLICATION_CREDENTIALS",
+}
+
+
+def is_remote(path: str) -> bool:
+    """Is path an object-store URL (s3://..., gs://..., https://...)?"""
+    return "://" in path
+
+
+class StoreError(OSError):
+    """The store failed past its retries, or refused: the message names what to check."""
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path within it) for url, its client's own retries off."""
+    import fsspec
+
+    protocol = url.split("://", 1)[0]
+    # A listing decides whether the index is current: never from fsspec's listings cache;
+    # and a new client each time, so an endpoint or credentials changed in the environment
+    # are the ones used (fsspec's instance cache keys on arguments only). One client a
+    # shard fetched or scanned, or a listing: rare beside the reads they make.
+    options: dict[str, Any] = {"use_listings_cache": False, "skip_instance_cache": True}
+    if protocol in ("s3", "s3a"):
+        options |= {
+            "config_kwargs": {
+                "retries": {"max_attempts": 1, "mode": "standard"},
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "read_timeout": READ_TIMEOUT_S,
+            },
+        }
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **options)
+    except (ImportError, ValueError) as exc:
+        raise CorpusError(f"data.path: no reader for {protocol}:// ({exc}): install the "
+                           "fsspec package of that store (s3fs, gcsfs)") from None  # fmt: skip
+    if hasattr(fs, "retries"):  # s3fs retries a broken read itself, uncounted: ours do
+        fs.retries = 1
+    return fs, path
+
+
+# Errors that another try cannot mend: a missing object, a refused credential, a bug.
+PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, TypeError, AttributeError,
+             NotImplementedError)  # fmt: skip
+
+
+def _transient(exc: BaseException) -> bool:
+    return not isinstance(exc, PERMANENT)
+
+
+def with_retries(cfg: Config, what: str, fn: Callable[[], T], on_retry: Callable[[], None]) -> T:
+    """fn(), tried data.store_retries times in all on transient errors, with backoff."""
+    tries = cfg.data.store_retries
+    for attempt in range(tries):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - store clients raise many types; sorted below
+            if not _transient(exc) or attempt == tries - 1:
+                protocol = cfg.data.path.split("://", 1)[0]
+                hint = ENVIRONMENT_HINT.get(protocol, "the store's credentials")
+                raise StoreError(
+                    f"data.path: {what} failed after {attempt + 1} tries "
+                    f"({type(exc).__name__}: {str(exc)[:200]}): check that {cfg.data.path} "
+                    f"exists and can be reached, and the environment ({hint})"
+                ) from exc
+            wait_s = BACKOFF_S * 2**attempt
+            log.warning("%s: %s (%s); trying again in %.1f s", what, type(exc).__name__,
+                        str(exc)[:200], wait_s)  # fmt: skip
+            on_retry()
+            time.sleep(wait_s)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def list_shards(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
+    """(root URL, [(shard name, size, version stamp)]) of the shards under data.path."""
+    root = cfg.data.path.rstrip("/")
+    fs, path = _filesystem(root)
+    try:
+        listing = with_retries(cfg, f"listing {root}", lambda: fs.ls(path, detail=True),
+                               lambda: None)  # fmt: skip
+    except StoreError as exc:
+        raise CorpusError(str(exc)) from None
+    found = []
+    for entry in listing:
+        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        if name.endswith(SHARD_SUFFIX) and entry.get("type", "file") == "file":
+            stamp = entry.get("ETag") or entry.get("LastModified") or entry.get("mtime") or ""
+            found.append((name, int(entry.get("size") or 0), str(stamp)))
+    if not found:
+        raise CorpusError(f"data.path: no *{SHARD_SUFFIX} shards under {root} (data.format: "
+                           "shards)")  # fmt: skip
+    return root, sorted(found)
+
+
+class ShardCache:
+    """Local copies of remote shards, least recently used evicted past shard_cache_mb.
+    Counters (this process): hits, fetched shards and bytes, retries."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        folder = cfg.data.shard_cache_dir or os.path.join(cfg.features.cache_dir, "shard-cache")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.capacity_bytes = cfg.data.shard_cache_mb * 2**20
+        self.hits = self.fetched = self.fetched_bytes = self.retries = 0
+
+    def local(self, url: str) -> str:
+        """A local path holding the shard at url, fetched (with retries) if not cached."""
+        path = self.folder / (hashlib.blake2b(url.encode(), digest_size=12).hexdigest() + ".tar")
+        try:
+            os.utime(path)  # its mtime is its last use: the eviction order
+            self.hits += 1
+            return str(path)
+        except FileNotFoundError:
+            pass
+        fs, remote = _filesystem(url)
+        data = with_retries(self.cfg, f"reading {url}", lambda: fs.cat_file(remote),
+                            self._retried)  # fmt: skip
+        self._make_room(len(data))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        self.fetched += 1
+        self.fetched_bytes += len(data)
+        return str(path)
+
+    def _retried(self) -> None:
+        self.retries += 1
+
+    def _make_room(self, incoming: int) -> None:
+        """Evict the least recently used shards until `incoming` more bytes fit."""
+        files = []
+        for entry in os.scandir(self.folder):
+            if entry.name.endswith(".tar") and not entry.name.startswith("."):
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:
+                    continue  # another producer evicted it meanwhile
+                files.append((st.st_mtime_ns, st.st_size, entry.path))
+        total = sum(size for _, size, _ in files) + incoming
+        for _, size, name in sorted(files):
+            if total <= self.capacity_bytes:
+                break
+            with_missing_ok(name)
+            total -= size
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "shard_hits": self.hits,
+            "shards_fetched": self.fetched,
+            "shard_bytes_fetched": self.fetched_bytes,
+            "store_retries": self.retries,
+        }
+
+
+def with_missing_ok(path: str) -> None:
+    """Unlink path; gone already is fine (another producer evicted it). A reader that has
+    it open keeps reading its bytes (POSIX unlink)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# Bytes a ranged read of the index build fetches at least: a tar header and a text member
+# are 512 bytes each, and the scan seeks over the audio in between.
+SCAN_BLOCK_BYTES = 1 << 16
+
+
+def scan_remote(cfg: Config, url: str, scan: Callable[[Any], T]) -> T:
+    """scan(file object) over the shard at url read by ranged reads (headers and text
+    members, never the audio as a whole), the whole scan tried again on a transient error."""
+    fs, remote = _filesystem(url)
+
+    def attempt() -> T:
+        with fs.open(remote, "rb", block_size=SCAN_BLOCK_BYTES, cache_type="readahead") as f:
+            return scan(f)
+
+    return with_retries(cfg, f"scanning {url}", attempt, lambda: None)

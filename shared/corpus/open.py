@@ -1,0 +1,121 @@
+"""Opening the corpus: the index that is current, built first when it is not.
+
+Current or stale: the index file's header keeps the format's stamp of the corpus
+(a metadata file's size and mtime; a hash of every folder's or shard's stamp),
+and its file name hashes every setting that decides the items (path, format,
+text column, language). A stale or missing index is built by one process at a
+time (a lock file beside it), in a subprocess (``python -m
+ringfeed.shared.corpus.build``), so no process keeps the build's memory; the
+others wait for it and map the result. A cache folder that cannot be written
+falls back to the corpus built in memory, with a warning, where the format
+allows it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import child_environment
+from ringfeed.shared.corpus.build import build, write_built
+from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry
+from ringfeed.shared.corpus.format import CorpusFormat
+from ringfeed.shared.corpus.index import BuiltIndex, CorpusIndex, MemoryStore, index_path
+from ringfeed.shared.corpus.index_file import IndexFileError
+from ringfeed.shared.corpus.registry import format_of
+
+log = logging.getLogger(__name__)
+
+
+def open_corpus(cfg: Config, in_subprocess: bool = True) -> CorpusIndex:
+    """cfg.data's index: computed (synthetic), mapped (built first if missing or stale:
+    one builder at a time, in a subprocess unless in_subprocess is False), or built in
+    memory when the cache folder cannot be written. ConfigError for a setting the
+    format cannot serve, CorpusError for a corpus that cannot be read."""
+    fmt = format_of(cfg)
+    fmt.check(cfg)
+    computed = fmt.computed_index(cfg)
+    if computed is not None:
+        return computed
+    path = index_path(cfg)
+    index = _current(cfg, fmt, path)
+    if index is not None:
+        return index
+    fmt.stamp(cfg)  # a missing corpus is its own error, before any lock
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - held across the build
+    except OSError as exc:
+        return _in_memory_instead(cfg, fmt, path.parent, exc)
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it: wait
+        index = _current(cfg, fmt, path)
+        if index is None:
+            log.info("corpus index: building %s", path)
+            if in_subprocess:
+                _build_in_subprocess(cfg)
+            else:
+                write_built(cfg)
+            index = _current(cfg, fmt, path)
+    if index is None:
+        raise CorpusError(f"{path}: the corpus changed while it was indexed: start again")
+    return index
+
+
+def build_in_memory(cfg: Config) -> BuiltIndex:
+    """cfg.data's index built in this process and held in memory (nothing written)."""
+    return BuiltIndex(MemoryStore(*build(cfg)))
+
+
+def read_corpus(cfg: Config) -> tuple[list[Entry], list[BadLine]]:
+    """The whole corpus in memory: (its entries whose audio file exists, in corpus order;
+    its unusable lines and a line for each entry whose local audio file is missing, in
+    file and line order).
+    For tests and tools: a run maps the index instead (open_corpus)."""
+    index = build_in_memory(cfg)
+    entries, bad = [], list(index.bad_lines)
+    for item, entry in enumerate(index.entries):
+        remote = "://" in entry.audio_path
+        if remote or os.path.isfile(entry.audio_path):
+            entries.append(entry)
+        else:
+            file, line = index.source(item)
+            bad.append(BadLine(file, line, f"audio file not found: {entry.audio_path}",
+                               entry.item_id))  # fmt: skip
+    return entries, sorted(bad, key=lambda b: (b.file, b.line))
+
+
+def _current(cfg: Config, fmt: CorpusFormat, path: Path) -> BuiltIndex | None:
+    try:
+        index = BuiltIndex.mapped(path)
+    except (OSError, IndexFileError, KeyError, ValueError):
+        return None
+    try:
+        stamp = fmt.stamp(cfg)
+    except OSError:
+        return None
+    return index if index.store.header.get("source") == stamp else None
+
+
+def _in_memory_instead(cfg: Config, fmt: CorpusFormat, folder: Path, exc: OSError) -> BuiltIndex:
+    if not fmt.in_memory_ok:
+        raise CorpusError(f"features.cache_dir: cannot write the corpus index in {folder} "
+                          f"({exc}): point it at a writable folder") from None  # fmt: skip
+    log.warning("features.cache_dir: cannot keep the corpus index in %s (%s): every "
+                "process reads the corpus in memory; point it at a writable folder",
+                folder, exc)  # fmt: skip
+    return build_in_memory(cfg)
+
+
+def _build_in_subprocess(cfg: Config) -> None:
+    argv = [sys.executable, "-m", "ringfeed.shared.corpus.build"]
+    done = subprocess.run(argv, input=cfg.to_yaml(), text=True, check=False,
+                          env=child_environment())  # fmt: skip
+    if done.returncode != 0:
+        raise CorpusError(f"data.path: the corpus index could not be built (exit code "
+                          f"{done.returncode}; its log says why)")  # fmt: skip

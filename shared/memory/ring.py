@@ -1,0 +1,389 @@
+"""A ring of fixed-shape slots in one POSIX shared-memory segment.
+
+Layout (all offsets in bytes, one struct constant each, see HEADER_DTYPE and
+SLOT_DTYPE)::
+
+    [ header | field table | slot headers x n_slots | pad | slot 0 | slot 1 | ... ]
+
+Each slot holds every payload field at a fixed offset (64-byte aligned), so
+``ring.view("mel")`` is a zero-copy numpy array of shape [n_slots, *shape] and
+``ring.view("mel")[k]`` is slot k's field.
+
+Slot states of the sample ring. Each field of a slot header has one writer
+(a record for the inspector and for crash forensics; ownership itself travels
+in ZeroMQ messages, README "Design", contract 1). The stager's slot manager
+(consumer/stager/slot_manager.py) is the only writer of ``state``,
+``generation``, ``item``, ``epoch``, ``producer`` and ``t_granted``; the
+grantee writes only its own progress: ``writing_generation`` and ``t_write``
+when it starts, then the payload, ``lengths``, ``t_ready`` and last
+``sealed_generation``::
+
+            grant (manager: generation += 1)
+    FREE ----------------------------------> GRANTED  (WRITING, READY-sealed: shown
+     ^  ^                                       |      from the producer's fields)
+     |  | lease expired, producer dead          | READY accepted (owner, generation,
+     |  +---------------------------------------+  seal all match)
+     |        (FENCED while it may live)        v
+     +------- stager copied it into a batch -- READY
+
+:func:`shown_state` is what the inspector draws: a GRANTED slot whose
+producer wrote ``writing_generation`` equal to its generation is WRITING, and
+one it has also sealed is READY, before the manager has read its READY.
+
+FENCED: a slot taken back from a producer that may still write it; why and
+for how long: consumer/stager/slot_manager.py. Exactly once, with leases per
+grant: README, "Design", contracts 2 and 3.
+
+The batch ring has its own states and a flat layout of one batch per slot
+(consumer/stager/batch_ring.py), written by the stager's batch builder only.
+
+Ownership of the segment (README "Design", contract 6): the creator (the stager) unlinks it.
+Every other process attaches by name without any resource tracker, because
+this module maps /dev/shm files directly instead of using
+multiprocessing.shared_memory, whose tracker on Python 3.11 unlinks segments
+that an attaching process did not create. A segment whose owner pid is dead
+is stale and is removed by :func:`remove_stale_segments` at start. The creator
+reserves every byte of the segment before anyone maps it (shared/memory/shm.py): a
+/dev/shm too small is an error at creation, never a SIGBUS at a later write.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import time
+from collections.abc import Iterable
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+import xxhash
+
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import USER_PREFIX
+from ringfeed.shared.memory.shm import SHM_DIR, check_shm_fits, reserve
+from ringfeed.shared.sample.schema import MAX_SAMPLE_FIELDS
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"RINGFEED"
+# 3: up to 24 fields a slot and 16 lengths (the declared sample schema, issue 20).
+LAYOUT_VERSION = 3
+# A batch holds each sample field, its lens, items and the ids: 7 by default; a sample
+# holds at most MAX_LENGTHS fields (shared/config/fields.py says so at load).
+MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 24, 4, MAX_SAMPLE_FIELDS, 64
+SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
+
+FIELD_DTYPE = np.dtype(
+    [
+        ("name", "S16"),
+        ("dtype", "S8"),
+        ("ndim", "<u4"),
+        ("shape", "<u4", (MAX_DIMS,)),
+        ("offset", "<u8"),
+        ("nbytes", "<u8"),
+    ]
+)
+
+HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "S8"),
+        ("layout_version", "<u4"),
+        ("n_slots", "<u4"),
+        ("n_fields", "<u4"),
+        ("owner_pid", "<u4"),
+        ("run_id", "S32"),
+        ("kind", "S16"),
+        ("created_s", "<f8"),
+        ("stats_endpoint", "S128"),
+        ("slot_headers_offset", "<u8"),
+        ("payload_offset", "<u8"),
+        ("slot_stride", "<u8"),
+        ("fields", FIELD_DTYPE, (MAX_FIELDS,)),
+    ]
+)
+
+SLOT_DTYPE = np.dtype(
+    [
+        ("state", "<u4"),
+        ("generation", "<u4"),
+        ("item", "<i8"),
+        ("epoch", "<u4"),
+        ("producer", "<i4"),
+        ("lengths", "<i4", (MAX_LENGTHS,)),
+        ("t_granted", "<f8"),
+        ("t_write", "<f8"),
+        ("t_ready", "<f8"),
+        # Written by the producer before the payload: the generation it writes under.
+        ("writing_generation", "<u4"),
+        # Written by the producer after the payload: the generation it wrote under.
+        ("sealed_generation", "<u4"),
+        ("checksum", "<u4"),
+    ]
+)
+
+
+def rows_checksum(arrays: Iterable[np.ndarray]) -> int:
+    """A 52-bit hash (xxh3) of the bytes of `arrays`, in order: what a producer puts
+    in its READY for the used rows of each field, and what the stager checks again
+    after copying the rows out. 52 bits: a protocol integer (shared.wire.protocol)."""
+    h = 0
+    for a in arrays:  # each array's hash seeds the next: one pass, no joined copy
+        h = xxhash.xxh3_64_intdigest(a if a.flags.c_contiguous else np.ascontiguousarray(a), h)
+    return h >> 12
+
+
+class SlotState(IntEnum):
+    """A sample slot's state; WRITING is shown, never stored (see shown_state)."""
+
+    FREE = 0
+    GRANTED = 1
+    WRITING = 2
+    READY = 3
+    FENCED = 4
+
+
+def shown_state(rec: np.void) -> SlotState:
+    """The state of one SLOT_DTYPE record as the inspector shows it: the manager's
+    state, refined by the producer's progress fields for a GRANTED slot."""
+    state = SlotState(int(rec["state"]))
+    if state is SlotState.GRANTED:
+        if int(rec["sealed_generation"]) == int(rec["generation"]):
+            return SlotState.READY
+        if int(rec["writing_generation"]) == int(rec["generation"]):
+            return SlotState.WRITING
+    return state
+
+
+class RingError(RuntimeError):
+    """The segment is missing, foreign, of another layout, or does not fit."""
+
+
+FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def segment_name(run_id: str, kind: str) -> str:
+    """The /dev/shm name of a run's ring; kind is 'samples' or 'batches'."""
+    return f"{SEGMENT_PREFIX}{run_id}-{kind}"
+
+
+class Layout(NamedTuple):
+    """In bytes: each field's offset in a slot, the slot stride, the first slot's offset
+    (page-aligned), the segment's size. Written into the header, which readers go by."""
+
+    offsets: dict[str, int]
+    stride: int
+    payload: int
+    total: int
+
+
+def layout(fields: FieldSpec, n_slots: int) -> Layout:
+    """Where a segment of `n_slots` slots of `fields` keeps everything (Layout)."""
+    offsets, pos = {}, 0
+    for name, (shape, dtype) in fields.items():
+        offsets[name] = pos
+        pos = _align(pos + int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    stride = max(pos, ALIGN)
+    slot_headers = _align(HEADER_DTYPE.itemsize)
+    payload = _align(slot_headers + n_slots * SLOT_DTYPE.itemsize)
+    payload = (payload + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+    return Layout(offsets, stride, payload, payload + n_slots * stride)
+
+
+def parse_header(buf: bytes | mmap.mmap) -> np.void | None:
+    """The HEADER_DTYPE record at the start of `buf` (a view of it, for a mapping), or
+    None if `buf` does not start like a ring (too short, or no MAGIC). The one reader of
+    a ring header, for Ring and for shared/memory/segments.py's read_header(path)."""
+    if len(buf) < HEADER_DTYPE.itemsize or bytes(buf[: len(MAGIC)]) != MAGIC:
+        return None
+    return np.frombuffer(buf, dtype=HEADER_DTYPE, count=1)[0]
+
+
+def slot_bytes(fields: FieldSpec) -> int:
+    """Payload bytes of one slot (its stride: fields 64-byte aligned)."""
+    return layout(fields, 1).stride
+
+
+def rings_bytes(cfg: Config) -> int:
+    """Both rings of a run, as the stager will create them."""
+    samples = layout(cfg.sample_fields(), cfg.ring.slots).total
+    return samples + layout(cfg.batch_ring_fields(), cfg.stager.batch_slots).total
+
+
+def check_rings_fit(cfg: Config) -> None:
+    """Before anything starts: can both rings of this config fit in /dev/shm?"""
+    check_shm_fits(rings_bytes(cfg), "the rings", "ring.slots", slot_bytes(cfg.sample_fields()))
+
+
+class Ring:
+    """A mapped ring segment. Use :meth:`create` (owner) or :meth:`attach` (others).
+
+    Attributes: ``header`` (a HEADER_DTYPE record view), ``slots`` (SLOT_DTYPE
+    array [n_slots]), ``fields`` (name -> (shape, dtype)) and :meth:`view`.
+    """
+
+    def __init__(self, name: str, fd: int, mm: mmap.mmap, owner: bool, writable: bool) -> None:
+        self.name = name
+        self.owner = owner
+        self.writable = writable
+        self._fd = fd
+        self._mm = mm
+        self._unlinked = False
+        self._views: dict[str, np.ndarray] = {}
+        buf = np.frombuffer(mm, dtype=np.uint8)
+        self._buf = buf
+        header = parse_header(mm)
+        if header is None:
+            self.close()
+            raise RingError(f"/dev/shm/{name} is not a ringfeed ring (too small, or bad magic)")
+        self.header = header
+        version = int(self.header["layout_version"])
+        if version != LAYOUT_VERSION:
+            self.close()
+            raise RingError(
+                f"/dev/shm/{name} has layout version {version}, this code reads "
+                f"{LAYOUT_VERSION}: run producers and stager from the same ringfeed version"
+            )
+        self.n_slots = int(self.header["n_slots"])
+        off = int(self.header["slot_headers_offset"])
+        self.slots = buf[off : off + self.n_slots * SLOT_DTYPE.itemsize].view(SLOT_DTYPE)
+        self.fields: FieldSpec = {}
+        payload, stride = int(self.header["payload_offset"]), int(self.header["slot_stride"])
+        if payload + self.n_slots * stride > len(mm):  # the header is all we go by
+            self.close()
+            raise RingError(f"/dev/shm/{name} is shorter than its header says: not a whole ring")
+        for rec in self.header["fields"][: int(self.header["n_fields"])]:
+            shape = tuple(int(d) for d in rec["shape"][: int(rec["ndim"])])
+            fname, dtype = rec["name"].decode(), np.dtype(rec["dtype"].decode())
+            self.fields[fname] = (shape, dtype)
+            self._views[fname] = np.ndarray(
+                (self.n_slots, *shape), dtype, mm, payload + int(rec["offset"]),
+                (stride, *np.empty(shape, dtype).strides),
+            )  # fmt: skip
+            self._views[fname].flags.writeable = writable
+        self.slots.flags.writeable = writable
+
+    # ------------------------------------------------------------ creation
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        fields: FieldSpec,
+        n_slots: int,
+        run_id: str,
+        kind: str,
+        stats_endpoint: str = "",
+    ) -> Ring:
+        """Create and own a new segment (the stager calls this). Fails if it exists."""
+        if len(fields) > MAX_FIELDS:
+            raise RingError(f"at most {MAX_FIELDS} fields per slot, got {len(fields)}")
+        if any(len(shape) > MAX_DIMS for shape, _ in fields.values()):
+            raise RingError(f"at most {MAX_DIMS} dimensions per field: {fields}")
+        where = layout(fields, n_slots)
+        key = "stager.batch_slots" if kind == "batches" else "ring.slots"
+        what = f"ring {name} and its headers"
+        check_shm_fits(where.total, what, key, where.stride)
+        path = SHM_DIR / name
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:  # every page taken now: no SIGBUS at a later write (shared/memory/shm.py)
+            reserve(fd, where.total, what, key, where.stride)
+            mm = mmap.mmap(fd, where.total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        header = np.frombuffer(mm, dtype=HEADER_DTYPE, count=1)[0]
+        _write_header(header, fields, where, n_slots, run_id, kind, stats_endpoint)
+        del header
+        mm[: len(MAGIC)] = MAGIC  # last: a reader never sees a half-made header as valid
+        return cls(name, fd, mm, owner=True, writable=True)
+
+    @classmethod
+    def attach(cls, name: str, writable: bool = True) -> Ring:
+        """Map an existing segment without owning it (producers, trainer, inspector)."""
+        path = SHM_DIR / name
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError:
+            raise RingError(
+                f"no ring /dev/shm/{name}: is the stager of this run running? "
+                "(`ringfeed inspect` finds the newest live run)"
+            ) from None
+        size = os.fstat(fd).st_size
+        if size < HEADER_DTYPE.itemsize:  # mmap cannot map an empty file
+            os.close(fd)
+            raise RingError(f"/dev/shm/{name} is too small to be a ring ({size} bytes)")
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+        return cls(name, fd, mm, owner=False, writable=writable)
+
+    # ------------------------------------------------------------ access
+    def view(self, field: str) -> np.ndarray:
+        """Zero-copy array [n_slots, *shape] of one payload field."""
+        return self._views[field]
+
+    @property
+    def run_id(self) -> str:
+        return self.header["run_id"].decode()
+
+    @property
+    def owner_pid(self) -> int:
+        return int(self.header["owner_pid"])
+
+    @property
+    def stats_endpoint(self) -> str:
+        return self.header["stats_endpoint"].decode()
+
+    # ------------------------------------------------------------ teardown
+    def close(self) -> None:
+        """Unmap; idempotent. Outside views must be gone first or the map stays (GC frees it)."""
+        if self._mm is None:
+            return
+        self._views.clear()
+        self.slots = None  # type: ignore[assignment]
+        self.header = None
+        self._buf = None  # type: ignore[assignment]
+        try:
+            self._mm.close()
+        except BufferError:
+            # A caller still holds a view; the mapping is released when it is collected.
+            log.debug("ring %s: views still alive at close", self.name)
+        self._mm = None  # type: ignore[assignment]
+        os.close(self._fd)
+
+    def unlink(self) -> None:
+        """Remove the segment name (owner only); idempotent."""
+        if not self.owner or self._unlinked:
+            return
+        self._unlinked = True
+        (SHM_DIR / self.name).unlink(missing_ok=True)
+
+    def __enter__(self) -> Ring:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self.unlink()
+
+
+def _write_header(
+    h: np.void, fields: FieldSpec, where: Layout, n_slots: int, run_id: str, kind: str,
+    stats_endpoint: str,
+) -> None:  # fmt: skip
+    """Fill a new segment's header (all but MAGIC, which :meth:`Ring.create` writes last)."""
+    h["layout_version"], h["n_slots"], h["n_fields"] = LAYOUT_VERSION, n_slots, len(fields)
+    h["owner_pid"], h["created_s"] = os.getpid(), time.time()
+    h["run_id"], h["kind"] = run_id.encode(), kind.encode()
+    h["stats_endpoint"] = stats_endpoint.encode()
+    h["slot_headers_offset"] = _align(HEADER_DTYPE.itemsize)
+    h["payload_offset"], h["slot_stride"] = where.payload, where.stride
+    for rec, (fname, (shape, dtype)) in zip(h["fields"], fields.items(), strict=False):
+        rec["name"], rec["dtype"] = fname.encode(), np.dtype(dtype).str.encode()
+        rec["ndim"], rec["shape"][: len(shape)] = len(shape), shape
+        rec["offset"] = where.offsets[fname]
+        rec["nbytes"] = int(np.prod(shape)) * np.dtype(dtype).itemsize

@@ -1,0 +1,102 @@
+"""The slot messages of shared/wire/protocol.py: GRANT and READY, several slots per message.
+
+They travel as parallel lists on the wire (build with ``of``, read with
+``entries``) because per-message cost, not bytes, limits the ring with small
+work per sample (README, ring benchmark). Imported through shared.wire.protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class GrantEntry(NamedTuple):
+    """One grant: fill `slot` (stamped with `generation`) with `item`, the plan's
+    `position`."""
+
+    slot: int
+    generation: int
+    item: int
+    position: int
+
+
+class ReadyEntry(NamedTuple):
+    """One filled slot: `lengths` holds the true rows of each ring field in ring order,
+    `checksum` the rows_checksum (shared/memory/ring.py) of those rows as written."""
+
+    slot: int
+    generation: int
+    item: int
+    lengths: list[int]
+    checksum: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One or more grants (:class:`GrantEntry`), as parallel lists on the wire: build
+    with :meth:`of`, read with :meth:`entries`.
+
+    Grants travel in batches because per-message cost, not bytes, limits the
+    ring with small work per sample (README, ring benchmark)."""
+
+    slots: list[int]
+    generations: list[int]
+    items: list[int]
+    positions: list[int]
+
+    @classmethod
+    def of(cls, entries: list[GrantEntry]) -> Grant:
+        return cls(*(list(column) for column in zip(*entries, strict=True)))
+
+    def entries(self) -> list[GrantEntry]:
+        """The grants; a GRANT whose lists differ in length is refused at decode."""
+        columns = (self.slots, self.generations, self.items, self.positions)
+        return [GrantEntry(*g) for g in zip(*columns, strict=True)]
+
+
+@dataclass(frozen=True)
+class Ready:
+    """One or more filled slots (:class:`ReadyEntry`), as parallel lists on the wire:
+    lengths holds n_fields true sizes per entry, flattened; truncated is 0/1 per entry.
+    Build with :meth:`of`, read with :meth:`entries`. A remote producer sends one entry
+    and its rows as raw payload frames, one per field."""
+
+    slots: list[int]
+    generations: list[int]
+    items: list[int]
+    lengths: list[int]
+    checksums: list[int]
+    truncated: list[int]
+
+    @classmethod
+    def of(cls, entries: list[ReadyEntry]) -> Ready:
+        return cls(
+            [e.slot for e in entries],
+            [e.generation for e in entries],
+            [e.item for e in entries],
+            [n for e in entries for n in e.lengths],
+            [e.checksum for e in entries],
+            [int(e.truncated) for e in entries],
+        )
+
+    def entries(self, n_fields: int) -> list[ReadyEntry] | str:
+        """The entries, or why the lists do not line up (the stager rejects the READY:
+        n_fields depends on the run, so decode cannot check it)."""
+        n = len(self.slots)
+        if not (len(self.generations) == len(self.items) == len(self.checksums) == n) or (
+            len(self.truncated) != n or len(self.lengths) != n * n_fields
+        ):
+            return f"READY with inconsistent list sizes ({n} slots)"
+        return [
+            ReadyEntry(
+                self.slots[i],
+                self.generations[i],
+                self.items[i],
+                self.lengths[i * n_fields : (i + 1) * n_fields],
+                self.checksums[i],
+                bool(self.truncated[i]),
+            )
+            for i in range(n)
+        ]
