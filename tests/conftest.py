@@ -4,8 +4,16 @@ tests/runs.py, peers.py, checks.py, processes.py and polling.py)."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import pytest
+
+from ringfeed.shared.config.environment import child_environment
+
+# Every process a test starts runs this checkout's code, whatever its working directory
+# and however it is started (the editable install maps `ringfeed` to the checkout it was
+# installed from, which may be another worktree).
+os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
 
 
 @pytest.fixture(scope="session")
