@@ -92,9 +92,7 @@ def _header(entry: Entry, members: MemberReader) -> Any:
     return sf.info(io.BytesIO(members.read(entry.audio_path, offset, min(size, HEADER_BYTES))))
 
 
-def audio_verdict(
-    entry: Entry, cfg: Config, members: MemberReader
-) -> tuple[str, float, int]:
+def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str, float, int]:
     """(the rule that skips the clip, "" if none, "remote" if not checked; its seconds,
     0.0 if unknown; its channels, 0 if unknown) from its header, as producer/audio.py
     judges it. Object storage is not read here: validate would fetch the corpus."""
