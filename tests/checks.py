@@ -6,18 +6,40 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
+import numpy as np
+
 from ringfeed.consumer.client.batch_client import BatchClient
 from ringfeed.consumer.stager.plan import EpochPlan
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import Config
 from tests.polling import wait_for
 
+# Producers and the test process compute the same float features on different threads
+# and, across hosts, on different CPUs (AVX2 or AVX-512): a log-mel value of the same clip
+# may differ in its last bits (9.5e-7 seen between one and two BLAS threads). A wrong
+# clip, a misplaced row or a torn copy differs by far more than this.
+FEATURE_ATOL = 1e-4
+
+
+def same_rows(got: np.ndarray, want: np.ndarray) -> bool:
+    """got is want: equal shapes, integers equal, floats within FEATURE_ATOL (never
+    compared bit for bit across processes: no code here promises that)."""
+    if got.shape != want.shape:
+        return False
+    if np.issubdtype(want.dtype, np.floating):
+        return bool(np.allclose(got, want, rtol=0, atol=FEATURE_ATOL))
+    return bool(np.array_equal(got, want))
+
 
 def consume(
-    client: BatchClient, on_batch: Callable[[int], None] | None = None, timeout_s: float = 60
+    client: BatchClient,
+    on_batch: Callable[[int], None] | None = None,
+    timeout_s: float = 60,
+    kept: list[dict] | None = None,
 ) -> list[int]:
     """Every valid item id of every batch until the plan ends; checks every row against
-    its item (synthetic data). on_batch(n_items_so_far) runs after each batch."""
+    its item (synthetic data). on_batch(n_items_so_far) runs after each batch; kept, if
+    given, gets each batch's arrays (views into the ring, kept past their free)."""
     items: list[int] = []
 
     def plan_ended() -> bool:
@@ -25,6 +47,8 @@ def consume(
         if batch is None:
             return True
         items.extend(check_synthetic_rows(batch.arrays, batch.meta.n_valid, client.cfg))
+        if kept is not None:
+            kept.append(batch.arrays)
         client.free(batch)
         if on_batch is not None:
             on_batch(len(items))

@@ -186,9 +186,13 @@ def test_a_restarted_stager_is_rejoined_where_its_consumer_stands(tmp_path: Path
                 run.wait("stager", 10)
                 run.start("stager")
 
-        items = consume(client, on_batch=restart_once, timeout_s=120)
+        kept: list[dict] = []
+        items = consume(client, on_batch=restart_once, timeout_s=120, kept=kept)
         client.close()
         assert run.wait("stager", 30) == 0
+        # Views kept past their free, across the restart and past close, stay readable
+        # (a view that outlived its map once crashed the process that printed it).
+        assert all(repr(a) and a.sum() is not None for arrays in kept for a in arrays.values())
         quarantine = read_quarantine(run.dir / "quarantine.jsonl")
         logs = run.logs(tail=1_000_000)
     assert run.launches == 3, "the stager was never restarted"

@@ -103,6 +103,28 @@ def test_a_segment_shorter_than_its_header_says_is_refused(run_id: str) -> None:
         path.unlink()
 
 
+def test_a_view_kept_past_close_and_unlink_stays_readable(run_id: str) -> None:
+    """A view of an attached ring outlives the ring's close, the owner's close and the
+    segment's unlink (a batch kept after free, a stager restarted): reading or printing
+    it neither crashes nor reads unmapped memory. In a child: a crash is an exit code."""
+    code = (
+        "import numpy as np\n"
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.shared.memory.ring import Ring, segment_name\n"
+        f"owner = Ring.create(segment_name('{run_id}', 'samples'), Config().sample_fields(), "
+        f"2, '{run_id}', 'samples')\n"
+        "owner.view('tokens')[1] = np.arange(owner.view('tokens').shape[1])\n"
+        "reader = Ring.attach(owner.name)\n"
+        "kept = reader.view('tokens')[1]\n"
+        "reader.close(); owner.close(); owner.unlink()\n"
+        "print(int(kept.sum()), repr(kept)[:20])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    n = Config().text.max_text_len
+    assert out.stdout.split()[0] == str(n * (n - 1) // 2)
+
+
 def test_only_the_owner_unlinks(run_id: str) -> None:
     fields = Config().sample_fields()
     owner = Ring.create(segment_name(run_id, "samples"), fields, 2, run_id, "samples")

@@ -261,8 +261,11 @@ class Ring:
             shape = tuple(int(d) for d in rec["shape"][: int(rec["ndim"])])
             fname, dtype = rec["name"].decode(), np.dtype(rec["dtype"].decode())
             self.fields[fname] = (shape, dtype)
+            # buffer=buf, never mm: numpy keeps no export of a buffer it is handed, only a
+            # reference, so mm.close() would unmap under a live view (a segfault when it
+            # is read); buf (np.frombuffer) holds mm's export for as long as any view lives.
             self._views[fname] = np.ndarray(
-                (self.n_slots, *shape), dtype, mm, payload + int(rec["offset"]),
+                (self.n_slots, *shape), dtype, buf, payload + int(rec["offset"]),
                 (stride, *np.empty(shape, dtype).strides),
             )  # fmt: skip
             self._views[fname].flags.writeable = writable
@@ -341,7 +344,9 @@ class Ring:
 
     # ------------------------------------------------------------ teardown
     def close(self) -> None:
-        """Unmap; idempotent. Outside views must be gone first or the map stays (GC frees it)."""
+        """Unmap; idempotent. A view still held outside (a batch kept after free or close)
+        keeps the mapping, and stays readable, until it is collected: every view holds
+        the map's buffer export, so close never unmaps under one."""
         if self._mm is None:
             return
         self._views.clear()
