@@ -203,3 +203,34 @@ def test_every_checkpoint_carries_the_runs_id_tables(tmp_path: Path) -> None:
     assert sidecar["ids"] == {"speakers": ["ann", "zoe"], "languages": ["de", "fa"]}
     (run / IDS_FILE).unlink()
     assert read_tables(run) == tables  # the checkpoint's copy stands in
+
+
+def test_the_registry_knows_every_format_the_config_allows() -> None:
+    import typing
+
+    from ringfeed.shared.config.data import DataConfig
+    from ringfeed.shared.corpus.registry import FORMATS
+
+    allowed = set(typing.get_args(typing.get_type_hints(DataConfig)["format"]))
+    assert set(FORMATS) == allowed
+    assert all(name == fmt.name for name, fmt in FORMATS.items())
+
+
+@pytest.mark.parametrize(
+    ("data", "features", "key"),
+    [
+        ({"format": "ljspeech", "shard_window": 2}, {}, "data.shard_window"),
+        ({"format": "jsonl", "path": "s3://bucket/corpus.jsonl"}, {}, "data.path"),
+        ({"format": "synthetic"}, {"n_mels": 2}, "features.n_mels"),
+        ({"format": "synthetic", "synthetic_items": 8192**2 + 1}, {}, "data.synthetic_items"),
+    ],
+)
+def test_a_setting_the_format_cannot_serve_is_refused_when_it_opens(
+    tmp_path: Path, data: dict, features: dict, key: str
+) -> None:
+    """The format decides what it serves (shared/corpus/format.py check), at every open:
+    one line naming the key, before anything is read or built."""
+    cfg = replace(Config(), data=data, features={"cache_dir": str(tmp_path), **features})
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        open_corpus(cfg)
+    assert list(tmp_path.iterdir()) == []

@@ -23,8 +23,6 @@ def validate(cfg: Config) -> None:
         "features.fmax",
         f"need 0 <= fmin < fmax <= sample_rate/2 = {cfg.audio.sample_rate / 2}",
     )
-    if cfg.data.format == "synthetic":  # each row names its item (producer/sources.py)
-        check(f.n_mels >= 3, "features.n_mels", "synthetic items need 3 mel columns or more")
     check(
         r.slots >= s.batch_size or not s.deterministic,
         "ring.slots",

@@ -66,8 +66,6 @@ class DataConfig:
                      max_languages=self.max_languages, shard_cache_mb=self.shard_cache_mb,
                      store_retries=self.store_retries)  # fmt: skip
         check(self.text_column in (1, 2), "data.text_column", "must be 1 or 2")
-        if self.format == "synthetic":
-            check(self.synthetic_items <= 8192**2, "data.synthetic_items", "at most 8192**2")
         check(
             self.language == "auto" or valid_code(self.language),
             "data.language",
@@ -76,9 +74,5 @@ class DataConfig:
         for code in self.detect_languages:
             check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
         check(self.shard_window >= 0, "data.shard_window", "must be >= 0 (0 = off)")
-        check(not self.shard_window or self.format == "shards", "data.shard_window",
-              "only tar shards have shards to deal: set data.format: shards, or 0 "
-              "here")  # fmt: skip
-        check("://" not in self.path or self.format == "shards", "data.path",
-              f"{self.path!r} is an object-store URL: only data.format: shards reads one "
-              "(pack the corpus into tar shards, or copy it to a local folder)")  # fmt: skip
+        # What a format can serve (shard windows, object-store URLs) is the format's to
+        # check, when the corpus opens: shared/corpus/format.py.

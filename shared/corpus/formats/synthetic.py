@@ -116,6 +116,8 @@ class Synthetic(BaseFormat):
         super().check(cfg)
         if cfg.features.n_mels < 3:  # each row names its item in three columns
             raise ConfigError("features.n_mels: synthetic items need 3 mel columns or more")
+        if cfg.data.synthetic_items > STAMP_BASE**2:  # the stamps name at most that many
+            raise ConfigError(f"data.synthetic_items: at most {STAMP_BASE**2}")
 
     def computed_index(self, cfg: Config) -> SyntheticIndex:
         return SyntheticIndex(cfg)
