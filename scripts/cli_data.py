@@ -50,6 +50,7 @@ def _print_schema(cfg) -> None:
 def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     """Check what can be checked without starting a run; exit 2 on a fatal finding."""
     from ringfeed.scripts.preflight import preflight
+    from ringfeed.shared.corpus.registry import format_of
     from ringfeed.shared.memory.ring import rings_bytes, slot_bytes
     from ringfeed.shared.memory.shm import free_shm_bytes
 
@@ -86,7 +87,7 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
-    if cfg.data.format != "synthetic":
+    if format_of(cfg).has_audio:
         from ringfeed.scripts.corpus_report import corpus_check
 
         report = corpus_check(cfg)
