@@ -32,8 +32,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ringfeed.producer.session import ENDINGS, EXIT_FINISHED, pool_exit_code
 from ringfeed.producer.watchdog import HARD_FACTOR, stuck_for
-from ringfeed.producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code, run_worker
+from ringfeed.producer.worker import run_worker
 from ringfeed.shared.config import Config, config_from_dict
 from ringfeed.shared.run.process import (
     POLL_S,

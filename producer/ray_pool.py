@@ -20,8 +20,8 @@ encrypted unless the cluster runs with TLS (RAY_USE_TLS=1 and its
 certificates); README, "Beyond one host", says which set-ups are safe.
 
 The driver ends when every actor's producer has ended for good (the stager said
-the run is over, went silent, or refused it: producer/worker.py ENDINGS; such an
-actor is not replaced), with producer/worker.py pool_exit_code's code, and
+the run is over, went silent, or refused it: producer/session.py ENDINGS; such an
+actor is not replaced), with producer/session.py pool_exit_code's code, and
 stops its actors on SIGTERM or Ctrl-C.
 """
 
@@ -33,7 +33,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ringfeed.producer.worker import ENDINGS, EXIT_FINISHED, pool_exit_code
+from ringfeed.producer.session import ENDINGS, EXIT_FINISHED, pool_exit_code
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import source_hook_env
 from ringfeed.shared.run.process import POLL_S, StopFlag

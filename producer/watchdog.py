@@ -16,7 +16,7 @@ ring.lease_s (the stager gives up on the grant then anyway):
   restarted; the stager charges the item for that death and skips it after
   ring.max_item_attempts. Time the worker spent stopped (SIGSTOP, a debugger) does
   not count: a paused worker is not a stuck one, and comes back by itself
-  (producer/worker.py).
+  (producer/session.py).
 
 SampleTimeout is a BaseException, so that an ``except Exception`` inside the work
 (ours or a library's) cannot swallow it and carry on looping.

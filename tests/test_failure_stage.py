@@ -91,10 +91,10 @@ def fill_one(cfg: Config, stager: tuple[zmq.Socket, str], ring: Ring) -> tuple[p
     sock, endpoint = stager
     worker = Worker(cfg, "w0", endpoint, remote=False, stop=StopFlag())
     try:
-        worker.connect()
+        worker.start()
         ident, _ = next_message(sock, p.Hello)
         send(sock, p.Welcome(ring.run_id, ring.name, worker.source.n_items, {}), ident=ident)
-        while not worker.welcomed:
+        while not worker.session.welcomed:
             worker.poll(1.0)
         worker.fill(p.GrantEntry(0, GENERATION, ITEM, 0))
         _, skip = next_message(sock, p.Skip)
@@ -117,7 +117,7 @@ def test_an_unexpected_exception_is_quarantined_with_its_stage(
     assert skip.stage == stage
     assert skip.reason.startswith(f"unexpected Injected in {stage} at test_failure_stage.py:")
     assert skip.reason.endswith("injected fault") and skip.path.endswith("LJ001-0002.wav")
-    assert worker.done == 1
+    assert worker.session.done == 1
 
 
 def test_a_sample_that_does_not_fit_its_slot_is_quarantined_at_write(
