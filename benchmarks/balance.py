@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/balance.py [--items 200000] [--rounds 2] [--steps 30]
     .venv/bin/python benchmarks/balance.py --build 10000000 [--speakers 50000]   # plan cost
+    .venv/bin/python benchmarks/balance.py --items 20000 --rounds 1 --steps 5 --plot PNG
 
 On the generated lopsided corpus (tests/lopsided.py: languages 80 / 15 / 5 %,
 Zipf-sized speakers, the rare language speaking longer clips), three plans:
@@ -19,7 +20,8 @@ model (d_model 64, 2 layers, XLA, CPU) training on the plan's first batches (tru
 frames over step time; each shape compiled before timing; rounds alternate the
 plans). --build times the balanced plan of one epoch at that many items and its
 memory: the peak of Python allocations during the build (tracemalloc) and the
-arrays kept per epoch, in bytes per item.
+arrays kept per epoch, in bytes per item. ``--plot PATH`` draws the comparison
+(benchmarks/charts.py) for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+from charts import draw_bars, run_label
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -144,7 +147,7 @@ def useful_frames_per_s(step, cfg, batches, corpus: Corpus, steps: int) -> float
     return sum(int(b["mel_lens"].sum()) for b in data) / elapsed
 
 
-def compare(items: int, rounds: int, steps: int) -> None:
+def compare(items: int, rounds: int, steps: int, plot_path: str | None) -> None:
     corpus = lopsided_corpus(items, batch_frames=BATCH_FRAMES)
     found = plans(corpus)
     batches = {name: epoch_batches(plan, corpus) for name, plan in found.items()}
@@ -156,11 +159,19 @@ def compare(items: int, rounds: int, steps: int) -> None:
     print(f"{items} items, temperature {TEMPERATURE} by language, {rounds} rounds x {steps} steps")
     print("| plan | batches | padding eff. | worst 10-batch share gap | useful mel frames/s |")
     print("|---|---:|---:|---:|---:|")
+    pads, gaps, frames = {}, {}, {}
     for name, plan in found.items():
-        gap = worst_window(plan, corpus, balanced=name.startswith("balanced"))
+        gaps[name] = worst_window(plan, corpus, balanced=name.startswith("balanced"))
+        pads[name] = padding(batches[name], corpus)
+        frames[name] = statistics.median(rates[name])
         rounds_shown = " / ".join(f"{r:,.0f}" for r in rates[name])
-        print(f"| {name} | {len(batches[name])} | {padding(batches[name], corpus):.3f} | "
-              f"{gap:.3f} | {statistics.median(rates[name]):,.0f} ({rounds_shown}) |")  # fmt: skip
+        print(f"| {name} | {len(batches[name])} | {pads[name]:.3f} | "
+              f"{gaps[name]:.3f} | {frames[name]:,.0f} ({rounds_shown}) |")  # fmt: skip
+    if plot_path:
+        panels = [("padding efficiency", pads), ("worst 10-batch share gap", gaps),
+                  ("useful mel frames/s (median)", frames)]  # fmt: skip
+        draw_bars(plot_path, f"Balanced epochs on {items:,} lopsided clips", panels,
+                  run_label("balance.py"), ours=["balanced+buckets"])  # fmt: skip
 
 
 def many_speakers(items: int, k: int) -> Groups:
@@ -204,11 +215,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--build", type=int, default=0, help="time one epoch's plan of N items")
     parser.add_argument("--speakers", type=int, default=0, help="--build: also K Zipf speakers")
+    parser.add_argument("--plot", help="also draw the comparison into this PNG")
     args = parser.parse_args()
     if args.build:
         build(args.build, args.rounds, args.speakers)
     else:
-        compare(args.items, args.rounds, args.steps)
+        compare(args.items, args.rounds, args.steps, args.plot)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/buckets.py [--rounds 2] [--steps 30] [--data shipped,ljspeech]
     .venv/bin/python benchmarks/buckets.py --manifest 13100   # time the length manifest
+    .venv/bin/python benchmarks/buckets.py --data shipped --rounds 1 --steps 5 --plot PNG
 
 The demo model (d_model 64, 2 layers, XLA) trained for `--steps` steps by
 each variant, on two datasets:
@@ -26,6 +27,8 @@ mel frames, and tokens), useful mel frames per second (true frames over step
 + wait time), samples/s, step-time CV, compilations (trace count), and the
 largest batch in bytes. Steps that compiled are outside every timing (the
 trainer's rule). Rounds alternate the variants so machine noise hits them alike.
+``--plot PATH`` draws each dataset's useful mel frames per second and padding
+efficiency (benchmarks/charts.py) for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from charts import draw_bars, run_label
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -264,12 +268,32 @@ def print_table(dataset: str, results: dict[str, list[dict]], rounds: int) -> No
     print(f"bucket shapes (rows, frames, text): {results['buckets'][0]['shapes']}")
 
 
+def plot(by_dataset: dict[str, dict[str, list[dict]]], path: str) -> None:
+    """Per dataset, each variant's median useful mel frames per second and padding
+    efficiency (true / padded mel frames)."""
+
+    def med(rows: list[dict], key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    names = {"fixed": "ringfeed fixed", "buckets": "ringfeed buckets", "tfdata": "tf.data"}
+    panels = []
+    for dataset, results in by_dataset.items():
+        for key, what in (("useful_frames_per_s", "useful mel frames/s"),
+                          ("pad_frames", "padding efficiency")):  # fmt: skip
+            panels.append(
+                (f"{dataset}: {what}", {names[v]: med(rows, key) for v, rows in results.items()})
+            )
+    title = "Length buckets against one shape and tf.data's bucketing (median)"
+    draw_bars(path, title, panels, run_label("buckets.py"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--data", default="shipped,ljspeech")
     parser.add_argument("--manifest", type=int, default=0, help="only time the manifest of N")
+    parser.add_argument("--plot", help="also draw the medians into this PNG")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -282,8 +306,10 @@ def main() -> None:
         if args.manifest:
             time_manifest(args.manifest, tmp)
             return
+        by_dataset = {}
         for dataset in args.data.split(","):
             results: dict[str, list[dict]] = {"fixed": [], "buckets": [], "tfdata": []}
+            by_dataset[dataset] = results
             paths = {}
             for variant in ("fixed", "buckets"):
                 raw = bench_config(dataset, variant, tmp, args.steps)
@@ -301,6 +327,8 @@ def main() -> None:
                           f"{json.dumps({k: v for k, v in result.items() if k != 'shapes'})}",
                           flush=True)  # fmt: skip
             print_table(dataset, results, args.rounds)
+        if args.plot:
+            plot(by_dataset, args.plot)
 
 
 if __name__ == "__main__":

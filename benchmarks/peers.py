@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/peers.py [--rounds 2] [--clips 512] [--baseline DIR]
     .venv/bin/python benchmarks/peers.py --quick          # 1 round, 256 clips: ~2 min
+    .venv/bin/python benchmarks/peers.py --quick --plot PNG   # also draw the result
 
 Data: ``--clips`` crops of the 16 shipped LJSpeech clips (22050 Hz 16-bit PCM, so
 no variant resamples), 1-9.5 s long, written once into a temporary LJSpeech
@@ -31,7 +32,8 @@ graph building and XLA excluded alike), and the CPU time all its processes and
 threads used in that window per sample (/proc): on a shared machine the rate
 depends on what else runs, the CPU cost per sample much less. The rounds alternate the variants, so
 machine noise hits them alike; the table gives each median and its ratio to
-tfdata-ops.
+tfdata-ops; ``--plot PATH`` draws the medians (benchmarks/charts.py) for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from charts import draw_bars, run_label
 
 REPO = Path(__file__).resolve().parents[1]
 CLIPS = REPO / "data" / "ljspeech-mini"
@@ -325,12 +328,26 @@ def print_table(
     print(f"\ntfdata-ops log-mel against the producer's (values above 2e-4): max diff {parity:.1e}")
 
 
+def plot(rates: dict[str, list[float]], cpu: dict[str, list[float]], path: str) -> None:
+    """Median samples/s (log scale: cached is ~7x cold) and CPU ms per sample of each."""
+    med = {k: statistics.median(v) for k, v in rates.items() if v}
+    cpu_med = {k: statistics.median(cpu[k]) for k in med}
+    draw_bars(
+        path,
+        f"Clips to padded batches of {BATCH}, {WORKERS} workers each (median)",
+        [("samples/s (log scale)", med), ("CPU ms per sample, all processes", cpu_med)],
+        run_label("peers.py"),
+        log_x=[True, False],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clips", type=int, default=512)
     parser.add_argument("--quick", action="store_true", help="1 round of 256 clips")
     parser.add_argument("--baseline", help="a checkout whose ringfeed-cold to run alongside")
+    parser.add_argument("--plot", help="also draw the medians into this PNG")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--repo", default=str(REPO), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
@@ -361,6 +378,8 @@ def main() -> None:
                 print(f"round {r + 1}: {v} {out['rate']:,.0f} samples/s, "
                       f"{out['cpu_ms']:.2f} CPU ms/sample", flush=True)  # fmt: skip
     print_table(rates, cpu, args, parity)
+    if args.plot:
+        plot(rates, cpu, args.plot)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/ring_throughput.py [--rounds 3] [--seconds 4] [--baseline DIR]
     .venv/bin/python benchmarks/ring_throughput.py --quick    # 2 rounds of 3 s: ~1.5 min
+    .venv/bin/python benchmarks/ring_throughput.py --quick --plot PNG   # also draw the result
 
 All three move the same precomputed samples (tokens [200] int32 + mel
 [800, 80] float32, 256,800 bytes) from "where a sample is made" into a
@@ -21,7 +22,8 @@ batch buffer, and report steady-state samples/s and GB/s:
   stager and producers, to compare ringfeed with itself in one run.
 
 The rounds alternate the three so machine noise hits them alike; the table
-gives the median of each and the ratios.
+gives the median of each and the ratios; ``--plot PATH`` draws the medians
+(benchmarks/charts.py) for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from charts import draw_bars, run_label
 from peers import import_from
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,6 +150,18 @@ def print_table(
         print(f"ringfeed / baseline     = {med['ringfeed'] / med['ringfeed@baseline']:.2f}x")
 
 
+def plot(rates: dict[str, list[float]], path: str) -> None:
+    """Median samples/s of each mover, log scale (memcpy is ~10x ringfeed, ~60x the Pool)."""
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    draw_bars(
+        path,
+        f"Moving {SAMPLE_BYTES:,}-byte samples into batches of {B} (median)",
+        [("samples/s (log scale)", med)],
+        run_label("ring_throughput.py"),
+        log_x=[True],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -154,6 +169,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="2 rounds of 3 s")
     parser.add_argument("--baseline", help="a checkout whose ringfeed to run alongside")
+    parser.add_argument("--plot", help="also draw the medians into this PNG")
     parser.add_argument("--ring-child", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -185,6 +201,8 @@ def main() -> None:
                 flush=True,
             )
     print_table(rates, cpu, args)
+    if args.plot:
+        plot(rates, args.plot)
 
 
 if __name__ == "__main__":
