@@ -6,7 +6,7 @@
 Data: ``data.format: synthetic`` (2,000 items, 2 ms of sleep per sample, so
 the producers, not the consumer, set the pace; no dataset or cache needed),
 finite epochs far beyond what the time allows. ``--fields`` declares every kind of
-optional sample field (README, "Sample fields": a reference clip, pitch, voiced,
+optional sample field (docs/sample-fields.md: a reference clip, pitch, voiced,
 energy, durations and fields of the user's own of each length kind), synthesized
 per item, so they too travel as payload frames through the lossy link and are
 checked row by row. The faults, all at once:

@@ -17,7 +17,7 @@ Keys. The driver reads the client key bundle (``transport.keys_dir`` on its
 host) and hands the keys to each actor as a task argument, so no one copies
 files to the nodes. That goes over Ray's own channels, which are not
 encrypted unless the cluster runs with TLS (RAY_USE_TLS=1 and its
-certificates); README, "Beyond one host", says which set-ups are safe.
+certificates); docs/scaling-out.md#on-a-ray-cluster says which set-ups are safe.
 
 The driver ends when every actor's producer has ended for good (the stager said
 the run is over, went silent, or refused it: producer/session.py ENDINGS; such an

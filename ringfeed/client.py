@@ -1,4 +1,4 @@
-"""What a training loop of one's own needs (README, "The data side alone").
+"""What a training loop of one's own needs (docs/running.md#the-data-side-alone).
 
 ``ring_dataset(cfg, run_id)`` is a run's batch ring as a ``tf.data.Dataset`` of dicts
 with fixed element specs; ``BatchClient`` the same batches without TensorFlow;

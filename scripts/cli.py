@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
     r.add_argument(
         "--consumer", choices=("trainer", "drain", "none"), default="trainer",
-        help="none: only the data side, for your own ring_dataset loop (README)",
+        help="none: only the data side, for your own loop (docs/running.md#the-data-side-alone)",
     )  # fmt: skip
     r.set_defaults(fn=cmd_run)
     add_worker_options(r)
@@ -276,7 +276,7 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
     vocab.add_argument("config")
     vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")
     config = verb("config", cmd_config)
-    config.add_argument("--write", action="store_true", help="(re)write docs/config.md")
+    config.add_argument("--write", action="store_true", help="(re)write docs/config-reference.md")
     text = verb("text", cmd_text)
     text.add_argument("config")
     text.add_argument("text", help="a transcription, quoted")

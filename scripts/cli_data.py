@@ -36,9 +36,9 @@ def _user_function_error(cfg) -> str:
 
 
 def _print_schema(cfg) -> None:
-    """The declared sample schema, bytes per slot and per batch (README, "Sample fields")."""
+    """The declared sample schema, bytes per slot and per batch (docs/sample-fields.md)."""
     mib = 2**20
-    print('  sample schema (README, "Sample fields"):')
+    print("  sample schema (docs/sample-fields.md):")
     for line in cfg.schema.describe():
         print(f"    {line}")
     fixed = cfg.batch_fields()
@@ -211,7 +211,7 @@ def cmd_text(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    """Every config key with its type, default and meaning (docs/config.md)."""
+    """Every config key with its type, default and meaning (docs/config-reference.md)."""
     from ringfeed.shared.config.reference import REFERENCE, reference_markdown
 
     text = reference_markdown()

@@ -28,7 +28,8 @@ cmd_run() {
       *) args+=("$(abspath "$1")"); shift ;;
     esac
   done
-  # No cd: runs/ and .cache/ land in the working directory (README, "Configuration").
+  # No cd: runs/ and .cache/ land in the working directory
+  # (docs/configuration.md#where-files-go).
   if [ "$inspect" = 0 ]; then
     exec "$PY" -m ringfeed.scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
   fi

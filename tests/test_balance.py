@@ -40,7 +40,7 @@ N_ITEMS = 6000
 SEED = 11
 WINDOW_BATCHES = 10
 # The largest gap between a group's share of any 10 consecutive batches and its target
-# share, on this corpus (README, "Balanced epochs"): one bucket per batch, and the rare
+# share, on this corpus (docs/plans.md#balanced-epochs): one bucket per batch, and the rare
 # language speaks longer clips, so a window's mix of buckets moves its share of them.
 WINDOW_BOUND = {"bucketed": 0.08, "fixed": 0.01}
 

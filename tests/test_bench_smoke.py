@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def bench(args: list[str], timeout_s: float) -> str:
-    """A benchmark's stdout, run as the README says (from the repo root); fails on error."""
+    """A benchmark's stdout, run as docs/benchmarks.md says (from the repo root); fails on error."""
     done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout_s, check=True)  # fmt: skip
     return done.stdout
@@ -71,6 +71,6 @@ def test_balance_benchmark_runs() -> None:
 
 @pytest.mark.slow
 def test_scale_benchmark_runs() -> None:
-    """The corpus-index benchmark on 20,000 generated entries (README: 10,000,000)."""
+    """The corpus-index benchmark on 20,000 generated entries (docs/benchmarks.md: 10,000,000)."""
     out = bench(["benchmarks/scale.py", "--items", "20000", "--rounds", "1"], timeout_s=120)
     assert "entries/s" in out and "warm reuse" in out and "above an empty run" in out

@@ -162,7 +162,7 @@ def test_the_config_reference_in_the_repository_is_current_and_explains_every_ke
         key for key, *_, meaning in rows if not meaning
     ]
     assert REFERENCE.read_text() == reference_markdown(), (
-        "docs/config.md is stale: run `ringfeed config --write`"
+        "docs/config-reference.md is stale: run `ringfeed config --write`"
     )
 
 

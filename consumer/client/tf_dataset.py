@@ -9,8 +9,8 @@ Each element is one whole batch as cfg.batch_fields(): a dict of tokens int32 [B
 T], text_lens int32 [B], mel float32 [B, F, n_mels], mel_lens int32 [B], items int64
 [B] (plan item ids; rows >= the batch's valid count are padding, with mel_lens 0),
 speaker and language int32 [B] (ids in the run's tables, runs/<run-id>/ids.json:
-shared/run/id_tables.py), then every optional field of the declared schema (README,
-"Sample fields": ref_mel, pitch, voiced, energy, the user's, with <name>_lens for a
+shared/run/id_tables.py), then every optional field of the declared schema
+(docs/sample-fields.md: ref_mel, pitch, voiced, energy, the user's, with <name>_lens for a
 field of its own length). Without length buckets the element_spec is fully static, so a
 model compiled with jit_compile=True traces once. With length buckets
 (stager.buckets) B, T and F are None in the element_spec and each element has its

@@ -5,8 +5,8 @@ epoch gives group g a quota q_g of plan positions, and the epoch is exactly as
 long as the corpus (n_items positions: every position arithmetic of the plan,
 the cursor and the shards stays as it is). Everything below is a pure function
 of (seed, epoch, temperature, weights, the items' groups, their buckets), built
-with numpy over int32 arrays, never a Python object per item (README,
-"Balanced epochs"). Called by the stager (make_plan, through
+with numpy over int32 arrays, never a Python object per item
+(docs/plans.md#balanced-epochs). Called by the stager (make_plan, through
 :class:`BalancedPlan`), by `validate` (:func:`balance_lines`), tests and
 benchmarks/balance.py.
 
@@ -157,8 +157,8 @@ def group_weights(sizes: np.ndarray, temperature: float, weights: Sequence[float
 def quotas(weights: np.ndarray, total: int, seed: int, epoch: int) -> np.ndarray:
     """Positions of each group in `epoch` (int64 [groups], summing to `total`): the floor
     of total x w_g / sum(w), plus one for the groups that systematic sampling with an
-    offset from (seed, epoch) picks among the fractional parts (README, "Balanced
-    epochs"). Exact integers throughout."""
+    offset from (seed, epoch) picks among the fractional parts
+    (docs/plans.md#balanced-epochs). Exact integers throughout."""
     w = np.asarray(weights, np.int64)
     whole = int(w.sum())
     if whole <= 0:

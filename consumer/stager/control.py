@@ -141,7 +141,7 @@ class ControlSockets:
         self.refused += 1
         if self.refused <= 3 or self.refused % 100 == 0:  # a refused peer retries often
             log.warning(
-                "refused a producer from %s: %s (%d so far); see README, Beyond one host",
+                "refused a producer from %s: %s (%d so far); see docs/scaling-out.md",
                 peer,
                 why,
                 self.refused,

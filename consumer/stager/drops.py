@@ -1,7 +1,7 @@
 """Messages the stager drops, counted by reason and logged sparingly.
 
 A malformed, oversized, stale or unauthorized message is dropped and counted,
-never fatal (README, "Design", contract 9). Every part of the stager counts
+never fatal (docs/design.md#contract-9). Every part of the stager counts
 its drops here; the counts reach the stats, stager.json and the inspector.
 """
 

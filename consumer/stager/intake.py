@@ -4,12 +4,12 @@ A part of the stager (consumer/stager/stager.py). A READY is accepted only
 for a grant its producer holds, sealed with that grant's generation (local)
 or with payload frames of exactly the used rows (remote), and fitting its
 length bucket. When delivery later copies the rows into a batch, :meth:`take`
-checks again (seqlock, README "Design", contract 7): the slot still carries
+checks again (seqlock, docs/design.md#contract-7): the slot still carries
 the accepted generation in both producer fields, and the copied rows hash to
 the checksum of the READY, and hold nothing out of range (shared/sample/content.py).
 
 Whatever fails these checks is a strike against the producer that sent it
-(README, "Design", contract 10): its grants come back at once and uncharged, so
+(docs/design.md#contract-10): its grants come back at once and uncharged, so
 a bad READY never waits out a lease, never leaves a slot held, and never counts
 against an innocent item. Not a strike: a late READY of a grant taken back, and
 rows changed under intact seals after a local READY (a stale writer's doing,
@@ -92,7 +92,7 @@ class Intake:
 
     def reject(self, producer: Producer, why: str, detail: str) -> None:
         """Drop and count a READY, and strike its producer: its grants come back now,
-        uncharged, instead of after a lease (README, "Design", contract 10)."""
+        uncharged, instead of after a lease (docs/design.md#contract-10)."""
         self.drop(why, f"{detail} (from {producer.name})")
         self.book.strike(producer.ident, f"{why}: {detail}")
 

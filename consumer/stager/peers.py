@@ -10,7 +10,7 @@ counted by (a key, a tcp host, or one local pool: every worker of a pool has
 the same parent) and the one a ban refuses (the key, the host, or the local
 uid and pid: one buggy worker does not take its pool down).
 
-Strikes (README, "Design", contract 10): whatever a peer sends that the stager
+Strikes (docs/design.md#contract-10): whatever a peer sends that the stager
 rejects costs a strike; ``max_strikes`` of them within STRIKE_WINDOW_S ban its
 ban key for the rest of the run. A peer whose grants keep expiring while it
 talks has its grant limit halved (once a lease at most), raised by one per

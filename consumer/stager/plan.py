@@ -2,7 +2,7 @@
 
 Positions. The plan is the endless concatenation of epochs; plan position p is
 epoch ``p // n_items`` and item ``permutation(seed, epoch)[p % n_items]``. A
-cursor is one position, so resuming is O(1) (README, "Design", contract 4). Used by the stager's
+cursor is one position, so resuming is O(1) (docs/design.md#contract-4). Used by the stager's
 slot manager, and by tests and benchmarks that check what a run delivered.
 
 Shards (several training workers, `ringfeed run --worker K/N`). Every worker's

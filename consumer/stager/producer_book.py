@@ -6,7 +6,7 @@ records and decides; every slot change it asks of the slot manager
 
 A HELLO joins under a name that belongs to one process at a time (told apart by
 the token it draws once). A grant's lease is its own, whatever its producer's
-heartbeats say (README, "Design", contract 2). A producer that may still be
+heartbeats say (docs/design.md#contract-2). A producer that may still be
 writing (alive, local) has the slots taken back from it FENCED until it says
 HELLO again with an empty queue, dies, or FENCE_LEASES pass. Fair share: each
 producer that works holds at most (slots - 1) / working grants, so none holds

@@ -11,7 +11,7 @@ equals the manager's view. It also keeps which slots each producer holds and
 which are fenced against it, keyed by the producer's identity. Plan positions
 are consumer/stager/plan.py's.
 
-Exactly once (README, "Design", contract 3). Each position is granted,
+Exactly once (docs/design.md#contract-3). Each position is granted,
 possibly again after its grant was taken back, until it is READY or SKIPPED;
 a READY is accepted only for the slot's current generation from its grantee,
 so a late READY is dropped and counted. Each position leaves

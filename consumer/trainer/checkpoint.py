@@ -9,7 +9,7 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
 
 The cursor (position, epoch, batch_index, seed; plan: the plan fingerprint that a
 resume must find again, shared/run/fingerprint.py) lets the stager resume its plan in O(1)
-(README, "Design", contract 4). The sidecar JSON is written first, via a temp
+(docs/design.md#contract-4). The sidecar JSON is written first, via a temp
 file, fsync and os.replace (shared.run.process.write_json_atomic), so it is never
 half-written, even after a power loss; TF updates its ``checkpoint`` pointer
 last, so a crash mid-save leaves the previous checkpoint as the latest and at

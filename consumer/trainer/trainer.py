@@ -88,7 +88,7 @@ def cpu_threads(cfg: Config, n_cpus: int) -> int:
 
     Every core, shared with the producers by the OS scheduler: producers with a
     warm cache sit idle most of the time, and reserving a core for each of them
-    left the trainer one thread on a 2-core host (README, "The CPU trainer").
+    left the trainer one thread on a 2-core host (docs/running.md#the-cpu-trainer).
     """
     return cfg.train.cpu_threads or n_cpus
 

@@ -17,10 +17,10 @@ class DataConfig:
     # The corpus: a folder (ljspeech, libritts, vctk) or a metadata file (csv, jsonl).
     path: str = "data/ljspeech-mini"
     # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
-    # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk: shared/corpus/dataset.py
-    # and shared/corpus/layouts.py; shards: WebDataset-style tar shards in a folder or on object
-    # storage (s3://, gs://, https://; shared/corpus/shards.py); synthetic: precomputed arrays, no
-    # files (transport tests and benchmarks).
+    # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk; shards: WebDataset-style
+    # tar shards in a folder or on object storage (s3://, gs://, https://); synthetic:
+    # precomputed arrays, no files (transport tests and benchmarks). One module each in
+    # shared/corpus/formats/; every format: docs/corpora.md#bring-your-own-data.
     format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "shards", "synthetic"] = (
         "ljspeech"
     )

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class UserFieldConfig:
-    """A field of the user's own (README, "Sample fields"): features.user_function
+    """A field of the user's own (docs/sample-fields.md#fields-of-your-own): features.user_function
     returns it by name; its length axis (axis 0 of shape) follows the mel frames,
     the tokens, its own length up to shape[0], or there is none."""
 
@@ -61,7 +61,8 @@ class FeaturesConfig:
     cache_dir: str = ".cache/features"
     # Keep each clip's features on disk, so later epochs skip decode and mel.
     cache: bool = True
-    # Sample field ref_mel (README, "Sample fields"): the log-mel of another clip of the
+    # Sample field ref_mel (docs/sample-fields.md#the-built-in-fields): the log-mel of another
+    # clip of the
     # same speaker, chosen from seed, epoch and item.
     reference: bool = False
     # Longest reference, mel frames (a longer clip is cut from a drawn offset).
@@ -74,7 +75,8 @@ class FeaturesConfig:
     # Sample field energy: the L2 norm of each mel frame's STFT magnitude (bins <= fmax).
     energy: bool = False
     # Fields of your own: "module:function", called as function(wave, mel, text, entry)
-    # and returning one array per features.user_fields entry (README, "Sample fields").
+    # and returning one array per features.user_fields entry
+    # (docs/sample-fields.md#fields-of-your-own).
     user_function: str = ""
     # The version of user_function's output in the feature cache: change it when the
     # function changes.

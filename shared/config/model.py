@@ -37,7 +37,7 @@ class TrainConfig:
     jit_compile: bool = True
     # Append each step's batch item ids to run_dir/batches.jsonl (resume tests, audits).
     log_batches: bool = False
-    # TF intra-op threads of a CPU trainer; 0: every core (README: "The CPU trainer").
+    # TF intra-op threads of a CPU trainer; 0: every core (docs/running.md#the-cpu-trainer).
     cpu_threads: int = 0
     collective_timeout_s: float = 120.0  # --worker K/N: longest wait on a peer, then exit 1
     # Longest a consumer (the trainer, ring_dataset) waits for the stager's WELCOME, s.

@@ -24,7 +24,8 @@ class ProducersConfig:
     # Ring throughput here with 2, 4, 8, 16, 32 (before GRANT/READY carried lists):
     # 6.6k, 8.3k, 11.7k, 14.4k, 14.3k samples/s; 16 also caps what one producer holds.
     credits: int = 16
-    # Math-library threads per producer; >1 oversubscribes cores (see README).
+    # Math-library threads per producer; >1 oversubscribes cores
+    # (docs/design.md#hazards-worth-knowing).
     math_threads: int = 1
     # Producers per node with `ringfeed producers --ray` (0 = one per CPU a node offers).
     per_node: int = 0

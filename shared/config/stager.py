@@ -18,7 +18,7 @@ MAX_BUCKETS = 16
 
 @dataclass(frozen=True)
 class BalanceConfig:
-    # Balanced epochs (README, "Balanced epochs"; consumer/stager/balance.py): off, or
+    # Balanced epochs (docs/plans.md#balanced-epochs; consumer/stager/balance.py): off, or
     # the groups whose share of every epoch is set, without replacement.
     by: Literal["off", "language", "speaker"] = "off"
     # Group g weighs weights[g] x (its clips) ** temperature: 1 = as in the data, 0 =
@@ -61,7 +61,7 @@ class StagerConfig:
     seed: int = 1234
     # 0 = run until stopped.
     epochs: int = 0
-    # Length buckets (README, "Length buckets"): the mel-frame lengths of the batch
+    # Length buckets (docs/plans.md#length-buckets): the mel-frame lengths of the batch
     # shapes the model sees, ascending, the largest = features.max_frames. Each bucket's
     # batch holds batch_frames // length rows. () = one fixed shape [batch_size,
     # max_frames]: the default, as a model must accept several shapes to use buckets.

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ringfeed.shared.corpus.index import CorpusIndex
 
 # Where a corpus error sends the user for what each format expects.
-FORMATS_DOC = "every format: README, 'Bring your own data'"
+FORMATS_DOC = "every format: docs/corpora.md#bring-your-own-data"
 
 
 class CorpusFormat(Protocol):

@@ -1,7 +1,7 @@
 """The corpus index: every process's view of the corpus, built once.
 
 A corpus of millions of clips read into Python objects costs every process
-hundreds of MB and tens of seconds (README, "Corpora of millions of clips"). The
+hundreds of MB and tens of seconds (docs/scale.md#the-corpus-index). The
 index (shared/corpus/build.py builds it) holds per item: where its line is (byte
 offset and length in the metadata file, or in the index itself for the formats
 found by scanning), its speaker and language as ids into tables sorted by name,

@@ -5,7 +5,7 @@ The index build passes over a corpus's lines once, in blocks of BLOCK_BYTES
 and length; a producer later reads back only the lines of the items it is
 granted. Both decode with :func:`decode_block` and parse with the same format
 function, so they agree by construction. The build must pass 200,000 lines a
-second (README, "Corpora of millions of clips"): a block is decoded once when it
+second (docs/scale.md#the-corpus-index): a block is decoded once when it
 is valid UTF-8, and blank lines are found with one regular expression.
 """
 

@@ -11,7 +11,7 @@ Each slot holds every payload field at a fixed offset (64-byte aligned), so
 
 Slot states of the sample ring. Each field of a slot header has one writer
 (a record for the inspector and for crash forensics; ownership itself travels
-in ZeroMQ messages, README "Design", contract 1). The stager's slot manager
+in ZeroMQ messages, docs/design.md#contract-1). The stager's slot manager
 (consumer/stager/slot_manager.py) is the only writer of ``state``,
 ``generation``, ``item``, ``epoch``, ``producer`` and ``t_granted``; the
 grantee writes only its own progress: ``writing_generation`` and ``t_write``
@@ -32,12 +32,12 @@ one it has also sealed is READY, before the manager has read its READY.
 
 FENCED: a slot taken back from a producer that may still write it; why and
 for how long: consumer/stager/slot_manager.py. Exactly once, with leases per
-grant: README, "Design", contracts 2 and 3.
+grant: docs/design.md#contract-2 and docs/design.md#contract-3.
 
 The batch ring has its own states and a flat layout of one batch per slot
 (consumer/stager/batch_ring.py), written by the stager's batch builder only.
 
-Ownership of the segment (README "Design", contract 6): the creator (the stager) unlinks it.
+Ownership of the segment (docs/design.md#contract-6): the creator (the stager) unlinks it.
 Every other process attaches by name without any resource tracker, because
 this module maps /dev/shm files directly instead of using
 multiprocessing.shared_memory, whose tracker on Python 3.11 unlinks segments

@@ -20,7 +20,7 @@ another order joined and paired one clip's mel with another clip's text.
 
 Cost: the index part is kept in the mapped corpus index (shared/corpus/index.py),
 hashed at its build; the manifest part is one pass over its arrays; never per-clip
-work in other processes (README, "Resuming after the dataset changed").
+work in other processes (docs/plans.md#resuming-after-the-dataset-changed).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def config_refusal(ours: dict[str, str], theirs: dict[str, Any]) -> str:
         return (
             "this producer's corpus differs from the stager's (item ids, texts, speakers, "
             "languages or audio paths relative to data.path, in file order): every host "
-            "needs the same metadata and audio files (README, 'Beyond one host')"
+            "needs the same metadata and audio files (docs/scaling-out.md#what-a-remote-host-needs)"
         )
     shown = ", ".join(differ[:MAX_KEYS_SHOWN])
     more = f" and {len(differ) - MAX_KEYS_SHOWN} more" if len(differ) > MAX_KEYS_SHOWN else ""

@@ -1,6 +1,6 @@
 """What a sample's rows may hold: token ids inside the vocabulary, finite floats.
 
-Checked twice (README, "Design", contract 10). The producer checks each sample
+Checked twice (docs/design.md#contract-10). The producer checks each sample
 before it sends it: one that fails is skipped with the reason, like any bad
 input, so an honest producer never sends one. The stager checks the rows it
 copied into a batch: one that fails there comes from a producer that skipped

@@ -2,7 +2,7 @@
 
 They travel as parallel lists on the wire (build with ``of``, read with
 ``entries``) because per-message cost, not bytes, limits the ring with small
-work per sample (README, ring benchmark). Imported through shared.wire.protocol.
+work per sample (docs/benchmarks.md#ring-throughput). Imported through shared.wire.protocol.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Grant:
     with :meth:`of`, read with :meth:`entries`.
 
     Grants travel in batches because per-message cost, not bytes, limits the
-    ring with small work per sample (README, ring benchmark)."""
+    ring with small work per sample (docs/benchmarks.md#ring-throughput)."""
 
     slots: list[int]
     generations: list[int]
