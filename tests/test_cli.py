@@ -146,14 +146,15 @@ def test_validate_counts_what_each_rule_skips_and_refuses_a_corpus_of_none(
 
 def test_every_command_a_message_suggests_exists() -> None:
     """An error once suggested `ringfeed inspect --list`, which never existed. Every
-    `ringfeed VERB --option` quoted in the code and the README must parse."""
+    `ringfeed VERB --option` quoted in the code, the README and the docs must parse."""
     import re
 
     from ringfeed.scripts.cli import build_parser
 
     verbs = build_parser()._subparsers._group_actions[0].choices
-    files = [REPO / "README.md", *[f for d in ("shared", "producer", "consumer", "scripts")
-                                   for f in (REPO / d).rglob("*.py")]]  # fmt: skip
+    folders = ("shared", "producer", "consumer", "scripts")
+    code = [f for d in folders for f in (REPO / d).rglob("*.py")]
+    files = [REPO / "README.md", *(REPO / "docs").glob("*.md"), *code]
     quoted = set()
     for path in files:
         for command in re.findall(r"`(?:\.venv/bin/)?ringfeed ([^`]*)`", path.read_text()):

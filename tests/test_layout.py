@@ -1,5 +1,6 @@
 """The tree says what the system is: folders are processes, no arrow from consumer to
-producer, files and functions small enough to read, and the README's layout table true."""
+producer, files and functions small enough to read, and the layout table of the docs
+(docs/design.md#layout) true."""
 
 from __future__ import annotations
 
@@ -191,18 +192,18 @@ def test_each_consumer_role_is_a_folder() -> None:
     assert loose == {"devices.py"}  # used by both TensorFlow processes, before TF loads
 
 
-def test_readme_layout_table_matches_the_tree() -> None:
+def test_the_docs_layout_table_matches_the_tree() -> None:
     """Every file the table names exists in its folder, and every module is named."""
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("## Layout") :]
+    page = (REPO / "docs" / "design.md").read_text()
+    table = page[page.index("## Layout") :]
     table = table[: table.index("\n## ", 4)]
     rows = re.findall(r"^\| `([\w/]+)/` \| (.+) \|$", table, re.M)
-    assert rows, "no layout rows in README.md"
+    assert rows, "no layout rows in docs/design.md"
     for folder, text in rows:
         named = set(re.findall(r"`([\w.]+\.(?:py|sh))`", text))
         actual = {p.name for p in (REPO / folder).glob("*") if p.suffix in (".py", ".sh")}
         actual.discard("__init__.py")
-        assert named == actual, f"README layout row {folder}/: named {named}, tree {actual}"
+        assert named == actual, f"docs/design.md layout row {folder}/: named {named}, tree {actual}"
 
 
 def test_no_test_module_imports_another() -> None:
