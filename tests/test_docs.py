@@ -179,6 +179,18 @@ def check_user_fields(folder: Path, validated: str) -> None:
         sys.modules.pop("my_fields", None)
 
 
+def test_the_benchmark_images_exist_and_the_charts_draw(tmp_path: Path) -> None:
+    """The benchmarks page shows what their --plot drew (benchmarks/charts.py)."""
+    from benchmarks.charts import draw_bars
+
+    shown = re.findall(r"!\[[^\]]*\]\((img/[\w.-]+\.png)\)", (DOCS / "benchmarks.md").read_text())
+    assert len(shown) >= 4 and all((DOCS / image).is_file() for image in shown), shown
+    png = tmp_path / "bars.png"
+    values = {"ringfeed": 8543.0, "pool": 1293.0}
+    draw_bars(png, "title", [("samples/s", values), ("ms", values)], "a run", log_x=[True])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 # ------------------------------------------------------------------ the site
 
 
