@@ -69,7 +69,7 @@ def text_tokens(encoder: TextEncoder, text: str, language: str = "en") -> int:
         tokens, _ = encoder.encode(text, "", language)
     except SkipSample:
         return 0  # the producer will skip it too
-    except Exception:  # noqa: BLE001 - one text's failure costs that text (contract 9)
+    except Exception:  # noqa: BLE001 - costs this text only (docs/design.md#contract-9)
         log.exception("length table: cannot encode a text in %r; counted as 0 tokens",
                       language)  # fmt: skip
         return 0

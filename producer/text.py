@@ -264,7 +264,7 @@ class TextEncoder:
             text = text[:limit]  # truncate mode cuts it after cleaning anyway
         try:
             cleaned = self.clean(text, language)
-        except Exception as exc:  # noqa: BLE001 - contract 9: one text's failure costs it
+        except Exception as exc:  # noqa: BLE001 - costs this text only (docs/design.md#contract-9)
             raise SkipSample(
                 f"text in {language!r} cannot be cleaned ({type(exc).__name__}: {exc})",
                 path,

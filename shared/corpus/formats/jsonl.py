@@ -113,7 +113,7 @@ class Jsonl(LineFormat):
         for text in texts:
             try:
                 out.append(parse_line(text, root))
-            except Exception as exc:  # noqa: BLE001 - one line costs that line (contract 9)
+            except Exception as exc:  # noqa: BLE001 - this line only (docs/design.md#contract-9)
                 # json.loads raises ValueError past 4300 digits, RecursionError when nested
                 # thousands deep; whatever else one line can raise, the others stay usable.
                 out.append(f"unreadable line ({type(exc).__name__}: {str(exc)[:200]})")
