@@ -50,12 +50,12 @@ SETUPS = {"1 replica": (1, 1), "2 replicas": (2, 1), "2 workers": (1, 2)}
 
 def tfdata_child(cfg_path: str, worker: str, cluster: str, warmup: int) -> dict[str, Any]:
     """One training process fed by tf.data (worker K/N of a cluster, or alone)."""
-    from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
+    from ringfeed.consumer.stager.plan import ONE_WORKER, Share
     from ringfeed.consumer.trainer.trainer import build_step
 
-    shard = Shard.parse(worker) if worker else ONE_WORKER
+    share = Share.parse(worker) if worker else ONE_WORKER
     cfg = load_config(cfg_path)
-    _, _, _, _, step_fn = build_step(cfg, shard, tuple(cluster.split(",")) if cluster else ())
+    _, _, _, _, step_fn = build_step(cfg, share, tuple(cluster.split(",")) if cluster else ())
 
     from ringfeed.consumer.trainer.metrics import StepMetrics
     from ringfeed.producer.pipeline import SamplePipeline
@@ -63,10 +63,10 @@ def tfdata_child(cfg_path: str, worker: str, cluster: str, warmup: int) -> dict[
     from ringfeed.shared.corpus.open import read_corpus
 
     entries, _ = read_corpus(cfg)
-    local = replace(cfg, stager={"batch_size": cfg.stager.batch_size // shard.count})
+    local = replace(cfg, stager={"batch_size": cfg.stager.batch_size // share.count})
     pipe = SamplePipeline(cfg)
     pipe.warm_up()
-    batches = iter(tf_dataset(local, entries[shard.index :: shard.count], pipe))
+    batches = iter(tf_dataset(local, entries[share.index :: share.count], pipe))
     metrics = StepMetrics(window=cfg.train.steps)
     for k in range(cfg.train.steps):
         t0 = time.perf_counter()
@@ -107,13 +107,13 @@ def run_tfdata(cfg_path: Path, workers: int, warmup: int) -> list[dict[str, Any]
 
 
 def run_ringfeed(cfg_path: Path, workers: int, tmp: Path) -> list[dict[str, Any]]:
-    from ringfeed.consumer.stager.plan import Shard
+    from ringfeed.consumer.stager.plan import Share
     from ringfeed.scripts.runner import Run
 
     base, runs = f"rep-{uuid.uuid4().hex[:6]}", []
     try:
         for k, args in enumerate(cluster_args(workers)):
-            run = Run(cfg_path, Shard(k, workers).run_id(base), log_dir=tmp)
+            run = Run(cfg_path, Share(k, workers).run_id(base), log_dir=tmp)
             run.verb_args = {"stager": args[:2], "trainer": args}
             run.start_all("trainer")
             runs.append(run)

@@ -48,12 +48,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if cmd_validate(args, quiet=True) != 0:
         return 2  # the finding said what to change; nothing was started
-    shard, worker_args = _worker(args)
+    share, worker_args = _worker(args)
     if args.worker and (not args.run_id or args.consumer != "trainer"):
         print("config error: --worker needs --run-id (the same on every worker) and the "
               "trainer as consumer", file=sys.stderr)  # fmt: skip
         return 2
-    run_id = shard.run_id(args.run_id or new_run_id())
+    run_id = share.run_id(args.run_id or new_run_id())
     stop = StopFlag().install()
     from ringfeed.shared.config import load_config
     from ringfeed.shared.config.environment import run_dir
@@ -79,27 +79,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace):
-    """(Shard, the arguments that pass it on to the stager and the trainer) of
+    """(Share, the arguments that pass it on to the stager and the trainer) of
     --worker K/N and --cluster; exits 2 when they are malformed."""
-    from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
+    from ringfeed.consumer.stager.plan import ONE_WORKER, Share
     from ringfeed.shared.config import ConfigError
 
     if not getattr(args, "worker", ""):
         return ONE_WORKER, []
     try:
-        shard = Shard.parse(args.worker)
+        share = Share.parse(args.worker)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
     cluster = [c for c in getattr(args, "cluster", "").split(",") if c]
-    if len(cluster) != shard.count and hasattr(args, "cluster"):
+    if len(cluster) != share.count and hasattr(args, "cluster"):
         print(
             f"config error: --cluster names {len(cluster)} workers but --worker says "
-            f"{shard.count}: give every worker's host:port, in order",
+            f"{share.count}: give every worker's host:port, in order",
             file=sys.stderr,
         )
         sys.exit(2)
-    return shard, ["--worker", args.worker, "--cluster", ",".join(cluster)]
+    return share, ["--worker", args.worker, "--cluster", ",".join(cluster)]
 
 
 def cmd_stager(args: argparse.Namespace) -> int:
@@ -125,9 +125,9 @@ def cmd_producers(args: argparse.Namespace) -> int:
 def cmd_trainer(args: argparse.Namespace) -> int:
     from ringfeed.consumer.trainer.trainer import main
 
-    shard, worker_args = _worker(args)
+    share, worker_args = _worker(args)
     cluster = tuple(worker_args[3].split(",")) if worker_args else ()
-    return main(_config(args.config), args.run_id, args.new_plan, shard, cluster)
+    return main(_config(args.config), args.run_id, args.new_plan, share, cluster)
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     r.set_defaults(fn=cmd_run)
     add_worker_options(r)
-    verb("stager", cmd_stager).add_argument("--worker", default="", help="serve shard K/N")
+    verb("stager", cmd_stager).add_argument("--worker", default="", help="serve share K/N")
     pr = verb("producers", cmd_producers)
     pr.add_argument("--workers", type=int, default=0, help="default: producers.workers")
     pr.add_argument("--connect", default="", help="the head's control endpoint (remote hosts)")

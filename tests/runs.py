@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ringfeed.consumer.stager.plan import Shard
+from ringfeed.consumer.stager.plan import Share
 from ringfeed.scripts import runner
 from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
 from ringfeed.shared.memory.segments import list_segments
@@ -148,7 +148,7 @@ def workers(config: Path, tmp_path: Path, base: str, n: int = 2):
     with contextlib.ExitStack() as stack:
         runs = []
         for k in range(n):
-            run = stack.enter_context(Run(config, Shard(k, n).run_id(base), tmp_path))
+            run = stack.enter_context(Run(config, Share(k, n).run_id(base), tmp_path))
             args = ["--worker", f"{k}/{n}"]
             run.verb_args = {"stager": args, "trainer": [*args, "--cluster", cluster]}
             run.start_all()

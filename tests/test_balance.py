@@ -22,7 +22,7 @@ from ringfeed.consumer.stager.balance import (
     quotas,
 )
 from ringfeed.consumer.stager.buckets import Bucket
-from ringfeed.consumer.stager.plan import EpochPlan, Shard, ShardPlan
+from ringfeed.consumer.stager.plan import EpochPlan, Share, SharePlan
 from ringfeed.consumer.stager.stager import make_plan
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import config_from_dict, load_config
@@ -155,7 +155,7 @@ def test_merge_by_due_keeps_every_prefix_near_its_share() -> None:
 def global_batches(whole, n_workers: int, start: int = 0) -> list[list[int]]:
     """The global batches (sorted positions) that n_workers train from plan position
     `start`: at each step, the union of every worker's batch."""
-    runs = [batches(ShardPlan(whole, Shard(k, n_workers)), start) for k in range(n_workers)]
+    runs = [batches(SharePlan(whole, Share(k, n_workers)), start) for k in range(n_workers)]
     return [sorted(p for _, ps in step for p in ps) for step in zip(*runs, strict=True)]
 
 
@@ -210,7 +210,7 @@ def test_the_stager_plan_balances_and_its_fingerprint_names_the_balance(tmp_path
     assert plan.quotas(0).tolist() == [4, 4, 4]  # ann, bob, cy: uniform
     epoch = [index.item_id(plan.item_at(p)) for p in range(12)]
     assert sorted(epoch.count(f"c{k}") for k in (9, 10, 11)) == [2, 2, 4]
-    _, _, two_workers = make_plan(cfg, index, tmp_path, StopFlag(), Shard(1, 2))
+    _, _, two_workers = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2))
     assert two_workers == ours, "the number of workers is no part of the plan"
     warmer = manifest_config(tmp_path, by="speaker", temperature=0.5)
     _, _, theirs = make_plan(warmer, index, tmp_path, StopFlag())

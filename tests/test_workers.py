@@ -1,5 +1,5 @@
 """Two training workers on this host (MultiWorkerMirroredStrategy over localhost),
-each with its own stager and producers serving its shard of one global plan.
+each with its own stager and producers serving its share of one global plan.
 
 Every step both workers train their part of the same global batch, of the same
 bucket; an epoch's items are trained once, less the stated remainder; a worker
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
-from ringfeed.consumer.stager.plan import Shard, ShardPlan
+from ringfeed.consumer.stager.plan import Share, SharePlan
 from ringfeed.shared.config import Config, load_config
 from tests.fault_sources import inject_faults
 from tests.runs import (
@@ -53,9 +53,9 @@ def two_worker_config(tmp_path: Path, lengths: str) -> Path:
 def first_part_of_worker_0(cfg: Config) -> list[int]:
     n = cfg.data.synthetic_items
     whole = BucketPlan(cfg.stager.seed, 0, [Bucket(32, 32, cfg.stager.batch_size)], np.zeros(n))
-    shard = ShardPlan(whole, Shard(0, 2))
-    first = shard.next_owned(0)
-    return [shard.item_at(first), shard.item_at(shard.next_owned(first + 1))]
+    share = SharePlan(whole, Share(0, 2))
+    first = share.next_owned(0)
+    return [share.item_at(first), share.item_at(share.next_owned(first + 1))]
 
 
 def finished(runs: list[Run]) -> list[dict[int, dict]]:
@@ -82,7 +82,7 @@ def check_lockstep(records: list[dict[int, dict]], n_items: int) -> None:
 
 
 @pytest.mark.parametrize("lengths", ["fixed", "buckets"])
-def test_two_workers_train_disjoint_shards_in_lockstep(tmp_path: Path, lengths: str) -> None:
+def test_two_workers_train_disjoint_shares_in_lockstep(tmp_path: Path, lengths: str) -> None:
     config = two_worker_config(tmp_path, lengths)
     with workers(config, tmp_path, rid("mw")) as runs:
         records = finished(runs)

@@ -3,7 +3,7 @@
 ``stager.balance.by`` (language or speaker) splits the corpus into groups; each
 epoch gives group g a quota q_g of plan positions, and the epoch is exactly as
 long as the corpus (n_items positions: every position arithmetic of the plan,
-the cursor and the shards stays as it is). Everything below is a pure function
+the cursor and the shares stays as it is). Everything below is a pure function
 of (seed, epoch, temperature, weights, the items' groups, their buckets), built
 with numpy over int32 arrays, never a Python object per item
 (docs/plans.md#balanced-epochs). Called by the stager (make_plan, through
@@ -333,7 +333,7 @@ def balanced_layout(
 
 class BalancedPlan(BucketPlan):
     """A BucketPlan whose epochs are balanced (:func:`balanced_layout`): positions, batches,
-    shards (ShardPlan), the cursor and resume work unchanged; only which item sits at a
+    shares (SharePlan), the cursor and resume work unchanged; only which item sits at a
     position differs, and an item may sit at several positions of an epoch."""
 
     def __init__(

@@ -111,8 +111,8 @@ class Delivery:
             if self.builder.full() or (until is not None and self.slots.cursor >= until):
                 # A batch whose items were all skipped is not sent, but with several
                 # training workers every worker sends one batch per global batch (an
-                # empty one, n_valid 0): they must stay in step (plan.py ShardPlan).
-                if self.builder.rows or hasattr(self.slots.plan, "shard"):
+                # empty one, n_valid 0): they must stay in step (plan.py SharePlan).
+                if self.builder.rows or hasattr(self.slots.plan, "share"):
                     self.announce(consumer)
                 continue
             if not events:
@@ -154,19 +154,19 @@ class Delivery:
             log.warning("skipped %s (%s): %s", item_id, event.stage, event.reason)
 
     def announce(self, consumer: bytes) -> None:
-        if not self.builder.rows:  # an empty batch of a shard: it ends before the cursor
+        if not self.builder.rows:  # an empty batch of a share: it ends before the cursor
             self.first_position = self.last_position = self.slots.cursor - 1
         slot, generation, n_valid = self.builder.finish()
         epoch_of = self.slots.plan.epoch_of
         # A worker's next position is the global batch's end, not its own next row: the
-        # same for every worker and every number of workers (plan.py ShardPlan), so a
+        # same for every worker and every number of workers (plan.py SharePlan), so a
         # checkpoint's cursor resumes any topology at the same global batch.
-        sharded = hasattr(self.slots.plan, "shard")
+        lockstep = hasattr(self.slots.plan, "share")
         msg = p.BatchReady(
             slot,
             generation,
             self.batches_sent,
-            self.batch_end if sharded else self.slots.cursor,
+            self.batch_end if lockstep else self.slots.cursor,
             epoch_of(self.last_position),
             n_valid,
             epoch_of(self.first_position),

@@ -64,7 +64,7 @@ class Intake:
         self.writing = samples.slots["writing_generation"]
         # slot -> the READY entry accepted for it, checked again at copy.
         self.accepted: dict[int, p.ReadyEntry] = {}
-        # item -> the peer (share key) that first sent bad rows for it.
+        # item -> the peer (account) that first sent bad rows for it.
         self.suspects: dict[int, str] = {}
 
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
@@ -185,9 +185,9 @@ class Intake:
             return ""
         self.book.strike(slot.producer, why, slot.peer)
         first = self.suspects.pop(event.item, None)
-        if first is not None and first != slot.peer.share:
-            return f"two producers sent bad rows for it ({first}; {slot.peer.share}): {why}"
-        self.suspects[event.item] = slot.peer.share
+        if first is not None and first != slot.peer.account:
+            return f"two producers sent bad rows for it ({first}; {slot.peer.account}): {why}"
+        self.suspects[event.item] = slot.peer.account
         while len(self.suspects) > MAX_SUSPECTS:
             del self.suspects[next(iter(self.suspects))]
         return ""

@@ -4,8 +4,8 @@ Pure bookkeeping of plan positions, owned by the slot manager
 (consumer/stager/slot_manager.py), which owns the slots. A position is
 granted (possibly again, from ``retry``, after its grant was taken back), then
 finished as a sample or a skip, then leaves :meth:`PlanOrder.pop_events`
-exactly once; positions of other workers' shards (consumer/stager/plan.py
-ShardPlan) are passed over, never granted. Deterministic mode releases
+exactly once; positions of other workers' shares (consumer/stager/plan.py
+SharePlan) are passed over, never granted. Deterministic mode releases
 finished positions in plan order (a reorder window); otherwise in any order,
 the cursor being the oldest position not yet out. Items known to be bad are
 skipped without a grant, and an item never has two grants out at once.

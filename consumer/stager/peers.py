@@ -5,9 +5,9 @@ peer is known by what it cannot choose: on the ipc socket the kernel's
 credentials of the connecting process (ZeroMQ's ``Peer-Address`` metadata
 carries its uid and real pid; its parent is read from /proc), on the tcp socket
 its CURVE public key (the ZAP handler names it in ``User-Id``), or its address
-where no keys are configured. Two keys come of it: the one fair share is
-counted by (a key, a tcp host, or one local pool: every worker of a pool has
-the same parent) and the one a ban refuses (the key, the host, or the local
+where no keys are configured. Two keys come of it: the account its fair
+share of the ring is counted on (a key, a tcp host, or one local pool: every
+worker of a pool has the same parent) and the one a ban refuses (the key, the host, or the local
 uid and pid: one buggy worker does not take its pool down).
 
 Strikes (docs/design.md#contract-10): whatever a peer sends that the stager
@@ -18,7 +18,7 @@ sample it delivers (additive increase, multiplicative decrease), down to one.
 An expiry is never a strike: a link that loses messages makes an honest peer
 look exactly like one that takes grants and never answers, and banning it for
 the run would stop a run over a bad cable. At a limit of one such a peer holds
-one slot of its share, and the positions it held go to other peers (order.py).
+one slot of its allowance, and the positions it held go to other peers (order.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ MAX_REMEMBERED = 4096
 
 @dataclass(frozen=True)
 class PeerId:
-    share: str  # whose fair share of the ring it draws on
+    account: str  # whose fair share of the ring its grants count against
     ban: str  # what a ban refuses
     pid: int = 0  # the kernel's pid of a local peer (0: unknown, or remote)
     unseen: bool = False  # a local peer in a PID namespace we cannot see
@@ -74,7 +74,7 @@ def peer_of(frame: zmq.Frame, remote: bool) -> PeerId:
             key = frame.get("User-Id")  # set by our ZAP handler: the CURVE public key
         except zmq.ZMQError:  # no keys configured: its address is all we know
             return PeerId(f"host {host}", f"host {host}")
-        # One key may serve many hosts (a Ray cluster): each host has its own share.
+        # One key may serve many hosts (a Ray cluster): each host is an account of its own.
         return PeerId(f"key {key} host {host}", f"key {key}")
     address = str(frame.get("Peer-Address"))  # "localhost:uid:gid:pid" over ipc
     try:
@@ -93,7 +93,7 @@ def with_claims(peer: PeerId, pid: int, host: str) -> PeerId:
     spares it a ban, never its grants: each lie still takes them back)."""
     if not peer.unseen:
         return peer
-    return PeerId(peer.share, f"{peer.ban}, claims pid {pid} on {host}", unseen=True)
+    return PeerId(peer.account, f"{peer.ban}, claims pid {pid} on {host}", unseen=True)
 
 
 class PeerTrust:
@@ -105,8 +105,8 @@ class PeerTrust:
         self.clock = clock
         self.strikes: dict[str, collections.deque[float]] = {}
         self.banned: dict[str, str] = {}  # ban key -> why
-        self.limits: dict[str, int] = {}  # share key -> most grants it holds at once
-        self.cuts: dict[str, float] = {}  # share key -> when its limit was last cut
+        self.limits: dict[str, int] = {}  # account -> most grants it holds at once
+        self.cuts: dict[str, float] = {}  # account -> when its limit was last cut
         self.n_strikes = 0
 
     def refusal(self, peer: PeerId) -> str:
@@ -132,30 +132,30 @@ class PeerTrust:
         self._forget(self.banned)
         return True
 
-    def limit(self, share: str) -> int:
-        """Most grants the peer of this share key may hold at once."""
-        return self.limits.get(share, self.n_slots)
+    def limit(self, account: str) -> int:
+        """Most grants the peer of this account may hold at once."""
+        return self.limits.get(account, self.n_slots)
 
-    def expired_while_talking(self, share: str, holding: int) -> None:
+    def expired_while_talking(self, account: str, holding: int) -> None:
         """Grants of this peer (holding `holding` in all) expired though it kept talking:
         it may hold half as many (never fewer than one), cut at most once a lease."""
         now = self.clock()
-        if now - self.cuts.get(share, -self.lease_s) < self.lease_s:
+        if now - self.cuts.get(account, -self.lease_s) < self.lease_s:
             return
-        self.limits[share] = max(1, min(holding, self.limit(share)) // 2)
-        self.cuts[share] = now
+        self.limits[account] = max(1, min(holding, self.limit(account)) // 2)
+        self.cuts[account] = now
         self._forget(self.limits)
         self._forget(self.cuts)
 
-    def delivered(self, share: str) -> None:
+    def delivered(self, account: str) -> None:
         """A sample accepted: one grant more, up to no limit of its own."""
-        limit = self.limits.get(share)
+        limit = self.limits.get(account)
         if limit is None:
             return
         if limit + 1 >= self.n_slots:
-            del self.limits[share]
+            del self.limits[account]
         else:
-            self.limits[share] = limit + 1
+            self.limits[account] = limit + 1
 
     @staticmethod
     def _forget(table: dict) -> None:

@@ -5,12 +5,12 @@ epoch ``p // n_items`` and item ``permutation(seed, epoch)[p % n_items]``. A
 cursor is one position, so resuming is O(1) (docs/design.md#contract-4). Used by the stager's
 slot manager, and by tests and benchmarks that check what a run delivered.
 
-Shards (several training workers, `ringfeed run --worker K/N`). Every worker's
+Shares (several training workers, `ringfeed run --worker K/N`). Every worker's
 stager holds the same global plan, batches included (a BucketPlan: with one
-bucket when buckets are off), and :class:`ShardPlan` keeps the positions of
+bucket when buckets are off), and :class:`SharePlan` keeps the positions of
 worker k: rows k, k + N, k + 2N, ... of every global batch. So the global batch
 j is the union of the workers' batch j, every worker takes the same bucket at
-every step, each worker builds one batch per global batch, and the shards are
+every step, each worker builds one batch per global batch, and the shares are
 disjoint. Positions stay global: a worker's cursor is a global position (the
 end of the global batch it last sent), the chief's checkpoint serves every
 worker (each starts at its first position at or after it), and resuming stays
@@ -66,20 +66,20 @@ class EpochPlan:
 
     def next_owned(self, position: int) -> int:
         """The first position at or after `position` that this plan delivers: every
-        one without shards (ShardPlan keeps its worker's)."""
+        one without shares (SharePlan keeps its worker's)."""
         return position
 
 
 @dataclass(frozen=True)
-class Shard:
+class Share:
     """Worker `index` of `count` training workers (`ringfeed run --worker K/N`)."""
 
     index: int = 0
     count: int = 1
 
     @classmethod
-    def parse(cls, text: str) -> Shard:
-        """ "K/N" -> Shard(K, N); raises ConfigError naming --worker when malformed."""
+    def parse(cls, text: str) -> Share:
+        """ "K/N" -> Share(K, N); raises ConfigError naming --worker when malformed."""
         k, sep, n = text.partition("/")
         if not (sep and k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
             raise ConfigError(f"--worker {text!r}: write it as K/N with 0 <= K < N, e.g. 0/2")
@@ -106,17 +106,17 @@ class Shard:
         return -(-global_rows // self.count)
 
 
-ONE_WORKER = Shard()
+ONE_WORKER = Share()
 
 
-class ShardPlan(EpochPlan):
-    """Worker shard.index's part of a global plan whose positions form batches
+class SharePlan(EpochPlan):
+    """Worker share.index's part of a global plan whose positions form batches
     (a BucketPlan: anything with ``layout(epoch)`` and ``batch_at(position)``)."""
 
-    def __init__(self, global_plan, shard: Shard) -> None:
+    def __init__(self, global_plan, share: Share) -> None:
         super().__init__(global_plan.n_items, global_plan.seed)
         self.end = global_plan.end
-        self.whole, self.shard = global_plan, shard
+        self.whole, self.share = global_plan, share
 
     def permutation(self, epoch: int) -> np.ndarray:
         return self.whole.permutation(epoch)
@@ -127,12 +127,12 @@ class ShardPlan(EpochPlan):
     def owns(self, position: int) -> bool:
         _, first, end = self.whole.batch_at(position)
         offset = position - first
-        return end - first >= self.shard.count and offset % self.shard.count == self.shard.index
+        return end - first >= self.share.count and offset % self.share.count == self.share.index
 
     def next_owned(self, position: int) -> int:
-        """The first position at or after `position` of this worker's shard (the plan's
+        """The first position at or after `position` of this worker's share (the plan's
         end if none is left): O(1) within a batch, one step per batch it passes over."""
-        k, n = self.shard.index, self.shard.count
+        k, n = self.share.index, self.share.count
         start = position
         while self.end is None or position < self.end:
             _, first, end = self.whole.batch_at(position)
@@ -152,7 +152,7 @@ class ShardPlan(EpochPlan):
         """Items of `epoch` in global batches too small to give every worker a row."""
         layout = self.whole.layout(epoch)
         sizes = np.diff(np.append(layout.starts, self.n_items))
-        return int(sizes[sizes < self.shard.count].sum())
+        return int(sizes[sizes < self.share.count].sum())
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,10 @@ class ProducerBook:
         why = self.trust.refusal(peer)
         if why:
             return why
-        same = [pr for i, pr in self.producers.items() if pr.peer.share == peer.share]
+        same = [pr for i, pr in self.producers.items() if pr.peer.account == peer.account]
         if len(same) >= self.max_per_peer and all(pr.name != name for pr in same):
             return (
-                f"{peer.share} already has {len(same)} producers joined: raise "
+                f"{peer.account} already has {len(same)} producers joined: raise "
                 "ring.max_producers_per_peer if it really runs that many"
             )
         return ""
@@ -122,43 +122,44 @@ class ProducerBook:
         producer = self.producers[ident]
         producer.credits = min(producer.credits + max(0, n), self.max_credits)
 
-    def shares(self) -> tuple[dict[str, int], collections.Counter[str]]:
-        """Most grants each working peer may hold together (the ring's slots but one,
-        split evenly between peers, and at most the peer's own limit), and how many of
-        its producers work. Producers that asked for nothing, or must say HELLO again,
-        do not count: a peer of 30 identities gets one peer's share."""
+    def allowances(self) -> tuple[dict[str, int], collections.Counter[str]]:
+        """Most grants each working account may hold together (the ring's slots but one,
+        split evenly between accounts, and at most the account's own limit), and how
+        many of its producers work. Producers that asked for nothing, or must say HELLO
+        again, do not count: a peer of 30 identities gets one account's allowance."""
         working = collections.Counter(
-            pr.peer.share
+            pr.peer.account
             for ident, pr in self.producers.items()
             if not pr.stalled and bool(pr.credits or self.slots.holding(ident))
         )
         fair = (self.slots.n_slots - 1) // max(1, len(working))
-        return {key: max(1, min(fair, self.trust.limit(key))) for key in working}, working
+        return {a: max(1, min(fair, self.trust.limit(a))) for a in working}, working
 
     def grant_round(self) -> dict[bytes, list[p.GrantEntry]]:
-        """What each producer is granted now, up to its credits, its share of its peer's
-        share, and the peer's; the producer served first rotates so none is always last."""
+        """What each producer is granted now, up to its credits, its part of its account's
+        allowance, and the account's; the producer served first rotates so none is always
+        last."""
         order = list(self.producers)
         if not order:
             return {}
         self.turn = (self.turn + 1) % len(order)
-        shares, working = self.shares()
+        allowance, working = self.allowances()
         held = collections.Counter()
         for ident, pr in self.producers.items():
-            held[pr.peer.share] += self.slots.holding(ident)
+            held[pr.peer.account] += self.slots.holding(ident)
         out = {}
         for ident in order[self.turn :] + order[: self.turn]:
-            key, grants = self.producers[ident].peer.share, []
-            if key not in shares:
+            account, grants = self.producers[ident].peer.account, []
+            if account not in allowance:
                 continue
-            own = min(self.max_credits, -(-shares[key] // working[key]))
+            own = min(self.max_credits, -(-allowance[account] // working[account]))
             while (
                 self.slots.holding(ident) < own
-                and held[key] < shares[key]
-                and (g := self.grant(ident, others=len(shares) > 1))
+                and held[account] < allowance[account]
+                and (g := self.grant(ident, others=len(allowance) > 1))
             ):
                 grants.append(g)
-                held[key] += 1
+                held[account] += 1
             if grants:
                 out[ident] = grants
         return out
@@ -247,10 +248,10 @@ class ProducerBook:
         if silent_s > self.lease_s:
             self.revoke(ident)
             return
-        share = producer.peer.share
+        account = producer.peer.account
         holding = sum(self.slots.holding(i) for i, pr in self.producers.items()
-                      if pr.peer.share == share)  # fmt: skip
-        self.trust.expired_while_talking(share, holding)
+                      if pr.peer.account == account)  # fmt: skip
+        self.trust.expired_while_talking(account, holding)
         if producer.remote:
             for k in expired:
                 self.slots.reclaim(k, fence=False, charged=False)
@@ -277,7 +278,7 @@ class ProducerBook:
     def delivered(self, producer: Producer) -> None:
         """A sample of this producer was accepted."""
         producer.samples += 1
-        self.trust.delivered(producer.peer.share)
+        self.trust.delivered(producer.peer.account)
 
     def reap_zombies(self) -> None:
         """Free the fenced slots of dropped producers whose process has since died."""

@@ -125,7 +125,7 @@ class SlotManager:
         free = self.free_slots[0] if self.free_slots else None
         if free is None:
             return None
-        position = self.order.next_position(self._window(), peer.share if avoid and peer else "")
+        position = self.order.next_position(self._window(), peer.account if avoid and peer else "")
         if position is None:
             return None
         slot = self.slots[free]
@@ -210,8 +210,8 @@ class SlotManager:
         self._counters["torn"] += 1
         self.order.unpop(events)
         if not bad:
-            share = peer.share if peer else ""  # granted again, to another peer if one works
-            self.order.taken_back(first.position, first.item, False, self.max_attempts, share)
+            account = peer.account if peer else ""  # granted again, to another peer if one works
+            self.order.taken_back(first.position, first.item, False, self.max_attempts, account)
             return
         self.known_bad[first.item] = (bad, "content")
         self.order.finish(Event("skip", first.position, first.item, reason=bad, stage="content"))
@@ -232,7 +232,7 @@ class SlotManager:
         position, item, peer = slot.position, slot.item, slot.peer
         self._take(k, fence)
         self._counters["reclaimed"] += 1
-        from_peer = peer.share if peer else ""
+        from_peer = peer.account if peer else ""
         self.order.taken_back(position, item, charged, self.max_attempts, from_peer)
 
     def reclaim_all(self, ident: bytes, fence: bool, charge: bool, local: bool) -> None:

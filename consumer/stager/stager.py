@@ -41,7 +41,7 @@ from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.plan import ONE_WORKER, EpochPlan, Shard, ShardPlan
+from ringfeed.consumer.stager.plan import ONE_WORKER, EpochPlan, Share, SharePlan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
@@ -158,19 +158,19 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
 
 
 def make_plan(cfg: Config, index: CorpusIndex, directory, stop: StopFlag,
-              shard: Shard = ONE_WORKER, tables: IdTables | None = None):  # fmt: skip
+              share: Share = ONE_WORKER, tables: IdTables | None = None):  # fmt: skip
     """The epoch plan, its length buckets ([] without buckets) and its fingerprint
     (shared/run/fingerprint.py): with buckets, a plan that also says which batch each
     position belongs to (buckets.py); balanced, each group's quota (balance.py;
-    groups from the id `tables`). With several workers (shard), worker k's part of
+    groups from the id `tables`). With several workers (share), worker k's part of
     one global plan whose batches are fixed ranges of positions (one bucket when
     buckets are off), and buckets of k's rows of each global batch; the global plan
     and its fingerprint are the same for any number of workers."""
     st = cfg.stager
     if cfg.data.shard_window:  # the window decides the order: a resume with another refused
-        plan = shard_window_plan(cfg, index, st.bucketed or st.balance.on, shard.count)
+        plan = shard_window_plan(cfg, index, st.bucketed or st.balance.on, share.count)
         return plan, [], plan_fingerprint(cfg, index, [(0, cfg.data.shard_window)], [])
-    if not st.bucketed and shard.count == 1 and not st.balance.on:
+    if not st.bucketed and share.count == 1 and not st.balance.on:
         fingerprint = plan_fingerprint(cfg, index, [], [])
         return EpochPlan(index.n_items, st.seed, st.epochs), [], fingerprint
     if st.bucketed:
@@ -188,25 +188,25 @@ def make_plan(cfg: Config, index: CorpusIndex, directory, stop: StopFlag,
     shapes = [(b.frames, b.text, b.rows) for b in buckets]
     fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
     plan = global_plan(cfg, index, tables, buckets, of_item, text, fingerprint)
-    if shard.count == 1:
+    if share.count == 1:
         return plan, buckets, fingerprint
     if not st.deterministic:  # out of order, a batch may take another batch's positions
         raise ConfigError("stager.deterministic: several training workers need it true, so "
                           "that every worker takes its part of the same global batch")  # fmt: skip
-    if any(b.rows < shard.count for b in buckets):  # its every batch would go to nobody
+    if any(b.rows < share.count for b in buckets):  # its every batch would go to nobody
         raise ConfigError(
             f"stager.batch_frames: a global batch of {min(b.rows for b in buckets)} rows "
-            f"cannot give each of {shard.count} workers a row: raise stager.batch_size "
+            f"cannot give each of {share.count} workers a row: raise stager.batch_size "
             "(or stager.batch_frames)"
         )
-    sharded = ShardPlan(plan, shard)
+    mine = SharePlan(plan, share)
     log.info("worker %d of %d: rows %d, %d, ... of every global batch (%s rows per batch); "
              "epoch 0 leaves %d of %d items to nobody (global batches smaller than %d)",
-             shard.index, shard.count, shard.index, shard.index + shard.count,
-             "/".join(str(shard.rows(b.rows)) for b in buckets), sharded.remainder(0),
-             index.n_items, shard.count)  # fmt: skip
-    local = [Bucket(b.frames, b.text, shard.rows(b.rows)) for b in buckets]
-    return sharded, local, fingerprint
+             share.index, share.count, share.index, share.index + share.count,
+             "/".join(str(share.rows(b.rows)) for b in buckets), mine.remainder(0),
+             index.n_items, share.count)  # fmt: skip
+    local = [Bucket(b.frames, b.text, share.rows(b.rows)) for b in buckets]
+    return mine, local, fingerprint
 
 
 def global_plan(cfg: Config, index: CorpusIndex, tables: IdTables | None,
@@ -254,7 +254,7 @@ def build(
     run_id: str,
     stop: StopFlag,
     cleanup: contextlib.ExitStack,
-    shard: Shard = ONE_WORKER,
+    share: Share = ONE_WORKER,
 ) -> Stager:
     """Make every part of the stager, complete; whatever is made is undone by `cleanup`
     (rings unmapped and unlinked, sockets and files closed), however far this got."""
@@ -266,7 +266,7 @@ def build(
              len(tables.languages), directory / IDS_FILE)  # fmt: skip
     ends = endpoints(cfg, run_id)
     samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
-    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop, shard, tables)
+    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
     slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
                         cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
@@ -307,14 +307,14 @@ def started(samples: Ring, slots: SlotManager, k: int) -> bool:
     return int(h["writing_generation"]) == generation != int(h["sealed_generation"])
 
 
-def main(cfg: Config, run_id: str, shard: Shard = ONE_WORKER) -> int:
+def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
     """Process entry of `ringfeed stager`: 0 when done, 2 for a configuration problem, 3
-    when an epoch delivered nothing (the consumer is told why). shard: this host's
-    worker of several (`--worker K/N`): it serves that shard."""
+    when an epoch delivered nothing (the consumer is told why). share: this host's
+    worker of several (`--worker K/N`): it serves that share."""
     stop = StopFlag().install()
     try:
         with contextlib.ExitStack() as cleanup:
-            stager = build(cfg, run_id, stop, cleanup, shard)
+            stager = build(cfg, run_id, stop, cleanup, share)
             why = "stager stopping"
             try:
                 stager.run()

@@ -8,8 +8,8 @@ Used by the trainer process (consumer/trainer/trainer.py), which picks:
     N workers (--worker K/N)   MultiWorkerMirroredStrategy, TF_CONFIG built from
                                --cluster (every worker's host:port) and K
 
-Each worker's stager serves its shard of every global batch
-(consumer/stager/plan.py ShardPlan); the worker's batch is split along its rows
+Each worker's stager serves its share of every global batch
+(consumer/stager/plan.py SharePlan); the worker's batch is split along its rows
 over its R local replicas by ``experimental_distribute_values_from_function``:
 each replica takes its rows of the batch in host memory onto its device, one
 copy as with a single device. Rows are padded with empty rows (lengths 0) to a
@@ -51,7 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from ringfeed.consumer.devices import DevicePlan
-from ringfeed.consumer.stager.plan import Shard
+from ringfeed.consumer.stager.plan import Share
 from ringfeed.consumer.trainer.model import LossFn
 from ringfeed.consumer.trainer.train_step import GRAD_CLIP_NORM, check_new_shape
 from ringfeed.shared.config import Config, ConfigError
@@ -59,23 +59,23 @@ from ringfeed.shared.config import Config, ConfigError
 log = logging.getLogger(__name__)
 
 
-def tf_config(shard: Shard, cluster: list[str]) -> dict[str, Any]:
-    """TF_CONFIG for worker shard.index of the cluster (every worker's host:port)."""
-    if len(cluster) != shard.count:
+def tf_config(share: Share, cluster: list[str]) -> dict[str, Any]:
+    """TF_CONFIG for worker share.index of the cluster (every worker's host:port)."""
+    if len(cluster) != share.count:
         raise ConfigError(
-            f"--cluster names {len(cluster)} workers but --worker says {shard.count}: "
+            f"--cluster names {len(cluster)} workers but --worker says {share.count}: "
             "give one host:port per worker, in worker order"
         )
-    return {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": shard.index}}
+    return {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": share.index}}
 
 
 def make_strategy(
-    cfg: Config, plan: DevicePlan, shard: Shard, cluster: list[str]
+    cfg: Config, plan: DevicePlan, share: Share, cluster: list[str]
 ) -> tf.distribute.Strategy | None:
     """The strategy for this trainer process, or None for one device on one worker.
     Call after configure_tensorflow and before any other TensorFlow op."""
-    if shard.count > 1:
-        os.environ["TF_CONFIG"] = json.dumps(tf_config(shard, cluster))
+    if share.count > 1:
+        os.environ["TF_CONFIG"] = json.dumps(tf_config(share, cluster))
         options = tf.distribute.experimental.CommunicationOptions(
             timeout_seconds=cfg.train.collective_timeout_s
         )
@@ -88,7 +88,7 @@ def make_strategy(
         return None
     log.info("%s: %d replicas in sync, %d here, worker %d of %d",
              type(strategy).__name__, strategy.num_replicas_in_sync, local_replicas(strategy),
-             shard.index, shard.count)  # fmt: skip
+             share.index, share.count)  # fmt: skip
     return strategy
 
 

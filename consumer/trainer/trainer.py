@@ -42,7 +42,7 @@ from typing import Any
 
 from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
 from ringfeed.consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
-from ringfeed.consumer.stager.plan import ONE_WORKER, Shard
+from ringfeed.consumer.stager.plan import ONE_WORKER, Share
 from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
 from ringfeed.consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
 from ringfeed.shared.config import Config
@@ -80,7 +80,7 @@ class Session:
     samples: int = 0
     compile_s: float | None = None
     ended: str = ""
-    shard: Shard = ONE_WORKER
+    share: Share = ONE_WORKER
 
 
 def cpu_threads(cfg: Config, n_cpus: int) -> int:
@@ -111,7 +111,7 @@ def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, Any]]:
 
 
 def build_step(
-    cfg: Config, shard: Shard = ONE_WORKER, cluster: tuple[str, ...] = ()
+    cfg: Config, share: Share = ONE_WORKER, cluster: tuple[str, ...] = ()
 ) -> tuple[DevicePlan, str, Any, Any, Any]:
     """(device plan, precision policy, model, optimizer, compiled step) as the trainer
     builds them: the device is chosen before TensorFlow is imported. The trainer's setup
@@ -129,7 +129,7 @@ def build_step(
         # One train step is one chain of ops: parallel op dispatch buys nothing here.
         tf.config.threading.set_inter_op_parallelism_threads(1)
     configure_tensorflow(plan)
-    strategy = make_strategy(cfg, plan, shard, list(cluster))
+    strategy = make_strategy(cfg, plan, share, list(cluster))
     policy = set_precision_policy(cfg)
     if strategy is None:
         model, loss_fn = load_model_factory(cfg)
@@ -146,20 +146,20 @@ def build_step(
 
 
 def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
-          shard: Shard = ONE_WORKER, cluster: tuple[str, ...] = ()) -> Session:  # fmt: skip
+          share: Share = ONE_WORKER, cluster: tuple[str, ...] = ()) -> Session:  # fmt: skip
     """Build everything the loop needs; called once by main. new_plan: if the plan
     changed since the checkpoint, start a new one at its next epoch (else: refused).
-    shard, cluster: this worker of several and every worker's host:port."""
+    share, cluster: this worker of several and every worker's host:port."""
     from ringfeed.consumer.trainer.checkpoint import CheckpointManager, chief_dir
 
-    plan, policy, model, optimizer, step_fn = build_step(cfg, shard, cluster)
+    plan, policy, model, optimizer, step_fn = build_step(cfg, share, cluster)
     directory = run_dir(cfg, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     checkpoints = CheckpointManager(directory, model, optimizer)
-    chief = chief_dir(cfg, shard, run_id)
+    chief = chief_dir(cfg, share, run_id)
     source = checkpoints if chief == directory else CheckpointManager(chief, model, optimizer)
     step, cursor = restore(cfg, source)
-    if shard.count > 1:
+    if share.count > 1:
         from ringfeed.consumer.trainer.replicas import check_same_step
 
         check_same_step(step_fn.strategy, step)
@@ -193,7 +193,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
         StepMetrics(),
         TensorBoardWriter(str(directory / "tensorboard")),
         batch_log=_open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
-        shard=shard,
+        share=share,
     )
 
 
@@ -320,11 +320,11 @@ def replica_summary(s: Session, wait_frac: float | None) -> dict[str, Any]:
     strategy = getattr(s.step_fn, "strategy", None)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     local = getattr(s.step_fn, "replicas", 1)
-    first = s.shard.index * local
+    first = s.share.index * local
     return {
         "replicas": replicas,
-        "workers": s.shard.count,
-        "worker": s.shard.index,
+        "workers": s.share.count,
+        "worker": s.share.index,
         "replica_data_wait_fraction": {str(first + r): wait_frac for r in range(local)},
     }
 
@@ -352,16 +352,16 @@ def main(
     cfg: Config,
     run_id: str,
     new_plan: bool = False,
-    shard: Shard = ONE_WORKER,
+    share: Share = ONE_WORKER,
     cluster: tuple[str, ...] = (),
 ) -> int:
     """Process entry of `ringfeed trainer`: 0 when finished or stopped, 2 when the stager
     refused to resume (the plan changed: the log says what), 1 on a lost stager, a lost
     peer worker (train.collective_timeout_s) or any error (the launcher then stops the
-    whole run). shard, cluster: `--worker K/N --cluster HOST:PORT,...`."""
+    whole run). share, cluster: `--worker K/N --cluster HOST:PORT,...`."""
     stop = StopFlag().install(second_exits=True)
     try:
-        s = setup(cfg, run_id, stop, new_plan, shard, cluster)
+        s = setup(cfg, run_id, stop, new_plan, share, cluster)
     except Exception as exc:
         log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
         return 1

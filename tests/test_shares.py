@@ -1,7 +1,7 @@
-"""Several training workers: each stager serves its shard of one global plan.
+"""Several training workers: each stager serves its share of one global plan.
 
-The plan side without processes (consumer/stager/plan.py ShardPlan): disjoint
-shards whose union is each epoch less its stated remainder, one batch per
+The plan side without processes (consumer/stager/plan.py SharePlan): disjoint
+shares whose union is each epoch less its stated remainder, one batch per
 global batch on every worker, the same bucket at every step, and a resume from
 the chief's cursor that gives every worker the batches of an uninterrupted run.
 """
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
-from ringfeed.consumer.stager.plan import Shard, ShardPlan
+from ringfeed.consumer.stager.plan import Share, SharePlan
 from ringfeed.consumer.stager.stager import make_plan
 from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.config.loader import ConfigError
@@ -33,12 +33,12 @@ def global_plan(bucketed: bool, epochs: int = 3) -> BucketPlan:
 
 @pytest.mark.parametrize("bucketed", [False, True])
 @pytest.mark.parametrize("n_workers", [2, 3])
-def test_shards_are_disjoint_and_cover_each_epoch_in_lockstep(
+def test_shares_are_disjoint_and_cover_each_epoch_in_lockstep(
     bucketed: bool, n_workers: int
 ) -> None:
     whole = global_plan(bucketed)
-    shards = [ShardPlan(whole, Shard(k, n_workers)) for k in range(n_workers)]
-    runs = [batches(s) for s in shards]
+    shares = [SharePlan(whole, Share(k, n_workers)) for k in range(n_workers)]
+    runs = [batches(s) for s in shares]
     assert len({len(r) for r in runs}) == 1, "every worker takes one batch per global batch"
     for step in zip(*runs, strict=True):
         assert len({bucket for bucket, _ in step}) == 1, "one bucket per step everywhere"
@@ -46,46 +46,46 @@ def test_shards_are_disjoint_and_cover_each_epoch_in_lockstep(
         _, start, end = whole.batch_at(first[0])
         assert sorted(p for _, ps in step for p in ps) == list(range(start, end))
         for _, positions in step:  # static shapes: no worker's part outgrows its rows
-            assert 1 <= len(positions) <= Shard(0, n_workers).rows(whole.buckets[bucket].rows)
+            assert 1 <= len(positions) <= Share(0, n_workers).rows(whole.buckets[bucket].rows)
     for epoch in range(3):
         seen = [whole.item_at(p) for r in runs for _, ps in r for p in ps
                 if whole.epoch_of(p) == epoch]  # fmt: skip
-        assert len(seen) == len(set(seen)) == N_ITEMS - shards[0].remainder(epoch)
-    assert all(s.remainder(0) < n_workers * len(whole.buckets) for s in shards)
+        assert len(seen) == len(set(seen)) == N_ITEMS - shares[0].remainder(epoch)
+    assert all(s.remainder(0) < n_workers * len(whole.buckets) for s in shares)
 
 
 @pytest.mark.parametrize("bucketed", [False, True])
 def test_every_worker_resumes_from_the_chiefs_cursor(bucketed: bool) -> None:
     whole = global_plan(bucketed)
-    shards = [ShardPlan(whole, Shard(k, 2)) for k in range(2)]
-    uninterrupted = [batches(s) for s in shards]
+    shares = [SharePlan(whole, Share(k, 2)) for k in range(2)]
+    uninterrupted = [batches(s) for s in shares]
     for cut in (1, 5, len(uninterrupted[0]) // 2, len(uninterrupted[0]) - 1):
         # The chief's cursor after batch `cut`: its next position (a BATCH_READY's).
         chief_cursor = uninterrupted[0][cut][1][0]
-        for shard, whole_run in zip(shards, uninterrupted, strict=True):
-            assert batches(shard, chief_cursor) == whole_run[cut:]
+        for share, whole_run in zip(shares, uninterrupted, strict=True):
+            assert batches(share, chief_cursor) == whole_run[cut:]
 
 
-def test_one_worker_owns_every_position_and_a_bad_shard_is_refused() -> None:
+def test_one_worker_owns_every_position_and_a_bad_share_is_refused() -> None:
     whole = global_plan(True)
-    assert batches(ShardPlan(whole, Shard(0, 1))) == batches(whole)
-    assert Shard.parse("1/4") == Shard(1, 4)
+    assert batches(SharePlan(whole, Share(0, 1))) == batches(whole)
+    assert Share.parse("1/4") == Share(1, 4)
     for text in ("4/4", "-1/2", "1", "a/b", "0/0"):
         with pytest.raises(ConfigError, match="--worker"):
-            Shard.parse(text)
+            Share.parse(text)
 
 
 def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -> None:
     cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
                             "stager": {"batch_size": 2}})  # fmt: skip
     index = open_corpus(cfg)
-    plan, buckets, _ = make_plan(cfg, index, tmp_path, StopFlag(), Shard(1, 2))
-    assert isinstance(plan, ShardPlan) and [b.rows for b in buckets] == [1]
+    plan, buckets, _ = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2))
+    assert isinstance(plan, SharePlan) and [b.rows for b in buckets] == [1]
     with pytest.raises(ConfigError, match="stager.batch_size"):
-        make_plan(cfg, index, tmp_path, StopFlag(), Shard(0, 3))
+        make_plan(cfg, index, tmp_path, StopFlag(), Share(0, 3))
     unordered = config_from_dict(cfg.to_dict() | {"stager": {"deterministic": False}})
     with pytest.raises(ConfigError, match="stager.deterministic"):
-        make_plan(unordered, index, tmp_path, StopFlag(), Shard(0, 2))
+        make_plan(unordered, index, tmp_path, StopFlag(), Share(0, 2))
 
 
 def test_a_dataset_with_no_batch_for_every_worker_is_refused() -> None:
@@ -94,4 +94,4 @@ def test_a_dataset_with_no_batch_for_every_worker_is_refused() -> None:
     buckets = [Bucket(200, 64, 4), Bucket(400, 50, 4), Bucket(800, 40, 4)]
     whole = BucketPlan(7, 0, buckets, np.arange(3, dtype=np.int32), np.array([60, 45, 40]))
     with pytest.raises(ConfigError, match="use fewer workers"):
-        ShardPlan(whole, Shard(0, 2)).next_owned(0)
+        SharePlan(whole, Share(0, 2)).next_owned(0)
