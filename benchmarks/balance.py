@@ -9,7 +9,7 @@ Zipf-sized speakers, the rare language speaking longer clips), three plans:
 
 - balanced+buckets: stager.balance by language, temperature 0.3, four length
   buckets (200 / 300 / 450 / 800 frames, 8 x 800 frames a batch);
-- plain+buckets: the same buckets without balance (BucketPlan, as today);
+- plain+buckets: the same buckets without balance (BucketBatches of a Shuffle);
 - balanced, no buckets: one fixed shape [8, 800].
 
 For each: padding efficiency (true / padded mel frames over every batch of an
@@ -39,8 +39,15 @@ from charts import draw_bars, run_label
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ringfeed.consumer.stager.balance import BalancedPlan, Groups, group_weights, quotas  # noqa: E402
-from ringfeed.consumer.stager.buckets import Bucket, BucketPlan  # noqa: E402
+from ringfeed.consumer.stager.plan.balance import (  # noqa: E402
+    BalancedBatches,
+    Groups,
+    group_weights,
+    quotas,
+)
+from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches  # noqa: E402
+from ringfeed.consumer.stager.plan.plan import Plan  # noqa: E402
+from ringfeed.consumer.stager.plan.shuffle import Shuffle  # noqa: E402
 from tests.lopsided import Corpus, lopsided_corpus  # noqa: E402
 
 SEED = 1234
@@ -49,23 +56,26 @@ BATCH_FRAMES = 8 * 800
 WINDOW_BATCHES = 10
 
 
-def plans(corpus: Corpus) -> dict[str, BucketPlan]:
+def plans(corpus: Corpus) -> dict[str, Plan]:
     groups = corpus.languages
     weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
     n = len(corpus.frames)
     fixed = [Bucket(800, corpus.buckets[-1].text, BATCH_FRAMES // 800)]
+    plain = BucketBatches(Shuffle(n, SEED), corpus.buckets, corpus.of_bucket, corpus.text)
     return {
-        "balanced+buckets": BalancedPlan(
-            SEED, 1, corpus.buckets, corpus.of_bucket, groups, weights, corpus.text
+        "balanced+buckets": Plan(
+            BalancedBatches(SEED, corpus.buckets, corpus.of_bucket, groups, weights, corpus.text),
+            epochs=1,
         ),
-        "plain+buckets": BucketPlan(SEED, 1, corpus.buckets, corpus.of_bucket, corpus.text),
-        "balanced, no buckets": BalancedPlan(
-            SEED, 1, fixed, np.zeros(n, np.int32), groups, weights, corpus.text
+        "plain+buckets": Plan(plain, epochs=1),
+        "balanced, no buckets": Plan(
+            BalancedBatches(SEED, fixed, np.zeros(n, np.int32), groups, weights, corpus.text),
+            epochs=1,
         ),
     }
 
 
-def epoch_batches(plan: BucketPlan, corpus: Corpus) -> list[tuple[Bucket, np.ndarray]]:
+def epoch_batches(plan: Plan, corpus: Corpus) -> list[tuple[Bucket, np.ndarray]]:
     layout = plan.layout(0)
     ends = np.append(layout.starts, len(layout.order))
     return [
@@ -79,7 +89,7 @@ def padding(batches: list[tuple[Bucket, np.ndarray]], corpus: Corpus) -> float:
     return true / sum(b.rows * b.frames for b, _ in batches)
 
 
-def worst_window(plan: BucketPlan, corpus: Corpus, balanced: bool) -> float:
+def worst_window(plan: Plan, corpus: Corpus, balanced: bool) -> float:
     layout = plan.layout(0)
     groups = corpus.languages
     if balanced:
@@ -190,11 +200,11 @@ def build(items: int, rounds: int, speakers: int) -> None:
         weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
         times, peaks, kept = [], [], []
         for epoch in range(rounds):
-            plan = BalancedPlan(SEED, 0, corpus.buckets, corpus.of_bucket, groups, weights,
-                                corpus.text)  # fmt: skip
+            part = BalancedBatches(SEED, corpus.buckets, corpus.of_bucket, groups, weights,
+                                   corpus.text)  # fmt: skip
             tracemalloc.start()
             t0 = time.perf_counter()
-            layout = plan.layout(epoch)
+            layout = part.layout(epoch)
             times.append(time.perf_counter() - t0)
             peaks.append(tracemalloc.get_traced_memory()[1] / items)
             tracemalloc.stop()

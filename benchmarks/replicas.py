@@ -50,7 +50,7 @@ SETUPS = {"1 replica": (1, 1), "2 replicas": (2, 1), "2 workers": (1, 2)}
 
 def tfdata_child(cfg_path: str, worker: str, cluster: str, warmup: int) -> dict[str, Any]:
     """One training process fed by tf.data (worker K/N of a cluster, or alone)."""
-    from ringfeed.consumer.stager.plan import ONE_WORKER, Share
+    from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
     from ringfeed.consumer.trainer.trainer import build_step
 
     share = Share.parse(worker) if worker else ONE_WORKER
@@ -107,7 +107,7 @@ def run_tfdata(cfg_path: Path, workers: int, warmup: int) -> list[dict[str, Any]
 
 
 def run_ringfeed(cfg_path: Path, workers: int, tmp: Path) -> list[dict[str, Any]]:
-    from ringfeed.consumer.stager.plan import Share
+    from ringfeed.consumer.stager.plan.share import Share
     from ringfeed.scripts.runner import Run
 
     base, runs = f"rep-{uuid.uuid4().hex[:6]}", []

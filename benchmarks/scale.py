@@ -40,7 +40,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
+from ringfeed.consumer.stager.plan.plan import Plan  # noqa: E402
+from ringfeed.consumer.stager.plan.shuffle import Shuffle  # noqa: E402
 from ringfeed.scripts.runner import Run, worker_pids  # noqa: E402
 
 MINI = REPO / "data" / "ljspeech-mini"
@@ -52,7 +53,7 @@ SEED = 0
 def make_corpus(root: Path, n_items: int) -> Path:
     """metadata.csv of n_items entries; the first REAL_POSITIONS of the plan are real."""
     clips = sorted((MINI / "wavs").glob("*.wav"))
-    plan = EpochPlan(n_items, SEED)
+    plan = Plan(Shuffle(n_items, SEED))
     real = {plan.item_at(p) for p in range(min(REAL_POSITIONS, n_items))}
     for k in sorted(real):
         path = root / f"d{k % 1000:03d}" / f"c{k:08d}.wav"

@@ -26,8 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
-from ringfeed.consumer.stager.shard_window import ShardWindowPlan  # noqa: E402
+from ringfeed.consumer.stager.plan.plan import Plan  # noqa: E402
+from ringfeed.consumer.stager.plan.shard_window import ShardWindows  # noqa: E402
+from ringfeed.consumer.stager.plan.shuffle import Shuffle  # noqa: E402
 from ringfeed.shared.config import Config, replace  # noqa: E402
 from ringfeed.shared.corpus.members import MemberReader  # noqa: E402
 from ringfeed.shared.corpus.open import open_corpus  # noqa: E402
@@ -51,7 +52,7 @@ def pack(folder: Path, n_shards: int) -> int:
     return sum(p.stat().st_size for p in folder.iterdir())
 
 
-def epoch_bytes(cfg: Config, plan: EpochPlan, index) -> dict[str, int]:
+def epoch_bytes(cfg: Config, plan: Plan, index) -> dict[str, int]:
     """Read every clip of epoch 0 in plan order through a fresh shard cache."""
     reader = MemberReader(cfg)
     for position in range(index.n_items):
@@ -86,8 +87,9 @@ def main() -> None:
                                               "shard_cache_mb": cache_mb},
                               features={"cache_dir": str(tmp / f"cache-{window}")})  # fmt: skip
                 index = open_corpus(cfg, in_subprocess=False)
-                plan = (ShardWindowPlan(0, 1, index.shard_starts, window) if window
-                        else EpochPlan(index.n_items, 0, 1))  # fmt: skip
+                order = (ShardWindows(0, index.shard_starts, window) if window
+                         else Shuffle(index.n_items, 0))  # fmt: skip
+                plan = Plan(order, epochs=1)
                 t0 = time.perf_counter()
                 results[label] = (epoch_bytes(cfg, plan, index), time.perf_counter() - t0)
     cache = f"shard cache {cache_mb} MB ({args.cache_shards} shards)"

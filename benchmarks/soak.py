@@ -56,7 +56,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ringfeed.consumer.stager.plan import EpochPlan  # noqa: E402
+from ringfeed.consumer.stager.plan.plan import Plan  # noqa: E402
+from ringfeed.consumer.stager.plan.shuffle import Shuffle  # noqa: E402
 from ringfeed.consumer.stager.quarantine import read_quarantine  # noqa: E402
 from ringfeed.producer.sources import RowMismatch, check_synthetic_rows  # noqa: E402
 from ringfeed.scripts.lossy_link import LossyLink  # noqa: E402
@@ -130,7 +131,7 @@ class EpochCheck:
     completed epoch at a time; every row checked against the item it claims to be."""
 
     def __init__(self, cfg: Config) -> None:
-        self.cfg, self.plan = cfg, EpochPlan(N_ITEMS, cfg.stager.seed)
+        self.cfg, self.plan = cfg, Plan(Shuffle(N_ITEMS, cfg.stager.seed))
         self.poison = {POISON_RAISE, POISON_EXIT}
         self.per_epoch = N_ITEMS - len(self.poison)
         self.pending: list[int] = []
@@ -147,7 +148,7 @@ class EpochCheck:
         self.pending.extend(items)
         while len(self.pending) >= self.per_epoch:
             got, self.pending = self.pending[: self.per_epoch], self.pending[self.per_epoch :]
-            want = [i for i in self.plan.permutation(self.epochs).tolist() if i not in self.poison]
+            want = [i for i in self.plan.layout(self.epochs).order.tolist() if i not in self.poison]
             counts = collections.Counter(got)
             self.lost += len(set(want) - set(counts))
             self.duplicated += sum(c - 1 for c in counts.values() if c > 1)

@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace):
     """(Share, the arguments that pass it on to the stager and the trainer) of
     --worker K/N and --cluster; exits 2 when they are malformed."""
-    from ringfeed.consumer.stager.plan import ONE_WORKER, Share
+    from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
     from ringfeed.shared.config import ConfigError
 
     if not getattr(args, "worker", ""):

@@ -22,7 +22,7 @@ from typing import Any
 
 import soundfile as sf
 
-from ringfeed.consumer.stager.balance import balance_lines
+from ringfeed.consumer.stager.plan.balance import balance_lines
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.members import MemberReader

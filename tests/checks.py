@@ -9,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ringfeed.consumer.client.batch_client import BatchClient
-from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import Config
 from tests.polling import wait_for
@@ -60,7 +61,7 @@ def consume(
 
 def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:
     """The delivered multiset is the epoch's plan; deterministic mode also keeps its order."""
-    plan = EpochPlan(n_items, cfg.stager.seed, 1)
+    plan = Plan(Shuffle(n_items, cfg.stager.seed), 1)
     expected = [plan.item_at(i) for i in range(n_items)]
     counts = collections.Counter(items)
     lost = sorted(set(expected) - set(counts))

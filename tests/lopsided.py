@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringfeed.consumer.stager.balance import Groups
-from ringfeed.consumer.stager.buckets import Bucket, assign
+from ringfeed.consumer.stager.plan.balance import Groups
+from ringfeed.consumer.stager.plan.buckets import Bucket, assign
 
 LANGUAGE_SHARES = (0.80, 0.15, 0.05)
 SPEAKERS_PER_LANGUAGE = (12, 6, 3)

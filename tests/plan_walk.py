@@ -3,12 +3,12 @@ shares and balanced plans)."""
 
 from __future__ import annotations
 
-from ringfeed.consumer.stager.buckets import BucketPlan
 from ringfeed.consumer.stager.order import PlanOrder
-from ringfeed.consumer.stager.plan import Event, SharePlan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.state import Event
 
 
-def batches(plan: SharePlan | BucketPlan, start: int = 0) -> list[tuple[int, list[int]]]:
+def batches(plan: Plan, start: int = 0) -> list[tuple[int, list[int]]]:
     """(bucket, positions) of every batch the stager's plan order gives from `start`
     (a consumer's cursor) to the plan's end, as delivery cuts them."""
     order = PlanOrder(plan, deterministic=True)

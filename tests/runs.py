@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ringfeed.consumer.stager.plan import Share
+from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.scripts import runner
 from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
 from ringfeed.shared.memory.segments import list_segments

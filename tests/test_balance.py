@@ -1,4 +1,4 @@
-"""Balanced epochs (consumer/stager/balance.py) on a generated lopsided corpus, without
+"""Balanced epochs (consumer/stager/plan/balance.py) on a generated lopsided corpus, without
 processes: exact quotas, at most once per repeat, the ratios in every window of 10
 batches, determinism, batches of one bucket, and a resume under another number of
 training workers that continues the same global batches; then the stager's plan,
@@ -13,17 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.consumer.stager.balance import (
-    BalancedPlan,
+from ringfeed.consumer.stager.plan.balance import (
+    BalancedBatches,
     Groups,
     balanced_layout,
     group_weights,
     merge_by_due,
     quotas,
 )
-from ringfeed.consumer.stager.buckets import Bucket
-from ringfeed.consumer.stager.plan import EpochPlan, Share, SharePlan
-from ringfeed.consumer.stager.stager import make_plan
+from ringfeed.consumer.stager.plan.buckets import Bucket
+from ringfeed.consumer.stager.plan.make import make_plan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.share import Share
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import config_from_dict, load_config
 from ringfeed.shared.config.loader import ConfigError
@@ -155,7 +157,7 @@ def test_merge_by_due_keeps_every_prefix_near_its_share() -> None:
 def global_batches(whole, n_workers: int, start: int = 0) -> list[list[int]]:
     """The global batches (sorted positions) that n_workers train from plan position
     `start`: at each step, the union of every worker's batch."""
-    runs = [batches(SharePlan(whole, Share(k, n_workers)), start) for k in range(n_workers)]
+    runs = [batches(whole.with_share(Share(k, n_workers)), start) for k in range(n_workers)]
     return [sorted(p for _, ps in step for p in ps) for step in zip(*runs, strict=True)]
 
 
@@ -167,7 +169,8 @@ def test_a_resume_with_another_number_of_workers_continues_the_global_batches(
     corpus = lopsided_corpus(n, seed=3)
     weights = group_weights(corpus.speakers.sizes, 0.0, [1.0] * len(corpus.speakers.names))
     buckets = [Bucket(b.frames, b.text, max(3, b.rows // 16)) for b in corpus.buckets]
-    whole = BalancedPlan(SEED, 2, buckets, corpus.of_bucket, corpus.speakers, weights, corpus.text)
+    part = BalancedBatches(SEED, buckets, corpus.of_bucket, corpus.speakers, weights, corpus.text)
+    whole = Plan(part, epochs=2)
     old, new = global_batches(whole, before), global_batches(whole, after)
     for cut in (1, len(old) // 3, len(old) // 2 + 1):
         cursor = whole.batch_at(old[cut - 1][0])[2]  # the chief's checkpoint: a global end
@@ -202,20 +205,24 @@ def manifest_config(tmp_path, **balance):
 def test_the_stager_plan_balances_and_its_fingerprint_names_the_balance(tmp_path) -> None:
     plain = manifest_config(tmp_path)
     index = open_corpus(plain)
-    base_plan, _, base = make_plan(plain, index, tmp_path, StopFlag())
-    assert type(base_plan) is EpochPlan and "balance" not in base  # the default: as before
+    base_plan = make_plan(plain, index, tmp_path, StopFlag())
+    base = base_plan.fingerprint
+    assert type(base_plan.source) is Shuffle and "balance" not in base  # the default: as before
     cfg = manifest_config(tmp_path, by="speaker", temperature=0.0)
-    plan, buckets, ours = make_plan(cfg, index, tmp_path, StopFlag())
-    assert isinstance(plan, BalancedPlan) and [b.rows for b in buckets] == [4]
-    assert plan.quotas(0).tolist() == [4, 4, 4]  # ann, bob, cy: uniform
+    plan = make_plan(cfg, index, tmp_path, StopFlag())
+    ours = plan.fingerprint
+    assert isinstance(plan.source, BalancedBatches) and [b.rows for b in plan.buckets] == [4]
+    assert plan.source.quotas(0).tolist() == [4, 4, 4]  # ann, bob, cy: uniform
     epoch = [index.item_id(plan.item_at(p)) for p in range(12)]
     assert sorted(epoch.count(f"c{k}") for k in (9, 10, 11)) == [2, 2, 4]
-    _, _, two_workers = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2))
+    two_workers = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2)).fingerprint
     assert two_workers == ours, "the number of workers is no part of the plan"
     warmer = manifest_config(tmp_path, by="speaker", temperature=0.5)
-    _, _, theirs = make_plan(warmer, index, tmp_path, StopFlag())
+    theirs = make_plan(warmer, index, tmp_path, StopFlag()).fingerprint
     assert plan_changes(ours, theirs) == [PLAN_PARTS["balance"]]
     assert plan_changes(ours, base) == [PLAN_PARTS["buckets"], PLAN_PARTS["balance"]]
+    with pytest.raises(TypeError):  # made with the plan, never changed after
+        plan.fingerprint["balance"] = "another"
     wrong = manifest_config(tmp_path, by="speaker", weights={"anne": 2.0})
     with pytest.raises(ConfigError, match="stager.balance.weights.anne: no speaker"):
         make_plan(wrong, index, tmp_path, StopFlag())
@@ -274,7 +281,7 @@ def test_killed_on_two_workers_resumed_on_one_gives_the_uninterrupted_global_bat
     config = lopsided_run_config(tmp_path)
     cfg = load_config(config)
     index = open_corpus(cfg)
-    plan, _, _ = make_plan(cfg, index, tmp_path, StopFlag())
+    plan = make_plan(cfg, index, tmp_path, StopFlag())
     expected = {s: sorted(plan.item_at(p) for p in range(4 * (s - 1), 4 * s)) for s in range(1, 17)}
     base = rid("bal")
     (tmp_path / "two").mkdir()

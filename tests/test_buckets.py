@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.consumer.stager.buckets import BucketPlan, assign, least_padding, make_buckets
+from ringfeed.consumer.stager.plan.buckets import (
+    BucketBatches,
+    assign,
+    least_padding,
+    make_buckets,
+)
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sources import check_synthetic_rows
@@ -71,8 +78,8 @@ def test_the_bucketed_plan_is_pure_and_deals_every_item_once_per_epoch() -> None
     frames = rng.integers(10, 400, size=777).astype(np.int32)
     text = rng.integers(1, 100, size=777).astype(np.int32)
     buckets, of_item = make_buckets(cfg, Lengths(frames, text))
-    plan = BucketPlan(42, 3, buckets, of_item, text)
-    again = BucketPlan(42, 3, buckets, of_item, text)
+    plan = Plan(BucketBatches(Shuffle(777, 42), buckets, of_item, text), epochs=3)
+    again = Plan(BucketBatches(Shuffle(777, 42), buckets, of_item, text), epochs=3)
     for epoch in range(3):
         base = epoch * 777
         items = [plan.item_at(base + i) for i in range(777)]

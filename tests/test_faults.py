@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.scripts.lossy_link import LossyLink
 from ringfeed.shared.config import load_config
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.slow
 def plan_items(cfg_path: Path, n_items: int, epochs: int, skip: set[int]) -> list[int]:
     """What a run must deliver in deterministic mode: the plan, less the skipped items."""
     cfg = load_config(cfg_path)
-    plan = EpochPlan(n_items, cfg.stager.seed, epochs)
+    plan = Plan(Shuffle(n_items, cfg.stager.seed), epochs)
     return [i for i in (plan.item_at(k) for k in range(n_items * epochs)) if i not in skip]
 
 

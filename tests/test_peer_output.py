@@ -214,7 +214,8 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     from types import SimpleNamespace
 
     from ringfeed.consumer.stager.peers import PeerId
-    from ringfeed.consumer.stager.plan import EpochPlan
+    from ringfeed.consumer.stager.plan.plan import Plan
+    from ringfeed.consumer.stager.plan.shuffle import Shuffle
     from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
     from ringfeed.consumer.stager.slot_manager import SlotManager
     from ringfeed.consumer.stager.stats import snapshot
@@ -222,7 +223,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     from ringfeed.shared.config import config_from_dict
 
     cfg = config_from_dict({})
-    manager = SlotManager(EpochPlan(100, 1, 1), 64, 1.0, 3, True)
+    manager = SlotManager(Plan(Shuffle(100, 1), 1), 64, 1.0, 3, True)
     book = ProducerBook(manager, "head", 16, max_strikes=3, max_per_peer=MAX_PRODUCERS)
     for i in range(MAX_PRODUCERS):
         name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)
@@ -237,7 +238,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
         run_id="r" * 32, t_start=0.0, index=SimpleNamespace(n_items=100, bad_lines=[]),
         slots=book.slots, book=book, cfg=cfg,
         builder=SimpleNamespace(in_flight=lambda: 3, filled=[1] * 4),
-        buckets=[SimpleNamespace(shape=(2**20, 2**20, 2**20))] * 16,
+        plan=SimpleNamespace(buckets=[SimpleNamespace(shape=(2**20, 2**20, 2**20))] * 16),
         delivery=SimpleNamespace(batches_sent=2**40),
         drop=SimpleNamespace(counts={r: 2**40 for r in ("malformed", "stale", "torn")}),
         producers=SimpleNamespace(crashes=[crash] * 5), net=SimpleNamespace(refused=2**40),

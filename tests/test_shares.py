@@ -1,6 +1,6 @@
 """Several training workers: each stager serves its share of one global plan.
 
-The plan side without processes (consumer/stager/plan.py SharePlan): disjoint
+The plan side without processes (consumer/stager/plan/, Plan with a Share): disjoint
 shares whose union is each epoch less its stated remainder, one batch per
 global batch on every worker, the same bucket at every step, and a resume from
 the chief's cursor that gives every worker the batches of an uninterrupted run.
@@ -11,9 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
-from ringfeed.consumer.stager.plan import Share, SharePlan
-from ringfeed.consumer.stager.stager import make_plan
+from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches
+from ringfeed.consumer.stager.plan.make import make_plan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.share import Share
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus
@@ -23,12 +25,17 @@ from tests.plan_walk import batches
 N_ITEMS = 157
 
 
-def global_plan(bucketed: bool, epochs: int = 3) -> BucketPlan:
+def bucketed_plan(buckets, of_item, epochs: int, text=None) -> Plan:
+    """One worker's plan of batches dealt from seed 7's Shuffle, as the stager's."""
+    return Plan(BucketBatches(Shuffle(len(of_item), 7), buckets, of_item, text), epochs)
+
+
+def global_plan(bucketed: bool, epochs: int = 3) -> Plan:
     if not bucketed:  # buckets off: one bucket of the fixed shape
-        return BucketPlan(7, epochs, [Bucket(800, 200, 8)], np.zeros(N_ITEMS, np.int32))
+        return bucketed_plan([Bucket(800, 200, 8)], np.zeros(N_ITEMS, np.int32), epochs)
     rng = np.random.default_rng(1)
     buckets = [Bucket(200, 64, 12), Bucket(400, 96, 6), Bucket(800, 200, 3)]
-    return BucketPlan(7, epochs, buckets, rng.integers(0, 3, N_ITEMS).astype(np.int32))
+    return bucketed_plan(buckets, rng.integers(0, 3, N_ITEMS).astype(np.int32), epochs)
 
 
 @pytest.mark.parametrize("bucketed", [False, True])
@@ -37,7 +44,7 @@ def test_shares_are_disjoint_and_cover_each_epoch_in_lockstep(
     bucketed: bool, n_workers: int
 ) -> None:
     whole = global_plan(bucketed)
-    shares = [SharePlan(whole, Share(k, n_workers)) for k in range(n_workers)]
+    shares = [whole.with_share(Share(k, n_workers)) for k in range(n_workers)]
     runs = [batches(s) for s in shares]
     assert len({len(r) for r in runs}) == 1, "every worker takes one batch per global batch"
     for step in zip(*runs, strict=True):
@@ -57,7 +64,7 @@ def test_shares_are_disjoint_and_cover_each_epoch_in_lockstep(
 @pytest.mark.parametrize("bucketed", [False, True])
 def test_every_worker_resumes_from_the_chiefs_cursor(bucketed: bool) -> None:
     whole = global_plan(bucketed)
-    shares = [SharePlan(whole, Share(k, 2)) for k in range(2)]
+    shares = [whole.with_share(Share(k, 2)) for k in range(2)]
     uninterrupted = [batches(s) for s in shares]
     for cut in (1, 5, len(uninterrupted[0]) // 2, len(uninterrupted[0]) - 1):
         # The chief's cursor after batch `cut`: its next position (a BATCH_READY's).
@@ -68,7 +75,7 @@ def test_every_worker_resumes_from_the_chiefs_cursor(bucketed: bool) -> None:
 
 def test_one_worker_owns_every_position_and_a_bad_share_is_refused() -> None:
     whole = global_plan(True)
-    assert batches(SharePlan(whole, Share(0, 1))) == batches(whole)
+    assert batches(whole.with_share(Share(0, 1))) == batches(whole)
     assert Share.parse("1/4") == Share(1, 4)
     for text in ("4/4", "-1/2", "1", "a/b", "0/0"):
         with pytest.raises(ConfigError, match="--worker"):
@@ -79,8 +86,8 @@ def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -
     cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
                             "stager": {"batch_size": 2}})  # fmt: skip
     index = open_corpus(cfg)
-    plan, buckets, _ = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2))
-    assert isinstance(plan, SharePlan) and [b.rows for b in buckets] == [1]
+    plan = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2))
+    assert plan.lockstep and plan.batched and [b.rows for b in plan.buckets] == [1]
     with pytest.raises(ConfigError, match="stager.batch_size"):
         make_plan(cfg, index, tmp_path, StopFlag(), Share(0, 3))
     unordered = config_from_dict(cfg.to_dict() | {"stager": {"deterministic": False}})
@@ -92,6 +99,6 @@ def test_a_dataset_with_no_batch_for_every_worker_is_refused() -> None:
     # Three items, each alone in a batch (no text fits a longer bucket's): no global
     # batch has 2 items.
     buckets = [Bucket(200, 64, 4), Bucket(400, 50, 4), Bucket(800, 40, 4)]
-    whole = BucketPlan(7, 0, buckets, np.arange(3, dtype=np.int32), np.array([60, 45, 40]))
+    whole = bucketed_plan(buckets, np.arange(3, dtype=np.int32), 0, np.array([60, 45, 40]))
     with pytest.raises(ConfigError, match="use fewer workers"):
-        SharePlan(whole, Share(0, 2)).next_owned(0)
+        whole.with_share(Share(0, 2)).next_owned(0)

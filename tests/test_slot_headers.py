@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.shared.memory.ring import Ring, SlotState, segment_name, shown_state
@@ -45,7 +46,7 @@ def ring():
 def make(ring: Ring, clock: Clock, n_items: int = 40) -> ProducerBook:
     """A producer book over a slot manager writing into the ring's headers (``m.slots``)."""
     slots = SlotManager(
-        EpochPlan(n_items, seed=1, epochs=3),
+        Plan(Shuffle(n_items, seed=1), epochs=3),
         ring.n_slots,
         lease_s=5.0,
         max_attempts=2,

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
-from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.shared.memory.ring import SlotState
@@ -40,7 +41,7 @@ def manager(
 ):
     """A producer book over its slot manager (``m.slots``), as the stager builds them."""
     slots = SlotManager(
-        EpochPlan(n_items, seed=7, epochs=epochs),
+        Plan(Shuffle(n_items, seed=7), epochs=epochs),
         n_slots,
         lease_s=5.0,
         max_attempts=attempts,
@@ -81,7 +82,7 @@ def drain(m: ProducerBook, idents: list[bytes], rng: random.Random, room: int = 
 
 
 def test_plan_is_a_permutation_per_epoch_and_reproducible() -> None:
-    plan, again = EpochPlan(50, seed=3), EpochPlan(50, seed=3)
+    plan, again = Plan(Shuffle(50, seed=3)), Plan(Shuffle(50, seed=3))
     e0 = [plan.item_at(p) for p in range(50)]
     e1 = [plan.item_at(p) for p in range(50, 100)]
     assert sorted(e0) == sorted(e1) == list(range(50)) and e0 != e1

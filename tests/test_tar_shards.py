@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shard_window import shard_windows
 from ringfeed.consumer.stager.quarantine import read_quarantine
-from ringfeed.consumer.stager.shard_window import shard_window_plan
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.config.loader import ConfigError
@@ -100,7 +101,7 @@ def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -
     cfg = shards_cfg(str(tmp_path / "shards"), tmp_path, shard_window=2)
     index = open_corpus(cfg, in_subprocess=False)
     assert index.shard_starts.tolist() == [0, 4, 8, 12, 16]
-    plan = shard_window_plan(cfg, index, bucketed=False, workers=1)
+    plan = Plan(shard_windows(cfg, index, bucketed=False, workers=1), cfg.stager.epochs)
     shard_of = np.searchsorted(index.shard_starts, np.arange(16), "right") - 1
     epochs = []
     for epoch in range(3):
@@ -110,10 +111,10 @@ def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -
         assert all(len(w) == 2 for w in windows) and not windows[0] & windows[1]
         epochs.append(items)
     assert epochs[0] != epochs[1] != epochs[2]
-    again = shard_window_plan(cfg, index, bucketed=False, workers=1)
+    again = Plan(shard_windows(cfg, index, bucketed=False, workers=1), cfg.stager.epochs)
     assert [again.item_at(p) for p in range(20, 40)] == [plan.item_at(p) for p in range(20, 40)]
     with pytest.raises(ConfigError, match="data.shard_window"):
-        shard_window_plan(cfg, index, bucketed=True, workers=1)
+        shard_windows(cfg, index, bucketed=True, workers=1)
 
 
 # ------------------------------------------------------------------ real runs

@@ -16,7 +16,8 @@ import msgpack
 import pytest
 import zmq
 
-from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints
@@ -57,7 +58,7 @@ def test_epoch_exactly_once_when_a_producer_is_sigkilled_mid_write(tmp_path: Pat
         client.close()
         assert run.wait("stager", 20) == 0 and run.wait("producers", 20) == 0
         assert shm_segments(run_id) == []
-    plan = EpochPlan(400, cfg.stager.seed, 1)
+    plan = Plan(Shuffle(400, cfg.stager.seed), 1)
     assert items == [plan.item_at(i) for i in range(400)]  # deterministic: plan order
     # Within the lease (plus one stats interval of reporting delay): the stager sees the
     # dead pid without waiting for the lease to run out.

@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.consumer.stager.buckets import Bucket, BucketPlan
-from ringfeed.consumer.stager.plan import Share, SharePlan
+from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.share import Share
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import Config, load_config
 from tests.fault_sources import inject_faults
 from tests.runs import (
@@ -52,8 +54,8 @@ def two_worker_config(tmp_path: Path, lengths: str) -> Path:
 
 def first_part_of_worker_0(cfg: Config) -> list[int]:
     n = cfg.data.synthetic_items
-    whole = BucketPlan(cfg.stager.seed, 0, [Bucket(32, 32, cfg.stager.batch_size)], np.zeros(n))
-    share = SharePlan(whole, Share(0, 2))
+    fixed = [Bucket(32, 32, cfg.stager.batch_size)]
+    share = Plan(BucketBatches(Shuffle(n, cfg.stager.seed), fixed, np.zeros(n)), share=Share(0, 2))
     first = share.next_owned(0)
     return [share.item_at(first), share.item_at(share.next_owned(first + 1))]
 

@@ -30,6 +30,7 @@ from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.control import ControlSockets, is_remote
 from ringfeed.consumer.stager.delivery import Delivery
 from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.run_secret import FILE as SECRET_FILE
 from ringfeed.consumer.stager.run_secret import consumer_pid
@@ -50,6 +51,7 @@ class ConsumerSide:
 
     def __init__(
         self,
+        plan: Plan,
         secret: str,
         welcome: p.Welcome,
         book: ProducerBook,
@@ -58,9 +60,10 @@ class ConsumerSide:
         net: ControlSockets,
         drop: Drops,
     ) -> None:
-        """welcome: what a consumer is told (the batch ring's name)."""
-        self.secret, self.welcome, self.book, self.delivery = secret, welcome, book, delivery
-        self.builder, self.net, self.drop = builder, net, drop
+        """plan: where a consumer may start; welcome: what a consumer is told (the batch
+        ring's name, the plan's fingerprint)."""
+        self.plan, self.secret, self.welcome, self.book = plan, secret, welcome, book
+        self.delivery, self.builder, self.net, self.drop = delivery, builder, net, drop
         self.ident: bytes | None = None
         self.name = ""
         self.pid: int | None = None  # from its identity (None: the identity has none)
@@ -75,7 +78,7 @@ class ConsumerSide:
             return f"consumer hello from {msg.name!r} over tcp: the consumer runs on this host"
         if not hmac.compare_digest(msg.secret.encode(), self.secret.encode()):
             return f"consumer hello from {msg.name!r} without this run's secret ({SECRET_FILE})"
-        end = self.book.slots.plan.end
+        end = self.plan.end
         if end is not None and msg.position > end:
             return f"consumer hello at position {msg.position}, past the plan's end {end}"
         return ""
@@ -124,7 +127,7 @@ class ConsumerSide:
         self.name, self.pid = msg.name, consumer_pid(ident)
         self.book.reset(position)
         self.delivery.reset(msg.batch_index, position)
-        epoch = self.book.slots.plan.epoch_of(position)
+        epoch = self.plan.epoch_of(position)
         log.info("consumer %s starts at plan position %d (epoch %d), batch %d",
                  msg.name, position, epoch, msg.batch_index)  # fmt: skip
         self.net.reply(ident, self.welcome)
@@ -138,7 +141,7 @@ class ConsumerSide:
             return msg.position
         what = ", ".join(changed)
         if msg.new_plan_at:
-            position = msg.new_plan_at * self.book.slots.plan.n_items
+            position = msg.new_plan_at * self.plan.n_items
             log.warning("the plan changed (%s); a new plan starts at epoch %d (position %d)",
                         what, msg.new_plan_at, position)  # fmt: skip
             return position

@@ -4,8 +4,8 @@ A part of the stager (consumer/stager/stager.py). Each turn it pops the
 positions that finished, in plan order when deterministic, as many as the
 batch being built has room for; a sample is copied in through the intake's
 checked copy (a torn one goes back to be granted again), a skip becomes one
-quarantine line per item per run. A full batch (or, with length buckets, the
-end of its run of positions) is announced with BATCH_READY; when a finite
+quarantine line per item per run. A full batch (or, when the plan cuts batches,
+the end of its range of positions) is announced with BATCH_READY; when a finite
 plan is exhausted the last partial batch goes out, then END_OF_DATA.
 
 An epoch whose every position was skipped ends the run (NothingDelivered, with
@@ -20,12 +20,12 @@ import collections
 import logging
 
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
-from ringfeed.consumer.stager.buckets import Bucket
 from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.intake import Intake
-from ringfeed.consumer.stager.plan import Event
+from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
 from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.consumer.stager.state import Event
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.wire import protocol as p
 
@@ -77,42 +77,42 @@ class Delivery:
 
     def __init__(
         self,
+        plan: Plan,
         slots: SlotManager,
         builder: BatchBuilder,
         intake: Intake,
-        buckets: list[Bucket],
         quarantine: QuarantineWriter,
         index: CorpusIndex,
         net: ControlSockets,
     ) -> None:
-        self.slots, self.builder, self.intake, self.buckets = slots, builder, intake, buckets
+        self.plan, self.slots, self.builder, self.intake = plan, slots, builder, intake
         self.quarantine, self.index, self.net = quarantine, index, net
         self.batches_sent = 0
         self.first_position = self.last_position = 0  # of the batch being built
-        self.batch_end = 0  # the global position after the batch being built (buckets)
+        self.batch_end = 0  # the global position after the batch being built (batched)
         self.end_sent = False
-        self.tally = EpochTally(slots.plan.n_items, 0)
+        self.tally = EpochTally(plan.n_items, 0)
 
     def reset(self, batch_index: int, position: int) -> None:
         """A consumer (re)starts at plan `position`: no batch in the ring, the next one is
         `batch_index`."""
         self.builder.reset()
         self.batches_sent, self.end_sent = batch_index, False
-        self.tally = EpochTally(self.slots.plan.n_items, position)
+        self.tally = EpochTally(self.plan.n_items, position)
 
     def deliver(self, consumer: bytes) -> None:
         """Move every finished position the batch ring has room for; announce batches."""
         while True:
             room, until = self.builder.room(), None
-            if room and self.buckets:  # a batch is a range of plan positions
+            if room and self.plan.batched:  # a batch is a range of plan positions
                 until = self.begin_batch()
             events = self.slots.pop_events(room, until)
             self.take(events)
             if self.builder.full() or (until is not None and self.slots.cursor >= until):
                 # A batch whose items were all skipped is not sent, but with several
                 # training workers every worker sends one batch per global batch (an
-                # empty one, n_valid 0): they must stay in step (plan.py SharePlan).
-                if self.builder.rows or hasattr(self.slots.plan, "share"):
+                # empty one, n_valid 0): they must stay in step (plan/share.py).
+                if self.builder.rows or self.plan.lockstep:
                     self.announce(consumer)
                 continue
             if not events:
@@ -138,11 +138,11 @@ class Delivery:
             self.tally.count(event, event.kind != "skip")
 
     def begin_batch(self) -> int:
-        """Length buckets: give the batch starting at the cursor its bucket's shape;
-        returns the position after its last."""
-        bucket, _, end = self.slots.plan.batch_at(self.slots.cursor)
+        """A batched plan: give the batch starting at the cursor its bucket's shape (this
+        worker's rows of it); returns the position after its last."""
+        bucket, _, end = self.plan.batch_at(self.slots.cursor)
         if self.builder.rows == 0:
-            self.builder.begin(self.buckets[bucket].shape)
+            self.builder.begin(self.plan.buckets[bucket].shape)
         self.batch_end = end
         return end
 
@@ -157,16 +157,15 @@ class Delivery:
         if not self.builder.rows:  # an empty batch of a share: it ends before the cursor
             self.first_position = self.last_position = self.slots.cursor - 1
         slot, generation, n_valid = self.builder.finish()
-        epoch_of = self.slots.plan.epoch_of
+        epoch_of = self.plan.epoch_of
         # A worker's next position is the global batch's end, not its own next row: the
-        # same for every worker and every number of workers (plan.py SharePlan), so a
+        # same for every worker and every number of workers (plan/share.py), so a
         # checkpoint's cursor resumes any topology at the same global batch.
-        lockstep = hasattr(self.slots.plan, "share")
         msg = p.BatchReady(
             slot,
             generation,
             self.batches_sent,
-            self.batch_end if lockstep else self.slots.cursor,
+            self.batch_end if self.plan.lockstep else self.slots.cursor,
             epoch_of(self.last_position),
             n_valid,
             epoch_of(self.first_position),

@@ -20,13 +20,12 @@ item is skipped for its content only when two peers sent bad rows for it.
 from __future__ import annotations
 
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
-from ringfeed.consumer.stager.buckets import Bucket
 from ringfeed.consumer.stager.drops import Drops
-from ringfeed.consumer.stager.plan import Event
+from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.ready import copy_payload, lengths_error, payload_error, row_limits
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.consumer.stager.state import Producer, Slot
+from ringfeed.consumer.stager.state import Event, Producer, Slot
 from ringfeed.shared.memory.ring import Ring, rows_checksum
 from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.wire import protocol as p
@@ -44,16 +43,16 @@ class Intake:
         slots: SlotManager,
         book: ProducerBook,
         builder: BatchBuilder,
-        buckets: list[Bucket],
+        plan: Plan,
         hop_length: int,
         vocab_size: int,
         drop: Drops,
     ) -> None:
-        """buckets: the length buckets ([]: one fixed batch shape); hop_length turns a
-        bucket's frames into samples when slots hold waveforms; vocab_size bounds the
-        token ids a sample may hold."""
+        """plan: which bucket's batch each position goes into (when it cuts batches);
+        hop_length turns a bucket's frames into samples when slots hold waveforms;
+        vocab_size bounds the token ids a sample may hold."""
         self.samples, self.slots, self.book, self.builder = samples, slots, book, builder
-        self.buckets, self.hop_length, self.drop = buckets, hop_length, drop
+        self.plan, self.hop_length, self.drop = plan, hop_length, drop
         self.vocab = vocab_size
         self.limits = row_limits(samples.fields)
         # Optional fields' lengths must agree with the mel's or the text's (one check a
@@ -135,10 +134,9 @@ class Intake:
     def misfit(self, e: p.ReadyEntry) -> str:
         """'' if the sample fits its batch's bucket, else why not (the length manifest
         said otherwise: a changed file, or a header that lies)."""
-        if not self.buckets:
+        if not self.plan.batched:
             return ""
-        position = self.slots.slots[e.slot].position
-        b = self.buckets[self.slots.plan.batch_at(position)[0]]
+        b = self.plan.bucket_at(self.slots.slots[e.slot].position)
         limit = b.frames if "mel" in self.samples.fields else b.frames * self.hop_length
         if e.lengths[0] <= b.text and e.lengths[1] <= limit:
             return ""

@@ -4,8 +4,8 @@ Pure bookkeeping of plan positions, owned by the slot manager
 (consumer/stager/slot_manager.py), which owns the slots. A position is
 granted (possibly again, from ``retry``, after its grant was taken back), then
 finished as a sample or a skip, then leaves :meth:`PlanOrder.pop_events`
-exactly once; positions of other workers' shares (consumer/stager/plan.py
-SharePlan) are passed over, never granted. Deterministic mode releases
+exactly once; positions of other training workers' shares (consumer/stager/plan/
+share.py) are passed over, never granted. Deterministic mode releases
 finished positions in plan order (a reorder window); otherwise in any order,
 the cursor being the oldest position not yet out. Items known to be bad are
 skipped without a grant, and an item never has two grants out at once.
@@ -16,11 +16,12 @@ from __future__ import annotations
 import collections
 import heapq
 
-from ringfeed.consumer.stager.plan import EpochPlan, Event
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.state import Event
 
 
 class PlanOrder:
-    def __init__(self, plan: EpochPlan, deterministic: bool) -> None:
+    def __init__(self, plan: Plan, deterministic: bool) -> None:
         self.plan = plan
         self.deterministic = deterministic
         # item -> (reason, stage): skipped without a grant for the rest of the run.

@@ -52,6 +52,7 @@ class ProducerDesk:
     def __init__(
         self,
         book: ProducerBook,
+        slots: SlotManager,
         intake: Intake,
         welcome: p.Welcome,
         net: ControlSockets,
@@ -61,8 +62,7 @@ class ProducerDesk:
         """welcome: what a producer is told (the sample ring's name, the plan's items);
         sample_config: the stager's config fingerprint, which every HELLO must carry."""
         self.book, self.intake, self.welcome, self.net, self.drop = book, intake, welcome, net, drop
-        self.sample_config = sample_config
-        self.slots: SlotManager = book.slots
+        self.sample_config, self.slots = sample_config, slots
         self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
         # Every line a producer's message causes: a flood of them costs a few lines.
         self.say = PeerLog(drop, log)

@@ -9,7 +9,7 @@ writes the slot's record into ``headers`` (the ring's SLOT_DTYPE array, or
 any array of that dtype in tests), so the record the inspector reads always
 equals the manager's view. It also keeps which slots each producer holds and
 which are fenced against it, keyed by the producer's identity. Plan positions
-are consumer/stager/plan.py's.
+are the plan's (consumer/stager/plan/plan.py).
 
 Exactly once (docs/design.md#contract-3). Each position is granted,
 possibly again after its grant was taken back, until it is READY or SKIPPED;
@@ -43,8 +43,8 @@ import numpy as np
 
 from ringfeed.consumer.stager.order import PlanOrder
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.plan import EpochPlan, Event
-from ringfeed.consumer.stager.state import Slot
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.state import Event, Slot
 from ringfeed.shared.memory.ring import SLOT_DTYPE, SlotState
 from ringfeed.shared.wire import protocol as p
 
@@ -57,7 +57,7 @@ class SlotManager:
 
     def __init__(
         self,
-        plan: EpochPlan,
+        plan: Plan,
         n_slots: int,
         lease_s: float,
         max_attempts: int,

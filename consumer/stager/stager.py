@@ -5,6 +5,7 @@ grant slots, move finished samples into batches, announce batches, publish
 stats, check stop. :func:`build` makes every part complete, each handed what
 it uses (consumer/stager/):
 
+    Plan           which item at each position, in which batch, whose share (plan/)
     ProducerBook   who the producers are; fair share; who pays for a lost grant
     SlotManager    the one writer of slot state; grants, fences, plan order
     ProducerDesk   producer messages in (one handler per kind), GRANTs out
@@ -32,21 +33,20 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.consumer.devices import count_gpus_for, stager_mel_fn
-from ringfeed.consumer.stager import balance
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
-from ringfeed.consumer.stager.buckets import Bucket, BucketPlan, length_manifest, make_buckets
 from ringfeed.consumer.stager.consumer_side import ConsumerSide
 from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.plan import ONE_WORKER, EpochPlan, Share, SharePlan
+from ringfeed.consumer.stager.plan.make import make_plan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
 from ringfeed.consumer.stager.run_secret import write_consumer_secret
-from ringfeed.consumer.stager.shard_window import shard_window_plan
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats import snapshot
 from ringfeed.shared.config import Config, ConfigError
@@ -56,8 +56,8 @@ from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slot_bytes
 from ringfeed.shared.memory.segments import remove_stale_segments
-from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest, plan_fingerprint
-from ringfeed.shared.run.id_tables import IDS_FILE, IdTables, corpus_tables, settle_tables
+from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
+from ringfeed.shared.run.id_tables import IDS_FILE, settle_tables
 from ringfeed.shared.run.process import POLL_S, StopFlag, write_json_atomic
 from ringfeed.shared.wire import protocol as p
 
@@ -75,7 +75,7 @@ class Stager:
     run_id: str
     stop: StopFlag
     index: CorpusIndex
-    buckets: list[Bucket]
+    plan: Plan
     samples: Ring
     batches: Ring
     quarantine: QuarantineWriter
@@ -157,77 +157,6 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
     return rings
 
 
-def make_plan(cfg: Config, index: CorpusIndex, directory, stop: StopFlag,
-              share: Share = ONE_WORKER, tables: IdTables | None = None):  # fmt: skip
-    """The epoch plan, its length buckets ([] without buckets) and its fingerprint
-    (shared/run/fingerprint.py): with buckets, a plan that also says which batch each
-    position belongs to (buckets.py); balanced, each group's quota (balance.py;
-    groups from the id `tables`). With several workers (share), worker k's part of
-    one global plan whose batches are fixed ranges of positions (one bucket when
-    buckets are off), and buckets of k's rows of each global batch; the global plan
-    and its fingerprint are the same for any number of workers."""
-    st = cfg.stager
-    if cfg.data.shard_window:  # the window decides the order: a resume with another refused
-        plan = shard_window_plan(cfg, index, st.bucketed or st.balance.on, share.count)
-        return plan, [], plan_fingerprint(cfg, index, [(0, cfg.data.shard_window)], [])
-    if not st.bucketed and share.count == 1 and not st.balance.on:
-        fingerprint = plan_fingerprint(cfg, index, [], [])
-        return EpochPlan(index.n_items, st.seed, st.epochs), [], fingerprint
-    if st.bucketed:
-        manifest = length_manifest(cfg, index, directory / "config.yaml", stop.is_set)
-        buckets, of_item = make_buckets(cfg, manifest)
-        lengths = [manifest.frames, manifest.text]
-        text = manifest.text
-    else:
-        buckets = [Bucket(cfg.features.max_frames, cfg.text.max_text_len, st.batch_size)]
-        of_item, lengths, text = np.zeros(index.n_items, np.int32), [], None
-    counts = np.bincount(of_item, minlength=len(buckets))
-    log.info("length buckets: %s", ", ".join(
-        f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
-        for b, n in zip(buckets, counts, strict=True)))  # fmt: skip
-    shapes = [(b.frames, b.text, b.rows) for b in buckets]
-    fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
-    plan = global_plan(cfg, index, tables, buckets, of_item, text, fingerprint)
-    if share.count == 1:
-        return plan, buckets, fingerprint
-    if not st.deterministic:  # out of order, a batch may take another batch's positions
-        raise ConfigError("stager.deterministic: several training workers need it true, so "
-                          "that every worker takes its part of the same global batch")  # fmt: skip
-    if any(b.rows < share.count for b in buckets):  # its every batch would go to nobody
-        raise ConfigError(
-            f"stager.batch_frames: a global batch of {min(b.rows for b in buckets)} rows "
-            f"cannot give each of {share.count} workers a row: raise stager.batch_size "
-            "(or stager.batch_frames)"
-        )
-    mine = SharePlan(plan, share)
-    log.info("worker %d of %d: rows %d, %d, ... of every global batch (%s rows per batch); "
-             "epoch 0 leaves %d of %d items to nobody (global batches smaller than %d)",
-             share.index, share.count, share.index, share.index + share.count,
-             "/".join(str(share.rows(b.rows)) for b in buckets), mine.remainder(0),
-             index.n_items, share.count)  # fmt: skip
-    local = [Bucket(b.frames, b.text, share.rows(b.rows)) for b in buckets]
-    return mine, local, fingerprint
-
-
-def global_plan(cfg: Config, index: CorpusIndex, tables: IdTables | None,
-                buckets: list[Bucket], of_item: np.ndarray, text: np.ndarray | None,
-                fingerprint: dict[str, str]) -> BucketPlan:  # fmt: skip
-    """The bucketed plan, or the balanced one (stager.balance), which adds its part to
-    the plan fingerprint."""
-    b, st = cfg.stager.balance, cfg.stager
-    if not b.on:
-        return BucketPlan(st.seed, st.epochs, buckets, of_item, text)
-    tables = tables or corpus_tables(cfg, index)
-    groups = balance.plan_groups(b, tables, index)
-    weights = balance.group_weights(groups.sizes, b.temperature, balance.named_weights(b, groups))
-    fingerprint["balance"] = balance.balance_hash(groups, weights, b.by, b.temperature)
-    plan = balance.BalancedPlan(st.seed, st.epochs, buckets, of_item, groups, weights, text)
-    shares = "; ".join(balance.describe(groups, plan.quotas(0)))
-    log.info("balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
-             b.by, b.temperature, index.n_items, shares)  # fmt: skip
-    return plan
-
-
 def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> CorpusIndex:
     index = open_corpus(cfg)
     for bad in index.bad_lines:
@@ -266,38 +195,48 @@ def build(
              len(tables.languages), directory / IDS_FILE)  # fmt: skip
     ends = endpoints(cfg, run_id)
     samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
-    plan, buckets, fingerprint = make_plan(cfg, index, directory, stop, share, tables)
+    plan = make_plan(cfg, index, directory, stop, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
-    slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
-                        cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
-                        headers=samples.slots)  # fmt: skip
-    cleanup.callback(lambda: slots.attach_headers(slots.headers.copy()))  # before unmapping
-    # Items quarantined earlier in this run (a restarted stager, a resumed run) are
-    # skipped without a try: the skips are part of where a resumed run stands.
-    slots.mark_bad(quarantine.earlier_skips(index))
-    if slots.known_bad:
-        log.info("%d items quarantined earlier in this run are skipped", len(slots.known_bad))
+    slots = slot_manager(cfg, plan, samples, quarantine.earlier_skips(index), cleanup)
     drop = Drops()
     book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
                         cfg.ring.max_strikes, cfg.ring.max_producers_per_peer)  # fmt: skip
     builder = BatchBuilder(cfg, batches, stager_mel_fn(cfg), tables.item_ids(index))
-    intake = Intake(samples, slots, book, builder, buckets, cfg.features.hop_length,
+    intake = Intake(samples, slots, book, builder, plan, cfg.features.hop_length,
                     cfg.vocab_size, drop)  # fmt: skip
     cleanup.callback(intake.forget_views)
     largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
     net = ControlSockets(cfg, ends, lambda why: drop("malformed", why), largest)
     cleanup.callback(net.close)
-    delivery = Delivery(slots, builder, intake, buckets, quarantine, index, net)
-    desk = ProducerDesk(book, intake, p.Welcome(run_id, samples.name, index.n_items, fingerprint),
+    delivery = Delivery(plan, slots, builder, intake, quarantine, index, net)
+    fingerprint = dict(plan.fingerprint)
+    desk = ProducerDesk(book, slots, intake,
+                        p.Welcome(run_id, samples.name, index.n_items, fingerprint),
                         net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)))  # fmt: skip
-    consumer = ConsumerSide(write_consumer_secret(directory),
+    consumer = ConsumerSide(plan, write_consumer_secret(directory),
                             p.Welcome(run_id, batches.name, index.n_items, fingerprint),
                             book, delivery, builder, net, drop)  # fmt: skip
     log.info("stager ready: %s (%d x %.2f MiB slots), control %s", samples.name,
              cfg.ring.slots, slot_bytes(samples.fields) / 2**20, ends.control)  # fmt: skip
-    return Stager(cfg, run_id, stop, index, buckets, samples, batches, quarantine, net, drop,
+    return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
                   slots, book, builder, intake, delivery, desk, consumer,
                   count_gpus_for(cfg), time.monotonic())  # fmt: skip
+
+
+def slot_manager(cfg: Config, plan: Plan, samples: Ring, earlier_skips: dict[int, tuple[str, str]],
+                 cleanup: contextlib.ExitStack) -> SlotManager:  # fmt: skip
+    """The slot manager, writing into the sample ring's headers until cleanup swaps in a
+    copy (before the ring is unmapped). Items quarantined earlier in this run (a
+    restarted stager, a resumed run) are skipped without a try: the skips are part of
+    where a resumed run stands."""
+    slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
+                        cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
+                        headers=samples.slots)  # fmt: skip
+    cleanup.callback(lambda: slots.attach_headers(slots.headers.copy()))
+    slots.mark_bad(earlier_skips)
+    if slots.known_bad:
+        log.info("%d items quarantined earlier in this run are skipped", len(slots.known_bad))
+    return slots
 
 
 def started(samples: Ring, slots: SlotManager, k: int) -> bool:

@@ -1,9 +1,11 @@
-"""What the stager's slot manager remembers of each producer and each sample slot.
+"""What the stager's slot manager remembers of each producer and each sample slot, and
+the finished plan positions it hands on.
 
 Plain records: a Slot is changed only by consumer/stager/slot_manager.py (which
 also keeps the slots each producer holds), a Producer by the producer book
-(consumer/stager/producer_book.py) and the handlers of its messages; the
-stager's stats (consumer/stager/stats.py) read them.
+(consumer/stager/producer_book.py) and the handlers of its messages, which report
+them in the stats; an Event leaves the plan order (consumer/stager/order.py) for
+delivery and the intake.
 """
 
 from __future__ import annotations
@@ -49,3 +51,17 @@ class Slot:
     t_granted_wall: float = 0.0  # for the inspector, which has no access to our clock
     owner_index: int = -1  # its producer's index, as the header shows it
     t_fenced: float = 0.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """A finished plan position: kind is 'sample' (slot holds it) or 'skip' (with the
+    reason, the stage that gave up on it and, from a producer, the input's path)."""
+
+    kind: str
+    position: int
+    item: int
+    slot: int = -1
+    reason: str = ""
+    stage: str = ""
+    path: str = ""

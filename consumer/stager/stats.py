@@ -85,7 +85,7 @@ def snapshot(stager: Stager) -> StagerStats:
         batch_slots_ready=stager.builder.in_flight(),
         batches=stager.delivery.batches_sent,
         padding_efficiency=padding_efficiency(stager.builder.filled),
-        buckets=tuple(tuple(b.shape) for b in stager.buckets),
+        buckets=tuple(tuple(b.shape) for b in stager.plan.buckets),
         counters=manager.counters
         | {
             "restarts": stager.book.restarts,

@@ -32,7 +32,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from ringfeed.consumer.stager.plan import Share
+from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import run_dir
 from ringfeed.shared.run.id_tables import read_tables
@@ -172,7 +172,7 @@ def chief_dir(cfg: Config, share: Share, run_id: str) -> Path:
     """The run directory whose checkpoints this worker resumes: the chief's, or, when it
     has none and the chief's of the other layout has (base for one worker, base-w0 for
     several), that one: the run resumed with another number of workers, which
-    continues the same global plan at the same global position (plan.py SharePlan)."""
+    continues the same global plan at the same global position (plan/share.py)."""
     ours, other = (run_dir(cfg, r) for r in share.chief_run_ids(run_id))
     if has_checkpoint(ours) or not has_checkpoint(other):
         return ours

@@ -42,7 +42,7 @@ from typing import Any
 
 from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
 from ringfeed.consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
-from ringfeed.consumer.stager.plan import ONE_WORKER, Share
+from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
 from ringfeed.consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
 from ringfeed.shared.config import Config

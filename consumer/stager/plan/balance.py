@@ -6,9 +6,9 @@ long as the corpus (n_items positions: every position arithmetic of the plan,
 the cursor and the shares stays as it is). Everything below is a pure function
 of (seed, epoch, temperature, weights, the items' groups, their buckets), built
 with numpy over int32 arrays, never a Python object per item
-(docs/plans.md#balanced-epochs). Called by the stager (make_plan, through
-:class:`BalancedPlan`), by `validate` (:func:`balance_lines`), tests and
-benchmarks/balance.py.
+(docs/plans.md#balanced-epochs). :class:`BalancedBatches` is the part of the plan
+that serves them (layout.py EpochSource, made by make.py); `validate` calls
+:func:`balance_lines`; tests and benchmarks/balance.py call the rest.
 
 Quotas. Group g of n_g clips weighs w_g = weights[g] x n_g ** temperature:
 temperature 1 is the corpus as it is (q_g = n_g exactly), 0 is uniform (every
@@ -34,7 +34,7 @@ runs: :func:`merge_by_due`). A batch is rows consecutive items of its bucket's o
 full batches are merged the same way (batch j of f is due at (j + 1/2) / f), so
 every window of batches holds each bucket within a batch of its share, and the
 leftovers (fewer than a batch per bucket) share a few part-filled batches at the
-epoch's end, as in BucketPlan. Padding stays the bucketed plan's: every batch
+epoch's end, as in BucketBatches. Padding stays the bucketed plan's: every batch
 but those last ones is full and of one bucket.
 """
 
@@ -47,7 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringfeed.consumer.stager.buckets import Bucket, BucketPlan, EpochLayout
+from ringfeed.consumer.stager.plan.buckets import Bucket
+from ringfeed.consumer.stager.plan.layout import EpochLayout
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.config.stager import BalanceConfig
@@ -55,14 +56,14 @@ from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.language.codes import language_code
 from ringfeed.shared.run.id_tables import IdTables
 
-# Streams of the seed used here, apart from EpochPlan's permutation([seed, epoch]).
+# Streams of the seed used here, apart from the Shuffle's ([seed, epoch], shuffle.py).
 QUOTA_STREAM = 0xBA1A
 SHUFFLE_STREAM = 0xBA1B
 # Weights that are not integers are scaled to integers up to this before the quotas
 # are apportioned (exact integer arithmetic from there on: the same on every host).
 WEIGHT_SCALE = 2**31
-# Epochs whose layout a BalancedPlan keeps (the current one, and the next that grants
-# run into): 4 bytes per item each.
+# Epochs whose layout the plan keeps of a BalancedBatches (the current one, and the next
+# that grants run into): 4 bytes per item each.
 KEPT_LAYOUTS = 2
 # Positions computed at once where a pass needs int64 temporaries (8 MiB each).
 CHUNK = 2**20
@@ -331,34 +332,38 @@ def balanced_layout(
     return batch_layout(seq, bucket_starts, buckets, text)
 
 
-class BalancedPlan(BucketPlan):
-    """A BucketPlan whose epochs are balanced (:func:`balanced_layout`): positions, batches,
-    shares (SharePlan), the cursor and resume work unchanged; only which item sits at a
-    position differs, and an item may sit at several positions of an epoch."""
+class BalancedBatches:
+    """Balanced epochs (:func:`balanced_layout`) in batches of one length bucket each (one
+    bucket of the fixed shape when buckets are off): positions, batches, shares, the
+    cursor and resume work as with any part; an item may sit at several positions of
+    an epoch."""
+
+    kept = KEPT_LAYOUTS
 
     def __init__(
         self,
         seed: int,
-        epochs: int,
         buckets: list[Bucket],
         of_item: np.ndarray,
         groups: Groups,
         weights: np.ndarray,
         text: np.ndarray | None = None,
     ) -> None:
-        super().__init__(seed, epochs, buckets, of_item, text)
+        """of_item: each item's bucket; weights: from group_weights; text: each item's
+        tokens (the manifest's), so a leftover joins a longer bucket's batch only if its
+        text fits there too."""
+        self.seed, self.buckets, self.of_item = seed, buckets, of_item
         self.groups, self.weights = groups, weights
+        self.n_items = len(of_item)
+        self.text = text if text is not None else np.zeros(len(of_item), np.int32)
 
     def layout(self, epoch: int) -> EpochLayout:
-        if epoch not in self._layouts:
-            while len(self._layouts) >= KEPT_LAYOUTS:  # keep the epochs nearest this one
-                self._layouts.pop(max(self._layouts, key=lambda e: abs(e - epoch)))
-            self._layouts[epoch] = balanced_layout(
-                self.groups, self.weights, self.of_item, self.buckets, self.text, self.seed, epoch
-            )
-        return self._layouts[epoch]
+        return balanced_layout(
+            self.groups, self.weights, self.of_item, self.buckets, self.text, self.seed, epoch
+        )
 
     def quotas(self, epoch: int) -> np.ndarray:
+        """Positions of each group in `epoch` (int64 [groups])."""
         return quotas(self.weights, self.n_items, self.seed, epoch)
 
 

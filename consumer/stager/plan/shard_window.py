@@ -1,4 +1,4 @@
-"""The shard-aware epoch plan, for tar shards on object storage (data.shard_window).
+"""The shard-aware epoch order, for tar shards on object storage (data.shard_window).
 
 With the default plan every epoch is a permutation of all items, so consecutive
 grants fall in random shards and a producer whose shard cache holds C of S
@@ -12,36 +12,34 @@ Still a pure function of seed and epoch, so it is deterministic, a resume is one
 plan position (O(1)), and exactly-once holds as with any permutation. Items are
 mixed within a window of W shards only: shuffle the clips across shards when
 packing them (webdataset's advice too), or raise W as far as the cache allows.
-Called by the stager (consumer/stager/stager.py make_plan) when buckets are off
-and it is the only training worker; the stager refuses the other combinations.
+A part of the plan (layout.py EpochSource), made by make.py when buckets and balance
+are off and the stager serves the only training worker; the other combinations are
+refused for now (BucketBatches could deal its order as it deals a Shuffle's).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.plan.layout import KEPT_EPOCHS, EpochLayout
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.corpus.index import CorpusIndex
 
 
-class ShardWindowPlan(EpochPlan):
-    """EpochPlan whose permutation deals shards in windows (module docstring).
+class ShardWindows:
+    """Epochs that deal tar shards in windows (module docstring); no batches.
     shard_starts: int [n_shards + 1], the first item of each shard and n_items."""
 
-    def __init__(self, seed: int, epochs: int, shard_starts: np.ndarray, window: int) -> None:
-        super().__init__(int(shard_starts[-1]), seed, epochs)
+    buckets = ()
+    kept = KEPT_EPOCHS
+
+    def __init__(self, seed: int, shard_starts: np.ndarray, window: int) -> None:
         self.starts = np.asarray(shard_starts, np.int64)
-        self.window = window
+        self.n_items = int(self.starts[-1])
+        self.seed, self.window = seed, window
 
-    def permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perm:
-            if len(self._perm) > 4:
-                self._perm.pop(min(self._perm))
-            self._perm[epoch] = self._deal(epoch)
-        return self._perm[epoch]
-
-    def _deal(self, epoch: int) -> np.ndarray:
+    def layout(self, epoch: int) -> EpochLayout:
         rng = np.random.default_rng([self.seed, epoch, 21])  # not the default plan's stream
         order = rng.permutation(len(self.starts) - 1)
         dtype = np.int32 if self.n_items < 2**31 else np.int64
@@ -55,11 +53,11 @@ class ShardWindowPlan(EpochPlan):
             )
             rng.shuffle(items)
             parts.append(items)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return EpochLayout(np.concatenate(parts) if parts else np.zeros(0, dtype))
 
 
-def shard_window_plan(cfg: Config, index: object, bucketed: bool, workers: int) -> ShardWindowPlan:
-    """The plan for data.shard_window (> 0); ConfigError for what it cannot serve."""
+def shard_windows(cfg: Config, index: CorpusIndex, bucketed: bool, workers: int) -> ShardWindows:
+    """The order of data.shard_window (> 0); ConfigError for what it cannot serve."""
     window = cfg.data.shard_window
     starts = index.shard_starts
     if starts is None:
@@ -68,4 +66,4 @@ def shard_window_plan(cfg: Config, index: object, bucketed: bool, workers: int) 
     if bucketed or workers > 1:
         raise ConfigError("data.shard_window: not yet with length buckets or several "
                           "training workers: set it to 0 there")  # fmt: skip
-    return ShardWindowPlan(cfg.stager.seed, cfg.stager.epochs, starts, window)
+    return ShardWindows(cfg.stager.seed, starts, window)

@@ -7,14 +7,14 @@ frames is the bucket's length, text the longest text among its items, and rows
 = stager.batch_frames // frames, so every batch holds about the same number of
 frames and memory stays flat (short clips in big batches, long ones in small).
 
-:class:`BucketPlan` is the epoch plan with batches: per epoch, the items in the
-seeded permutation's order are dealt to their buckets, and a bucket's batch is
-emitted when it holds its rows; what is left at the end of the epoch goes out
-as partial batches, shortest bucket first. Plan positions follow the emitted
-order, so a batch is a contiguous range of positions, and everything (which
-items, which batch, which order) is a pure function of seed, epoch and
-manifest: exactly-once, the cursor and O(1) resume work as without buckets.
-Producers never know about buckets.
+:class:`BucketBatches` is the part of the plan (layout.py EpochSource) that cuts
+batches: per epoch, the items in another part's order (a Shuffle's, the seeded
+permutation) are dealt to their buckets, and a bucket's batch is emitted when it
+holds its rows; what is left at the end of the epoch goes out as partial batches,
+longest bucket first. Plan positions follow the emitted order, so a batch is a
+contiguous range of positions, and everything (which items, which batch, which
+order) is a pure function of seed, epoch and manifest: exactly-once, the cursor
+and O(1) resume work as without buckets. Producers never know about buckets.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ringfeed.consumer.stager.plan import EpochPlan
+from ringfeed.consumer.stager.plan.layout import KEPT_EPOCHS, EpochLayout, EpochSource
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.environment import child_environment
 from ringfeed.shared.config.stager import MIN_BUCKET_FRACTION
@@ -124,37 +124,27 @@ def make_buckets(cfg: Config, manifest: Lengths) -> tuple[list[Bucket], np.ndarr
     return buckets, of_item
 
 
-@dataclass(frozen=True)
-class EpochLayout:
-    order: np.ndarray  # items in plan order within the epoch
-    starts: np.ndarray  # offset of each batch's first position within the epoch
-    buckets: np.ndarray  # bucket index of each batch
+class BucketBatches:
+    """Another part's epochs (`order`), dealt into batches of one length bucket each."""
 
-
-class BucketPlan(EpochPlan):
-    """EpochPlan whose positions are grouped into batches of one bucket each."""
+    kept = KEPT_EPOCHS
 
     def __init__(
         self,
-        seed: int,
-        epochs: int,
+        order: EpochSource,
         buckets: list[Bucket],
         of_item: np.ndarray,
         text: np.ndarray | None = None,
     ) -> None:
-        """of_item: each item's bucket; text: its tokens (the manifest's), so a leftover
-        joins a longer bucket's batch only if its text fits there too."""
-        super().__init__(len(of_item), seed, epochs)
-        self.buckets, self.of_item = buckets, of_item
+        """order: the part whose epochs are dealt (a Shuffle in the stager); of_item:
+        each item's bucket; text: its tokens (the manifest's), so a leftover joins a
+        longer bucket's batch only if its text fits there too."""
+        self.order, self.buckets, self.of_item = order, buckets, of_item
+        self.n_items = len(of_item)
         self.text = text if text is not None else np.zeros(len(of_item), np.int32)
-        self._layouts: dict[int, EpochLayout] = {}
 
     def layout(self, epoch: int) -> EpochLayout:
-        if epoch not in self._layouts:
-            if len(self._layouts) > 4:
-                self._layouts.pop(min(self._layouts))
-            self._layouts[epoch] = self._deal(super().permutation(epoch))
-        return self._layouts[epoch]
+        return self._deal(self.order.layout(epoch).order)
 
     def _deal(self, permutation: np.ndarray) -> EpochLayout:
         open_batches: list[list[int]] = [[] for _ in self.buckets]
@@ -181,20 +171,6 @@ class BucketPlan(EpochPlan):
                 order.append(item)
                 room -= 1
         return EpochLayout(np.array(order, np.int64), np.array(starts), np.array(kinds))
-
-    def permutation(self, epoch: int) -> np.ndarray:
-        return self.layout(epoch).order
-
-    def batch_at(self, position: int) -> tuple[int, int, int]:
-        """(bucket index, first position, position after the last) of the batch that
-        holds plan position `position`."""
-        epoch, offset = divmod(position, self.n_items)
-        layout = self.layout(epoch)
-        k = int(np.searchsorted(layout.starts, offset, side="right")) - 1
-        start = int(layout.starts[k])
-        end = int(layout.starts[k + 1]) if k + 1 < len(layout.starts) else self.n_items
-        base = epoch * self.n_items
-        return int(layout.buckets[k]), base + start, base + end
 
 
 def length_manifest(

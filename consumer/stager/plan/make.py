@@ -1,0 +1,118 @@
+"""make_plan: the plan a config asks for, made of its parts, with its fingerprint.
+
+Called once by the stager (consumer/stager/stager.py build), and by tests. The
+parts (consumer/stager/plan/__init__.py): a Shuffle of the items, or the tar
+shards dealt in windows (data.shard_window); with length buckets, balance or
+several training workers, batches cut by BucketBatches or BalancedBatches (one
+bucket of the fixed shape when buckets are off); and this worker's Share. The
+fingerprint (shared/run/fingerprint.py) is computed here once, before the plan
+exists, and is the same for any number of workers.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from ringfeed.consumer.stager.plan import balance
+from ringfeed.consumer.stager.plan.buckets import (
+    Bucket,
+    BucketBatches,
+    length_manifest,
+    make_buckets,
+)
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shard_window import shard_windows
+from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
+from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.run.fingerprint import plan_fingerprint
+from ringfeed.shared.run.id_tables import IdTables, corpus_tables
+from ringfeed.shared.run.process import StopFlag
+
+log = logging.getLogger(__name__)
+
+
+def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
+              share: Share = ONE_WORKER, tables: IdTables | None = None) -> Plan:  # fmt: skip
+    """The stager's plan. directory: the run's (its config.yaml measures a stale length
+    manifest); tables: the run's id tables (balance groups; read from the corpus when
+    None); share: this worker's, of one global plan whose batches are fixed ranges of
+    positions, whose buckets have this worker's rows of each global batch."""
+    st = cfg.stager
+    if cfg.data.shard_window:  # the window decides the order: a resume with another refused
+        source = shard_windows(cfg, index, st.bucketed or st.balance.on, share.count)
+        fingerprint = plan_fingerprint(cfg, index, [(0, cfg.data.shard_window)], [])
+        return Plan(source, st.epochs, share, fingerprint)
+    if not st.bucketed and share.count == 1 and not st.balance.on:
+        fingerprint = plan_fingerprint(cfg, index, [], [])
+        return Plan(Shuffle(index.n_items, st.seed), st.epochs, share, fingerprint)
+    buckets, of_item, lengths, text = length_buckets(cfg, index, directory / "config.yaml", stop)
+    shapes = [(b.frames, b.text, b.rows) for b in buckets]
+    fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
+    if st.balance.on:
+        source, balance_part = balanced(cfg, index, tables, buckets, of_item, text)
+        fingerprint = fingerprint | balance_part
+    else:
+        source = BucketBatches(Shuffle(index.n_items, st.seed), buckets, of_item, text)
+    check_share(cfg, buckets, share)
+    plan = Plan(source, st.epochs, share, fingerprint)
+    if share.count > 1:
+        log.info("worker %d of %d: rows %d, %d, ... of every global batch (%s rows per batch); "
+                 "epoch 0 leaves %d of %d items to nobody (global batches smaller than %d)",
+                 share.index, share.count, share.index, share.index + share.count,
+                 "/".join(str(b.rows) for b in plan.buckets), plan.remainder(0),
+                 index.n_items, share.count)  # fmt: skip
+    return plan
+
+
+def length_buckets(cfg: Config, index: CorpusIndex, config_file: Path, stop: StopFlag):
+    """(the buckets, each item's bucket index, the length arrays the fingerprint hashes,
+    each item's tokens or None): by the length manifest with stager.buckets or
+    auto_buckets, else one bucket of the fixed shape that every item is in."""
+    st = cfg.stager
+    if st.bucketed:
+        manifest = length_manifest(cfg, index, config_file, stop.is_set)
+        buckets, of_item = make_buckets(cfg, manifest)
+        lengths, text = [manifest.frames, manifest.text], manifest.text
+    else:
+        buckets = [Bucket(cfg.features.max_frames, cfg.text.max_text_len, st.batch_size)]
+        of_item, lengths, text = np.zeros(index.n_items, np.int32), [], None
+    counts = np.bincount(of_item, minlength=len(buckets))
+    log.info("length buckets: %s", ", ".join(
+        f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
+        for b, n in zip(buckets, counts, strict=True)))  # fmt: skip
+    return buckets, of_item, lengths, text
+
+
+def balanced(cfg: Config, index: CorpusIndex, tables: IdTables | None, buckets: list[Bucket],
+             of_item: np.ndarray, text: np.ndarray | None,
+             ) -> tuple[balance.BalancedBatches, dict[str, str]]:  # fmt: skip
+    """The balanced part (stager.balance) and its part of the plan fingerprint."""
+    b, st = cfg.stager.balance, cfg.stager
+    tables = tables or corpus_tables(cfg, index)
+    groups = balance.plan_groups(b, tables, index)
+    weights = balance.group_weights(groups.sizes, b.temperature, balance.named_weights(b, groups))
+    source = balance.BalancedBatches(st.seed, buckets, of_item, groups, weights, text)
+    quota = "; ".join(balance.describe(groups, source.quotas(0)))
+    log.info("balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
+             b.by, b.temperature, index.n_items, quota)  # fmt: skip
+    return source, {"balance": balance.balance_hash(groups, weights, b.by, b.temperature)}
+
+
+def check_share(cfg: Config, buckets: list[Bucket], share: Share) -> None:
+    """ConfigError when the global plan cannot be shared by share.count workers."""
+    if share.count == 1:
+        return
+    if not cfg.stager.deterministic:  # out of order, a batch may take another batch's positions
+        raise ConfigError("stager.deterministic: several training workers need it true, so "
+                          "that every worker takes its part of the same global batch")  # fmt: skip
+    if any(b.rows < share.count for b in buckets):  # its every batch would go to nobody
+        raise ConfigError(
+            f"stager.batch_frames: a global batch of {min(b.rows for b in buckets)} rows "
+            f"cannot give each of {share.count} workers a row: raise stager.batch_size "
+            "(or stager.batch_frames)"
+        )
