@@ -23,6 +23,25 @@ import zmq
 
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_BURST, PeerLog
+from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
+from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
+from ringfeed.consumer.stager.producer_desk import CRASHES_KEPT
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.consumer.stager.stats_record import (
+    BuilderStats,
+    ConsumerStats,
+    ControlStats,
+    CrashReport,
+    DeliveryStats,
+    DeskStats,
+    DropStats,
+    Padding,
+    RunStats,
+    StagerStats,
+    TrainerReport,
+)
 from ringfeed.consumer.tools.inspector import Inspector
 from ringfeed.consumer.tools.screen import BOLD, CLEAR, RESET, render
 from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
@@ -210,18 +229,9 @@ def test_no_control_character_from_a_peer_reaches_log_json_or_inspector(tmp_path
 
 def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     """As many producers as a run admits, each with the longest name and host and the
-    most work counters a peer may send, and the longest crash reports kept."""
-    from types import SimpleNamespace
-
-    from ringfeed.consumer.stager.peers import PeerId
-    from ringfeed.consumer.stager.plan.plan import Plan
-    from ringfeed.consumer.stager.plan.shuffle import Shuffle
-    from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
-    from ringfeed.consumer.stager.slot_manager import SlotManager
-    from ringfeed.consumer.stager.stats import snapshot
-    from ringfeed.consumer.stager.stats_record import CrashReport, TrainerReport
-    from ringfeed.shared.config import config_from_dict
-
+    most work counters a peer may send (the producer book's own record), composed with
+    every other part's record at its largest: the longest crash reports kept, the
+    largest counters and bucket shapes."""
     cfg = config_from_dict({})
     manager = SlotManager(Plan(Shuffle(100, 1), 1), 64, 1.0, 3, True)
     book = ProducerBook(manager, "head", 16, max_strikes=3, max_per_peer=MAX_PRODUCERS)
@@ -233,20 +243,20 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
             f"{k:02d}" + "k" * (p.MAX_WORK_KEY - 2): 2**53 - 1 for k in range(p.MAX_WORK_KEYS)
         }
         pr.samples = 2**40
-    crash = CrashReport("n" * p.MAX_NAME, "t" * 2000)
-    stager = SimpleNamespace(
-        run_id="r" * 32, t_start=0.0, index=SimpleNamespace(n_items=100, bad_lines=[]),
-        slots=book.slots, book=book, cfg=cfg,
-        builder=SimpleNamespace(in_flight=lambda: 3, filled=[1] * 4),
-        plan=SimpleNamespace(buckets=[SimpleNamespace(shape=(2**20, 2**20, 2**20))] * 16),
-        delivery=SimpleNamespace(batches_sent=2**40),
-        drop=SimpleNamespace(counts={r: 2**40 for r in ("malformed", "stale", "torn")}),
-        producers=SimpleNamespace(crashes=[crash] * 5), net=SimpleNamespace(refused=2**40),
-        consumer=SimpleNamespace(
-            ident=None, trainer=TrainerReport(2**40, 1.0, 1.0, 1.0, 2**40, 2**40, 1.0)),
-        gpus=2,
+    crash, many = CrashReport("n" * p.MAX_NAME, "t" * 2000), 2**40
+    stats = StagerStats.compose(
+        RunStats("r" * 32, 0.0, 100, ((2**20,) * 3,) * 16, 0, 2, cfg.features.device,
+                 cfg.ring.lease_s),
+        manager.stats(),
+        book.stats(),
+        BuilderStats(3, Padding(1.0, 1.0)),
+        DeliveryStats(many),
+        ConsumerStats(False, TrainerReport(many, 1.0, 1.0, 1.0, many, many, 1.0)),
+        DeskStats((crash,) * CRASHES_KEPT),
+        ControlStats(many),
+        DropStats({r: many for r in ("malformed", "stale", "torn")}),
     )  # fmt: skip
-    snap = snapshot(stager).to_dict()
+    snap = stats.to_dict()
     assert snap["producers_unlisted"]["count"] == MAX_PRODUCERS - len(snap["producers"])
     header = p.encode(p.Stats(snap))[0]
     assert len(header) < p.MAX_HEADER_BYTES, len(header)

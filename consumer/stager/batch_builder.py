@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ringfeed.consumer.stager.batch_ring import BatchState, batch_views
+from ringfeed.consumer.stager.stats_record import BuilderStats, Padding
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.ring import Ring
 
@@ -99,6 +100,16 @@ class BatchBuilder:
     def in_flight(self) -> int:
         """Batches announced and not yet freed by the consumer."""
         return sum(s == BatchState.SENT for s in self.state)
+
+    def stats(self) -> BuilderStats:
+        """Its part of the stager's stats: batches in flight, and true / padded mel
+        frames and tokens over every batch sent (None before one)."""
+        true_f, pad_f, true_t, pad_t = (int(x) for x in self.filled)
+        padding = Padding(
+            frames=round(true_f / pad_f, 4) if pad_f else None,
+            text=round(true_t / pad_t, 4) if pad_t else None,
+        )
+        return BuilderStats(self.in_flight(), padding)
 
     def add(self, samples: Ring, slot: int, item: int, lengths: list[int]) -> list[np.ndarray]:
         """Copy the used rows of sample slot `slot` into the next row, zeros after them

@@ -34,7 +34,7 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.run_secret import FILE as SECRET_FILE
 from ringfeed.consumer.stager.run_secret import consumer_pid
-from ringfeed.consumer.stager.stats_record import TrainerReport
+from ringfeed.consumer.stager.stats_record import ConsumerStats, TrainerReport
 from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.run.fingerprint import plan_changes
 from ringfeed.shared.wire import protocol as p
@@ -82,6 +82,10 @@ class ConsumerSide:
         if end is not None and msg.position > end:
             return f"consumer hello at position {msg.position}, past the plan's end {end}"
         return ""
+
+    def stats(self) -> ConsumerStats:
+        """Its part of the stager's stats: connected, and the trainer's last report."""
+        return ConsumerStats(self.ident is not None, self.trainer)
 
     def holder(self, ident: bytes) -> str:
         """'' if the peer `ident` may be the consumer now, else who holds the run."""

@@ -33,6 +33,7 @@ import zmq.utils.z85
 from zmq.utils.monitor import recv_monitor_message
 
 from ringfeed.consumer.stager.peers import PeerId, peer_of
+from ringfeed.consumer.stager.stats_record import ControlStats
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import Endpoints
 from ringfeed.shared.wire import protocol as p
@@ -204,6 +205,10 @@ class ControlSockets:
 
     def publish(self, msg: p.Message) -> None:
         send(self.pub, msg)
+
+    def stats(self) -> ControlStats:
+        """Its part of the stager's stats: producers refused at the handshake."""
+        return ControlStats(self.refused)
 
     def close(self) -> None:
         """Close every socket and remove the ipc socket files (libzmq leaves them)."""

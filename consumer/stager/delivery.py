@@ -26,6 +26,7 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Event
+from ringfeed.consumer.stager.stats_record import DeliveryStats
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.wire import protocol as p
 
@@ -123,6 +124,10 @@ class Delivery:
             if not self.builder.partial():
                 self.net.reply(consumer, p.EndOfData(self.batches_sent))
                 self.end_sent = True
+
+    def stats(self) -> DeliveryStats:
+        """Its part of the stager's stats."""
+        return DeliveryStats(self.batches_sent)
 
     def take(self, events: list[Event]) -> None:
         for i, event in enumerate(events):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from ringfeed.consumer.stager.stats_record import DropStats
+
 log = logging.getLogger(__name__)
 
 
@@ -24,3 +26,7 @@ class Drops:
         n = self.counts[why]
         if n <= 3 or n % 1000 == 0:
             log.warning("dropped a %s message (%d so far): %s", why, n, detail)
+
+    def stats(self) -> DropStats:
+        """Its part of the stager's stats: the counts so far."""
+        return DropStats(dict(self.counts))

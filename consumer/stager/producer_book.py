@@ -20,6 +20,12 @@ import collections
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
+from ringfeed.consumer.stager.stats_record import (
+    MAX_LISTED_PRODUCERS,
+    BookStats,
+    ProducerStats,
+    UnlistedProducers,
+)
 from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.wire import protocol as p
 
@@ -286,3 +292,39 @@ class ProducerBook:
             if not pid_alive(producer.pid):
                 self.slots.unfence(ident)
                 del self.zombies[ident]
+
+    # ------------------------------------------------------------ stats
+    def stats(self) -> BookStats:
+        """Its part of the stager's stats: the producers listed (working ones first, then
+        by samples, at most MAX_LISTED_PRODUCERS), the rest summed, and its counters."""
+        holding = self.slots.holding
+        producers = sorted(
+            self.producers.values(),
+            key=lambda pr: (pr.stalled, not holding(pr.ident), -pr.samples),
+        )
+        shown, rest = producers[:MAX_LISTED_PRODUCERS], producers[MAX_LISTED_PRODUCERS:]
+        unlisted = UnlistedProducers(
+            count=len(rest),
+            samples=sum(pr.samples for pr in rest),
+            grants=sum(holding(pr.ident) for pr in rest),
+        )
+        now = self.clock()
+        counters = {"restarts": self.restarts, "strikes": self.trust.n_strikes,
+                    "peers_banned": self.n_banned}  # fmt: skip
+        return BookStats(tuple(self.row(pr, now) for pr in shown), unlisted, counters)
+
+    def row(self, pr: Producer, now: float) -> ProducerStats:
+        """One producer's row; now: this book's clock, as its last_seen."""
+        return ProducerStats(
+            name=pr.name,
+            pid=pr.pid,
+            host=pr.host,
+            place=pr.place,
+            remote=pr.remote,
+            samples=pr.samples,
+            grants=self.slots.holding(pr.ident),
+            fenced=self.slots.fences(pr.ident),
+            silent_s=round(now - pr.last_seen, 3),
+            stalled=pr.stalled,
+            work=dict(pr.work),
+        )

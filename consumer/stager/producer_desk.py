@@ -26,7 +26,7 @@ from ringfeed.consumer.stager.peers import PeerId, with_claims
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
-from ringfeed.consumer.stager.stats_record import CrashReport
+from ringfeed.consumer.stager.stats_record import CrashReport, DeskStats
 from ringfeed.shared.run.fingerprint import config_refusal
 from ringfeed.shared.run.process import POLL_S
 from ringfeed.shared.wire import protocol as p
@@ -66,6 +66,10 @@ class ProducerDesk:
         self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
         # Every line a producer's message causes: a flood of them costs a few lines.
         self.say = PeerLog(drop, log)
+
+    def stats(self) -> DeskStats:
+        """Its part of the stager's stats: the latest crashes (CRASHES_KEPT)."""
+        return DeskStats(tuple(self.crashes))
 
     def hello(self, ident: bytes, msg: p.Hello, peer: PeerId) -> None:
         if not 0 < msg.pid < 2**31:

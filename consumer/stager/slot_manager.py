@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
@@ -45,6 +46,7 @@ from ringfeed.consumer.stager.order import PlanOrder
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.state import Event, Slot
+from ringfeed.consumer.stager.stats_record import SlotStats
 from ringfeed.shared.memory.ring import SLOT_DTYPE, SlotState
 from ringfeed.shared.wire import protocol as p
 
@@ -114,6 +116,13 @@ class SlotManager:
     @property
     def counters(self) -> dict[str, int]:
         return self._counters | self.order.counters
+
+    def stats(self) -> SlotStats:
+        """Its part of the stager's stats: the cursor and its epoch, slots per state."""
+        cursor = self.cursor
+        states = Counter(SlotState(s.state).name for s in self.slots)
+        return SlotStats(cursor, self.plan.epoch_of(cursor), dict(states), self.n_slots,
+                         self.counters)  # fmt: skip
 
     # ------------------------------------------------------------ grants
     def grant(

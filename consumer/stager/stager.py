@@ -12,7 +12,9 @@ it uses (consumer/stager/):
     Intake         READY checks, and the checked copy into a batch (seqlock)
     Delivery       batches built and announced; skips into quarantine.jsonl
     ConsumerSide   the one authenticated consumer and its messages
-    stats          one StagerStats snapshot of all of them
+
+Each part reports its own stats record; :meth:`Stager.stats` composes them into
+the one StagerStats of the stats stream and stager.json (stats_record.py).
 
 A malformed, oversized or stale message is dropped and counted, never fatal.
 On exit (stop flag, SIGTERM, or the consumer's BYE) it tells producers to
@@ -48,7 +50,7 @@ from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
 from ringfeed.consumer.stager.run_secret import write_consumer_secret
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.consumer.stager.stats import snapshot
+from ringfeed.consumer.stager.stats_record import RunStats, StagerStats
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.environment import endpoints, ensure_runtime_dir, run_dir
 from ringfeed.shared.corpus.entry import CorpusError
@@ -105,7 +107,7 @@ class Stager:
                 self.producers.grant()
                 self.delivery.deliver(self.consumer.ident)
             if now >= next_stats:
-                self.net.publish(p.Stats(snapshot(self).to_dict()))
+                self.net.publish(p.Stats(self.stats().to_dict()))
                 next_stats = now + STATS_INTERVAL_S
 
     def route(
@@ -129,13 +131,32 @@ class Stager:
         else:
             self.producers.handle(producer, msg, payload)
 
+    def stats(self) -> StagerStats:
+        """Everything the inspector and stager.json show: each part's own record."""
+        run = RunStats(
+            run_id=self.run_id,
+            uptime_s=round(time.monotonic() - self.t_start, 3),
+            n_items=self.index.n_items,
+            buckets=tuple(b.shape for b in self.plan.buckets),
+            bad_metadata_lines=len(self.index.bad_lines),
+            # Where the work can run: the trainer shares the stager's host, on a GPU if any.
+            gpus=self.gpus,
+            features_device=self.cfg.features.device,
+            lease_s=self.cfg.ring.lease_s,
+        )
+        return StagerStats.compose(
+            run, self.slots.stats(), self.book.stats(), self.builder.stats(),
+            self.delivery.stats(), self.consumer.stats(), self.producers.stats(),
+            self.net.stats(), self.drop.stats(),
+        )  # fmt: skip
+
     def finish(self, why: str = "stager stopping") -> None:
         """Stop the peers and record the run (stager.json); the rings are unlinked by
         the cleanup :func:`build` registered. why: what the consumer is told."""
         if self.consumer.ident is not None and not self.consumer.done:
             self.net.reply(self.consumer.ident, p.Shutdown(why))
         self.producers.shut_down()
-        stats = snapshot(self)
+        stats = self.stats()
         write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", stats.to_dict())
         time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
         log.info("stager done: %s", json.dumps(stats.counters))

@@ -1,20 +1,22 @@
 """The stager's stats record: what it publishes every STATS_INTERVAL_S and writes at exit.
 
-Built by the stager (consumer/stager/stats.py, ``snapshot(stager)``), sent as
-``protocol.Stats(record.to_dict())`` on the stats PUB socket and written as
-``runs/<run_id>/stager.json``; the inspector (consumer/tools/inspector.py) reads
-it back with :meth:`StagerStats.from_dict`. The dict keys are the field names,
-nested records are nested dicts and sequences are lists, so tests and scripts
-that read stager.json as plain JSON (``stats["counters"]["delivered"]``) need
-nothing from here. :meth:`StagerStats.from_dict` fills a missing key with its
-default and ignores a key it does not know, so a stager.json of an older or
-newer version still reads.
+Each part of the stager reports its own small record (the slot manager a
+SlotStats, the producer book a BookStats, ...: the records after StagerStats);
+the stager composes them (``Stager.stats()``, :meth:`StagerStats.compose`) into
+one StagerStats, sent as ``protocol.Stats(record.to_dict())`` on the stats PUB
+socket and written as ``runs/<run_id>/stager.json``; the inspector
+(consumer/tools/inspector.py) reads it back with :meth:`StagerStats.from_dict`.
+The dict keys are the field names, nested records are nested dicts and sequences
+are lists, so tests and scripts that read stager.json as plain JSON
+(``stats["counters"]["delivered"]``) need nothing from here.
+:meth:`StagerStats.from_dict` fills a missing key with its default and ignores a
+key it does not know, so a stager.json of an older or newer version still reads.
 
 The stats message stays under the protocol's header limit by construction: at
 most MAX_LISTED_PRODUCERS producers are listed (the busiest; the rest summed in
 ``producers_unlisted``), names and hosts are capped at decode, and the stager
 keeps the work counters decode bounds (shared/wire/bounds.py MAX_WORK_KEYS;
-tests/test_trust.py checks the worst case). Peer-written strings are cleaned at
+tests/test_peer_output.py checks the worst case). Peer-written strings are cleaned at
 decode; :meth:`StagerStats.from_dict` cleans them again, so the inspector shows no
 control character even from a stager.json an older stager wrote.
 """
@@ -161,6 +163,47 @@ class StagerStats:
     features_device: str = ""
     lease_s: float | None = None  # ring.lease_s of the run (None: an older stager)
 
+    @classmethod
+    def compose(
+        cls,
+        run: RunStats,
+        slots: SlotStats,
+        book: BookStats,
+        builder: BuilderStats,
+        delivery: DeliveryStats,
+        consumer: ConsumerStats,
+        desk: DeskStats,
+        control: ControlStats,
+        drops: DropStats,
+    ) -> StagerStats:
+        """The whole record from each part's own (the stager's stats(), once per
+        STATS_INTERVAL_S and at exit)."""
+        return cls(
+            run_id=run.run_id,
+            uptime_s=run.uptime_s,
+            n_items=run.n_items,
+            cursor=slots.cursor,
+            epoch=slots.epoch,
+            slots=slots.states,
+            n_slots=slots.n_slots,
+            batch_slots_ready=builder.in_flight,
+            batches=delivery.batches,
+            padding_efficiency=builder.padding,
+            buckets=run.buckets,
+            counters=slots.counters | book.counters,
+            dropped=drops.dropped,
+            bad_metadata_lines=run.bad_metadata_lines,
+            producers=book.producers,
+            producers_unlisted=book.unlisted,
+            crashes=desk.crashes,
+            trainer=consumer.trainer,
+            consumer_connected=consumer.connected,
+            refused_producers=control.refused_producers,
+            gpus=run.gpus,
+            features_device=run.features_device,
+            lease_s=run.lease_s,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (dicts, lists, numbers, strings, None) for msgpack and JSON."""
         data = _plain(asdict(self))
@@ -184,3 +227,90 @@ class StagerStats:
             "trainer": TrainerReport.from_dict(trainer) if trainer else None,
         }
         return cls(**{**_known(cls, data), **nested})
+
+
+# ------------------------------------------------------------ each part's own record
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """The stager's own: seconds since it started, the corpus (usable items, metadata
+    lines it could not use), each bucket's batch shape (rows, frames, tokens), where the
+    work can run (GPUs on its host, None: not counted; features.device), ring.lease_s."""
+
+    run_id: str
+    uptime_s: float
+    n_items: int
+    buckets: tuple[tuple[int, ...], ...]
+    bad_metadata_lines: int
+    gpus: int | None
+    features_device: str
+    lease_s: float
+
+
+@dataclass(frozen=True)
+class SlotStats:
+    """The slot manager's: the cursor (the oldest position not yet delivered) and its
+    epoch, sample slots per SlotState name (the states present), the ring's slots, and
+    its counters (grants, ready, delivered, skipped, reclaimed, ...)."""
+
+    cursor: int
+    epoch: int
+    states: dict[str, int]
+    n_slots: int
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True)
+class BookStats:
+    """The producer book's: the producers listed (working ones first, at most
+    MAX_LISTED_PRODUCERS), the rest summed, and its counters (restarts, strikes,
+    peers_banned)."""
+
+    producers: tuple[ProducerStats, ...]
+    unlisted: UnlistedProducers
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True)
+class BuilderStats:
+    """The batch builder's: batch slots sent and not yet freed, and the padding."""
+
+    in_flight: int
+    padding: Padding
+
+
+@dataclass(frozen=True)
+class DeliveryStats:
+    """Delivery's: batches announced since the consumer (re)started, its start included."""
+
+    batches: int
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """The consumer side's: is a consumer connected, and its last step report."""
+
+    connected: bool
+    trainer: TrainerReport | None
+
+
+@dataclass(frozen=True)
+class DeskStats:
+    """The producer desk's: the latest producer crashes kept."""
+
+    crashes: tuple[CrashReport, ...]
+
+
+@dataclass(frozen=True)
+class ControlStats:
+    """The control sockets': producers refused at the tcp handshake (keys, ZAP)."""
+
+    refused_producers: int
+
+
+@dataclass(frozen=True)
+class DropStats:
+    """Messages dropped, by reason (consumer/stager/drops.py)."""
+
+    dropped: dict[str, int]
