@@ -82,6 +82,18 @@ def test_one_worker_owns_every_position_and_a_bad_share_is_refused() -> None:
             Share.parse(text)
 
 
+def test_each_worker_builds_its_rows_of_every_global_batch() -> None:
+    whole = global_plan(True)  # rows 12, 6 and 3
+    for k in range(3):
+        mine = whole.with_share(Share(k, 3))
+        assert mine.lockstep and [b.rows for b in mine.buckets] == [4, 2, 1]
+        for position in (0, 50, 200):
+            assert mine.bucket_at(position) == mine.buckets[whole.batch_at(position)[0]]
+    assert whole.batched and not whole.lockstep and not Plan(Shuffle(N_ITEMS, 7)).batched
+    with pytest.raises(ValueError, match="needs batches"):  # make_plan never asks for it
+        Plan(Shuffle(N_ITEMS, 7), share=Share(0, 2))
+
+
 def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -> None:
     cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
                             "stager": {"batch_size": 2}})  # fmt: skip

@@ -69,7 +69,9 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
     return plan
 
 
-def length_buckets(cfg: Config, index: CorpusIndex, config_file: Path, stop: StopFlag):
+def length_buckets(
+    cfg: Config, index: CorpusIndex, config_file: Path, stop: StopFlag
+) -> tuple[list[Bucket], np.ndarray, list[np.ndarray], np.ndarray | None]:
     """(the buckets, each item's bucket index, the length arrays the fingerprint hashes,
     each item's tokens or None): by the length manifest with stager.buckets or
     auto_buckets, else one bucket of the fixed shape that every item is in."""
