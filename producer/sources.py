@@ -50,7 +50,7 @@ class Source(Protocol):
 
     def prepare(self, item: int, epoch: int = 0) -> Sample:
         """The item's sample in plan epoch `epoch` (which picks its reference clip); the
-        worker passes a grant's position // n_items (consumer/stager/plan.py epoch_of)."""
+        worker passes a grant's position // n_items (consumer/stager/plan/plan.py, epoch_of)."""
         ...
 
     def work(self) -> dict[str, int]: ...

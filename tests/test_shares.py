@@ -107,6 +107,18 @@ def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -
         make_plan(unordered, index, tmp_path, StopFlag(), Share(0, 2))
 
 
+def test_the_plan_fingerprint_is_the_same_for_any_number_of_workers(tmp_path) -> None:
+    """A checkpoint of a run on 2 workers resumes on 1 or 3 (and back): its plan, and so
+    its fingerprint, does not depend on how many workers share it."""
+    for stager in ({}, {"balance": {"by": "language"}}):
+        cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 60},
+                                "stager": {"batch_size": 6, **stager}})  # fmt: skip
+        index = open_corpus(cfg)
+        prints = [make_plan(cfg, index, tmp_path, StopFlag(), Share(0, n)).fingerprint
+                  for n in (1, 2, 3)]  # fmt: skip
+        assert prints[0] == prints[1] == prints[2], stager
+
+
 def test_a_dataset_with_no_batch_for_every_worker_is_refused() -> None:
     # Three items, each alone in a batch (no text fits a longer bucket's): no global
     # batch has 2 items.

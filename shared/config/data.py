@@ -58,7 +58,7 @@ class DataConfig:
     # Shards: 0 (the default) plans each epoch as a permutation of all items; W > 0 deals
     # the shards in a random order and the items of each window of W shards in a random
     # order, so a shard cache of about W shards fetches each shard once an epoch
-    # (consumer/stager/shard_window.py).
+    # (consumer/stager/plan/shard_window.py).
     shard_window: int = 0
 
     def __post_init__(self) -> None:

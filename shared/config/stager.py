@@ -18,7 +18,7 @@ MAX_BUCKETS = 16
 
 @dataclass(frozen=True)
 class BalanceConfig:
-    # Balanced epochs (docs/plans.md#balanced-epochs; consumer/stager/balance.py): off, or
+    # Balanced epochs (docs/plans.md#balanced-epochs; consumer/stager/plan/balance.py): off, or
     # the groups whose share of every epoch is set, without replacement.
     by: Literal["off", "language", "speaker"] = "off"
     # Group g weighs weights[g] x (its clips) ** temperature: 1 = as in the data, 0 =

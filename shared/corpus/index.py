@@ -124,7 +124,7 @@ class ItemArray:
 
     def __getitem__(self, k: Any) -> Any:
         """One element (an int) by pread; a slice or an index array through the map (the
-        balanced plan's whole-corpus pass, consumer/stager/balance.py)."""
+        balanced plan's whole-corpus pass, consumer/stager/plan/balance.py)."""
         if isinstance(k, int | np.integer):
             return self._store.item(self._name, int(k))
         return self._array[k]

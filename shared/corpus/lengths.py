@@ -3,7 +3,7 @@
 Measured by the producer side (producer/lengths.py, ``ringfeed lengths CONFIG``):
 mel frames from each audio file's header (never a decode) as an upper bound of
 what the producer will compute, tokens from the same text encoder the producers
-use. Read by the stager (consumer/stager/buckets.py) to plan batches by length.
+use. Read by the stager (consumer/stager/plan/buckets.py) to plan batches by length.
 
 It lives in the corpus index (shared/corpus/index.py: arrays frames and text,
 mapped by the stager like the rest; a synthetic corpus computes it), tagged with

@@ -51,7 +51,9 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
         fingerprint = plan_fingerprint(cfg, index, [], [])
         return Plan(Shuffle(index.n_items, st.seed), st.epochs, share, fingerprint)
     buckets, of_item, lengths, text = length_buckets(cfg, index, directory / "config.yaml", stop)
-    shapes = [(b.frames, b.text, b.rows) for b in buckets]
+    # Buckets off and no balance: the positions are the shuffle's whatever the workers, so
+    # the fixed shape the shares are cut from is no part of the plan, as with one worker.
+    shapes = [(b.frames, b.text, b.rows) for b in buckets] if st.bucketed or st.balance.on else []
     fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
     if st.balance.on:
         source, balance_part = balanced(cfg, index, tables, buckets, of_item, text)
