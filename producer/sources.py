@@ -29,6 +29,7 @@ from ringfeed.shared.corpus.formats import synthetic
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.corpus.registry import format_of
+from ringfeed.shared.run.id_tables import padding_ids
 
 
 class Source(Protocol):
@@ -159,6 +160,7 @@ def check_synthetic_rows(arrays: dict[str, np.ndarray], n_valid: int, cfg: Confi
             raise RowMismatch(what)
 
     expect(bool((arrays["items"][n_valid:] == -1).all()), "padding rows must say item -1")
+    _check_row_marks(arrays, n_valid, cfg)
     for row, item in enumerate(items):
         text_len, n_frames = synthetic.lengths(item, cfg)
         expect(arrays["text_lens"][row] == text_len, f"row {row}: item {item} text length")
@@ -180,6 +182,20 @@ def check_synthetic_rows(arrays: dict[str, np.ndarray], n_valid: int, cfg: Confi
     for f in cfg.schema.extras:
         expect(bool((arrays[f.name][n_valid:] == f.pad).all()), f"{f.name}: padding rows")
     return items
+
+
+def _check_row_marks(arrays: dict[str, np.ndarray], n_valid: int, cfg: Config) -> None:
+    """valid marks exactly the first n_valid rows; real rows have a plan position, padding
+    rows position -1 and the reserved padding ids (shared/run/id_tables.py)."""
+    valid, position = arrays["valid"], arrays["position"]
+    if not (valid[:n_valid].all() and not valid[n_valid:].any()):
+        raise RowMismatch(f"valid marks rows {np.flatnonzero(valid).tolist()}, not 0..{n_valid}")
+    if (position[:n_valid] < 0).any() or (position[n_valid:] != -1).any():
+        raise RowMismatch(f"positions {position.tolist()} for {n_valid} real rows")
+    speaker, language = padding_ids(cfg)
+    padding = (arrays["speaker"][n_valid:] == speaker) & (arrays["language"][n_valid:] == language)
+    if not padding.all():
+        raise RowMismatch(f"padding rows must carry the padding ids ({speaker}, {language})")
 
 
 def _check_fields(arrays: dict[str, np.ndarray], row: int, want: dict, cfg: Config) -> None:

@@ -12,7 +12,12 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from ringfeed.consumer.trainer.model import build_default_model, load_model_factory, masked_l1  # noqa: E402
+from ringfeed.consumer.trainer.model import (  # noqa: E402
+    DEFAULT_INPUTS,
+    build_default_model,
+    load_model_factory,
+    masked_l1,
+)
 from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer  # noqa: E402
 from ringfeed.shared.config import Config, ConfigError, replace  # noqa: E402
 from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
@@ -31,6 +36,11 @@ def small_cfg(**model: object) -> Config:
         model={"kwargs": {"d_model": 32, "n_layers": 2, "dropout": 0.0, **model}},
         train={"learning_rate": 3e-3, "mixed_precision": False},
     )
+
+
+def model_inputs_of(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The fields the default model takes (a batch has more: items, position, valid...)."""
+    return {k: batch[k] for k in DEFAULT_INPUTS}
 
 
 def _real_batch(cfg: Config) -> dict[str, np.ndarray] | None:
@@ -91,7 +101,7 @@ def test_default_model_shapes_and_size() -> None:
     cfg = small_cfg()
     model = build_default_model(cfg, **cfg.model.kwargs)
     batch = structured_batch(cfg)
-    out = model({k: v for k, v in batch.items() if k != "items"})
+    out = model(model_inputs_of(batch))
     assert out.shape == (4, 64, cfg.features.n_mels) and out.dtype == tf.float32
     # At the defaults (d_model 128, 3 layers) the model is small but real: 1-3 M params.
     assert 1_000_000 <= build_default_model(Config()).count_params() <= 3_000_000
@@ -101,14 +111,14 @@ def test_decoder_is_causal_and_ignores_padding() -> None:
     cfg = small_cfg()
     model = build_default_model(cfg, **cfg.model.kwargs)
     batch = {k: v for k, v in structured_batch(cfg, seed=1).items() if k != "items"}
-    base = model(batch).numpy()
+    base = model(model_inputs_of(batch)).numpy()
     changed = dict(batch, mel=batch["mel"].copy())
     changed["mel"][:, 40:] += 3.0  # frame 40 onwards: predictions up to frame 40 must not move
-    assert np.allclose(model(changed).numpy()[:, :41], base[:, :41], atol=1e-5)
+    assert np.allclose(model(model_inputs_of(changed)).numpy()[:, :41], base[:, :41], atol=1e-5)
     padded = dict(batch, tokens=batch["tokens"].copy())
     for i, n in enumerate(batch["text_lens"]):
         padded["tokens"][i, n:] = 7  # garbage beyond text_lens must not matter
-    assert np.allclose(model(padded).numpy(), base, atol=1e-5)
+    assert np.allclose(model(model_inputs_of(padded)).numpy(), base, atol=1e-5)
 
 
 def test_masked_l1_counts_true_frames_only() -> None:

@@ -26,12 +26,14 @@ USER = {"user_function": "tests.user_fields:fields", "user_version": "t1",
 
 
 def test_default_schema_is_tokens_and_mel() -> None:
-    """The default is what the hard-coded fields were (byte-identical rings)."""
+    """The default sample is what the hard-coded fields were (byte-identical rings); a
+    batch also says which rows are real and where each sits in the plan."""
     cfg = Config()
     assert cfg.sample_fields() == {"tokens": ((200,), np.dtype(np.int32)),
                                    "mel": ((800, 80), np.dtype(np.float32))}  # fmt: skip
-    assert list(cfg.batch_ring_fields()) == ["tokens", "text_lens", "mel", "mel_lens",
-                                             "items", "speaker", "language"]  # fmt: skip
+    assert list(cfg.batch_ring_fields()) == ["tokens", "text_lens", "mel", "mel_lens", "items",
+                                             "position", "valid", "speaker",
+                                             "language"]  # fmt: skip
     assert cfg.batch_ring_fields()["mel"][0] == (32 * 800, 80)
     assert cfg.batch_fields()["tokens"][0] == (32, 200)
 
@@ -257,7 +259,7 @@ def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path:
                 x = s.array(name)
                 ring.view(name)[k][: len(x)] = x
                 lengths.append(len(x))
-            copies = builder.add(ring, k, k, lengths)
+            copies = builder.add(ring, k, k, lengths, position=k)
             assert [len(c) for c in copies] == lengths
         slot, _, n_valid = builder.finish()
         flat = {name: batches.view(name)[slot] for name in batches.fields}
@@ -300,7 +302,7 @@ def test_synthetic_items_carry_every_declared_field_and_the_row_check_covers_the
             s = source.prepare(item)
             for name in ring.fields:
                 ring.view(name)[k][: len(s.array(name))] = s.array(name)
-            builder.add(ring, k, item, [len(s.array(name)) for name in ring.fields])
+            builder.add(ring, k, item, [len(s.array(name)) for name in ring.fields], position=k)
         slot, _, n_valid = builder.finish()
         flat = {name: batches.view(name)[slot] for name in batches.fields}
         view = batch_views(flat, 4, 32, 32, cfg.schema)

@@ -140,7 +140,7 @@ def test_the_builder_reports_batches_in_flight_and_their_padding() -> None:
                 x = sample.array(name)
                 samples.view(name)[k][: len(x)] = x
                 lengths.append(len(x))
-            builder.add(samples, k, item, lengths)
+            builder.add(samples, k, item, lengths, position=k)
             text, frames = text + lengths[0], frames + lengths[1]
         slot, generation, _ = builder.finish()
         padded = 4 * 32  # rows x frames, and rows x tokens: both 32 here

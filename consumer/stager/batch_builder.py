@@ -3,8 +3,12 @@
 The batch ring has stager.batch_slots slots (3: triple buffering): one the
 stager fills, one the trainer copies to its device, one ready in between. A
 batch slot is FREE, FILLING (rows being copied in), or SENT (announced to the
-trainer, waiting for its BATCH_FREE). Rows past n_valid (the last batch of a
-finite plan) hold zeros, lengths 0 and item -1, so masked losses ignore them.
+trainer, waiting for its BATCH_FREE). Every batch says which rows are real and
+where each sits in the plan: ``valid`` is True for its real rows, ``position`` is
+each row's plan position and ``items`` its item. Rows past n_valid (a part-filled
+batch: an epoch's or a plan's last, a bucket's leftovers) hold zeros, lengths 0,
+item and position -1, valid False, and the reserved padding ids of the speaker and
+language tables (shared/run/id_tables.py padding_ids), never a real name's.
 
 With ``features.device: stager`` the rows hold waveforms in a host staging
 array and :meth:`BatchBuilder.finish` computes the whole batch's log-mels at
@@ -22,6 +26,7 @@ from ringfeed.consumer.stager.batch_ring import BatchState, batch_views
 from ringfeed.consumer.stager.stats_record import BuilderStats, Padding
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.run.id_tables import padding_ids
 
 
 class BatchBuilder:
@@ -43,6 +48,7 @@ class BatchBuilder:
         (shared/run/id_tables.py): each row's ids come from its item, not from a producer."""
         self.cfg = cfg
         self.speaker_of, self.language_of = ids if ids is not None else (None, None)
+        self.padding_ids = padding_ids(cfg)
         self.ring = batches
         self.mel_fn = mel_fn
         # The optional fields (shared/sample/schema.py), copied after tokens and mel.
@@ -111,10 +117,13 @@ class BatchBuilder:
         )
         return BuilderStats(self.in_flight(), padding)
 
-    def add(self, samples: Ring, slot: int, item: int, lengths: list[int]) -> list[np.ndarray]:
-        """Copy the used rows of sample slot `slot` into the next row, zeros after them
-        (room() must be > 0). Returns the copies, in sample-field order, for the
-        stager's check; :meth:`drop_last` undoes the row if that check fails."""
+    def add(
+        self, samples: Ring, slot: int, item: int, lengths: list[int], position: int
+    ) -> list[np.ndarray]:
+        """Copy the used rows of sample slot `slot` (item `item` at plan `position`) into
+        the next row, zeros after them (room() must be > 0). Returns the copies, in
+        sample-field order, for the stager's check; :meth:`drop_last` undoes the row if
+        that check fails."""
         row, view = self.rows, self.view
         assert self.current is not None and row < self.shape[0]
         n_text, n = lengths[0], lengths[1]
@@ -122,6 +131,7 @@ class BatchBuilder:
         tokens[:n_text] = samples.view("tokens")[slot][:n_text]
         tokens[n_text:] = 0
         view["text_lens"][row], view["items"][row] = n_text, item
+        view["position"][row], view["valid"][row] = position, True
         known = self.speaker_of is not None  # tests build batches without tables
         view["speaker"][row] = self.speaker_of[item] if known else 0
         view["language"][row] = self.language_of[item] if known else 0
@@ -172,9 +182,9 @@ class BatchBuilder:
         if n < self.shape[0]:
             view["tokens"][n:] = 0
             view["text_lens"][n:] = 0
-            view["items"][n:] = -1
-            view["speaker"][n:] = 0
-            view["language"][n:] = 0
+            view["items"][n:] = view["position"][n:] = -1
+            view["valid"][n:] = False
+            view["speaker"][n:], view["language"][n:] = self.padding_ids
             for f in self.extras:
                 view[f.name][n:] = f.pad
                 if f.length == "own":

@@ -152,7 +152,8 @@ class Intake:
         answer is '' (grant the item again) or, when a second peer sent bad content for
         the item, the reason to skip it."""
         entry = self.accepted.pop(event.slot)
-        copies = self.builder.add(self.samples, event.slot, event.item, entry.lengths)
+        copies = self.builder.add(self.samples, event.slot, event.item, entry.lengths,
+                                  event.position)  # fmt: skip
         k, slot = event.slot, self.slots.slots[event.slot]
         if self.writing[k] != slot.generation or self.seals[k] != slot.generation:
             self.builder.drop_last()

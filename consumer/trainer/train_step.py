@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from ringfeed.consumer.trainer.model import LossFn
 from ringfeed.shared.config import Config
+from ringfeed.shared.sample.schema import ROW_SOURCE_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,12 @@ def make_optimizer(cfg: Config, clip: bool = True) -> keras.optimizers.Optimizer
 
 
 def batch_signature(cfg: Config) -> dict[str, tf.TensorSpec]:
-    """TensorSpecs of the model's inputs: cfg.batch_fields() without items."""
+    """TensorSpecs of the model's inputs: cfg.batch_fields() without the fields that only
+    say where a row comes from (items, position)."""
     return {
         name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name)
         for name, (shape, dtype) in cfg.batch_fields().items()
-        if name != "items"
+        if name not in ROW_SOURCE_FIELDS
     }
 
 

@@ -37,7 +37,8 @@ class DataConfig:
     # With language: auto, the codes detection may choose from; () = any of 97.
     detect_languages: tuple[str, ...] = ()
     # Speaker and language ids (shared/run/id_tables.py) stay below these: the sizes of the
-    # model's embedding tables, fixed so that a table that grows keeps the weights' shapes.
+    # model's embedding tables, fixed so that a table that grows keeps the weights' shapes;
+    # the last id of each marks padding rows, so a table holds one name fewer.
     max_speakers: int = 1024
     # The size of the language embedding table (see max_speakers).
     max_languages: int = 64
@@ -62,9 +63,9 @@ class DataConfig:
     shard_window: int = 0
 
     def __post_init__(self) -> None:
-        at_least_one("data", max_speakers=self.max_speakers,
-                     max_languages=self.max_languages, shard_cache_mb=self.shard_cache_mb,
-                     store_retries=self.store_retries)  # fmt: skip
+        at_least_one("data", shard_cache_mb=self.shard_cache_mb, store_retries=self.store_retries)
+        for key in ("max_speakers", "max_languages"):  # a name's id and the padding rows'
+            check(getattr(self, key) >= 2, f"data.{key}", f"must be >= 2, got {getattr(self, key)}")
         check(self.text_column in (1, 2), "data.text_column", "must be 1 or 2")
         check(
             self.language == "auto" or valid_code(self.language),

@@ -16,6 +16,13 @@ names were never trained, and a silent append would hide a corpus mix-up (the
 wrong data.path) behind a run that goes on. Ids are bounded by data.max_speakers
 and data.max_languages, the sizes of the model's embedding tables, which are
 fixed so that appending names never changes a weight's shape.
+
+Padding rows (the rows past a batch's real ones) carry a reserved id that no name
+ever gets, the last of each table: speaker data.max_speakers - 1, language
+data.max_languages - 1 (:func:`padding_ids`), so a count of languages or speakers
+over a batch's rows never counts a padding row as a real name, and an embedding
+lookup of a padding row stays in the table (the rows are also marked by the batch
+field ``valid``; a masked loss leaves the reserved rows untrained).
 """
 
 from __future__ import annotations
@@ -147,13 +154,20 @@ def merge_tables(cfg: Config, kept: IdTables, corpus: IdTables) -> IdTables:
     return IdTables(kept.speakers + tuple(new_speakers), kept.languages + tuple(new_languages))
 
 
+def padding_ids(cfg: Config) -> tuple[int, int]:
+    """(speaker, language) of a padding row: the last id of each table, never a name's."""
+    return cfg.data.max_speakers - 1, cfg.data.max_languages - 1
+
+
 def check_capacity(cfg: Config, tables: IdTables) -> None:
+    """Every name gets an id below the table's last, which padding rows keep."""
     for key, n, cap in (
         ("data.max_speakers", len(tables.speakers), cfg.data.max_speakers),
         ("data.max_languages", len(tables.languages), cfg.data.max_languages),
     ):
-        if n > cap:
-            raise ConfigError(f"{key}: the run has {n} but {key}={cap}: raise {key}")
+        if n > cap - 1:
+            raise ConfigError(f"{key}: the run has {n} names but {key}={cap} holds {cap - 1} "
+                              "(its last id marks padding rows): raise it")  # fmt: skip
 
 
 def settle_tables(cfg: Config, index: CorpusIndex, directory: Path) -> IdTables:

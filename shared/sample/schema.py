@@ -42,11 +42,15 @@ FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
 MAX_SAMPLE_FIELDS = 16
 # Batch fields the stager writes itself, int32 per row, after the sample's fields'.
 ID_FIELDS = ("speaker", "language")
+# Batch fields that say where each row comes from, not what it holds: its item (-1 for a
+# padding row) and its plan position (-1 for a padding row). No model input.
+ROW_SOURCE_FIELDS = ("items", "position")
 # The batch field that says how many rows of a length axis are real.
 LENS_OF = {"tokens": "text_lens", "frames": "mel_lens"}
 # Names the built-ins use, in the sample or the batch: no user field may take one.
 RESERVED = frozenset({"tokens", "mel", "wave", "ref_mel", "pitch", "voiced", "energy", "durations",
-                      "text_lens", "mel_lens", "items", *ID_FIELDS})  # fmt: skip
+                      "text_lens", "mel_lens", "valid", *ROW_SOURCE_FIELDS,
+                      *ID_FIELDS})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,9 +122,9 @@ class SampleSchema:
         self, rows: int, frames: int, text: int, flat: bool
     ) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         """(name, shape, dtype) of every batch field in batch order: tokens, text_lens,
-        mel, mel_lens, items, speaker, language, then each optional field (and its
-        lens for length "own"). flat: the batch-ring slot's layout, where frames is
-        the budget of mel frames of all rows together."""
+        mel, mel_lens, items, position, valid, speaker, language, then each optional field
+        (and its lens for length "own"). flat: the batch-ring slot's layout, where frames
+        is the budget of mel frames of all rows together."""
         i32 = np.dtype(np.int32)
         out: list[tuple[str, tuple[int, ...], np.dtype]] = []
         tail: list[tuple[str, tuple[int, ...], np.dtype]] = []
@@ -139,7 +143,8 @@ class SampleSchema:
                 out.append((f.lens_name, (rows,), i32))
             elif f.length == "own":
                 tail.append((f.lens_name, (rows,), i32))
-        out.append(("items", (rows,), np.dtype(np.int64)))
+        out.extend((name, (rows,), np.dtype(np.int64)) for name in ROW_SOURCE_FIELDS)
+        out.append(("valid", (rows,), np.dtype(np.bool_)))  # the real rows: True
         out.extend((name, (rows,), i32) for name in ID_FIELDS)
         return out + tail
 
