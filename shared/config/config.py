@@ -133,7 +133,12 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
 
 # Inputs travel with a config file: relative to its folder. Outputs (run_root, the
 # cache) stay relative to the working directory: they land where you run.
-INPUT_PATH_KEYS = (("data", "path"), ("transport", "keys_dir"), ("features", "durations_dir"))
+INPUT_PATH_KEYS = (
+    ("data", "path"),
+    ("data", "root"),
+    ("transport", "keys_dir"),
+    ("features", "durations_dir"),
+)
 
 
 def read_raw(path: str | os.PathLike[str]) -> Any:

@@ -24,6 +24,11 @@ class DataConfig:
     format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "shards", "synthetic"] = (
         "ljspeech"
     )
+    # What item ids and audio paths count from (jsonl and csv, whose lines name audio files
+    # freely; relative to the config file): "" = the manifest's or metadata file's
+    # folder. Set it to the corpus's top folder when a manifest lists absolute paths
+    # outside its own folder, so the same corpus has the same ids wherever it lives.
+    root: str = ""
     # Items of format: synthetic.
     synthetic_items: int = 256
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or

@@ -40,7 +40,7 @@ from ringfeed.shared.corpus.entry import (
     digest_tables,
     store,
 )
-from ringfeed.shared.corpus.format import CorpusFormat, StoredFormat
+from ringfeed.shared.corpus.format import Context, CorpusFormat, StoredFormat
 from ringfeed.shared.corpus.index import (
     INDEX_VERSION,
     BuiltIndex,
@@ -140,8 +140,12 @@ class Builder:
             f.seek(self.offset[item])
             return f.read(self.length[item])
 
+    def context(self) -> Context:
+        """How its lines are read back (by its own duplicate check, and by the index)."""
+        return Context(self.header["setting"], self.root, self.header["lines_file"])
+
     def _reparse(self, item: int) -> tuple:
-        return self.format.parse([self._raw(item)], self.header["setting"], self.root)[0]
+        return self.format.parse([self._raw(item)], self.context())[0]
 
     def finish(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         self._detect()

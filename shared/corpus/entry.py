@@ -67,7 +67,17 @@ class BadLine:
 def absolute(root: str, audio: str) -> str:
     """The audio path of an item: root-relative paths joined to the root (a folder, or an
     object-store prefix such as s3://bucket/corpus)."""
-    return audio if os.path.isabs(audio) or "://" in audio else f"{root}/{audio}"
+    if os.path.isabs(audio) or "://" in audio:
+        return audio
+    return os.path.normpath(f"{root}/{audio}") if ".." in audio else f"{root}/{audio}"
+
+
+def in_corpus(audio: str, folder: str, root: str) -> str:
+    """An audio path as the corpus keeps it: relative to the root whether the metadata
+    names it absolute or relative to its own folder, with '..' where it lies outside the
+    root. So the same corpus gives the same paths, ids and digest wherever it lives, as
+    long as its files keep their places relative to each other and to the root."""
+    return os.path.relpath(audio if os.path.isabs(audio) else os.path.join(folder, audio), root)
 
 
 def relative(root: str, audio: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.corpus.entry import CorpusError, Entry, stored
@@ -33,6 +33,16 @@ if TYPE_CHECKING:
 
 # Where a corpus error sends the user for what each format expects.
 FORMATS_DOC = "every format: docs/corpora.md#bring-your-own-data"
+
+
+class Context(NamedTuple):
+    """How the lines of one corpus are read back: the format's setting (scan decides it:
+    LJSpeech's text column, csv's column count), the corpus root audio paths and ids are
+    relative to, and the metadata file the lines are in ("" for lines the index keeps)."""
+
+    setting: int
+    root: str
+    source: str
 
 
 class CorpusFormat(Protocol):
@@ -65,9 +75,9 @@ class CorpusFormat(Protocol):
         """Every item, in the corpus's own order, and every unusable line, into builder."""
         ...
 
-    def parse(self, lines: list[bytes], setting: int, root: str) -> list[tuple | str]:
-        """Lines as the index kept them -> Entry-shaped tuples (audio relative to root) or
-        the reason each is unusable; setting: what scan recorded (builder.setting)."""
+    def parse(self, lines: list[bytes], context: Context) -> list[tuple | str]:
+        """Lines as the index kept them -> Entry-shaped tuples (audio relative to the root)
+        or the reason each is unusable."""
         ...
 
     def computed_index(self, cfg: Config) -> CorpusIndex | None:
@@ -92,12 +102,18 @@ class BaseFormat:
     # Each process may build the index in memory when the cache folder cannot be written
     # (not where that means a scan of a whole store in every process).
     in_memory_ok: ClassVar[bool] = True
+    # Its lines name audio files freely (absolute or relative), so data.root may say what
+    # ids and paths count from.
+    free_paths: ClassVar[bool] = False
 
     def check(self, cfg: Config) -> None:
         d = cfg.data
         if d.shard_window and not self.shards:
             raise ConfigError("data.shard_window: only tar shards have shards to deal: set "
                               "data.format: shards, or 0 here")  # fmt: skip
+        if d.root and not self.free_paths:
+            raise ConfigError(f"data.root: only data.format jsonl and csv name audio paths "
+                              f"that a root applies to, not {self.name}: remove it")  # fmt: skip
         if "://" in d.path and not self.remote:
             raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format: "
                               "shards reads one (pack the corpus into tar shards, or copy it "
@@ -125,6 +141,9 @@ class LineFormat(BaseFormat):
         return str(path)
 
     def root(self, cfg: Config) -> str:
+        """The metadata file's folder, or data.root for a format whose paths are free."""
+        if cfg.data.root and self.free_paths:
+            return str(Path(cfg.data.root).absolute())
         return str(Path(self.locate(cfg)).parent)
 
     def stamp(self, cfg: Config) -> Any:
@@ -136,7 +155,7 @@ class LineFormat(BaseFormat):
         """(the setting parse needs, whether the first line is a header to skip)."""
         return cfg.data.text_column, False
 
-    def rows(self, texts: list[str], setting: int, root: str) -> list[tuple | str]:
+    def rows(self, texts: list[str], context: Context) -> list[tuple | str]:
         """Decoded lines -> Entry-shaped tuples or reasons: the format's parser."""
         raise NotImplementedError
 
@@ -148,11 +167,14 @@ class LineFormat(BaseFormat):
     def scan(self, cfg: Config, builder: Builder) -> None:
         scan_lines(self, cfg, builder, self.locate(cfg))
 
-    def parse(self, lines: list[bytes], setting: int, root: str) -> list[tuple | str]:
+    def parse(self, lines: list[bytes], context: Context) -> list[tuple | str]:
         texts, bad = decode_block(lines)
-        out = self.rows(texts, setting, root)
+        out = self.rows(texts, context)
         for k, reason in bad.items():
             out[k] = reason
+        for k, row in enumerate(out):  # a JSON-lines manifest read as another format
+            if row.__class__ is str and k not in bad and texts[k].lstrip().startswith("{"):
+                out[k] = f"{row} (the line looks like JSON: set data.format: jsonl)"
         return out
 
 
@@ -160,7 +182,7 @@ class StoredFormat(BaseFormat):
     """A corpus found by scanning (module docstring): the index keeps its entries, as
     lines it parses itself."""
 
-    def parse(self, lines: list[bytes], setting: int, root: str) -> list[tuple | str]:
+    def parse(self, lines: list[bytes], context: Context) -> list[tuple | str]:
         return [stored(line.decode("utf-8")) for line in lines]
 
     def scan(self, cfg: Config, builder: Builder) -> None:

@@ -29,18 +29,16 @@ import os
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry, absolute
+from ringfeed.shared.corpus.format import Context, CorpusFormat
 from ringfeed.shared.corpus.index_file import IndexFile, IndexFileError, write_index
 from ringfeed.shared.corpus.registry import format_named
-
-if TYPE_CHECKING:
-    from ringfeed.shared.corpus.format import CorpusFormat
 
 INDEX_VERSION = 3  # 3: the header names the format; one builder for every format
 
@@ -180,7 +178,7 @@ class BuiltIndex:
         self.speakers: tuple[str, ...] = tuple(h["speakers"])
         self.languages: tuple[str, ...] = tuple(h["languages"])
         self.format = fmt or format_named(h["format"])
-        self._setting = h["setting"]
+        self._context = Context(h["setting"], self.root, h["lines_file"])
         self.speaker_ids = ItemArray(store, "speaker")
         self.language_ids = ItemArray(store, "language")
         self._lines = store.array("lines") if store.has("lines") else None
@@ -222,7 +220,7 @@ class BuiltIndex:
     def _row(self, item: int) -> tuple:
         """Item k's line, parsed; CorpusError if it no longer parses (the metadata file
         changed under a running run)."""
-        row = self.format.parse([self._line(item)], self._setting, self.root)[0]
+        row = self.format.parse([self._line(item)], self._context)[0]
         if isinstance(row, str):
             raise CorpusError(
                 f"item {item}: its metadata line changed since the index was built ({row}): "

@@ -85,16 +85,16 @@ def decode_block(lines: list[bytes]) -> tuple[list[str], dict[int, str]]:
 def scan_lines(fmt: Any, cfg: Config, builder: Builder, path: str) -> None:
     """Every line of the metadata file `path` into builder, through fmt (a LineFormat:
     its setting, parse and guess_id), with a progress line every PROGRESS_S."""
-    root = fmt.root(cfg)
     blocks = read_blocks(path)
     first = next(blocks, ([], [], []))
     setting, header = fmt.setting(cfg, path, first[2][0] if first[2] else None)
     if header:
         first = (first[0][1:], first[1][1:], first[2][1:])
     builder.start_lines(path, setting)
+    context = builder.context()
     t0 = last = time.monotonic()
     for numbers, offsets, lines in itertools.chain([first], blocks):
-        results = fmt.parse(lines, setting, root)
+        results = fmt.parse(lines, context)
         good = [k for k, r in enumerate(results) if r.__class__ is not str]
         if len(good) < len(results):
             builder.bad.extend(BadLine(path, numbers[k], r, fmt.guess_id(lines[k]))

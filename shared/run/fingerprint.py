@@ -50,7 +50,8 @@ PLAN_PARTS = {
 }
 # Config sections whose keys shape a sample, less the keys that do not.
 SAMPLE_SECTIONS = ("data", "text", "audio", "features")
-NOT_SHAPING = {"data.path", "features.cache_dir", "features.cache"}
+# Where the corpus and the caches live: a producer host keeps them anywhere.
+NOT_SHAPING = {"data.path", "data.root", "features.cache_dir", "features.cache"}
 # The config fingerprint's entry for the corpus's content (corpus_digest).
 CORPUS_KEY = "data.corpus"
 # Keys a refusal names at most (the message stays short whatever the peer sent).

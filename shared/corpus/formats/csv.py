@@ -1,17 +1,20 @@
 """csv: a metadata file of ``audio_file|text[|speaker_name]`` lines under that header.
 
 audio_file is relative to the file's folder (or absolute) and ends in a known
-audio extension; the item id is its path without the extension.
+audio extension; the item id is its path relative to the corpus root (the file's
+folder, or data.root) without the extension, so ids do not depend on where the
+corpus lives (shared/corpus/entry.py in_corpus).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar
 
 from ringfeed.shared.config import Config
-from ringfeed.shared.corpus.entry import AUDIO_EXTENSIONS, CorpusError
-from ringfeed.shared.corpus.format import FORMATS_DOC, LineFormat
+from ringfeed.shared.corpus.entry import AUDIO_EXTENSIONS, CorpusError, in_corpus
+from ringfeed.shared.corpus.format import FORMATS_DOC, Context, LineFormat
 
 HEADERS = (("audio_file", "text"), ("audio_file", "text", "speaker_name"))
 
@@ -32,6 +35,7 @@ def reason(fields: list[str], n_columns: int) -> str:
 
 class Csv(LineFormat):
     name: ClassVar[str] = "csv"
+    free_paths: ClassVar[bool] = True
     file_name: ClassVar[str] = "metadata.csv"
     expects: ClassVar[str] = "a directory holding metadata.csv, or the file itself"
 
@@ -47,9 +51,12 @@ class Csv(LineFormat):
             )
         return len(header), True
 
-    def rows(self, texts: list[str], setting: int, root: str) -> list[tuple | str]:
-        """The id is Path(audio_file).with_suffix("").as_posix(), without pathlib where
-        the path is plain (no empty or dot parts): the build's hot path."""
+    def rows(self, texts: list[str], context: Context) -> list[tuple | str]:
+        """The id is the audio path relative to the corpus root without its extension;
+        without pathlib where the path is plain (relative, no empty or dot parts, the
+        root the file's folder): the build's hot path."""
+        setting, folder = context.setting, os.path.dirname(context.source)
+        moved = folder != context.root  # data.root: every path counts from it
         out: list[tuple | str] = []
         append = out.append
         for line in texts:
@@ -57,6 +64,8 @@ class Csv(LineFormat):
             if len(fields) == setting:
                 audio, text = fields[0].strip(), fields[1].strip()
                 if audio and text and audio.lower().endswith(AUDIO_EXTENSIONS):
+                    if moved or audio[0] == "/":
+                        audio = in_corpus(audio, folder, context.root)
                     stem = audio[: audio.rfind(".")]
                     if "//" in audio or "./" in audio or stem[stem.rfind("/") + 1 :][:1] == ".":
                         stem = Path(audio).with_suffix("").as_posix()

@@ -1,15 +1,20 @@
-"""jsonl: a manifest file, one JSON object per line::
+"""jsonl: a manifest file (any name: NeMo writes .json), one JSON object per line::
 
     {"audio": "clips/a.wav", "text": "...", "speaker": "ann", "language": "fa",
      "offset": 12.5, "duration": 3.2, "id": "a-0003"}
 
-audio and text are required; audio is relative to the manifest's folder (or
-absolute). offset and duration (seconds) cut a segment of a longer file
-(duration alone: the first `duration` seconds); speaker, language and id are
-optional (language: data.language; id: the audio path without its extension,
-with "@offset" for a segment). NeMo's key names audio_filepath and lang are read
-too, so its manifests work as they are. Unknown keys are ignored. A line that is
-not such an object is unusable, with the reason.
+audio and text are required; audio is relative to the manifest's folder, or
+absolute. With offset, offset and duration (seconds) cut a segment of a longer
+file (no duration: to its end); without offset the clip is the whole file and
+duration is only what the manifest says of its length (NeMo writes it rounded,
+so it is never a cut). speaker, language and id are optional (language:
+data.language; id: the audio path relative to the corpus root without its
+extension, with "@offset" for a segment). The corpus root is the manifest's
+folder, or data.root: ids and the corpus digest count from it, so the same
+corpus has the same ids wherever it lives, absolute paths included
+(shared/corpus/entry.py in_corpus). NeMo's key names audio_filepath and lang are
+read too, so its manifests work as they are. Unknown keys are ignored. A line
+that is not such an object is unusable, with the reason.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ringfeed.shared.corpus.entry import relative
-from ringfeed.shared.corpus.format import LineFormat
+from ringfeed.shared.corpus.entry import in_corpus
+from ringfeed.shared.corpus.format import Context, LineFormat
 from ringfeed.shared.language.codes import language_code, valid_code
 
 # A manifest line longer than this is not parsed (a clip's text is a few hundred bytes).
@@ -75,9 +80,9 @@ def _not_utf8(obj: dict[str, Any]) -> str:
     return ""
 
 
-def parse_line(line: str, root: str) -> tuple | str:
-    """One manifest line -> its Entry-shaped tuple (audio relative to root when it lies
-    under it), or the reason it is unusable."""
+def parse_line(line: str, folder: str, root: str) -> tuple | str:
+    """One manifest line (of a manifest in `folder`) -> its Entry-shaped tuple, audio
+    relative to the corpus root, or the reason it is unusable."""
     if len(line) > MAX_LINE_BYTES:
         return f"line longer than {MAX_LINE_BYTES} characters"
     try:
@@ -94,25 +99,29 @@ def parse_line(line: str, root: str) -> tuple | str:
     for value in (offset_s, duration_s):
         if isinstance(value, str):
             return value
+    if "offset" not in obj:  # NeMo: the clip is the file, its rounded duration no cut
+        duration_s = 0.0
     item_id = obj.get("id", "")
     if not isinstance(item_id, str):
         return f"'id' must be a string, got {type(item_id).__name__}"
+    rel = in_corpus(audio, folder, root)
     if not item_id:
-        item_id = Path(audio).with_suffix("").as_posix().lstrip("/")
+        item_id = Path(rel).with_suffix("").as_posix()
         item_id += f"@{offset_s:.3f}" if offset_s else ""
-    path = audio if os.path.isabs(audio) else str(Path(root) / audio)
-    return (item_id, relative(root, path), text, speaker, language, offset_s, duration_s)
+    return (item_id, rel, text, speaker, language, offset_s, duration_s)
 
 
 class Jsonl(LineFormat):
     name: ClassVar[str] = "jsonl"
+    free_paths: ClassVar[bool] = True
     expects: ClassVar[str] = "the manifest file"
 
-    def rows(self, texts: list[str], setting: int, root: str) -> list[tuple | str]:
+    def rows(self, texts: list[str], context: Context) -> list[tuple | str]:
         out: list[tuple | str] = []
+        folder = os.path.dirname(context.source)
         for text in texts:
             try:
-                out.append(parse_line(text, root))
+                out.append(parse_line(text, folder, context.root))
             except Exception as exc:  # noqa: BLE001 - this line only (docs/design.md#contract-9)
                 # json.loads raises ValueError past 4300 digits, RecursionError when nested
                 # thousands deep; whatever else one line can raise, the others stay usable.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ringfeed.shared.corpus.format import LineFormat
+from ringfeed.shared.corpus.format import Context, LineFormat
 
 
 def reason(fields: list[str], column: int) -> str:
@@ -29,9 +29,10 @@ class LJSpeech(LineFormat):
     file_name: ClassVar[str] = "metadata.csv"
     expects: ClassVar[str] = "a directory holding metadata.csv, or the file itself"
 
-    def rows(self, texts: list[str], setting: int, root: str) -> list[tuple | str]:
-        """One loop with no call per good line (the build's hot path); setting is
+    def rows(self, texts: list[str], context: Context) -> list[tuple | str]:
+        """One loop with no call per good line (the build's hot path); the setting is
         data.text_column."""
+        setting = context.setting
         out: list[tuple | str] = []
         append = out.append
         for line in texts:

@@ -134,5 +134,5 @@ class Synthetic(BaseFormat):
     def scan(self, cfg: Config, builder: Any) -> None:
         raise NotImplementedError("synthetic items are computed, never scanned")
 
-    def parse(self, lines: list[bytes], setting: int, root: str) -> list[tuple | str]:
+    def parse(self, lines: list[bytes], context: Any) -> list[tuple | str]:
         raise NotImplementedError("synthetic items are computed, never parsed")

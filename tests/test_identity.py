@@ -1,0 +1,175 @@
+"""Identities that travel (contract 12): item ids, speakers and the corpus digest do not
+depend on where the corpus lives, absolute audio paths included; a producer whose copy
+of the corpus lives elsewhere joins, and a moved corpus resumes its plan. NeMo manifests
+as NeMo writes them (a .json name, a rounded duration that is no cut)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.scripts.runner import Run as Launcher
+from ringfeed.shared.config import Config, ConfigError, load_config, replace
+from ringfeed.shared.corpus.open import build_in_memory, open_corpus, read_corpus
+from ringfeed.shared.run.fingerprint import plan_fingerprint
+from tests.checks import same_rows
+from tests.corpus_files import WAVS
+from tests.runs import Run, rid, write_config
+
+CLIPS = ["LJ001-0002", "LJ001-0003", "LJ001-0004", "LJ001-0005", "LJ001-0006", "LJ001-0007"]
+
+
+def corpus(root: Path, fmt: str = "jsonl", manifest_in: str = "") -> Path:
+    """The CLIPS under root/wavs, listed by absolute path in a manifest (jsonl) or a
+    metadata file (csv) in root/manifest_in; returns the manifest's path."""
+    (root / "wavs").mkdir(parents=True)
+    for name in CLIPS:
+        shutil.copy(WAVS / f"{name}.wav", root / "wavs" / f"{name}.wav")
+    folder = root / manifest_in
+    folder.mkdir(parents=True, exist_ok=True)
+    audio = [str(root / "wavs" / f"{name}.wav") for name in CLIPS]
+    if fmt == "csv":
+        lines = ["audio_file|text|speaker_name"]
+        lines += [f"{a}|Clip number {k}.|spk{k % 2}" for k, a in enumerate(audio)]
+        path = folder / "metadata.csv"
+    else:
+        lines = [json.dumps({"audio_filepath": a, "text": f"Clip number {k}.",
+                             "speaker": f"spk{k % 2}", "duration": 1.0})
+                 for k, a in enumerate(audio)]  # fmt: skip
+        path = folder / "train_manifest.json"  # NeMo's name for JSON lines
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def cfg_of(manifest: Path, fmt: str, **data: str) -> Config:
+    return replace(Config(), data={"path": str(manifest), "format": fmt, **data},
+                   features={"cache_dir": str(manifest.parent / "cache")})  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_the_same_corpus_at_two_paths_is_one_corpus(tmp_path: Path, fmt: str) -> None:
+    """Absolute audio paths in the metadata, the whole corpus copied elsewhere with its
+    paths rewritten: the same ids (counted from the metadata's folder), speakers, digest
+    and plan; each copy's entries point into their own folder."""
+    here, there = (cfg_of(corpus(tmp_path / side, fmt), fmt) for side in ("here", "there"))
+    a, b = open_corpus(here, in_subprocess=False), open_corpus(there, in_subprocess=False)
+    ids = [a.item_id(k) for k in range(a.n_items)]
+    assert ids == [f"wavs/{name}" for name in CLIPS] == [b.item_id(k) for k in range(b.n_items)]
+    assert a.digest == b.digest and a.speakers == b.speakers == ("spk0", "spk1")
+    assert plan_fingerprint(here, a, [], []) == plan_fingerprint(there, b, [], [])
+    assert b.entry(0).audio_path == str(tmp_path / "there" / "wavs" / f"{CLIPS[0]}.wav")
+
+
+def test_data_root_is_what_ids_count_from_when_the_manifest_lives_apart(tmp_path: Path) -> None:
+    """A manifest in meta/ listing absolute paths under the corpus's top folder: with
+    data.root the ids count from that folder, and a copy of the whole tree elsewhere has
+    the same digest; formats whose paths are fixed refuse data.root."""
+    sides = []
+    for side in ("one", "two"):
+        manifest = corpus(tmp_path / side, "jsonl", manifest_in="meta")
+        sides.append(cfg_of(manifest, "jsonl", root=str(tmp_path / side)))
+    a, b = (open_corpus(cfg, in_subprocess=False) for cfg in sides)
+    assert a.item_id(0) == f"wavs/{CLIPS[0]}" and a.digest == b.digest
+    assert a.root == str(tmp_path / "one")
+    entries, bad = read_corpus(sides[1])
+    assert bad == [] and entries[0].audio_path == str(tmp_path / "two" / "wavs" / f"{CLIPS[0]}.wav")
+    ljspeech = replace(Config(), data={"root": str(tmp_path)})
+    with pytest.raises(ConfigError, match="^data.root: only data.format jsonl and csv"):
+        open_corpus(ljspeech)
+
+
+def test_nemos_rounded_duration_cuts_nothing(tmp_path: Path) -> None:
+    """NeMo writes duration rounded (1.0 here for clips of 1.9-10 s): without an offset
+    it is no cut, the producer decodes the whole clip; with one it is the segment's."""
+    manifest = corpus(tmp_path / "c", "jsonl")
+    cfg = replace(cfg_of(manifest, "jsonl"), features={"cache": False, "max_frames": 2000})
+    index = build_in_memory(cfg)
+    pipe = SamplePipeline(cfg, index=index)
+    for k, name in enumerate(CLIPS):
+        entry = index.entry(k)
+        assert entry.segment is None
+        frames = 1 + sf.info(WAVS / f"{name}.wav").frames // 256  # 22.05 kHz, as decoded
+        assert abs(len(pipe(entry, k).mel) - frames) <= 1, name
+    lines = manifest.read_text().splitlines()
+    cut = json.loads(lines[0]) | {"offset": 0.5}
+    manifest.write_text("\n".join([json.dumps(cut), *lines[1:]]) + "\n")
+    assert build_in_memory(cfg).entry(0).segment == (0.5, 1.0)
+
+
+def test_a_json_lines_manifest_under_another_format_says_to_set_jsonl(tmp_path: Path) -> None:
+    manifest = corpus(tmp_path / "c", "jsonl")
+    shutil.copy(manifest, tmp_path / "c" / "metadata.csv")
+    entries, bad = read_corpus(replace(Config(), data={"path": str(tmp_path / "c")}))
+    assert entries == [] and len(bad) == len(CLIPS)
+    assert all(b.reason.endswith("(the line looks like JSON: set data.format: jsonl)") for b in bad)
+
+
+def expected_rows(cfg: Config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each item's tokens and mel as a producer makes them, by item id."""
+    index = build_in_memory(cfg)
+    pipe = SamplePipeline(replace(cfg, features={"cache": False}), index=index)
+    out = {}
+    for k in range(index.n_items):
+        sample = pipe(index.entry(k), k)
+        out[index.item_id(k)] = (sample.tokens, sample.mel)
+    return out
+
+
+def check_batch(batch, index, expected) -> list[str]:
+    """Every real row against its item's tokens and mel; -> the rows' item ids."""
+    a, ids = batch.arrays, []
+    for row in range(batch.meta.n_valid):
+        item_id = index.item_id(int(a["items"][row]))
+        tokens, mel = expected[item_id]
+        t, f = int(a["text_lens"][row]), int(a["mel_lens"][row])
+        assert np.array_equal(a["tokens"][row, :t], tokens) and f == len(mel), item_id
+        assert same_rows(a["mel"][row, :f], mel), item_id
+        ids.append(item_id)
+    return ids
+
+
+@pytest.mark.slow
+def test_a_producer_from_another_path_joins_and_a_moved_corpus_resumes(tmp_path: Path) -> None:
+    """The stager reads the corpus here, the producers a copy elsewhere (another host's
+    view): they join and every row is its item's. Then the corpus moves: a stager on the
+    moved copy takes the first run's plan fingerprint and position and serves the rest
+    of the plan, nothing lost or repeated."""
+    raw = {"data": {"format": "jsonl"}, "features": {"max_frames": 1000, "cache": False},
+           "ring": {"slots": 8}, "stager": {"batch_size": 2, "epochs": 2},
+           "producers": {"workers": 1}}  # fmt: skip
+    configs = {}
+    for side in ("head", "elsewhere", "moved"):
+        manifest = corpus(tmp_path / side, "jsonl")
+        configs[side] = write_config(tmp_path, {**raw, "data": {**raw["data"], "path": str(
+            manifest)}}, f"{side}.yaml")  # fmt: skip
+    cfg = load_config(configs["head"])
+    expected, index = expected_rows(cfg), build_in_memory(cfg)
+    run_id = rid()
+    with Run(configs["head"], run_id, tmp_path) as run:
+        run.start("stager")
+        with Launcher(configs["elsewhere"], run_id, tmp_path) as producers:
+            producers.start("producers")
+            client = run.client()
+            got, plan = [], dict(client.plan)
+            for _ in range(4):
+                batch = client.next(timeout_s=60)
+                got += check_batch(batch, index, expected)
+                client.free(batch)
+            position, batch_index = client.position, client.batch_index
+            client.close(finished=False)
+    with Run(configs["moved"], run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        client = run.client(position=position, batch_index=batch_index, plan=plan)
+        assert client.plan == plan  # the same plan: not refused, not a new one
+        while (batch := client.next(timeout_s=60)) is not None:
+            got += check_batch(batch, index, expected)
+            client.free(batch)
+    ids = [index.item_id(k) for k in range(index.n_items)]
+    assert sorted(got) == sorted(ids * 2) and len(got) == 2 * len(ids)
