@@ -25,7 +25,7 @@ from ringfeed.producer.durations import read_durations
 from ringfeed.producer.extra_fields import ExtraFields
 from ringfeed.producer.features import fit_length, log_mel, log_mel_energy
 from ringfeed.producer.prosody import pitch
-from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
+from ringfeed.producer.references import SpeakerClips, cut_reference, reference_candidates
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config
@@ -47,8 +47,11 @@ class PipelineCounters:
     mels: int = 0
     # Samples whose optional fields (pitch, energy, the user's) were computed, not cached.
     extras: int = 0
-    # Samples whose speaker has one clip, its own reference (features.single_clip: own).
+    # Samples whose speaker has no other clip that reads: its own reference
+    # (features.single_clip: own).
     reference_own: int = 0
+    # Reference candidates that could not be read (each remembered, tried once here).
+    reference_failed: int = 0
     cache_hits: int = 0
     cache_errors: int = 0
     # Samples not written to the cache because it stopped writing after repeated failures.
@@ -73,6 +76,7 @@ class SamplePipeline:
         self.extras = ExtraFields(cfg)
         self.index = index
         self.clips = SpeakerClips(index) if cfg.features.reference and index else None
+        self.bad_references: set[int] = set()  # candidates that did not read, this process
         self._members: MemberReader | None = None  # tar shard reads, made on first use
         # Where the sample in progress is: the stage of a quarantine entry.
         self.stage = "start"
@@ -165,23 +169,41 @@ class SamplePipeline:
         return array, truncated
 
     def _reference(self, item: int, epoch: int) -> np.ndarray:
-        """The log-mel of another clip of item's speaker, cut to reference_frames
-        (producer/references.py); from the feature cache when there."""
+        """The log-mel of another clip of item's speaker, cut to reference_frames: the
+        first candidate that reads (producer/references.py), from the feature cache when
+        there; a candidate that does not read costs itself, never this item."""
         if self.clips is None or self.index is None or item < 0:
             raise ValueError("features.reference needs the dataset index and the item")
-        ref, rng = choose_reference(self.clips, item, epoch, self.cfg)
-        if ref == item:
-            if self.cfg.features.single_clip == "skip":
-                raise SkipSample("its speaker has no other clip for a reference "
-                                 "(features.single_clip: skip; own uses the clip itself)",
-                                 stage="reference")  # fmt: skip
-            self.counters.reference_own += 1
-        entry = self.index.entry(ref)
+        candidates, rng = reference_candidates(self.clips, item, epoch, self.cfg)
+        for ref in candidates:
+            array = self._reference_features(ref) if ref not in self.bad_references else None
+            if array is not None:
+                return self._cut_reference(array, rng)
+        if self.cfg.features.single_clip == "skip":
+            tried = f" that reads (tried {len(candidates)})" if candidates else ""
+            raise SkipSample(f"its speaker has no other clip{tried} for a reference "
+                             "(features.single_clip: skip; own uses the clip itself)",
+                             stage="reference")  # fmt: skip
+        self.counters.reference_own += 1
+        entry = self.index.entry(item)
+        array, _ = self._features(entry.audio_path, entry.segment, entry.member)
+        return self._cut_reference(array, rng)
+
+    def _reference_features(self, ref: int) -> np.ndarray | None:
+        """Candidate ref's features, or None when it does not read, whatever the reason
+        (remembered and counted; the plan quarantines it when it reaches ref itself)."""
         try:
-            array, _ = self._features(entry.audio_path, entry.segment, entry.member)
-        except SkipSample as skip:
-            raise SkipSample(f"reference clip {entry.item_id}: {skip.reason}",
-                             entry.audio_path, "reference") from None  # fmt: skip
+            entry = self.index.entry(ref)
+            return self._features(entry.audio_path, entry.segment, entry.member)[0]
+        except Exception as exc:  # noqa: BLE001 - one candidate's failure costs that candidate
+            self.bad_references.add(ref)
+            self.counters.reference_failed += 1
+            why = exc.reason if isinstance(exc, SkipSample) else f"{type(exc).__name__}: {exc}"
+            log.warning("reference candidate %d does not read (%s): the next one is tried",
+                        ref, why[:200])  # fmt: skip
+            return None
+
+    def _cut_reference(self, array: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         self.stage = "reference"
         mel = array if self.cfg.features.device == "producer" else log_mel(array, self.cfg)
         return cut_reference(mel, self.cfg.features.reference_frames, rng)

@@ -9,9 +9,16 @@ epoch another one. Its log-mel (from the feature cache when there) is cut to
 features.reference_frames from an offset drawn from the same generator, or kept
 whole when shorter (the batch's ref_mel_lens says how long).
 
-A speaker with a single clip uses that clip (features.single_clip: own, counted
-as ``reference_own``) or skips the item (single_clip: skip; quarantined with
-stage "reference").
+A reference that cannot be read costs itself, never the clip that drew it
+(docs/design.md#contract-9): the candidates are the speaker's other clips in a
+deterministic order from (seed, epoch, item) (:func:`reference_candidates`: the
+first is the one drawn, then the next ones in the speaker's list), and the first
+that reads is the reference. The bad one is remembered by the producer (tried
+once a process, counted as ``reference_failed``) and quarantined with its own
+reason when the plan reaches it as an item. A speaker with no other clip, or none
+that reads within MAX_REFERENCE_TRIES, uses the clip itself (features.single_clip:
+own, counted as ``reference_own``) or skips the item (single_clip: skip;
+quarantined with stage "reference").
 
 Memory: the items sorted by speaker, one int32 array (4 bytes a clip: 40 MB for
 10 M clips), sorted once per producer at start from the index's speaker ids
@@ -47,18 +54,34 @@ class SpeakerClips:
         return self.order[self.starts[c] : self.starts[c + 1]]
 
 
-def choose_reference(
+# Other clips of a speaker tried for one reference before the item falls back to
+# features.single_clip: each failed try costs a decode attempt (and is remembered).
+MAX_REFERENCE_TRIES = 16
+
+
+def reference_candidates(
     clips: SpeakerClips, item: int, epoch: int, cfg: Config
-) -> tuple[int, np.random.Generator]:
-    """(the reference item: another clip of item's speaker, or item itself when it is
-    the speaker's only one; the generator that also draws the cut's offset)."""
+) -> tuple[list[int], np.random.Generator]:
+    """(the speaker's other clips in the order to try them: the one drawn first, then
+    the next ones in the speaker's list, wrapping, at most MAX_REFERENCE_TRIES; empty
+    when it has none; the generator that then draws the cut's offset)."""
     rng = np.random.default_rng([cfg.stager.seed, epoch, item])
     group = clips.clips_of(item)
     if len(group) < 2:
-        return item, rng
-    j = int(rng.integers(len(group) - 1))
-    own = int(np.searchsorted(group, item))  # stable sort: items ascending in a group
-    return int(group[j + (j >= own)]), rng
+        return [], rng
+    others = np.delete(group, int(np.searchsorted(group, item)))  # items ascending
+    j = int(rng.integers(len(others)))
+    tries = min(len(others), MAX_REFERENCE_TRIES)
+    return [int(others[(j + k) % len(others)]) for k in range(tries)], rng
+
+
+def choose_reference(
+    clips: SpeakerClips, item: int, epoch: int, cfg: Config
+) -> tuple[int, np.random.Generator]:
+    """(the reference when every clip reads: the first candidate, or item itself when
+    its speaker has no other clip; the generator that also draws the cut's offset)."""
+    candidates, rng = reference_candidates(clips, item, epoch, cfg)
+    return (candidates[0] if candidates else item), rng
 
 
 def cut_reference(mel: np.ndarray, frames: int, rng: np.random.Generator) -> np.ndarray:

@@ -59,6 +59,39 @@ def consume(
     return items
 
 
+def expected_rows(cfg: Config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each item's tokens and mel as a producer makes them (no cache), by item id."""
+    from ringfeed.producer.pipeline import SamplePipeline
+    from ringfeed.producer.sample import SkipSample
+    from ringfeed.shared.config import replace
+    from ringfeed.shared.corpus.open import build_in_memory
+
+    index = build_in_memory(cfg)
+    pipe = SamplePipeline(replace(cfg, features={"cache": False}), index=index)
+    out = {}
+    for k in range(index.n_items):
+        try:
+            sample = pipe(index.entry(k), k)
+        except SkipSample:  # a bad input: the run skips it too
+            continue
+        out[index.item_id(k)] = (sample.tokens, sample.mel)
+    return out
+
+
+def check_real_rows(batch, index, expected: dict) -> list[dict]:
+    """Every real row of a batch of real audio against its item's tokens and mel
+    (expected_rows); -> each row's fields, copied, with its item id as "item_id"."""
+    a, rows = batch.arrays, []
+    for row in range(batch.meta.n_valid):
+        item_id = index.item_id(int(a["items"][row]))
+        tokens, mel = expected[item_id]
+        t, f = int(a["text_lens"][row]), int(a["mel_lens"][row])
+        assert np.array_equal(a["tokens"][row, :t], tokens) and f == len(mel), item_id
+        assert same_rows(a["mel"][row, :f], mel), item_id
+        rows.append({"item_id": item_id} | {k: np.array(v[row]) for k, v in a.items()})
+    return rows
+
+
 def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:
     """The delivered multiset is the epoch's plan; deterministic mode also keeps its order."""
     plan = Plan(Shuffle(n_items, cfg.stager.seed), 1)

@@ -9,7 +9,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import soundfile as sf
 
@@ -18,7 +17,7 @@ from ringfeed.scripts.runner import Run as Launcher
 from ringfeed.shared.config import Config, ConfigError, load_config, replace
 from ringfeed.shared.corpus.open import build_in_memory, open_corpus, read_corpus
 from ringfeed.shared.run.fingerprint import plan_fingerprint
-from tests.checks import same_rows
+from tests.checks import check_real_rows, expected_rows
 from tests.corpus_files import WAVS
 from tests.runs import Run, rid, write_config
 
@@ -110,30 +109,6 @@ def test_a_json_lines_manifest_under_another_format_says_to_set_jsonl(tmp_path: 
     assert all(b.reason.endswith("(the line looks like JSON: set data.format: jsonl)") for b in bad)
 
 
-def expected_rows(cfg: Config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Each item's tokens and mel as a producer makes them, by item id."""
-    index = build_in_memory(cfg)
-    pipe = SamplePipeline(replace(cfg, features={"cache": False}), index=index)
-    out = {}
-    for k in range(index.n_items):
-        sample = pipe(index.entry(k), k)
-        out[index.item_id(k)] = (sample.tokens, sample.mel)
-    return out
-
-
-def check_batch(batch, index, expected) -> list[str]:
-    """Every real row against its item's tokens and mel; -> the rows' item ids."""
-    a, ids = batch.arrays, []
-    for row in range(batch.meta.n_valid):
-        item_id = index.item_id(int(a["items"][row]))
-        tokens, mel = expected[item_id]
-        t, f = int(a["text_lens"][row]), int(a["mel_lens"][row])
-        assert np.array_equal(a["tokens"][row, :t], tokens) and f == len(mel), item_id
-        assert same_rows(a["mel"][row, :f], mel), item_id
-        ids.append(item_id)
-    return ids
-
-
 @pytest.mark.slow
 def test_a_producer_from_another_path_joins_and_a_moved_corpus_resumes(tmp_path: Path) -> None:
     """The stager reads the corpus here, the producers a copy elsewhere (another host's
@@ -159,7 +134,7 @@ def test_a_producer_from_another_path_joins_and_a_moved_corpus_resumes(tmp_path:
             got, plan = [], dict(client.plan)
             for _ in range(4):
                 batch = client.next(timeout_s=60)
-                got += check_batch(batch, index, expected)
+                got += [r["item_id"] for r in check_real_rows(batch, index, expected)]
                 client.free(batch)
             position, batch_index = client.position, client.batch_index
             client.close(finished=False)
@@ -169,7 +144,7 @@ def test_a_producer_from_another_path_joins_and_a_moved_corpus_resumes(tmp_path:
         client = run.client(position=position, batch_index=batch_index, plan=plan)
         assert client.plan == plan  # the same plan: not refused, not a new one
         while (batch := client.next(timeout_s=60)) is not None:
-            got += check_batch(batch, index, expected)
+            got += [r["item_id"] for r in check_real_rows(batch, index, expected)]
             client.free(batch)
     ids = [index.item_id(k) for k in range(index.n_items)]
     assert sorted(got) == sorted(ids * 2) and len(got) == 2 * len(ids)

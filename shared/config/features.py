@@ -67,7 +67,8 @@ class FeaturesConfig:
     reference: bool = False
     # Longest reference, mel frames (a longer clip is cut from a drawn offset).
     reference_frames: int = 200
-    # A speaker with one clip: own (it is its own reference, counted) or skip the item.
+    # A speaker with no other clip that reads: own (the clip is its own reference, counted)
+    # or skip the item.
     single_clip: Literal["own", "skip"] = "own"
     # Sample fields pitch (f0 per mel frame, Hz, 0 unvoiced) and voiced: pyworld DIO +
     # StoneMask, ~13 ms per second of audio.
