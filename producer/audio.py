@@ -79,6 +79,51 @@ def check_duration(
         )
 
 
+# A WAV data chunk whose size says this is unknown (a stream written before its end).
+_UNKNOWN_DATA_SIZES = (0, 0xFFFFFFFF)
+# Bytes of a WAV's start read for its chunk headers (fmt and data come first in practice).
+_WAV_HEAD_BYTES = 4096
+
+
+def wav_shortfall(head: bytes, size: int) -> tuple[float, float] | None:
+    """(seconds its data chunk declares, seconds the file holds) of a RIFF/WAVE file
+    whose body is shorter than its header says, else None. head: the file's first bytes;
+    size: its whole length. libsndfile reads such a file as if it were whole, cut to what
+    is there, so a copy cut short (or a header over garbage) would train as a short clip."""
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    at, rate, align = 12, 0, 0
+    while at + 8 <= len(head):
+        chunk, length = head[at : at + 4], int.from_bytes(head[at + 4 : at + 8], "little")
+        if chunk == b"fmt " and at + 20 <= len(head):
+            rate = int.from_bytes(head[at + 12 : at + 16], "little")
+            align = int.from_bytes(head[at + 20 : at + 22], "little")
+        elif chunk == b"data":
+            held = size - (at + 8)
+            if length in _UNKNOWN_DATA_SIZES or length <= held or not rate or not align:
+                return None
+            return length / align / rate, held / align / rate
+        at += 8 + length + (length & 1)  # chunks are word-aligned
+    return None
+
+
+def check_whole(path: str, member: bytes | None) -> None:
+    """SkipSample for a WAV whose body is shorter than its header says (wav_shortfall);
+    any other file passes (its magic decides: one read of its first bytes)."""
+    if member is not None:
+        head, size = member[:_WAV_HEAD_BYTES], len(member)
+    else:
+        with open(path, "rb") as f:
+            head, size = f.read(_WAV_HEAD_BYTES), os.fstat(f.fileno()).st_size
+    short = wav_shortfall(head, size)
+    if short is not None:
+        raise SkipSample(
+            f"truncated audio file: its header says {short[0]:.2f} s, the file holds "
+            f"{short[1]:.2f} s (a copy cut short?): copy the file again",
+            path,
+        )
+
+
 def decode(
     path: str, segment: Segment = None, member: bytes | None = None
 ) -> tuple[np.ndarray, int]:
@@ -91,6 +136,7 @@ def decode(
         raise SkipSample("audio file not found", path) from None
     if size == 0:
         raise SkipSample("zero-byte audio file", path)
+    check_whole(path, member)
     source = path if member is None else io.BytesIO(member)
     try:
         if segment is None:

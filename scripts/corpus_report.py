@@ -23,6 +23,7 @@ from typing import Any
 import soundfile as sf
 
 from ringfeed.consumer.stager.plan.balance import balance_lines
+from ringfeed.producer.audio import wav_shortfall
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.members import MemberReader
@@ -60,6 +61,9 @@ def audio_rules(cfg: Config) -> dict[str, Rule]:
         "missing": Rule("audio file not found", "fix data.path or the metadata's file names"),
         "empty": Rule("zero-byte audio file", "replace or remove these files"),
         "unreadable": Rule("header unreadable", "convert them to wav or flac"),
+        "truncated": Rule(
+            "shorter than its header says (a copy cut short?)", "copy these files again"
+        ),
         "too_long": Rule(
             f"longer than a slot ({slot_s:.2f} s)",
             f"raise features.max_frames (now {f.max_frames}) or set features.on_too_long: truncate",
@@ -92,6 +96,18 @@ def _header(entry: Entry, members: MemberReader) -> Any:
     return sf.info(io.BytesIO(members.read(entry.audio_path, offset, min(size, HEADER_BYTES))))
 
 
+def _truncated(entry: Entry, members: MemberReader) -> bool:
+    """Is the clip a WAV whose body is shorter than its header says (producer/audio.py
+    wav_shortfall, which the producers apply before they decode)?"""
+    if entry.member is None:
+        with open(entry.audio_path, "rb") as f:
+            head, size = f.read(HEADER_BYTES), os.fstat(f.fileno()).st_size
+    else:
+        offset, size = entry.member
+        head = members.read(entry.audio_path, offset, min(size, HEADER_BYTES))
+    return wav_shortfall(head, size) is not None
+
+
 def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str, float, int]:
     """(the rule that skips the clip, "" if none, "remote" if not checked; its seconds,
     0.0 if unknown; its channels, 0 if unknown) from its header, as producer/audio.py
@@ -110,6 +126,8 @@ def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str
         return "unreadable", 0.0, 0
     if info.samplerate <= 0:
         return "unreadable", 0.0, 0
+    if _truncated(entry, members):
+        return "truncated", 0.0, info.channels
     if entry.offset_s and entry.offset_s >= info.frames / info.samplerate:
         return "past_end", 0.0, info.channels
     seconds = max(0.0, info.frames / info.samplerate - entry.offset_s)
