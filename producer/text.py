@@ -187,6 +187,23 @@ def english_cleaners(text: str) -> str:
     return _WHITESPACE_RE.sub(" ", text).strip()
 
 
+def has_speech(cleaned: str) -> bool:
+    """Has a cleaned text anything to speak: a letter or a digit (Unicode L* or N*)? A
+    text of punctuation, spaces, symbols (♪, an emoji, a currency sign without an
+    amount) or zero-width joiners alone has none: no clip says it, and its tokens would
+    teach the model to read silence or noise into marks."""
+    return any(c.isalnum() for c in cleaned)
+
+
+def _nothing_to_speak(cleaned: str) -> str:
+    """The skip reason for a cleaned text without speech."""
+    if not cleaned:
+        return "empty text after cleaning: nothing to speak"
+    shown = cleaned if len(cleaned) <= 40 else cleaned[:40] + "..."
+    return (f"nothing to speak: the text cleans to {shown!r}, without a letter or digit "
+            "(only punctuation, spaces, symbols or zero-width joiners)")  # fmt: skip
+
+
 class TextEncoder:
     """Text -> int32 token ids, with an LRU cache of cleaned texts.
 
@@ -219,7 +236,7 @@ class TextEncoder:
                 return hit
         out = clean_text(text, language)
         self.normalized += 1
-        if self.cfg.text.tokens == "phonemes" and out:
+        if self.cfg.text.tokens == "phonemes" and has_speech(out):
             if self._phonemizer is None:
                 from ringfeed.producer.phonemes import Phonemizer
 
@@ -250,8 +267,9 @@ class TextEncoder:
     def encode(self, text: str, path: str = "", language: str = "en") -> tuple[np.ndarray, bool]:
         """Raw text -> (int32 [n_tokens] with n_tokens <= text.max_text_len, truncated).
 
-        Raises SkipSample for empty text, too many unknown characters, or (with
-        features.on_too_long: skip) text longer than text.max_text_len.
+        Raises SkipSample for a text with nothing to speak (:func:`has_speech`), too
+        many unknown characters, or (with features.on_too_long: skip) text longer than
+        text.max_text_len.
         """
         limit = MAX_RAW_FACTOR * self.cfg.text.max_text_len
         if len(text) > limit:
@@ -270,8 +288,8 @@ class TextEncoder:
                 path,
                 "text",
             ) from None
-        if not cleaned:
-            raise SkipSample("empty text after cleaning", path)
+        if not has_speech(cleaned):
+            raise SkipSample(_nothing_to_speak(cleaned), path, "text")
         ids = self.tokenize(cleaned)
         n_chars = len(cleaned)
         unknown = ids[:n_chars] == UNKNOWN_ID

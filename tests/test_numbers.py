@@ -1,12 +1,18 @@
 """Numbers read as speakers say them, in every language with rules (years, ordinals,
-decimals, money; issue 31, item 7)."""
+decimals, money), and texts with nothing to speak skipped with their reason
+(issue 31, item 7; docs/languages.md has the table per language)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ringfeed.producer.lengths import text_tokens
 from ringfeed.producer.number_rules import LANGUAGES
-from ringfeed.producer.text import clean_text
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.shared.config import Config, replace
 
 # The issue's examples: what the producers made of them, and what speakers say.
 ISSUE = [
@@ -124,3 +130,38 @@ def test_counts_stay_counts(language: str, raw: str, expected: str) -> None:
     """The year and ordinal rules are conservative: without the context that makes a
     number a year or an ordinal, it is read as a cardinal."""
     assert clean_text(raw, language) == expected
+
+
+# Punctuation, spaces, zero-width joiners, symbols, format characters (dropped), a
+# currency sign or a percent sign without an amount.
+NOTHING_TO_SPEAK = ["...", "!?", "   ", "\u200c", "\u200c\u200d \u200c", "♪ ♪", "%", "🚆",
+                    "\u200f\u00ad"]  # fmt: skip
+CASES_TO_SKIP = [(language, raw) for language in ("en", "de", "ru", "fa") for raw in
+                 NOTHING_TO_SPEAK] + [("de", "€"), ("ru", "₽ %"), ("fa", "€ ٪")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("language", "raw"), CASES_TO_SKIP)
+def test_a_text_with_nothing_to_speak_is_skipped_with_its_reason(language: str, raw: str) -> None:
+    encoder = TextEncoder(replace(Config(), features={"cache": False}))
+    with pytest.raises(SkipSample, match="nothing to speak") as info:
+        encoder.encode(raw, "clip.wav", language)
+    assert info.value.stage == "text" and info.value.path == "clip.wav"
+    assert text_tokens(encoder, raw, language) == 0  # the length table agrees
+
+
+def test_nothing_to_speak_is_never_phonemized(tmp_path: Path) -> None:
+    cfg = replace(Config(), text={"tokens": "phonemes"},
+                  features={"cache": False, "cache_dir": str(tmp_path)})  # fmt: skip
+    encoder = TextEncoder(cfg)
+    with pytest.raises(SkipSample, match=r"cleans to '\.\.\.!'"):
+        encoder.encode("... !", "", "de")
+    assert encoder.phonemized == 0
+
+
+def test_a_text_with_one_letter_or_digit_is_kept() -> None:
+    for raw, language in (("a", "en"), ("... 7 ...", "de"), ("می\u200cخواهم", "fa")):
+        alphabet = "".join(sorted(set(clean_text(raw, language))))
+        encoder = TextEncoder(replace(Config(), text={"alphabet": alphabet},
+                                      features={"cache": False}))  # fmt: skip
+        ids, _ = encoder.encode(raw, "", language)
+        assert encoder.decode(ids) == clean_text(raw, language)
