@@ -132,6 +132,20 @@ def test_counts_stay_counts(language: str, raw: str, expected: str) -> None:
     assert clean_text(raw, language) == expected
 
 
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("In 1998 we paid $1.5 million.", "in nineteen ninety eight we paid one point five "
+         "million dollars."),
+        ("the 1990s and the '90s", "the nineteen nineties and the nineties"),
+        ("5 € or 20 $", "five euros or twenty dollars"),
+        ("3.5% and the 21st", "three point five percent and the twenty first"),
+    ],
+)  # fmt: skip
+def test_english_decades_scaled_amounts_and_symbols_after(raw: str, expected: str) -> None:
+    assert clean_text(raw, "en") == expected
+
+
 # Punctuation, spaces, zero-width joiners, symbols, format characters (dropped), a
 # currency sign or a percent sign without an amount.
 NOTHING_TO_SPEAK = ["...", "!?", "   ", "\u200c", "\u200c\u200d \u200c", "♪ ♪", "%", "🚆",
