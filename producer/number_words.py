@@ -32,7 +32,7 @@ _FEMININE_ENDINGS = {"fr": (("premier", "première"), ("second", "seconde")),
                      "es": (("o", "a"),), "it": (("o", "a"),), "pt": (("o", "a"),)}  # fmt: skip
 
 
-def _num2words(n: int | float | Decimal, code: str, **kwargs: str) -> str | None:
+def _num2words(n: int | float | Decimal, code: str, **kwargs: object) -> str | None:
     """num2words' words for n, or None when it fails (see the module docstring)."""
     try:
         return num2words(n, lang=code, **kwargs)
@@ -40,7 +40,7 @@ def _num2words(n: int | float | Decimal, code: str, **kwargs: str) -> str | None
         return None
 
 
-def words(n: int | float | Decimal, rules: Rules, to: str = "cardinal", **kwargs: str) -> str:
+def words(n: int | float | Decimal, rules: Rules, to: str = "cardinal", **kwargs: object) -> str:
     """n in words (a cardinal when num2words has no `to` form of it; n's digits when it
     has no words at all)."""
     out = _num2words(n, rules.code, to=to, **kwargs)
@@ -64,7 +64,7 @@ def _digit_words(code: str) -> tuple[str, ...]:
     return tuple(words(d, Rules(code)) for d in range(10))
 
 
-def integer(text: str, rules: Rules, to: str = "cardinal", **kwargs: str) -> str:
+def integer(text: str, rules: Rules, to: str = "cardinal", **kwargs: object) -> str:
     """A run of digits (no separators) in words; digit by digit past MAX_NUMBER_DIGITS."""
     if len(text) > MAX_NUMBER_DIGITS:
         return digits(text, rules)
@@ -98,8 +98,9 @@ def fraction(frac: str, rules: Rules) -> str:
 
 
 def ordinal(n: int, form: str, rules: Rules) -> str:
-    """n as an ordinal of form "m", "f" or "apocope" (es: "primer", "tercer"), or for
-    Russian a case and options ("g", "n f", "p plural": producer/number_rules.py)."""
+    """n as an ordinal of form "m", "f", "apocope" (es: "primer", "tercer") or French
+    "second"/"seconde", or for Russian a case and options ("g", "n f", "p plural":
+    producer/number_rules.py)."""
     if rules.code == "ru":
         case, *rest = form.split()
         gender = next((g for g in rest if g in ("f", "n")), "m")
@@ -108,6 +109,8 @@ def ordinal(n: int, form: str, rules: Rules) -> str:
         return out if out is not None else words(n, rules)
     if rules.code == "fa" and words(n, rules).endswith("ی"):  # 30: "سی‌ام", not "سیم"
         return words(n, rules) + "\u200cام"
+    if rules.code == "fr" and n == 2 and form in ("second", "seconde"):
+        return form  # "2nd", "2nde": the second of two, as written
     out = words(n, rules, "ordinal")
     if form == "apocope" and out.endswith(("primero", "tercero")):
         return out[:-1]

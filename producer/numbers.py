@@ -169,8 +169,8 @@ class NumberReader:
 
 Rule = tuple[re.Pattern[str], Callable[[re.Match[str]], str]]
 
-# A 4-digit year not followed by more of a number (1998,5 or 1998.000).
-_YEAR = r"(\d{4})\b(?![.,]?\d)"
+# A 4-digit year, not part of a longer number (12345, 1998,5 or 1998.000).
+_YEAR = r"(?<![\d.,])(\d{4})\b(?![.,]?\d)"
 
 _DE_YEAR_WORDS = "jahr|jahre|jahres|jahrs|anno"
 _DE_TIME_PREPOSITIONS = ("seit|bis|von|vom|ab|um|vor|nach|in|anfang|ende|mitte|frühjahr|"

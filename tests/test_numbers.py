@@ -42,6 +42,7 @@ CASES = [
     ("de", "percent", "1 % und 1,5 %", "ein prozent und eins komma fünf prozent"),
     ("fr", "year", "En 1998", "en mille neuf cent quatre vingt dix huit"),
     ("fr", "ordinal", "le 1er et la 1re, le 2e", "le premier et la première, le deuxième"),
+    ("fr", "ordinal", "le 2nd et la 2nde", "le second et la seconde"),
     ("fr", "date", "Le 1 mai 2025", "le premier mai deux mille vingt cinq"),
     ("fr", "decimal", "pi vaut 3,14 ou 3,05", "pi vaut trois virgule quatorze ou trois virgule "
      "zéro cinq"),
@@ -124,6 +125,7 @@ def test_a_whole_amount_is_never_read_as_cents(language: str, raw: str, expected
         ("de", "Kapitel 3. Dann", "kapitel drei. dann"),  # no article: not an ordinal
         ("de", "Abschnitt 2.3.", "abschnitt zwei. drei."),  # no article: not a date
         ("ru", "в 1998", "в тысяча девятьсот девяносто восемь"),  # no "году": a count
+        ("ru", "12345 году", "двенадцать тысяч триста сорок пять году"),  # not a year
     ],
 )  # fmt: skip
 def test_counts_stay_counts(language: str, raw: str, expected: str) -> None:
