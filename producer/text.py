@@ -72,12 +72,19 @@ _ABBREVIATIONS = [
     ]
 ]  # fmt: skip
 
-_CURRENCY_RE = re.compile(r"([$£€])\s?(\d[\d,]*(?:\.\d+)?)")
+# An amount after its symbol ("$3.50", "$1.5 million": one point five million dollars)
+# or before it ("5 €").
+_CURRENCY_RE = re.compile(
+    r"([$£€])\s?(\d[\d,]*(?:\.\d+)?)(?:\s(thousand|million|billion|trillion)\b)?"
+    r"|(?<![\d.,])(\d[\d,]*(?:\.\d+)?)\s?([$£€])"
+)
 _CURRENCY_WORDS = {"$": ("dollar", "cent"), "£": ("pound", "penny"), "€": ("euro", "cent")}
 _COMMA_NUMBER_RE = re.compile(r"\b\d{1,3}(?:,\d{3})+\b")
 _DECIMAL_RE = re.compile(r"\b\d+\.\d+\b")
 _PERCENT_RE = re.compile(r"(\d)\s?%")
 _ORDINAL_RE = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
+# A decade ("the 1990s", "the '90s"): nineteen nineties, nineties.
+_DECADE_RE = re.compile(r"(?<![\d.,])'?(\d+0)s\b")
 _NUMBER_RE = re.compile(r"\d+")
 _WHITESPACE_RE = re.compile(r"\s+")
 
@@ -112,8 +119,12 @@ def _plural(n: int, unit: str) -> str:
 
 
 def _expand_currency(m: re.Match[str]) -> str:
-    unit, sub_unit = _CURRENCY_WORDS[m.group(1)]
-    whole, _, frac = m.group(2).replace(",", "").partition(".")
+    symbol, amount, scale = (m[1], m[2], m[3]) if m[1] else (m[5], m[4], None)
+    unit, sub_unit = _CURRENCY_WORDS[symbol]
+    whole, _, frac = amount.replace(",", "").partition(".")
+    if scale:  # "$1.5 million": the amount is a number of millions, said before the unit
+        point = f" point {' '.join(_words(int(d)) for d in frac)}" if frac else ""
+        return f"{_number_words(whole)}{point} {scale} {_plural(2, unit)}"
     if len(whole) > MAX_NUMBER_DIGITS:
         return f"{_number_words(whole)} {_plural(2, unit)}"
     major = int(whole)
@@ -134,7 +145,18 @@ def _expand_decimal(m: re.Match[str]) -> str:
 
 
 def _expand_number(m: re.Match[str]) -> str:
-    text = m.group(0)
+    return _integer_words(m.group(0))
+
+
+def _expand_decade(m: re.Match[str]) -> str:
+    """A decade (1990s: "nineteen nineties", 90s: "nineties"), its last word plural."""
+    *first, last = _integer_words(m[1]).split()
+    return " ".join([*first, last[:-1] + "ies" if last.endswith("y") else last + "s"])
+
+
+def _integer_words(text: str) -> str:
+    """A run of digits in words, 1010-2999 in a year's form (not 2000-2009: "two
+    thousand five")."""
     if len(text) > MAX_NUMBER_DIGITS or (len(text) > 1 and text.startswith("0")):
         return " ".join(_words(int(d)) for d in text)  # "007": read digit by digit
     n = int(text)
@@ -161,10 +183,11 @@ def expand_numbers(text: str) -> str:
     text = PHONE_RE.sub(_expand_phone, text)
     text = TIME_RE.sub(_expand_time, text)
     text = _CURRENCY_RE.sub(_expand_currency, text)
+    text = _PERCENT_RE.sub(r"\1 percent", text)  # before decimals: "3.5%" is 3.5 percent
     text = _COMMA_NUMBER_RE.sub(lambda m: _number_words(m.group(0).replace(",", "")), text)
     text = _DECIMAL_RE.sub(_expand_decimal, text)
-    text = _PERCENT_RE.sub(r"\1 percent", text)
     text = _ORDINAL_RE.sub(lambda m: _number_words(m.group(1), "ordinal"), text)
+    text = _DECADE_RE.sub(_expand_decade, text)
     return _NUMBER_RE.sub(_expand_number, text)
 
 
@@ -185,6 +208,23 @@ def english_cleaners(text: str) -> str:
     for pattern, word in _ABBREVIATIONS:
         text = pattern.sub(word, text)
     return _WHITESPACE_RE.sub(" ", text).strip()
+
+
+def has_speech(cleaned: str) -> bool:
+    """Has a cleaned text anything to speak: a letter or a digit (Unicode L* or N*)? A
+    text of punctuation, spaces, symbols (♪, an emoji, a currency sign without an
+    amount) or zero-width joiners alone has none: no clip says it, and its tokens would
+    teach the model to read silence or noise into marks."""
+    return any(c.isalnum() for c in cleaned)
+
+
+def _nothing_to_speak(cleaned: str) -> str:
+    """The skip reason for a cleaned text without speech."""
+    if not cleaned:
+        return "empty text after cleaning: nothing to speak"
+    shown = cleaned if len(cleaned) <= 40 else cleaned[:40] + "..."
+    return (f"nothing to speak: the text cleans to {shown!r}, without a letter or digit "
+            "(only punctuation, spaces, symbols or zero-width joiners)")  # fmt: skip
 
 
 class TextEncoder:
@@ -219,7 +259,7 @@ class TextEncoder:
                 return hit
         out = clean_text(text, language)
         self.normalized += 1
-        if self.cfg.text.tokens == "phonemes" and out:
+        if self.cfg.text.tokens == "phonemes" and has_speech(out):
             if self._phonemizer is None:
                 from ringfeed.producer.phonemes import Phonemizer
 
@@ -250,8 +290,9 @@ class TextEncoder:
     def encode(self, text: str, path: str = "", language: str = "en") -> tuple[np.ndarray, bool]:
         """Raw text -> (int32 [n_tokens] with n_tokens <= text.max_text_len, truncated).
 
-        Raises SkipSample for empty text, too many unknown characters, or (with
-        features.on_too_long: skip) text longer than text.max_text_len.
+        Raises SkipSample for a text with nothing to speak (:func:`has_speech`), too
+        many unknown characters, or (with features.on_too_long: skip) text longer than
+        text.max_text_len.
         """
         limit = MAX_RAW_FACTOR * self.cfg.text.max_text_len
         if len(text) > limit:
@@ -270,8 +311,8 @@ class TextEncoder:
                 path,
                 "text",
             ) from None
-        if not cleaned:
-            raise SkipSample("empty text after cleaning", path)
+        if not has_speech(cleaned):
+            raise SkipSample(_nothing_to_speak(cleaned), path, "text")
         ids = self.tokenize(cleaned)
         n_chars = len(cleaned)
         unknown = ids[:n_chars] == UNKNOWN_ID

@@ -33,14 +33,14 @@ TEXTS = {
 EXPECTED = {
     "en": "on five may nineteen ninety nine the train cost twelve dollars, fifty cents, thirty "
     "percent more than the second one.",
-    "de": "am dreiundzwanzigste november zweitausendsechsundzwanzig fährt der zug um sieben uhr "
-    "und kostet zwölf euro und fünfzig cent, dreißig prozent mehr.",
-    "fr": "le premier train du quatorze juillet deux mille vingt cinq coûte douze euros et "
-    "cinquante centimes et vingt pour cent de plus.",
+    "de": "am dreiundzwanzigsten november zweitausendsechsundzwanzig fährt der zug um sieben uhr "
+    "und kostet zwölf euro fünfzig, dreißig prozent mehr.",
+    "fr": "le premier train du quatorze juillet deux mille vingt cinq coûte douze euros "
+    "cinquante et vingt pour cent de plus.",
     "es": "el segundo tren del cinco de noviembre de dos mil veinticuatro cuesta mil doscientos "
-    "treinta y cuatro euros con cincuenta céntimos y un treinta por ciento más.",
-    "ru": "поезд двадцать третий ноября две тысячи двадцать шесть отправляется в семь часов, "
-    "стоит одна тысяча двести тридцать четыре рубля, пятьдесят копеек и третий вагон на "
+    "treinta y cuatro euros con cincuenta y un treinta por ciento más.",
+    "ru": "поезд двадцать третьего ноября две тысячи двадцать шестого года отправляется в семь "
+    "часов, стоит тысяча двести тридцать четыре рубля пятьдесят копеек и третий вагон на "
     "пятнадцать процентов дороже.",
     "fa": "قطار ساعت هفت حرکت می\u200cکند؛ بلیت دوازده و نیم یورو است و سی درصد گران\u200cتر از "
     "دوم. کتاب علی",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.producer import normalize, vocabulary
+from ringfeed.producer import normalize, number_words, vocabulary
 from ringfeed.producer.lengths import text_tokens
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text import TextEncoder, clean_text
@@ -42,14 +42,15 @@ def test_a_number_num2words_raises_on_keeps_its_digits(monkeypatch) -> None:
     def broken(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(normalize, "num2words", broken)
-    normalize._digit_words.cache_clear()
+    monkeypatch.setattr(number_words, "num2words", broken)
+    number_words._digit_words.cache_clear()
     try:
         assert (
-            normalize.Normalizer("de")("Es kostet 42 € und 7 %") == "es kostet 42 € und 7 prozent"
+            normalize.Normalizer("de")("Es kostet 42 € und 7 %")
+            == "es kostet 42 euro und 7 prozent"
         )
     finally:
-        normalize._digit_words.cache_clear()
+        number_words._digit_words.cache_clear()
 
 
 def test_any_cleaner_error_is_a_skip_and_costs_one_text(tmp_path: Path, monkeypatch) -> None:

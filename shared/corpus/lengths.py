@@ -56,9 +56,9 @@ def lengths_key(cfg: Config) -> str:
         "audio": [a.sample_rate],
         "features": [f.hop_length, f.max_frames, f.device],
         "text": cfg.to_dict()["text"],
-        # 2: producer/normalize.py NORMALIZER_VERSION 3 (clock times, phone numbers) changed
-        # token counts; bump it with every text rule that changes them.
-        "version": 2,
+        # 3: producer/normalize.py NORMALIZER_VERSION 4 (years, ordinals, decimals, money
+        # as said) changed token counts; bump it with every text rule that changes them.
+        "version": 3,
     }  # fmt: skip
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 
