@@ -15,7 +15,7 @@ from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.vocabulary import build_vocabulary
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
-from ringfeed.shared.run.id_tables import IDS_FILE
+from ringfeed.shared.run.id_tables import IDS_FILE, padding_ids
 from tests.checks import same_rows
 from tests.runs import Run, rid, shm_segments, write_config
 
@@ -62,7 +62,7 @@ def _config(tmp_path: Path, data: Path, text: dict) -> Path:
     })  # fmt: skip
 
 
-def check_rows(batch, entries, expected, tables) -> list[int]:
+def check_rows(batch, entries, expected, tables, cfg) -> list[int]:
     """Each valid row against the entry its item is: ids, tokens, mel. -> the items."""
     a, n = batch.arrays, batch.meta.n_valid
     items = [int(i) for i in a["items"][:n]]
@@ -73,7 +73,9 @@ def check_rows(batch, entries, expected, tables) -> list[int]:
         t, f = int(a["text_lens"][row]), int(a["mel_lens"][row])
         assert np.array_equal(a["tokens"][row, :t], want.tokens), (row, item)
         assert f == len(want.mel) and same_rows(a["mel"][row, :f], want.mel), (row, item)
-    assert (a["speaker"][n:] == 0).all() and (a["language"][n:] == 0).all()
+    pad_speaker, pad_language = padding_ids(cfg)  # reserved: no name has them
+    assert (a["speaker"][n:] == pad_speaker).all() and (a["language"][n:] == pad_language).all()
+    assert a["valid"][:n].all() and not a["valid"][n:].any()
     return items
 
 
@@ -95,7 +97,7 @@ def test_every_row_has_its_entrys_speaker_and_language_across_a_restart(
         assert tables == {"speakers": sorted(SPEAKERS), "languages": sorted(LANGUAGES)}
         items: list[int] = []
         while (batch := client.next(timeout_s=90)) is not None:
-            items += check_rows(batch, entries, expected, tables)
+            items += check_rows(batch, entries, expected, tables, cfg)
             client.free(batch)
             if len(items) >= 12 and run.launches == 2:  # the stager dies mid-epoch
                 run.signal("stager", 9)
