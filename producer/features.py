@@ -10,14 +10,14 @@ exactly librosa's, so features computed elsewhere can be checked against it::
     log_mel = np.log(np.maximum(mel, LOG_FLOOR)).T        # [n_frames, n_mels]
 
 Here the STFT and the filterbank are librosa's definitions written in numpy
-and scipy.fft (no librosa import on the producer's path: its first call costs
-~2 s), the filterbank built once per process and applied as one float32 matmul
-in [frames, bins] layout over the bins it uses. The STFT is float32 (librosa's
-FFT is float64): the log-mel is within 1e-4 of librosa's wherever the mel is
-above 2e-4 and within 3e-3 next to LOG_FLOOR, where float32 rounding relative to
-a loud frame's energy shows (tests/test_audio_features.py, every shipped clip);
-mels of the two kinds never share a feature cache (STFT_DTYPE). A clip of n
-samples has 1 + n // hop_length frames.
+(no librosa import on the producer's path: its first call costs ~2 s), the
+filterbank built once per process and applied as one float32 matmul in
+[frames, bins] layout over the bins it uses. The frames are windowed and
+transformed in float64, as librosa does, by the fastest FFT library of the host
+(producer/fft.py); only the magnitude is float32. The log-mel is within 1e-4 of
+librosa's everywhere, next to LOG_FLOOR included (8e-7 on every shipped clip:
+tests/test_audio_features.py); mels of another arithmetic never share a feature
+cache (STFT_DTYPE). A clip of n samples has 1 + n // hop_length frames.
 """
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ import threading
 
 import numpy as np
 
+from ringfeed.producer.fft import fastest
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.features import FeaturesConfig
 from ringfeed.shared.sample.content import LOG_FLOOR
 
 # The STFT's arithmetic: part of the feature cache's settings (producer/cache.py), so
-# mels computed before it changed (float64, until issue 23) are not mixed with these.
-STFT_DTYPE = "float32"
+# mels of another arithmetic (the float32 FFT that was 1e-3 off next to the floor) are
+# not mixed with these.
+STFT_DTYPE = "float64"
 
 # Slaney's mel scale (librosa.hz_to_mel, htk=False): linear below 1 kHz, log above.
 _F_SP = 200.0 / 3
@@ -82,11 +84,12 @@ def mel_filterbank(cfg: Config) -> np.ndarray:
 
 @functools.lru_cache(maxsize=8)
 def _window(n_fft: int, win_length: int) -> np.ndarray:
-    """Periodic Hann of win_length, zero-padded to n_fft in the middle (float32, read-only)."""
+    """Periodic Hann of win_length, zero-padded to n_fft in the middle (float64, as
+    librosa's: a float32 window alone moves the quietest bands by ~2e-4; read-only)."""
     n = np.arange(win_length)
     window = 0.5 - 0.5 * np.cos(2 * np.pi * n / win_length)
     left = (n_fft - win_length) // 2
-    window = np.pad(window, (left, n_fft - win_length - left)).astype(np.float32)
+    window = np.pad(window, (left, n_fft - win_length - left))
     window.setflags(write=False)
     return window
 
@@ -113,13 +116,13 @@ class _WorkBuffers(threading.local):
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
 
-    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """A float32 array of `shape` (a view of this thread's buffer `name`)."""
+    def get(self, name: str, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+        """An array of `shape` and `dtype` (a view of this thread's buffer `name`)."""
         size = int(np.prod(shape))
         buf = self.arrays.get(name)
         if buf is None or buf.size < size:
             buf = self.arrays[name] = np.empty(max(size, 2 * (0 if buf is None else buf.size)),
-                                               np.float32)  # fmt: skip
+                                               dtype)  # fmt: skip
         return buf[:size].reshape(shape)
 
 
@@ -130,34 +133,28 @@ def stft_magnitude(wave: np.ndarray, f: FeaturesConfig, bins: int | None = None)
     """float32 [n] -> |STFT| float32 [1 + n // hop_length, bins or n_fft // 2 + 1], a new array.
 
     librosa.stft's definition (center=True, zero padding of n_fft // 2 on both
-    sides, periodic Hann) computed in float32 with scipy.fft's pocketfft
-    (~2x numpy's float64 FFT here; numpy 2's own float32 FFT is no faster), without
-    librosa's ~2 s first-call import of scipy.signal and numba, which set the
-    first batch's latency (benchmarks/first_batch.py). Against librosa's float64
-    FFT, a bin's rounding error is ~1e-7 of its frame's energy, so the log-mel
-    agrees within 1e-4 wherever the mel is above ~2e-4 (log -8.5: 94 % of the values
-    on the shipped clips) and within ~2e-3 in the quietest bands of loud frames,
-    next to the floor (tests/test_audio_features.py holds both).
+    sides, periodic Hann), windowed and transformed in float64 as librosa does, by
+    the host's fastest FFT (producer/fft.py), without librosa's ~2 s first-call
+    import of scipy.signal and numba, which set the first batch's latency
+    (benchmarks/first_batch.py). Only the magnitude is rounded to float32.
     """
     return _magnitude(wave, f, bins).copy()
 
 
 def _magnitude(wave: np.ndarray, f: FeaturesConfig, bins: int | None) -> np.ndarray:
     """stft_magnitude in this thread's work buffers: valid until its next call."""
-    import scipy.fft  # here: producers that compute no mel (synthetic, stager mels) skip its ~0.2 s
-
+    _, rfft = fastest(f.n_fft)  # timed once a process (its warm-up): producer/fft.py
     half, n = f.n_fft // 2, len(wave)
     n_out = 1 + n // f.hop_length
     padded = _work.get("padded", (n + 2 * half,))
     padded[:half], padded[half : half + n], padded[half + n :] = 0, wave, 0
     frames = np.lib.stride_tricks.sliding_window_view(padded, f.n_fft)[:: f.hop_length]
-    windowed = np.multiply(
-        frames, _window(f.n_fft, f.win_length), out=_work.get("frames", frames.shape)
-    )
-    spec = scipy.fft.rfft(windowed, axis=-1, workers=1)
+    windowed = np.multiply(frames, _window(f.n_fft, f.win_length),
+                           out=_work.get("frames", frames.shape, np.float64))  # fmt: skip
+    spec = rfft(windowed)
     used = spec[:, :bins] if bins is not None else spec
     assert used.shape[0] == n_out
-    return np.abs(used, out=_work.get("magnitude", used.shape))
+    return np.abs(used, out=_work.get("magnitude", used.shape), casting="same_kind")
 
 
 def log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:

@@ -88,8 +88,11 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
     if format_of(cfg).has_audio:
+        from ringfeed.producer.fft import fastest
         from ringfeed.scripts.corpus_report import corpus_check
 
+        if cfg.features.device == "producer":  # the library each producer times and keeps
+            print(f"  STFT          float64, FFT by {fastest(cfg.features.n_fft)[0]} here")
         report = corpus_check(cfg)
         print("\n".join(report.lines))
         if report.usable == 0:

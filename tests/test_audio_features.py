@@ -18,13 +18,10 @@ from ringfeed.shared.sample.content import LOG_FLOOR
 
 WAVS = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini" / "wavs"
 CLIP = WAVS / "LJ001-0002.wav"
-TOLERANCE = 1e-4  # absolute, in log space
-# The float32 FFT's rounding is ~1e-7 of a frame's energy: relative to the quietest
-# bands of a loud frame, next to LOG_FLOOR (log -11.5), it grows to ~1e-3 in log space.
-# Above this log-mel (2e-4, ~13 dB over the floor; 94 % of the values on the shipped
-# clips) the log-mel is held to TOLERANCE; below it to NEAR_FLOOR_TOLERANCE.
-FULL_PRECISION_LOG_MEL = -8.5
-NEAR_FLOOR_TOLERANCE = 3e-3
+# Absolute, in log space, everywhere: next to LOG_FLOOR (log -11.5) in the quietest bands
+# of loud frames too, where a float32 window or FFT was 1e-3 off (producer/fft.py). The
+# float64 STFT keeps 8e-7 on every shipped clip; the float32 magnitude and matmul remain.
+TOLERANCE = 1e-4
 
 
 def _librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
@@ -55,18 +52,20 @@ def test_log_mel_matches_librosa(tmp_path: Path, kind: str) -> None:
     _assert_parity(mel, _librosa_log_mel(wave, cfg))
 
 
-def _assert_parity(mel: np.ndarray, ref: np.ndarray) -> None:
-    above = ref >= FULL_PRECISION_LOG_MEL
-    assert above.mean() > 0.5, "the clip is too quiet to test the parity that matters"
-    np.testing.assert_allclose(mel[above], ref[above], rtol=0, atol=TOLERANCE)
-    np.testing.assert_allclose(mel, ref, rtol=0, atol=NEAR_FLOOR_TOLERANCE)
+def _assert_parity(mel: np.ndarray, ref: np.ndarray) -> int:
+    """Parity within TOLERANCE everywhere; -> how many values lie next to the floor (within
+    a factor 4.5 of it), where a float32 STFT was 1e-3 off."""
+    np.testing.assert_allclose(mel, ref, rtol=0, atol=TOLERANCE)
+    return int((ref < np.log(LOG_FLOOR) + 1.5).sum())
 
 
 def test_log_mel_matches_librosa_on_every_shipped_clip() -> None:
     cfg = replace(Config(), features={"on_too_long": "truncate"})
+    near_floor = 0
     for path in sorted(WAVS.glob("*.wav")):
         wave, _ = fit_length(load_audio(str(path), cfg), cfg)
-        _assert_parity(log_mel(wave, cfg), _librosa_log_mel(wave, cfg))
+        near_floor += _assert_parity(log_mel(wave, cfg), _librosa_log_mel(wave, cfg))
+    assert near_floor > 1000, "the clips must hold values next to the floor to test them"
 
 
 def test_filterbank_is_librosa_slaney() -> None:
@@ -129,8 +128,8 @@ def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
     [(1024, 1024, 256), (1024, 800, 200), (512, 400, 160), (2048, 2048, 300)],
 )
 def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int, hop: int) -> None:
-    """The producer's STFT is librosa's definition, to float32 rounding (~1e-7 of a frame's
-    energy, here bounded by 1e-6 of the clip's largest bin), with no librosa import."""
+    """The producer's STFT is librosa's definition, to the float32 rounding of its
+    magnitude (bounded by 1e-6 of the clip's largest bin), with no librosa import."""
     from ringfeed.producer.features import stft_magnitude
 
     cfg = replace(Config(), features={"n_fft": n_fft, "win_length": win_length, "hop_length": hop})
@@ -199,3 +198,17 @@ def test_reused_work_buffers_never_leak_between_clips() -> None:
     assert short.shape == (1 + 3000 // 256, cfg.features.n_mels)
     np.testing.assert_array_equal(short, log_mel(wave[:3000].copy(), cfg))
     _assert_parity(short, _librosa_log_mel(wave[:3000], cfg))
+
+
+def test_every_fft_the_host_may_choose_gives_the_same_transform() -> None:
+    """The producer times the float64 FFT libraries it can import and keeps the fastest
+    (producer/fft.py): each must compute the same transform, to float64 rounding."""
+    from ringfeed.producer import fft
+
+    frames = np.random.default_rng(1).standard_normal((40, 1024))
+    ref = np.fft.rfft(frames, axis=-1)
+    assert set(fft.available()) == set(fft.CANDIDATES)  # both are dependencies
+    for name in fft.available():
+        np.testing.assert_allclose(fft.CANDIDATES[name](frames), ref, rtol=0, atol=1e-9)
+    name, chosen = fft.fastest(1024)
+    assert name in fft.CANDIDATES and chosen is fft.CANDIDATES[name]
