@@ -87,18 +87,23 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
-    if format_of(cfg).has_audio:
-        from ringfeed.producer.fft import fastest
-        from ringfeed.scripts.corpus_report import corpus_check
+    return _print_corpus(cfg) if format_of(cfg).has_audio else 0
 
-        if cfg.features.device == "producer":  # the library each producer times and keeps
-            print(f"  STFT          float64, FFT by {fastest(cfg.features.n_fft)[0]} here")
-        report = corpus_check(cfg)
-        print("\n".join(report.lines))
-        if report.usable == 0:
-            print(f"config error: none of the {report.n_items} clips is usable (the skip "
-                  "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
-            return 2
+
+def _print_corpus(cfg) -> int:
+    """validate's corpus section (and the STFT the producers will run); 2 when no clip is
+    usable."""
+    from ringfeed.producer.fft import fastest
+    from ringfeed.scripts.corpus_report import corpus_check
+
+    if cfg.features.device == "producer":  # the library each producer times and keeps
+        print(f"  STFT          float64, FFT by {fastest(cfg.features.n_fft)[0]} here")
+    report = corpus_check(cfg)
+    print("\n".join(report.lines))
+    if report.usable == 0:
+        print(f"config error: none of the {report.n_items} clips is usable (the skip "
+              "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
+        return 2
     return 0
 
 
