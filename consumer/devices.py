@@ -123,6 +123,15 @@ def plan_device(role: Role, cfg: Config, n_gpus: int, why: str = "") -> DevicePl
     return DevicePlan("multi-gpu", ",".join(map(str, gpus)), reason, len(gpus))
 
 
+def quiet_tensorflow() -> int:
+    """Set TF_CPP_MIN_LOG_LEVEL for this process before TensorFlow is imported (it reads
+    the variable once, at import): errors only, and with no GPU not even its failed CUDA
+    probe ("failed call to cuInit"), which a CPU run expects. Returns the GPUs found."""
+    n_gpus, _ = count_gpus()
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = tensorflow_log_level(has_gpu=n_gpus > 0)
+    return n_gpus
+
+
 def choose_device(role: Role, cfg: Config) -> DevicePlan:
     """Pick this process's device and set CUDA_VISIBLE_DEVICES; call before importing TF.
 
@@ -139,7 +148,8 @@ def choose_device(role: Role, cfg: Config) -> DevicePlan:
     os.environ["CUDA_VISIBLE_DEVICES"] = plan.visible
     # TensorFlow's C++ INFO lines drown ours. The few it prints before absl logging is
     # initialised ignore this (abseil-cpp PR 1957); the XLA and device chatter obeys it.
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = tensorflow_log_level()
+    # Without a GPU, its CUDA probe's error ("failed call to cuInit") is no error of ours.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = tensorflow_log_level(has_gpu=n_gpus > 0)
     log.info("%s", plan.reason)
     return plan
 

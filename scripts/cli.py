@@ -103,6 +103,9 @@ def _worker(args: argparse.Namespace):
 
 
 def cmd_stager(args: argparse.Namespace) -> int:
+    from ringfeed.consumer.devices import quiet_tensorflow
+
+    quiet_tensorflow()  # before the stager's modules import TensorFlow
     from ringfeed.consumer.stager.stager import main
 
     return main(_config(args.config), args.run_id, _worker(args)[0])
@@ -123,6 +126,9 @@ def cmd_producers(args: argparse.Namespace) -> int:
 
 
 def cmd_trainer(args: argparse.Namespace) -> int:
+    from ringfeed.consumer.devices import quiet_tensorflow
+
+    quiet_tensorflow()  # before the trainer's modules import TensorFlow
     from ringfeed.consumer.trainer.trainer import main
 
     share, worker_args = _worker(args)

@@ -99,9 +99,11 @@ def source_hook_env() -> dict[str, str]:
     return {SOURCE_HOOK_ENV: hook} if hook else {}
 
 
-def tensorflow_log_level() -> str:
-    """TF_CPP_MIN_LOG_LEVEL for our TensorFlow processes: 2 (errors) unless the user set it."""
-    return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")
+def tensorflow_log_level(has_gpu: bool = True) -> str:
+    """TF_CPP_MIN_LOG_LEVEL for our TensorFlow processes, unless the user set it: 2
+    (errors), or 3 on a host with no GPU, where TensorFlow's one error line is its CUDA
+    probe failing ("failed call to cuInit"), which a CPU run expects."""
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2" if has_gpu else "3")
 
 
 def cuda_visible_devices() -> str | None:
