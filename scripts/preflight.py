@@ -3,8 +3,8 @@
 Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
 free /dev/shm, the dataset's path, format and lines, a sample of the audio
 files those lines name (headers only), the feature cache directory, the CURVE
-keys of a TCP endpoint, whether stager-side mels have a GPU to run on, and
-the default model's model.kwargs. A
+keys of a TCP endpoint, whether stager-side mels have a GPU to run on, the
+names stager.balance.weights gives, and the default model's model.kwargs. A
 fatal finding stops a run before it starts, with one line that says what to
 change (exit code 2, "configuration"); a warning is printed and the run goes on.
 """
@@ -71,9 +71,9 @@ def _dataset(cfg: Config) -> list[Finding]:
         index = open_corpus(cfg)
     except (CorpusError, ConfigError) as exc:  # ConfigError: what the format cannot serve
         return [Finding(True, str(exc))]
+    out = _balance(cfg, index)
     if not index.has_audio:  # computed items: no files to look at
-        return []
-    out = []
+        return out
     if index.bad_lines:
         first = index.bad_lines[0]
         out.append(
@@ -87,6 +87,22 @@ def _dataset(cfg: Config) -> list[Finding]:
         out.append(Finding(True, f"data.path: {cfg.data.path} has no usable items"))
         return out
     return out + _audio_sample(index, cfg)
+
+
+def _balance(cfg: Config, index: object) -> list[Finding]:
+    """stager.balance's weights name groups the corpus has (the stager checks it again
+    when it makes its plan, but by then a run has started)."""
+    if not cfg.stager.balance.on:
+        return []
+    from ringfeed.consumer.stager.plan.balance import named_weights, plan_groups
+    from ringfeed.shared.run.id_tables import corpus_tables
+
+    balance = cfg.stager.balance
+    try:
+        named_weights(balance, plan_groups(balance, corpus_tables(cfg, index), index))
+    except ConfigError as exc:
+        return [Finding(True, str(exc))]
+    return []
 
 
 def _audio_sample(index, cfg: Config) -> list[Finding]:
