@@ -67,15 +67,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"launch: the data side only: consume it with ring_dataset(load_config("
               f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
               "of the plan (stager.epochs), or on Ctrl-C")  # fmt: skip
+    new_plan = ["--new-plan"] if args.new_plan else []
     with Run(Path(args.config), run_id) as run:
-        run.verb_args = {"stager": worker_args[:2], "trainer": worker_args}
+        run.verb_args = {"stager": worker_args[:2], "trainer": worker_args + new_plan}
         run.start_all(args.consumer)
         code = run.watch(stop)
+    if stop.is_set() and code in (0, *STOPPED_CODES):
+        print(stopped_line(args, run_id, directory), file=sys.stderr)
+        return 0  # stopped as asked, the steps kept: not a failure
     if stop.is_set():
-        print(f"launch: stopped run {run_id}", file=sys.stderr)
+        print(f"launch: stopped run {run_id}, but {run.failure[0]} exited with code {code}",
+              file=sys.stderr)  # fmt: skip
     elif run.failure is not None:
         print(f"launch: {run.failure[0]} exited with code {code}", file=sys.stderr)
     return code
+
+
+# Exit codes of a process ended by the launcher's own stop: SIGINT and SIGTERM, shell style.
+STOPPED_CODES = (130, 143)
+
+
+def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
+    """What a stop says: where the run's last checkpoint is and the command that resumes
+    it (the same command with the run id: a relaunch resumes, docs/running.md)."""
+    steps = sorted((int(p.stem.split("-")[-1]), p) for p in
+                   (directory / "checkpoints").glob("ckpt-*.json"))  # fmt: skip
+    where = f"its last checkpoint is {steps[-1][1].with_suffix('')}" if steps else "no checkpoint"
+    command = f"scripts/launch.sh run {args.config} --run-id {args.run_id or run_id}"
+    if args.worker:
+        command += f" --worker {args.worker} --cluster {args.cluster}"
+    if args.consumer != "trainer":
+        command += f" --consumer {args.consumer}"
+    return f"launch: stopped run {run_id}; {where}; resume it with: {command}"
 
 
 def _worker(args: argparse.Namespace):
@@ -237,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--consumer", choices=("trainer", "drain", "none"), default="trainer",
         help="none: only the data side, for your own loop (docs/running.md#the-data-side-alone)",
+    )  # fmt: skip
+    r.add_argument(
+        "--new-plan", action="store_true",
+        help="the trainer's --new-plan: resume after the corpus, seed or buckets changed, "
+        "with a new plan from the checkpoint's next epoch",
     )  # fmt: skip
     r.set_defaults(fn=cmd_run)
     add_worker_options(r)

@@ -3,6 +3,7 @@
 #
 #   scripts/launch.sh                                  train on configs/demo.yaml
 #   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain|none] [--inspect]
+#                     [--new-plan]     resume after the corpus, seed or buckets changed
 #                     [--worker K/N --cluster HOST:PORT,...]   training worker K of N
 #   scripts/launch.sh producers CONFIG --connect tcp://HEAD:PORT [--workers N]
 #                                                      producers only (another host)
@@ -24,7 +25,10 @@ cmd_run() {
     case "$1" in
       --run-id) run_id=$2; shift 2 ;;
       --consumer|--worker|--cluster) args+=("$1" "$2"); shift 2 ;;
+      --new-plan) args+=("$1"); shift ;;
       --inspect) inspect=1; shift ;;
+      -*) echo "launch: run has no option $1 (it takes --run-id, --consumer, --worker," \
+            "--cluster, --new-plan, --inspect)" >&2; return 2 ;;
       *) args+=("$(abspath "$1")"); shift ;;
     esac
   done

@@ -157,13 +157,14 @@ class ProducerDesk:
         self.book.reap_zombies()
         self.say.summarize()
 
-    def shut_down(self) -> None:
-        """SHUTDOWN to every producer, then read their reports until each has said BYE,
+    def shut_down(self, why: str = "run finished") -> None:
+        """SHUTDOWN (saying why) to every producer, then read their reports until each
+        has said BYE,
         which carries its final counters, or LAST_WORDS_S passed (a dead or cut-off
         producer), so stager.json holds every producer's last counters however short the
         run was. Only reports are acted on now; each BYE is acknowledged."""
         for ident in list(self.book.producers):
-            self.net.reply(ident, p.Shutdown("run finished"))
+            self.net.reply(ident, p.Shutdown(why))
         waiting = set(self.book.producers)
         deadline = time.monotonic() + LAST_WORDS_S
         while waiting and time.monotonic() < deadline:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -155,7 +156,7 @@ class Stager:
         the cleanup :func:`build` registered. why: what the consumer is told."""
         if self.consumer.ident is not None and not self.consumer.done:
             self.net.reply(self.consumer.ident, p.Shutdown(why))
-        self.producers.shut_down()
+        self.producers.shut_down("run finished" if self.consumer.done else why)
         stats = self.stats()
         write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", stats.to_dict())
         time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
@@ -278,6 +279,9 @@ def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
             why = "stager stopping"
             try:
                 stager.run()
+                if stop.is_set():  # a signal, not the end of the plan: say so to the peers
+                    name = signal.Signals(stop.signal).name if stop.signal else "its stop flag"
+                    why = f"the run was stopped by {name}"
             except NothingDelivered as exc:
                 log.error("%s", exc)
                 why = str(exc)
