@@ -115,6 +115,9 @@ class ProducerPool:
             if self.ended_at and time.monotonic() - self.ended_at > RUN_END_GRACE_S:
                 log.info("the run ended; stopping workers that missed the stager's SHUTDOWN")
                 break
+        if stop.is_set():  # not the end of the run: a signal (a launcher's stop, Ctrl-C)
+            name = signal.Signals(stop.signal).name if stop.signal else "its stop flag"
+            log.info("producers stopping: the run was stopped by %s", name)
         self.stop_all()
         failed = [
             s.name
