@@ -14,12 +14,18 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import zmq
 
 from ringfeed.consumer.stager.batch_ring import batch_views
-from ringfeed.consumer.stager.run_secret import consumer_identity, read_consumer_secret
+from ringfeed.consumer.stager.run_secret import (
+    consumer_identity,
+    find_run_dir,
+    read_consumer_secret,
+    run_record,
+)
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import endpoints, run_dir
 from ringfeed.shared.memory.ring import Ring
@@ -78,7 +84,8 @@ class BatchClient:
         self.ring: Ring | None = None
         self.stager_pid = 0  # the pid of the stager that welcomed this client
         self.position, self.batch_index = position, batch_index
-        self.run_dir = run_dir(cfg, run_id)
+        self.configured_dir = run_dir(cfg, run_id).absolute()  # run_root: from the cwd
+        self.run_dir = self.configured_dir
         self.ended = False
         self.dropped = 0
 
@@ -98,19 +105,34 @@ class BatchClient:
                 return
         if stop():
             raise StagerGone("stopped before the stager answered")
+        raise StagerGone(self.no_stager(timeout_s))
+
+    def no_stager(self, timeout_s: float) -> str:
+        """Why no stager answered: where this client looked, and the likely cause."""
+        looked = (f"looked for run {self.run_id}'s secret in {self.configured_dir} (run_root "
+                  f"{self.cfg.run_root!r} from the working directory {Path.cwd()}) and for a "
+                  f"live stager's record in {run_record(self.run_id)}")  # fmt: skip
         if not read_consumer_secret(self.run_dir):
-            hint = "start it first (scripts/launch.sh does)"
+            hint = (
+                "no stager of that run id is running on this host: start it first "
+                "(scripts/launch.sh run CONFIG --run-id ID --consumer none does)"
+            )
         else:  # the stager drops a hello whose secret is not its run's
-            hint = f"is {self.run_dir} the run directory of that stager (same run_root)?"
-        raise StagerGone(
+            hint = f"{self.run_dir} holds a secret no live stager accepts (a stale one?)"
+        return (
             f"no stager answered on {endpoints(self.cfg, self.run_id).control} within "
-            f"{timeout_s:.0f} s: {hint}"
+            f"{timeout_s:.0f} s: {looked}; {hint}"
         )
 
     def hello(self) -> p.ConsumerHello:
         """A hello at the client's position, with the run's secret as it is now (a
-        restarted stager draws a new one)."""
-        secret = read_consumer_secret(self.run_dir)
+        restarted stager draws a new one): from the configured run directory, or, when
+        that has none, from the one a live stager of the run recorded (a client started
+        in another working directory)."""
+        secret = read_consumer_secret(self.configured_dir)
+        self.run_dir = self.configured_dir
+        if not secret and (found := find_run_dir(self.run_id)) is not None:
+            self.run_dir, secret = found, read_consumer_secret(found)
         return p.ConsumerHello(self.name, self.position, self.batch_index, secret, self.plan,
                                self.new_plan_at)  # fmt: skip
 

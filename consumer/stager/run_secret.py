@@ -11,13 +11,24 @@ local shared memory.
 One consumer at a time: a consumer's ZeroMQ identity carries its pid
 (:func:`consumer_identity`), so the stager can tell a live consumer, busy or
 idle, from a dead one (consumer/stager/consumer_side.py).
+
+Where the run is: run_root is relative to the working directory, so a client
+started elsewhere with the same config would look for the secret in another
+folder. The stager also records its run directory (absolute) and pid in the
+user's private runtime directory, by run id (:func:`write_run_record`); a
+client whose config does not lead to the secret finds the live run there
+(:func:`find_run_dir`). The record goes when the stager ends.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
+
+from ringfeed.shared.config.environment import USER_PREFIX, runtime_dir
+from ringfeed.shared.memory.segments import pid_alive
 
 FILE = "consumer.secret"
 
@@ -54,3 +65,29 @@ def read_consumer_secret(run_dir: Path) -> str:
         return (run_dir / FILE).read_text().strip()
     except FileNotFoundError:
         return ""
+
+
+def run_record(run_id: str) -> Path:
+    """The stager's record of where run `run_id` is, in the user's runtime directory."""
+    return runtime_dir() / f"{USER_PREFIX}{run_id}.run"
+
+
+def write_run_record(run_id: str, run_dir: Path) -> Path:
+    """Record run_dir (absolute) and this process's pid for run_id, atomically; the
+    stager calls it at start, and removes the file at its end."""
+    path = run_record(run_id)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"run_dir": str(run_dir.absolute()), "pid": os.getpid()}))
+    os.replace(tmp, path)
+    return path
+
+
+def find_run_dir(run_id: str) -> Path | None:
+    """The run directory a live stager of run_id recorded, or None (no record, an
+    unreadable one, or its stager is gone)."""
+    try:
+        record = json.loads(run_record(run_id).read_text())
+        run_dir, pid = Path(record["run_dir"]), int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return run_dir if pid_alive(pid) else None

@@ -49,7 +49,7 @@ from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
-from ringfeed.consumer.stager.run_secret import write_consumer_secret
+from ringfeed.consumer.stager.run_secret import write_consumer_secret, write_run_record
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats_record import RunStats, StagerStats
 from ringfeed.shared.config import Config, ConfigError
@@ -210,6 +210,8 @@ def build(
     """Make every part of the stager, complete; whatever is made is undone by `cleanup`
     (rings unmapped and unlinked, sockets and files closed), however far this got."""
     directory = prepare_run_dir(cfg, run_id)
+    record = write_run_record(run_id, directory)  # where a client from elsewhere finds it
+    cleanup.callback(record.unlink, missing_ok=True)
     quarantine = cleanup.enter_context(QuarantineWriter(directory / "quarantine.jsonl"))
     index = open_index(cfg, quarantine, directory)
     tables = settle_tables(cfg, index, directory)  # a refused resume stops here, first
