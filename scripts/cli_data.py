@@ -21,20 +21,6 @@ def _config(path: str):
         sys.exit(2)
 
 
-def _user_function_error(cfg) -> str:
-    """'' if features.user_function (if any) imports, as a producer will at start."""
-    if not cfg.features.user_function:
-        return ""
-    from ringfeed.producer.extra_fields import load_user_function
-    from ringfeed.shared.config import ConfigError
-
-    try:
-        load_user_function(cfg.features.user_function)
-    except ConfigError as exc:
-        return str(exc)
-    return ""
-
-
 def _print_schema(cfg) -> None:
     """The declared sample schema, bytes per slot and per batch (docs/sample-fields.md)."""
     mib = 2**20
@@ -68,9 +54,6 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
                   file=sys.stderr)  # fmt: skip
             return 2
-    if why := _user_function_error(cfg):
-        print(f"config error: {why}", file=sys.stderr)
-        return 2
     if any(f.fatal for f in findings):
         return 2
     if quiet:
