@@ -34,6 +34,7 @@ from typing import Any
 
 import zmq
 
+from ringfeed.producer.causes import stage_causes
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.session import EXIT_REFUSED, Action, Join, NewSocket, Rules, Session
 from ringfeed.producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
@@ -91,10 +92,10 @@ class Worker:
         self.limit = TimeLimit(cfg.ring.lease_s, busy)  # each sample's bound
         self.ready_batch = max(1, cfg.producers.credits // 4)  # READY entries per message
         # token: this process, in every HELLO (shared.wire.protocol); config: the keys that
-        # shape a sample and the corpus's content.
+        # shape a sample and the corpus's content; causes: what decides each stage's verdict.
         config_print = config_fingerprint(cfg, corpus_digest(cfg, base.index))
         hello = p.Hello(name, os.getpid(), socket.gethostname(), remote,
-                        secrets.token_hex(16), place, config_print)  # fmt: skip
+                        secrets.token_hex(16), place, config_print, stage_causes(cfg))  # fmt: skip
         self.session = Session(hello, self.source.n_items, Rules.of(cfg), self.source.work)
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None  # from start() on, a new one at each HELLO
