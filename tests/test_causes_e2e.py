@@ -106,7 +106,7 @@ def deliver(cfg_path: Path, run_id: str, logs: Path, expected: dict) -> list[str
     with Run(cfg_path, run_id, logs) as run:
         run.start("stager")
         run.start("producers")
-        client = run.client(timeout_s=60)
+        client = run.client(timeout_s=120)  # a loaded 2-core host: imports take long
         items: list[str] = []
         while (batch := client.next(timeout_s=90)) is not None:
             items += check_user_fields(batch, index, expected, cfg)
