@@ -27,8 +27,14 @@ from ringfeed.producer.features import fit_length, log_mel, log_mel_energy
 from ringfeed.producer.prosody import pitch
 from ringfeed.producer.references import SpeakerClips, cut_reference, reference_candidates
 from ringfeed.producer.sample import Sample, SkipSample
+from ringfeed.producer.start_check import (
+    FieldsRefused,
+    durations_problem,
+    first_clip_problem,
+    probe_overrides,
+)
 from ringfeed.producer.text import TextEncoder
-from ringfeed.shared.config import Config
+from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.members import MemberReader
 
@@ -82,7 +88,9 @@ class SamplePipeline:
         self.stage = "start"
 
     def warm_up(self) -> None:
-        """Run every stage once on a short synthetic signal, before the first grant.
+        """Run every stage once on a short synthetic signal, before the first grant, and
+        try the configured fields on a real clip (producer/start_check.py): FieldsRefused
+        when one would fail every clip.
 
         The mel is numpy (producer/features.py) and costs milliseconds here; only
         audio.trim_silence needs librosa, whose first call costs ~2 s on a 2-core
@@ -101,6 +109,8 @@ class SamplePipeline:
             log_mel(wave, self.cfg)
         if self.cfg.features.pitch:  # pyworld's import, ~0.1 s
             pitch(wave, 1 + len(wave) // self.cfg.features.hop_length, self.cfg)
+        if self.index is not None and (problem := fields_problem(self.cfg, self.index)):
+            raise FieldsRefused(problem)
 
     def __call__(self, entry: Entry, item: int = -1, epoch: int = 0) -> Sample:
         """entry -> Sample(tokens int32 [n_tokens], mel float32 [n_frames, n_mels] or
@@ -298,3 +308,16 @@ class SamplePipeline:
         self.text.close()
         if self.cache is not None:
             self.cache.close()
+
+
+def fields_problem(cfg: Config, index: Any) -> str:
+    """'' or why a configured field would fail every clip of index (producer/start_check.py);
+    called by each producer's warm-up and by scripts/preflight.py."""
+    problem = durations_problem(cfg)
+    if problem or not cfg.features.user_function:
+        return problem
+    probe = SamplePipeline(replace(cfg, features=probe_overrides()), index=index)
+    try:
+        return first_clip_problem(probe, index, cfg)
+    finally:
+        probe.close()

@@ -59,13 +59,14 @@ from ringfeed.shared.wire import protocol as p
 log = logging.getLogger(__name__)
 
 # Exit codes of a worker that must not be restarted: its run is over (SHUTDOWN, SIGTERM),
-# its stager is gone, or the stager refused it. Any other code, 0 included (a library
+# its stager is gone, or it was refused (by the stager, or by its own start check of the
+# configured fields, producer/start_check.py). Any other code, 0 included (a library
 # that called sys.exit(0)), is a death the pool restarts.
 EXIT_FINISHED, EXIT_ORPHANED, EXIT_REFUSED = 3, 4, 5
 ENDINGS = {
     EXIT_FINISHED: "finished",
     EXIT_ORPHANED: "lost its stager (no word for producers.orphan_s)",
-    EXIT_REFUSED: "was refused by the stager (its log says why)",
+    EXIT_REFUSED: "was refused, by the stager or by its start check (the logs say why)",
 }
 
 

@@ -34,10 +34,12 @@ from typing import Any
 
 import zmq
 
+from ringfeed.producer.causes import stage_causes
 from ringfeed.producer.sample import Sample, SkipSample
-from ringfeed.producer.session import Action, Join, NewSocket, Rules, Session
+from ringfeed.producer.session import EXIT_REFUSED, Action, Join, NewSocket, Rules, Session
 from ringfeed.producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
 from ringfeed.producer.sources import Source, base_source, make_source
+from ringfeed.producer.start_check import FieldsRefused
 from ringfeed.producer.watchdog import SampleTimeout, TimeLimit
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.ring import Ring
@@ -90,10 +92,10 @@ class Worker:
         self.limit = TimeLimit(cfg.ring.lease_s, busy)  # each sample's bound
         self.ready_batch = max(1, cfg.producers.credits // 4)  # READY entries per message
         # token: this process, in every HELLO (shared.wire.protocol); config: the keys that
-        # shape a sample and the corpus's content.
+        # shape a sample and the corpus's content; causes: what decides each stage's verdict.
         config_print = config_fingerprint(cfg, corpus_digest(cfg, base.index))
         hello = p.Hello(name, os.getpid(), socket.gethostname(), remote,
-                        secrets.token_hex(16), place, config_print)  # fmt: skip
+                        secrets.token_hex(16), place, config_print, stage_causes(cfg))  # fmt: skip
         self.session = Session(hello, self.source.n_items, Rules.of(cfg), self.source.work)
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None  # from start() on, a new one at each HELLO
@@ -280,8 +282,9 @@ def run_worker(
 ) -> int:
     """Process entry of one producer (spawned by producer/pool.py, or run in a Ray actor
     by producer/ray_pool.py with its keys, its place and its own stop flag); returns
-    the exit code (producer/session.py ENDINGS, or 1 after a crash). on_welcome, keys,
-    place, busy: as in :class:`Worker`."""
+    the exit code (producer/session.py ENDINGS, or 1 after a crash): EXIT_REFUSED too
+    when its warm-up finds a configured field that would fail every clip
+    (producer/start_check.py). on_welcome, keys, place, busy: as in :class:`Worker`."""
     from ringfeed.producer.threads import pin_math_threads
 
     pin_math_threads(cfg.producers.math_threads)
@@ -290,6 +293,10 @@ def run_worker(
     try:
         worker.source.warm_up()  # every stage once, before HELLO: none of it in a lease
         worker.run()
+    except FieldsRefused as exc:  # every clip would fail: no restart and no HELLO can help
+        log.error("%s refused to start: %s", name, exc)
+        worker.close()
+        return EXIT_REFUSED
     except Exception:
         text = traceback.format_exc()
         log.error("%s crashed:\n%s", name, text)

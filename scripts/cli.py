@@ -13,6 +13,7 @@ ringfeed lengths CONFIG                  measure every item's length (for length
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
 ringfeed config [--write]                every config key: type, default, meaning
+ringfeed quarantine CONFIG --run-id R    a run's quarantine by stage and cause (--clear STAGE)
 ringfeed keys DIR --client NAME          CURVE keys for a producer host
 ringfeed cleanup [--run-id R]            remove segments of dead runs
 """
@@ -31,6 +32,7 @@ from ringfeed.scripts.cli_data import (
     cmd_config,
     cmd_index,
     cmd_lengths,
+    cmd_quarantine,
     cmd_text,
     cmd_validate,
     cmd_vocab,
@@ -297,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> None:
-    """The verbs of scripts/cli_data.py: each needs a config, never a run id."""
+    """The verbs of scripts/cli_data.py: each needs a config; quarantine a run id too."""
     validate = verb("validate", cmd_validate)
     validate.add_argument("config")
     validate.add_argument(
@@ -315,6 +317,12 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
     text.add_argument("config")
     text.add_argument("text", help="a transcription, quoted")
     text.add_argument("--language", default="", help="default: data.language (auto: detected)")
+    quarantine = verb("quarantine", cmd_quarantine)
+    quarantine.add_argument("config")
+    quarantine.add_argument("--run-id", required=True)
+    quarantine.add_argument("--clear", default="", metavar="STAGE",
+                            help="remove that stage's lines (the run stopped): its next "
+                            "start retries them")  # fmt: skip
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:

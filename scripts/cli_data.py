@@ -1,10 +1,12 @@
 """The `ringfeed` verbs that look at a config and its corpus without starting a run:
-validate (its producer-host role too), index, lengths, vocab, text and config. Thin, as
-scripts/cli.py is: each calls the module that does the work."""
+validate (its producer-host role too), index, lengths, vocab, text and config, and
+quarantine (a run's quarantine, listed or cleared). Thin, as scripts/cli.py is: each
+calls the module that does the work."""
 
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 import time
 
@@ -19,20 +21,6 @@ def _config(path: str):
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
-
-
-def _user_function_error(cfg) -> str:
-    """'' if features.user_function (if any) imports, as a producer will at start."""
-    if not cfg.features.user_function:
-        return ""
-    from ringfeed.producer.extra_fields import load_user_function
-    from ringfeed.shared.config import ConfigError
-
-    try:
-        load_user_function(cfg.features.user_function)
-    except ConfigError as exc:
-        return str(exc)
-    return ""
 
 
 def _print_schema(cfg) -> None:
@@ -68,9 +56,6 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
                   file=sys.stderr)  # fmt: skip
             return 2
-    if why := _user_function_error(cfg):
-        print(f"config error: {why}", file=sys.stderr)
-        return 2
     if any(f.fatal for f in findings):
         return 2
     if quiet:
@@ -216,6 +201,65 @@ def cmd_text(args: argparse.Namespace) -> int:
     print(f"ids        {' '.join(map(str, ids.tolist()))}")
     print(f"read back  {encoder.decode(ids)!r} (0 pad, 1 unknown, 2 end of text)")
     return 0
+
+
+# Lines shown of each group of `ringfeed quarantine`.
+QUARANTINE_EXAMPLES = 3
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    """A run's quarantine by stage and cause, each with today's cause and whether the
+    run's next start tries its items again; --clear STAGE removes that stage's lines."""
+    from ringfeed.consumer.stager.quarantine import (
+        QuarantineBusy,
+        clear_stage,
+        latest,
+        read_quarantine,
+    )
+    from ringfeed.producer.causes import stage_causes
+    from ringfeed.shared.config.environment import run_dir
+
+    cfg = _config(args.config)
+    path = run_dir(cfg, args.run_id) / "quarantine.jsonl"
+    if not path.parent.is_dir():
+        print(f"config error: no run {args.run_id!r} in run_root={cfg.run_root}: give the "
+              "run id `ringfeed run` printed, with the run's config", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.clear:
+        try:
+            n = clear_stage(path, args.clear)
+        except QuarantineBusy as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{path}: removed {n} lines of stage {args.clear!r}; the run's next start "
+              "tries those items again")  # fmt: skip
+        return 0
+    _print_quarantine(path, latest(read_quarantine(path)), stage_causes(cfg))
+    return 0
+
+
+def _print_quarantine(path, records: list[dict], causes: dict[str, str]) -> None:
+    """Groups of (stage, cause), largest first: count, what the next start does, examples."""
+    from ringfeed.consumer.stager.quarantine import stale
+
+    groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+    for r in records:
+        groups[(r["stage"], r.get("cause", ""))].append(r)
+    items = sum(r["stage"] != "metadata" for r in records)
+    print(f"{path}: {items} items quarantined, {len(records) - items} metadata lines")
+    for (stage, cause), group in sorted(groups.items(), key=lambda g: -len(g[1])):
+        if stage == "metadata":
+            then = "found again at every start: fix those lines of the metadata"
+        elif stage not in causes:
+            then = f"no cause to change: skipped for the run (--clear {stage} retries them)"
+        elif stale(group[0], causes):
+            then = f"today's cause is {causes[stage]!r}: the next start retries them"
+        else:
+            then = f"still today's cause: skipped for the run (--clear {stage} retries them)"
+        print(f"  {stage}: {len(group)}, cause {repr(cause) if cause else 'none recorded'}")
+        print(f"    {then}")
+        for r in group[:QUARANTINE_EXAMPLES]:
+            print(f"    e.g. {r['item_id'] or r['path']}: {str(r.get('reason', ''))[:160]}")
 
 
 def cmd_config(args: argparse.Namespace) -> int:

@@ -4,7 +4,10 @@ Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
 free /dev/shm, the dataset's path, format and lines, a sample of the audio
 files those lines name (headers only), the feature cache directory, the CURVE
 keys of a TCP endpoint, whether stager-side mels have a GPU to run on, the
-names stager.balance.weights gives, and the default model's model.kwargs. A
+names stager.balance.weights gives, the default model's model.kwargs, and the
+configured fields on the first clip that reads (producer/start_check.py: a user
+function of the wrong shape refuses the run here, not by quarantining every
+clip). A
 fatal finding stops a run before it starts, with one line that says what to
 change (exit code 2, "configuration"); a warning is printed and the run goes on.
 """
@@ -37,6 +40,8 @@ def preflight(cfg: Config, role: str = "head") -> list[Finding]:
     else:
         findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
         findings += _model(cfg)
+    if not any(f.fatal for f in findings):  # a real clip through the fields, if it reads
+        findings += _fields(cfg)
     return sorted(findings, key=lambda f: not f.fatal)
 
 
@@ -133,6 +138,26 @@ def _audio_sample(index, cfg: Config) -> list[Finding]:
             f"the first {bad[0]}",
         )
     ]
+
+
+def _fields(cfg: Config) -> list[Finding]:
+    """features.user_function imports, as a producer will at start, and the configured
+    fields do not fail the first clip that reads (producer/start_check.py)."""
+    if not cfg.features.user_function and not cfg.features.durations_dir:
+        return []
+    from ringfeed.producer.extra_fields import load_user_function
+    from ringfeed.producer.pipeline import fields_problem
+    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.corpus.registry import format_of
+
+    try:
+        if cfg.features.user_function:
+            load_user_function(cfg.features.user_function)
+        index = open_corpus(cfg) if format_of(cfg).has_audio else None
+    except ConfigError as exc:
+        return [Finding(True, str(exc))]
+    problem = fields_problem(cfg, index) if index is not None else ""
+    return [Finding(True, problem)] if problem else []
 
 
 def _cache(cfg: Config) -> list[Finding]:

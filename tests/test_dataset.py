@@ -61,7 +61,7 @@ def test_quarantine_round_trip(tmp_path: Path) -> None:
         f.write('{"item_id": "torn')  # a crash mid-line
     records = read_quarantine(path)
     assert [r["item_id"] for r in records] == ["LJ1", "LJ2"]
-    assert set(records[0]) == {"item_id", "path", "reason", "stage", "time"}
+    assert set(records[0]) == {"item_id", "path", "reason", "stage", "cause", "time"}
 
 
 def test_a_record_after_a_torn_line_is_kept(tmp_path: Path) -> None:

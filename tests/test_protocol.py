@@ -91,7 +91,7 @@ def test_malformed_messages_raise_protocol_error(frames: list[bytes], needle: st
 
 
 def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
-    return [_header(p.VERSION, int(p.Kind.HELLO), name, pid, "host", False, "t", "", {})]
+    return [_header(p.VERSION, int(p.Kind.HELLO), name, pid, "host", False, "t", "", {}, {})]
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,11 @@ def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
             "CONSUMER_HELLO.plan",
         ),
         (
-            [_header(p.VERSION, int(p.Kind.HELLO), "n", 1, "h", False, "t", "", {"k": "v" * 65})],
+            [
+                _header(
+                    p.VERSION, int(p.Kind.HELLO), "n", 1, "h", False, "t", "", {"k": "v" * 65}, {}
+                )
+            ],
             "HELLO.config",
         ),
         (_hello(name="x" * (p.MAX_NAME + 1)), "HELLO.name: not a valid str"),

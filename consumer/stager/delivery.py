@@ -155,7 +155,7 @@ class Delivery:
         """One quarantine line per skipped item per run, whoever gave up on it."""
         path = event.path or self.index.path(event.item)
         item_id = self.index.item_id(event.item)
-        if self.quarantine.write(item_id, path, event.reason, event.stage):
+        if self.quarantine.write(item_id, path, event.reason, event.stage, event.cause):
             log.warning("skipped %s (%s): %s", item_id, event.stage, event.reason)
 
     def announce(self, consumer: bytes) -> None:

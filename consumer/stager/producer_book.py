@@ -108,7 +108,8 @@ class ProducerBook:
             self.names_seen.add(msg.name)
         self.n_joined += 1
         producer = Producer(ident, msg.name, msg.pid, msg.host, remote, self.clock(),
-                            self.n_joined - 1, msg.token, msg.place, peer=peer)  # fmt: skip
+                            self.n_joined - 1, msg.token, msg.place, peer=peer,
+                            causes=dict(msg.causes))  # fmt: skip
         self.producers[ident] = producer
         return producer
 

@@ -7,7 +7,10 @@ who may join and who pays for a grant taken back are the producer book's
 At the end, :meth:`ProducerDesk.shut_down` tells every producer to stop and
 collects their last counters. A HELLO whose config fingerprint is not the
 stager's is answered REFUSED with the keys that differ (shared/run/fingerprint.py):
-that producer would write samples of another shape or meaning.
+that producer would write samples of another shape or meaning. Each producer that
+joins is reported with its HELLO's causes (``on_join``): the stager settles the
+items quarantined earlier in the run by the first (consumer/stager/quarantine.py),
+and each SKIP's quarantine line records its producer's cause of that stage.
 """
 
 from __future__ import annotations
@@ -58,11 +61,13 @@ class ProducerDesk:
         net: ControlSockets,
         drop: Drops,
         sample_config: dict[str, str],
+        on_join: Callable[[dict[str, str]], object] | None = None,
     ) -> None:
         """welcome: what a producer is told (the sample ring's name, the plan's items);
-        sample_config: the stager's config fingerprint, which every HELLO must carry."""
+        sample_config: the stager's config fingerprint, which every HELLO must carry;
+        on_join: called with a producer's causes when it joins, before its first grant."""
         self.book, self.intake, self.welcome, self.net, self.drop = book, intake, welcome, net, drop
-        self.sample_config, self.slots = sample_config, slots
+        self.sample_config, self.slots, self.on_join = sample_config, slots, on_join
         self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
         # Every line a producer's message causes: a flood of them costs a few lines.
         self.say = PeerLog(drop, log)
@@ -92,6 +97,8 @@ class ProducerDesk:
         # A peer on the tcp socket is remote whatever it says: it never writes our memory.
         remote = msg.remote or is_remote(ident)
         self.book.hello(ident, msg, remote, peer)
+        if self.on_join is not None:
+            self.on_join(msg.causes)
         where = ", remote" if remote else ""
         self.say(msg.name, logging.INFO, "producer %s joined (pid %d on %s%s)", msg.name, msg.pid,
                  msg.host, where)  # fmt: skip
@@ -114,7 +121,7 @@ class ProducerDesk:
     def on_skip(self, msg: p.Skip, producer: Producer, payload: list[bytes]) -> None:
         self.book.credit(producer.ident, 1)
         args = (msg.slot, msg.generation, msg.item, msg.reason, msg.stage, msg.path)
-        if self.slots.skip(producer.ident, *args):
+        if self.slots.skip(producer.ident, *args, producer.causes.get(msg.stage, "")):
             self.book.delivered(producer)
         else:
             self.drop("stale", f"SKIP of slot {msg.slot} generation {msg.generation}")

@@ -1,17 +1,36 @@
-"""The quarantine report: one JSON line per input that was not used, with its reason.
+"""The quarantine report: one JSON line per input that was not used, with its reason,
+the stage that gave up on it and that stage's cause.
 
-Written by the stager only (one writer per file); read by the run summary,
-the inspector and tests. JSON lines so a crash loses at most the last line
-and ``grep``/``jq`` work on a live run. An item's line decides what a resumed
-run skips, so it is fsynced when written (lines are rare: one per bad input);
+Written by the stager only (one writer per file; `ringfeed quarantine --clear` edits it
+only while no stager of the run holds its lock); read by the run summary, the
+inspector, `ringfeed quarantine` and tests. JSON lines so a crash loses at most the
+last line and ``grep``/``jq`` work on a live run. An item's line decides what a
+resumed run skips, so it is fsynced when written (lines are rare: one per bad input);
 a bad metadata line is found again at every start and is only flushed.
+
+Causes (docs/faults-and-security.md#causes-not-items). A line's cause is what decided
+its verdict: the stage's code versions and config values in the producer that judged
+it (producer/causes.py), "" for a stage without one. At a start, the items quarantined
+earlier in the run are settled when the first producer joins, before any grant
+(:meth:`QuarantineWriter.settle`): an item whose line holds that producer's cause of
+its stage is skipped without a try, as before; one whose cause differs (a fixed user
+function under a new user_version, another normalizer) is tried again, its line
+dropped from the file so that its new verdict is written. A line without a cause (a
+file of a ringfeed before causes) for a stage that has one today is tried again too:
+that its cause still holds cannot be shown, and a wrong skip loses the item for the
+run while a wrong retry costs one try. Stages without a cause (lease, the stager's
+content and bucket checks, computed items) stay skipped; metadata lines are found
+again at every start.
 """
 
 from __future__ import annotations
 
+import collections
+import fcntl
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,56 +38,88 @@ from typing import Any
 from ringfeed.shared.corpus.index import CorpusIndex
 
 
+class QuarantineBusy(RuntimeError):
+    """A stager of the run holds its quarantine file: it may not be edited now."""
+
+
 class QuarantineWriter:
-    """Appends ``{"item_id", "path", "reason", "stage", "time"}`` lines, line-buffered.
+    """Appends ``{"item_id", "path", "reason", "stage", "cause", "time"}`` lines,
+    line-buffered, holding the file's lock (shared: `ringfeed quarantine --clear`
+    waits for no stager) from open to close.
 
     One line per input per run: a record already in the file (a stager restarted
-    into the same run directory) is not written again. An item's key is its id;
-    a bad metadata line's (stage "metadata") is its file:line."""
+    into the same run directory) is not written again, unless :meth:`settle` dropped
+    it. An item's key is its id; a bad metadata line's (stage "metadata") is its
+    file:line."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = lock(self.path, fcntl.LOCK_SH)  # before reading: no edit half-seen
         self.earlier = read_quarantine(self.path)
         self._seen = {_key(r["item_id"], r["path"], r["stage"]) for r in self.earlier}
         new = not self.path.exists()
-        # buffering=1: each record reaches the file when written, so a reader sees it live.
-        self._file = open(self.path, "a", buffering=1, encoding="utf-8")
+        self._file = self._open()
         if new:  # the file's name lives in the directory: make it survive a power loss too
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
+            _fsync_dir(self.path.parent)
         if _ends_torn(self.path):  # a crash cut the last line: the next one starts fresh
             self._file.write("\n")
         self.count = 0
+        self.settled = False
 
-    def write(self, item_id: str, path: str, reason: str, stage: str) -> bool:
+    def _open(self) -> Any:
+        # buffering=1: each record reaches the file when written, so a reader sees it live.
+        return open(self.path, "a", buffering=1, encoding="utf-8")
+
+    def write(self, item_id: str, path: str, reason: str, stage: str, cause: str = "") -> bool:
         """stage: where it was rejected ("metadata", "text", "audio", "features", "lease",
-        ...); False if this input is already in the file."""
+        ...); cause: what decided it there (producer/causes.py), "" if nothing; False if
+        this input is already in the file."""
         key = _key(item_id, path, stage)
         if key in self._seen:
             return False
         self._seen.add(key)
         record = {"item_id": item_id, "path": path, "reason": reason, "stage": stage,
-                  "time": time.time()}  # fmt: skip
+                  "cause": cause, "time": time.time()}  # fmt: skip
         self._file.write(json.dumps(record) + "\n")
         if stage != "metadata":
             os.fsync(self._file.fileno())  # line-buffered: the line is in the file already
         self.count += 1
         return True
 
-    def earlier_skips(self, index: CorpusIndex) -> dict[int, tuple[str, str]]:
-        """item -> (reason, stage) of the items already in the file (not metadata lines)."""
-        found = {}
-        for r in self.earlier:
+    def settle(
+        self, index: CorpusIndex, causes: dict[str, str]
+    ) -> tuple[dict[int, tuple[str, str]], collections.Counter[str]]:
+        """Once a start, when the first producer joins (causes: its HELLO's): (item ->
+        (reason, stage) of the items quarantined earlier that are skipped without a try,
+        stage -> items tried again because their cause changed). The lines of the items
+        tried again leave the file (atomically), so their new verdicts are written."""
+        self.settled = True
+        skips: dict[int, tuple[str, str]] = {}
+        retried: collections.Counter[str] = collections.Counter()
+        records = latest(read_quarantine(self.path))  # with this start's metadata lines
+        kept = []
+        for r in records:
+            if r["stage"] != "metadata" and stale(r, causes):
+                retried[r["stage"]] += 1
+                self._seen.discard(_key(r["item_id"], r["path"], r["stage"]))
+                continue
+            kept.append(r)
             item = index.find(r["item_id"]) if r["stage"] != "metadata" else None
             if item is not None:
-                found[item] = (str(r.get("reason", "")), r["stage"])
-        return found
+                skips[item] = (str(r.get("reason", "")), r["stage"])
+        if retried:
+            self._file.close()
+            replace_lines(self.path, kept)
+            self._file = self._open()
+        return skips, retried
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+        if self._lock >= 0:
+            os.close(self._lock)  # and so the lock
+            self._lock = -1
 
     def __enter__(self) -> QuarantineWriter:
         return self
@@ -78,6 +129,76 @@ class QuarantineWriter:
         tb: TracebackType | None,
     ) -> None:  # fmt: skip
         self.close()
+
+
+def stale(record: dict[str, Any], causes: dict[str, str]) -> bool:
+    """Would a start whose producers judge by `causes` try this line's item again? Yes
+    when its stage has a cause today and the line holds another one, or none."""
+    stage = record["stage"]
+    return stage in causes and record.get("cause", "") != causes[stage]
+
+
+def latest(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last record of each input, in file order (the writer keeps one line per
+    input; a file edited by hand may hold more)."""
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in reversed(list(records)):
+        last.setdefault(_key(r["item_id"], r["path"], r["stage"]), r)
+    return list(reversed(last.values()))
+
+
+def clear_stage(path: str | os.PathLike[str], stage: str) -> int:
+    """Remove every line of `stage` from a run's quarantine file, atomically; returns how
+    many. QuarantineBusy while a stager of the run holds the file (it reads the file
+    only at its start, and appends to it: an edit under it would be lost or torn)."""
+    path = Path(path)
+    try:
+        fd = lock(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise QuarantineBusy(
+            f"a stager of this run is running (it holds {path}): stop the run, then clear; "
+            "its next start reads the file again"
+        ) from None
+    try:
+        records = read_quarantine(path)
+        kept = [r for r in records if r["stage"] != stage]
+        if len(kept) < len(records):
+            replace_lines(path, kept)
+        return len(records) - len(kept)
+    finally:
+        os.close(fd)
+
+
+def lock(path: Path, how: int) -> int:
+    """An open descriptor of the file's lock file (beside it, never replaced: the file
+    itself is, by settle and clear), flocked `how`; closing it lets go."""
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, how)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def replace_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    """The file holds exactly these records, whatever happens meanwhile (a crash leaves
+    the old file or the new one, never half of one: write aside, fsync, rename)."""
+    aside = path.with_name(path.name + ".new")
+    with open(aside, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(aside, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _ends_torn(path: Path) -> bool:
@@ -95,7 +216,8 @@ def _key(item_id: str, path: str, stage: str) -> tuple[str, str]:
 
 
 def read_quarantine(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a quarantine file, in order; a torn last line (a crash) is skipped."""
+    """All records of a quarantine file, in order; a torn last line (a crash) is skipped.
+    A record of a ringfeed before causes has no "cause" (see the module docstring)."""
     path = Path(path)
     if not path.exists():
         return []

@@ -150,8 +150,8 @@ class SlotManager:
         return p.GrantEntry(free, slot.generation, slot.item, position)
 
     def mark_bad(self, bad: dict[int, tuple[str, str]]) -> None:
-        """Items known bad before the plan starts (item -> (reason, stage): quarantined
-        earlier in this run): skipped without a grant."""
+        """Items known bad before their first grant (item -> (reason, stage): quarantined
+        earlier in this run, for a cause that still holds): skipped without a grant."""
         self.known_bad.update(bad)
 
     def holding(self, ident: bytes) -> int:
@@ -193,17 +193,19 @@ class SlotManager:
 
     def skip(
         self, ident: bytes, slot: int, generation: int, item: int, reason: str, stage: str,
-        path: str,
+        path: str, cause: str = "",
     ) -> bool:  # fmt: skip
         """The grantee cannot use this input; the slot is free again, and the item known
-        bad for the rest of the run: later epochs skip it without a grant."""
+        bad for the rest of the run: later epochs skip it without a grant. cause: what
+        decided the verdict (its quarantine line keeps it)."""
         if not self.owns(ident, slot, generation, item):
             return False
         self.known_bad[item] = (reason, stage)
         self.held[ident].discard(slot)
         position = self.slots[slot].position
         self._free(slot)
-        self.order.finish(Event("skip", position, item, reason=reason, stage=stage, path=path))
+        event = Event("skip", position, item, reason=reason, stage=stage, path=path, cause=cause)
+        self.order.finish(event)
         return True
 
     def torn(self, events: list[Event], bad: str = "") -> None:

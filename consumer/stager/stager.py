@@ -25,6 +25,7 @@ stop, writes stager.json into the run directory, and unlinks both segments
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -221,7 +222,7 @@ def build(
     samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
     plan = make_plan(cfg, index, directory, stop, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
-    slots = slot_manager(cfg, plan, samples, quarantine.earlier_skips(index), cleanup)
+    slots = slot_manager(cfg, plan, samples, cleanup)
     drop = Drops()
     book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
                         cfg.ring.max_strikes, cfg.ring.max_producers_per_peer)  # fmt: skip
@@ -236,7 +237,8 @@ def build(
     fingerprint = dict(plan.fingerprint)
     desk = ProducerDesk(book, slots, intake,
                         p.Welcome(run_id, samples.name, index.n_items, fingerprint),
-                        net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)))  # fmt: skip
+                        net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)),
+                        functools.partial(settle_earlier, quarantine, index, slots))  # fmt: skip
     consumer = ConsumerSide(plan, write_consumer_secret(directory),
                             p.Welcome(run_id, batches.name, index.n_items, fingerprint),
                             book, delivery, builder, net, drop)  # fmt: skip
@@ -247,20 +249,32 @@ def build(
                   count_gpus_for(cfg), time.monotonic())  # fmt: skip
 
 
-def slot_manager(cfg: Config, plan: Plan, samples: Ring, earlier_skips: dict[int, tuple[str, str]],
+def slot_manager(cfg: Config, plan: Plan, samples: Ring,
                  cleanup: contextlib.ExitStack) -> SlotManager:  # fmt: skip
     """The slot manager, writing into the sample ring's headers until cleanup swaps in a
-    copy (before the ring is unmapped). Items quarantined earlier in this run (a
-    restarted stager, a resumed run) are skipped without a try: the skips are part of
-    where a resumed run stands."""
+    copy (before the ring is unmapped)."""
     slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
                         cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
                         headers=samples.slots)  # fmt: skip
     cleanup.callback(lambda: slots.attach_headers(slots.headers.copy()))
-    slots.mark_bad(earlier_skips)
-    if slots.known_bad:
-        log.info("%d items quarantined earlier in this run are skipped", len(slots.known_bad))
     return slots
+
+
+def settle_earlier(quarantine: QuarantineWriter, index: CorpusIndex, slots: SlotManager,
+                   causes: dict[str, str]) -> None:  # fmt: skip
+    """When the first producer of this start joins (causes: its HELLO's), before any
+    grant: items quarantined earlier in this run (a restarted stager, a resumed run)
+    for a cause that still holds are skipped without a try, as part of where a resumed
+    run stands; those whose cause changed are tried again (consumer/stager/quarantine.py)."""
+    if quarantine.settled:
+        return
+    skips, retried = quarantine.settle(index, causes)
+    slots.mark_bad(skips)
+    if skips:
+        log.info("%d items quarantined earlier in this run are skipped", len(skips))
+    if retried:
+        log.info("%d items quarantined earlier in this run are tried again, their cause "
+                 "changed: %s", retried.total(), dict(retried))  # fmt: skip
 
 
 def started(samples: Ring, slots: SlotManager, k: int) -> bool:

@@ -37,6 +37,9 @@ class Producer:
     # Its grants were taken back (lease expired, or the plan restarted) while it may
     # still hold them queued: it gets nothing until it says HELLO again.
     stalled: bool = False
+    # Stage -> what decides that stage's verdict in this producer (its HELLO's causes):
+    # the cause of each quarantine line its SKIPs make.
+    causes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,7 +59,8 @@ class Slot:
 @dataclass(frozen=True)
 class Event:
     """A finished plan position: kind is 'sample' (slot holds it) or 'skip' (with the
-    reason, the stage that gave up on it and, from a producer, the input's path)."""
+    reason, the stage that gave up on it and, from a producer, the input's path and
+    that stage's cause in the producer, producer/causes.py)."""
 
     kind: str
     position: int
@@ -65,3 +69,4 @@ class Event:
     reason: str = ""
     stage: str = ""
     path: str = ""
+    cause: str = ""

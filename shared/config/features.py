@@ -79,8 +79,9 @@ class FeaturesConfig:
     # and returning one array per features.user_fields entry
     # (docs/sample-fields.md#fields-of-your-own).
     user_function: str = ""
-    # The version of user_function's output in the feature cache: change it when the
-    # function changes.
+    # The version of user_function's output in the feature cache and in the cause of a
+    # quarantine line of stage user: change it when the function changes (a new one
+    # tries the items it had quarantined again).
     user_version: str = ""
     # The fields user_function returns: each {name, dtype: float32 | int32, shape,
     # length: frames | tokens | own | none, pad}.

@@ -36,8 +36,8 @@ MAX_NAME = 128
 # stager as they are and listed in its stats (tests/test_trust.py: the stats' worst case).
 # 16: the pipeline's stages, text work, taken-back grants and the shard cache's four.
 MAX_WORK_KEYS, MAX_WORK_KEY = 16, 32
-# Fingerprints (Hello.config, Welcome.plan, ConsumerHello.plan; shared/run/fingerprint.py):
-# name -> short hash, a few dozen entries.
+# Fingerprints (Hello.config, Welcome.plan, ConsumerHello.plan; shared/run/fingerprint.py)
+# and a producer's stage causes (Hello.causes): name -> short string, a few dozen entries.
 MAX_DIGESTS, MAX_DIGEST_KEY = 64, 64
 
 
@@ -62,6 +62,8 @@ def _cleaned(name: str, value: Any) -> Any:
         return clean(value, name in MULTILINE)
     if name == "work":
         return {clean(key): count for key, count in value.items()}
+    if name == "causes":  # written into quarantine lines and shown by `ringfeed quarantine`
+        return {clean(key): clean(cause) for key, cause in value.items()}
     return value
 
 
@@ -121,6 +123,6 @@ def field_check(name: str, tp: Any) -> Any:
     """The check of one message field, from its name and annotated type."""
     if tp is str:
         return _str_check(MAX_STR.get(name, MAX_NAME))
-    if name in ("config", "plan"):
+    if name in ("config", "plan", "causes"):
         return _is_digests
     return _is_work if name == "work" else _CHECKS[tp]

@@ -48,7 +48,8 @@ from ringfeed.shared.wire.grants import Ready as Ready
 from ringfeed.shared.wire.grants import ReadyEntry as ReadyEntry
 
 # 4: HELLO carries the config fingerprint, WELCOME and CONSUMER_HELLO the plan's; REFUSED.
-VERSION = 4
+# 5: HELLO carries the causes of the producer's stages (its quarantine verdicts).
+VERSION = 5
 # Raw payload frames of a remote READY, one per sample field (the declared schema's, at
 # most MAX_SAMPLE_FIELDS); the stager checks exact sizes anyway. Was 8, which the soak
 # with every optional field (--fields: 10 fields) found refusing every remote READY.
@@ -109,6 +110,9 @@ class Hello:
     place: str
     # "section.key" -> hash of each config key that shapes a sample (shared/run/fingerprint.py).
     config: dict[str, Any]
+    # Stage -> what decides its verdict on an item, "<hash> <label>" (producer/causes.py):
+    # each quarantine line records its stage's, and a start retries the stale ones.
+    causes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
