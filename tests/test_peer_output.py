@@ -279,6 +279,10 @@ def test_synthetic_items_past_ten_thousand_pass_the_content_check() -> None:
             "mel_lens": np.array([frames, 0]),
             "tokens": np.zeros((2, cfg.text.max_text_len), np.int32),
             "mel": np.zeros((2, cfg.features.max_frames, cfg.features.n_mels), np.float32),
+            "valid": np.array([True, False]),
+            "position": np.array([item, -1]),
+            "speaker": np.array([0, cfg.data.max_speakers - 1], np.int32),  # padding's id
+            "language": np.array([0, cfg.data.max_languages - 1], np.int32),
         }
         batch["tokens"][0, :text_len], batch["mel"][0, :frames] = sample.tokens, sample.mel
         assert check_synthetic_rows(batch, 1, cfg) == [item]
