@@ -256,20 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add_data_verbs(lambda name, fn: verb(name, fn, needs_run=False))
-    r = sub.add_parser("run")
-    r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
-    r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
-    r.add_argument(
-        "--consumer", choices=("trainer", "drain", "none"), default="trainer",
-        help="none: only the data side, for your own loop (docs/running.md#the-data-side-alone)",
-    )  # fmt: skip
-    r.add_argument(
-        "--new-plan", action="store_true",
-        help="the trainer's --new-plan: resume after the corpus, seed or buckets changed, "
-        "with a new plan from the checkpoint's next epoch",
-    )  # fmt: skip
-    r.set_defaults(fn=cmd_run)
-    add_worker_options(r)
+    add_run_verb(sub.add_parser("run"))
     verb("stager", cmd_stager).add_argument("--worker", default="", help="serve share K/N")
     pr = verb("producers", cmd_producers)
     pr.add_argument("--workers", type=int, default=0, help="default: producers.workers")
@@ -296,6 +283,23 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--client", required=True, help="name of the producer host to authorize")
     verb("cleanup", cmd_cleanup, needs_run=False).add_argument("--run-id", default="")
     return parser
+
+
+def add_run_verb(r: argparse.ArgumentParser) -> None:
+    """`ringfeed run`: the whole run on this host (scripts/launch.sh run calls it)."""
+    r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
+    r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
+    r.add_argument(
+        "--consumer", choices=("trainer", "drain", "none"), default="trainer",
+        help="none: only the data side, for your own loop (docs/running.md#the-data-side-alone)",
+    )  # fmt: skip
+    r.add_argument(
+        "--new-plan", action="store_true",
+        help="the trainer's --new-plan: resume after the corpus, seed or buckets changed, "
+        "with a new plan from the checkpoint's next epoch",
+    )  # fmt: skip
+    r.set_defaults(fn=cmd_run)
+    add_worker_options(r)
 
 
 def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> None:
