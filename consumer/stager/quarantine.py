@@ -18,6 +18,10 @@ from typing import Any
 
 from ringfeed.shared.corpus.index import CorpusIndex
 
+# The stage of a clip data.outliers skips: out of its speaking-rate band (the stager, at
+# start) or near-silent or clipped (the producer that decoded it).
+OUTLIER_STAGE = "outlier"
+
 
 class QuarantineWriter:
     """Appends ``{"item_id", "path", "reason", "stage", "time"}`` lines, line-buffered.
@@ -44,7 +48,7 @@ class QuarantineWriter:
 
     def write(self, item_id: str, path: str, reason: str, stage: str) -> bool:
         """stage: where it was rejected ("metadata", "text", "audio", "features", "lease",
-        ...); False if this input is already in the file."""
+        "outlier", ...); False if this input is already in the file."""
         key = _key(item_id, path, stage)
         if key in self._seen:
             return False
