@@ -87,15 +87,24 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
-    if format_of(cfg).has_audio:
-        from ringfeed.scripts.corpus_report import corpus_check
+    return _validate_corpus(args, cfg) if format_of(cfg).has_audio else 0
 
-        report = corpus_check(cfg)
-        print("\n".join(report.lines))
-        if report.usable == 0:
-            print(f"config error: none of the {report.n_items} clips is usable (the skip "
-                  "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
-            return 2
+
+def _validate_corpus(args: argparse.Namespace, cfg) -> int:
+    """validate's corpus section (and with --deep, every clip decoded); 2 if no clip is
+    usable."""
+    from ringfeed.scripts.corpus_report import corpus_check
+
+    report = corpus_check(cfg)
+    print("\n".join(report.lines))
+    if getattr(args, "deep", False):
+        from ringfeed.scripts.outlier_report import deep_lines
+
+        print("\n".join(deep_lines(cfg, args.workers)))
+    if report.usable == 0:
+        print(f"config error: none of the {report.n_items} clips is usable (the skip "
+              "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
+        return 2
     return 0
 
 
