@@ -60,9 +60,6 @@ class PipelineCounters:
     cache_errors: int = 0
     # Samples not written to the cache because it stopped writing after repeated failures.
     cache_writes_off: int = 0
-    # Clips whose audio is near-silent or clipped (shared/sample/marks.py), flagged or
-    # skipped by data.outliers (not counted with keep).
-    outliers: int = 0
 
 
 class SamplePipeline:
@@ -149,16 +146,16 @@ class SamplePipeline:
         return sample
 
     def _judge(self, marks: int, path: str) -> int:
-        """The clip's marks as data.outliers takes them: its audio marks counted, or
-        dropped with keep; with skip a marked clip is skipped (stage "outlier")."""
+        """The clip's marks as data.outliers takes them: its audio marks dropped with keep;
+        with skip a marked clip is skipped (stage "outlier"). Not a work counter: a
+        heartbeat holds at most MAX_WORK_KEYS (shared/wire/bounds.py), all taken; the
+        stager counts what it delivers flagged, the quarantine what is skipped."""
         policy = self.cfg.data.outliers
         if policy == "keep":
             return marks & ~m.AUDIO
-        if marks & m.AUDIO:
-            self.counters.outliers += 1
-            if policy == "skip":
-                raise SkipSample(f"audio {m.describe_audio(marks)}: check the recording, or "
-                                 "set data.outliers: flag or keep", path, "outlier")  # fmt: skip
+        if marks & m.AUDIO and policy == "skip":
+            raise SkipSample(f"audio {m.describe_audio(marks)}: check the recording, or "
+                             "set data.outliers: flag or keep", path, "outlier")  # fmt: skip
         return marks
 
     def _features(

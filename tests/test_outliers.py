@@ -126,7 +126,6 @@ def test_each_policy_takes_a_marked_clip_from_a_decode_and_from_the_cache(tmp_pa
                 continue
             sample = pipe(entry)
             assert sample.marks == (want if policy == "flag" else 0), (run, item_id)
-        assert pipe.counters.outliers == (0 if policy == "keep" else 2), run
         assert pipe.counters.decoded == (3 if run == "decoded" else 0), run
         pipe.close()
 
@@ -159,3 +158,30 @@ def test_validate_prints_the_band_and_the_clips_outside_it_and_deep_decodes(tmp_
     assert "near-silent" in found and "(e.g. quiet)" in found, found
     assert "clipped" in found and "(e.g. clipped)" in found, found
     assert "truncated audio file" in found and "(e.g. cut-header)" in found, found
+
+
+def test_the_report_lists_a_clip_once_per_run_and_a_resume_with_flag_delivers_skips(
+    tmp_path,
+) -> None:
+    from ringfeed.consumer.stager.outliers import OutlierReport, _read, earlier_skips
+
+    index = SimpleNamespace(item_id=lambda k: f"c{k}", path=lambda k: f"/c/{k}.wav")
+    flag = replace(Config(), data={"outliers": "flag"})
+    for _ in range(2):  # a stager restarted into the same run directory
+        report = OutlierReport(flag, tmp_path, index)
+        report.delivered(3, m.NEAR_SILENT | m.CLIPPED | m.TRUNCATED)
+        report.delivered(4, m.TRUNCATED)  # no audio marks: nothing to list
+        report.close()
+    assert [(r["item_id"], r["kind"]) for r in _read(tmp_path / "outliers.jsonl")] == [
+        ("c3", "near-silent+clipped")]  # fmt: skip
+    skips = {1: ("speaking rate ...", "outlier"), 2: ("unreadable", "audio")}
+    assert earlier_skips(flag, skips) == {2: ("unreadable", "audio")}
+    assert earlier_skips(replace(Config(), data={"outliers": "skip"}), skips) == skips
+
+
+def test_a_corpus_on_object_storage_gets_no_band_until_its_lengths_are_measured() -> None:
+    from ringfeed.consumer.stager.outliers import out_of_band_clips
+
+    cfg = replace(Config(), data={"path": "s3://bucket/shards", "format": "shards"})
+    index = SimpleNamespace(has_audio=True, n_items=3, stored_lengths=lambda key: None)
+    assert out_of_band_clips(cfg, index, Path("unused.yaml"), None) == []  # nothing fetched
