@@ -7,8 +7,9 @@ then finds it). :func:`deep_lines` (`validate CONFIG --deep`): every clip decode
 a producer decodes it, in parallel processes with a progress line, for what no
 header shows: a body cut short or undecodable past its header, NaNs, clips too
 short after trimming or too long after decoding, near-silent and clipped audio
-(shared/sample/marks.py). A header read costs ~0.1 ms a clip; a decode ~10-50 ms,
-so the deep check is asked for, not the default, for corpora of many hours.
+(shared/sample/marks.py). A header read cost 0.3 ms a clip and a decode 3-5 ms on the
+shipped clips (none resampled; docs/corpora.md#audio-that-is-not-its-text), so the deep
+check is asked for, not the default, for corpora of many hours.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from typing import Any
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.speaking_rate import BAND_K, MIN_CLIPS, out_of_band, rate_bands
+from ringfeed.shared.corpus.lengths import load_lengths
+from ringfeed.shared.corpus.object_store import is_remote
+from ringfeed.shared.corpus.speaking_rate import (
+    BAND_K,
+    MIN_CLIPS,
+    MIN_SPREAD,
+    out_of_band,
+    rate_bands,
+)
 
 # Clips named as examples of each finding.
 EXAMPLES = 3
@@ -40,12 +49,18 @@ def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int]) -> tuple[list[s
     will skip: 0 unless data.outliers is skip). clean: the items no header rule skips."""
     from ringfeed.producer.lengths import measure_lengths  # the producers' own tokens
 
+    if is_remote(cfg.data.path) and load_lengths(cfg, index)[1].any():  # as the stager does
+        return [
+            "  speaking rate no band: the length table of a corpus on object storage is "
+            "not measured (`ringfeed lengths CONFIG` measures it, fetching every shard)"
+        ], 0
     lengths = measure_lengths(cfg, index)
     bands = rate_bands(cfg, index, lengths)
     found = out_of_band(cfg, index, lengths, bands)
     policy = cfg.data.outliers
-    lines = [f"  speaking rate tokens per second by the audio header; band: median +- "
-             f"{BAND_K:g} x 1.4826 MAD of the log rate (data.outliers: {policy})"]  # fmt: skip
+    spread = f"{BAND_K:g} x max(1.4826 MAD, {MIN_SPREAD:g})"
+    lines = [f"  speaking rate tokens per second by the audio header; band: the log rate's "
+             f"median +- {spread} (data.outliers: {policy})"]  # fmt: skip
     outside = collections.Counter(o.band.language for o in found)
     for language in index.languages:
         band = bands.get(language)

@@ -33,6 +33,8 @@ from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats_record import OutlierStats
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.corpus.lengths import load_lengths
+from ringfeed.shared.corpus.object_store import is_remote
 from ringfeed.shared.corpus.speaking_rate import OutOfBand, out_of_band, rate_bands
 from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.sample import marks as m
@@ -50,6 +52,14 @@ def out_of_band_clips(
     """The clips outside their language's speaking-rate band ([] with data.outliers:
     keep, or a corpus without audio). config_file: the run's, for `ringfeed lengths`."""
     if cfg.data.outliers == "keep" or not index.has_audio:
+        return []
+    if is_remote(cfg.data.path) and load_lengths(cfg, index)[1].any():
+        # Measuring reads every clip's header, so every shard from object storage: the
+        # user asks for that (`ringfeed lengths CONFIG`, or length buckets), not a default.
+        log.warning("data.outliers: no speaking-rate band: the length table of a corpus "
+                    "on object storage is not measured (`ringfeed lengths CONFIG` measures "
+                    "it, fetching every shard); near-silent and clipped clips are still "
+                    "found")  # fmt: skip
         return []
     lengths = length_manifest(cfg, index, config_file, stop.is_set, "data.outliers")
     bands = rate_bands(cfg, index, lengths)
