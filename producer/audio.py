@@ -1,9 +1,11 @@
-"""Audio loading: decode, mix to mono, resample, trim, normalize.
+"""Audio loading: decode, mix to mono, resample, trim, judge, normalize.
 
 Called in producer processes, once per sample on a feature-cache miss. Every
 way a file can be unusable ends in :class:`SkipSample` with a reason that
 names the problem, so it lands in the quarantine report instead of crashing
-the worker.
+the worker. Every decoded clip is judged before it is normalized (near-silent,
+clipped: shared/sample/marks.py); what a marked clip costs is the pipeline's to
+decide (data.outliers, producer/pipeline.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import soxr
 
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
+from ringfeed.shared.sample import marks as m
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +190,19 @@ def resample(wave: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     return soxr.resample(wave, sr_in, sr_out, quality=RESAMPLE_QUALITY).astype(np.float32)
 
 
+def judge_audio(data: np.ndarray, wave: np.ndarray) -> int:
+    """The audio marks (shared/sample/marks.py) of a clip: data float32 [n_samples,
+    n_channels] as decoded (flat tops are judged before resampling rounds them off),
+    wave float32 [n] its mono, resampled and trimmed, not yet normalized."""
+    marks = 0
+    rms = float(np.sqrt(np.mean(np.square(wave, dtype=np.float64)))) if wave.size else 0.0
+    if rms <= 0.0 or 20 * np.log10(rms) < m.NEAR_SILENT_DBFS:
+        marks |= m.NEAR_SILENT
+    if np.count_nonzero(np.abs(data) >= m.FULL_SCALE) > m.CLIPPED_SHARE * data.size:
+        marks |= m.CLIPPED
+    return marks
+
+
 def load_audio(
     path: str, cfg: Config, segment: Segment = None, member: bytes | None = None
 ) -> np.ndarray:
@@ -196,6 +212,13 @@ def load_audio(
 
     Raises SkipSample for unreadable, empty, non-finite, silent or too-short audio.
     """
+    return load_judged(path, cfg, segment, member)[0]
+
+
+def load_judged(
+    path: str, cfg: Config, segment: Segment = None, member: bytes | None = None
+) -> tuple[np.ndarray, int]:
+    """(load_audio's wave, the clip's audio marks: judge_audio before normalization)."""
     a = cfg.audio
     check_duration(path, cfg, segment, member)
     data, sr = decode(path, segment, member)
@@ -215,9 +238,10 @@ def load_audio(
             f"audio too short: {duration_s:.3f} s < audio.min_duration_s={a.min_duration_s}",
             path,
         )
+    marks = judge_audio(data, wave)
     if a.normalize == "peak":
         peak = float(np.max(np.abs(wave)))
         if peak == 0.0:
             raise SkipSample("audio is silent (peak 0)", path)
         wave = wave * np.float32(a.peak_level / peak)
-    return np.ascontiguousarray(wave, dtype=np.float32)
+    return np.ascontiguousarray(wave, dtype=np.float32), marks

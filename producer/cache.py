@@ -52,17 +52,19 @@ from ringfeed.producer.audio import RESAMPLE_QUALITY
 from ringfeed.producer.features import STFT_DTYPE
 from ringfeed.shared.config import Config
 from ringfeed.shared.sample.content import LOG_FLOOR
+from ringfeed.shared.sample.marks import ALL as ALL_MARKS
 
 log = logging.getLogger(__name__)
 
-# Bump when the meaning of a cached array changes without a config change.
-CACHE_FORMAT_VERSION = 1
+# Bump when the meaning of a cached array changes without a config change. 2: a record's
+# flags are the clip's marks (shared/sample/marks.py: truncated, near-silent, clipped);
+# a version-1 record was never judged, so it must not read as "neither".
+CACHE_FORMAT_VERSION = 2
 _IDX_HEADER = struct.Struct("<8sII")  # magic, format version, record size
 _IDX_MAGIC = b"RFCACHE\x00"
 # key, data offset, rows, cols (0 = 1-D), data crc32, flags, then the record's own crc32.
 _RECORD_BODY = struct.Struct("<16sQIIIB3x")
 _RECORD_SIZE = _RECORD_BODY.size + 4
-_FLAG_TRUNCATED = 1
 _ALIGN = 64
 # A new shard every 2 GiB keeps any one mmap and any one lost file bounded.
 MAX_SHARD_BYTES = 2 << 30
@@ -187,7 +189,8 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 class FeatureCache:
-    """Maps an audio file (+ the settings) to its cached float32 array and truncated flag.
+    """Maps an audio file (+ the settings) to its cached float32 array and its marks
+    (shared/sample/marks.py: truncated, near-silent, clipped).
 
     One per producer process (inside SamplePipeline). Arrays returned by
     :meth:`get` are read-only views into an mmap: copy them into the slot, do
@@ -242,8 +245,8 @@ class FeatureCache:
             identity += f"\0{segment[0]!r}\0{segment[1]!r}".encode()
         return hashlib.blake2b(identity, digest_size=16).digest()
 
-    def get(self, key: bytes) -> tuple[np.ndarray, bool] | None:
-        """-> (read-only float32 array, truncated) or None on a miss or a corrupt entry."""
+    def get(self, key: bytes) -> tuple[np.ndarray, int] | None:
+        """-> (read-only float32 array, its marks) or None on a miss or a corrupt entry."""
         entry = self._index.get(key)
         if entry is None and time.monotonic() - self._last_scan_s >= self.rescan_interval_s:
             self.rescan()
@@ -261,10 +264,11 @@ class FeatureCache:
             self.stats.misses += 1
             return None
         self.stats.hits += 1
-        return array, bool(entry.flags & _FLAG_TRUNCATED)
+        return array, entry.flags & ALL_MARKS
 
-    def put(self, key: bytes, array: np.ndarray, truncated: bool) -> bool:
-        """Append a float32 [n] or [n, m] array to this process's shard; False (and no
+    def put(self, key: bytes, array: np.ndarray, marks: int) -> bool:
+        """Append a float32 [n] or [n, m] array and its marks (shared/sample/marks.py; a
+        bool says truncated) to this process's shard; False (and no
         file touched) once this process has stopped writing (:meth:`writing`). OSError
         from a failed write, after which the next put opens a fresh shard."""
         if not self.writing:
@@ -273,7 +277,7 @@ class FeatureCache:
         array = np.ascontiguousarray(array, dtype=np.float32)
         try:
             writer = self._open_writer()
-            self._index[key] = writer.append(key, array, _FLAG_TRUNCATED if truncated else 0)
+            self._index[key] = writer.append(key, array, int(marks) & ALL_MARKS)
         except OSError as exc:
             self._write_failed(exc)
             raise

@@ -8,7 +8,10 @@ Called in producer processes by the worker loop::
 
 Text goes first because it is cheap and may reject the sample before any
 audio is decoded. On a feature-cache hit no audio is decoded and no mel is
-computed; ``counters`` says how often each stage really ran.
+computed; ``counters`` says how often each stage really ran. A clip whose audio the
+decode marked near-silent or clipped (producer/audio.py judge_audio; the marks are
+cached with its features, so a hit knows them too) is skipped with stage "outlier"
+under data.outliers: skip, and delivered with its marks in its READY under flag.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.audio import Segment, load_audio
+from ringfeed.producer.audio import Segment, load_judged
 from ringfeed.producer.cache import FeatureCache
 from ringfeed.producer.durations import read_durations
 from ringfeed.producer.extra_fields import ExtraFields
@@ -37,6 +40,7 @@ from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.members import MemberReader
+from ringfeed.shared.sample import marks as m
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +136,12 @@ class SamplePipeline:
         tokens, text_truncated = self.text.encode(entry.text, entry.audio_path, entry.language)
         fields: dict[str, np.ndarray] = {}
         if self.extras.active:
-            array, audio_truncated, fields = self._with_extras(entry, len(tokens))
+            array, marks, fields = self._with_extras(entry, len(tokens))
         else:
-            array, audio_truncated = self._features(entry.audio_path, entry.segment, entry.member)
-        sample = Sample(entry.item_id, tokens, truncated=text_truncated or audio_truncated)
+            array, marks = self._features(entry.audio_path, entry.segment, entry.member)
+        marks = self._judge(marks, entry.audio_path)
+        truncated = text_truncated or bool(marks & m.TRUNCATED)
+        sample = Sample(entry.item_id, tokens, truncated=truncated, marks=marks & m.AUDIO)
         sample.fields = fields
         if self.cfg.features.durations_dir:
             self.stage = "durations"
@@ -149,10 +155,24 @@ class SamplePipeline:
             sample.wave = array
         return sample
 
+    def _judge(self, marks: int, path: str) -> int:
+        """The clip's marks as data.outliers takes them: its audio marks dropped with keep;
+        with skip a marked clip is skipped (stage "outlier"). Not a work counter: a
+        heartbeat holds at most MAX_WORK_KEYS (shared/wire/bounds.py), all taken; the
+        stager counts what it delivers flagged, the quarantine what is skipped."""
+        policy = self.cfg.data.outliers
+        if policy == "keep":
+            return marks & ~m.AUDIO
+        if marks & m.AUDIO and policy == "skip":
+            raise SkipSample(f"audio {m.describe_audio(marks)}: check the recording, or "
+                             "set data.outliers: flag or keep", path, "outlier")  # fmt: skip
+        return marks
+
     def _features(
         self, path: str, segment: Segment = None, member: tuple[int, int] | None = None
-    ) -> tuple[np.ndarray, bool]:
-        """-> (mel [n_frames, n_mels] or wave [n_samples], truncated), from cache if possible;
+    ) -> tuple[np.ndarray, int]:
+        """-> (mel [n_frames, n_mels] or wave [n_samples], its marks: shared/sample/marks.py),
+        from cache if possible;
         segment: (offset_s, duration_s) of a clip that is part of its file; member: (byte
         offset, size) of its audio when path is a tar shard."""
         key, hit = self._cache_get(path, segment, member)
@@ -160,10 +180,11 @@ class SamplePipeline:
             return hit
         self.stage = "audio"
         data = self._member_bytes(path, member) if member is not None else None
-        wave = load_audio(path, self.cfg, segment, data)
+        wave, marks = load_judged(path, self.cfg, segment, data)
         self.counters.decoded += 1
         self.stage = "features"
         wave, truncated = fit_length(wave, self.cfg, path)
+        marks |= m.TRUNCATED if truncated else 0
         if self.cfg.features.device == "producer":
             array = log_mel(wave, self.cfg)
             self.counters.mels += 1
@@ -172,11 +193,11 @@ class SamplePipeline:
         if key is not None:
             self.stage = "cache"
             try:
-                if not self.cache.put(key, array, truncated):
+                if not self.cache.put(key, array, marks):
                     self.counters.cache_writes_off += 1
             except OSError as exc:  # a full or read-only disk costs the cache, not the sample
                 self._cache_error("cannot write", exc)
-        return array, truncated
+        return array, marks
 
     def _reference(self, item: int, epoch: int) -> np.ndarray:
         """The log-mel of another clip of item's speaker, cut to reference_frames: the
@@ -220,8 +241,8 @@ class SamplePipeline:
 
     def _with_extras(
         self, entry: Entry, n_tokens: int
-    ) -> tuple[np.ndarray, bool, dict[str, np.ndarray]]:
-        """(mel or wave, truncated, optional fields) from the cache when every part is
+    ) -> tuple[np.ndarray, int, dict[str, np.ndarray]]:
+        """(mel or wave, its marks, optional fields) from the cache when every part is
         there, else all computed from one decode (and the missing parts cached)."""
         key, hit = self._cache_get(entry.audio_path, entry.segment, entry.member)
         if hit is not None:
@@ -230,10 +251,11 @@ class SamplePipeline:
                 return hit[0], hit[1], fields
         self.stage = "audio"
         data = self._member_bytes(entry.audio_path, entry.member) if entry.member else None
-        wave = load_audio(entry.audio_path, self.cfg, entry.segment, data)
+        wave, marks = load_judged(entry.audio_path, self.cfg, entry.segment, data)
         self.counters.decoded += 1
         self.stage = "features"
         wave, truncated = fit_length(wave, self.cfg, entry.audio_path)
+        marks |= m.TRUNCATED if truncated else 0
         fields: dict[str, np.ndarray] = {}
         mel = None
         frames = 1 + len(wave) // self.cfg.features.hop_length
@@ -254,12 +276,12 @@ class SamplePipeline:
         if key is not None:
             self.stage = "cache"
             try:
-                if hit is None and not self.cache.put(key, array, truncated):
+                if hit is None and not self.cache.put(key, array, marks):
                     self.counters.cache_writes_off += 1
                 self.extras.to_cache(self.cache.put, key, entry, fields, truncated)
             except OSError as exc:  # a full or read-only disk costs the cache, not the sample
                 self._cache_error("cannot write", exc)
-        return array, truncated, fields
+        return array, marks, fields
 
     def _member_bytes(self, path: str, member: tuple[int, int]) -> bytes:
         """A shard member's bytes (shared/corpus/shards.py: one ranged read; a remote shard through
@@ -279,8 +301,8 @@ class SamplePipeline:
 
     def _cache_get(
         self, path: str, segment: Segment = None, member: tuple[int, int] | None = None
-    ) -> tuple[bytes | None, tuple[np.ndarray, bool] | None]:
-        """(cache key, hit or None); a cache that cannot be read is a miss."""
+    ) -> tuple[bytes | None, tuple[np.ndarray, int] | None]:
+        """(cache key, hit (array, marks) or None); a cache that cannot be read is a miss."""
         if self.cache is None:
             return None, None
         self.stage = "cache"

@@ -18,7 +18,8 @@ class Sample:
     tokens: int32 [text_len]; mel: float32 [n_frames, n_mels] (features.device:
     producer) or None; wave: float32 [n_samples] at audio.sample_rate
     (features.device: stager) or None. truncated is set when
-    features.on_too_long: truncate cut the clip. fields: the optional fields of the
+    features.on_too_long: truncate cut the clip. marks: the clip's audio marks
+    (shared/sample/marks.py AUDIO bits: near-silent, clipped). fields: the optional fields of the
     declared schema (shared/sample/schema.py) by name: pitch, voiced, energy and the
     user's, unpadded (axis 0 the true length).
     """
@@ -28,6 +29,7 @@ class Sample:
     mel: np.ndarray | None = None
     wave: np.ndarray | None = None
     truncated: bool = False
+    marks: int = 0
     extra: dict[str, float] = field(default_factory=dict)
     fields: dict[str, np.ndarray] = field(default_factory=dict)
 

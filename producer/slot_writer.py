@@ -24,6 +24,7 @@ import numpy as np
 
 from ringfeed.producer.sample import Sample
 from ringfeed.shared.memory.ring import FieldSpec, Ring, rows_checksum
+from ringfeed.shared.sample.marks import TRUNCATED
 from ringfeed.shared.wire import protocol as p
 
 # The slot header's fields a local producer reads or writes (shared/memory/ring.py SLOT_DTYPE).
@@ -74,8 +75,8 @@ def sample_arrays(sample: Sample, fields: FieldSpec) -> list[np.ndarray]:
 def ready_entry(
     grant: p.GrantEntry, lengths: list[int], checksum: int, sample: Sample
 ) -> p.ReadyEntry:
-    truncated = sample.truncated
-    return p.ReadyEntry(grant.slot, grant.generation, grant.item, lengths, checksum, truncated)
+    marks = sample.marks | (TRUNCATED if sample.truncated else 0)
+    return p.ReadyEntry(grant.slot, grant.generation, grant.item, lengths, checksum, marks)
 
 
 class LocalSlotWriter:

@@ -1,6 +1,6 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
 
-ringfeed validate CONFIG                 check a config, print derived sizes and the corpus
+ringfeed validate CONFIG [--deep]        check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
     [--worker K/N --cluster H:P,...]     ... as worker K of N training workers (run id R-wK)
 ringfeed stager CONFIG --run-id R        the data process
@@ -9,7 +9,7 @@ ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed index CONFIG                    build the corpus index (the stager does if missing)
-ringfeed lengths CONFIG                  measure every item's length (for length buckets)
+ringfeed lengths CONFIG                  measure every item's length (buckets, rate bands)
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
 ringfeed config [--write]                every config key: type, default, meaning
@@ -310,6 +310,13 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
         "--role", choices=("head", "producer"), default="head",
         help="producer: check a host that only runs `ringfeed producers --connect`",
     )  # fmt: skip
+    validate.add_argument(
+        "--deep",
+        action="store_true",
+        help="decode every clip (in parallel) for what headers cannot show",
+    )
+    validate.add_argument("--workers", type=int, default=0,
+                          help="--deep's processes (default: one per core)")  # fmt: skip
     verb("index", cmd_index).add_argument("config")
     verb("lengths", cmd_lengths).add_argument("config")
     vocab = verb("vocab", cmd_vocab)

@@ -72,12 +72,12 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
-    return _print_corpus(cfg) if format_of(cfg).has_audio else 0
+    return _validate_corpus(args, cfg) if format_of(cfg).has_audio else 0
 
 
-def _print_corpus(cfg) -> int:
-    """validate's corpus section (and the STFT the producers will run); 2 when no clip is
-    usable."""
+def _validate_corpus(args: argparse.Namespace, cfg) -> int:
+    """validate's corpus section (the STFT the producers will run; with --deep, every clip
+    decoded); 2 if no clip is usable."""
     from ringfeed.producer.fft import fastest
     from ringfeed.scripts.corpus_report import corpus_check
 
@@ -85,6 +85,10 @@ def _print_corpus(cfg) -> int:
         print(f"  STFT          float64, FFT by {fastest(cfg.features.n_fft)[0]} here")
     report = corpus_check(cfg)
     print("\n".join(report.lines))
+    if getattr(args, "deep", False):
+        from ringfeed.scripts.outlier_report import deep_lines
+
+        print("\n".join(deep_lines(cfg, args.workers)))
     if report.usable == 0:
         print(f"config error: none of the {report.n_items} clips is usable (the skip "
               "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip

@@ -24,8 +24,10 @@ import soundfile as sf
 
 from ringfeed.consumer.stager.plan.balance import balance_lines
 from ringfeed.producer.audio import wav_shortfall
+from ringfeed.scripts.outlier_report import rate_lines
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.members import MemberReader
 from ringfeed.shared.corpus.object_store import is_remote
 from ringfeed.shared.corpus.open import open_corpus
@@ -158,51 +160,76 @@ def corpus_report(cfg: Config) -> list[str]:
     return corpus_check(cfg).lines
 
 
-def corpus_check(cfg: Config) -> CorpusReport:
-    """validate's corpus section: the id tables as the stager would build them on a fresh
-    run, clips and hours per language, and the clips each skip rule will cost."""
-    index = open_corpus(cfg)
-    tables = corpus_tables(cfg, index)
-    clips: collections.Counter[str] = collections.Counter()
-    seconds: collections.Counter[str] = collections.Counter()
-    per_speaker: collections.Counter[str] = collections.Counter()
-    skips: collections.Counter[str] = collections.Counter()
-    multichannel = 0
+@dataclass
+class HeaderTally:
+    """What every clip's header says, counted: clips and seconds per language, clips per
+    speaker, clips per skip rule ("" none), clips of more than one channel, and the
+    items no header rule skips."""
+
+    clips: collections.Counter[str]
+    seconds: collections.Counter[str]
+    per_speaker: collections.Counter[str]
+    skips: collections.Counter[str]
+    multichannel: int
+    clean: set[int]
+
+
+def read_headers(cfg: Config, index: CorpusIndex) -> HeaderTally:
+    """Every clip's header once (audio_verdict), with progress on stderr past
+    PROGRESS_EVERY_S."""
+    c = collections.Counter
+    tally = HeaderTally(c(), c(), c(), c(), 0, set())
     started = shown = time.monotonic()
     members = MemberReader(cfg)
     for i, entry in enumerate(index.entries):
         rule, clip_s, channels = audio_verdict(entry, cfg, members)
-        skips[rule] += 1
-        multichannel += channels > 1
-        clips[entry.language] += 1
-        seconds[entry.language] += clip_s
-        per_speaker[entry.speaker] += 1
+        tally.skips[rule] += 1
+        if rule in ("", "remote"):
+            tally.clean.add(i)
+        tally.multichannel += channels > 1
+        tally.clips[entry.language] += 1
+        tally.seconds[entry.language] += clip_s
+        tally.per_speaker[entry.speaker] += 1
         if time.monotonic() - shown > PROGRESS_EVERY_S:
             shown = time.monotonic()
             rate = (i + 1) / (shown - started)
             print(f"validate: read {i + 1} of {index.n_items} audio headers "
                   f"({rate:.0f}/s)", file=sys.stderr)  # fmt: skip
+    return tally
+
+
+def corpus_check(cfg: Config) -> CorpusReport:
+    """validate's corpus section: the id tables as the stager would build them on a fresh
+    run, clips and hours per language, the clips each skip rule will cost, and each
+    language's speaking-rate band with the clips outside it."""
+    index = open_corpus(cfg)
+    tables = corpus_tables(cfg, index)
+    tally = read_headers(cfg, index)
     lines = [f"  corpus        {index.n_items} clips, {len(index.bad_lines)} bad entries"]
     same = "`ringfeed validate CONFIG --role producer` on a producer host must print the same"
     lines.append(f"  corpus digest {corpus_digest(cfg, index)} ({same})")
-    names = [f"{n or '(unnamed)'} ({per_speaker[n]})" for n in tables.speakers]
+    names = [f"{n or '(unnamed)'} ({tally.per_speaker[n]})" for n in tables.speakers]
     more = len(names) - MAX_SPEAKERS_SHOWN
     shown = ", ".join(names[:MAX_SPEAKERS_SHOWN]) + (f" and {more} more" if more > 0 else "")
     lines.append(f"  speakers      {len(tables.speakers)} (id order): {shown}")
     codes = ", ".join(tables.languages)
     lines.append(f"  languages     {len(tables.languages)} (id order): {codes}")
     for language in tables.languages:
-        hours = seconds[language] / 3600
-        lines.append(f"    {language:10s} {clips[language]:8d} clips {hours:9.3f} h")
-    usable = skips.pop("", 0) + skips.get("remote", 0)  # unchecked: counted usable
-    lines.append(f"  usable        {usable} of {index.n_items} clips by their audio headers")
+        hours = tally.seconds[language] / 3600
+        lines.append(f"    {language:10s} {tally.clips[language]:8d} clips {hours:9.3f} h")
+    skips = tally.skips
+    rate, outside = rate_lines(cfg, index, tally.clean)
+    usable = skips.pop("", 0) + skips.get("remote", 0) - outside  # unchecked: counted usable
+    lines.append(f"  usable        {usable} of {index.n_items} clips by their audio headers "
+                 "and speaking rates")  # fmt: skip
     rules = audio_rules(cfg)
     for rule, n in skips.most_common():
         verb = "note" if rule == "remote" else "skip"
         lines.append(f"    {verb} {n:8d} {rules[rule].name}: {rules[rule].fix}")
-    if multichannel:
-        lines.append(f"    {multichannel} clips have more than one channel (mixed down to mono)")
-    lines += balance_lines(cfg, index, tables)
+    if tally.multichannel:
+        lines.append(f"    {tally.multichannel} clips have more than one channel (mixed down to "
+                     "mono)")  # fmt: skip
+    lines += rate + balance_lines(cfg, index, tables)
     alphabet = cfg.text.alphabet
     lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
                  f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip

@@ -44,7 +44,7 @@ def boom(*args: object, **kwargs: object) -> None:
 # stage -> (owner of the function that stage calls, its name)
 STAGE_FUNCTIONS = {
     "text": (TextEncoder, "encode"),
-    "audio": (pipeline, "load_audio"),
+    "audio": (pipeline, "load_judged"),
     "features": (pipeline, "log_mel"),
     "cache": (FeatureCache, "put"),  # the last stage: every other one ran first
 }

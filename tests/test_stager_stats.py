@@ -49,7 +49,7 @@ STAGER_JSON_KEYS = [
     "batch_slots_ready", "batches", "padding_efficiency", "buckets", "counters",
     "dropped", "bad_metadata_lines", "producers", "producers_unlisted", "crashes",
     "trainer", "consumer_connected", "refused_producers", "gpus", "features_device",
-    "lease_s",
+    "lease_s", "outliers",
 ]  # fmt: skip
 
 

@@ -19,6 +19,8 @@ item is skipped for its content only when two peers sent bad rows for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.plan.plan import Plan
@@ -28,6 +30,7 @@ from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Event, Producer, Slot
 from ringfeed.shared.memory.ring import Ring, rows_checksum
 from ringfeed.shared.sample.content import content_error
+from ringfeed.shared.sample.marks import AUDIO
 from ringfeed.shared.wire import protocol as p
 
 # Items remembered with the peer that first sent bad rows for them.
@@ -47,13 +50,16 @@ class Intake:
         hop_length: int,
         vocab_size: int,
         drop: Drops,
+        marked: Callable[[int, int], None] | None = None,
     ) -> None:
         """plan: which bucket's batch each position goes into (when it cuts batches);
         hop_length turns a bucket's frames into samples when slots hold waveforms;
-        vocab_size bounds the token ids a sample may hold."""
+        vocab_size bounds the token ids a sample may hold; marked(item, marks): told of
+        each sample taken into a batch whose READY carried audio marks (near-silent,
+        clipped: consumer/stager/outliers.py lists it)."""
         self.samples, self.slots, self.book, self.builder = samples, slots, book, builder
         self.plan, self.hop_length, self.drop = plan, hop_length, drop
-        self.vocab = vocab_size
+        self.vocab, self.marked = vocab_size, marked
         self.limits = row_limits(samples.fields)
         # Optional fields' lengths must agree with the mel's or the text's (one check a
         # READY, only when the schema declares any).
@@ -171,6 +177,8 @@ class Intake:
             self.builder.drop_last()
             return self.bad_rows(event, slot, why)
         self.slots.release(event.slot)
+        if entry.marks & AUDIO and self.marked is not None:
+            self.marked(event.item, entry.marks)
         return None
 
     def bad_rows(self, event: Event, slot: Slot, why: str) -> str:

@@ -37,6 +37,10 @@ from typing import Any
 
 from ringfeed.shared.corpus.index import CorpusIndex
 
+# The stage of a clip data.outliers skips: out of its speaking-rate band (the stager, at
+# start) or near-silent or clipped (the producer that decoded it).
+OUTLIER_STAGE = "outlier"
+
 
 class QuarantineBusy(RuntimeError):
     """A stager of the run holds its quarantine file: it may not be edited now."""
@@ -73,8 +77,8 @@ class QuarantineWriter:
 
     def write(self, item_id: str, path: str, reason: str, stage: str, cause: str = "") -> bool:
         """stage: where it was rejected ("metadata", "text", "audio", "features", "lease",
-        ...); cause: what decided it there (producer/causes.py), "" if nothing; False if
-        this input is already in the file."""
+        "outlier", ...); cause: what decided it there (producer/causes.py), "" if nothing;
+        False if this input is already in the file."""
         key = _key(item_id, path, stage)
         if key in self._seen:
             return False

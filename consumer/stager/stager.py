@@ -11,6 +11,7 @@ it uses (consumer/stager/):
     ProducerDesk   producer messages in (one handler per kind), GRANTs out
     Intake         READY checks, and the checked copy into a batch (seqlock)
     Delivery       batches built and announced; skips into quarantine.jsonl
+    OutlierReport  data.outliers: out-of-band clips skipped or listed (outliers.jsonl)
     ConsumerSide   the one authenticated consumer and its messages
 
 Each part reports its own stats record; :meth:`Stager.stats` composes them into
@@ -43,6 +44,7 @@ from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
+from ringfeed.consumer.stager.outliers import OutlierReport, earlier_skips, out_of_band_clips
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
@@ -92,6 +94,7 @@ class Stager:
     delivery: Delivery
     producers: ProducerDesk
     consumer: ConsumerSide
+    outliers: OutlierReport
     gpus: int | None  # GPUs the stager's host has (the inspector's advice depends on it)
     t_start: float
 
@@ -149,7 +152,7 @@ class Stager:
         return StagerStats.compose(
             run, self.slots.stats(), self.book.stats(), self.builder.stats(),
             self.delivery.stats(), self.consumer.stats(), self.producers.stats(),
-            self.net.stats(), self.drop.stats(),
+            self.net.stats(), self.drop.stats(), self.outliers.stats(),
         )  # fmt: skip
 
     def finish(self, why: str = "stager stopping") -> None:
@@ -223,30 +226,42 @@ def build(
     plan = make_plan(cfg, index, directory, stop, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
     slots = slot_manager(cfg, plan, samples, cleanup)
+    outliers = outlier_report(cfg, index, directory, stop, slots, cleanup)
     drop = Drops()
     book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
                         cfg.ring.max_strikes, cfg.ring.max_producers_per_peer)  # fmt: skip
     builder = BatchBuilder(cfg, batches, stager_mel_fn(cfg), tables.item_ids(index))
     intake = Intake(samples, slots, book, builder, plan, cfg.features.hop_length,
-                    cfg.vocab_size, drop)  # fmt: skip
+                    cfg.vocab_size, drop, outliers.delivered)  # fmt: skip
     cleanup.callback(intake.forget_views)
     largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
     net = ControlSockets(cfg, ends, lambda why: drop("malformed", why), largest)
     cleanup.callback(net.close)
     delivery = Delivery(plan, slots, builder, intake, quarantine, index, net)
     fingerprint = dict(plan.fingerprint)
+    settle = functools.partial(settle_earlier, cfg, quarantine, index, slots)
     desk = ProducerDesk(book, slots, intake,
                         p.Welcome(run_id, samples.name, index.n_items, fingerprint),
                         net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)),
-                        functools.partial(settle_earlier, quarantine, index, slots))  # fmt: skip
+                        settle)  # fmt: skip
     consumer = ConsumerSide(plan, write_consumer_secret(directory),
                             p.Welcome(run_id, batches.name, index.n_items, fingerprint),
                             book, delivery, builder, net, drop)  # fmt: skip
     log.info("stager ready: %s (%d x %.2f MiB slots), control %s", samples.name,
              cfg.ring.slots, slot_bytes(samples.fields) / 2**20, ends.control)  # fmt: skip
     return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
-                  slots, book, builder, intake, delivery, desk, consumer,
+                  slots, book, builder, intake, delivery, desk, consumer, outliers,
                   count_gpus_for(cfg), time.monotonic())  # fmt: skip
+
+
+def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
+                   slots: SlotManager, cleanup: contextlib.ExitStack) -> OutlierReport:  # fmt: skip
+    """data.outliers at start: the report (closed at cleanup), and the clips outside their
+    speaking-rate band skipped before any grant or listed (consumer/stager/outliers.py)."""
+    report = OutlierReport(cfg, directory, index)
+    cleanup.callback(report.close)
+    report.start(out_of_band_clips(cfg, index, directory / "config.yaml", stop), slots)
+    return report
 
 
 def slot_manager(cfg: Config, plan: Plan, samples: Ring,
@@ -260,8 +275,8 @@ def slot_manager(cfg: Config, plan: Plan, samples: Ring,
     return slots
 
 
-def settle_earlier(quarantine: QuarantineWriter, index: CorpusIndex, slots: SlotManager,
-                   causes: dict[str, str]) -> None:  # fmt: skip
+def settle_earlier(cfg: Config, quarantine: QuarantineWriter, index: CorpusIndex,
+                   slots: SlotManager, causes: dict[str, str]) -> None:  # fmt: skip
     """When the first producer of this start joins (causes: its HELLO's), before any
     grant: items quarantined earlier in this run (a restarted stager, a resumed run)
     for a cause that still holds are skipped without a try, as part of where a resumed
@@ -269,6 +284,7 @@ def settle_earlier(quarantine: QuarantineWriter, index: CorpusIndex, slots: Slot
     if quarantine.settled:
         return
     skips, retried = quarantine.settle(index, causes)
+    skips = earlier_skips(cfg, skips)  # an outlier's only under data.outliers: skip
     slots.mark_bad(skips)
     if skips:
         log.info("%d items quarantined earlier in this run are skipped", len(skips))

@@ -162,6 +162,9 @@ class StagerStats:
     gpus: int | None = None
     features_device: str = ""
     lease_s: float | None = None  # ring.lease_s of the run (None: an older stager)
+    # data.outliers (consumer/stager/outliers.py): clips out of their speaking-rate band
+    # at start, clips listed in outliers.jsonl, delivered near-silent and clipped clips.
+    outliers: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def compose(
@@ -175,6 +178,7 @@ class StagerStats:
         desk: DeskStats,
         control: ControlStats,
         drops: DropStats,
+        outliers: OutlierStats | None = None,
     ) -> StagerStats:
         """The whole record from each part's own (the stager's stats(), once per
         STATS_INTERVAL_S and at exit)."""
@@ -202,6 +206,7 @@ class StagerStats:
             gpus=run.gpus,
             features_device=run.features_device,
             lease_s=run.lease_s,
+            outliers=outliers.counts if outliers is not None else {},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,6 +226,7 @@ class StagerStats:
             "buckets": tuple(tuple(shape) for shape in data.get("buckets") or ()),
             "counters": dict(data.get("counters") or {}),
             "dropped": dict(data.get("dropped") or {}),
+            "outliers": dict(data.get("outliers") or {}),
             "producers": tuple(ProducerStats.from_dict(pr) for pr in producers),
             "producers_unlisted": UnlistedProducers.from_dict(data.get("producers_unlisted") or {}),
             "crashes": tuple(CrashReport.from_dict(c) for c in data.get("crashes") or ()),
@@ -314,3 +320,11 @@ class DropStats:
     """Messages dropped, by reason (consumer/stager/drops.py)."""
 
     dropped: dict[str, int]
+
+
+@dataclass(frozen=True)
+class OutlierStats:
+    """The outlier report's (consumer/stager/outliers.py): out_of_band, listed,
+    near_silent, clipped."""
+
+    counts: dict[str, int]

@@ -51,6 +51,14 @@ class DataConfig:
     # (the default: the model never saw them, and it is often the wrong data.path) or
     # append them with new ids.
     new_ids: Literal["refuse", "append"] = "refuse"
+    # Audio that is not its text (docs/corpora.md#audio-that-is-not-its-text): a clip whose
+    # speaking rate (tokens per second of its header's duration) is outside its language's
+    # band, learnt from the corpus, or whose audio is near-silent or clipped. skip (the
+    # default): quarantined with the rate and the band, never trained on, as a text four
+    # times too long teaches the model wrong alignments and a clip lost costs one clip;
+    # flag: delivered, and listed once in the run's outliers.jsonl (review, then choose);
+    # keep: not judged (speech whose text is not a transcript).
+    outliers: Literal["keep", "flag", "skip"] = "skip"
     # Shards on object storage (shared/corpus/object_store.py; credentials come from each store's
     # usual environment, AWS_* or GOOGLE_*, never from here): each shard read is copied
     # once into the shard cache, the least recently used evicted past this size (MB).

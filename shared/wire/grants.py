@@ -23,14 +23,15 @@ class GrantEntry(NamedTuple):
 
 class ReadyEntry(NamedTuple):
     """One filled slot: `lengths` holds the true rows of each ring field in ring order,
-    `checksum` the rows_checksum (shared/memory/ring.py) of those rows as written."""
+    `checksum` the rows_checksum (shared/memory/ring.py) of those rows as written, `marks`
+    the sample's bits of shared/sample/marks.py (truncated, near-silent, clipped)."""
 
     slot: int
     generation: int
     item: int
     lengths: list[int]
     checksum: int
-    truncated: bool
+    marks: int
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class Grant:
 @dataclass(frozen=True)
 class Ready:
     """One or more filled slots (:class:`ReadyEntry`), as parallel lists on the wire:
-    lengths holds n_fields true sizes per entry, flattened; truncated is 0/1 per entry.
+    lengths holds n_fields true sizes per entry, flattened; marks one int per entry (was
+    0/1 for truncated, its bit 1, before the audio marks: the layout is the same).
     Build with :meth:`of`, read with :meth:`entries`. A remote producer sends one entry
     and its rows as raw payload frames, one per field."""
 
@@ -68,7 +70,7 @@ class Ready:
     items: list[int]
     lengths: list[int]
     checksums: list[int]
-    truncated: list[int]
+    marks: list[int]
 
     @classmethod
     def of(cls, entries: list[ReadyEntry]) -> Ready:
@@ -78,7 +80,7 @@ class Ready:
             [e.item for e in entries],
             [n for e in entries for n in e.lengths],
             [e.checksum for e in entries],
-            [int(e.truncated) for e in entries],
+            [int(e.marks) for e in entries],
         )
 
     def entries(self, n_fields: int) -> list[ReadyEntry] | str:
@@ -86,7 +88,7 @@ class Ready:
         n_fields depends on the run, so decode cannot check it)."""
         n = len(self.slots)
         if not (len(self.generations) == len(self.items) == len(self.checksums) == n) or (
-            len(self.truncated) != n or len(self.lengths) != n * n_fields
+            len(self.marks) != n or len(self.lengths) != n * n_fields
         ):
             return f"READY with inconsistent list sizes ({n} slots)"
         return [
@@ -96,7 +98,7 @@ class Ready:
                 self.items[i],
                 self.lengths[i * n_fields : (i + 1) * n_fields],
                 self.checksums[i],
-                bool(self.truncated[i]),
+                self.marks[i],
             )
             for i in range(n)
         ]

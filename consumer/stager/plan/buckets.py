@@ -174,11 +174,16 @@ class BucketBatches:
 
 
 def length_manifest(
-    cfg: Config, index: CorpusIndex, config_file: Path, stop: Callable[[], bool]
+    cfg: Config,
+    index: CorpusIndex,
+    config_file: Path,
+    stop: Callable[[], bool],
+    needed_by: str = "stager.buckets",
 ) -> Lengths:
     """The current manifest; if it is missing or stale, `ringfeed lengths` (producer
     code, so a subprocess: the stager never imports it) measures what is missing,
-    with its progress on our stderr. Raises ConfigError if that fails."""
+    with its progress on our stderr. Raises ConfigError (naming needed_by, the key that
+    asked for it: buckets, or data.outliers' band) if that fails."""
     manifest, stale = load_lengths(cfg, index)
     if not stale.any():
         return manifest
@@ -195,7 +200,7 @@ def length_manifest(
     manifest, stale = load_lengths(cfg, index)
     if proc.returncode != 0 or stale.any():
         raise ConfigError(
-            f"stager.buckets: `{' '.join(cmd[2:])}` failed (exit {proc.returncode}); "
+            f"{needed_by}: `{' '.join(cmd[2:])}` failed (exit {proc.returncode}); "
             "run it by hand to see why"
         )
     return manifest
