@@ -1,5 +1,5 @@
 """Fixtures shared by the test modules (helpers that are plain functions live in
-tests/runs.py, peers.py, checks.py, processes.py and polling.py)."""
+tests/support/, one module per concern)."""
 
 from __future__ import annotations
 

@@ -33,10 +33,12 @@ from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.fingerprint import PLAN_PARTS, plan_changes
 from ringfeed.shared.run.id_tables import corpus_tables
 from ringfeed.shared.run.process import StopFlag
-from tests.corpus_files import WAVS, write_manifest
-from tests.lopsided import lopsided_corpus
-from tests.plan_walk import batches
-from tests.runs import SYNTHETIC, Run, batch_records, rid, shm_segments, workers, write_config
+from tests.support.configs import SYNTHETIC, write_config
+from tests.support.corpora import write_manifest
+from tests.support.lopsided import lopsided_corpus
+from tests.support.paths import WAVS
+from tests.support.plan_walk import batches
+from tests.support.runs import Run, batch_records, rid, shm_segments, workers
 
 N_ITEMS = 6000
 SEED = 11

@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.corpus_files import REPO
+from tests.support.paths import REPO
 
 SMOKE_TIMEOUT_S = 180.0
 

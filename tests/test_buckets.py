@@ -24,8 +24,9 @@ from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import config_from_dict, load_config
 from ringfeed.shared.corpus.lengths import Lengths, lengths_key, load_lengths
 from ringfeed.shared.corpus.open import open_corpus
-from tests.corpus_files import REPO
-from tests.runs import Run, finish, rid, small
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.runs import Run, finish, rid
 
 SHIPPED = REPO / "data" / "ljspeech-mini"
 

@@ -16,7 +16,7 @@ from ringfeed.producer.cache import MAX_WRITE_FAILURES, FeatureCache, settings_h
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
-from tests.processes import run_on_small_tmpfs
+from tests.support.processes import run_on_small_tmpfs
 
 REPO = Path(__file__).resolve().parents[1]
 N_CLIPS = 4
@@ -133,7 +133,7 @@ import numpy as np
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
-from tests.processes import run_on_small_tmpfs
+from tests.support.processes import run_on_small_tmpfs
 cache_dir, data, fsize = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if fsize:
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.corpus_files import REPO
-from tests.processes import CLI
+from tests.support.paths import REPO
+from tests.support.processes import CLI
 
 
 def ringfeed(*args: str) -> subprocess.CompletedProcess:
@@ -195,7 +195,7 @@ def test_validate_checks_a_producer_hosts_config_by_its_role(tmp_path: Path) -> 
 def test_validate_reads_the_headers_of_clips_inside_tar_shards(tmp_path: Path) -> None:
     """It used to call sf.info on the whole .tar and refuse every shard corpus. Each
     member's header is read from its own bytes; a corrupt member is counted alone."""
-    from tests.corpus_files import make_shards
+    from tests.support.corpora import make_shards
 
     ids = make_shards(tmp_path / "shards", n_shards=2, corrupt="LJ001-0003")
     cfg = tmp_path / "c.yaml"

@@ -20,7 +20,9 @@ from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE, read_tables, settle_tables
-from tests.corpus_files import WAVS, jsonl_cfg, make_libritts, write_manifest
+from tests.support.configs import jsonl_cfg
+from tests.support.corpora import make_libritts, write_manifest
+from tests.support.paths import WAVS
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,9 @@ from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
 from ringfeed.shared.language.text_cache import TextCache, text_key
 from ringfeed.shared.run.id_tables import IdTables, settle_tables
-from tests.corpus_files import WAVS, jsonl_cfg, make_libritts
+from tests.support.configs import jsonl_cfg
+from tests.support.corpora import make_libritts
+from tests.support.paths import WAVS
 
 GOOD = '{"audio": "a.wav", "text": "fine", "id": "good"}'
 

@@ -18,9 +18,9 @@ from ringfeed.shared.corpus.index import BuiltIndex, index_path
 from ringfeed.shared.corpus.open import build_in_memory, open_corpus, read_corpus
 from ringfeed.shared.run.fingerprint import plan_fingerprint
 from ringfeed.shared.run.id_tables import corpus_tables
-from tests.broken_dataset import make_broken_dataset
-from tests.corpus_files import jsonl_cfg, make_libritts, write_manifest
-from tests.runs import write_config
+from tests.support.broken_dataset import make_broken_dataset
+from tests.support.configs import jsonl_cfg, write_config
+from tests.support.corpora import make_libritts, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "data" / "ljspeech-mini"

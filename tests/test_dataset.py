@@ -11,7 +11,7 @@ from ringfeed.consumer.stager.quarantine import QuarantineWriter, read_quarantin
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
-from tests.broken_dataset import make_broken_dataset
+from tests.support.broken_dataset import make_broken_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 

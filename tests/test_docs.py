@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.corpus_files import REPO
+from tests.support.paths import REPO
 
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
@@ -161,7 +161,7 @@ def check_user_fields(folder: Path, validated: str) -> None:
     from ringfeed.producer.pipeline import SamplePipeline
     from ringfeed.shared.config import load_config, replace
     from ringfeed.shared.corpus.open import read_corpus
-    from tests.broken_dataset import GOOD_SOURCES
+    from tests.support.broken_dataset import GOOD_SOURCES
 
     assert re.search(r"style +float32 +\[4, 16\] +own length", validated), validated
     sys.path.insert(0, str(folder))  # where a producer finds my_fields

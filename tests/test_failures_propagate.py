@@ -20,11 +20,12 @@ from ringfeed.consumer.trainer.feeder import Feeder
 from ringfeed.shared.config import load_config
 from ringfeed.shared.memory.segments import socket_files
 from ringfeed.shared.run.process import StopFlag
-from tests.corpus_files import REPO
-from tests.fault_sources import inject_faults
-from tests.polling import wait_for
-from tests.processes import CLI
-from tests.runs import SYNTHETIC, Run, rid, shm_segments, small, write_config
+from tests.support.configs import SYNTHETIC, small, write_config
+from tests.support.fault_sources import inject_faults
+from tests.support.paths import REPO
+from tests.support.polling import wait_for
+from tests.support.processes import CLI
+from tests.support.runs import Run, rid, shm_segments
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +87,10 @@ def ringfeed_run(config: Path, run_id: str, log: Path) -> subprocess.Popen:
 
 
 def test_a_train_step_that_raises_ends_the_run_with_a_reason(tmp_path: Path) -> None:
-    raw = {**SYNTHETIC, "model": {**SYNTHETIC["model"], "factory": "tests.faulty_model:build"}}
+    raw = {
+        **SYNTHETIC,
+        "model": {**SYNTHETIC["model"], "factory": "tests.support.faulty_model:build"},
+    }
     config = write_config(tmp_path, {**raw, "stager": {"batch_size": 4, "epochs": 0}})
     run_id, log = f"fail-{uuid.uuid4().hex[:6]}", tmp_path / "run.log"
     proc = ringfeed_run(config, run_id, log)

@@ -21,10 +21,12 @@ from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
-from tests.checks import consume
-from tests.fault_sources import inject_faults
-from tests.peers import free_port, peer_socket
-from tests.runs import Run, rid, shm_segments, small
+from tests.support.checks import consume
+from tests.support.configs import small
+from tests.support.fault_sources import inject_faults
+from tests.support.peers import peer_socket
+from tests.support.ports import free_port
+from tests.support.runs import Run, rid, shm_segments
 
 pytestmark = pytest.mark.slow
 

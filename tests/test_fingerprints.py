@@ -19,8 +19,9 @@ from ringfeed.shared.run.fingerprint import (
     plan_changes,
     plan_fingerprint,
 )
-from tests.corpus_files import REPO
-from tests.runs import SYNTHETIC, Run, rid, small, write_config
+from tests.support.configs import SYNTHETIC, small, write_config
+from tests.support.paths import REPO
+from tests.support.runs import Run, rid
 
 MINI = REPO / "data" / "ljspeech-mini"
 

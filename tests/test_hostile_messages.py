@@ -20,11 +20,12 @@ from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
-from tests.checks import assert_exactly_once, consume
-from tests.peers import peer_socket
-from tests.polling import wait_for
-from tests.processes import RSS_SLACK_KB, rss_kb
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.peers import peer_socket
+from tests.support.polling import wait_for
+from tests.support.processes import RSS_SLACK_KB, rss_kb
+from tests.support.runs import Run, finish, rid
 
 pytestmark = pytest.mark.slow
 

@@ -26,9 +26,10 @@ from ringfeed.consumer.tools.inspector import Inspector
 from ringfeed.consumer.tools.screen import render
 from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
 from ringfeed.shared.memory.ring import Ring, SlotState, shown_state
-from tests.corpus_files import REPO
-from tests.processes import CLI
-from tests.runs import Run, rid, shm_segments, small
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.processes import CLI
+from tests.support.runs import Run, rid, shm_segments
 
 
 def test_stats_record_round_trips_through_plain_data() -> None:

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.corpus_files import REPO
+from tests.support.paths import REPO
 
 # STYLE.md rule 3: past these, a file or function usually holds two concerns.
 MAX_FILE_LINES = 400

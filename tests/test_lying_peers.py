@@ -1,6 +1,6 @@
 """Peers that hold a way in (the ipc socket, or a valid CURVE key) and lie (issue 18's
 cases 1, 2, 3, 5 and 11). Real stager and honest producer processes; the liars play the
-protocol by hand (tests/liars.py). Each run must deliver its epoch exactly once with
+protocol by hand (tests/support/liars.py). Each run must deliver its epoch exactly once with
 every row checked, quarantine no innocent item, and end in bounded time."""
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints, run_dir
 from ringfeed.shared.wire.keys import generate
-from tests.checks import assert_exactly_once, consume
-from tests.corpus_files import REPO
-from tests.fault_sources import inject_faults
-from tests.liars import bad_checksums, in_thread, lie_per_grant, silent_identities
-from tests.peers import StatsReader, free_port
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.fault_sources import inject_faults
+from tests.support.liars import bad_checksums, in_thread, lie_per_grant, silent_identities
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.runs import Run, finish, rid
+from tests.support.stats import StatsReader
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +81,15 @@ def test_bad_content_from_two_peers_quarantines_the_item(tmp_path: Path) -> None
         run.start("stager")
         client = run.client(timeout_s=30)
         other = subprocess.Popen(
-            [sys.executable, "-m", "tests.liars", "content", str(cfg_path), run_id, stop_file],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.liars",
+                "content",
+                str(cfg_path),
+                run_id,
+                stop_file,
+            ],
             cwd=REPO,
         )
         control = endpoints(cfg, run_id).control

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.corpus_files import REPO
+from tests.support.paths import REPO
 
 
 def test_cpu_side_modules_leave_tensorflow_unimported() -> None:

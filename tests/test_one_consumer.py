@@ -16,8 +16,9 @@ import pytest
 from ringfeed.consumer.client.batch_client import BatchClient, StagerRefused
 from ringfeed.consumer.stager.consumer_side import SILENT_LEASES
 from ringfeed.shared.config import load_config
-from tests.checks import assert_exactly_once, consume
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.runs import Run, finish, rid
 
 pytestmark = pytest.mark.slow
 

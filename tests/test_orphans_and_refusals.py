@@ -18,12 +18,14 @@ from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.run.process import POOL_ORPHANED
 from ringfeed.shared.wire import protocol as p
-from tests.checks import assert_exactly_once, consume
-from tests.corpus_files import REPO
-from tests.peers import StatsReader, free_port
-from tests.polling import wait_for
-from tests.processes import CLI, send_signal
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.processes import CLI, send_signal
+from tests.support.runs import Run, finish, rid
+from tests.support.stats import StatsReader
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +81,7 @@ def test_a_producer_of_another_protocol_version_exits_naming_both(tmp_path: Path
     with Run(config, run_id, tmp_path) as run:
         run.start("stager")
         control = endpoints(load_config(config), run_id).control
-        cmd = [sys.executable, "tests/old_producer.py", str(config), control, str(old)]
+        cmd = [sys.executable, "tests/support/old_producer.py", str(config), control, str(old)]
         out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
         logs = run.logs()
     said = out.stdout + out.stderr

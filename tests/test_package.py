@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus_files import REPO
+from tests.support.paths import REPO
 
 
 def test_a_users_own_shared_package_and_ringfeed_import_side_by_side(tmp_path: Path) -> None:

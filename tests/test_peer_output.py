@@ -51,11 +51,13 @@ from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.bounds import clean
-from tests.checks import assert_exactly_once, consume
-from tests.corpus_files import REPO
-from tests.peers import StatsReader, peer_socket
-from tests.processes import CLI
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.peers import peer_socket
+from tests.support.processes import CLI
+from tests.support.runs import Run, finish, rid
+from tests.support.stats import StatsReader
 
 # A traceback as long as decode takes (shared/wire/bounds.py MAX_STR).
 LONG_TRACEBACK = "Traceback (most recent call last):\n" + "  x\n" * 4000

@@ -13,7 +13,7 @@ from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.threads import math_thread_env, pin_math_threads
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
-from tests.broken_dataset import make_broken_dataset
+from tests.support.broken_dataset import make_broken_dataset
 
 
 @pytest.mark.parametrize("device", ["producer", "stager"])

@@ -14,11 +14,13 @@ import pytest
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import SOURCE_HOOK_ENV, endpoints
-from tests.checks import assert_exactly_once, consume
-from tests.corpus_files import REPO
-from tests.fault_sources import inject_faults
-from tests.peers import StatsReader, free_port
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.fault_sources import inject_faults
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.runs import Run, finish, rid
+from tests.support.stats import StatsReader
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 pytestmark = pytest.mark.slow

@@ -24,11 +24,12 @@ import pytest
 from ringfeed.scripts.runner import worker_pids
 from ringfeed.shared.config import load_config
 from ringfeed.shared.wire.keys import generate
-from tests.checks import assert_exactly_once, consume
-from tests.corpus_files import REPO
-from tests.peers import free_port
-from tests.processes import CLI, RSS_SLACK_KB, rss_kb, send_signal
-from tests.runs import Run, finish, rid, shm_segments, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.processes import CLI, RSS_SLACK_KB, rss_kb, send_signal
+from tests.support.runs import Run, finish, rid, shm_segments
 
 pytestmark = pytest.mark.slow
 

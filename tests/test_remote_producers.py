@@ -10,10 +10,12 @@ import pytest
 from ringfeed.shared.config import ConfigError, config_from_dict, load_config
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.wire.keys import generate
-from tests.checks import consume
-from tests.peers import StatsReader, free_port
-from tests.polling import wait_for
-from tests.runs import Run, rid, shm_segments, small
+from tests.support.checks import consume
+from tests.support.configs import small
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.runs import Run, rid, shm_segments
+from tests.support.stats import StatsReader
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ from ringfeed.shared.memory.ring import (
 )
 from ringfeed.shared.memory.segments import list_segments, pid_alive, remove_stale_segments
 from ringfeed.shared.memory.shm import write_zeros
-from tests.polling import wait_for
-from tests.processes import run_on_small_tmpfs
+from tests.support.polling import wait_for
+from tests.support.processes import run_on_small_tmpfs
 
 
 @pytest.fixture

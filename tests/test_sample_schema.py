@@ -17,11 +17,11 @@ from ringfeed.producer.references import SpeakerClips, choose_reference, cut_ref
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
-from tests import user_fields
-from tests.broken_dataset import GOOD_SOURCES
+from tests.support import user_fields
+from tests.support.broken_dataset import GOOD_SOURCES
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "ljspeech-mini"
-USER = {"user_function": "tests.user_fields:fields", "user_version": "t1",
+USER = {"user_function": "tests.support.user_fields:fields", "user_version": "t1",
         "user_fields": user_fields.FIELDS}  # fmt: skip
 
 
@@ -134,7 +134,7 @@ def test_energy_and_pitch_follow_the_mel(tmp_path: Path) -> None:
 
 def test_user_function_that_raises_costs_that_item(tmp_path: Path) -> None:
     cfg, entries = _mini(tmp_path, cache=False, **{**USER,
-                         "user_function": "tests.user_fields:raising"})  # fmt: skip
+                         "user_function": "tests.support.user_fields:raising"})  # fmt: skip
     pipe = SamplePipeline(cfg)
     ok = []
     for e in entries:
@@ -148,7 +148,7 @@ def test_user_function_that_raises_costs_that_item(tmp_path: Path) -> None:
 
 def test_wrong_shape_is_refused_naming_field_and_shapes(tmp_path: Path) -> None:
     cfg, entries = _mini(tmp_path, cache=False, **{**USER,
-                         "user_function": "tests.user_fields:wrong_shape"})  # fmt: skip
+                         "user_function": "tests.support.user_fields:wrong_shape"})  # fmt: skip
     with pytest.raises(SkipSample) as skip:
         SamplePipeline(cfg)(entries[0])
     assert skip.value.stage == "user"
@@ -156,7 +156,7 @@ def test_wrong_shape_is_refused_naming_field_and_shapes(tmp_path: Path) -> None:
 
 
 def test_unknown_user_function_is_a_config_error() -> None:
-    cfg = replace(Config(), features={**USER, "user_function": "tests.user_fields:nope"})
+    cfg = replace(Config(), features={**USER, "user_function": "tests.support.user_fields:nope"})
     with pytest.raises(ConfigError, match="has no function nope"):
         ExtraFields(cfg)
 
@@ -234,9 +234,9 @@ def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path:
     from ringfeed.consumer.stager.batch_builder import BatchBuilder
     from ringfeed.consumer.stager.gpu_mel import TfLogMel
     from ringfeed.shared.memory.ring import Ring, segment_name
-    from tests.runs import rid
+    from tests.support.runs import rid
 
-    user = {"user_function": "tests.user_fields:wave_only", "user_version": "t1",
+    user = {"user_function": "tests.support.user_fields:wave_only", "user_version": "t1",
             "user_fields": user_fields.FIELDS[1:], "device": "stager"}  # fmt: skip
     cfg, entries = _speakers(tmp_path, ["a", "a"], **user)
     cfg = replace(cfg, stager={"batch_size": 3})
@@ -279,7 +279,7 @@ def test_synthetic_items_carry_every_declared_field_and_the_row_check_covers_the
     from ringfeed.consumer.stager.batch_builder import BatchBuilder
     from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
     from ringfeed.shared.memory.ring import Ring, segment_name
-    from tests.runs import rid
+    from tests.support.runs import rid
 
     features = {"max_frames": 32, "pitch": True, "energy": True, "reference": True,
                 "reference_frames": 8, **USER}  # fmt: skip

@@ -17,10 +17,11 @@ from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
-from tests import user_fields
-from tests.checks import same_rows
-from tests.peers import free_port
-from tests.runs import Run, rid, shm_segments, write_config
+from tests.support import user_fields
+from tests.support.checks import same_rows
+from tests.support.configs import write_config
+from tests.support.ports import free_port
+from tests.support.runs import Run, rid, shm_segments
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def config(tmp_path: Path, port: int) -> Path:
         "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
                      "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache"),
                      "reference": True, "reference_frames": 24, "pitch": True,
-                     "energy": True, "user_function": "tests.user_fields:fields",
+                     "energy": True, "user_function": "tests.support.user_fields:fields",
                      "user_version": "e2e", "user_fields": user_fields.FIELDS,
                      "durations_dir": str(tmp_path / "durations")},
         "ring": {"slots": 8, "heartbeat_s": 0.1},

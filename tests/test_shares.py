@@ -20,7 +20,7 @@ from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.process import StopFlag
-from tests.plan_walk import batches
+from tests.support.plan_walk import batches
 
 N_ITEMS = 157
 

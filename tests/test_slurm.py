@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus_files import REPO
-from tests.peers import free_port
-from tests.runs import small
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import pytest
 from ringfeed.producer.sources import SyntheticSource, make_source
 from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.config.environment import SOURCE_HOOK_ENV
-from tests.fault_sources import inject_faults
-from tests.runs import write_config
+from tests.support.configs import write_config
+from tests.support.fault_sources import inject_faults
 
 SYNTHETIC = {"data": {"format": "synthetic", "synthetic_items": 8}}
 
@@ -53,9 +53,9 @@ def test_without_the_hook_a_producer_runs_its_configs_own_source(
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ("tests.fault_sources", "write it as 'package.module:callable'"),
+        ("tests.support.fault_sources", "write it as 'package.module:callable'"),
         ("tests.no_such_module:with_faults", "cannot import tests.no_such_module"),
-        ("tests.fault_sources:no_such_hook", "has no callable no_such_hook"),
+        ("tests.support.fault_sources:no_such_hook", "has no callable no_such_hook"),
     ],
 )
 def test_a_bad_hook_says_which_variable_and_what_is_wrong(

@@ -16,8 +16,9 @@ from ringfeed.producer.vocabulary import build_vocabulary
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE
-from tests.checks import same_rows
-from tests.runs import Run, rid, shm_segments, write_config
+from tests.support.checks import same_rows
+from tests.support.configs import write_config
+from tests.support.runs import Run, rid, shm_segments
 
 pytestmark = pytest.mark.slow
 

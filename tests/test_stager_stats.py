@@ -37,7 +37,7 @@ from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.memory.ring import Ring, segment_name
 from ringfeed.shared.wire import protocol as p
-from tests.runs import rid
+from tests.support.runs import rid
 
 HOST = "this-host"
 PEER = PeerId("pool 1", "uid 0 pid 1")

@@ -26,11 +26,13 @@ from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.memory.ring import Ring, SlotState, shown_state
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
-from tests.checks import assert_exactly_once, consume
-from tests.peers import StatsReader, peer_socket
-from tests.polling import wait_for
-from tests.processes import RSS_SLACK_KB, rss_kb, send_signal
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.peers import peer_socket
+from tests.support.polling import wait_for
+from tests.support.processes import RSS_SLACK_KB, rss_kb, send_signal
+from tests.support.runs import Run, finish, rid
+from tests.support.stats import StatsReader
 
 pytestmark = pytest.mark.slow
 

@@ -25,10 +25,12 @@ from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.object_store import ShardCache
 from ringfeed.shared.corpus.open import open_corpus
-from tests.checks import same_rows
-from tests.corpus_files import REPO, make_shards
-from tests.runs import Run, rid, shm_segments, write_config
-from tests.s3_server import S3Server
+from tests.support.checks import same_rows
+from tests.support.configs import write_config
+from tests.support.corpora import make_shards
+from tests.support.paths import REPO
+from tests.support.runs import Run, rid, shm_segments
+from tests.support.s3_server import S3Server
 
 MINI = REPO / "data" / "ljspeech-mini"
 CORRUPT = "LJ001-0006"

@@ -16,7 +16,9 @@ from ringfeed.shared.config import Config, replace
 from ringfeed.shared.language import detect as language_id
 from ringfeed.shared.language import text_cache
 from ringfeed.shared.language.codes import language_code
-from tests.corpus_files import WAVS, jsonl_cfg, write_manifest
+from tests.support.configs import jsonl_cfg
+from tests.support.corpora import write_manifest
+from tests.support.paths import WAVS
 
 
 @pytest.mark.parametrize(

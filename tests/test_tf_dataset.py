@@ -9,8 +9,9 @@ import pytest
 
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import load_config
-from tests.processes import CLI
-from tests.runs import Run, shm_segments, write_config
+from tests.support.configs import write_config
+from tests.support.processes import CLI
+from tests.support.runs import Run, shm_segments
 
 tf = pytest.importorskip("tensorflow")
 
@@ -59,7 +60,7 @@ def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) 
 
     import numpy as np
 
-    from tests.corpus_files import REPO
+    from tests.support.paths import REPO
 
     n, rows = 24, 4
     config = write_config(tmp_path, {

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus_files import REPO
-from tests.fault_sources import inject_faults
-from tests.runs import BUCKETS, SYNTHETIC, Run, batch_records, rid, shm_segments, write_config
+from tests.support.configs import BUCKETS, SYNTHETIC, write_config
+from tests.support.fault_sources import inject_faults
+from tests.support.paths import REPO
+from tests.support.runs import Run, batch_records, rid, shm_segments
 
 pytestmark = pytest.mark.slow
 

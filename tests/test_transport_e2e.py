@@ -23,10 +23,11 @@ from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
-from tests.checks import consume
-from tests.corpus_files import REPO
-from tests.peers import StatsReader
-from tests.runs import Run, rid, shm_segments, small
+from tests.support.checks import consume
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.runs import Run, rid, shm_segments
+from tests.support.stats import StatsReader
 
 pytestmark = pytest.mark.slow
 

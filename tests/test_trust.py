@@ -28,12 +28,15 @@ from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.run.process import die_with_parent
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import KeysError, generate, load_client, load_server
-from tests.checks import assert_exactly_once, consume
-from tests.corpus_files import REPO
-from tests.peers import StatsReader, free_port, peer_socket
-from tests.polling import wait_for
-from tests.processes import CLI
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.peers import peer_socket
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.processes import CLI
+from tests.support.runs import Run, finish, rid
+from tests.support.stats import StatsReader
 
 pytestmark = pytest.mark.slow
 

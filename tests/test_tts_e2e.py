@@ -12,9 +12,10 @@ from ringfeed.consumer.client.batch_client import BatchClient
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.config import load_config
 from ringfeed.shared.corpus.open import open_corpus
-from tests.broken_dataset import make_broken_dataset
-from tests.corpus_files import REPO
-from tests.runs import Run, rid, shm_segments, write_config
+from tests.support.broken_dataset import make_broken_dataset
+from tests.support.configs import write_config
+from tests.support.paths import REPO
+from tests.support.runs import Run, rid, shm_segments
 
 pytestmark = pytest.mark.slow
 

@@ -21,17 +21,9 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import Config, load_config
-from tests.fault_sources import inject_faults
-from tests.runs import (
-    BUCKETS,
-    SYNTHETIC,
-    Run,
-    batch_records,
-    rid,
-    shm_segments,
-    workers,
-    write_config,
-)
+from tests.support.configs import BUCKETS, SYNTHETIC, write_config
+from tests.support.fault_sources import inject_faults
+from tests.support.runs import Run, batch_records, rid, shm_segments, workers
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Producers that hold a way in (the ipc socket, or a valid CURVE key) and lie: each
 strategy plays the protocol by hand against a live stager until `stop` is set or the
 stager stops welcoming it. Run in a thread of the test, or as a process of its own
-(``python -m tests.liars STRATEGY CONFIG RUN_ID``) where a test needs a second peer."""
+(``python -m tests.support.liars STRATEGY CONFIG RUN_ID``) where a test needs a second peer."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import Config
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 # Producers and the test process compute the same float features on different threads
 # and, across hosts, on different CPUs (AVX2 or AVX-512): a log-mel value of the same clip

@@ -1,5 +1,5 @@
-"""Real runs in tests: scripts.runner.Run plus what only tests need, a config file in
-tmp, a run id, the run's segments, and the end of a run.
+"""Real runs in tests: scripts.runner.Run plus what only tests need, a run id, the
+run's segments, and the end of a run.
 
 A test wraps a run in ``with Run(config, rid(), tmp_path) as run:``; leaving the
 block stops every process and removes the run's segments and socket files, so
@@ -12,39 +12,19 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.scripts import runner
 from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
 from ringfeed.shared.memory.segments import list_segments
-from tests.fault_sources import inject_faults
-from tests.polling import wait_for
+from tests.support.polling import wait_for
+from tests.support.ports import free_ports
 
 T = TypeVar("T")
-
-# A trainer run shrunk to seconds on 2 cores: 32 synthetic items, a one-layer model.
-SYNTHETIC: dict[str, dict[str, Any]] = {
-    "data": {"format": "synthetic", "synthetic_items": 32},
-    "features": {"max_frames": 32, "cache": False},
-    "text": {"max_text_len": 32},
-    "ring": {"slots": 8},
-    "stager": {"batch_size": 4},
-    "producers": {"workers": 2},
-    "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
-}
-
-# SYNTHETIC with LJSpeech-shaped lengths in three length buckets.
-BUCKETS = {
-    "data": SYNTHETIC["data"] | {"synthetic_lengths": "ljspeech", "synthetic_items": 48},
-    "stager": {"batch_size": 4, "buckets": [16, 24, 32]},
-}
 
 
 class Run(runner.Run):
@@ -73,33 +53,6 @@ class Run(runner.Run):
     def worker_pids(self) -> list[int]:
         """The live workers of the local producer pool."""
         return runner.worker_pids(self.procs["producers"].pid)
-
-
-def write_config(tmp_path: Path, raw: dict[str, Any], name: str = "config.yaml") -> Path:
-    """Write raw as YAML with run_root in tmp_path; returns the file."""
-    raw = {**raw, "run_root": str(tmp_path / "runs")}
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
-
-
-def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict[str, Any]) -> Path:
-    """A config file for a run without a model: `items` synthetic items of
-    `delay_s` seconds' work each, small slots and short leases; each keyword names a
-    section whose keys it overrides."""
-    raw = {
-        "data": {"format": "synthetic", "synthetic_items": items},
-        "features": {"max_frames": 64, "cache": False},
-        "text": {"max_text_len": 32},
-        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
-        "stager": {"batch_size": 8, "epochs": 1},
-        "producers": {"workers": 2, "restart_backoff_s": 0.1},
-    }
-    for section, values in over.items():
-        raw[section] = {**raw.get(section, {}), **values}
-    path = write_config(tmp_path, raw)
-    inject_faults(path, delay_s=delay_s)  # each sample delay_s longer
-    return path
 
 
 def rid(tag: str = "") -> str:
@@ -131,14 +84,6 @@ def batch_records(path: Path) -> dict[int, dict]:
             continue
         records[record["step"]] = record
     return records
-
-
-def free_ports(n: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 @contextlib.contextmanager

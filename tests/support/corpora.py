@@ -7,10 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from ringfeed.shared.config import Config, replace
-
-REPO = Path(__file__).resolve().parents[1]
-WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
+from tests.support.paths import WAVS
 
 
 def write_manifest(path: Path, lines: list) -> Path:
@@ -20,10 +17,6 @@ def write_manifest(path: Path, lines: list) -> Path:
     ]
     path.write_text("\n".join(text) + "\n", encoding="utf-8")
     return path
-
-
-def jsonl_cfg(path: Path, **data) -> Config:
-    return replace(Config(), data={"path": str(path), "format": "jsonl", **data})
 
 
 def make_libritts(root: Path) -> None:

@@ -1,33 +1,14 @@
-"""What a test plays by hand against a live stager: a peer's socket, a stats subscriber,
-a free tcp port for a stager to bind."""
+"""The stager's stats stream as a test reads it (what the inspector reads)."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import zmq
 
 from ringfeed.shared.wire import protocol as p
-from tests.polling import wait_for
-
-
-@contextlib.contextmanager
-def peer_socket(endpoint: str) -> Iterator[zmq.Socket]:
-    """A DEALER connected to a stager's endpoint, for tests that play a peer by hand."""
-    with zmq.Context() as ctx, ctx.socket(zmq.DEALER) as sock:
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
-        yield sock
-
-
-def free_port() -> int:
-    """A tcp port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.polling import wait_for
 
 
 class StatsReader:

@@ -23,15 +23,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.polling import wait_for
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
 
 HEAD_END = b"\r\n\r\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _read_head(conn: socket.socket, buf: bytes) -> tuple[bytes, bytes] | None:

@@ -13,6 +13,6 @@ def build(cfg: Config, **kwargs: Any):
     step is traced."""
 
     def exploding_loss(*args):
-        raise FloatingPointError("the loss exploded (tests/faulty_model.py)")
+        raise FloatingPointError("the loss exploded (tests/support/faulty_model.py)")
 
     return build_default_model(cfg, **kwargs), exploding_loss

@@ -15,8 +15,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-REPO = Path(__file__).resolve().parents[1]
-MINI = REPO / "data" / "ljspeech-mini"
+from tests.support.paths import MINI
+
 # Short real clips (1.8-2.6 s) keep the tests fast.
 GOOD_SOURCES = ["LJ001-0002", "LJ001-0008", "LJ001-0013"]
 

@@ -1,6 +1,6 @@
 """A producer that speaks another protocol version (a helper, not a test module).
 
-    python tests/old_producer.py CONFIG ENDPOINT VERSION
+    python tests/support/old_producer.py CONFIG ENDPOINT VERSION
 
 runs one worker (producer/worker.py) whose shared.wire.protocol.VERSION is VERSION, as a
 producer of an older or newer ringfeed would, and exits with its exit code.

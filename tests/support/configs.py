@@ -1,0 +1,67 @@
+"""The configs tests run with, and the one way a test writes a config file.
+
+- SYNTHETIC: a trainer run shrunk to seconds (32 synthetic items, a one-layer model);
+  BUCKETS: SYNTHETIC with LJSpeech-shaped lengths in three length buckets;
+- small(): a config file for a run without a model (synthetic items, short leases);
+- jsonl_cfg(): a Config over a JSON-lines manifest;
+- write_config(): any raw config as a file, its run_root in the test's tmp folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ringfeed.shared.config import Config, replace
+from tests.support.fault_sources import inject_faults
+
+# A trainer run shrunk to seconds on 2 cores: 32 synthetic items, a one-layer model.
+SYNTHETIC: dict[str, dict[str, Any]] = {
+    "data": {"format": "synthetic", "synthetic_items": 32},
+    "features": {"max_frames": 32, "cache": False},
+    "text": {"max_text_len": 32},
+    "ring": {"slots": 8},
+    "stager": {"batch_size": 4},
+    "producers": {"workers": 2},
+    "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
+}
+
+# SYNTHETIC with LJSpeech-shaped lengths in three length buckets.
+BUCKETS = {
+    "data": SYNTHETIC["data"] | {"synthetic_lengths": "ljspeech", "synthetic_items": 48},
+    "stager": {"batch_size": 4, "buckets": [16, 24, 32]},
+}
+
+
+def write_config(tmp_path: Path, raw: dict[str, Any], name: str = "config.yaml") -> Path:
+    """Write raw as YAML with run_root in tmp_path; returns the file."""
+    raw = {**raw, "run_root": str(tmp_path / "runs")}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict[str, Any]) -> Path:
+    """A config file for a run without a model: `items` synthetic items of
+    `delay_s` seconds' work each, small slots and short leases; each keyword names a
+    section whose keys it overrides."""
+    raw = {
+        "data": {"format": "synthetic", "synthetic_items": items},
+        "features": {"max_frames": 64, "cache": False},
+        "text": {"max_text_len": 32},
+        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
+        "stager": {"batch_size": 8, "epochs": 1},
+        "producers": {"workers": 2, "restart_backoff_s": 0.1},
+    }
+    for section, values in over.items():
+        raw[section] = {**raw.get(section, {}), **values}
+    path = write_config(tmp_path, raw)
+    inject_faults(path, delay_s=delay_s)  # each sample delay_s longer
+    return path
+
+
+def jsonl_cfg(path: Path, **data) -> Config:
+    """The default Config over the JSON-lines manifest at path; data: more data keys."""
+    return replace(Config(), data={"path": str(path), "format": "jsonl", **data})
