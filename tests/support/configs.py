@@ -3,7 +3,9 @@
 - SYNTHETIC: a trainer run shrunk to seconds (32 synthetic items, a one-layer model);
   BUCKETS: SYNTHETIC with LJSpeech-shaped lengths in three length buckets;
 - small(): a config file for a run without a model (synthetic items, short leases);
-- jsonl_cfg(): a Config over a JSON-lines manifest;
+- lopsided_config(): a trainer run over 48 clips of three speakers, 36 / 9 / 3;
+- clips_cfg(), jsonl_cfg(), shards_cfg(): Configs over the shipped clips, a JSON-lines
+  manifest, tar shards; each keeps its feature cache in the test's tmp folder;
 - write_config(): any raw config as a file, its run_root in the test's tmp folder.
 """
 
@@ -15,7 +17,9 @@ from typing import Any
 import yaml
 
 from ringfeed.shared.config import Config, replace
+from tests.support.corpora import write_manifest
 from tests.support.fault_sources import inject_faults
+from tests.support.paths import MINI, WAVS
 
 # A trainer run shrunk to seconds on 2 cores: 32 synthetic items, a one-layer model.
 SYNTHETIC: dict[str, dict[str, Any]] = {
@@ -65,3 +69,39 @@ def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict
 def jsonl_cfg(path: Path, **data) -> Config:
     """The default Config over the JSON-lines manifest at path; data: more data keys."""
     return replace(Config(), data={"path": str(path), "format": "jsonl", **data})
+
+
+def lopsided_config(tmp_path: Path) -> Path:
+    """48 clips (the 16 shipped recordings, each under three ids) of speakers ann 36,
+    bob 9 and cy 3, balanced by speaker (uniform: 16 positions each an epoch); clip k's
+    text is k + 1 letters, so a row's text length names its item."""
+    speakers = ["ann"] * 36 + ["bob"] * 9 + ["cy"] * 3
+    lines = [{"audio": str(WAVS / f"LJ001-{k % 16 + 1:04d}.wav"), "text": "a" * (k + 1),
+              "speaker": s, "id": f"c{k}"} for k, s in enumerate(speakers)]  # fmt: skip
+    manifest = write_manifest(tmp_path / "lopsided.jsonl", lines)
+    train = {"steps": 16, "checkpoint_every": 4, "log_every": 4, "jit_compile": False,
+             "log_batches": True, "cpu_threads": 1, "collective_timeout_s": 8.0}  # fmt: skip
+    raw = SYNTHETIC | {
+        "data": {"path": str(manifest), "format": "jsonl"},
+        "features": {"max_frames": 32, "on_too_long": "truncate",
+                     "cache_dir": str(tmp_path / "cache")},
+        "text": {"max_text_len": 64},
+        "stager": {"batch_size": 4, "balance": {"by": "speaker", "temperature": 0.0}},
+        "producers": {"workers": 1},
+        "train": train,
+    }  # fmt: skip
+    return write_config(tmp_path, raw)
+
+
+def clips_cfg(tmp_path: Path, **features: Any) -> Config:
+    """The default Config over the shipped clips, its feature cache in tmp_path/cache;
+    features: more feature keys."""
+    return replace(Config(), data={"path": str(MINI)},
+                   features={"cache_dir": str(tmp_path / "cache"), **features})  # fmt: skip
+
+
+def shards_cfg(path: str, tmp_path: Path, **data: Any) -> Config:
+    """The default Config over the tar shards at path (a folder or an s3:// URL), its
+    feature cache in tmp_path/cache; data: more data keys."""
+    return replace(Config(), data={"path": path, "format": "shards", **data},
+                   features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip

@@ -1,0 +1,186 @@
+"""log_mel is librosa's mel definition; the loader resamples and mixes down what it reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import librosa
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from ringfeed.producer.audio import load_audio
+from ringfeed.producer.features import fit_length, log_mel, mel_filterbank
+from ringfeed.producer.sample import SkipSample
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.sample.content import LOG_FLOOR
+from tests.support.paths import WAVS
+
+CLIP = WAVS / "LJ001-0002.wav"
+TOLERANCE = 1e-4  # absolute, in log space
+# The float32 FFT's rounding is ~1e-7 of a frame's energy: relative to the quietest
+# bands of a loud frame, next to LOG_FLOOR (log -11.5), it grows to ~1e-3 in log space.
+# Above this log-mel (2e-4, ~13 dB over the floor; 94 % of the values on the shipped
+# clips) the log-mel is held to TOLERANCE; below it to NEAR_FLOOR_TOLERANCE.
+FULL_PRECISION_LOG_MEL = -8.5
+NEAR_FLOOR_TOLERANCE = 3e-3
+
+
+def _librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
+    f = cfg.features
+    mel = librosa.feature.melspectrogram(
+        y=wave, sr=cfg.audio.sample_rate, n_fft=f.n_fft, hop_length=f.hop_length,
+        win_length=f.win_length, window="hann", center=True, pad_mode="constant",
+        power=1.0, n_mels=f.n_mels, fmin=f.fmin, fmax=f.fmax, htk=False, norm="slaney",
+    )  # fmt: skip
+    return np.log(np.maximum(mel, LOG_FLOOR)).T
+
+
+def _copies(tmp_path: Path) -> dict[str, Path]:
+    wave, sr = sf.read(CLIP, dtype="float32")
+    flac = tmp_path / "clip.flac"
+    sf.write(flac, wave, sr)
+    low = tmp_path / "clip-16k.wav"
+    sf.write(low, soxr.resample(wave, sr, 16000), 16000)
+    return {"wav": CLIP, "flac": flac, "16k": low}
+
+
+@pytest.mark.parametrize("kind", ["wav", "flac", "16k"])
+def test_log_mel_matches_librosa(tmp_path: Path, kind: str) -> None:
+    cfg = Config()
+    wave = load_audio(str(_copies(tmp_path)[kind]), cfg)
+    mel = log_mel(wave, cfg)
+    assert mel.dtype == np.float32 and mel.shape == (1 + len(wave) // 256, cfg.features.n_mels)
+    _assert_parity(mel, _librosa_log_mel(wave, cfg))
+
+
+def _assert_parity(mel: np.ndarray, ref: np.ndarray) -> None:
+    above = ref >= FULL_PRECISION_LOG_MEL
+    assert above.mean() > 0.5, "the clip is too quiet to test the parity that matters"
+    np.testing.assert_allclose(mel[above], ref[above], rtol=0, atol=TOLERANCE)
+    np.testing.assert_allclose(mel, ref, rtol=0, atol=NEAR_FLOOR_TOLERANCE)
+
+
+def test_log_mel_matches_librosa_on_every_shipped_clip() -> None:
+    cfg = replace(Config(), features={"on_too_long": "truncate"})
+    for path in sorted(WAVS.glob("*.wav")):
+        wave, _ = fit_length(load_audio(str(path), cfg), cfg)
+        _assert_parity(log_mel(wave, cfg), _librosa_log_mel(wave, cfg))
+
+
+def test_filterbank_is_librosa_slaney() -> None:
+    cfg = replace(Config(), features={"n_mels": 64, "fmin": 50.0})
+    fb = mel_filterbank(cfg)
+    ref = librosa.filters.mel(sr=22050, n_fft=1024, n_mels=64, fmin=50.0, fmax=8000.0,
+                              htk=False, norm="slaney")  # fmt: skip
+    assert fb.shape == (64, 513) and fb.dtype == np.float32
+    np.testing.assert_allclose(fb, ref, rtol=1e-6, atol=1e-9)
+
+
+def test_loader_resamples_mixes_and_normalizes(tmp_path: Path) -> None:
+    cfg = Config()
+    wave, sr = sf.read(CLIP, dtype="float32")
+    stereo = tmp_path / "stereo.wav"
+    sf.write(stereo, np.stack([wave, wave], axis=1), sr, subtype="PCM_24")
+    out = load_audio(str(stereo), cfg)
+    assert out.ndim == 1 and out.dtype == np.float32 and len(out) == len(wave)
+    assert np.max(np.abs(out)) == pytest.approx(cfg.audio.peak_level, rel=1e-6)
+    trimmed = load_audio(str(CLIP), replace(cfg, audio={"trim_silence": True, "trim_top_db": 30.0}))
+    assert len(trimmed) < len(out)
+
+
+def test_fit_length_skip_and_truncate() -> None:
+    cfg = replace(Config(), features={"max_frames": 10})
+    ok, cut = fit_length(np.zeros(cfg.max_samples - 1, np.float32), cfg)
+    assert not cut and 1 + len(ok) // 256 == 10
+    with pytest.raises(SkipSample, match="11 frames > features.max_frames=10"):
+        fit_length(np.zeros(cfg.max_samples, np.float32), cfg)
+    trunc = replace(cfg, features={"on_too_long": "truncate"})
+    wave, cut = fit_length(np.zeros(5000, np.float32), trunc)
+    assert cut and log_mel(wave, trunc).shape[0] == 10
+
+
+def test_silent_audio_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "silent.wav"
+    sf.write(path, np.zeros(22050, np.float32), 22050)
+    with pytest.raises(SkipSample, match="silent"):
+        load_audio(str(path), Config())
+
+
+def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
+    cfg = Config()
+    wave, sr = sf.read(CLIP, dtype="float32")
+    mp3 = tmp_path / "clip.mp3"
+    sf.write(mp3, wave, sr, format="MP3", subtype="MPEG_LAYER_III")
+    out = load_audio(str(mp3), cfg)
+    assert out.ndim == 1 and out.dtype == np.float32
+    # An MP3 encoder adds some padding at the ends: compare durations, then the speech.
+    assert abs(len(out) - len(wave)) < 0.1 * sr
+    ref = load_audio(str(CLIP), cfg)
+    n = min(len(out), len(ref))
+    lag = int(np.argmax(np.correlate(out[:4096], ref[:2048], mode="valid")))
+    corr = np.corrcoef(out[lag : lag + n - 4096], ref[: n - 4096])[0, 1]
+    assert corr > 0.9
+
+
+@pytest.mark.parametrize(
+    ("n_fft", "win_length", "hop"),
+    [(1024, 1024, 256), (1024, 800, 200), (512, 400, 160), (2048, 2048, 300)],
+)
+def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int, hop: int) -> None:
+    """The producer's STFT is librosa's definition, to float32 rounding (~1e-7 of a frame's
+    energy, here bounded by 1e-6 of the clip's largest bin), with no librosa import."""
+    from ringfeed.producer.features import stft_magnitude
+
+    cfg = replace(Config(), features={"n_fft": n_fft, "win_length": win_length, "hop_length": hop})
+    wave, _ = sf.read(CLIP, dtype="float32")
+    for n in (len(wave), 1, n_fft // 2 + 3):
+        ours = stft_magnitude(wave[:n], cfg.features)
+        ref = np.abs(librosa.stft(wave[:n], n_fft=n_fft, hop_length=hop, win_length=win_length,
+                                  window="hann", center=True, pad_mode="constant")).T  # fmt: skip
+        assert ours.shape == ref.shape and ours.dtype == np.float32
+        np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=max(1e-6 * ref.max(), 1e-7))
+
+
+@pytest.mark.parametrize(
+    ("sr", "n_fft", "n_mels", "fmin", "fmax"),
+    [
+        (16000, 512, 40, 0.0, 8000.0),
+        (24000, 1024, 100, 20.0, 11000.0),
+        (44100, 2048, 128, 0.0, 22050.0),
+    ],
+)
+def test_filterbank_is_librosa_for_other_rates(
+    sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float
+) -> None:
+    from ringfeed.producer.features import mel_filterbank
+
+    raw = {
+        "audio": {"sample_rate": sr},
+        "features": {
+            "n_fft": n_fft,
+            "win_length": n_fft,
+            "n_mels": n_mels,
+            "fmin": fmin,
+            "fmax": fmax,
+        },
+    }
+    cfg = replace(Config(), **raw)
+    ref = librosa.filters.mel(
+        sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=False, norm="slaney"
+    )
+    np.testing.assert_allclose(mel_filterbank(cfg), ref, rtol=1e-6, atol=1e-9)
+
+
+def test_reused_work_buffers_never_leak_between_clips() -> None:
+    """log_mel reuses per-thread work arrays: a short clip after a long one sees no
+    stale frames, and a result is never overwritten by the next call."""
+    cfg = Config()
+    wave, _ = sf.read(CLIP, dtype="float32")
+    long_first = log_mel(wave, cfg)
+    short = log_mel(wave[:3000], cfg)
+    assert np.array_equal(long_first, log_mel(wave, cfg))  # the first result is intact
+    assert short.shape == (1 + 3000 // 256, cfg.features.n_mels)
+    np.testing.assert_array_equal(short, log_mel(wave[:3000].copy(), cfg))
+    _assert_parity(short, _librosa_log_mel(wave[:3000], cfg))
