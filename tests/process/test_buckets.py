@@ -8,7 +8,7 @@ from pathlib import Path
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import load_config
 from tests.support.configs import small
-from tests.support.runs import Run, finish, rid
+from tests.support.runs import finish, rid, started
 
 
 def test_bucketed_batches_have_their_shapes_and_every_row_its_item(tmp_path: Path) -> None:
@@ -24,11 +24,7 @@ def test_bucketed_batches_have_their_shapes_and_every_row_its_item(tmp_path: Pat
     )
     cfg, run_id = load_config(cfg_path), rid()
     shapes = set()
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=60)
-
+    with started(cfg_path, tmp_path, run_id=run_id, timeout_s=60) as (run, client):
         items = []
         while (batch := client.next(timeout_s=60)) is not None:
             a = batch.arrays
@@ -38,7 +34,7 @@ def test_bucketed_batches_have_their_shapes_and_every_row_its_item(tmp_path: Pat
             items.extend(check_synthetic_rows(a, batch.meta.n_valid, cfg))
             client.free(batch)
         client.close()
-        summary = finish(run, run_id, "producers")
+        summary = finish(run, "producers")
     assert sorted(items) == sorted(list(range(n)) * 2)
     assert [list(s) for s in sorted(shapes)] == sorted(summary["buckets"])
     assert summary["padding_efficiency"]["frames"] > 0.8  # fixed: about 0.65 here

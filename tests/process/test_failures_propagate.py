@@ -25,7 +25,7 @@ from tests.support.fault_sources import inject_faults
 from tests.support.paths import REPO
 from tests.support.polling import wait_for
 from tests.support.processes import CLI
-from tests.support.runs import Run, rid, shm_segments
+from tests.support.runs import Run, rid, shm_segments, started
 
 pytestmark = pytest.mark.slow
 
@@ -188,10 +188,7 @@ def test_an_epoch_that_delivers_nothing_ends_the_run_with_why(tmp_path: Path, st
     n = 20
     cfg_path = small(tmp_path, items=n, stager={"epochs": 0})
     inject_faults(cfg_path, raise_items=range(n))
-    with Run(cfg_path, rid(), tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=30, position=start)
+    with started(cfg_path, tmp_path, position=start) as (run, client):
         with pytest.raises(StagerGone, match="every item was skipped") as caught:
             client.next(timeout_s=60)
         client.close()

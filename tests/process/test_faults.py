@@ -1,102 +1,36 @@
-"""Faults that once stalled or ended a run: a producer that never answers its grants,
-a lossy TCP link, a poison item that raises or kills its worker, a stager restarted
-under its consumer. Real processes; every row of every batch is checked against the
-item it claims to be; every run ends within a bound and leaves nothing behind."""
+"""Faults that once stalled or ended a run: a lossy TCP link, a poison item that raises
+or kills its worker, a stager restarted under its consumer (a producer that never
+answers its grants: tests/unit/test_faults.py). Real processes; every row of every
+batch is checked against the item it claims to be; every run ends within a bound and
+leaves nothing behind."""
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.scripts.lossy_link import LossyLink
 from ringfeed.shared.config import load_config
-from ringfeed.shared.config.environment import endpoints
-from ringfeed.shared.run.fingerprint import config_fingerprint
-from ringfeed.shared.wire import protocol as p
-from tests.support.checks import consume
-from tests.support.configs import small
+from tests.support.checks import consume, plan_items
+from tests.support.configs import small, tcp
 from tests.support.fault_sources import inject_faults
-from tests.support.peers import peer_socket
 from tests.support.ports import free_port
-from tests.support.runs import Run, rid, shm_segments
+from tests.support.runs import Run, rid, shm_segments, started
 
 pytestmark = pytest.mark.slow
 
 
-def plan_items(cfg_path: Path, n_items: int, epochs: int, skip: set[int]) -> list[int]:
-    """What a run must deliver in deterministic mode: the plan, less the skipped items."""
-    cfg = load_config(cfg_path)
-    plan = Plan(Shuffle(n_items, cfg.stager.seed), epochs)
-    return [i for i in (plan.item_at(k) for k in range(n_items * epochs)) if i not in skip]
-
-
-class MuteProducer(threading.Thread):
-    """Says HELLO, asks for grants, then only heartbeats: never READY, never SKIP; until
-    its stop event is set."""
-
-    def __init__(self, endpoint: str, config: dict[str, str]) -> None:
-        """config: the run's config fingerprint, which its HELLO must carry."""
-        super().__init__(daemon=True)
-        self.endpoint, self.config, self.grants, self.rehellos = endpoint, config, 0, 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        with peer_socket(self.endpoint) as sock:
-            hello = p.Hello("mute", os.getpid(), socket.gethostname(), False, "t", "", self.config)
-            sock.send_multipart(p.encode(hello))
-            beat = 0.0
-            while not self.stop.is_set():
-                if sock.poll(50):
-                    msg, _ = p.decode(sock.recv_multipart())
-                    if isinstance(msg, p.Welcome):
-                        sock.send_multipart(p.encode(p.Request(4)))
-                    self.grants += isinstance(msg, p.Grant)
-                    self.rehellos += isinstance(msg, p.Rehello)
-                if time.monotonic() > beat:  # alive and well, as far as heartbeats go
-                    sock.send_multipart(p.encode(p.Heartbeat(0, {})))
-                    beat = time.monotonic() + 0.2
-
-
-def test_grants_of_a_producer_that_heartbeats_but_never_answers_come_back(
-    tmp_path: Path,
-) -> None:
-    n = 200
-    cfg_path = small(tmp_path, items=n, delay_s=0.003, ring={"lease_s": 1.0})
-    cfg = load_config(cfg_path)
-    run_id = rid()
-    mute = MuteProducer(endpoints(cfg, run_id).control, config_fingerprint(cfg))
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        mute.start()
-        try:
-            client = run.client(timeout_s=30)
-            run.start("producers")
-            t0 = time.monotonic()
-            items = consume(client, timeout_s=30)
-            took_s = time.monotonic() - t0
-            client.close()
-            assert run.wait("stager", 20) == 0
-        finally:
-            mute.stop.set()
-            mute.join(5)
-    assert mute.grants >= 1 and mute.rehellos >= 1, "the mute producer was never caught"
-    assert items == plan_items(cfg_path, n, 1, set())  # exactly once, in plan order
-    assert took_s < 25 and shm_segments(run_id) == []
-
-
 def test_an_epoch_crosses_a_link_that_drops_messages_exactly_once(tmp_path: Path) -> None:
     n, stager_port, link_port = 120, free_port(), free_port()
-    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": stager_port}
+    transport = tcp(stager_port)
     cfg_path = small(
-        tmp_path, items=n, delay_s=0.002, transport=tcp, ring={"lease_s": 1.0, "heartbeat_s": 0.2}
+        tmp_path,
+        items=n,
+        delay_s=0.002,
+        transport=transport,
+        ring={"lease_s": 1.0, "heartbeat_s": 0.2},
     )
     run_id, link = rid(), LossyLink(link_port, stager_port, drop=0.1)
     with Run(cfg_path, run_id, tmp_path) as run:
@@ -112,7 +46,7 @@ def test_an_epoch_crosses_a_link_that_drops_messages_exactly_once(tmp_path: Path
         assert run.wait("stager", 20) == 0
         summary = run.json("stager.json")
     assert link.dropped >= 10, "the link dropped too little to mean anything"
-    assert items == plan_items(cfg_path, n, 1, set())
+    assert items == plan_items(load_config(cfg_path), n)
     assert summary["counters"]["reclaimed"] >= 1  # lost GRANTs and READYs came back
     # A lost message is no lie: honest producers behind a bad link are never struck.
     assert summary["counters"]["strikes"] == 0 and summary["counters"]["peers_banned"] == 0
@@ -135,10 +69,7 @@ def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fau
     )
     inject_faults(cfg_path, delay_s=0.002, **{f"{fault}_items": [poison]})
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=30)
+    with started(cfg_path, tmp_path, run_id=run_id) as (run, client):
         items = consume(client, timeout_s=90)
         client.close()
         codes = run.wait_all(30)
@@ -146,7 +77,7 @@ def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fau
         quarantine = read_quarantine(run.dir / "quarantine.jsonl")
         logs = run.logs(tail=1_000_000)
     assert codes == {"stager": 0, "producers": 0}, logs
-    assert items == plan_items(cfg_path, n, 2, {poison})  # twice each, poison never
+    assert items == plan_items(load_config(cfg_path), n, 2, {poison})  # twice each, poison never
     assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]  # once per run
     record = quarantine[0]
     if fault == "raise":
@@ -178,10 +109,7 @@ def test_a_restarted_stager_is_rejoined_where_its_consumer_stands(tmp_path: Path
     )
     inject_faults(cfg_path, delay_s=0.004, raise_items=[poison])
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=30)
+    with started(cfg_path, tmp_path, run_id=run_id) as (run, client):
 
         def restart_once(n_taken: int) -> None:
             if n_taken >= 300 and run.launches == 2:
@@ -200,6 +128,6 @@ def test_a_restarted_stager_is_rejoined_where_its_consumer_stands(tmp_path: Path
         logs = run.logs(tail=1_000_000)
     assert run.launches == 3, "the stager was never restarted"
     assert "1 items quarantined earlier in this run are skipped" in logs
-    assert items == plan_items(cfg_path, n, 2, {poison})
+    assert items == plan_items(load_config(cfg_path), n, 2, {poison})
     assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]
     assert shm_segments(run_id) == []

@@ -14,7 +14,7 @@ from ringfeed.shared.run.fingerprint import (
     plan_changes,
 )
 from tests.support.configs import SYNTHETIC, small, write_config
-from tests.support.runs import Run, rid
+from tests.support.runs import Run, rid, started
 
 
 @pytest.mark.slow
@@ -26,10 +26,7 @@ def test_a_resume_against_another_plan_is_refused_or_starts_the_next_epoch(
     welcomed at the start of the next epoch of the new plan."""
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     first = small(tmp_path / "a", items=64, stager={"batch_size": 8, "epochs": 3})
-    with Run(first, rid(), tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=30)
+    with started(first, tmp_path) as (run, client):
         for _ in range(3):
             batch = client.next(timeout_s=30)
             client.free(batch)

@@ -18,7 +18,7 @@ from ringfeed.consumer.stager.consumer_side import SILENT_LEASES
 from ringfeed.shared.config import load_config
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import small
-from tests.support.runs import Run, finish, rid
+from tests.support.runs import Run, finish, rid, started
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,7 @@ def test_a_second_consumer_is_refused_while_the_first_consumes(tmp_path: Path) -
     cfg_path = small(tmp_path, items=n, delay_s=0.002)
     cfg, run_id = load_config(cfg_path), rid()
     refused: list[str] = []
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(name="first", timeout_s=30)
+    with started(cfg_path, tmp_path, run_id=run_id, consumer="first") as (run, client):
 
         def second_consumer_midway(n_taken: int) -> None:
             if n_taken < 40 or refused:
@@ -47,7 +44,7 @@ def test_a_second_consumer_is_refused_while_the_first_consumes(tmp_path: Path) -
             items = consume(client, on_batch=second_consumer_midway, timeout_s=90)
         finally:
             client.close()
-        summary = finish(run, run_id, "producers")
+        summary = finish(run, "producers")
         logs = run.logs(tail=1_000_000)
     assert refused, "the second consumer was never started"
     assert f"held by consumer 'first' (pid {os.getpid()})" in refused[0]
@@ -80,7 +77,7 @@ def test_a_new_consumer_takes_over_once_the_holder_is_killed(tmp_path: Path) -> 
             items = consume(client, timeout_s=60)
         finally:
             client.close()
-        summary = finish(run, run_id, "producers")
+        summary = finish(run, "producers")
     assert took_over_s < 5, f"the takeover took {took_over_s:.1f} s"
     assert_exactly_once(items, cfg, n)  # it restarted the plan at 0: the whole epoch
     assert summary["dropped"].get("refused-consumer", 0) >= 1, summary["dropped"]

@@ -19,7 +19,8 @@ from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.run.process import POOL_ORPHANED
 from ringfeed.shared.wire import protocol as p
 from tests.support.checks import assert_exactly_once, consume
-from tests.support.configs import small
+from tests.support.configs import small, tcp
+from tests.support.corpora import shipped_corpus, shipped_lines
 from tests.support.paths import REPO
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
@@ -35,9 +36,9 @@ ORPHAN_S = 3.0
 
 def tcp_config(folder: Path, port: int, **over: dict) -> Path:
     folder.mkdir(exist_ok=True)
-    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port}
+    transport = tcp(port)
     producers = {"workers": 2, "orphan_s": ORPHAN_S}
-    return small(folder, items=200, transport=tcp, producers=producers, **over)
+    return small(folder, items=200, transport=transport, producers=producers, **over)
 
 
 def start_remote_pool(run: Run, config: Path, port: int, name: str) -> subprocess.Popen:
@@ -120,16 +121,10 @@ def test_a_host_whose_corpus_lists_the_clips_in_another_order_is_refused(
     """The same clips and item count, metadata in another order: it used to join and
     pair one clip's mel with another clip's text. Now its HELLO's corpus digest differs,
     the stager refuses it saying so, and the pool ends with exit code 2."""
-    shipped = (REPO / "data" / "ljspeech-mini" / "metadata.csv").read_text().splitlines()[:3]
+    shipped = shipped_lines()[:3]
 
     def corpus(name: str, lines: list[str]) -> dict:
-        folder = tmp_path / name
-        (folder / "wavs").mkdir(parents=True)
-        for line in lines:
-            wav = line.split("|")[0] + ".wav"
-            (folder / "wavs" / wav).symlink_to(REPO / "data" / "ljspeech-mini" / "wavs" / wav)
-        (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
-        return {"format": "ljspeech", "path": str(folder)}
+        return {"format": "ljspeech", "path": str(shipped_corpus(tmp_path / name, lines))}
 
     port = free_port()
     config = tcp_config(tmp_path / "head", port, data=corpus("head-data", shipped))
@@ -169,7 +164,7 @@ def test_the_only_producer_stopped_past_its_orphan_time_comes_back(tmp_path: Pat
         client = run.client(timeout_s=30)
         items = consume(client, on_batch=stop_once)
         client.close()
-        finish(run, run.run_id, "producers")
+        finish(run, "producers")
         logs = run.logs(tail=100_000)
     assert stopped, "the producer was never stopped"
     assert_exactly_once(items, cfg, n)

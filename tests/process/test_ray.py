@@ -15,7 +15,7 @@ from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import SOURCE_HOOK_ENV, endpoints
 from tests.support.checks import assert_exactly_once, consume
-from tests.support.configs import small
+from tests.support.configs import small, tcp
 from tests.support.fault_sources import inject_faults
 from tests.support.paths import REPO
 from tests.support.ports import free_port
@@ -48,7 +48,7 @@ def ray_config(tmp_path: Path, n: int, delay_s: float) -> tuple[Path, int]:
         tmp_path,
         items=n,
         delay_s=delay_s,
-        transport={"kind": "tcp", "host": "127.0.0.1", "port": port},
+        transport=tcp(port),
         producers={"workers": 1, "per_node": 1},
         ring={"lease_s": 2.0, "heartbeat_s": 0.2},
     )
@@ -83,7 +83,7 @@ def test_producers_on_two_nodes_deliver_an_epoch_exactly_once(tmp_path: Path, cl
         client = run.client(timeout_s=90)
         items = consume(client, timeout_s=120)  # every row checked against its item
         client.close()
-        summary = finish(run, run_id, "ray")
+        summary = finish(run, "ray")
     assert_exactly_once(items, cfg, n)
     places = nodes_of(summary["producers"])
     assert len(set(places.values())) == 2, summary["producers"]  # one producer per node
@@ -117,7 +117,7 @@ def test_a_lost_node_and_a_new_node_keep_the_epoch_exactly_once(tmp_path: Path, 
         items = consume(client, on_batch=chaos, timeout_s=240)
         seen["after"] = stats.latest()["producers"]
         client.close()
-        finish(run, run_id, "ray")
+        finish(run, "ray")
     assert_exactly_once(items, cfg, n)
     before, after = seen["before"], nodes_of(seen["after"])
     assert len(set(before.values())) == 2, before
@@ -169,7 +169,7 @@ def test_a_fault_injected_by_a_test_reaches_producers_on_ray(
         client = run.client(timeout_s=90)
         items = consume(client, timeout_s=120)
         client.close()
-        finish(run, run_id, "ray")
+        finish(run, "ray")
         quarantine = read_quarantine(run.dir / "quarantine.jsonl")
     assert sorted(items) == [i for i in range(n) if i != poison]
     assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]

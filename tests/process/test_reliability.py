@@ -25,7 +25,7 @@ from ringfeed.scripts.runner import worker_pids
 from ringfeed.shared.config import load_config
 from ringfeed.shared.wire.keys import generate
 from tests.support.checks import assert_exactly_once, consume
-from tests.support.configs import small
+from tests.support.configs import small, tcp
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.processes import CLI, RSS_SLACK_KB, rss_kb, send_signal
@@ -73,7 +73,7 @@ def test_producers_sigkilled_repeatedly_still_deliver_the_epoch_once(tmp_path: P
             done.set()
             thread.join(5)
             client.close()
-        summary = finish(run, run_id, "producers")
+        summary = finish(run, "producers")
     assert len(kills) >= 3, f"only {len(kills)} kills landed during the epoch"
     assert_exactly_once(items, cfg, n)
     # The pool restarted each one (the stager counts a restart only when the new HELLO
@@ -89,7 +89,7 @@ def test_remote_tcp_producer_sigkilled_mid_send(tmp_path: Path) -> None:
         tmp_path,
         items=n,
         delay_s=0.004,
-        transport={"kind": "tcp", "host": "127.0.0.1", "port": port},
+        transport=tcp(port),
         producers={"workers": 1, "restart_backoff_s": 0.05, "max_restarts": 20},
     )
     cfg = load_config(cfg_path)
@@ -114,7 +114,7 @@ def test_remote_tcp_producer_sigkilled_mid_send(tmp_path: Path) -> None:
             items = consume(client, on_batch=kill_remote, timeout_s=30)
         finally:
             client.close()
-        summary = finish(run, run_id, "producers", "remote")
+        summary = finish(run, "producers", "remote")
     assert kills, "the remote producer was never killed"
     assert_exactly_once(items, cfg, n)
     producers = {q["name"]: q for q in summary["producers"]}
@@ -181,12 +181,12 @@ def test_producer_in_another_network_namespace_over_veth(
     n, port = 300, free_port()
     keys = tmp_path / "keys"
     bundle = generate(keys, "ns")
-    tcp = {"kind": "tcp", "host": head_ip, "port": port}
-    over = {"transport": {**tcp, "keys_dir": str(keys)}, "producers": {"workers": 1}}
+    transport = tcp(port, host=head_ip)
+    over = {"transport": {**transport, "keys_dir": str(keys)}, "producers": {"workers": 1}}
     cfg_path = small(tmp_path, items=n, delay_s=0.004, **over)
     (tmp_path / "ns").mkdir()
     ns_cfg = small(
-        tmp_path / "ns", items=n, delay_s=0.004, transport={**tcp, "keys_dir": str(bundle)}
+        tmp_path / "ns", items=n, delay_s=0.004, transport={**transport, "keys_dir": str(bundle)}
     )
     cfg = load_config(cfg_path)
     run_id = rid()
@@ -208,7 +208,7 @@ def test_producer_in_another_network_namespace_over_veth(
             items = consume(client, timeout_s=30)
         finally:
             client.close()
-        summary = finish(run, run_id, "producers", "netns")
+        summary = finish(run, "producers", "netns")
     assert_exactly_once(items, cfg, n)
     producers = {q["name"]: q for q in summary["producers"]}
     assert producers["netns-0"]["remote"] and producers["netns-0"]["samples"] > 0

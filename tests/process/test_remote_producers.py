@@ -11,7 +11,7 @@ from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.wire.keys import generate
 from tests.support.checks import consume
-from tests.support.configs import small
+from tests.support.configs import small, tcp
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from tests.support.runs import Run, rid, shm_segments
@@ -26,7 +26,7 @@ def test_remote_and_local_producers_share_one_epoch_exactly_once(tmp_path: Path)
         tmp_path,
         items=300,
         delay_s=0.004,
-        transport={"kind": "tcp", "host": "127.0.0.1", "port": port},
+        transport=tcp(port),
         producers={"workers": 1},
     )
     run_id = rid()
@@ -53,8 +53,9 @@ def test_remote_and_local_producers_share_one_epoch_exactly_once(tmp_path: Path)
 def keyed_config(folder: Path, port: int, keys: Path) -> Path:
     """A small config in folder whose tcp transport uses the keys in `keys`."""
     folder.mkdir(exist_ok=True)
-    tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port, "keys_dir": str(keys)}
-    return small(folder, items=150, delay_s=0.004, transport=tcp, producers={"workers": 1})
+    return small(
+        folder, items=150, delay_s=0.004, transport=tcp(port, keys), producers={"workers": 1}
+    )
 
 
 def test_a_producer_without_an_accepted_key_is_refused_and_the_run_goes_on(

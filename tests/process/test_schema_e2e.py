@@ -19,7 +19,7 @@ from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from tests.support import user_fields
 from tests.support.checks import same_rows
-from tests.support.configs import write_config
+from tests.support.configs import tcp, write_config
 from tests.support.paths import WAVS
 from tests.support.ports import free_port
 from tests.support.runs import Run, rid, shm_segments
@@ -57,7 +57,7 @@ def config(tmp_path: Path, port: int) -> Path:
         "ring": {"slots": 8, "heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
         "producers": {"workers": 1},
-        "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
+        "transport": tcp(port),
     })  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from ringfeed.shared.run.id_tables import IDS_FILE
 from tests.support.checks import same_rows
 from tests.support.configs import write_config
 from tests.support.paths import WAVS
-from tests.support.runs import Run, rid, shm_segments
+from tests.support.runs import Run, rid, shm_segments, started
 
 pytestmark = pytest.mark.slow
 SPEAKERS = ["zoe", "ann", "bob"]
@@ -87,10 +87,7 @@ def test_every_row_has_its_entrys_speaker_and_language_across_a_restart(
     pipe = SamplePipeline(replace(cfg, features={"cache": False}))
     expected = [pipe(e) for e in entries]
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=60)
+    with started(cfg_path, tmp_path, run_id=run_id, timeout_s=60) as (run, client):
         tables = json.loads((run.dir / IDS_FILE).read_text())
         assert tables == {"speakers": sorted(SPEAKERS), "languages": sorted(LANGUAGES)}
         items: list[int] = []

@@ -27,7 +27,7 @@ from tests.support.checks import same_rows
 from tests.support.configs import shards_cfg, write_config
 from tests.support.corpora import make_shards
 from tests.support.paths import MINI
-from tests.support.runs import Run, rid, shm_segments
+from tests.support.runs import rid, shm_segments, started
 from tests.support.s3_server import S3Server
 
 CORRUPT = "LJ001-0006"
@@ -103,10 +103,7 @@ def epoch(tmp_path: Path, data: dict, expected: dict, resume_after: int = 0) -> 
     index = open_corpus(cfg)
     run_id, ids, start, first = rid(), [], {}, {}
     for part in range(2 if resume_after else 1):
-        with Run(cfg_path, run_id, tmp_path) as run:
-            run.start("stager")
-            run.start("producers")
-            client = run.client(timeout_s=60, **start)
+        with started(cfg_path, tmp_path, run_id=run_id, timeout_s=60, **start) as (run, client):
             while (part or not resume_after or len(ids) < 4 * resume_after) and (
                 batch := client.next(60)
             ):

@@ -15,7 +15,7 @@ from ringfeed.shared.corpus.open import open_corpus
 from tests.support.broken_dataset import make_broken_dataset
 from tests.support.configs import write_config
 from tests.support.paths import REPO
-from tests.support.runs import Run, rid, shm_segments
+from tests.support.runs import Run, rid, shm_segments, started
 
 pytestmark = pytest.mark.slow
 
@@ -34,10 +34,7 @@ def run_epoch(tmp_path: Path, raw: dict) -> tuple[dict[str, list], Run]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg_path = write_config(tmp_path, raw)
     run_id = rid()
-    with Run(cfg_path, run_id, tmp_path) as run:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=60)
+    with started(cfg_path, tmp_path, run_id=run_id, timeout_s=60) as (run, client):
         rows = collect(client)
         client.close()
         assert run.wait("stager", 30) == 0, run.logs()

@@ -15,6 +15,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from tests.support.audio import write_audio
 from tests.support.paths import MINI
 
 # Short real clips (1.8-2.6 s) keep the tests fast.
@@ -49,8 +50,10 @@ def _write_good(ds: BrokenDataset, src: Path, wavs: Path, lines: list[str]) -> N
     wave, sr = _read(src, "LJ001-0008")
     # 44.1 kHz stereo 24-bit: must be resampled and mixed down, not rejected.
     hi = soxr.resample(wave, sr, 44100)
-    sf.write(wavs / "stereo-44k.wav", np.stack([hi, 0.5 * hi], axis=1), 44100, subtype="PCM_24")
-    sf.write(wavs / "mono-8k.wav", soxr.resample(wave, sr, 8000), 8000, subtype="PCM_16")
+    write_audio(wavs / "stereo-44k.wav", np.stack([hi, 0.5 * hi], axis=1), sample_rate=44100,
+                subtype="PCM_24")  # fmt: skip
+    write_audio(wavs / "mono-8k.wav", soxr.resample(wave, sr, 8000), sample_rate=8000,
+                subtype="PCM_16")  # fmt: skip
     for item_id in ("stereo-44k", "mono-8k"):
         lines.append(f"{item_id}|Resampled copy, 1999.|Resampled copy, 1999.")
         ds.good.append(item_id)
@@ -58,16 +61,18 @@ def _write_good(ds: BrokenDataset, src: Path, wavs: Path, lines: list[str]) -> N
 
 def _write_bad_audio(ds: BrokenDataset, src: Path, wavs: Path, lines: list[str]) -> None:
     wave, sr = _read(src, "LJ001-0002")
-    sf.write(wavs / "truncated.wav", wave, sr)
+    write_audio(wavs / "truncated.wav", wave, sample_rate=sr)
     data = (wavs / "truncated.wav").read_bytes()
     (wavs / "truncated.wav").write_bytes(data[:30])  # cut inside the RIFF header
     (wavs / "zero-byte.wav").write_bytes(b"")
     (wavs / "text-file.wav").write_text("this is not audio\n" * 20)
-    sf.write(wavs / "long-30s.wav", np.tile(wave, int(np.ceil(30 * sr / len(wave)))), sr)
-    sf.write(wavs / "too-short.wav", wave[: sr // 50], sr)
+    write_audio(
+        wavs / "long-30s.wav", np.tile(wave, int(np.ceil(30 * sr / len(wave)))), sample_rate=sr
+    )
+    write_audio(wavs / "too-short.wav", wave[: sr // 50], sample_rate=sr)
     nan_wave = wave.copy()
     nan_wave[100] = np.nan
-    sf.write(wavs / "has-nan.wav", nan_wave, sr, subtype="FLOAT")
+    write_audio(wavs / "has-nan.wav", nan_wave, sample_rate=sr, subtype="FLOAT")
     ds.bad_samples.update({
         "truncated": "unreadable audio",
         "zero-byte": "zero-byte",

@@ -4,7 +4,7 @@ exactly once."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -68,3 +68,10 @@ def assert_exactly_once(items: list[int], cfg: Config, n_items: int) -> None:
     dup = sorted(i for i, c in counts.items() if c > 1)
     assert not lost and not dup, f"lost {lost[:20]}, duplicated {dup[:20]}"
     assert items == expected
+
+
+def plan_items(cfg: Config, n_items: int, epochs: int = 1, skip: Iterable[int] = ()) -> list[int]:
+    """What a run must deliver in deterministic mode: the plan's items in its order,
+    less the skipped ones."""
+    plan, skipped = Plan(Shuffle(n_items, cfg.stager.seed), epochs), set(skip)
+    return [i for i in (plan.item_at(k) for k in range(n_items * epochs)) if i not in skipped]

@@ -3,6 +3,7 @@
 - SYNTHETIC: a trainer run shrunk to seconds (32 synthetic items, a one-layer model);
   BUCKETS: SYNTHETIC with LJSpeech-shaped lengths in three length buckets;
 - small(): a config file for a run without a model (synthetic items, short leases);
+  tcp() its transport section for a tcp socket; keyed() small() with CURVE keys;
 - lopsided_config(): a trainer run over 48 clips of three speakers, 36 / 9 / 3;
 - clips_cfg(), jsonl_cfg(), shards_cfg(): Configs over the shipped clips, a JSON-lines
   manifest, tar shards; each keeps its feature cache in the test's tmp folder;
@@ -17,9 +18,11 @@ from typing import Any
 import yaml
 
 from ringfeed.shared.config import Config, replace
+from ringfeed.shared.wire.keys import generate
 from tests.support.corpora import write_manifest
 from tests.support.fault_sources import inject_faults
 from tests.support.paths import MINI, WAVS
+from tests.support.ports import free_port
 
 # A trainer run shrunk to seconds on 2 cores: 32 synthetic items, a one-layer model.
 SYNTHETIC: dict[str, dict[str, Any]] = {
@@ -64,6 +67,23 @@ def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict
     path = write_config(tmp_path, raw)
     inject_faults(path, delay_s=delay_s)  # each sample delay_s longer
     return path
+
+
+def tcp(port: int, keys_dir: Path | str = "", host: str = "127.0.0.1") -> dict[str, Any]:
+    """A transport section: the stager binds host:port beside its ipc socket, with the
+    CURVE keys in keys_dir if given."""
+    transport = {"kind": "tcp", "host": host, "port": port}
+    return transport | ({"keys_dir": str(keys_dir)} if keys_dir else {})
+
+
+def keyed(
+    tmp_path: Path, clients: tuple[str, ...] = ("liar",), **small_args: Any
+) -> tuple[Path, dict[str, Path]]:
+    """small(**small_args) with a CURVE-keyed tcp socket on a free port; returns the
+    config file and, by client name, the folder of that client's valid key."""
+    keys = tmp_path / "keys"
+    bundles = {client: generate(keys, client) for client in clients}
+    return small(tmp_path, transport=tcp(free_port(), keys), **small_args), bundles
 
 
 def jsonl_cfg(path: Path, **data) -> Config:

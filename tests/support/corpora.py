@@ -1,13 +1,29 @@
-"""Small corpora on disk for the corpus tests: manifests and a LibriTTS tree made of the
-shipped LJSpeech clips."""
+"""Small corpora on disk made of the shipped LJSpeech clips: some of their metadata lines,
+manifests, a LibriTTS tree, WebDataset-style tar shards."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-from tests.support.paths import WAVS
+from tests.support.audio import copy_clip
+from tests.support.paths import MINI, WAVS
+
+
+def shipped_lines() -> list[str]:
+    """The shipped metadata.csv's lines (id|text|normalized text), in its order."""
+    return (MINI / "metadata.csv").read_text().splitlines()
+
+
+def shipped_corpus(folder: Path, lines: list[str]) -> Path:
+    """An LJSpeech-layout corpus in folder: these metadata lines (shipped_lines(), or
+    some of them in any order), each clip they name linked into wavs/; returns folder."""
+    (folder / "wavs").mkdir(parents=True)
+    for line in lines:
+        wav = line.split("|")[0] + ".wav"
+        (folder / "wavs" / wav).symlink_to(WAVS / wav)
+    (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+    return folder
 
 
 def write_manifest(path: Path, lines: list) -> Path:
@@ -24,7 +40,7 @@ def make_libritts(root: Path) -> None:
         folder = root / speaker / chapter
         folder.mkdir(parents=True)
         stem = f"{speaker}_{chapter}_000{k}_000000"
-        shutil.copy(WAVS / f"LJ001-000{k + 1}.wav", folder / f"{stem}.wav")
+        copy_clip(folder / f"{stem}.wav", f"LJ001-000{k + 1}")
         (folder / f"{stem}.normalized.txt").write_text(f"Normalized {k}.")
         (folder / f"{stem}.original.txt").write_text(f"Original {k}!")
     (root / "84" / "121" / "84_121_0009_000000.normalized.txt").write_text("No audio.")

@@ -1,13 +1,13 @@
 """Producers that hold a way in (the ipc socket, or a valid CURVE key) and lie: each
 strategy plays the protocol by hand against a live stager until `stop` is set or the
-stager stops welcoming it. Run in a thread of the test, or as a process of its own
-(``python -m tests.support.liars STRATEGY CONFIG RUN_ID``) where a test needs a second peer."""
+stager stops welcoming it, in a thread of the test (in_thread) or of a benchmark. Over
+ipc every liar of one process is one peer to the stager; a liar with a key of its own
+over tcp is another."""
 
 from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,8 +18,7 @@ import numpy as np
 import zmq
 
 from ringfeed.producer.sources import SyntheticSource
-from ringfeed.shared.config import Config, load_config
-from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.config import Config
 from ringfeed.shared.memory.ring import Ring, rows_checksum
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
@@ -74,12 +73,17 @@ def grants_of(sock: zmq.Socket, timeout_s: float = 1.0) -> list[p.GrantEntry]:
     return msg.entries() if isinstance(msg, p.Grant) else []
 
 
-def bad_content(cfg: Config, ring: Ring, g: p.GrantEntry) -> p.Ready:
-    """Fill the granted slot with a token id far past the vocabulary and NaN mels, sealed
-    and hashed as an honest producer would."""
-    sample = SyntheticSource(cfg).prepare(g.item)
+def bad_rows(cfg: Config, item: int) -> list[np.ndarray]:
+    """The item's rows with a token id far past the vocabulary and a NaN mel value."""
+    sample = SyntheticSource(cfg).prepare(item)
     tokens, mel = sample.tokens.copy(), sample.mel.copy()
     tokens[0], mel[0, 0] = 1_000_000, np.nan
+    return [tokens, mel]
+
+
+def bad_content(cfg: Config, ring: Ring, g: p.GrantEntry) -> p.Ready:
+    """Fill the granted slot with bad_rows, sealed and hashed as an honest producer would."""
+    tokens, mel = bad_rows(cfg, g.item)
     header = ring.slots[g.slot]
     header["writing_generation"] = g.generation
     for name, rows in (("tokens", tokens), ("mel", mel)):
@@ -88,6 +92,15 @@ def bad_content(cfg: Config, ring: Ring, g: p.GrantEntry) -> p.Ready:
     header["sealed_generation"] = g.generation
     lengths = [len(tokens), len(mel)]
     return p.Ready([g.slot], [g.generation], [g.item], lengths, [rows_checksum([tokens, mel])], [0])
+
+
+def bad_payload(cfg: Config, g: p.GrantEntry) -> tuple[p.Ready, list[bytes]]:
+    """A remote producer's READY of bad_rows, hashed as an honest one would, and its
+    payload frames."""
+    rows = bad_rows(cfg, g.item)
+    lengths, checksum = [len(r) for r in rows], rows_checksum(rows)
+    ready = p.Ready([g.slot], [g.generation], [g.item], lengths, [checksum], [0])
+    return ready, [r.tobytes() for r in rows]
 
 
 def malformed(g: p.GrantEntry) -> p.Ready:
@@ -99,7 +112,7 @@ def lie_per_grant(
 ) -> None:
     """Join (over ipc, or over tcp with the key in keys_dir), ask for one grant, answer
     it with the lie (`malformed`: lengths [0, 0]; `content`: out-of-range rows, written
-    into the ring, so ipc only), say HELLO again, repeat."""
+    into the ring over ipc, sent as payload frames over tcp), say HELLO again, repeat."""
     remote = endpoint.startswith("tcp://")
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         ring = None
@@ -110,7 +123,9 @@ def lie_per_grant(
                     continue
                 sock.send_multipart(p.encode(p.Request(1)))
                 for g in grants_of(sock):
-                    if lie == "content":
+                    if lie == "content" and remote:
+                        sock.send_multipart(p.encode(*bad_payload(cfg, g)))
+                    elif lie == "content":
                         ring = ring or Ring.attach(welcome.ring_name)
                         sock.send_multipart(p.encode(bad_content(cfg, ring, g)))
                     else:
@@ -204,16 +219,3 @@ def in_thread(target: Callable[..., None], *args: object) -> tuple[threading.Thr
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, tally
-
-
-if __name__ == "__main__":
-    lie, config, run_id = sys.argv[1:4]
-    stop_file = Path(sys.argv[4])
-    stop = threading.Event()
-    cfg = load_config(config)
-    control = endpoints(cfg, run_id).control
-    thread, _ = in_thread(lie_per_grant, cfg, control, "", stop, lie)
-    while not stop_file.exists():
-        time.sleep(0.1)
-    stop.set()
-    thread.join(5)

@@ -1,10 +1,17 @@
 """Real runs in tests: scripts.runner.Run plus what only tests need, a run id, the
 run's segments, and the end of a run.
 
-A test wraps a run in ``with Run(config, rid(), tmp_path) as run:``; leaving the
-block stops every process and removes the run's segments and socket files, so
-a failing test leaves nothing behind. ``shm_segments(rid)`` is what the tests
-assert empty.
+Most tests start a run in one line:
+
+    with started(config, tmp_path) as (run, client):   # stager, producers, a consumer
+        items = consume(client)
+        client.close()
+        summary = finish(run, "producers")
+
+and one that starts its processes in another order or with arguments wraps them in
+``with Run(config, rid(), tmp_path) as run:``. Leaving either block stops every
+process and removes the run's segments and socket files, so a failing test leaves
+nothing behind. ``shm_segments(rid)`` is what the tests assert empty.
 """
 
 from __future__ import annotations
@@ -13,13 +20,15 @@ import contextlib
 import json
 import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ringfeed.consumer.client.batch_client import BatchClient
 from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.scripts import runner
 from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
+from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.memory.segments import list_segments
 from tests.support.polling import wait_for
 from tests.support.ports import free_ports
@@ -54,6 +63,11 @@ class Run(runner.Run):
         """The live workers of the local producer pool."""
         return runner.worker_pids(self.procs["producers"].pid)
 
+    @property
+    def stats(self) -> str:
+        """The endpoint of the stager's stats stream (tests/support/stats.py reads it)."""
+        return endpoints(self.cfg, self.run_id).stats
+
 
 def rid(tag: str = "") -> str:
     """A fresh run id, so runs of concurrent tests never share segments or sockets."""
@@ -65,11 +79,31 @@ def shm_segments(run_id: str) -> list[str]:
     return [p.name for p in list_segments(run_id)]
 
 
-def finish(run: Run, run_id: str, *verbs: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def started(
+    config: Path,
+    tmp_path: Path,
+    *verbs: str,
+    run_id: str | None = None,
+    consumer: str = "test",
+    timeout_s: float = 30.0,
+    **start: Any,
+) -> Iterator[tuple[Run, BatchClient]]:
+    """A Run of config (its logs in tmp_path) with `verbs` started in order (the stager
+    and the producer pool if none are named) and a consumer of that name connected in
+    this process; start: where it starts (BatchClient's position, batch_index, plan).
+    Leaving the block closes the client, stops every process and cleans up."""
+    with Run(config, run_id or rid(), tmp_path) as run:
+        for verb in verbs or ("stager", "producers"):
+            run.start(verb)
+        yield run, run.client(name=consumer, timeout_s=timeout_s, **start)
+
+
+def finish(run: Run, *verbs: str) -> dict[str, Any]:
     """Wait (bounded) for the stager and `verbs` to exit 0; no segment left; stager.json."""
     for verb in ("stager", *verbs):
         assert run.wait(verb, 20) == 0, f"{verb} failed\n{run.logs()}"
-    assert shm_segments(run_id) == []
+    assert shm_segments(run.run_id) == []
     return run.json("stager.json")
 
 

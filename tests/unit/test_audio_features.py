@@ -8,13 +8,13 @@ import librosa
 import numpy as np
 import pytest
 import soundfile as sf
-import soxr
 
 from ringfeed.producer.audio import load_audio
 from ringfeed.producer.features import fit_length, log_mel, mel_filterbank
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.sample.content import LOG_FLOOR
+from tests.support.audio import write_audio
 from tests.support.paths import WAVS
 
 CLIP = WAVS / "LJ001-0002.wav"
@@ -38,11 +38,8 @@ def _librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
 
 
 def _copies(tmp_path: Path) -> dict[str, Path]:
-    wave, sr = sf.read(CLIP, dtype="float32")
-    flac = tmp_path / "clip.flac"
-    sf.write(flac, wave, sr)
-    low = tmp_path / "clip-16k.wav"
-    sf.write(low, soxr.resample(wave, sr, 16000), 16000)
+    flac = write_audio(tmp_path / "clip.flac", CLIP)
+    low = write_audio(tmp_path / "clip-16k.wav", CLIP, sample_rate=16000)
     return {"wav": CLIP, "flac": flac, "16k": low}
 
 
@@ -80,9 +77,8 @@ def test_filterbank_is_librosa_slaney() -> None:
 
 def test_loader_resamples_mixes_and_normalizes(tmp_path: Path) -> None:
     cfg = Config()
-    wave, sr = sf.read(CLIP, dtype="float32")
-    stereo = tmp_path / "stereo.wav"
-    sf.write(stereo, np.stack([wave, wave], axis=1), sr, subtype="PCM_24")
+    wave, _ = sf.read(CLIP, dtype="float32")
+    stereo = write_audio(tmp_path / "stereo.wav", CLIP, channels=2, subtype="PCM_24")
     out = load_audio(str(stereo), cfg)
     assert out.ndim == 1 and out.dtype == np.float32 and len(out) == len(wave)
     assert np.max(np.abs(out)) == pytest.approx(cfg.audio.peak_level, rel=1e-6)
@@ -102,8 +98,7 @@ def test_fit_length_skip_and_truncate() -> None:
 
 
 def test_silent_audio_is_skipped(tmp_path: Path) -> None:
-    path = tmp_path / "silent.wav"
-    sf.write(path, np.zeros(22050, np.float32), 22050)
+    path = write_audio(tmp_path / "silent.wav", "silence", 1.0)
     with pytest.raises(SkipSample, match="silent"):
         load_audio(str(path), Config())
 
@@ -111,8 +106,7 @@ def test_silent_audio_is_skipped(tmp_path: Path) -> None:
 def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
     cfg = Config()
     wave, sr = sf.read(CLIP, dtype="float32")
-    mp3 = tmp_path / "clip.mp3"
-    sf.write(mp3, wave, sr, format="MP3", subtype="MPEG_LAYER_III")
+    mp3 = write_audio(tmp_path / "clip.mp3", CLIP, format="MP3", subtype="MPEG_LAYER_III")
     out = load_audio(str(mp3), cfg)
     assert out.ndim == 1 and out.dtype == np.float32
     # An MP3 encoder adds some padding at the ends: compare durations, then the speech.

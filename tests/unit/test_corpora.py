@@ -4,12 +4,10 @@ language id tables: stable ids, kept on resume, new names refused or appended.""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from ringfeed.producer import phonemes
 from ringfeed.producer.audio import load_audio
@@ -20,13 +18,14 @@ from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE, read_tables, settle_tables
+from tests.support.audio import copy_clip, write_audio
 from tests.support.configs import jsonl_cfg
 from tests.support.corpora import make_libritts, write_manifest
 from tests.support.paths import REPO, WAVS
 
 
 def test_jsonl_manifest_entries_segments_and_bad_lines(tmp_path: Path) -> None:
-    shutil.copy(WAVS / "LJ001-0001.wav", tmp_path / "long.wav")
+    copy_clip(tmp_path / "long.wav", "LJ001-0001")
     manifest = write_manifest(tmp_path / "m" / "train.jsonl", [
         {"audio": "../long.wav", "text": "Hallo Welt.", "speaker": "ann", "language": "de"},
         {"audio": "../long.wav", "text": "Zwei.", "speaker": "ann", "offset": 2.0,
@@ -100,11 +99,9 @@ def test_vctk_layouts(tmp_path: Path) -> None:
     for k, speaker in enumerate(["p225", "p226"]):
         (tmp_path / "txt" / speaker).mkdir(parents=True)
         (tmp_path / "txt" / speaker / f"{speaker}_001.txt").write_text(f"Please call {k}.\n")
-    wave, sr = sf.read(WAVS / "LJ001-0002.wav")
-    (tmp_path / "wav48_silence_trimmed" / "p225").mkdir(parents=True)
-    sf.write(tmp_path / "wav48_silence_trimmed/p225/p225_001_mic1.flac", wave, sr)
-    (tmp_path / "wav48" / "p226").mkdir(parents=True)
-    sf.write(tmp_path / "wav48/p226/p226_001.wav", wave, sr)
+    clip = WAVS / "LJ001-0002.wav"
+    write_audio(tmp_path / "wav48_silence_trimmed/p225/p225_001_mic1.flac", clip)
+    write_audio(tmp_path / "wav48/p226/p226_001.wav", clip)
     entries, bad = read_corpus(replace(Config(), data={"path": str(tmp_path), "format": "vctk"}))
     assert bad == []
     assert [(e.item_id, e.speaker, e.text) for e in entries] == [

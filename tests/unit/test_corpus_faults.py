@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
 
 from ringfeed.producer.audio import decode
 from ringfeed.producer.lengths import header_frames
@@ -19,9 +16,9 @@ from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
 from ringfeed.shared.language.text_cache import TextCache, text_key
 from ringfeed.shared.run.id_tables import IdTables, settle_tables
+from tests.support.audio import copy_clip, write_audio
 from tests.support.configs import jsonl_cfg
 from tests.support.corpora import make_libritts
-from tests.support.paths import WAVS
 
 GOOD = '{"audio": "a.wav", "text": "fine", "id": "good"}'
 
@@ -37,7 +34,7 @@ GOOD = '{"audio": "a.wav", "text": "fine", "id": "good"}'
     ],
 )
 def test_one_hostile_manifest_line_costs_that_line(tmp_path: Path, line: str, reason: str) -> None:
-    shutil.copy(WAVS / "LJ001-0001.wav", tmp_path / "a.wav")
+    copy_clip(tmp_path / "a.wav", "LJ001-0001")
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(f"{GOOD}\n{line}\n", encoding="utf-8")
     entries, bad = read_corpus(jsonl_cfg(manifest, language="auto", detect_languages=["en"]))
@@ -46,7 +43,7 @@ def test_one_hostile_manifest_line_costs_that_line(tmp_path: Path, line: str, re
 
 
 def test_language_codes_as_corpora_write_them(tmp_path: Path) -> None:
-    shutil.copy(WAVS / "LJ001-0001.wav", tmp_path / "a.wav")
+    copy_clip(tmp_path / "a.wav", "LJ001-0001")
     lines = [{"audio": "a.wav", "text": "t", "id": f"i{k}", "language": code}
              for k, code in enumerate(["en-US", "pt_BR", "eng", "DE"])]  # fmt: skip
     manifest = tmp_path / "m.jsonl"
@@ -84,7 +81,7 @@ def test_libritts_root_speakers_linked_subsets_and_cycles(tmp_path: Path, caplog
     make_libritts(root / "train-clean-100")
     chapter = tmp_path / "elsewhere" / "7" / "11"
     chapter.mkdir(parents=True)
-    shutil.copy(WAVS / "LJ001-0004.wav", chapter / "7_11_0000_000000.wav")
+    copy_clip(chapter / "7_11_0000_000000.wav", "LJ001-0004")
     (chapter / "7_11_0000_000000.normalized.txt").write_text("Linked.")
     (root / "dev-clean").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     (root / "train-clean-100" / "19" / "loop").symlink_to(root, target_is_directory=True)
@@ -94,7 +91,7 @@ def test_libritts_root_speakers_linked_subsets_and_cycles(tmp_path: Path, caplog
     assert got == [("dev-clean", "7"), *[("train-clean-100", s) for s in ("19", "19", "84")]]
     bad_folder = root / "train-clean-100" / "19" / "198" / "misfiled_0001.normalized.txt"
     bad_folder.write_text("x")
-    shutil.copy(WAVS / "LJ001-0001.wav", bad_folder.with_name("misfiled_0001.wav"))
+    copy_clip(bad_folder.with_name("misfiled_0001.wav"), "LJ001-0001")
     with caplog.at_level(logging.WARNING, logger="ringfeed.shared.corpus.folders"):
         entries, _ = read_corpus(cfg)
     assert "misfiled" in caplog.text and "not laid out as" in caplog.text
@@ -113,7 +110,7 @@ def test_a_segment_shorter_than_half_a_sample_is_one_sample_not_the_file(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.wav"
-    sf.write(path, np.zeros(22050, np.float32), 22050)
+    write_audio(path, "silence", 1.0)
     data, _ = decode(str(path), (0.5, 1e-6))
     assert data.shape[0] == 1
     cfg = Config()

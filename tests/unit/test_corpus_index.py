@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import soundfile as sf
 
 from ringfeed.scripts import cli
 from ringfeed.shared.config import Config, replace
@@ -18,6 +17,7 @@ from ringfeed.shared.corpus.index import BuiltIndex, index_path
 from ringfeed.shared.corpus.open import build_in_memory, open_corpus, read_corpus
 from ringfeed.shared.run.fingerprint import plan_fingerprint
 from ringfeed.shared.run.id_tables import corpus_tables
+from tests.support.audio import write_audio
 from tests.support.broken_dataset import make_broken_dataset
 from tests.support.configs import jsonl_cfg, write_config
 from tests.support.corpora import make_libritts, write_manifest
@@ -71,9 +71,7 @@ def test_the_index_gives_what_the_readers_give(tmp_path: Path) -> None:
 
 
 def test_csv_segments_duplicates_and_a_missing_file(tmp_path: Path) -> None:
-    wave, sr = sf.read(MINI / "wavs/LJ001-0002.wav")
-    (tmp_path / "audio").mkdir()
-    sf.write(tmp_path / "audio/a.flac", wave, sr)
+    write_audio(tmp_path / "audio/a.flac", MINI / "wavs/LJ001-0002.wav")
     rows = ["audio_file|text|speaker_name", "audio/a.flac|Hello.|ann", "audio/b.wav|Gone.|bob",
             "audio/a.ogg|Odd.|ann", "", "./audio/a.flac|Again.|cy"]  # fmt: skip
     (tmp_path / "metadata.csv").write_text("\r\n".join(rows) + "\r\n")

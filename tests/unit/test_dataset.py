@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import soundfile as sf
 
 from ringfeed.consumer.stager.quarantine import QuarantineWriter, read_quarantine
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
+from tests.support.audio import write_audio
 from tests.support.broken_dataset import make_broken_dataset
 from tests.support.paths import REPO
 
@@ -34,9 +34,7 @@ def test_broken_dataset_bad_lines(tmp_path: Path) -> None:
 
 
 def test_csv_format_with_speakers(tmp_path: Path) -> None:
-    wave, sr = sf.read(REPO / "data/ljspeech-mini/wavs/LJ001-0002.wav")
-    (tmp_path / "audio").mkdir()
-    sf.write(tmp_path / "audio/a.flac", wave, sr)
+    write_audio(tmp_path / "audio/a.flac", REPO / "data/ljspeech-mini/wavs/LJ001-0002.wav")
     rows = ["audio_file|text|speaker_name", "audio/a.flac|Hello.|ann", "audio/b.wav|Gone.|bob",
             "audio/a.ogg|Odd.|ann"]  # fmt: skip
     (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")

@@ -17,18 +17,12 @@ from ringfeed.shared.run.fingerprint import (
     plan_changes,
     plan_fingerprint,
 )
-from tests.support.paths import REPO
-
-MINI = REPO / "data" / "ljspeech-mini"
+from tests.support.corpora import shipped_corpus, shipped_lines
 
 
 def corpus(folder: Path, lines: int) -> Path:
     """The shipped LJSpeech clips under folder, with the first `lines` metadata lines."""
-    folder.mkdir(parents=True)
-    (folder / "wavs").symlink_to(MINI / "wavs")
-    kept = (MINI / "metadata.csv").read_text().splitlines(keepends=True)[:lines]
-    (folder / "metadata.csv").write_text("".join(kept))
-    return folder
+    return shipped_corpus(folder, shipped_lines()[:lines])
 
 
 def test_each_plan_part_is_told_apart(tmp_path: Path) -> None:

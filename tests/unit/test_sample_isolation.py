@@ -8,9 +8,7 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
 
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sample import SkipSample
@@ -18,6 +16,7 @@ from ringfeed.producer.text import TextEncoder, clean_text
 from ringfeed.producer.worker import describe
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry
+from tests.support.audio import write_audio
 
 
 @pytest.mark.parametrize(
@@ -46,15 +45,9 @@ def test_huge_raw_text_is_rejected_before_cleaning_or_cut() -> None:
     assert truncated and len(ids) == cfg.text.max_text_len
 
 
-def write_wav(path: Path, seconds: float, sr: int = 22050) -> Path:
-    t = np.arange(int(seconds * sr)) / sr
-    sf.write(path, (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), sr)
-    return path
-
-
 def test_audio_longer_than_the_limit_is_rejected_from_its_header(tmp_path: Path) -> None:
     cfg = replace(Config(), audio={"max_duration_s": 2.0}, features={"cache": False})
-    long = write_wav(tmp_path / "long.wav", 3.0)
+    long = write_audio(tmp_path / "long.wav", "tone", 3.0)
     pipe = SamplePipeline(cfg)
     with pytest.raises(SkipSample, match="not decoded") as info:
         pipe(Entry("long", str(long), "hello there"))
@@ -63,12 +56,12 @@ def test_audio_longer_than_the_limit_is_rejected_from_its_header(tmp_path: Path)
 
 def test_audio_longer_than_a_slot_is_rejected_from_its_header(tmp_path: Path) -> None:
     cfg = replace(Config(), features={"cache": False, "max_frames": 100})  # ~1.16 s
-    long = write_wav(tmp_path / "long.wav", 1.5)
+    long = write_audio(tmp_path / "long.wav", "tone", 1.5)
     pipe = SamplePipeline(cfg)
     with pytest.raises(SkipSample, match="features.max_frames=100"):
         pipe(Entry("long", str(long), "hello there"))
     assert pipe.counters.decoded == 0
-    fits = write_wav(tmp_path / "fits.wav", 1.0)
+    fits = write_audio(tmp_path / "fits.wav", "tone", 1.0)
     assert pipe(Entry("fits", str(fits), "hello there")).mel.shape[0] <= 100
 
 
@@ -76,7 +69,7 @@ def test_audio_longer_than_a_slot_is_rejected_from_its_header(tmp_path: Path) ->
 def test_an_unwritable_feature_cache_costs_the_cache_not_the_samples(tmp_path: Path) -> None:
     cache_dir = tmp_path / "cache"
     cfg = replace(Config(), features={"cache_dir": str(cache_dir)})
-    clip = write_wav(tmp_path / "a.wav", 0.5)
+    clip = write_audio(tmp_path / "a.wav", "tone", 0.5)
     pipe = SamplePipeline(cfg)
     for shard in cache_dir.rglob("*"):
         shard.chmod(0o500 if shard.is_dir() else 0o400)
@@ -93,7 +86,7 @@ def test_a_failing_cache_write_costs_the_cache_not_the_sample(tmp_path: Path) ->
     """ENOSPC, EACCES or EIO mid-write: the sample is delivered, the next put opens a
     fresh shard. Works as root too: the write itself is made to fail."""
     cfg = replace(Config(), features={"cache_dir": str(tmp_path / "cache")})
-    clip = write_wav(tmp_path / "a.wav", 0.5)
+    clip = write_audio(tmp_path / "a.wav", "tone", 0.5)
     pipe = SamplePipeline(cfg)
 
     def full_disk(*args: object) -> None:

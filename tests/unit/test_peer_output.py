@@ -1,8 +1,9 @@
 """Bounded peer output (issue 18, case 4): a peer that holds the key and floods CRASH, or
-writes terminal escape sequences into its name, host, place, traceback and counters.
-The stager's log stays small, what it does not log is counted, no control character
-from a peer reaches the log, stager.json or the inspector, and the epoch is still
-delivered exactly once."""
+writes terminal escape sequences into its name, host, place, traceback and counters,
+against the real stager in this process (tests/support/stager_thread.py) with honest
+producer threads. The stager's log stays small, what it does not log is counted, no
+control character from a peer reaches the log, stager.json or the inspector, and the
+epoch is still delivered exactly once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import json
 import logging
 import os
 import socket
-import subprocess
 import threading
 import time
 import unicodedata
@@ -43,20 +43,19 @@ from ringfeed.consumer.stager.stats_record import (
     TrainerReport,
 )
 from ringfeed.consumer.tools.inspector import Inspector
+from ringfeed.consumer.tools.inspector import main as inspector_main
 from ringfeed.consumer.tools.screen import BOLD, CLEAR, RESET, render
 from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
-from ringfeed.shared.config import Config, config_from_dict, load_config
-from ringfeed.shared.config.environment import endpoints
+from ringfeed.shared.config import Config, config_from_dict
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.bounds import clean
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import small
-from tests.support.paths import REPO
 from tests.support.peers import peer_socket
-from tests.support.processes import CLI
-from tests.support.runs import Run, finish, rid
+from tests.support.producer_threads import producer_threads
+from tests.support.stager_thread import stager_thread
 from tests.support.stats import StatsReader
 
 # A traceback as long as decode takes (shared/wire/bounds.py MAX_STR).
@@ -125,22 +124,20 @@ def flood_crashes(cfg: Config, endpoint: str, stop: threading.Event, sent: list[
         peer.setsockopt(zmq.LINGER, 10_000)  # deliver what is queued: every one is counted
 
 
-@pytest.mark.slow
 def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
     n, flood_s = 400, 3.0
-    cfg_path = small(tmp_path, items=n, delay_s=0.01)
-    cfg, run_id = load_config(cfg_path), rid()
     stop, sent = threading.Event(), [0]
-    with Run(cfg_path, run_id, tmp_path) as run, StatsReader(endpoints(cfg, run_id).stats) as st:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=30)
-        log_path = tmp_path / f"{run_id}-stager-1.log"
-        size0, t0 = log_path.stat().st_size, time.monotonic()
-        control = endpoints(cfg, run_id).control
-        flood = threading.Thread(target=flood_crashes, args=(cfg, control, stop, sent), daemon=True)
-        flood.start()
-        try:
+    with (
+        stager_thread(small(tmp_path, items=n, delay_s=0.01)) as stager,
+        StatsReader(stager.stats) as st,
+    ):
+        cfg, client = stager.cfg, stager.client()
+        with producer_threads(cfg, stager.control, n=2):
+            size0, t0 = len(stager.log.text().encode()), time.monotonic()
+            flood = threading.Thread(
+                target=flood_crashes, args=(cfg, stager.control, stop, sent), daemon=True
+            )
+            flood.start()
             items = consume(client, timeout_s=60)
             stop.wait(max(0.0, flood_s - (time.monotonic() - t0)))
             stop.set()
@@ -148,11 +145,11 @@ def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
             allowed = PEER_BURST + int((time.monotonic() - t0) / PEER_REFILL_S) + 1
             st.first(lambda s: s["dropped"].get("rate-limited", 0) >= sent[0] - allowed, 30,
                      "every CRASH of the flood read by the stager")  # fmt: skip
-        finally:
             client.close()
-        summary = finish(run, run_id, "producers")
-        grown = log_path.stat().st_size - size0
-        logged = log_path.read_text().count("producer flood crashed")
+        summary = stager.summary()
+        log_text = stager.log.text()
+    grown = len(log_text.encode()) - size0
+    logged = log_text.count("producer flood crashed")
     print(f"{sent[0]} CRASH in {flood_s:.0f}+ s: log +{grown} bytes, {logged} logged")
     assert_exactly_once(items, cfg, n)
     assert sent[0] > 1000, f"the flood sent only {sent[0]} messages"
@@ -161,14 +158,11 @@ def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
     assert summary["dropped"]["rate-limited"] == sent[0] - logged, summary["dropped"]
 
 
-def inspect_json(run: Run) -> str:
-    """`ringfeed inspect --json` as a user runs it: its stdout."""
-    cmd = [*CLI, "inspect", "--run-id", run.run_id, "--json"]
-    out = subprocess.run(
-        [*cmd, "--config", str(run.config)], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+def inspect_json(run_id: str, config: Path, capsys: pytest.CaptureFixture) -> str:
+    """What `ringfeed inspect --json` prints (its entry, consumer/tools/inspector.py main)."""
+    capsys.readouterr()
+    assert inspector_main(run_id, as_json=True, config_path=str(config)) == 0
+    return capsys.readouterr().out
 
 
 def strings_in(value: Any) -> list[str]:
@@ -180,9 +174,9 @@ def strings_in(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else []
 
 
-def screen_of(run: Run) -> str:
+def screen_of(run_id: str, config: Path) -> str:
     """The inspector's live screen, one refresh, without its own bold and clear codes."""
-    insp = Inspector(run.run_id, str(run.config))
+    insp = Inspector(run_id, str(config))
     try:
         insp.poll_stats(3.0)
         text = render(insp.snapshot())
@@ -193,29 +187,27 @@ def screen_of(run: Run) -> str:
     return text
 
 
-@pytest.mark.slow
-def test_no_control_character_from_a_peer_reaches_log_json_or_inspector(tmp_path: Path) -> None:
+def test_no_control_character_from_a_peer_reaches_log_json_or_inspector(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     n = 100
-    cfg_path = small(tmp_path, items=n, ring={"lease_s": 5.0})  # the peer stays listed
-    cfg, run_id = load_config(cfg_path), rid()
+    config = small(tmp_path, items=n, ring={"lease_s": 5.0})  # the peer stays listed
     name, shown = f"evil{HOSTILE}{PERSIAN}", clean(f"evil{HOSTILE}{PERSIAN}")
-    with Run(cfg_path, run_id, tmp_path) as run, StatsReader(endpoints(cfg, run_id).stats) as st:
-        run.start("stager")
-        run.start("producers")
-        client = run.client(timeout_s=30)  # connected, not reading yet: the run waits
-        with peer_socket(endpoints(cfg, run_id).control) as peer:
+    with stager_thread(config) as stager, StatsReader(stager.stats) as st:
+        cfg, client = stager.cfg, stager.client()  # connected, not reading yet: the run waits
+        with producer_threads(cfg, stager.control, n=2), peer_socket(stager.control) as peer:
             prints = config_fingerprint(cfg)
             hello = p.Hello(name, os.getpid(), f"host{HOSTILE}", False, "t", f"at{HOSTILE}", prints)
             peer.send_multipart(p.encode(hello))
             peer.send_multipart(p.encode(p.Heartbeat(0, {f"decoded{HOSTILE}": 1})))
             peer.send_multipart(p.encode(p.Crash(name, f"Traceback\n{HOSTILE}boom\n")))
             st.first(lambda s: s["crashes"] and s["producers"], 20, "the peer's row and crash")
-            screen, as_json = screen_of(run), inspect_json(run)
+            screen = screen_of(stager.run_id, config)
+            as_json = inspect_json(stager.run_id, config, capsys)
             items = consume(client, timeout_s=30)
-        client.close()
-        finish(run, run_id, "producers")
-        stager_json = json.loads((run.dir / "stager.json").read_text())
-        log_text = (tmp_path / f"{run_id}-stager-1.log").read_text()
+            client.close()
+        stager_json = stager.summary()
+        log_text = stager.log.text()
     assert_exactly_once(items, cfg, n)
     assert shown == f"evil[2J]0;owned31m{PERSIAN}"
     for where, texts in (
