@@ -72,41 +72,42 @@ def resumable_config(tmp_path: Path, lengths: str) -> Path:
     return config
 
 
-def batches_of_a_whole_run(config: Path, tmp_path: Path) -> dict[int, dict]:
-    """step -> batch record of a run that is never interrupted."""
-    with Run(config, rid("resA"), tmp_path) as a:
+def kill_after_the_first_checkpoint(b: Run) -> None:
+    """SIGKILL run b's trainer after its first checkpoint, then stop its stager and
+    producers (each exits 0)."""
+    # TensorFlow writes its "checkpoint" state file last: only then is ckpt-4 restorable.
+    # (Polling for ckpt-4.index raced the save and sometimes killed it half-way.)
+    b.poll_for(lambda: (b.dir / "checkpoints" / "checkpoint").exists(), what="the first checkpoint")
+    b.signal("trainer", signal.SIGKILL)
+    b.wait("trainer", 10)
+    b.signal("stager")
+    b.signal("producers")
+    assert b.wait("stager", 10) == 0 and b.wait("producers", 10) == 0, b.logs()
+
+
+def whole_and_resumed(
+    config: Path, tmp_path: Path
+) -> tuple[dict[int, dict], dict, dict[int, dict]]:
+    """Two runs of config side by side (a trainer's start-up is one core's work for
+    seconds): one never interrupted, one whose trainer is SIGKILLed after its first checkpoint,
+    stopped, and launched again under the same run id. Returns the step -> batch
+    record of the first, the summary.json of the second and its step -> batch record."""
+    with Run(config, rid("resA"), tmp_path) as a, Run(config, rid("resB"), tmp_path) as b:
         a.start_all()
+        b.start_all()
+        kill_after_the_first_checkpoint(b)
+        b.start_all()
         assert a.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, a.logs()
-        return batch_records(a.dir / "batches.jsonl")
-
-
-def batches_of_a_resumed_run(config: Path, tmp_path: Path) -> tuple[dict, dict[int, dict]]:
-    """A run whose trainer is SIGKILLed after its first checkpoint, stopped, and launched
-    again under the same run id: (its summary.json, step -> batch record)."""
-    with Run(config, rid("resB"), tmp_path) as b:
-        b.start_all()
-        # TensorFlow writes its "checkpoint" state file last: only then is ckpt-4 restorable.
-        # (Polling for ckpt-4.index raced the save and sometimes killed it half-way.)
-        b.poll_for(
-            lambda: (b.dir / "checkpoints" / "checkpoint").exists(), what="the first checkpoint"
-        )
-        b.signal("trainer", signal.SIGKILL)
-        b.wait("trainer", 10)
-        b.signal("stager")
-        b.signal("producers")
-        assert b.wait("stager", 10) == 0 and b.wait("producers", 10) == 0, b.logs()
-        b.start_all()
         assert b.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, b.logs()
         assert shm_segments(b.run_id) == []
-        return b.json("summary.json"), batch_records(b.dir / "batches.jsonl")
+        whole = batch_records(a.dir / "batches.jsonl")
+        return whole, b.json("summary.json"), batch_records(b.dir / "batches.jsonl")
 
 
 @pytest.mark.parametrize("lengths", ["fixed", "buckets"])
 def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None:
-    config = resumable_config(tmp_path, lengths)
-    expected = batches_of_a_whole_run(config, tmp_path)
+    expected, summary, got = whole_and_resumed(resumable_config(tmp_path, lengths), tmp_path)
     assert sorted(expected) == list(range(1, 17))
-    summary, got = batches_of_a_resumed_run(config, tmp_path)
     assert summary["steps"] == 16
     assert summary["steps_this_run"] < 16, "the relaunch should have resumed, not restarted"
     # It resumed because the plan's fingerprint in its checkpoint was the stager's.
