@@ -88,10 +88,11 @@ def kill_after_the_first_checkpoint(b: Run) -> None:
 def whole_and_resumed(
     config: Path, tmp_path: Path
 ) -> tuple[dict[int, dict], dict, dict[int, dict]]:
-    """Two runs of config side by side (a trainer's start-up is one core's work for
-    seconds): one never interrupted, one whose trainer is SIGKILLed after its first checkpoint,
-    stopped, and launched again under the same run id. Returns the step -> batch
-    record of the first, the summary.json of the second and its step -> batch record."""
+    """Two runs of config side by side (a trainer's start-up is seconds of one core's
+    work): one never interrupted, one whose trainer is SIGKILLed after its first
+    checkpoint, stopped, and launched again under the same run id. Returns the step ->
+    batch record of the first, the summary.json of the second and its step -> batch
+    record."""
     with Run(config, rid("resA"), tmp_path) as a, Run(config, rid("resB"), tmp_path) as b:
         a.start_all()
         b.start_all()
