@@ -30,7 +30,7 @@ from tests.support.stats import StatsReader
 pytestmark = pytest.mark.slow
 
 
-N_ITEMS, LEASE_S = 400, 1.0
+N_ITEMS, LEASE_S = 400, 0.5  # short leases: the faults last 2.5 of them
 
 
 def stopped_configs(tmp_path: Path, patience_s: float) -> tuple[Path, Path]:
@@ -121,6 +121,6 @@ def test_stopped_producer_that_says_hello_again_gets_its_fenced_slots_back(
     # Same patience as the stager's lease: on waking, the producer drops its grants and
     # says HELLO again from the same pid. It can no longer write the slots fenced under
     # its old identity, so they must return to FREE, not stay fenced until it dies.
-    seen = stop_a_producer_past_its_lease(tmp_path, patience_s=1.0)
+    seen = stop_a_producer_past_its_lease(tmp_path, patience_s=LEASE_S)
     summary = seen["summary"]
     assert summary["slots"].get("FENCED", 0) == 0, summary["slots"]

@@ -106,6 +106,7 @@ def killed_and_relaunched(config: Path, tmp_path: Path, expected: list[dict]) ->
         print(f"the chief's trainer exited {code} {time.monotonic() - t0:.1f} s after the kill")
         for run in runs:
             run.stop()
+    inject_faults(config, delay_s=0.01)  # the relaunch needs no time to aim a kill
     with workers(config, tmp_path, base) as runs:
         got = finished(runs)
         summary = runs[1].json("summary.json")
