@@ -5,7 +5,7 @@
 
 Data: ``data.format: synthetic`` (5 ms of work per sample, so the producers set
 the pace), one epoch, 2 honest local workers, a tcp socket with CURVE keys. One
-key (a compromised producer host) runs these strategies at once (tests/liars.py):
+key (a compromised producer host) runs these strategies at once (tests/support/liars.py):
 
 - case 1: asks for one grant, answers it with a malformed READY (lengths [0, 0]),
   says HELLO again, repeats;
@@ -44,16 +44,16 @@ from ringfeed.consumer.stager.quarantine import read_quarantine  # noqa: E402
 from ringfeed.scripts.runner import Run  # noqa: E402
 from ringfeed.shared.config import load_config  # noqa: E402
 from ringfeed.shared.wire.keys import generate  # noqa: E402
-from tests.checks import assert_exactly_once, consume  # noqa: E402
-from tests.fault_sources import inject_faults  # noqa: E402
-from tests.liars import (  # noqa: E402
+from tests.support.checks import assert_exactly_once, consume  # noqa: E402
+from tests.support.fault_sources import inject_faults  # noqa: E402
+from tests.support.liars import (  # noqa: E402
     bad_checksums,
     crash_flood,
     in_thread,
     lie_per_grant,
     silent_identities,
 )
-from tests.peers import free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 KINDS = ("baseline", "attack", "attack, no bans")
 

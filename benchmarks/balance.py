@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/balance.py --build 10000000 [--speakers 50000]   # plan cost
     .venv/bin/python benchmarks/balance.py --items 20000 --rounds 1 --steps 5 --plot PNG
 
-On the generated lopsided corpus (tests/lopsided.py: languages 80 / 15 / 5 %,
+On the generated lopsided corpus (tests/support/lopsided.py: languages 80 / 15 / 5 %,
 Zipf-sized speakers, the rare language speaking longer clips), three plans:
 
 - balanced+buckets: stager.balance by language, temperature 0.3, four length
@@ -48,7 +48,7 @@ from ringfeed.consumer.stager.plan.balance import (  # noqa: E402
 from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches  # noqa: E402
 from ringfeed.consumer.stager.plan.plan import Plan  # noqa: E402
 from ringfeed.consumer.stager.plan.shuffle import Shuffle  # noqa: E402
-from tests.lopsided import Corpus, lopsided_corpus  # noqa: E402
+from tests.support.lopsided import Corpus, lopsided_corpus  # noqa: E402
 
 SEED = 1234
 TEMPERATURE = 0.3

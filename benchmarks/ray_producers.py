@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ringfeed.scripts.runner import Run  # noqa: E402
-from tests.fault_sources import inject_faults  # noqa: E402
+from tests.support.fault_sources import inject_faults  # noqa: E402
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ batch buffer, and report steady-state samples/s and GB/s:
 - ringfeed: a real stager and producer pool (``data.format: synthetic``),
   consumed batch by batch through the batch ring by a child process of this
   benchmark; ``data.synthetic_items`` 8192 over endless epochs, as every row is
-  stamped with its item (tests/checks.py) and the stager's content check
+  stamped with its item (tests/support/checks.py) and the stager's content check
   (shared/sample/content.py) rejects floats beyond 1e4;
 - ringfeed@baseline (with ``--baseline DIR``, a checkout of other code, e.g.
   ``git worktree add /tmp/base main``): the same run from that checkout's

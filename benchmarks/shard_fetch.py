@@ -4,7 +4,7 @@
 
 Packs --shards tar shards of the 16 shipped clips (each clip under a key of its
 own in every shard), puts them on moto's S3 server on localhost (the tests'
-server, tests/s3_server.py), indexes them, and reads one epoch of clips in plan
+server, tests/support/s3_server.py), indexes them, and reads one epoch of clips in plan
 order through one producer's reader (shared/corpus/shards.py MemberReader: the shard
 cache of shared/corpus/object_store.py, holding --cache-shards shards): once with the
 default plan (a permutation of all items) and once with data.shard_window. A
@@ -32,7 +32,7 @@ from ringfeed.consumer.stager.plan.shuffle import Shuffle  # noqa: E402
 from ringfeed.shared.config import Config, replace  # noqa: E402
 from ringfeed.shared.corpus.members import MemberReader  # noqa: E402
 from ringfeed.shared.corpus.open import open_corpus  # noqa: E402
-from tests.s3_server import S3Server  # noqa: E402
+from tests.support.s3_server import S3Server  # noqa: E402
 
 WAVS = REPO / "data" / "ljspeech-mini" / "wavs"
 

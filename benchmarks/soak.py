@@ -16,7 +16,7 @@ checked row by row. The faults, all at once:
   way, whole (GRANTs, READYs with their payload, HELLOs, WELCOMEs, REQUESTs);
 - item POISON_RAISE raises an unexpected exception in the producer's work,
   and item POISON_EXIT ends its worker with exit code 0 (injected with the
-  sleep through the source hook, tests/fault_sources.py);
+  sleep through the source hook, tests/support/fault_sources.py);
 - every 0.5-3 s (seeded) one random producer worker gets SIGKILL.
 
 This process is the consumer (BatchClient). It checks every row of every batch
@@ -64,7 +64,7 @@ from ringfeed.scripts.lossy_link import LossyLink  # noqa: E402
 from ringfeed.scripts.runner import Run, worker_pids  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
 from ringfeed.shared.memory.segments import list_segments  # noqa: E402
-from tests.fault_sources import inject_faults  # noqa: E402
+from tests.support.fault_sources import inject_faults  # noqa: E402
 
 N_ITEMS = 2000
 POISON_RAISE, POISON_EXIT = 7, 1234

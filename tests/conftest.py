@@ -1,14 +1,17 @@
 """Fixtures shared by the test modules (helpers that are plain functions live in
-tests/runs.py, peers.py, checks.py, processes.py and polling.py)."""
+tests/support/, one module per concern)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from ringfeed.shared.config.environment import child_environment
+from ringfeed.shared.memory.segments import list_segments
 
 # Every process a test starts runs this checkout's code, whatever its working directory
 # and however it is started (the editable install maps `ringfeed` to the checkout it was
@@ -27,3 +30,14 @@ def tf_single_threaded() -> None:
     with contextlib.suppress(RuntimeError):  # pools already made: an op ran before us
         tf.config.threading.set_inter_op_parallelism_threads(1)
         tf.config.threading.set_intra_op_parallelism_threads(1)
+
+
+@pytest.fixture
+def run_id() -> Iterator[str]:
+    """A fresh run id for a test that makes segments itself (the ring's tests): any
+    segment of it left behind fails the test."""
+    rid = f"test-{uuid.uuid4().hex[:8]}"
+    yield rid
+    for path in list_segments(rid):
+        path.unlink()
+        pytest.fail(f"test left {path} behind")

@@ -1,0 +1,1 @@
+"""The docs tier: the pages are true (docs/development.md#this-site)."""

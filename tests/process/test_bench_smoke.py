@@ -1,0 +1,75 @@
+"""The benchmarks still run: smallest settings (~15 s)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.paths import REPO
+
+
+def bench(args: list[str], timeout_s: float) -> str:
+    """A benchmark's stdout, run as docs/benchmarks.md says (from the repo root); fails on error."""
+    done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout_s, check=True)  # fmt: skip
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_producer_cache_benchmark_runs() -> None:
+    args = ["benchmarks/producer_cache.py", "--rounds", "1", "--passes", "1",
+            "--seconds", "0.2", "--rss-passes", "2"]  # fmt: skip
+    out = bench(args, timeout_s=60)
+    assert "warm / cold" in out and "RSS growth over run" in out
+
+
+@pytest.mark.slow
+def test_first_batch_benchmark_runs() -> None:
+    out = bench(["benchmarks/first_batch.py", "--rounds", "1"], timeout_s=120)
+    assert "first full batch (median of 1): cold cache" in out
+
+
+@pytest.mark.slow
+def test_length_manifest_benchmark_runs() -> None:
+    out = bench(["benchmarks/buckets.py", "--manifest", "64"], timeout_s=60)
+    assert "length manifest of 64 items, cold" in out and "current" in out
+
+
+@pytest.mark.slow
+def test_ring_throughput_benchmark_runs() -> None:
+    """Every synthetic sample passes the stager's checks (no skip, no timeout)."""
+    out = bench(
+        ["benchmarks/ring_throughput.py", "--rounds", "1", "--seconds", "0.5"], timeout_s=120
+    )
+    assert "ringfeed / pool" in out and "CPU per sample" in out
+
+
+@pytest.mark.slow
+def test_peers_benchmark_runs() -> None:
+    out = bench(["benchmarks/peers.py", "--rounds", "1", "--clips", "48"], timeout_s=240)
+    assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out
+
+
+@pytest.mark.slow
+def test_text_cost_benchmark_runs() -> None:
+    out = bench(["benchmarks/text_cost.py", "--rounds", "1", "--texts", "8"], timeout_s=120)
+    assert "| phonemes |" in out and "once per process" in out
+
+
+@pytest.mark.slow
+def test_sample_fields_benchmark_runs() -> None:
+    out = bench(["benchmarks/sample_fields.py", "--rounds", "1", "--passes", "1"], timeout_s=120)
+    assert "all three, cached" in out and "batch B/sample" in out
+
+
+@pytest.mark.slow
+def test_balance_benchmark_runs() -> None:
+    out = bench(["benchmarks/balance.py", "--build", "20000", "--rounds", "1"], timeout_s=60)
+    assert "by language (3 groups), 20,000 items: build" in out and "B/item per epoch" in out
+
+
+@pytest.mark.slow
+def test_scale_benchmark_runs() -> None:
+    """The corpus-index benchmark on 20,000 generated entries (docs/benchmarks.md: 10,000,000)."""
+    out = bench(["benchmarks/scale.py", "--items", "20000", "--rounds", "1"], timeout_s=120)
+    assert "entries/s" in out and "warm reuse" in out and "above an empty run" in out

@@ -1,0 +1,221 @@
+"""A failure anywhere ends the whole run, says why and leaves nothing behind: a feeder
+that raises, a train step that raises, a launcher killed with SIGKILL, a stager killed
+with SIGKILL (its socket files), a worker that exits 0 unexpectedly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ringfeed.consumer.client.batch_client import StagerGone
+from ringfeed.consumer.stager.quarantine import read_quarantine
+from ringfeed.consumer.trainer.feeder import Feeder
+from ringfeed.shared.config import load_config
+from ringfeed.shared.memory.segments import socket_files
+from ringfeed.shared.run.process import StopFlag
+from tests.support.configs import SYNTHETIC, small, write_config
+from tests.support.fault_sources import inject_faults
+from tests.support.paths import REPO
+from tests.support.polling import wait_for
+from tests.support.processes import CLI
+from tests.support.runs import Run, rid, shm_segments, started
+
+pytestmark = pytest.mark.slow
+
+
+class BrokenFeeder(Feeder):
+    """The real feeder thread, whose copy to the device fails (a driver error, OOM)."""
+
+    def _copy(self, batch):
+        raise MemoryError("copy of batch to the device failed")
+
+
+def test_a_feeder_that_raises_reaches_the_trainer_loop(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=10_000, delay_s=0.002, stager={"epochs": 0})
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        feeder = BrokenFeeder(cfg, run_id, 0, 0, "/CPU:0", StopFlag())
+        feeder.start()
+        t0 = time.monotonic()
+        with pytest.raises(MemoryError, match="device failed"):
+            feeder.get()
+        assert time.monotonic() - t0 < 30
+        feeder.finish(False, timeout_s=5)
+        assert not feeder.is_alive()
+
+
+def test_a_trainer_without_batches_ends_in_the_configured_time_saying_why(
+    tmp_path: Path,
+) -> None:
+    """No producer ever joins: the trainer's feeder used to wait a fixed 300 s and say
+    'stager lost' even when the stager was fine. It waits train.data_timeout_s and
+    says the stager is alive and its producers are not delivering; once the stager is
+    SIGKILLed, the verdict says it is gone."""
+    cfg_path = small(tmp_path, items=100, train={"data_timeout_s": 2.0})
+    cfg, run_id = load_config(cfg_path), rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        feeder = Feeder(cfg, run_id, 0, 0, "/CPU:0", StopFlag())
+        t0 = time.monotonic()
+        feeder.start()
+        with pytest.raises(TimeoutError, match="stager \\(pid \\d+\\) is alive but sent no batch"):
+            feeder.get()
+        assert time.monotonic() - t0 < 20
+        run.signal("stager", signal.SIGKILL)
+        run.wait("stager", 10)
+        assert "is gone" in feeder.client.stager_verdict(2.0)
+        feeder.finish(False, timeout_s=5)
+
+
+def ringfeed_run(config: Path, run_id: str, log: Path) -> subprocess.Popen:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [*CLI, "run", str(config), "--run-id", run_id],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_a_train_step_that_raises_ends_the_run_with_a_reason(tmp_path: Path) -> None:
+    raw = {
+        **SYNTHETIC,
+        "model": {**SYNTHETIC["model"], "factory": "tests.support.faulty_model:build"},
+    }
+    config = write_config(tmp_path, {**raw, "stager": {"batch_size": 4, "epochs": 0}})
+    run_id, log = f"fail-{uuid.uuid4().hex[:6]}", tmp_path / "run.log"
+    proc = ringfeed_run(config, run_id, log)
+    try:
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert code == 1, text
+    assert "trainer failed: " in text and "FloatingPointError: the loss exploded" in text
+    assert "launch: trainer exited with code 1" in text
+    assert shm_segments(run_id) == [] and socket_files(run_id) == []
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    return state != "Z"
+
+
+def test_a_launcher_killed_with_sigkill_takes_its_run_down(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=100_000, delay_s=0.002)
+    run_id = rid()
+    proc = subprocess.Popen(
+        ["bash", "scripts/launch.sh", "run", str(cfg_path), "--run-id", run_id]
+        + ["--consumer", "drain"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(
+            lambda: len(shm_segments(run_id)) == 2 and len(children(proc.pid)) >= 3,
+            30,
+            "the run to start",
+        )
+        pool = next(c for c in children(proc.pid) if b"producers" in cmdline(c))
+        family = children(proc.pid) + children(pool)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        wait_for(
+            lambda: not any(alive(pid) for pid in family) and not shm_segments(run_id),
+            15,
+            "the run's processes and segments to go",
+            context=lambda: f"left alive: {[p for p in family if alive(p)]}",
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert socket_files(run_id) == []
+
+
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, items=100, delay_s=0.002)
+    run_id = rid()
+    with Run(cfg_path, run_id, tmp_path) as run:
+        run.start("stager")
+        # The rings come first, the sockets just after: wait for both.
+        ready = lambda: len(shm_segments(run_id)) == len(socket_files(run_id)) == 2  # noqa: E731
+        run.poll_for(ready, 30, "the rings and sockets")
+        run.signal("stager", signal.SIGKILL)
+        run.wait("stager", 10)
+        assert len(socket_files(run_id)) == 2 and len(shm_segments(run_id)) == 2
+        out = subprocess.run(
+            [*CLI, "cleanup", "--run-id", run_id],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "removed 2 stale segment(s)" in out.stdout
+        assert "removed 2 dead socket file(s)" in out.stdout
+        assert socket_files(run_id) == [] and shm_segments(run_id) == []
+
+
+@pytest.mark.parametrize("start", [0, 13])
+def test_an_epoch_that_delivers_nothing_ends_the_run_with_why(tmp_path: Path, start: int) -> None:
+    """Every item fails (as a corpus whose clips are all too long does): with epochs: 0
+    the stager used to skip through epoch after epoch, forever. The first epoch of
+    skips ends it, exit code 3, and the consumer is told why; a consumer that starts
+    mid-epoch (position 13) is judged on what remains of that epoch."""
+    n = 20
+    cfg_path = small(tmp_path, items=n, stager={"epochs": 0})
+    inject_faults(cfg_path, raise_items=range(n))
+    with started(cfg_path, tmp_path, position=start) as (run, client):
+        with pytest.raises(StagerGone, match="every item was skipped") as caught:
+            client.next(timeout_s=60)
+        client.close()
+        code = run.wait("stager", 20)
+        quarantined = read_quarantine(run.dir / "quarantine.jsonl")
+    assert code == 3
+    assert f"epoch {start // n}: every item was skipped ({n - start} at " in str(caught.value)
+    assert len(quarantined) == n - start and "ZeroDivisionError" in str(caught.value)
+
+
+def test_a_second_stop_signal_a_second_later_exits_at_once() -> None:
+    """The trainer's stop saves a checkpoint first; a user who signals again (Ctrl-C
+    twice) gets out at once. A second signal right after the first is the same stop
+    (Ctrl-C reaches the whole process group, the launcher's SIGTERM follows)."""
+    probe = (
+        "import os, signal, sys, time\n"
+        "from ringfeed.shared.run.process import StopFlag\n"
+        "stop = StopFlag().install(second_exits=True)\n"
+        "os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGTERM)\n"
+        "assert stop.is_set(); print('one stop', flush=True)\n"
+        "time.sleep(float(sys.argv[1])); os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(0.2); print('still here', flush=True)\n"
+    )
+    late = subprocess.run([sys.executable, "-c", probe, "1.1"], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert late.returncode == 128 + signal.SIGTERM and late.stdout == "one stop\n"
+    assert "second signal: exiting at once" in late.stderr
+    soon = subprocess.run([sys.executable, "-c", probe, "0"], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert soon.returncode == 0 and soon.stdout == "one stop\nstill here\n", soon.stderr

@@ -1,0 +1,36 @@
+"""What a fresh process imports: producers, the stager's default path and the inspector
+never import TensorFlow (3-5 s and ~600 MB per process), only the trainer and
+stager-side mels do; the producers' features never import librosa."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.paths import REPO
+
+
+def test_cpu_side_modules_leave_tensorflow_unimported() -> None:
+    code = (
+        "import sys\n"
+        "import ringfeed.producer.pool, ringfeed.producer.worker, ringfeed.producer.pipeline\n"
+        "import ringfeed.consumer.stager.stager, ringfeed.consumer.tools.inspector\n"
+        "import ringfeed.consumer.client.batch_client, ringfeed.scripts.cli\n"
+        "sys.exit(1 if 'tensorflow' in sys.modules else 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+
+
+def test_producer_features_never_import_librosa() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.producer.features import log_mel\n"
+        "log_mel(np.zeros(22050, np.float32), Config())\n"
+        "sys.exit('librosa' in sys.modules)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0

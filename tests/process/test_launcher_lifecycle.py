@@ -1,0 +1,69 @@
+"""The launcher over a run's life (issue 34): Ctrl-C ends it with exit 0 and one line
+that names the checkpoint and the command that resumes it; the producers say the run was
+stopped; that command, after the corpus changed, is refused with what to do, and with
+--new-plan resumes on a new plan."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.configs import SYNTHETIC, write_config
+from tests.support.paths import REPO
+from tests.support.polling import wait_for
+from tests.support.runs import rid, shm_segments
+
+pytestmark = pytest.mark.slow
+
+
+def launch(argv: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
+    tmp_path: Path,
+) -> None:
+    train = {"steps": 100_000, "log_every": 1, "checkpoint_every": 1000, "jit_compile": False}
+    config = write_config(tmp_path, SYNTHETIC | {"train": train})
+    run_id = rid("life")
+    first = launch([str(REPO / "scripts/launch.sh"), "run", str(config), "--run-id", run_id],
+                   tmp_path)  # fmt: skip
+    summary_dir = tmp_path / "runs" / run_id
+    events = summary_dir / "tensorboard"  # written from the trainer's first logged step on
+    wait_for(lambda: any(f.stat().st_size > 0 for f in events.rglob("events*")), 120,
+             "the trainer's first logged steps")  # fmt: skip
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, out + err
+    line = next(line for line in err.splitlines() if "resume it with:" in line)
+    assert re.search(rf"stopped run {run_id}; its last checkpoint is \S+/ckpt-\d+;", line), line
+    command = shlex.split(line.split("resume it with: ", 1)[1])
+    assert command[:2] == ["scripts/launch.sh", "run"] and command[-2:] == ["--run-id", run_id]
+    # The producers say why they stop: the run was stopped, not finished (they heard it from
+    # the stager, or from the launcher's signal, whichever came first).
+    assert "the run was stopped by SIGTERM" in err and "(run finished)" not in err
+    assert shm_segments(run_id) == []
+    # The corpus changes (one more item): the resume is refused, saying what to do...
+    raw = yaml.safe_load(config.read_text())
+    raw["data"]["synthetic_items"] += 1
+    raw["train"]["steps"] = 6 + yaml.safe_load(
+        (summary_dir / "summary.json").read_text())["steps"]  # fmt: skip
+    config.write_text(yaml.safe_dump(raw))
+    again = subprocess.run([str(REPO / command[0]), *command[1:]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "--new-plan" in again.stdout + again.stderr
+    # ... and --new-plan from the launcher resumes it on a new plan.
+    new = subprocess.run([str(REPO / command[0]), *command[1:], "--new-plan"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert new.returncode == 0, new.stdout + new.stderr
+    summary = yaml.safe_load((summary_dir / "summary.json").read_text())
+    assert summary["steps"] == raw["train"]["steps"] and summary["steps_this_run"] == 6
+    assert shm_segments(run_id) == []

@@ -1,0 +1,78 @@
+"""Audio files for tests: a file of a given length, rate, channels and content (silence,
+noise, a tone, a shipped clip's speech, or samples of the test's own), in any format
+soundfile writes; and the shipped clips themselves (data/ljspeech-mini/wavs)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from tests.support.paths import WAVS
+
+TONE_HZ, TONE_PEAK = 220.0, 0.3  # "tone": a sine a corpus's loudness check accepts
+
+
+def read_clip(name: str = "LJ001-0002") -> tuple[np.ndarray, int]:
+    """A shipped clip's samples (float32, mono) and its sample rate (22050)."""
+    wave, sr = sf.read(WAVS / f"{name}.wav", dtype="float32")
+    return wave, sr
+
+
+def copy_clip(dst: Path, name: str = "LJ001-0001") -> Path:
+    """A byte-for-byte copy of a shipped clip at dst (its folder made); returns dst."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WAVS / f"{name}.wav", dst)
+    return dst
+
+
+def samples(content: str | Path, seconds: float | None, sample_rate: int) -> np.ndarray:
+    """Mono float32 samples: "silence", "noise" (seeded) or "tone" for `seconds`, or a
+    clip's speech resampled to sample_rate, cut or repeated to `seconds` if given."""
+    if isinstance(content, Path):
+        wave, sr = sf.read(content, dtype="float32")
+        wave = soxr.resample(wave, sr, sample_rate) if sr != sample_rate else wave
+        if seconds is None:
+            return wave
+        n = int(seconds * sample_rate)
+        return np.tile(wave, -(-n // len(wave)))[:n]
+    assert seconds is not None, f"how long should the {content} be?"
+    n = int(seconds * sample_rate)
+    if content == "silence":
+        return np.zeros(n, np.float32)
+    if content == "noise":
+        return np.random.default_rng(0).uniform(-0.5, 0.5, n).astype(np.float32)
+    if content == "tone":
+        t = np.arange(n) / sample_rate
+        return (TONE_PEAK * np.sin(2 * np.pi * TONE_HZ * t)).astype(np.float32)
+    raise ValueError(f"no audio content {content!r}: silence, noise, tone, a Path or an array")
+
+
+def write_audio(
+    path: Path,
+    content: str | Path | np.ndarray = "tone",
+    seconds: float | None = None,
+    sample_rate: int = 22050,
+    channels: int = 1,
+    subtype: str | None = None,
+    format: str | None = None,
+) -> Path:
+    """Write an audio file (its folder made) and return its path.
+
+    content: "silence", "noise" or "tone" (0.3 * sin 220 Hz), `seconds` long; a Path:
+    that clip's speech at sample_rate (cut or repeated to `seconds` if given); an array:
+    these samples ([n] or [n, channels]) as they are. channels: a mono content copied
+    to that many channels. subtype, format: soundfile's (PCM_16, PCM_24, FLOAT; MP3),
+    else what the file's suffix implies."""
+    if isinstance(content, np.ndarray):
+        data = content
+    else:
+        data = samples(content, seconds, sample_rate)
+    if channels > 1:
+        data = np.stack([data] * channels, axis=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, data, sample_rate, subtype=subtype, format=format)
+    return path

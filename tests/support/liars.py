@@ -1,0 +1,221 @@
+"""Producers that hold a way in (the ipc socket, or a valid CURVE key) and lie: each
+strategy plays the protocol by hand against a live stager until `stop` is set or the
+stager stops welcoming it, in a thread of the test (in_thread) or of a benchmark. Over
+ipc every liar of one process is one peer to the stager; a liar with a key of its own
+over tcp is another."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from ringfeed.producer.sources import SyntheticSource
+from ringfeed.shared.config import Config
+from ringfeed.shared.memory.ring import Ring, rows_checksum
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.keys import load_client
+
+WELCOME_WAIT_S = 0.5
+
+
+@dataclass
+class Tally:
+    """What a liar saw: WELCOMEs (joins), HELLOs left unanswered (refusals), lies told."""
+
+    joins: int = 0
+    refusals: int = 0
+    lies: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def connect(ctx: zmq.Context, endpoint: str, keys_dir: str = "") -> zmq.Socket:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if keys_dir:
+        keys = load_client(Path(keys_dir))
+        sock.curve_publickey, sock.curve_secretkey = keys.public, keys.secret
+        sock.curve_serverkey = keys.server_public
+    sock.connect(endpoint)
+    return sock
+
+
+def receive(sock: zmq.Socket, timeout_s: float) -> p.Message | None:
+    if not sock.poll(timeout_s * 1000):
+        return None
+    return p.decode(sock.recv_multipart())[0]
+
+
+def join(sock: zmq.Socket, cfg: Config, name: str, remote: bool, tally: Tally) -> p.Welcome | None:
+    """HELLO (a new token each time, the run's config) until WELCOME; None if refused."""
+    token, prints = os.urandom(8).hex(), config_fingerprint(cfg)
+    hello = p.Hello(name, os.getpid(), socket.gethostname(), remote, token, "", prints)
+    sock.send_multipart(p.encode(hello))
+    deadline = time.monotonic() + WELCOME_WAIT_S
+    while (left := deadline - time.monotonic()) > 0:
+        if isinstance(welcome := receive(sock, left), p.Welcome):
+            tally.joins += 1
+            return welcome
+    tally.refusals += 1
+    return None
+
+
+def grants_of(sock: zmq.Socket, timeout_s: float = 1.0) -> list[p.GrantEntry]:
+    msg = receive(sock, timeout_s)
+    return msg.entries() if isinstance(msg, p.Grant) else []
+
+
+def bad_rows(cfg: Config, item: int) -> list[np.ndarray]:
+    """The item's rows with a token id far past the vocabulary and a NaN mel value."""
+    sample = SyntheticSource(cfg).prepare(item)
+    tokens, mel = sample.tokens.copy(), sample.mel.copy()
+    tokens[0], mel[0, 0] = 1_000_000, np.nan
+    return [tokens, mel]
+
+
+def bad_content(cfg: Config, ring: Ring, g: p.GrantEntry) -> p.Ready:
+    """Fill the granted slot with bad_rows, sealed and hashed as an honest producer would."""
+    tokens, mel = bad_rows(cfg, g.item)
+    header = ring.slots[g.slot]
+    header["writing_generation"] = g.generation
+    for name, rows in (("tokens", tokens), ("mel", mel)):
+        ring.view(name)[g.slot][: len(rows)] = rows
+        ring.view(name)[g.slot][len(rows) :] = 0
+    header["sealed_generation"] = g.generation
+    lengths = [len(tokens), len(mel)]
+    return p.Ready([g.slot], [g.generation], [g.item], lengths, [rows_checksum([tokens, mel])], [0])
+
+
+def bad_payload(cfg: Config, g: p.GrantEntry) -> tuple[p.Ready, list[bytes]]:
+    """A remote producer's READY of bad_rows, hashed as an honest one would, and its
+    payload frames."""
+    rows = bad_rows(cfg, g.item)
+    lengths, checksum = [len(r) for r in rows], rows_checksum(rows)
+    ready = p.Ready([g.slot], [g.generation], [g.item], lengths, [checksum], [0])
+    return ready, [r.tobytes() for r in rows]
+
+
+def malformed(g: p.GrantEntry) -> p.Ready:
+    return p.Ready([g.slot], [g.generation], [g.item], [0, 0], [0], [0])
+
+
+def lie_per_grant(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, lie: str, *, tally: Tally
+) -> None:
+    """Join (over ipc, or over tcp with the key in keys_dir), ask for one grant, answer
+    it with the lie (`malformed`: lengths [0, 0]; `content`: out-of-range rows, written
+    into the ring over ipc, sent as payload frames over tcp), say HELLO again, repeat."""
+    remote = endpoint.startswith("tcp://")
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        ring = None
+        try:
+            while not stop.is_set():
+                welcome = join(sock, cfg, f"liar-{lie}-{os.getpid()}", remote, tally)
+                if welcome is None:
+                    continue
+                sock.send_multipart(p.encode(p.Request(1)))
+                for g in grants_of(sock):
+                    if lie == "content" and remote:
+                        sock.send_multipart(p.encode(*bad_payload(cfg, g)))
+                    elif lie == "content":
+                        ring = ring or Ring.attach(welcome.ring_name)
+                        sock.send_multipart(p.encode(bad_content(cfg, ring, g)))
+                    else:
+                        sock.send_multipart(p.encode(malformed(g)))
+                    tally.lies += 1
+        finally:
+            if ring is not None:
+                ring.close()
+
+
+def crash_flood(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, per_s: int, *, tally: Tally
+) -> None:
+    """Join, then send CRASH reports of 16 KiB (with terminal escapes) at per_s a
+    second, saying HELLO again whenever told to."""
+    trace = ("\x1b[2J\x1b]0;owned\x07Traceback (most recent call last):\n" * 400)[:16000]
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, cfg, "liar-crash", True, tally) is None:
+                continue
+            while not stop.wait(0.01):
+                for _ in range(max(1, per_s // 100)):
+                    try:
+                        sock.send_multipart(p.encode(p.Crash("liar-crash", trace)), zmq.NOBLOCK)
+                    except zmq.Again:  # its queue is full: the stager reads no faster
+                        break
+                    tally.lies += 1
+                if isinstance(receive(sock, 0), p.Rehello):
+                    break
+
+
+def bad_checksums(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, *, tally: Tally
+) -> None:
+    """A remote producer with a valid key (in keys_dir), fast: every GRANT answered at
+    once with the right rows and a wrong checksum."""
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, cfg, "liar-checksum", True, tally) is None:
+                continue
+            sock.send_multipart(p.encode(p.Request(16)))
+            for g in grants_of(sock):
+                sample = SyntheticSource(cfg).prepare(g.item)
+                rows = [sample.tokens, sample.mel]
+                wrong = rows_checksum(rows) ^ 1
+                lengths = [len(r) for r in rows]
+                ready = p.Ready([g.slot], [g.generation], [g.item], lengths, [wrong], [0])
+                sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
+                tally.lies += 1
+
+
+def silent_identities(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, n: int, *, tally: Tally
+) -> None:
+    """n sockets with one valid key (in keys_dir) that join, ask for grants and
+    heartbeat, and never deliver; each says HELLO again when told to."""
+    with zmq.Context() as ctx:
+        socks = [connect(ctx, endpoint, keys_dir) for _ in range(n)]
+        prints = config_fingerprint(cfg)
+        try:
+            for i, sock in enumerate(socks):
+                hello = p.Hello(f"idle-{i}", 1, "far", True, f"t{i}", "", prints)
+                sock.send_multipart(p.encode(hello))
+            while not stop.wait(0.2):
+                for i, sock in enumerate(socks):
+                    while (msg := receive(sock, 0)) is not None:
+                        if isinstance(msg, p.Rehello):
+                            hello = p.Hello(f"idle-{i}", 1, "far", True, f"t{i}", "", prints)
+                            sock.send_multipart(p.encode(hello))
+                        elif isinstance(msg, p.Welcome):
+                            tally.joins += 1
+                        elif isinstance(msg, p.Grant):
+                            tally.lies += len(msg.slots)
+                    sock.send_multipart(p.encode(p.Request(16)))
+                    sock.send_multipart(p.encode(p.Heartbeat(0, {})))
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def in_thread(target: Callable[..., None], *args: object) -> tuple[threading.Thread, Tally]:
+    """Run a strategy in a daemon thread; its Tally fills as it goes."""
+    tally = Tally()
+
+    def run() -> None:
+        try:
+            target(*args, tally=tally)
+        except Exception as exc:  # the test asserts no liar failed
+            tally.errors.append(repr(exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, tally

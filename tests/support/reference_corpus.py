@@ -1,0 +1,38 @@
+"""A corpus with bad files among a speaker's reference clips, made of the shipped LJSpeech
+clips: two speakers, each with three good clips and three bad files (random bytes, an
+empty file, a missing file), and the small features that draw references from them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tests.support.paths import WAVS
+
+GOOD = ["LJ001-0002", "LJ001-0003", "LJ001-0004", "LJ001-0005", "LJ001-0006", "LJ001-0007"]
+BAD = {"noise": b"\x13\x37" * 5000, "empty": b"", "missing": None}
+SMALL: dict[str, Any] = {
+    "audio": {"sample_rate": 8000},
+    "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
+                 "fmax": 4000.0, "max_frames": 400, "reference": True,
+                 "reference_frames": 32, "on_too_long": "truncate"},
+}  # fmt: skip
+
+
+def make_reference_corpus(root: Path) -> Path:
+    """The corpus (module docstring) as a jsonl manifest in root; returns its path."""
+    root.mkdir(parents=True)
+    lines = []
+    for k, name in enumerate(GOOD):
+        shutil.copy(WAVS / f"{name}.wav", root / f"{name}.wav")
+        lines.append({"audio": f"{name}.wav", "text": f"Good clip {k}.", "speaker": f"s{k % 2}"})
+    for speaker in ("s0", "s1"):
+        for bad, data in BAD.items():
+            if data is not None:
+                (root / f"{bad}-{speaker}.wav").write_bytes(data)
+            lines.append({"audio": f"{bad}-{speaker}.wav", "text": "Bad.", "speaker": speaker})
+    path = root / "train.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path

@@ -1,0 +1,247 @@
+"""Balanced epochs (consumer/stager/plan/balance.py) on a generated lopsided corpus, without
+processes: exact quotas, at most once per repeat, the ratios in every window of 10
+batches, determinism, batches of one bucket, and a resume under another number of
+training workers that continues the same global batches; then the stager's plan,
+its fingerprint and validate's lines (a real run: tests/process/test_balance.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ringfeed.consumer.stager.plan.balance import (
+    BalancedBatches,
+    Groups,
+    balanced_layout,
+    group_weights,
+    merge_by_due,
+    quotas,
+)
+from ringfeed.consumer.stager.plan.buckets import Bucket
+from ringfeed.consumer.stager.plan.make import make_plan
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.share import Share
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
+from ringfeed.scripts.corpus_report import corpus_check
+from ringfeed.shared.config import config_from_dict
+from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.fingerprint import PLAN_PARTS, plan_changes
+from ringfeed.shared.run.process import StopFlag
+from tests.support.corpora import write_manifest
+from tests.support.lopsided import lopsided_corpus
+from tests.support.paths import WAVS
+from tests.support.plan_walk import batches
+
+N_ITEMS = 6000
+SEED = 11
+WINDOW_BATCHES = 10
+# The largest gap between a group's share of any 10 consecutive batches and its target
+# share, on this corpus (docs/plans.md#balanced-epochs): one bucket per batch, and the rare
+# language speaks longer clips, so a window's mix of buckets moves its share of them.
+WINDOW_BOUND = {"bucketed": 0.08, "fixed": 0.01}
+
+CORPUS = lopsided_corpus(N_ITEMS)
+FIXED = [Bucket(800, 200, 32)]
+
+
+def layout_of(groups: Groups, temperature: float, bucketed: bool, epoch: int = 0, seed=SEED):
+    weights = group_weights(groups.sizes, temperature, [1.0] * len(groups.names))
+    of_bucket = CORPUS.of_bucket if bucketed else np.zeros(N_ITEMS, np.int32)
+    buckets = CORPUS.buckets if bucketed else FIXED
+    layout = balanced_layout(groups, weights, of_bucket, buckets, CORPUS.text, seed, epoch)
+    return layout, quotas(weights, N_ITEMS, seed, epoch)
+
+
+GROUPINGS = {"language": CORPUS.languages, "speaker": CORPUS.speakers}
+
+
+@pytest.mark.parametrize("by", GROUPINGS)
+@pytest.mark.parametrize("temperature", [0.0, 0.3, 1.0])
+def test_each_group_gets_exactly_its_quota_each_item_at_most_once_per_repeat(
+    by: str, temperature: float
+) -> None:
+    groups = GROUPINGS[by]
+    for epoch in range(3):
+        layout, quota = layout_of(groups, temperature, bucketed=True, epoch=epoch)
+        assert len(layout.order) == quota.sum() == N_ITEMS
+        assert np.array_equal(
+            np.bincount(groups.of_item[layout.order], minlength=len(quota)), quota
+        )
+        times = np.bincount(layout.order, minlength=N_ITEMS)
+        for g, (q, n) in enumerate(zip(quota, groups.sizes, strict=True)):
+            mine = times[groups.of_item == g]
+            repeats, more = divmod(int(q), int(n))
+            assert set(mine.tolist()) <= {repeats, repeats + 1}, "at most once per repeat"
+            assert int((mine == repeats + 1).sum()) == more
+    sizes = groups.sizes
+    if temperature == 1.0:  # as in the data: every clip once, exactly
+        assert np.array_equal(quota, sizes)
+    if temperature == 0.0:  # uniform: the same share for every group, to one position
+        assert quota.max() - quota.min() <= 1
+
+
+def test_quotas_follow_the_temperature_and_average_the_exact_share() -> None:
+    sizes = CORPUS.languages.sizes
+    shares = [quotas(group_weights(sizes, t, [1, 1, 1]), N_ITEMS, SEED, 0) / N_ITEMS
+              for t in (1.0, 0.3, 0.0)]  # fmt: skip
+    assert shares[0][2] < shares[1][2] < shares[2][2], "the rare language gains as t falls"
+    weights = group_weights(sizes, 0.3, [1, 2, 1])  # a multiplier doubles language b
+    exact = N_ITEMS * weights / weights.sum()
+    drawn = np.array([quotas(weights, N_ITEMS, SEED, e) for e in range(400)])
+    assert (drawn.sum(axis=1) == N_ITEMS).all()
+    assert np.all(np.abs(drawn - exact) < 1)  # floor or ceiling of the exact share
+    assert np.abs(drawn.mean(axis=0) - exact).max() < 0.15  # its mean, over epochs
+
+
+@pytest.mark.parametrize("bucketed", [True, False], ids=["bucketed", "fixed"])
+@pytest.mark.parametrize("temperature", [0.0, 0.3])
+def test_every_window_of_ten_batches_keeps_the_target_ratio(bucketed, temperature) -> None:
+    groups = CORPUS.languages
+    layout, quota = layout_of(groups, temperature, bucketed)
+    target = quota / quota.sum()
+    group = groups.of_item[layout.order]
+    ends = np.append(layout.starts, len(layout.order))
+    full = len(layout.starts) - len(CORPUS.buckets)  # the epoch's last, part-filled ones
+    worst = 0.0
+    for i in range(full - WINDOW_BATCHES):
+        window = group[ends[i] : ends[i + WINDOW_BATCHES]]
+        worst = max(worst, np.abs(np.bincount(window, minlength=3) / len(window) - target).max())
+    assert worst <= WINDOW_BOUND["bucketed" if bucketed else "fixed"]
+
+
+def test_batches_hold_one_bucket_full_but_for_the_last_few() -> None:
+    layout, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True)
+    sizes = np.diff(np.append(layout.starts, len(layout.order)))
+    rows = np.array([b.rows for b in CORPUS.buckets])
+    per_bucket = np.bincount(CORPUS.of_bucket[layout.order], minlength=len(rows))
+    n_full = int((per_bucket // rows).sum())
+    assert len(sizes) - n_full <= len(rows), "the leftovers share at most one batch a bucket"
+    assert np.array_equal(sizes[:n_full], rows[layout.buckets[:n_full]])
+    for k, (start, size) in enumerate(zip(layout.starts, sizes, strict=True)):
+        mine = CORPUS.of_bucket[layout.order[start : start + size]]
+        if k < n_full:
+            assert (mine == layout.buckets[k]).all()
+        else:  # a leftover: shorter clips may ride in a longer bucket's batch
+            assert (mine <= layout.buckets[k]).all()
+
+
+def test_one_seed_gives_one_plan_and_epochs_differ() -> None:
+    first, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=2)
+    again, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=2)
+    for field in ("order", "starts", "buckets"):
+        assert np.array_equal(getattr(first, field), getattr(again, field))
+    other, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=3)
+    reseeded, _ = layout_of(CORPUS.speakers, 0.3, bucketed=True, epoch=2, seed=SEED + 1)
+    assert not np.array_equal(first.order, other.order)
+    assert not np.array_equal(first.order, reseeded.order)
+
+
+def test_merge_by_due_keeps_every_prefix_near_its_share() -> None:
+    runs = np.array([700, 90, 9, 1])
+    order = merge_by_due(runs)
+    run_of = np.repeat(np.arange(len(runs)), runs)[order]
+    counts = np.cumsum(np.eye(len(runs), dtype=np.int64)[run_of], axis=0)
+    share = runs / runs.sum()
+    expected = np.outer(np.arange(1, runs.sum() + 1), share)
+    # half an item of its due time, plus the others' roundings (merge_by_due)
+    assert (np.abs(counts - expected) < 0.5 + share * len(runs) / 2).all()
+    assert np.abs(counts - expected).max() <= 1.25
+
+
+def global_batches(whole, n_workers: int, start: int = 0) -> list[list[int]]:
+    """The global batches (sorted positions) that n_workers train from plan position
+    `start`: at each step, the union of every worker's batch."""
+    runs = [batches(whole.with_share(Share(k, n_workers)), start) for k in range(n_workers)]
+    return [sorted(p for _, ps in step for p in ps) for step in zip(*runs, strict=True)]
+
+
+@pytest.mark.parametrize("before, after", [(2, 3), (3, 1), (1, 2)])
+def test_a_resume_with_another_number_of_workers_continues_the_global_batches(
+    before: int, after: int
+) -> None:
+    n = 900
+    corpus = lopsided_corpus(n, seed=3)
+    weights = group_weights(corpus.speakers.sizes, 0.0, [1.0] * len(corpus.speakers.names))
+    buckets = [Bucket(b.frames, b.text, max(3, b.rows // 16)) for b in corpus.buckets]
+    part = BalancedBatches(SEED, buckets, corpus.of_bucket, corpus.speakers, weights, corpus.text)
+    whole = Plan(part, epochs=2)
+    old, new = global_batches(whole, before), global_batches(whole, after)
+    for cut in (1, len(old) // 3, len(old) // 2 + 1):
+        cursor = whole.batch_at(old[cut - 1][0])[2]  # the chief's checkpoint: a global end
+        resumed = global_batches(whole, after, cursor)
+        assert resumed == [b for b in new if b[0] >= cursor]
+        trained = [p for b in old[:cut] + resumed for p in b]
+        assert len(trained) == len(set(trained)), "nothing repeated"
+        whole_batches = {tuple(range(s, e)) for s, e in all_batches(whole)
+                         if e - s >= max(before, after)}  # fmt: skip
+        assert whole_batches <= {tuple(b) for b in old[:cut] + resumed}, "nothing skipped"
+
+
+def all_batches(plan) -> list[tuple[int, int]]:
+    out, position = [], 0
+    while position < plan.end:
+        _, start, end = plan.batch_at(position)
+        out.append((start, end))
+        position = end
+    return out
+
+
+def manifest_config(tmp_path, **balance):
+    """A jsonl corpus of the shipped clips: speaker ann 9 clips, bob 2, cy 1."""
+    speakers = ["ann"] * 9 + ["bob"] * 2 + ["cy"]
+    lines = [{"audio": str(WAVS / f"LJ001-{k + 1:04d}.wav"), "text": f"clip {k}",
+              "speaker": s, "id": f"c{k}"} for k, s in enumerate(speakers)]  # fmt: skip
+    path = write_manifest(tmp_path / "m.jsonl", lines)
+    stager = {"batch_size": 4} | ({"balance": balance} if balance else {})
+    return config_from_dict({"data": {"path": str(path), "format": "jsonl"}, "stager": stager})
+
+
+def test_the_stager_plan_balances_and_its_fingerprint_names_the_balance(tmp_path) -> None:
+    plain = manifest_config(tmp_path)
+    index = open_corpus(plain)
+    base_plan = make_plan(plain, index, tmp_path, StopFlag())
+    base = base_plan.fingerprint
+    assert type(base_plan.source) is Shuffle and "balance" not in base  # the default: as before
+    cfg = manifest_config(tmp_path, by="speaker", temperature=0.0)
+    plan = make_plan(cfg, index, tmp_path, StopFlag())
+    ours = plan.fingerprint
+    assert isinstance(plan.source, BalancedBatches) and [b.rows for b in plan.buckets] == [4]
+    assert plan.source.quotas(0).tolist() == [4, 4, 4]  # ann, bob, cy: uniform
+    epoch = [index.item_id(plan.item_at(p)) for p in range(12)]
+    assert sorted(epoch.count(f"c{k}") for k in (9, 10, 11)) == [2, 2, 4]
+    two_workers = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2)).fingerprint
+    assert two_workers == ours, "the number of workers is no part of the plan"
+    warmer = manifest_config(tmp_path, by="speaker", temperature=0.5)
+    theirs = make_plan(warmer, index, tmp_path, StopFlag()).fingerprint
+    assert plan_changes(ours, theirs) == [PLAN_PARTS["balance"]]
+    assert plan_changes(ours, base) == [PLAN_PARTS["buckets"], PLAN_PARTS["balance"]]
+    with pytest.raises(TypeError):  # made with the plan, never changed after
+        plan.fingerprint["balance"] = "another"
+    wrong = manifest_config(tmp_path, by="speaker", weights={"anne": 2.0})
+    with pytest.raises(ConfigError, match="stager.balance.weights.anne: no speaker"):
+        make_plan(wrong, index, tmp_path, StopFlag())
+
+
+@pytest.mark.parametrize(
+    "balance, key",
+    [
+        ({"by": "speaker", "temperature": 1.5}, "stager.balance.temperature"),
+        ({"weights": {"en": 2.0}}, "stager.balance.weights"),
+        ({"by": "language", "weights": {"en": 0.0}}, "stager.balance.weights.en"),
+        ({"by": "accent"}, "stager.balance.by"),
+    ],
+)
+def test_a_bad_balance_key_is_named(balance: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        config_from_dict({"stager": {"balance": balance}})
+
+
+def test_validate_prints_the_epoch_and_every_groups_quota(tmp_path) -> None:
+    cfg = manifest_config(tmp_path, by="speaker", temperature=0.0, weights={"cy": 2.0})
+    lines = corpus_check(cfg).lines
+    at = next(k for k, line in enumerate(lines) if line.startswith("  balance"))
+    assert "by speaker, temperature 0: 12 positions an epoch" in lines[at]
+    assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 4]] == [
+        "cy: 6 of 1 clips", "ann: 3 of 9 clips", "bob: 3 of 2 clips"]  # fmt: skip
+    assert "each clip 6 times" in lines[at + 1] and "each clip 0 or 1 times" in lines[at + 2]

@@ -1,0 +1,136 @@
+"""Peers that hold a way in (the ipc socket, or a valid CURVE key) and lie (issue 18's
+cases 1, 2, 3 and 5), against the real stager in this process (its sockets and rings;
+tests/support/stager_thread.py) with honest producer threads. The liars play the
+protocol by hand (tests/support/liars.py). Each run must deliver its epoch exactly once
+with every row checked, quarantine no innocent item, and end in bounded time. With real
+producer processes: tests/process/test_lying_peers.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ringfeed.consumer.stager.quarantine import read_quarantine
+from ringfeed.shared.wire.keys import load_client
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import keyed
+from tests.support.liars import bad_checksums, in_thread, lie_per_grant, silent_identities
+from tests.support.polling import wait_for
+from tests.support.producer_threads import producer_threads
+from tests.support.stager_thread import stager_thread
+from tests.support.stats import StatsReader
+
+
+@pytest.mark.parametrize("lie", ["malformed", "content"])
+def test_a_local_liar_is_struck_out_and_no_item_pays(tmp_path: Path, lie: str) -> None:
+    """Case 1 (lengths [0, 0], HELLO again, repeat) and case 5 (token id 1,000,000 and
+    NaN mels, sealed and hashed): each lie is a strike, never a charge on the item. The
+    liar is this process on the ipc socket; the honest producer holds a key of its own."""
+    n = 200
+    cfg_path, keys = keyed(tmp_path, ("honest",), items=n, delay_s=0.005)
+    stop = threading.Event()
+    with stager_thread(cfg_path) as stager:
+        cfg, client = stager.cfg, stager.client()
+        thread, tally = in_thread(lie_per_grant, cfg, stager.control, "", stop, lie)
+        wait_for(lambda: tally.refusals, 20, "the liar refused")
+        with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
+            items = consume(client)
+            client.close()
+        stop.set()
+        thread.join(5)
+        summary = stager.summary()
+        quarantined = read_quarantine(stager.dir / "quarantine.jsonl")
+    assert_exactly_once(items, cfg, n)  # every row checked: no bad content got through
+    assert not tally.errors, tally.errors
+    assert tally.lies >= cfg.ring.max_strikes and tally.refusals >= 1, tally
+    counters = summary["counters"]
+    assert counters["strikes"] == cfg.ring.max_strikes and counters["peers_banned"] == 1
+    assert counters["skipped"] == 0
+    assert quarantined == []
+
+
+def test_bad_content_from_two_peers_quarantines_the_item(tmp_path: Path) -> None:
+    """Case 5's other half: the same item's rows out of range from two peers (this
+    process over ipc, and a key over tcp) is the item's fault, with a reason; the epoch
+    is otherwise complete."""
+    n = 60
+    cfg_path, keys = keyed(tmp_path, ("liar", "honest"), items=n, delay_s=0.005)
+    stop = threading.Event()
+    with stager_thread(cfg_path) as stager, StatsReader(stager.stats) as stats:
+        cfg, client = stager.cfg, stager.client()
+        local, _ = in_thread(lie_per_grant, cfg, stager.control, "", stop, "content")
+        far, _ = in_thread(lie_per_grant, cfg, stager.tcp, str(keys["liar"]), stop, "content")
+        try:
+            stats.first(lambda s: s["counters"].get("peers_banned") == 2, 30, "two bans")
+            with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
+                items = consume(client)
+                client.close()
+        finally:
+            stop.set()
+            local.join(5)
+            far.join(5)
+        summary = stager.summary()
+        skipped = read_quarantine(stager.dir / "quarantine.jsonl")
+    assert skipped and all(r["stage"] == "content" for r in skipped), skipped
+    assert all("two producers sent bad rows" in r["reason"] for r in skipped)
+    bad = {int(r["item_id"].rsplit("-", 1)[1]) for r in skipped}
+    assert sorted(items) == sorted(set(range(n)) - bad)  # each row checked, once each
+    assert summary["counters"]["peers_banned"] == 2
+
+
+def test_a_fast_liar_with_bad_checksums_is_banned(tmp_path: Path) -> None:
+    """Case 2: a remote peer with a valid key answers every GRANT at once with a wrong
+    checksum; the honest producer (50 ms a sample) still delivers the epoch."""
+    n = 60
+    cfg_path, keys = keyed(tmp_path, ("liar",), items=n, delay_s=0.05)
+    stop = threading.Event()
+    with stager_thread(cfg_path) as stager:
+        cfg, client = stager.cfg, stager.client()
+        thread, tally = in_thread(bad_checksums, cfg, stager.tcp, str(keys["liar"]), stop)
+        wait_for(lambda: tally.joins, 20, "the liar joined")
+        with producer_threads(cfg, stager.control):
+            items = consume(client)
+            client.close()
+        stop.set()
+        thread.join(5)
+        summary = stager.summary()
+    assert_exactly_once(items, cfg, n)
+    assert not tally.errors and tally.refusals >= 1, tally
+    assert summary["counters"]["peers_banned"] == 1 and summary["counters"]["skipped"] == 0
+
+
+def test_thirty_identities_of_one_key_get_one_peers_share(tmp_path: Path) -> None:
+    """Case 3: one key, 30 identities that join, ask, heartbeat and never deliver. They
+    hold no more than one peer's share, their positions go to the honest producers, and
+    nothing is charged."""
+    n = 200
+    # Short leases: the run waits out the lease of each position an identity holds.
+    ring = {"lease_s": 0.3, "heartbeat_s": 0.1}
+    cfg_path, keys = keyed(tmp_path, ("liar",), items=n, delay_s=0.005, ring=ring)
+    stop, held = threading.Event(), []
+    with stager_thread(cfg_path) as stager, StatsReader(stager.stats) as stats:
+        cfg, client = stager.cfg, stager.client()
+        thread, tally = in_thread(silent_identities, cfg, stager.tcp, str(keys["liar"]), stop, 30)
+        wait_for(lambda: tally.joins >= 30, 20, "30 identities joined")
+        # Grants made while they were the only peer run out after a lease; from then on
+        # fair share and their shrinking limit hold them.
+        settled = time.monotonic() + 2 * cfg.ring.lease_s
+
+        def sample(_: int) -> None:
+            rows = stats.latest().get("producers", [])
+            if time.monotonic() > settled:
+                held.append(sum(r["grants"] for r in rows if r["name"].startswith("idle-")))
+
+        with producer_threads(cfg, stager.control, n=2):
+            items = consume(client, on_batch=sample)
+            client.close()
+        stop.set()
+        thread.join(5)
+        summary = stager.summary()
+    assert_exactly_once(items, cfg, n)
+    assert not tally.errors and tally.lies >= 1, tally
+    assert held and max(held) <= (cfg.ring.slots - 1) // 2, held  # one of two peers' share
+    assert summary["counters"]["skipped"] == 0
