@@ -16,7 +16,7 @@ filterbank built once per process and applied as one float32 matmul in
 transformed in float64, as librosa does, by the fastest FFT library of the host
 (producer/fft.py); only the magnitude is float32. The log-mel is within 1e-4 of
 librosa's everywhere, next to LOG_FLOOR included (8e-7 on every shipped clip:
-tests/test_audio_features.py); mels of another arithmetic never share a feature
+tests/unit/test_audio_features.py); mels of another arithmetic never share a feature
 cache (STFT_DTYPE). A clip of n samples has 1 + n // hop_length frames.
 """
 

@@ -4,7 +4,7 @@ Parity with librosa needs float64 where the windowed frames are formed and
 transformed: librosa windows and transforms in float64, and a float32 window or
 FFT rounds to ~1e-7 of a frame's energy, which in the quietest bands of a loud
 frame, next to LOG_FLOOR, is up to ~1e-3 in log space (1.1e-3 on the shipped
-clips; 8e-7 with the window and the FFT in float64: tests/test_audio_features.py).
+clips; 8e-7 with the window and the FFT in float64: tests/unit/test_audio_features.py).
 Which library transforms float64 fastest depends on the CPU: ducc0 (the FFT
 TensorFlow's own is built from) took 0.93 ms for a clip's frames on an AVX-512
 EPYC here, scipy's pocketfft 1.5 ms (and 0.85 ms in float32). So each process times

@@ -6,7 +6,7 @@ allowlist of languages whose rules were written and checked here (docs/languages
 has the table of what each reads); NUM2WORDS_CHECKED the languages whose num2words
 converter was checked but that have no rules of their own (plain cardinals, digits
 after the decimal separator as num2words reads them). Any other language keeps its
-digits. Adding a language: a Rules line below, its examples in tests/test_numbers.py,
+digits. Adding a language: a Rules line below, its examples in tests/unit/test_numbers.py,
 its row in docs/languages.md, and a NORMALIZER_VERSION bump.
 """
 

@@ -9,7 +9,7 @@ per process, made on first use (~80-190 ms each, phonemizer#212) and reused (a
 call then costs ~0.1 ms a sentence here). espeak-ng keeps global state and is
 not thread-safe (espeak-ng#68): a producer phonemizes from one thread only, and
 phonemizer gives each backend its own copy of the library, so backends of two
-languages alternate safely in one process (tests/test_languages.py checks it,
+languages alternate safely in one process (tests/unit/test_languages.py checks it,
 as phonemizer#116 reports the opposite for some set-ups). Language switch flags
 such as "(en)" that espeak inserts when a word looks foreign are removed
 (coqui#1802). Punctuation is not preserved: it made phonemizer 17x slower

@@ -7,7 +7,7 @@ the control socket and open another: the HELLO that follows goes out on it), or
 :class:`Join` (the stager welcomed us onto that ring). It keeps the grants the
 worker fills, oldest first, and the counters the stager is told; ``ending`` says
 when and how the process ends. Times are seconds on the worker's monotonic
-clock; tests/test_session.py drives it with a fake one.
+clock; tests/unit/test_session.py drives it with a fake one.
 
 HELLO and WELCOME. The process says HELLO on a new socket at start, when the
 stager says REHELLO (it restarted, or took our grants back: the grants still

@@ -6,7 +6,7 @@ The stager reads the same item list through shared.corpus.open.open_corpus,
 without any audio code.
 
 Tests and benchmarks may wrap the source with a hook (RINGFEED_SOURCE_HOOK,
-shared/config/config.py source_hook), e.g. to inject faults (tests/fault_sources.py);
+shared/config/config.py source_hook), e.g. to inject faults (tests/support/fault_sources.py);
 production code never does, and nothing here ends a process or sleeps.
 """
 
@@ -94,7 +94,7 @@ class SyntheticSource:
     stamp) in its first three columns (shared/corpus/formats/synthetic.py stamps) over a
     shared block of random values, so a consumer can check every
     row it receives against the item it claims to be (:func:`check_synthetic_rows`,
-    called by tests/checks.py ``consume`` and the soak). Lengths vary with the item
+    called by tests/support/checks.py ``consume`` and the soak). Lengths vary with the item
     so padding is exercised: tokens 20..max_text_len, frames max_frames/2..max_frames.
     """
 

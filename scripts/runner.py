@@ -10,7 +10,7 @@ it after the grace (``RINGFEED_GRACE_S``, 8 s), then removes the run's
 segments from /dev/shm and its ipc socket files, so a failing test, benchmark
 or run leaves nothing behind. Used by ``ringfeed run`` (and so by
 scripts/launch.sh), the tests and every benchmark; what only tests need (waiting
-for a condition, signalling one verb) is tests/runs.py's subclass.
+for a condition, signalling one verb) is tests/support/runs.py's subclass.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from ringfeed.shared.config import Config
 from ringfeed.shared.sample.content import LOG_FLOOR
 
 # Absolute tolerance in natural-log space on frames within the true length and
-# bins whose librosa mel >= MEL_COMPARE_FLOOR (measured 8.1e-5; tests/test_gpu_mel.py).
+# bins whose librosa mel >= MEL_COMPARE_FLOOR (measured 8.1e-5; tests/unit/test_gpu_mel.py).
 MEL_ATOL = 2e-4
 # Below ~1e-4 (80 dB under a full-scale bin) float32 rounding in the FFT
 # dominates the magnitude and the log amplifies it.

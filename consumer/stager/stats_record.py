@@ -16,7 +16,7 @@ The stats message stays under the protocol's header limit by construction: at
 most MAX_LISTED_PRODUCERS producers are listed (the busiest; the rest summed in
 ``producers_unlisted``), names and hosts are capped at decode, and the stager
 keeps the work counters decode bounds (shared/wire/bounds.py MAX_WORK_KEYS;
-tests/test_peer_output.py checks the worst case). Peer-written strings are cleaned at
+tests/unit/test_peer_output.py checks the worst case). Peer-written strings are cleaned at
 decode; :meth:`StagerStats.from_dict` cleans them again, so the inspector shows no
 control character even from a stager.json an older stager wrote.
 """

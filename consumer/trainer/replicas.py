@@ -21,7 +21,7 @@ of a scalar). The weighted gradients are summed over every replica of every
 worker, clipped to GRAD_CLIP_NORM by their global norm, and applied: for a loss
 that is a mean over true frames (masked_l1, the default) the update is the one a
 single device would make on the whole global batch, up to float rounding
-(tests/test_replicas.py), and the loss reported is the global batch's. Keras
+(tests/process/test_replicas.py), and the loss reported is the global batch's. Keras
 clips before it sums (its optimizer all-reduces inside apply_gradients), which
 would clip each replica's part: so the optimizer here has no clipnorm, the sum is
 ours, and what we hand the optimizer is divided by the replica count, which its

@@ -87,7 +87,7 @@ def source_hook() -> str:
 
     For tests and benchmarks only: each producer wraps its source as
     callable(cfg, source) -> Source (producer/sources.py make_source), e.g. to
-    inject faults (tests/fault_sources.py). Processes a launcher spawns inherit
+    inject faults (tests/support/fault_sources.py). Processes a launcher spawns inherit
     it; producers on Ray get it from source_hook_env."""
     return os.environ.get(SOURCE_HOOK_ENV, "")
 

@@ -10,7 +10,9 @@ from typing import Any
 
 from ringfeed.shared.config.loader import ConfigError
 
-_TESTS_ONLY = "fault injection is for tests only (RINGFEED_SOURCE_HOOK, tests/fault_sources.py)"
+_TESTS_ONLY = (
+    "fault injection is for tests only (RINGFEED_SOURCE_HOOK, tests/support/fault_sources.py)"
+)
 MOVED_KEYS = {
     "model.d_model": "moved to model.kwargs.d_model",
     "model.n_layers": "moved to model.kwargs.n_layers",

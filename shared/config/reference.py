@@ -3,7 +3,7 @@
 Every key of every section with its type, its default and its meaning: the comment
 lines right above the field in shared/config/config.py or the module of its section
 (shared/config/data.py, ...). docs/config-reference.md, a page of the docs site, is
-this module's output, kept in the repository; tests/test_config.py fails when it is
+this module's output, kept in the repository; tests/docs/test_docs_and_code.py fails when it is
 stale (`ringfeed config --write` regenerates it) or when a key has no comment.
 """
 

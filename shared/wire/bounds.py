@@ -33,7 +33,8 @@ MAX_INT = 2**53
 MAX_STR = {"traceback": 16384, "reason": 4096, "path": 4096, "secret": 128, "token": 64}
 MAX_NAME = 128
 # A producer's work counters (Heartbeat.work, Bye.work): a few named counts, kept by the
-# stager as they are and listed in its stats (tests/test_trust.py: the stats' worst case).
+# stager as they are and listed in its stats (tests/unit/test_peer_output.py: the stats'
+# worst case).
 # 16: the pipeline's stages, text work, taken-back grants and the shard cache's four.
 MAX_WORK_KEYS, MAX_WORK_KEY = 16, 32
 # Fingerprints (Hello.config, Welcome.plan, ConsumerHello.plan; shared/run/fingerprint.py)

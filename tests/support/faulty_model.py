@@ -1,4 +1,4 @@
-"""A model factory whose training step fails, for tests/test_failures_propagate.py."""
+"""A model factory whose training step fails, for tests/process/test_failures_propagate.py."""
 
 from __future__ import annotations
 

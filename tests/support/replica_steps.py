@@ -1,6 +1,6 @@
 """Train the same global batches on one device and on two replicas; print both losses.
 
-Run by tests/test_replicas.py in a fresh process (logical CPU devices must be set
+Run by tests/process/test_replicas.py in a fresh process (logical CPU devices must be set
 before TensorFlow initialises): ``python -m tests.support.replica_steps ROWS:BUCKETED:STEPS ...``.
 Prints one JSON line per case: {"single": [...], "replicas": [...], "traces", "devices"}.
 The replicas' step is XLA-compiled; the single-device reference is not (half the

@@ -1,5 +1,5 @@
 """The source hook (RINGFEED_SOURCE_HOOK): how tests and benchmarks inject faults into
-producers without a config key. Here in-process; tests/test_faults.py drives the same
+producers without a config key. Here in-process; tests/process/test_faults.py drives the same
 hook through real producer processes."""
 
 from __future__ import annotations

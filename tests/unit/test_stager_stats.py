@@ -1,7 +1,7 @@
 """The stager's stats: each part reports its own record, and the stager composes them
 into the one record of the stats stream and stager.json, whose keys users read as plain
 JSON. Without processes; the worst case of the composed message is in
-tests/test_peer_output.py, real runs' stager.json in the process tests."""
+tests/unit/test_peer_output.py, real runs' stager.json in the process tests."""
 
 from __future__ import annotations
 

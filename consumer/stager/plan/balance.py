@@ -230,7 +230,7 @@ def merge_by_due(runs: np.ndarray) -> np.ndarray:
     that the k-th element of a run of length c comes at due time (k + 1/2) / c; ties go
     to the earlier run. Up to due time t a run has had round(c t) elements, so a prefix
     of m holds a run of share p within 1/2 + p x len(runs) / 2 of m p (in practice
-    about one element: tests/test_balance.py)."""
+    about one element: tests/unit/test_balance.py)."""
     runs = np.asarray(runs, np.int64)
     due = np.arange(int(runs.sum()), dtype=np.float64)  # k, then (k + 1/2) / c, in place
     due -= np.repeat((np.cumsum(runs) - runs).astype(np.float64), runs)
