@@ -49,7 +49,7 @@ STAGER_JSON_KEYS = [
     "batch_slots_ready", "batches", "padding_efficiency", "buckets", "counters",
     "dropped", "bad_metadata_lines", "producers", "producers_unlisted", "crashes",
     "trainer", "consumer_connected", "refused_producers", "gpus", "features_device",
-    "lease_s", "outliers",
+    "lease_s", "outliers", "skipped_by_stage", "quarantined_by_stage",
 ]  # fmt: skip
 
 
@@ -188,7 +188,7 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
         BookStats((ProducerStats(name="p0", samples=45),), UnlistedProducers(2, 7, 1),
                   {"restarts": 1, "strikes": 0, "peers_banned": 0}),
         BuilderStats(2, Padding(0.5, None)),
-        DeliveryStats(11),
+        DeliveryStats(11, {"audio": 2, "lease": 1}, {"audio": 3, "metadata": 1}),
         ConsumerStats(True, TrainerReport(step=4, loss=0.25)),
         DeskStats((CrashReport("p1", "Traceback ..."),)),
         ControlStats(6),
@@ -196,6 +196,8 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
     )  # fmt: skip
     data = json.loads(json.dumps(stats.to_dict()))  # as stager.json holds it
     assert list(data) == STAGER_JSON_KEYS
+    assert data["skipped_by_stage"] == {"audio": 2, "lease": 1}
+    assert data["quarantined_by_stage"] == {"audio": 3, "metadata": 1}
     assert data["counters"] == {"grants": 50, "delivered": 45, "restarts": 1, "strikes": 0,
                                 "peers_banned": 0}  # fmt: skip
     assert [data[k] for k in ("cursor", "epoch", "slots", "n_slots")] == [
