@@ -69,3 +69,21 @@ def draw_bars(
     fig.savefig(path, dpi=100)
     plt.close(fig)
     print(f"plot: {path}")
+
+
+def draw_screen(path: str | Path, text: str, run: str) -> None:
+    """A terminal screen as a PNG: `text` in a monospace font on a dark background, the
+    `run` that made it under it (the inspector's screen on docs/inspector.md)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = text.splitlines()
+    width = max(len(line) for line in lines)
+    fig = plt.figure(figsize=(0.075 * width + 0.4, 0.155 * (len(lines) + 2) + 0.1))
+    fig.patch.set_facecolor("#1e1e1e")
+    fig.text(0.01, 0.99, text, family="monospace", size=9, color="#e0e0e0", va="top")
+    fig.text(0.01, 0.01, run, size=7, color="0.6", va="bottom")
+    fig.savefig(path, dpi=110, facecolor=fig.get_facecolor())
+    plt.close(fig)

@@ -15,6 +15,10 @@ queued here are void, counted as taken back, and never written), when no
 WELCOME came within ring.lease_s (a lossy link lost the HELLO or the WELCOME), and
 when a stager that welcomed it has been silent for ring.lease_s (the stager
 answers every HEARTBEAT, so silence means it restarted or the link is gone).
+HELLOs that go unanswered while the stager says nothing back off: each waits
+twice the one before, from ring.lease_s up to RETRY_MAX_S, so a stager that is
+paused or cut off by a partition is asked about once a minute until it answers;
+its WELCOME rejoins the same run (the stager re-grants whatever it had granted).
 A WELCOME for another number of items than this producer reads is a crash (both
 must use the same data.path and config). After a WELCOME it asks for
 producers.credits grants.
@@ -27,7 +31,8 @@ goes out every ring.heartbeat_s, not each time the producer runs out of grants
 counters.
 
 Orphans and refusals. A producer that has heard nothing from the stager for
-producers.orphan_s since a stager WELCOMEd it exits with EXIT_ORPHANED, whatever
+producers.orphan_s (6 hours by default: a partition heals, a stager paused for
+minutes comes back) since a stager WELCOMEd it exits with EXIT_ORPHANED, whatever
 it sends meanwhile: only a message from the stager resets that clock, never its
 own HELLO. Only time it ran counts: a loop that did not turn for a lease (the
 process was SIGSTOPped, its VM suspended, a sample took that long) says HELLO
@@ -57,6 +62,10 @@ from ringfeed.shared.run.process import POOL_ORPHANED, SHUTDOWN_WAIT_S
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
+
+# The longest wait between two unanswered HELLOs, seconds (they back off from
+# ring.lease_s, doubling).
+RETRY_MAX_S = 60.0
 
 # Exit codes of a worker that must not be restarted: its run is over (SHUTDOWN, SIGTERM),
 # its stager is gone, or it was refused (by the stager, or by its own start check of the
@@ -135,6 +144,7 @@ class Session:
         # pause), the stager's last word, our last HEARTBEAT, REQUEST and HELLO.
         self.last_turn = self.last_heard = self.last_heartbeat = 0.0
         self.last_request = self.hello_at = 0.0
+        self.unanswered = 0  # HELLOs in a row without a WELCOME: how long the next waits
         self.leave_by: float | None = None  # from stop on: how long to wait for BYE_ACK
         self.acked = False  # BYE_ACK heard
 
@@ -187,8 +197,8 @@ class Session:
         if self.ever_welcomed and silent > self.rules.orphan_s:
             self._end(EXIT_ORPHANED, f"no word from the stager for {silent:.0f} s (it is gone)")
             return []
-        if not self.welcomed and now - self.hello_at > self.rules.lease_s:
-            log.warning("no WELCOME %.1f s after HELLO; saying HELLO again", now - self.hello_at)
+        if not self.welcomed and now - self.hello_at > self.retry_s:
+            self._log_retry(now - self.hello_at, silent)
             return self._hello_again(now)
         out: list[Action] = []
         if self.welcomed and not self.grants and now - self.last_request >= self.rules.heartbeat_s:
@@ -242,9 +252,27 @@ class Session:
         kept = [(k, v) for k, v in counters.items() if len(k) <= p.MAX_WORK_KEY]
         return dict(kept[: p.MAX_WORK_KEYS])
 
+    @property
+    def retry_s(self) -> float:
+        """How long the HELLO just sent waits for its WELCOME: ring.lease_s, doubled for
+        each unanswered one before it, at most RETRY_MAX_S (and never below a lease);
+        just a lease when the stager spoke since (it lives: a WELCOME was lost)."""
+        if self.last_heard > self.hello_at:
+            return self.rules.lease_s
+        backoff = self.rules.lease_s * 2.0 ** min(self.unanswered - 1, 16)
+        return max(self.rules.lease_s, min(backoff, RETRY_MAX_S))
+
+    def _log_retry(self, waited_s: float, silent_s: float) -> None:
+        """The first few unanswered HELLOs, then every 16th: concise over hours."""
+        if self.unanswered <= 4 or self.unanswered % 16 == 0:
+            left = f"; exiting in {self.rules.orphan_s - silent_s:.0f} s (producers.orphan_s)"
+            log.warning("no WELCOME %.1f s after HELLO; saying HELLO again%s", waited_s,
+                        left if self.ever_welcomed else "")  # fmt: skip
+
     def _hello_again(self, now: float) -> list[Action]:
         """HELLO on a new socket; the grants still queued are void (the stager took them
         back), and so are READY entries not yet sent (the worker drops its writer)."""
+        self.unanswered += 1
         self.taken_back += len(self.grants)
         self.grants.clear()
         self.welcomed = False
@@ -257,7 +285,10 @@ class Session:
                 f"the stager plans {msg.n_items} items but this producer reads "
                 f"{self.n_items}: both must use the same data.path and config"
             )
+        if self.unanswered > 4:
+            log.info("the stager answered after %d HELLOs; rejoined", self.unanswered)
         self.welcomed = self.ever_welcomed = True
+        self.unanswered = 0
         self.last_request = now
         return [Join(msg.ring_name), p.Request(self.rules.credits)]
 

@@ -1,8 +1,9 @@
 """One producer process: ask for grants, fill slots, announce them.
 
 Main loop (one screen): poll the stager and feed what it says to the session,
-fill one grant (prepare the sample, producer/sources.py, and write it into the
-granted slot), flush the announcements, tick the session, check the stop flag.
+tick the session, fill one grant (prepare the sample, producer/sources.py, and
+write it into the granted slot), tick again, flush the announcements, check the
+stop flag.
 TensorFlow is never imported here.
 
 The protocol's rules (HELLO and WELCOME, heartbeats, the orphan rule, REFUSED,
@@ -107,14 +108,18 @@ class Worker:
         self.start()
         while not self.stop.is_set() and self.session.ending is None:
             self.poll(POLL_S if not self.session.grants else 0)
+            # Ticks before a grant is taken and before READYs go out: a process that was
+            # stopped (SIGSTOP, a suspended VM) meanwhile says HELLO again first, and
+            # nothing it prepared for the old session reaches the stager.
+            self.act(self.session.tick(time.monotonic()))
             grant = self.session.take()
             if grant is not None:
                 self.fill(grant)
+                self.act(self.session.tick(time.monotonic()))
             if self.writer is not None and (
                 self.writer.pending() >= self.ready_batch or not self.session.grants
             ):
                 self.writer.flush()
-            self.act(self.session.tick(time.monotonic()))
 
     def start(self) -> None:
         """Open the control socket and say HELLO; the WELCOME arrives in poll()."""

@@ -17,6 +17,12 @@ consumer/stager/run_secret.py), however long it has been busy elsewhere; a holde
 identity carries no pid is alive while it spoke within SILENT_LEASES leases. A
 new socket of the holder's own process, or any consumer once the holder is dead
 or silent, takes over at once: a trainer restarted after SIGKILL resumes.
+
+No consumer, no run: when none has been there for stager.consumer_wait_s (none
+came since the stager started, or the holder's process is gone: a user loop that
+crashed under `--consumer none`), :meth:`ConsumerSide.check_present` raises
+ConsumerGone and the stager ends the run with exit code 6 (STAGER_NO_CONSUMER),
+telling its producers why, instead of waiting until someone presses Ctrl-C.
 """
 
 from __future__ import annotations
@@ -46,6 +52,10 @@ log = logging.getLogger(__name__)
 SILENT_LEASES = 3
 
 
+class ConsumerGone(RuntimeError):
+    """No consumer for stager.consumer_wait_s: the run ends (the message says why)."""
+
+
 class ConsumerSide:
     """The consumer: who it is, where it started, its last step report, whether it is done."""
 
@@ -67,10 +77,11 @@ class ConsumerSide:
         self.ident: bytes | None = None
         self.name = ""
         self.pid: int | None = None  # from its identity (None: the identity has none)
-        self.last_heard = 0.0  # time.monotonic() of its last message
+        self.last_heard = 0.0  # book.clock() (the stager's run clock) of its last message
         self.at = (-1, -1)  # the (position, batch_index) its hello asked for
         self.trainer: TrainerReport | None = None  # its last STEP_STATS, with the time
         self.done = False  # it said BYE: the run is over
+        self.absent_since: float | None = book.clock()  # None while one is there
 
     def refusal(self, ident: bytes, msg: p.ConsumerHello) -> str:
         """'' if this peer may be the consumer from msg.position, else why not."""
@@ -97,13 +108,40 @@ class ConsumerSide:
         if self.pid is not None:
             alive = pid_alive(self.pid)
         else:
-            alive = time.monotonic() - self.last_heard <= SILENT_LEASES * self.book.lease_s
+            alive = self.book.clock() - self.last_heard <= SILENT_LEASES * self.book.lease_s
         if not alive:
             return ""
         pid_shown = "unknown" if self.pid is None else self.pid
         return (f"run {self.welcome.run_id} is held by consumer {self.name!r} (pid"
                 f" {pid_shown}), alive: one consumer at a time; stop that one or wait for"
                 " it to finish")  # fmt: skip
+
+    def present(self, now: float) -> bool:
+        """Is a consumer there: one holds the run and its process lives (or, its pid
+        unknown, it spoke within SILENT_LEASES leases)?"""
+        if self.ident is None:
+            return False
+        if self.pid is not None:
+            return pid_alive(self.pid)
+        return now - self.last_heard <= SILENT_LEASES * self.book.lease_s
+
+    def check_present(self, now: float, wait_s: float) -> None:
+        """ConsumerGone when no consumer has been there for wait_s seconds (0: never)."""
+        if self.present(now):
+            self.absent_since = None
+            return
+        if self.absent_since is None:
+            self.absent_since = now
+            log.warning("consumer %s (pid %s) is gone; the run ends in %.0f s unless one "
+                        "connects (stager.consumer_wait_s)", self.name, self.pid,
+                        wait_s)  # fmt: skip
+        if wait_s and now - self.absent_since > wait_s:
+            who = (f"consumer {self.name!r} (pid {self.pid}) is gone" if self.ident else
+                   "no consumer connected")  # fmt: skip
+            raise ConsumerGone(
+                f"{who} and none came for {wait_s:.0f} s (stager.consumer_wait_s): ending "
+                "the run; if a loop of your own consumed it, its log says why it stopped"
+            )
 
     def hello(self, ident: bytes, msg: p.ConsumerHello) -> None:
         why = self.refusal(ident, msg)
@@ -118,7 +156,7 @@ class ConsumerSide:
         position = self.resume_at(ident, msg)
         if position is None:
             return
-        self.last_heard = time.monotonic()
+        self.last_heard = self.book.clock()
         if ident == self.ident and (msg.position, msg.batch_index) == self.at:
             # A hello repeated while we were starting: welcome it again, do not restart.
             self.net.reply(ident, self.welcome)
@@ -161,7 +199,7 @@ class ConsumerSide:
         """One message from the consumer; False if it is not one a consumer sends."""
         handler = self.HANDLERS.get(type(msg))
         if handler is not None:
-            self.last_heard = time.monotonic()
+            self.last_heard = self.book.clock()
             handler(self, msg)
         return handler is not None
 

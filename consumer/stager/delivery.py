@@ -89,6 +89,7 @@ class Delivery:
         self.plan, self.slots, self.builder, self.intake = plan, slots, builder, intake
         self.quarantine, self.index, self.net = quarantine, index, net
         self.batches_sent = 0
+        self.skipped: collections.Counter[str] = collections.Counter()  # by stage
         self.first_position = self.last_position = 0  # of the batch being built
         self.batch_end = 0  # the global position after the batch being built (batched)
         self.end_sent = False
@@ -127,7 +128,7 @@ class Delivery:
 
     def stats(self) -> DeliveryStats:
         """Its part of the stager's stats."""
-        return DeliveryStats(self.batches_sent)
+        return DeliveryStats(self.batches_sent, dict(self.skipped), self.quarantine.by_stage())
 
     def take(self, events: list[Event]) -> None:
         for i, event in enumerate(events):
@@ -153,6 +154,7 @@ class Delivery:
 
     def record_skip(self, event: Event) -> None:
         """One quarantine line per skipped item per run, whoever gave up on it."""
+        self.skipped[event.stage or "?"] += 1
         path = event.path or self.index.path(event.item)
         item_id = self.index.item_id(event.item)
         if self.quarantine.write(item_id, path, event.reason, event.stage, event.cause):

@@ -11,6 +11,14 @@ writing (alive, local) has the slots taken back from it FENCED until it says
 HELLO again with an empty queue, dies, or FENCE_LEASES pass. Fair share: each
 producer that works holds at most (slots - 1) / working grants, so none holds
 the slots the others need.
+
+Restarts and pauses. A HELLO under a known name from another process (another
+token) is a restart. One from the same process after the stager had given it up
+(silent a lease, or forgotten after FORGET_LEASES: it was SIGSTOPped, its VM
+suspended, its link cut) is a pause, counted as such: nothing was lost but time.
+What such a producer sent on its old socket before its HELLO is counted "late"
+(the stager remembers the last MAX_PRODUCERS identities it forgot), not as a
+message of an unknown peer.
 """
 
 from __future__ import annotations
@@ -53,10 +61,13 @@ class ProducerBook:
         self.producers: dict[bytes, Producer] = {}
         # Dropped producers that may still write: their fenced slots wait for their death.
         self.zombies: dict[bytes, Producer] = {}
-        self.names_seen: set[str] = set()
+        self.tokens: dict[str, str] = {}  # name -> the token of its last process
         self.n_joined = 0
         self.turn = 0  # rotates which producer is granted first
-        self.restarts = 0
+        self.restarts = self.pauses = 0
+        # Identities forgotten for silence, oldest first: their late messages are no
+        # unknown peer's (bounded: MAX_PRODUCERS).
+        self.forgotten: dict[bytes, str] = {}
 
     # ------------------------------------------------------------ joining
     def lasting_refusal(self, ident: bytes, name: str, peer: PeerId) -> str:
@@ -92,26 +103,46 @@ class ProducerBook:
         are dropped: a new process of the same name might still be racing an old one
         (fenced until that pid dies, FENCE_LEASES at most); the same process saying HELLO
         again has emptied its grant queue, so it writes nothing old."""
+        self.count_return(msg)
+        # The same process gave its grants up (a lost link, a pause): they come back
+        # uncharged, or a run whose link drops now and then would quarantine good items.
         if ident in self.producers:
-            self.drop(ident)
+            self.drop(ident, charge=False)
         for old_ident, old in list(self.producers.items()):
             if old.name == msg.name:
-                alive = old.token != msg.token and pid_alive(old.pid)
-                self.drop(old_ident, may_write=self.local(old) and alive)
+                other = old.token != msg.token
+                alive = other and pid_alive(old.pid)
+                self.drop(old_ident, may_write=self.local(old) and alive, charge=other)
         for old_ident, old in list(self.zombies.items()):
             if old.name == msg.name and old.token == msg.token:
                 self.slots.unfence(old_ident)
                 del self.zombies[old_ident]
-        if msg.name in self.names_seen:
-            self.restarts += 1
-        elif len(self.names_seen) < MAX_PRODUCERS * 4:  # bounded, whoever says HELLO
-            self.names_seen.add(msg.name)
         self.n_joined += 1
         producer = Producer(ident, msg.name, msg.pid, msg.host, remote, self.clock(),
                             self.n_joined - 1, msg.token, msg.place, peer=peer,
                             causes=dict(msg.causes))  # fmt: skip
         self.producers[ident] = producer
         return producer
+
+    def count_return(self, msg: p.Hello) -> None:
+        """A known name says HELLO: a restart (another process), or a pause (the same
+        process, which the stager had given up for silence); see the module docstring."""
+        last = self.tokens.get(msg.name)
+        if last is None:
+            if len(self.tokens) < MAX_PRODUCERS * 4:  # bounded, whoever says HELLO
+                self.tokens[msg.name] = msg.token
+        elif last != msg.token:
+            self.restarts += 1
+            self.tokens[msg.name] = msg.token
+        else:
+            now = self.clock()
+            same = [pr for pr in self.producers.values() if pr.token == msg.token]
+            if not same or all(now - pr.last_seen > self.lease_s for pr in same):
+                self.pauses += 1
+
+    def was_forgotten(self, ident: bytes) -> str:
+        """The name of a producer forgotten for its silence under this identity, or ''."""
+        return self.forgotten.get(ident, "")
 
     def touch(self, ident: bytes) -> Producer | None:
         """Any message from a producer: it is alive (which keeps no grant alive)."""
@@ -246,10 +277,17 @@ class ProducerBook:
                 # A lost host: forget it. A local one that may live keeps its fences.
                 alive = self.local(producer) and pid_alive(producer.pid)
                 self.drop(ident, may_write=alive, charge=False)
+                self.remember(ident, producer.name)
             elif expired := self.slots.expired(ident, now):
                 names.append(producer.name)
                 self._expire(ident, producer, expired, silent_s)
         return names
+
+    def remember(self, ident: bytes, name: str) -> None:
+        """A producer forgotten for silence: its late messages are counted as such."""
+        self.forgotten[ident] = name
+        if len(self.forgotten) > MAX_PRODUCERS:
+            del self.forgotten[next(iter(self.forgotten))]
 
     def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
         if silent_s > self.lease_s:
@@ -310,8 +348,8 @@ class ProducerBook:
             grants=sum(holding(pr.ident) for pr in rest),
         )
         now = self.clock()
-        counters = {"restarts": self.restarts, "strikes": self.trust.n_strikes,
-                    "peers_banned": self.n_banned}  # fmt: skip
+        counters = {"restarts": self.restarts, "pauses": self.pauses,
+                    "strikes": self.trust.n_strikes, "peers_banned": self.n_banned}  # fmt: skip
         return BookStats(tuple(self.row(pr, now) for pr in shown), unlisted, counters)
 
     def row(self, pr: Producer, now: float) -> ProducerStats:

@@ -70,6 +70,7 @@ class QuarantineWriter:
             self._file.write("\n")
         self.count = 0
         self.settled = False
+        self._stages = collections.Counter(r["stage"] for r in latest(self.earlier))
 
     def _open(self) -> Any:
         # buffering=1: each record reaches the file when written, so a reader sees it live.
@@ -86,10 +87,15 @@ class QuarantineWriter:
         record = {"item_id": item_id, "path": path, "reason": reason, "stage": stage,
                   "cause": cause, "time": time.time()}  # fmt: skip
         self._file.write(json.dumps(record) + "\n")
+        self._stages[stage] += 1
         if stage != "metadata":
             os.fsync(self._file.fileno())  # line-buffered: the line is in the file already
         self.count += 1
         return True
+
+    def by_stage(self) -> dict[str, int]:
+        """The inputs in the file (one each, earlier starts included), by stage."""
+        return {stage: n for stage, n in self._stages.items() if n > 0}
 
     def settle(
         self, index: CorpusIndex, causes: dict[str, str]
@@ -106,6 +112,7 @@ class QuarantineWriter:
         for r in records:
             if r["stage"] != "metadata" and stale(r, causes):
                 retried[r["stage"]] += 1
+                self._stages[r["stage"]] -= 1
                 self._seen.discard(_key(r["item_id"], r["path"], r["stage"]))
                 continue
             kept.append(r)

@@ -39,7 +39,7 @@ import numpy as np
 
 from ringfeed.consumer.devices import count_gpus_for, stager_mel_fn
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
-from ringfeed.consumer.stager.consumer_side import ConsumerSide
+from ringfeed.consumer.stager.consumer_side import ConsumerGone, ConsumerSide
 from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
@@ -52,6 +52,7 @@ from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
+from ringfeed.consumer.stager.run_clock import RunClock
 from ringfeed.consumer.stager.run_secret import write_consumer_secret, write_run_record
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats_record import RunStats, StagerStats
@@ -64,7 +65,7 @@ from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slo
 from ringfeed.shared.memory.segments import remove_stale_segments
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
 from ringfeed.shared.run.id_tables import IDS_FILE, settle_tables
-from ringfeed.shared.run.process import POLL_S, StopFlag, write_json_atomic
+from ringfeed.shared.run.process import POLL_S, STAGER_NO_CONSUMER, StopFlag, write_json_atomic
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class Stager:
             now = time.monotonic()
             if now >= next_lease:
                 self.producers.expire(self.cfg.ring.lease_s)
+                self.consumer.check_present(self.book.clock(), self.cfg.stager.consumer_wait_s)
                 next_lease = now + LEASE_CHECK_S
             if self.consumer.ident is not None:  # its cursor says where the plan starts
                 self.producers.grant()
@@ -131,7 +133,12 @@ class Stager:
         elif isinstance(msg, p.Hello) and peer is not None:
             self.producers.hello(ident, msg, peer)
         elif producer is None:
-            self.drop("unknown-peer", f"{type(msg).__name__} from a peer that never said HELLO")
+            if name := self.book.was_forgotten(ident):
+                self.drop("late", f"{type(msg).__name__} from {name}, given up for its silence"
+                          " (paused, or its link was cut); it says HELLO again")  # fmt: skip
+            else:
+                self.drop("unknown-peer",
+                          f"{type(msg).__name__} from a peer that never said HELLO")  # fmt: skip
             self.net.reply(ident, p.Rehello())  # a producer of a previous stager
         else:
             self.producers.handle(producer, msg, payload)
@@ -269,7 +276,8 @@ def slot_manager(cfg: Config, plan: Plan, samples: Ring,
     """The slot manager, writing into the sample ring's headers until cleanup swaps in a
     copy (before the ring is unmapped)."""
     slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
-                        cfg.stager.deterministic, started=lambda k: started(samples, slots, k),
+                        cfg.stager.deterministic, clock=RunClock(cfg.ring.lease_s),
+                        started=lambda k: started(samples, slots, k),
                         headers=samples.slots)  # fmt: skip
     cleanup.callback(lambda: slots.attach_headers(slots.headers.copy()))
     return slots
@@ -302,7 +310,8 @@ def started(samples: Ring, slots: SlotManager, k: int) -> bool:
 
 def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
     """Process entry of `ringfeed stager`: 0 when done, 2 for a configuration problem, 3
-    when an epoch delivered nothing (the consumer is told why). share: this host's
+    when an epoch delivered nothing (the consumer is told why), 6 (STAGER_NO_CONSUMER)
+    when no consumer was there for stager.consumer_wait_s. share: this host's
     worker of several (`--worker K/N`): it serves that share."""
     stop = StopFlag().install()
     try:
@@ -318,6 +327,10 @@ def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
                 log.error("%s", exc)
                 why = str(exc)
                 return 3
+            except ConsumerGone as exc:
+                log.error("%s", exc)
+                why = str(exc)
+                return STAGER_NO_CONSUMER
             finally:
                 stager.finish(why)
     except (ConfigError, CorpusError) as exc:  # what to change, in one line

@@ -30,6 +30,9 @@ from typing import Any
 from ringfeed.shared.wire.bounds import clean
 
 MAX_LISTED_PRODUCERS = 32
+# The shard cache's counters in a producer's work, and their names in shard_cache().
+SHARD_COUNTERS = {"shard_hits": "hits", "shards_fetched": "fetched",
+                  "shard_bytes_fetched": "bytes_fetched", "store_retries": "retries"}  # fmt: skip
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,6 +168,10 @@ class StagerStats:
     # data.outliers (consumer/stager/outliers.py): clips out of their speaking-rate band
     # at start, clips listed in outliers.jsonl, delivered near-silent and clipped clips.
     outliers: dict[str, int] = field(default_factory=dict)
+    # Positions skipped since this stager started, and the run's quarantined inputs
+    # (quarantine.jsonl, earlier starts included), each by stage (text, audio, lease, ...).
+    skipped_by_stage: dict[str, int] = field(default_factory=dict)
+    quarantined_by_stage: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def compose(
@@ -207,7 +214,18 @@ class StagerStats:
             features_device=run.features_device,
             lease_s=run.lease_s,
             outliers=outliers.counts if outliers is not None else {},
+            skipped_by_stage=delivery.skipped,
+            quarantined_by_stage=delivery.quarantined,
         )
+
+    def shard_cache(self) -> dict[str, int]:
+        """The shard cache's counters summed over the listed producers (hits, fetched,
+        bytes_fetched, retries; shared/corpus/object_store.py), {} when none reads shards
+        from object storage."""
+        work = [pr.work for pr in self.producers]
+        if not any(key in w for w in work for key in SHARD_COUNTERS):
+            return {}
+        return {tag: sum(w.get(key, 0) for w in work) for key, tag in SHARD_COUNTERS.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (dicts, lists, numbers, strings, None) for msgpack and JSON."""
@@ -227,6 +245,8 @@ class StagerStats:
             "counters": dict(data.get("counters") or {}),
             "dropped": dict(data.get("dropped") or {}),
             "outliers": dict(data.get("outliers") or {}),
+            "skipped_by_stage": dict(data.get("skipped_by_stage") or {}),
+            "quarantined_by_stage": dict(data.get("quarantined_by_stage") or {}),
             "producers": tuple(ProducerStats.from_dict(pr) for pr in producers),
             "producers_unlisted": UnlistedProducers.from_dict(data.get("producers_unlisted") or {}),
             "crashes": tuple(CrashReport.from_dict(c) for c in data.get("crashes") or ()),
@@ -288,9 +308,12 @@ class BuilderStats:
 
 @dataclass(frozen=True)
 class DeliveryStats:
-    """Delivery's: batches announced since the consumer (re)started, its start included."""
+    """Delivery's: batches announced since the consumer (re)started, its start included;
+    positions skipped by this stager, by stage; the quarantine file's items by stage."""
 
     batches: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    quarantined: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ snapshot taken before the first stats message still gets an answer.
 The rules, in order (the first that holds names the stage)::
 
     the last stats are older than STATS_STALE_S                       stale
-    no stats yet, no consumer yet, or no step of its reported yet     starting
+    no stats yet, or no consumer yet                                  starting
+    a consumer connected, no step of its reported yet                 compiling
     stats say the consumer left                                       no-consumer
     no producer connected                                             producers
     a grant older than ring.lease_s, a stalled or fenced producer     stuck-producer
     the trainer's last step report is stale and batches wait for it   trainer (stuck)
     trainer waits < 10 % of its step, or the batch ring is full       trainer
-      (advice names the GPU only where the stager's host has one: stats "gpus")
+      (advice fits the stager's host, stats "gpus": none, one, several)
     sample ring mostly READY, yet the batch ring is empty             stager
       (unless an older grant blocks them: deterministic order)        producers
     otherwise (slots FREE/GRANTED, trainer waiting)                   producers
@@ -37,7 +38,16 @@ if TYPE_CHECKING:
     from ringfeed.consumer.stager.stats_record import StagerStats, TrainerReport
     from ringfeed.consumer.tools.snapshot import InspectorSnapshot
 
-STAGES = ("stale", "starting", "no-consumer", "stuck-producer", "producers", "stager", "trainer")
+STAGES = (
+    "stale",
+    "starting",
+    "compiling",
+    "no-consumer",
+    "stuck-producer",
+    "producers",
+    "stager",
+    "trainer",
+)
 # The stager publishes stats every 0.5 s: older ones mean it is stuck, stopped or gone.
 STATS_STALE_S = 3.0
 # A trainer report is stale when older than this many of its steps (step plus wait) ...
@@ -201,6 +211,22 @@ def _ready_but_no_batch(
     )
 
 
+def _trainer_advice(gpus: int | None) -> str:
+    """What makes the step cheaper on this host (stats "gpus": None when not counted)."""
+    goal = "this is the goal; spare producers cost CPU only. To go faster: "
+    if gpus == 0:
+        return goal + ("this host has no GPU, so the step runs on the CPU (mixed precision "
+                       "is off there): a smaller model or batch, train.cpu_threads, or a host "
+                       "with a GPU")  # fmt: skip
+    if gpus == 1:
+        return goal + ("the model shares the one GPU with the stager: train.mixed_precision, "
+                       "a smaller batch or model, or a second GPU (devices.model)")  # fmt: skip
+    if gpus is None:
+        return goal + "make the step cheaper (mixed precision on a GPU, a smaller batch or model)"
+    return goal + (f"{gpus} GPUs here: spread the model over those the stager does not use "
+                   "(devices.model, a replica each), and train.mixed_precision")  # fmt: skip
+
+
 def _stuck_trainer(age_s: float, batch_ready: int, ring_line: str) -> Diagnosis:
     return Diagnosis(
         "trainer",
@@ -240,20 +266,22 @@ def diagnose(snap: InspectorSnapshot) -> Diagnosis:
         if batch_ready:
             return _stuck_trainer(age, batch_ready, ring_line)
         wait, wait_line = None, f"no trainer step for {age:.0f} s: it waits for data"
-    elif wait is None and batch_ready < batch_slots:
-        return Diagnosis("starting", ["no trainer step reported yet", ring_line], "wait")
+    elif stats.trainer is None:
+        return Diagnosis(
+            "compiling",
+            ["the trainer connected and has not finished its first step: TensorFlow is "
+             "building it and XLA compiling it (tens of seconds, once per batch shape)",
+             ring_line],
+            "wait: no stage is the limit yet" + (
+                f"; {batch_ready} batch(es) are ready for it" if batch_ready else ""),
+        )  # fmt: skip
     if (wait is not None and wait < WAIT_LOW) or batch_ready >= batch_slots:
         if wait is not None and wait < WAIT_LOW:
             where = {0: "the trainer's CPU step", None: "the train step"}.get(stats.gpus, "the GPU")
             first = f"{wait_line}: {where} is the limit"
         else:
             first = f"batch ring full ({batch_ready}/{batch_slots}): the trainer is the limit"
-        return Diagnosis(
-            "trainer",
-            [first, ring_line],
-            "this is the goal; to go faster make the step cheaper (mixed precision, "
-            "batch size); spare producers cost CPU only",
-        )
+        return Diagnosis("trainer", [first, ring_line], _trainer_advice(stats.gpus))
     if ready >= READY_HIGH * n_slots and batch_ready == 0:
         return _ready_but_no_batch(snap, stats, n_slots, ring_line, wait_line)
     evidence, advice = _producers_advice(snap, stats)

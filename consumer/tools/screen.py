@@ -32,11 +32,17 @@ def _padding_text(stats: StagerStats | None) -> str:
 def _title(snap: InspectorSnapshot) -> str:
     s = snap.stats
     if s is None:
-        return f"ringfeed inspect  run {snap.run_id}  uptime - s  epoch -  cursor -/-"
+        return f"ringfeed inspect  run {snap.run_id}  uptime - s  epoch -"
     age = snap.stats_age_s
     stale = f"  STATS {age:.0f} s OLD" if age is not None and age > STATS_STALE_S else ""
+    within = s.cursor - s.epoch * s.n_items
+    where = (
+        f"epoch {s.epoch}, item {within}/{s.n_items} of it (plan position {s.cursor})"
+        if 0 <= within <= s.n_items
+        else f"epoch {s.epoch}, plan position {s.cursor}"
+    )
     return (f"ringfeed inspect  run {snap.run_id}  uptime {s.uptime_s:.0f} s  "
-            f"epoch {s.epoch}  cursor {s.cursor}/{s.n_items}{stale}")  # fmt: skip
+            f"{where}{stale}")  # fmt: skip
 
 
 def _ring_lines(snap: InspectorSnapshot) -> list[str]:
@@ -96,8 +102,22 @@ def _trainer_lines(snap: InspectorSnapshot, stats: StagerStats) -> list[str]:
         + ("" if stats.consumer_connected else "  (no consumer connected)"),
         f"counters: delivered {c.get('delivered', 0)} ({_fmt(snap.delivered_per_s, '.1f')}"
         f"/s)  skipped {c.get('skipped', 0)}  reclaimed {c.get('reclaimed', 0)}  "
-        f"restarts {c.get('restarts', 0)}  dropped {dropped}  crashes {len(stats.crashes)}",
+        f"restarts {c.get('restarts', 0)}  pauses {c.get('pauses', 0)}  dropped {dropped}  "
+        f"crashes {len(stats.crashes)}",
+        *_shard_lines(stats),
     ]
+
+
+def _shard_lines(stats: StagerStats) -> list[str]:
+    """The shard cache's line, when producers read tar shards from object storage."""
+    shards = stats.shard_cache()
+    if not shards:
+        return []
+    reads = shards["hits"] + shards["fetched"]
+    hit = f"{shards['hits'] / reads:.0%}" if reads else "-"
+    return [f"shard cache: {shards['hits']} hits, {shards['fetched']} shards fetched "
+            f"({shards['bytes_fetched'] / 2**20:.1f} MiB), hit rate {hit}, "
+            f"{shards['retries']} retries"]  # fmt: skip
 
 
 def render(snap: InspectorSnapshot, log_tail: list[str] | None = None) -> str:

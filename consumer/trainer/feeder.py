@@ -48,6 +48,9 @@ class FedBatch:
     items: np.ndarray
     # (true mel frames, padded mel frames, true tokens, padded tokens) of its rows.
     fill: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # The real rows' speaker and language ids, for TensorBoard (None: not in the batch).
+    speakers: np.ndarray | None = None
+    languages: np.ndarray | None = None
 
 
 class EndOfData:
@@ -173,7 +176,9 @@ class Feeder(threading.Thread):
         a = batch.arrays
         fill = (int(a["mel_lens"].sum()), a["mel"].shape[0] * a["mel"].shape[1],
                 int(a["text_lens"].sum()), a["tokens"].size)  # fmt: skip
-        return FedBatch(batch.meta, tensors, items, fill)
+        n = batch.meta.n_valid
+        ids = [np.array(a[k][:n], copy=True) if k in a else None for k in ("speaker", "language")]
+        return FedBatch(batch.meta, tensors, items, fill, *ids)
 
     def _put(self, item: FedBatch | EndOfData | BaseException) -> None:
         while not (self.stop.is_set() or self._done.is_set()):

@@ -43,10 +43,11 @@ from typing import Any
 from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
 from ringfeed.consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
 from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
+from ringfeed.consumer.trainer.board import RunBoard, learning_rate
 from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
-from ringfeed.consumer.trainer.metrics import StepMetrics, TensorBoardWriter, format_line
+from ringfeed.consumer.trainer.metrics import StepMetrics, format_line
 from ringfeed.shared.config import Config
-from ringfeed.shared.config.environment import run_dir
+from ringfeed.shared.config.environment import endpoints, run_dir
 from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class Session:
     step: int
     cursor: dict[str, Any]
     metrics: StepMetrics
-    board: TensorBoardWriter
+    board: RunBoard
     batch_log: Any = None
     losses: list[float] = field(default_factory=list)
     samples: int = 0
@@ -191,7 +192,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
         step,
         cursor,
         StepMetrics(),
-        TensorBoardWriter(str(directory / "tensorboard")),
+        RunBoard(directory / "tensorboard", directory, endpoints(cfg, run_id).stats),
         batch_log=_open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
         share=share,
     )
@@ -215,6 +216,7 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
         s.samples += meta.n_valid
         s.losses.append(loss)
         s.metrics.fill(batch.fill)
+        s.board.batch(batch.speakers, batch.languages)
         if s.step_fn.trace_count != traces:
             # A step that traced and compiled (seconds under XLA; once per bucket shape)
             # stays out of the window, or it would dominate the step-time mean and CV.
@@ -252,6 +254,7 @@ def report(s: Session, loss: float) -> None:
     gpu = gpu_stats() if s.plan.mode != "cpu" else None
     log.info("%s", format_line(s.step, loss, summary, gpu))
     s.board.scalars(s.step, {"loss": loss} | summary, prefix="train/")
+    s.board.report(s.step, learning_rate(s.optimizer, s.step))
     if gpu:
         s.board.scalars(s.step, gpu, prefix="gpu/")
 

@@ -31,7 +31,9 @@ class ProducersConfig:
     per_node: int = 0
     # A producer that hears nothing from its stager for this long (after a WELCOME,
     # counting only time it was running: not a SIGSTOP or a suspended VM) exits, seconds.
-    orphan_s: float = 30.0
+    # Until then it says HELLO again, backing off to once a minute, and rejoins the run
+    # when the stager answers: a network partition or a paused stager heals by itself.
+    orphan_s: float = 21600.0
 
     def __post_init__(self) -> None:
         at_least_one("producers", workers=self.workers, credits=self.credits,

@@ -72,6 +72,10 @@ class StagerConfig:
     # bucket's batch is larger than the fixed shape's.
     batch_frames: int = 0
     balance: BalanceConfig = field(default_factory=BalanceConfig)
+    # With no consumer for this long (none came, or its process is gone: a user loop
+    # that crashed), the stager ends the run with exit code 6 and says so, seconds
+    # (0 = wait for one forever).
+    consumer_wait_s: float = 600.0
 
     @property
     def bucketed(self) -> bool:
@@ -81,6 +85,8 @@ class StagerConfig:
         at_least_one("stager", batch_size=self.batch_size, batch_slots=self.batch_slots)
         check(self.batch_slots >= 2, "stager.batch_slots", "must be >= 2 (3 = triple buffering)")
         check(self.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
+        check(self.consumer_wait_s >= 0, "stager.consumer_wait_s",
+              "must be >= 0 seconds (0 = wait for a consumer forever)")  # fmt: skip
         check(self.batch_frames >= 0, "stager.batch_frames",
               "must be >= 0 (0 = batch_size x max_frames)")  # fmt: skip
         check(0 <= self.auto_buckets <= MAX_BUCKETS, "stager.auto_buckets",

@@ -81,6 +81,9 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
 # from 1, crashes past producers.max_restarts, which no restart of the pool fixes): the
 # launcher starts a local pool again while the stager runs (scripts/runner.py).
 POOL_ORPHANED = 4
+# The exit code of a stager that ended its run because no consumer was there for
+# stager.consumer_wait_s (consumer/stager/consumer_side.py).
+STAGER_NO_CONSUMER = 6
 # A second stop signal this long after the first exits at once (StopFlag.install).
 SECOND_SIGNAL_AFTER_S = 1.0
 

@@ -108,7 +108,8 @@ BUSY_TRAINER = TrainerReport(step_s=0.3, wait_s=0.0)
             "producers",
         ),  # fmt: skip
         ({**BUSY, "stats": {"trainer": BUSY_TRAINER}}, "trainer"),
-        ({"stats": {"trainer": None}}, "starting"),
+        ({"stats": {"trainer": None}}, "compiling"),
+        ({**BUSY, "stats": {"trainer": None}}, "compiling"),
     ],
 )
 def test_diagnose_stages(over: dict[str, Any], stage: str) -> None:
@@ -152,6 +153,18 @@ def test_the_screen_shows_the_loss_and_the_logs_tail() -> None:
     assert "loss 1.2345" in screen and "log:\n  step 40 loss 1.23" in screen
 
 
+def test_the_screen_shows_the_cursor_as_epoch_and_item_and_the_shard_cache() -> None:
+    """`cursor 800/40` read like a bug: the plan position against one epoch's size."""
+    work = {"shard_hits": 30, "shards_fetched": 10, "shard_bytes_fetched": 3 * 2**20,
+            "store_retries": 1}  # fmt: skip
+    producers = (ProducerStats("p0", work=work), ProducerStats("p1", work=work))
+    stats = {"cursor": 812, "epoch": 20, "n_items": 40, "producers": producers}
+    screen = render(_snap(stats=stats))
+    assert "epoch 20, item 12/40 of it (plan position 812)" in screen
+    assert "shard cache: 60 hits, 20 shards fetched (6.0 MiB), hit rate 75%, 2 retries" in screen
+    assert "shard cache" not in render(_snap())  # no shards read: no line
+
+
 def test_producers_evidence_quotes_numbers() -> None:
     d = diagnose(_snap())
     assert "95%" in d.evidence[0] and "20.0 samples/s" in d.evidence[1]
@@ -171,6 +184,27 @@ def test_advice_fits_a_host_without_gpu(device: str) -> None:
     trainer = diagnose(_snap(**BUSY, stats={**cpu, "trainer": BUSY_TRAINER}))
     assert trainer.stage == "trainer" and "GPU" not in " ".join(trainer.evidence)
     assert "the trainer's CPU step is the limit" in trainer.evidence[0]
+
+
+def test_a_trainer_compiling_its_first_step_is_not_called_the_limit() -> None:
+    """Connected, no step reported, batches ready: it compiles; it used to read "batch
+    ring full: the trainer is the limit" (and "this is the goal")."""
+    d = diagnose(_snap(**BUSY, stats={"trainer": None}))
+    assert d.stage == "compiling" and "has not finished its first step" in d.evidence[0]
+    assert "goal" not in d.advice and "3 batch(es) are ready" in d.advice
+
+
+@pytest.mark.parametrize(
+    ("gpus", "says", "never"),
+    [
+        (0, "no GPU", "mixed_precision"),
+        (1, "shares the one GPU with the stager", "devices.model, a replica"),
+        (4, "4 GPUs here", "no GPU"),
+    ],
+)
+def test_a_busy_trainers_advice_fits_the_host(gpus: int, says: str, never: str) -> None:
+    d = diagnose(_snap(**BUSY, stats={"gpus": gpus, "trainer": BUSY_TRAINER}))
+    assert d.stage == "trainer" and says in d.advice and never not in d.advice, d.advice
 
 
 def test_advice_on_a_gpu_host_offers_stager_mels_and_names_the_gpu() -> None:

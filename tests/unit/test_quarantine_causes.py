@@ -83,7 +83,9 @@ def test_a_start_retries_the_items_whose_cause_changed(tmp_path: Path) -> None:
     path, causes = lines(tmp_path, cfg)
     index = open_corpus(cfg)
     with QuarantineWriter(path) as q:
+        assert q.by_stage() == {"user": 2, "lease": 1, "audio": 1, "metadata": 1}
         skips, retried = q.settle(index, causes)
+        assert q.by_stage() == {"user": 1, "lease": 1, "metadata": 1}  # the retried left
         # Today's user cause and the causeless lease: skipped without a try, as before.
         assert {index.item_id(k): stage for k, (_, stage) in skips.items()} == {
             "LJ001-0008": "user", "LJ001-0009": "lease"}  # fmt: skip
@@ -94,6 +96,7 @@ def test_a_start_retries_the_items_whose_cause_changed(tmp_path: Path) -> None:
         # A retried item that fails again gets its line back, with today's cause.
         assert q.write("LJ001-0004", "/w/4.wav", "still no label", "user", causes["user"])
         assert not q.write("LJ001-0008", "/w/8.wav", "again", "user", causes["user"])
+        assert q.by_stage() == {"user": 2, "lease": 1, "metadata": 1}
     again = read_quarantine(path)
     assert again[-1]["item_id"] == "LJ001-0004" and again[-1]["cause"] == causes["user"]
     with QuarantineWriter(path) as q:  # the next start: nothing left to retry

@@ -13,7 +13,7 @@ from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
-from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.producer_book import FORGET_LEASES, ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats_record import (
     MAX_LISTED_PRODUCERS,
@@ -49,7 +49,7 @@ STAGER_JSON_KEYS = [
     "batch_slots_ready", "batches", "padding_efficiency", "buckets", "counters",
     "dropped", "bad_metadata_lines", "producers", "producers_unlisted", "crashes",
     "trainer", "consumer_connected", "refused_producers", "gpus", "features_device",
-    "lease_s", "outliers",
+    "lease_s", "outliers", "skipped_by_stage", "quarantined_by_stage",
 ]  # fmt: skip
 
 
@@ -69,9 +69,13 @@ def book_of(n_items: int, n_slots: int, clock: Clock) -> ProducerBook:
     return ProducerBook(slots, HOST, max_credits=16, max_strikes=3, max_per_peer=64)
 
 
-def join(book: ProducerBook, name: str, samples: int = 0) -> bytes:
-    ident = name.encode()
-    hello = p.Hello(name, os.getpid(), HOST, False, token=name, place="", config={})
+def join(
+    book: ProducerBook, name: str, samples: int = 0, token: str = "", ident: bytes = b""
+) -> bytes:
+    """name joins under `ident` (default: the name) as the process `token` (default: the
+    name)."""
+    ident = ident or name.encode()
+    hello = p.Hello(name, os.getpid(), HOST, False, token=token or name, place="", config={})
     book.hello(ident, hello, remote=False, peer=PEER)
     book.producers[ident].credits, book.producers[ident].samples = 16, samples
     return ident
@@ -112,10 +116,30 @@ def test_the_book_lists_working_producers_first_and_sums_the_rest() -> None:
     assert (first.grants, first.fenced, first.silent_s, first.host) == (1, 0, 2.5, HOST)
     rest = [names.index(n) for n in names if n not in shown]
     assert s.unlisted == UnlistedProducers(count=len(rest), samples=sum(rest), grants=0)
-    assert s.counters == {"restarts": 0, "strikes": 0, "peers_banned": 0}
+    assert s.counters == {"restarts": 0, "pauses": 0, "strikes": 0, "peers_banned": 0}
     book.strike(b"p02", "lied")
-    join(book, "p03")  # the same name again: a restart
-    assert book.stats().counters == {"restarts": 1, "strikes": 1, "peers_banned": 0}
+    join(book, "p03", token="new")  # the same name from another process: a restart
+    join(book, "p04", ident=b"p04-2")  # the same process on a new socket: neither
+    expected = {"restarts": 1, "pauses": 0, "strikes": 1, "peers_banned": 0}
+    assert book.stats().counters == expected
+
+
+def test_a_producer_given_up_for_its_silence_that_comes_back_is_a_pause_not_a_restart() -> None:
+    """SIGSTOPped past the leases the stager waits before forgetting it: its HELLO from
+    the same process is a pause, and what it sent on its old socket is no unknown peer's
+    (was_forgotten names it, for the stager's "late" count)."""
+    clock = Clock()
+    book = book_of(n_items=100, n_slots=8, clock=clock)
+    join(book, "p0")
+    join(book, "p1")
+    clock.t = (FORGET_LEASES + 1) * book.lease_s
+    book.touch(b"p1")  # p1 kept talking
+    book.expire()
+    assert b"p0" not in book.producers and book.was_forgotten(b"p0") == "p0"
+    assert book.was_forgotten(b"p1") == ""
+    join(book, "p0", ident=b"p0-2")
+    join(book, "p1", ident=b"p1-2")  # the same process again while talking: no pause
+    assert book.stats().counters["pauses"] == 1 and book.stats().counters["restarts"] == 0
 
 
 def test_the_builder_reports_batches_in_flight_and_their_padding() -> None:
@@ -164,7 +188,7 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
         BookStats((ProducerStats(name="p0", samples=45),), UnlistedProducers(2, 7, 1),
                   {"restarts": 1, "strikes": 0, "peers_banned": 0}),
         BuilderStats(2, Padding(0.5, None)),
-        DeliveryStats(11),
+        DeliveryStats(11, {"audio": 2, "lease": 1}, {"audio": 3, "metadata": 1}),
         ConsumerStats(True, TrainerReport(step=4, loss=0.25)),
         DeskStats((CrashReport("p1", "Traceback ..."),)),
         ControlStats(6),
@@ -172,6 +196,8 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
     )  # fmt: skip
     data = json.loads(json.dumps(stats.to_dict()))  # as stager.json holds it
     assert list(data) == STAGER_JSON_KEYS
+    assert data["skipped_by_stage"] == {"audio": 2, "lease": 1}
+    assert data["quarantined_by_stage"] == {"audio": 3, "metadata": 1}
     assert data["counters"] == {"grants": 50, "delivered": 45, "restarts": 1, "strikes": 0,
                                 "peers_banned": 0}  # fmt: skip
     assert [data[k] for k in ("cursor", "epoch", "slots", "n_slots")] == [
