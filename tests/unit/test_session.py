@@ -24,7 +24,7 @@ from ringfeed.producer.session import (
 )
 from ringfeed.shared.run.process import SHUTDOWN_WAIT_S
 from ringfeed.shared.wire import protocol as p
-from tests.session_loop import (
+from tests.support.session_loop import (
     HELLO,
     N_ITEMS,
     RULES,

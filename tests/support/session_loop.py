@@ -1,5 +1,5 @@
 """A producer's session driven on a fake clock as the worker's loop drives it: the
-Loop and the stagers of tests/test_session.py and tests/test_session_backoff.py."""
+Loop and the stagers of tests/unit/test_session.py and tests/unit/test_session_backoff.py."""
 
 from __future__ import annotations
 

@@ -15,11 +15,12 @@ import pytest
 from ringfeed.scripts.runner import worker_pids
 from ringfeed.shared.config import load_config
 from ringfeed.shared.run.process import STAGER_NO_CONSUMER
-from tests.checks import assert_exactly_once, consume
-from tests.corpus_files import REPO
-from tests.peers import free_port
-from tests.processes import CLI, send_signal
-from tests.runs import Run, finish, rid, small
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import small
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.processes import CLI, send_signal
+from tests.support.runs import Run, finish, rid
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +62,7 @@ def test_a_remote_pool_rejoins_a_stager_stopped_for_fifteen_leases_exactly_once(
         client = run.client(timeout_s=60)
         items = consume(client, on_batch=stop_once, timeout_s=90)
         client.close()
-        stats = finish(run, run.run_id, "producers")
+        stats = finish(run, "producers")
         logs = run.logs(tail=200_000)
     assert stopped and stopped[0] >= STAGER_STOP_S, "the stager was never stopped"
     assert_exactly_once(items, cfg, n)
@@ -97,7 +98,7 @@ def test_a_producer_stopped_long_enough_to_be_forgotten_counts_as_a_pause(
         client = run.client(timeout_s=30)
         items = consume(client, on_batch=pause_once)
         client.close()
-        stats = finish(run, run.run_id, "producers")
+        stats = finish(run, "producers")
         logs = run.logs(tail=200_000)
     assert paused, "no worker was paused"
     assert_exactly_once(items, cfg, n)

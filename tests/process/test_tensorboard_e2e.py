@@ -12,8 +12,9 @@ import yaml
 
 from ringfeed.shared.config import load_config
 from ringfeed.shared.corpus.open import open_corpus
-from tests.corpus_files import REPO
-from tests.runs import Run, batch_records, rid, write_config
+from tests.support.configs import write_config
+from tests.support.paths import REPO
+from tests.support.runs import Run, batch_records, rid
 
 pytestmark = pytest.mark.slow
 

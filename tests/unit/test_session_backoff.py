@@ -1,6 +1,6 @@
 """Unanswered HELLOs back off (producer/session.py): a stager that binds minutes late
 or stands still for an hour is asked about once RETRY_MAX_S, and its WELCOME rejoins;
-on the fake clock of tests/test_session.py."""
+on the fake clock of tests/unit/test_session.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from ringfeed.producer.session import RETRY_MAX_S, Rules
 from ringfeed.shared.wire import protocol as p
-from tests.session_loop import RULES, Loop, grants
+from tests.support.session_loop import RULES, Loop, grants
 
 
 def gaps(times: list[float]) -> list[float]:
