@@ -65,8 +65,13 @@ class RunBoard:
                 values, n = np.unique(ids, return_counts=True)
                 counts.update(dict(zip(values.tolist(), n.tolist(), strict=True)))
 
-    def report(self, step: int, learning_rate: float | None) -> None:
-        """Everything but the step numbers, at this step."""
+    def report(self, step: int, learning_rate: float | None, fresh_s: float = 0.0) -> None:
+        """Everything but the step numbers, at this step. fresh_s: wait up to that long
+        for a stats message newer than any read (at the run's end: the stager's last
+        numbers, not those of up to STATS_INTERVAL_S before)."""
+        if fresh_s > 0:
+            self._latest_stats()  # drop what waits, then wait for the next one
+            self.sub.poll(fresh_s * 1000)
         values: dict[str, float] = {}
         if learning_rate is not None:
             values["train/learning_rate"] = learning_rate

@@ -269,6 +269,8 @@ def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | Non
         s.ended = f"stopped by {signal.Signals(stop.signal).name}"
     if (finished or stopped) and s.losses and s.step % cfg.train.checkpoint_every != 0:
         s.checkpoints.save(s.step, s.cursor, cfg.to_yaml())
+    if finished and s.losses:  # the stager's last numbers at the last step, while it runs
+        s.board.report(s.step, learning_rate(s.optimizer, s.step), fresh_s=1.0)
     s.feeder.finish(finished, timeout_s=SHUTDOWN_WAIT_S + 1.0)
     s.board.close()
     if s.batch_log is not None:
