@@ -1,7 +1,7 @@
 """The launcher over a run's life (issue 34): Ctrl-C ends it with exit 0 and one line
 that names the checkpoint and the command that resumes it; the producers say the run was
-stopped; that command, after the corpus changed, is refused with what to do, and with
---new-plan resumes on a new plan."""
+stopped; that command resumes exactly (every step's batch the plan's next one); after the
+corpus changed it is refused with what to do, and with --new-plan resumes on a new plan."""
 
 from __future__ import annotations
 
@@ -14,10 +14,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from tests.support.configs import SYNTHETIC, write_config
 from tests.support.paths import REPO
 from tests.support.polling import wait_for
-from tests.support.runs import rid, shm_segments
+from tests.support.runs import batch_records, rid, shm_segments
+
+# Steps the printed command runs past the checkpoint Ctrl-C left.
+RESUMED_STEPS = 3
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +35,8 @@ def launch(argv: list[str], cwd: Path) -> subprocess.Popen:
 def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
     tmp_path: Path,
 ) -> None:
-    train = {"steps": 100_000, "log_every": 1, "checkpoint_every": 1000, "jit_compile": False}
+    train = {"steps": 100_000, "log_every": 1, "checkpoint_every": 1000, "jit_compile": False,
+             "log_batches": True}  # fmt: skip
     config = write_config(tmp_path, SYNTHETIC | {"train": train})
     run_id = rid("life")
     first = launch([str(REPO / "scripts/launch.sh"), "run", str(config), "--run-id", run_id],
@@ -50,11 +56,24 @@ def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
     # the stager, or from the launcher's signal, whichever came first).
     assert "the run was stopped by SIGTERM" in err and "(run finished)" not in err
     assert shm_segments(run_id) == []
-    # The corpus changes (one more item): the resume is refused, saying what to do...
+    # The printed command resumes exactly: each step's batch is the plan's next one.
     raw = yaml.safe_load(config.read_text())
+    stopped_at = yaml.safe_load((summary_dir / "summary.json").read_text())["steps"]
+    raw["train"]["steps"] = stopped_at + RESUMED_STEPS
+    config.write_text(yaml.safe_dump(raw))
+    resumed = subprocess.run([str(REPO / command[0]), *command[1:]], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    steps = batch_records(summary_dir / "batches.jsonl")
+    assert sorted(steps) == list(range(1, stopped_at + RESUMED_STEPS + 1))
+    rows, n_items = raw["stager"]["batch_size"], raw["data"]["synthetic_items"]
+    plan = Plan(Shuffle(n_items, raw["stager"].get("seed", 1234)))  # epochs 0: unbounded
+    for step, record in steps.items():  # those before the stop and those after it
+        first = (step - 1) * rows
+        assert record["items"] == [plan.item_at(p) for p in range(first, first + rows)], step
+    # The corpus changes (one more item): the resume is refused, saying what to do...
     raw["data"]["synthetic_items"] += 1
-    raw["train"]["steps"] = 6 + yaml.safe_load(
-        (summary_dir / "summary.json").read_text())["steps"]  # fmt: skip
+    raw["train"]["steps"] = stopped_at + RESUMED_STEPS + 6
     config.write_text(yaml.safe_dump(raw))
     again = subprocess.run([str(REPO / command[0]), *command[1:]], cwd=tmp_path,
                            capture_output=True, text=True, timeout=180)  # fmt: skip
