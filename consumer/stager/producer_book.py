@@ -64,7 +64,7 @@ class ProducerBook:
         self.tokens: dict[str, str] = {}  # name -> the token of its last process
         self.n_joined = 0
         self.turn = 0  # rotates which producer is granted first
-        self.restarts = self.pauses = 0
+        self.restarts = self.pauses = self.n_forgotten = 0
         # Identities forgotten for silence, oldest first: their late messages are no
         # unknown peer's (bounded: MAX_PRODUCERS).
         self.forgotten: dict[bytes, str] = {}
@@ -286,6 +286,7 @@ class ProducerBook:
     def remember(self, ident: bytes, name: str) -> None:
         """A producer forgotten for silence: its late messages are counted as such."""
         self.forgotten[ident] = name
+        self.n_forgotten += 1
         if len(self.forgotten) > MAX_PRODUCERS:
             del self.forgotten[next(iter(self.forgotten))]
 
@@ -348,8 +349,9 @@ class ProducerBook:
             grants=sum(holding(pr.ident) for pr in rest),
         )
         now = self.clock()
-        counters = {"restarts": self.restarts, "pauses": self.pauses,
-                    "strikes": self.trust.n_strikes, "peers_banned": self.n_banned}  # fmt: skip
+        counters = {"joined": self.n_joined, "restarts": self.restarts, "pauses": self.pauses,
+                    "forgotten": self.n_forgotten, "strikes": self.trust.n_strikes,
+                    "peers_banned": self.n_banned}  # fmt: skip
         return BookStats(tuple(self.row(pr, now) for pr in shown), unlisted, counters)
 
     def row(self, pr: Producer, now: float) -> ProducerStats:

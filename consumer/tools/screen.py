@@ -102,8 +102,9 @@ def _trainer_lines(snap: InspectorSnapshot, stats: StagerStats) -> list[str]:
         + ("" if stats.consumer_connected else "  (no consumer connected)"),
         f"counters: delivered {c.get('delivered', 0)} ({_fmt(snap.delivered_per_s, '.1f')}"
         f"/s)  skipped {c.get('skipped', 0)}  reclaimed {c.get('reclaimed', 0)}  "
-        f"restarts {c.get('restarts', 0)}  pauses {c.get('pauses', 0)}  dropped {dropped}  "
-        f"crashes {len(stats.crashes)}",
+        f"restarts {c.get('restarts', 0)}  pauses {c.get('pauses', 0)}  "
+        + (f"forgotten {c['forgotten']}  " if c.get("forgotten") else "")
+        + f"dropped {dropped}  crashes {len(stats.crashes)}",
         *_shard_lines(stats),
     ]
 

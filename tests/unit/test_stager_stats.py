@@ -116,11 +116,12 @@ def test_the_book_lists_working_producers_first_and_sums_the_rest() -> None:
     assert (first.grants, first.fenced, first.silent_s, first.host) == (1, 0, 2.5, HOST)
     rest = [names.index(n) for n in names if n not in shown]
     assert s.unlisted == UnlistedProducers(count=len(rest), samples=sum(rest), grants=0)
-    assert s.counters == {"restarts": 0, "pauses": 0, "strikes": 0, "peers_banned": 0}
+    zero = {"restarts": 0, "pauses": 0, "forgotten": 0, "strikes": 0, "peers_banned": 0}
+    assert s.counters == {"joined": len(names)} | zero
     book.strike(b"p02", "lied")
     join(book, "p03", token="new")  # the same name from another process: a restart
     join(book, "p04", ident=b"p04-2")  # the same process on a new socket: neither
-    expected = {"restarts": 1, "pauses": 0, "strikes": 1, "peers_banned": 0}
+    expected = zero | {"joined": len(names) + 2, "restarts": 1, "strikes": 1}
     assert book.stats().counters == expected
 
 
@@ -139,7 +140,9 @@ def test_a_producer_given_up_for_its_silence_that_comes_back_is_a_pause_not_a_re
     assert book.was_forgotten(b"p1") == ""
     join(book, "p0", ident=b"p0-2")
     join(book, "p1", ident=b"p1-2")  # the same process again while talking: no pause
-    assert book.stats().counters["pauses"] == 1 and book.stats().counters["restarts"] == 0
+    counters = book.stats().counters
+    assert (counters["pauses"], counters["restarts"], counters["forgotten"]) == (1, 0, 1)
+    assert counters["joined"] == 4
 
 
 def test_the_builder_reports_batches_in_flight_and_their_padding() -> None:

@@ -119,7 +119,7 @@ def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> Non
         with zmq.Context() as ctx:
             for i in range(500):
                 with ctx.socket(zmq.DEALER) as sock:
-                    sock.setsockopt(zmq.LINGER, 1000)
+                    sock.setsockopt(zmq.LINGER, 10_000)  # a loaded machine
                     sock.connect(stager.control)
                     name = f"ghost-{i:03d}-" + "x" * 100  # as long as a name may be
                     hello = p.Hello(name, 10_000 + i, "far", True, "t", "", config_fingerprint(cfg))
@@ -135,7 +135,11 @@ def test_five_hundred_producers_that_say_hello_and_vanish(tmp_path: Path) -> Non
             client.close()
         summary = stager.summary()
     assert_exactly_once(items, cfg, n)
-    assert summary["dropped"]["refused-peer"] == 500 - cap
+    # Every ghost is either joined or refused. How many joined depends on the machine:
+    # a ghost forgotten after FORGET_LEASES silent leases frees its place for a later one.
+    # (An honest producer that said HELLO again counts as joined too: hence the bounds.)
+    refused, joins = summary["dropped"]["refused-peer"], summary["counters"]["joined"] - 2
+    assert refused <= 500 - cap and refused + joins >= 500, (refused, joins)
     # Forgotten after FORGET_LEASES silent leases: only the real producers remain.
     assert late.get("producers_unlisted", {}).get("count", 0) == 0
     assert all(not pr["name"].startswith("ghost") for pr in late["producers"])
