@@ -1,0 +1,23 @@
+"""Corpora as the field publishes them, through real processes: two epochs of each, stopped
+and resumed, every row checked against its source row (text, speaker, language, mel),
+every item exactly once an epoch (tests/support/published_runs.py)."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+from tests.support.published import write_commonvoice
+from tests.support.published_runs import EPOCHS, two_epochs
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_common_voice_release(tmp_path: Path) -> None:
+    reference = write_commonvoice(tmp_path / "cv", "de")
+    got = two_epochs(tmp_path / "run", {"path": str(tmp_path / "cv" / "de"),
+                                        "format": "commonvoice"}, reference)  # fmt: skip
+    assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
+    assert got["ids"]["languages"] == ["de"] and len(got["ids"]["speakers"]) == 3
