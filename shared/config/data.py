@@ -19,11 +19,20 @@ class DataConfig:
     # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
     # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk; shards: WebDataset-style
     # tar shards in a folder or on object storage (s3://, gs://, https://); commonvoice: a
-    # Common Voice locale folder (validated.tsv, clips/*.mp3) or one of its tsv files; synthetic:
+    # Common Voice locale folder (validated.tsv, clips/*.mp3) or one of its tsv files; lhotse:
+    # a Lhotse supervisions (with its recordings) or cuts manifest, .jsonl(.gz); synthetic:
     # precomputed arrays, no files (transport tests and benchmarks). One module each in
     # shared/corpus/formats/; every format: docs/corpora.md#bring-your-own-data.
     format: Literal[
-        "ljspeech", "csv", "jsonl", "libritts", "vctk", "commonvoice", "shards", "synthetic"
+        "ljspeech",
+        "csv",
+        "jsonl",
+        "libritts",
+        "vctk",
+        "commonvoice",
+        "lhotse",
+        "shards",
+        "synthetic",
     ] = "ljspeech"
     # What item ids and audio paths count from (jsonl and csv, whose lines name audio files
     # freely; relative to the config file): "" = the manifest's or metadata file's

@@ -13,6 +13,7 @@ from ringfeed.shared.corpus.format import CorpusFormat
 from ringfeed.shared.corpus.formats.commonvoice import CommonVoice
 from ringfeed.shared.corpus.formats.csv import Csv
 from ringfeed.shared.corpus.formats.jsonl import Jsonl
+from ringfeed.shared.corpus.formats.lhotse import Lhotse
 from ringfeed.shared.corpus.formats.libritts import LibriTTS
 from ringfeed.shared.corpus.formats.ljspeech import LJSpeech
 from ringfeed.shared.corpus.formats.shards import Shards
@@ -28,6 +29,7 @@ FORMATS: dict[str, CorpusFormat] = {
         LibriTTS(),
         Vctk(),
         CommonVoice(),
+        Lhotse(),
         Shards(),
         Synthetic(),
     )

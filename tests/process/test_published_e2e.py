@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.published import write_commonvoice
+from tests.support.published import LHOTSE, lhotse_reference, write_commonvoice
 from tests.support.published_runs import EPOCHS, two_epochs
 
 pytestmark = pytest.mark.slow
@@ -21,3 +21,16 @@ def test_a_common_voice_release(tmp_path: Path) -> None:
                                         "format": "commonvoice"}, reference)  # fmt: skip
     assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
     assert got["ids"]["languages"] == ["de"] and len(got["ids"]["speakers"]) == 3
+
+
+@pytest.mark.parametrize("manifest", ["demo_supervisions_train.jsonl.gz", "demo_cuts_train.jsonl"])
+def test_lhotse_manifests(tmp_path: Path, manifest: str) -> None:
+    """Recordings with supervisions, gzipped, and cuts, as lhotse wrote them: whole clips
+    and segments of them (offsets and durations honoured: the mel of each is its part's)."""
+    reference = lhotse_reference()
+    got = two_epochs(tmp_path, {"path": str(LHOTSE / manifest), "format": "lhotse"}, reference)
+    assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
+    assert got["ids"] == {
+        "speakers": ["ava", "ben", "cyrus"],
+        "languages": ["de", "en", "fa", "ru"],
+    }
