@@ -105,9 +105,14 @@ class BaseFormat:
     # Its lines name audio files freely (absolute or relative), so data.root may say what
     # ids and paths count from.
     free_paths: ClassVar[bool] = False
+    # Its files have named columns (data.columns says which holds what).
+    columns: ClassVar[bool] = False
 
     def check(self, cfg: Config) -> None:
         d = cfg.data
+        if d.columns != type(d.columns)() and not self.columns:
+            raise ConfigError(f"data.columns: only data.format: parquet has columns to name, "
+                              f"not {self.name}: remove it")  # fmt: skip
         if d.shard_window and not self.shards:
             raise ConfigError("data.shard_window: only tar shards have shards to deal: set "
                               "data.format: shards, or 0 here")  # fmt: skip

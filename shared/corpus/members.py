@@ -1,5 +1,6 @@
-"""One clip's bytes from inside a tar shard (shared/corpus/formats/shards.py), by the
-(offset, size) its entry carries: one pread, the shard file kept open for the next.
+"""One clip's bytes from inside a tar shard (shared/corpus/formats/shards.py) or a Parquet
+file (shared/corpus/formats/parquet.py), by the (offset, size) its entry carries: one
+pread, the file kept open for the next.
 
 Used by producers (the audio of a granted item) and by the tools that read audio
 headers (validate, the length table). Remote shards come through the local shard

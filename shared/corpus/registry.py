@@ -16,6 +16,7 @@ from ringfeed.shared.corpus.formats.jsonl import Jsonl
 from ringfeed.shared.corpus.formats.lhotse import Lhotse
 from ringfeed.shared.corpus.formats.libritts import LibriTTS
 from ringfeed.shared.corpus.formats.ljspeech import LJSpeech
+from ringfeed.shared.corpus.formats.parquet import Parquet
 from ringfeed.shared.corpus.formats.shards import Shards
 from ringfeed.shared.corpus.formats.synthetic import Synthetic
 from ringfeed.shared.corpus.formats.vctk import Vctk
@@ -30,6 +31,7 @@ FORMATS: dict[str, CorpusFormat] = {
         Vctk(),
         CommonVoice(),
         Lhotse(),
+        Parquet(),
         Shards(),
         Synthetic(),
     )

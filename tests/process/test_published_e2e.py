@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.published import LHOTSE, lhotse_reference, write_commonvoice
+from tests.support.published import (
+    LHOTSE,
+    PARQUET,
+    lhotse_reference,
+    parquet_reference,
+    write_commonvoice,
+)
 from tests.support.published_runs import EPOCHS, two_epochs
 
 pytestmark = pytest.mark.slow
@@ -29,6 +35,17 @@ def test_lhotse_manifests(tmp_path: Path, manifest: str) -> None:
     and segments of them (offsets and durations honoured: the mel of each is its part's)."""
     reference = lhotse_reference()
     got = two_epochs(tmp_path, {"path": str(LHOTSE / manifest), "format": "lhotse"}, reference)
+    assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
+    assert got["ids"] == {
+        "speakers": ["ava", "ben", "cyrus"],
+        "languages": ["de", "en", "fa", "ru"],
+    }
+
+
+def test_parquet_files_as_datasets_wrote_them(tmp_path: Path) -> None:
+    """Each clip read by its byte range in its file; the row without audio is a skip."""
+    reference = parquet_reference()
+    got = two_epochs(tmp_path, {"path": str(PARQUET), "format": "parquet"}, reference)
     assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
     assert got["ids"] == {
         "speakers": ["ava", "ben", "cyrus"],

@@ -102,3 +102,17 @@ def lhotse_reference() -> dict[str, Entry]:
                 reference[f"{clip.stem}-part"] = Entry(f"{clip.stem}-part", str(clip), part,
                                                        *said[1:], 0.5, 1.0)  # fmt: skip
     return reference
+
+
+PARQUET = REPO / "tests" / "data" / "parquet"  # written by datasets itself: write_parquet.py there
+
+
+def parquet_reference() -> dict[str, Entry]:
+    """What the Parquet files in PARQUET hold (their script's rule): the first three clips
+    of each language, whole, each with its demo manifest line's text, speaker and
+    language; their row without audio is no clip."""
+    return {
+        k: e._replace(offset_s=0.0, duration_s=0.0)
+        for k, e in lhotse_reference().items()
+        if not k.endswith("-part")
+    }
