@@ -53,6 +53,8 @@ class CorpusFormat(Protocol):
     has_audio: bool
     # The index may be built in memory in each process when it cannot be written.
     in_memory_ok: bool
+    # On object storage, its clips are read by ranged reads (shared/corpus/members.py).
+    ranged_reads: bool
 
     def check(self, cfg: Config) -> None:
         """ConfigError for a setting this format cannot serve (called at every open)."""
@@ -107,6 +109,9 @@ class BaseFormat:
     free_paths: ClassVar[bool] = False
     # Its files have named columns (data.columns says which holds what).
     columns: ClassVar[bool] = False
+    # On object storage its clips are read by one ranged read each, not by copying the
+    # file into the shard cache (shared/corpus/object_store.py).
+    ranged_reads: ClassVar[bool] = False
 
     def check(self, cfg: Config) -> None:
         d = cfg.data
@@ -120,9 +125,9 @@ class BaseFormat:
             raise ConfigError(f"data.root: only data.format jsonl and csv name audio paths "
                               f"that a root applies to, not {self.name}: remove it")  # fmt: skip
         if "://" in d.path and not self.remote:
-            raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format: "
-                              "shards reads one (pack the corpus into tar shards, or copy it "
-                              "to a local folder)")  # fmt: skip
+            raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format "
+                              "shards and parquet read one (pack the corpus into tar shards, "
+                              "or copy it to a local folder)")  # fmt: skip
 
     def computed_index(self, cfg: Config) -> CorpusIndex | None:
         return None

@@ -13,12 +13,14 @@ encoded otherwise is :class:`NotAddressable`: its rows cannot be read a clip at 
 
 from __future__ import annotations
 
-import os
 import struct
+from collections.abc import Callable
 
 # PageHeader.type
 DATA_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 2, 3
 PLAIN = 0
+# read_at(offset, n) -> the file's n bytes at offset (os.pread, or a store's ranged read).
+ReadAt = Callable[[int, int], bytes]
 # Bytes read for a page header (statistics of a byte-array page can make it longer).
 HEADER_READ = 256
 
@@ -114,60 +116,64 @@ def levels(data: bytes, bit_width: int, count: int) -> list[int]:
     return out[:count]
 
 
-def value_ranges(fd: int, start: int, n_rows: int, max_def: int) -> list[tuple[int, int] | None]:
+def value_ranges(
+    read_at: ReadAt, start: int, n_rows: int, max_def: int
+) -> list[tuple[int, int] | None]:
     """Per row of one column chunk (pages from byte `start`): (offset, size) of its value
     in the file, None where it is null. NotAddressable for a compressed or non-PLAIN page
     (the chunk's codec is checked by the caller) or a repeated column."""
     out: list[tuple[int, int] | None] = []
     at = start
     while len(out) < n_rows:
-        raw = os.pread(fd, HEADER_READ, at)
+        raw = read_at(at, HEADER_READ)
         reader = Reader(raw)
         try:
             header = reader.struct()
         except IndexError:  # a header longer than HEADER_READ: read it whole
-            reader = Reader(os.pread(fd, 1 << 16, at))
+            reader = Reader(read_at(at, 1 << 16))
             header = reader.struct()
         body, size = at + reader.at, int(header[3])  # type: ignore[call-overload]
         kind = header[1]
         if kind == DATA_PAGE:
-            out.extend(_page_v1(fd, body, header[5], max_def))  # type: ignore[arg-type]
+            out.extend(_page_v1(read_at, body, header[5], max_def))  # type: ignore[arg-type]
         elif kind == DATA_PAGE_V2:
-            out.extend(_page_v2(fd, body, header[8], max_def))  # type: ignore[arg-type]
+            out.extend(_page_v2(read_at, body, header[8], max_def))  # type: ignore[arg-type]
         elif kind == DICTIONARY_PAGE:
             raise NotAddressable("dictionary-encoded")
         at = body + size
     return out
 
 
-def _values(fd: int, at: int, defs: list[int], max_def: int) -> list[tuple[int, int] | None]:
+def _values(
+    read_at: ReadAt, at: int, defs: list[int], max_def: int
+) -> list[tuple[int, int] | None]:
     out: list[tuple[int, int] | None] = []
     for d in defs:
         if d < max_def:
             out.append(None)
             continue
-        (length,) = struct.unpack("<I", os.pread(fd, 4, at))
+        (length,) = struct.unpack("<I", read_at(at, 4))
         out.append((at + 4, length))
         at += 4 + length
     return out
 
 
-def _page_v1(fd: int, at: int, h: dict[int, object], max_def: int) -> list:
+def _page_v1(read_at: ReadAt, at: int, h: dict[int, object], max_def: int) -> list:
     n = int(h[1])  # type: ignore[call-overload]
     if h[2] != PLAIN:
         raise NotAddressable(f"encoding {h[2]}, not PLAIN")
     defs = [max_def] * n
     if max_def:
-        (length,) = struct.unpack("<I", os.pread(fd, 4, at))
-        defs = levels(os.pread(fd, length, at + 4), max_def.bit_length(), n)
+        (length,) = struct.unpack("<I", read_at(at, 4))
+        defs = levels(read_at(at + 4, length), max_def.bit_length(), n)
         at += 4 + length
-    return _values(fd, at, defs, max_def)
+    return _values(read_at, at, defs, max_def)
 
 
-def _page_v2(fd: int, at: int, h: dict[int, object], max_def: int) -> list:
+def _page_v2(read_at: ReadAt, at: int, h: dict[int, object], max_def: int) -> list:
     n, def_bytes, rep_bytes = (int(h[k]) for k in (1, 5, 6))  # type: ignore[call-overload]
     if h[4] != PLAIN:
         raise NotAddressable(f"encoding {h[4]}, not PLAIN")
     at += rep_bytes
-    defs = levels(os.pread(fd, def_bytes, at), max_def.bit_length(), n) if max_def else [0] * n
-    return _values(fd, at + def_bytes, defs, max_def)
+    defs = levels(read_at(at, def_bytes), max_def.bit_length(), n) if max_def else [0] * n
+    return _values(read_at, at + def_bytes, defs, max_def)

@@ -49,7 +49,8 @@ def two_epochs(
 ) -> dict[str, Any]:
     """Two epochs of a real run on `data`, stopped after stop_after batches and resumed;
     every row checked against reference[its item id]. -> {"epochs": [Counter of the ids
-    delivered in each epoch], "ids": the run's id tables, "index": the corpus index}."""
+    delivered in each epoch], "ids": the run's id tables, "index": the corpus index,
+    "stats": the first part's stager.json}."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg_path = write_config(tmp_path, demo_raw(tmp_path, data))
     cfg = load_config(cfg_path)
@@ -57,7 +58,7 @@ def two_epochs(
     pipe = SamplePipeline(replace(cfg, features={"cache": False}))
     expected = {item_id: pipe(entry) for item_id, entry in reference.items()}
     epochs: list[collections.Counter] = [collections.Counter() for _ in range(EPOCHS)]
-    run_id, start, batches, tables = rid(), {}, 0, {}
+    run_id, start, batches, tables, stats = rid(), {}, 0, {}, {}
     for part in range(2):
         with started(cfg_path, tmp_path, run_id=run_id, timeout_s=90, **start) as (run, client):
             tables = json.loads((run.dir / IDS_FILE).read_text())
@@ -72,9 +73,10 @@ def two_epochs(
             if not part:
                 run.stop()
             assert run.wait("stager", 30) in (0, -15), run.logs()
+            stats = stats or run.json("stager.json")
         assert shm_segments(run_id) == []
     assert batches > stop_after, "the resumed run delivered nothing"
-    return {"epochs": epochs, "ids": tables, "index": index}
+    return {"epochs": epochs, "ids": tables, "index": index, "stats": stats}
 
 
 def check_row(

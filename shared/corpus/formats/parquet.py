@@ -17,12 +17,22 @@ bytes or text is one unusable line. Item ids are the id column, else the audio's
 name without its extension (datasets keeps the name it was given), else
 ``<file>-<row>``; files count from data.path, so ids do not depend on where it lives.
 The files are dealt as shards by data.shard_window.
+
+data.path may be an object-store prefix (s3://bucket/dataset, shared/corpus/object_store.py):
+the build reads footers, page headers and length prefixes by ranged reads, and a
+producer reads each clip by one ranged read, with the store's retries; never a copy of
+the file. Each file's rows are kept beside the feature cache under a hash of its name,
+size and version (``parquet/<hash>.json``), so an index rebuilt after a file was added
+reads that file only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,12 +41,15 @@ from ringfeed.shared.config.data import ColumnsConfig
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry
 from ringfeed.shared.corpus.folders import walk
 from ringfeed.shared.corpus.format import FORMATS_DOC, StoredFormat, data_path
-from ringfeed.shared.corpus.parquet_pages import NotAddressable, value_ranges
+from ringfeed.shared.corpus.object_store import is_remote, list_shards, scan_remote
+from ringfeed.shared.corpus.parquet_pages import NotAddressable, ReadAt, value_ranges
 from ringfeed.shared.language.codes import code_or_name
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".parquet"
+# The cached rows of a file are read again when this changes (what a scan keeps).
+ROWS_VERSION = 1
 # The optional columns' names when data.columns leaves them "" (datasets' usual names).
 DEFAULT_NAMES = {"speaker": "speaker_id", "language": "language", "id": "id"}
 REWRITE = ("rewrite it with the audio column uncompressed, as datasets >= 3 writes it "
@@ -44,18 +57,23 @@ REWRITE = ("rewrite it with the audio column uncompressed, as datasets >= 3 writ
            "use_dictionary=False))")  # fmt: skip
 
 
-def files(cfg: Config) -> tuple[Path, list[Path]]:
-    """(the folder ids count from, the Parquet files in sorted order)."""
+def files(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
+    """(the folder or prefix ids count from, [(file relative to it, size, version)] in
+    sorted order): one stat (or one listing) a file, never a read."""
+    if is_remote(cfg.data.path):
+        return list_shards(cfg, SUFFIX, recursive=True)
     path = data_path(cfg)
     if path.is_file():
-        return path.parent, [path]
+        st = path.stat()
+        return str(path.parent), [(path.name, st.st_size, str(st.st_mtime_ns))]
     if not path.is_dir():
         raise CorpusError(f"data.path: no Parquet file or folder at {path} (data.format: parquet; "
                           f"{FORMATS_DOC})")  # fmt: skip
     found = [p for p in walk(path) if p.name.endswith(SUFFIX)]
     if not found:
         raise CorpusError(f"data.path: no *{SUFFIX} files under {path} (data.format: parquet)")
-    return path, found
+    return str(path), [(p.relative_to(path).as_posix(), p.stat().st_size,
+                        str(p.stat().st_mtime_ns)) for p in found]  # fmt: skip
 
 
 def columns_of(columns: ColumnsConfig, names: list[str], where: str) -> dict[str, str]:
@@ -91,61 +109,93 @@ def _strings(table: Any, name: str | None) -> list[Any]:
     return table.column(name).to_pylist()
 
 
-def read_file(path: Path, rel: str, columns: ColumnsConfig) -> tuple[list[Entry], list[BadLine]]:
-    """The entries of one Parquet file (audio: rel, member: the clip's byte range) and
-    its unusable rows; CorpusError when a column is not there."""
+def scan_file(source: Any, read_at: ReadAt, where: str, rel: str,
+              columns: ColumnsConfig) -> dict[str, list]:  # fmt: skip
+    """One Parquet file's rows: {"rows": [[id, text, speaker, language, offset, size]],
+    "bad": [[row, reason, id]]}; source: its path or an open file, read_at its bytes;
+    CorpusError when a column is not there."""
     import pyarrow.parquet as pq  # deferred: only a parquet corpus's build needs it
 
-    pf = pq.ParquetFile(path)
-    names = pf.schema_arrow.names
-    chosen = columns_of(columns, names, str(path))
-    leaf = _audio_leaf(pf, chosen["audio"], str(path))
+    pf = pq.ParquetFile(source)
+    chosen = columns_of(columns, pf.schema_arrow.names, where)
+    leaf = _audio_leaf(pf, chosen["audio"], where)
     column = pf.schema.column(leaf)
     if column.max_repetition_level:
-        raise CorpusError(f"{path}: the audio column is a list: one clip a row is read")
+        raise CorpusError(f"{where}: the audio column is a list: one clip a row is read")
+    named = column.path.endswith(".bytes")  # a struct of bytes and path, or bytes alone
     small = [chosen[r] for r in ("text", "speaker", "language", "id") if r in chosen]
-    table = pf.read(columns=[*small, f"{chosen['audio']}.path"] if column.path.endswith(
-        ".bytes") else small)  # fmt: skip
-    texts = _strings(table, chosen["text"])
-    speakers, languages = (
-        _strings(table, chosen.get("speaker")),
-        _strings(table, chosen.get("language")),
+    table = pf.read(columns=[*small, f"{chosen['audio']}.path"] if named else small)
+    texts, speakers, languages, ids = (_strings(table, chosen.get(r))
+                                       for r in ("text", "speaker", "language", "id"))  # fmt: skip
+    paths = (
+        table.column(chosen["audio"]).combine_chunks().field("path").to_pylist() if named else []
     )
-    ids = _strings(table, chosen.get("id"))
-    paths = table.column(chosen["audio"]).combine_chunks().field("path").to_pylist() if (
-        column.path.endswith(".bytes")) else []  # fmt: skip
     try:
-        ranges = _ranges(pf, path, leaf, column.max_definition_level)
+        ranges = _ranges(pf, read_at, leaf, column.max_definition_level)
     except NotAddressable as exc:
-        return [], [BadLine(str(path), 1, f"its audio column cannot be read a clip at a "
-                                           f"time ({exc}): {REWRITE}")]  # fmt: skip
-    entries, bad = [], []
+        return {"rows": [], "bad": [[0, f"its audio column cannot be read a clip at a time "
+                                        f"({exc}): {REWRITE}", ""]]}  # fmt: skip
+    rows, bad = [], []
     for row, place in enumerate(ranges):
         item_id = _item_id(ids, paths, row, rel)
         fields = _row(texts[row], speakers[row] if speakers else "",
                       languages[row] if languages else "", place)  # fmt: skip
         if isinstance(fields, str):
-            bad.append(BadLine(str(path), row + 1, fields, item_id))
+            bad.append([row, fields, item_id])
         else:
-            entries.append(Entry(item_id, rel, *fields, 0.0, 0.0, place))
-    return entries, bad
+            rows.append([item_id, *fields, *place])
+    return {"rows": rows, "bad": bad}
 
 
-def _ranges(pf: Any, path: Path, leaf: int, max_def: int) -> list[tuple[int, int] | None]:
+def _ranges(pf: Any, read_at: ReadAt, leaf: int, max_def: int) -> list[tuple[int, int] | None]:
     out: list[tuple[int, int] | None] = []
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        for g in range(pf.metadata.num_row_groups):
-            group = pf.metadata.row_group(g)
-            chunk = group.column(leaf)
-            if chunk.compression != "UNCOMPRESSED":
-                raise NotAddressable(f"compressed with {chunk.compression}")
-            if chunk.has_dictionary_page:
-                raise NotAddressable("dictionary-encoded")
-            out.extend(value_ranges(fd, chunk.data_page_offset, group.num_rows, max_def))
-    finally:
-        os.close(fd)
+    for g in range(pf.metadata.num_row_groups):
+        group = pf.metadata.row_group(g)
+        chunk = group.column(leaf)
+        if chunk.compression != "UNCOMPRESSED":
+            raise NotAddressable(f"compressed with {chunk.compression}")
+        if chunk.has_dictionary_page:
+            raise NotAddressable("dictionary-encoded")
+        out.extend(value_ranges(read_at, chunk.data_page_offset, group.num_rows, max_def))
     return out
+
+
+def rows_of(cfg: Config, root: str, rel: str, size: int, stamp: str) -> dict[str, list]:
+    """One file's rows (scan_file), from its cache file or scanned (then cached)."""
+    ident = json.dumps([ROWS_VERSION, root, rel, size, stamp, list(vars(cfg.data.columns).items())])
+    digest = hashlib.blake2b(ident.encode(), digest_size=12).hexdigest()
+    cache = Path(cfg.features.cache_dir) / "parquet" / f"{digest}.json"
+    try:
+        return json.loads(cache.read_text("utf-8"))
+    except (OSError, ValueError):
+        pass
+    where = f"{root}/{rel}"
+    if is_remote(root):
+        found = scan_remote(cfg, where, lambda f: scan_file(f, _file_reader(f), where, rel,
+                                                            cfg.data.columns))  # fmt: skip
+    else:
+        fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            found = scan_file(where, lambda at, n: os.pread(fd, n, at), where, rel,
+                              cfg.data.columns)  # fmt: skip
+        finally:
+            os.close(fd)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(found, ensure_ascii=False), "utf-8")
+        os.replace(tmp, cache)
+    except OSError as exc:  # a cache that cannot be written costs a scan next time only
+        log.warning("parquet rows not cached (%s): %s", cache, exc)
+    return found
+
+
+def _file_reader(f: Any) -> Callable[[int, int], bytes]:
+    def read_at(offset: int, n: int) -> bytes:
+        f.seek(offset)
+        return f.read(n)
+
+    return read_at
 
 
 def _item_id(ids: list[Any], paths: list[Any], row: int, rel: str) -> str:
@@ -173,18 +223,21 @@ class Parquet(StoredFormat):
     name: ClassVar[str] = "parquet"
     shards: ClassVar[bool] = True
     columns: ClassVar[bool] = True
+    remote: ClassVar[bool] = True
+    ranged_reads: ClassVar[bool] = True
+    # Every process building it in memory would scan a whole store.
+    in_memory_ok: ClassVar[bool] = False
 
     def locate(self, cfg: Config) -> str:
-        return str(files(cfg)[0])
+        return files(cfg)[0]
 
     def root(self, cfg: Config) -> str:
         return self.locate(cfg)
 
     def stamp(self, cfg: Config) -> list:
-        """Every file's path, size and mtime: one stat a file (a corpus has hundreds)."""
+        """Every file's name, size and version: one stat (or one listing) a file."""
         root, found = files(cfg)
-        return [str(root), *([p.relative_to(root).as_posix(), p.stat().st_size,
-                              p.stat().st_mtime_ns] for p in found)]  # fmt: skip
+        return [root, [list(f) for f in found]]  # as the index header keeps it: JSON lists
 
     def scan(self, cfg: Config, builder: Any) -> None:
         """Every file's rows into builder, and each file's row count into its header (a
@@ -193,12 +246,12 @@ class Parquet(StoredFormat):
         entries: list[Entry] = []
         bad: list[BadLine] = []
         counts = []
-        for path in found:
-            rel = path.relative_to(root).as_posix()
-            got, unusable = read_file(path, rel, cfg.data.columns)
-            entries += got
-            bad += unusable
-            counts.append([rel, len(got)])
-            builder.progress(f"{rel}: {len(got)} rows")
+        for rel, size, stamp in found:
+            got = rows_of(cfg, root, rel, size, stamp)
+            entries += [Entry(i, rel, t, s, lang, 0.0, 0.0, (o, n))
+                        for i, t, s, lang, o, n in got["rows"]]  # fmt: skip
+            bad += [BadLine(f"{root}/{rel}", row + 1, why, i) for row, why, i in got["bad"]]
+            counts.append([rel, len(got["rows"])])
+            builder.progress(f"{rel}: {len(got['rows'])} rows")
         builder.add_stored(entries, bad)
         builder.header["shards"] = counts  # dropped by the builder if duplicates break them
