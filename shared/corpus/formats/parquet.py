@@ -28,6 +28,7 @@ reads that file only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -48,6 +49,8 @@ from ringfeed.shared.language.codes import code_or_name
 log = logging.getLogger(__name__)
 
 SUFFIX = ".parquet"
+# A corpus has a few languages and a million rows: each value's code found once.
+_code = functools.lru_cache(maxsize=1024)(code_or_name)
 # The cached rows of a file are read again when this changes (what a scan keeps).
 ROWS_VERSION = 1
 # The optional columns' names when data.columns leaves them "" (datasets' usual names).
@@ -213,7 +216,7 @@ def _row(text: Any, speaker: Any, language: Any, place: Any) -> tuple[str, str, 
         return "no audio bytes in this row (datasets keeps only a path for audio it did not embed)"
     if not isinstance(text, str) or not text.strip():
         return "empty text"
-    code = code_or_name(str(language)) if language else ""
+    code = _code(str(language)) if language else ""
     if language and not code:
         return f"language must be a code such as de or pt-br, got {language!r}"
     return text.strip(), "" if speaker is None else str(speaker).strip(), code
