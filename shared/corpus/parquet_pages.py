@@ -121,32 +121,39 @@ def value_ranges(
 ) -> list[tuple[int, int] | None]:
     """Per row of one column chunk (pages from byte `start`): (offset, size) of its value
     in the file, None where it is null. NotAddressable for a compressed or non-PLAIN page
-    (the chunk's codec is checked by the caller) or a repeated column."""
+    (the chunk's codec is checked by the caller), for a page whose values do not end
+    exactly where the page does, or pages that do not hold n_rows values: a range read
+    wrong would hand a producer another clip's bytes, or half of one."""
     out: list[tuple[int, int] | None] = []
     at = start
     while len(out) < n_rows:
-        raw = read_at(at, HEADER_READ)
-        reader = Reader(raw)
         try:
+            reader = Reader(read_at(at, HEADER_READ))
             header = reader.struct()
         except IndexError:  # a header longer than HEADER_READ: read it whole
             reader = Reader(read_at(at, 1 << 16))
             header = reader.struct()
-        body, size = at + reader.at, int(header[3])  # type: ignore[call-overload]
-        kind = header[1]
-        if kind == DATA_PAGE:
-            out.extend(_page_v1(read_at, body, header[5], max_def))  # type: ignore[arg-type]
-        elif kind == DATA_PAGE_V2:
-            out.extend(_page_v2(read_at, body, header[8], max_def))  # type: ignore[arg-type]
-        elif kind == DICTIONARY_PAGE:
+        body, size, kind = at + reader.at, int(header[3]), header[1]  # type: ignore[call-overload]
+        if kind == DICTIONARY_PAGE:
             raise NotAddressable("dictionary-encoded")
+        if kind in (DATA_PAGE, DATA_PAGE_V2):
+            page = _page_v1 if kind == DATA_PAGE else _page_v2
+            values, end = page(read_at, body, header[5 if kind == DATA_PAGE else 8], max_def)  # type: ignore[arg-type]
+            if end != body + size:
+                raise NotAddressable(
+                    f"a page's values end at byte {end}, the page at {body + size}"
+                )
+            out.extend(values)
         at = body + size
+    if len(out) != n_rows:
+        raise NotAddressable(f"its pages hold {len(out)} values for {n_rows} rows")
     return out
 
 
 def _values(
     read_at: ReadAt, at: int, defs: list[int], max_def: int
-) -> list[tuple[int, int] | None]:
+) -> tuple[list[tuple[int, int] | None], int]:
+    """(the ranges of a page's values, from byte `at`; where the last one ends)."""
     out: list[tuple[int, int] | None] = []
     for d in defs:
         if d < max_def:
@@ -155,10 +162,10 @@ def _values(
         (length,) = struct.unpack("<I", read_at(at, 4))
         out.append((at + 4, length))
         at += 4 + length
-    return out
+    return out, at
 
 
-def _page_v1(read_at: ReadAt, at: int, h: dict[int, object], max_def: int) -> list:
+def _page_v1(read_at: ReadAt, at: int, h: dict[int, object], max_def: int) -> tuple[list, int]:
     n = int(h[1])  # type: ignore[call-overload]
     if h[2] != PLAIN:
         raise NotAddressable(f"encoding {h[2]}, not PLAIN")
@@ -170,7 +177,7 @@ def _page_v1(read_at: ReadAt, at: int, h: dict[int, object], max_def: int) -> li
     return _values(read_at, at, defs, max_def)
 
 
-def _page_v2(read_at: ReadAt, at: int, h: dict[int, object], max_def: int) -> list:
+def _page_v2(read_at: ReadAt, at: int, h: dict[int, object], max_def: int) -> tuple[list, int]:
     n, def_bytes, rep_bytes = (int(h[k]) for k in (1, 5, 6))  # type: ignore[call-overload]
     if h[4] != PLAIN:
         raise NotAddressable(f"encoding {h[4]}, not PLAIN")

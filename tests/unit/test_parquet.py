@@ -120,3 +120,19 @@ def test_a_file_that_cannot_be_read_a_clip_at_a_time_says_how_to_rewrite_it(
     with pytest.raises(CorpusError, match=r"no column data.columns.audio: 'audio'; the file has "
                        r"sentence"):  # fmt: skip
         open_corpus(pq_cfg(tmp_path / "none.parquet", tmp_path, columns=named), in_subprocess=False)
+
+
+def test_a_length_that_does_not_add_up_is_refused_never_a_misread_clip(tmp_path: Path) -> None:
+    """A clip's length prefix one byte short: the page's values no longer end where the
+    page does, so the file is one unusable line, never ranges that cut other clips."""
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    source = PARQUET / "data" / "train-00001-of-00002.parquet"
+    cfg = pq_cfg(source, tmp_path / "a")
+    offset, size = open_corpus(cfg, in_subprocess=False).entry(0).member
+    data = bytearray(source.read_bytes())
+    data[offset - 4 : offset] = (size - 1).to_bytes(4, "little")
+    (folder / source.name).write_bytes(bytes(data))
+    entries, bad = read_corpus(pq_cfg(folder, tmp_path / "b"))
+    assert entries == [] and len(bad) == 1
+    assert "a page's values end at byte" in bad[0].reason

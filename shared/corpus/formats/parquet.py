@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -135,7 +136,7 @@ def scan_file(source: Any, read_at: ReadAt, where: str, rel: str,
     )
     try:
         ranges = _ranges(pf, read_at, leaf, column.max_definition_level)
-    except NotAddressable as exc:
+    except (NotAddressable, IndexError, KeyError, ValueError, struct.error) as exc:
         return {"rows": [], "bad": [[0, f"its audio column cannot be read a clip at a time "
                                         f"({exc}): {REWRITE}", ""]]}  # fmt: skip
     rows, bad = [], []
