@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.corpus.entry import CorpusError
+from ringfeed.shared.corpus.open import open_corpus
 from tests.support.published import (
     LHOTSE,
     PARQUET,
@@ -69,6 +72,13 @@ def test_parquet_files_on_object_storage(tmp_path: Path, monkeypatch: pytest.Mon
         s3.break_next_ranges = 1
         got = two_epochs(tmp_path, {"path": "s3://corpus/hf", "format": "parquet"}, reference)
         assert s3.broken == 1
+        wrong = replace(Config(), data={"path": "s3://corpus/hf", "format": "parquet",
+                                        "columns": {"text": "sentence"}},
+                        features={"cache_dir": str(tmp_path / "wrong")})  # fmt: skip
+        with pytest.raises(CorpusError, match=r"no column data.columns.text: 'sentence'; the "
+                           r"file has audio, text, speaker_id, language") as caught:  # fmt: skip
+            open_corpus(wrong, in_subprocess=False)
+        assert "tries" not in str(caught.value)  # the user's to fix: never retried
     assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
     assert got["index"].entry(0).audio_path == "s3://corpus/hf/data/train-00000-of-00002.parquet"
     work = [p["work"] for p in got["stats"]["producers"]]

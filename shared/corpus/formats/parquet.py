@@ -43,7 +43,7 @@ from ringfeed.shared.config.data import ColumnsConfig
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry
 from ringfeed.shared.corpus.folders import walk
 from ringfeed.shared.corpus.format import FORMATS_DOC, StoredFormat, data_path
-from ringfeed.shared.corpus.object_store import is_remote, list_shards, scan_remote
+from ringfeed.shared.corpus.object_store import StoreError, is_remote, list_shards, scan_remote
 from ringfeed.shared.corpus.parquet_pages import NotAddressable, ReadAt, value_ranges
 from ringfeed.shared.language.codes import code_or_name
 
@@ -175,8 +175,7 @@ def rows_of(cfg: Config, root: str, rel: str, size: int, stamp: str) -> dict[str
         pass
     where = f"{root}/{rel}"
     if is_remote(root):
-        found = scan_remote(cfg, where, lambda f: scan_file(f, _file_reader(f), where, rel,
-                                                            cfg.data.columns))  # fmt: skip
+        found = _scan_remote(cfg, where, rel)
     else:
         fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -191,6 +190,25 @@ def rows_of(cfg: Config, root: str, rel: str, size: int, stamp: str) -> dict[str
         os.replace(tmp, cache)
     except OSError as exc:  # a cache that cannot be written costs a scan next time only
         log.warning("parquet rows not cached (%s): %s", cache, exc)
+    return found
+
+
+def _scan_remote(cfg: Config, url: str, rel: str) -> dict[str, list]:
+    """scan_file over ranged reads of the store, retried on a transient error; a file
+    that lacks a column is the user's to fix, never retried."""
+
+    def scan(f: Any) -> dict[str, list] | CorpusError:
+        try:
+            return scan_file(f, _file_reader(f), url, rel, cfg.data.columns)
+        except CorpusError as exc:
+            return exc
+
+    try:
+        found = scan_remote(cfg, url, scan)
+    except StoreError as exc:
+        raise CorpusError(str(exc)) from None
+    if isinstance(found, CorpusError):
+        raise found
     return found
 
 
