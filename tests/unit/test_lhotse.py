@@ -69,7 +69,8 @@ def test_a_bad_line_costs_itself(tmp_path: Path) -> None:
     for rec in recordings:  # the copy's audio paths: absolute, wherever it is
         rec["sources"][0]["source"] = str((LHOTSE / rec["sources"][0]["source"]).resolve())
     sped = {**recordings[0], "id": "sped", "transforms": [{"name": "Speed", "kwargs": {}}]}
-    write_lines(tmp_path / "x_recordings_a.jsonl.gz", [*recordings, sped])
+    stereo = {**recordings[1], "id": "stereo", "channel_ids": [0, 1]}  # a conversation
+    write_lines(tmp_path / "x_recordings_a.jsonl.gz", [*recordings, sped, stereo])
     damaged = [
         {**sups[0], "id": "no-text", "text": " "},
         {**sups[0], "id": "no-recording", "recording_id": "gone"},
@@ -78,17 +79,20 @@ def test_a_bad_line_costs_itself(tmp_path: Path) -> None:
         {**sups[0], "id": "empty", "duration": 0},
         {**sups[0], "id": "backwards", "start": -1.0},
         "{not json",
+        {**sups[0], "id": "left", "recording_id": "stereo", "channel": 0},
+        {**sups[0], "id": "right", "recording_id": "stereo", "channel": 1},
     ]
     write_lines(tmp_path / "x_supervisions_a.jsonl.gz", [*sups, *damaged])
     entries, bad = read_corpus(lhotse_cfg(tmp_path / "x_supervisions_a.jsonl.gz", tmp_path))
     assert len(entries) == len(sups)
     reasons = {b.item_id: b.reason for b in bad}
     assert list(reasons) == ["no-text", "no-recording", "sped-up", "klingon", "empty",
-                             "backwards", ""]  # fmt: skip
+                             "backwards", "", "left", "right"]  # fmt: skip
     for item_id, expected in [("no-text", "no 'text'"), ("no-recording", "no recording 'gone'"),
                               ("sped-up", "transforms ['Speed']"), ("klingon", "'language'"),
                               ("empty", "an empty clip"), ("backwards", "'start' must be >= 0"),
-                              ("", "not JSON")]:  # fmt: skip
+                              ("", "not JSON"), ("left", "channels 0, 1: ringfeed mixes"),
+                              ("right", "supervisions on channels 0, 1")]:  # fmt: skip
         assert expected in reasons[item_id]
     cuts = lines_of(CUTS)
     for cut in cuts:  # absolute paths, as in the supervisions' copy

@@ -17,9 +17,11 @@ language come from the supervision (a code, or an English name as lhotse's recip
 write it: "English"; none: data.language). A recording's file is relative to the
 manifest's folder, or absolute (lhotse writes the path it was given: write
 relative paths from the manifest's folder, or absolute ones). Channels are mixed to
-mono; a recording's Resample transform is what the producers do anyway, any other
-transform (speed, volume, reverb) would make the clip what ringfeed does not read,
-so that clip is unusable with the reason. Read once at the index build, like every
+mono, so the clips of a recording whose supervisions name different channels (a
+conversation, a speaker a channel) are unusable, with the reason. A recording's
+Resample transform is what the producers do anyway; any other transform (speed,
+volume, reverb) would make the clip what ringfeed does not read, so that clip is
+unusable with the reason. Read once at the index build, like every
 format found by scanning (shared/corpus/format.py StoredFormat).
 """
 
@@ -207,13 +209,22 @@ class Lhotse(StoredFormat):
 
     def read(self, cfg: Config, root: str) -> tuple[list[Entry], list[BadLine]]:
         path = self.locate(cfg)
-        entries: list[Entry] = []
         bad: list[BadLine] = []
         if first_kind(Path(path)) == "cut":
-            clips = self._cuts(path, root)
+            clips = list(self._cuts(path, root))
         else:
-            clips = self._supervisions(path, root, bad)
-        for number, item_id, found in clips:
+            clips = list(self._supervisions(path, root, bad))
+        channels: dict[Any, set[str]] = {}  # per recording, the channels its clips name
+        for _, _, found, (recording, channel) in clips:
+            if isinstance(found, Entry) and channel != "null":  # no channel: all of them
+                channels.setdefault(recording, set()).add(channel)
+        entries: list[Entry] = []
+        for number, item_id, found, (recording, _) in clips:
+            if isinstance(found, Entry) and len(channels.get(recording, ())) > 1:
+                found = (f"recording {recording!r} has supervisions on channels "
+                         f"{', '.join(sorted(channels[recording]))}: ringfeed mixes a "
+                         "recording's channels to mono, so each would hear the others: "
+                         "split its channels into files of their own")  # fmt: skip
             if isinstance(found, Entry):
                 entries.append(found)
             else:
@@ -222,21 +233,28 @@ class Lhotse(StoredFormat):
                 )
         return entries, bad
 
-    def _cuts(self, path: str, root: str) -> Iterator[tuple[int, Any, Entry | str]]:
+    def _cuts(self, path: str, root: str) -> Iterator[tuple[int, Any, Entry | str, tuple]]:
+        """(line, id, the clip or why not, (its recording, its channel)) of each cut."""
         for number, cut in objects(path):
             if isinstance(cut, str):
-                yield number, "", cut
-            elif cut.get("type", "MonoCut") != "MonoCut":
-                yield number, cut.get("id"), f"a {cut.get('type')} is not read: only MonoCut"
+                yield number, "", cut, (None, "")
+                continue
+            recording = cut.get("recording")
+            where = (recording.get("id") if isinstance(recording, dict) else None,
+                     json.dumps(cut.get("channel")))  # fmt: skip
+            if cut.get("type", "MonoCut") != "MonoCut":
+                yield number, cut.get("id"), f"a {cut.get('type')} is not read: only MonoCut", where
             else:
                 segment = (seconds(cut, "start"), seconds(cut, "duration"))
-                audio = audio_of(cut.get("recording"), root)
-                yield number, cut.get("id"), entry(cut.get("id"), audio, segment,
-                                                   cut.get("supervisions"))  # fmt: skip
+                found = entry(cut.get("id"), audio_of(recording, root), segment,
+                              cut.get("supervisions"))  # fmt: skip
+                yield number, cut.get("id"), found, where
 
     def _supervisions(
         self, path: str, root: str, bad: list[BadLine]
-    ) -> Iterator[tuple[int, Any, Entry | str]]:
+    ) -> Iterator[tuple[int, Any, Entry | str, tuple]]:
+        """(line, id, the clip or why not, (its recording, its channel)) of each
+        supervision; the recordings manifest's bad lines into bad."""
         recordings: dict[str, str] = {}
         where = str(self._recordings(Path(path)))
         for number, rec in objects(where):
@@ -246,10 +264,11 @@ class Lhotse(StoredFormat):
                 recordings[rec["id"]] = audio_of(rec, root)
         for number, sup in objects(path):
             if isinstance(sup, str):
-                yield number, "", sup
+                yield number, "", sup, (None, "")
                 continue
             audio = recordings.get(sup.get("recording_id"))
             if audio is None:
                 audio = f"!no recording {sup.get('recording_id')!r} in {os.path.basename(where)}"
             segment = (seconds(sup, "start"), seconds(sup, "duration"))
-            yield number, sup.get("id"), entry(sup.get("id"), audio, segment, [sup])
+            place = (sup.get("recording_id"), json.dumps(sup.get("channel")))
+            yield number, sup.get("id"), entry(sup.get("id"), audio, segment, [sup]), place
