@@ -119,7 +119,9 @@ def test_a_bad_line_costs_itself(tmp_path: Path) -> None:
         ("recordings alone", r"^data.path: .*_recordings_a.jsonl.gz holds recordings and no "
                              r"supervisions manifest is beside it \(x_supervisions_a.jsonl.gz\)"),
         ("supervisions alone", r"^data.path: no recordings manifest beside .*expected "
-                               r"x_recordings_a.jsonl.gz"),
+                               r"x_recordings_a.jsonl.gz for"),
+        ("supervisions misnamed", r"^data.path: no recordings manifest beside .*sups.jsonl.gz "
+                                  r"\(expected its name with 'recordings' for 'supervisions'"),
         ("two in a folder", r"^data.path: .* holds no single cuts or supervisions manifest "
                             r"\(found: x_supervisions_a.jsonl.gz, y_supervisions_b.jsonl.gz\)"),
         ("not lhotse", r"^data.path: .*'s first line is no Lhotse recording, supervision or cut "
@@ -132,6 +134,8 @@ def test_what_is_not_a_lhotse_corpus_is_one_line(tmp_path: Path, damage: str, me
         shutil.copy(RECORDINGS, path)
     elif damage == "supervisions alone":
         path = shutil.copy(SUPERVISIONS, tmp_path / "x_supervisions_a.jsonl.gz")
+    elif damage == "supervisions misnamed":
+        path = shutil.copy(SUPERVISIONS, tmp_path / "sups.jsonl.gz")
     elif damage == "two in a folder":
         for name in ("x_supervisions_a.jsonl.gz", "y_supervisions_b.jsonl.gz"):
             shutil.copy(SUPERVISIONS, tmp_path / name)

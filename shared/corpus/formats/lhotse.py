@@ -180,10 +180,11 @@ class Lhotse(StoredFormat):
                                   f"manifest is beside it ({sups.name}): name the supervisions "
                                   "or cuts manifest, which hold the texts")  # fmt: skip
             return str(sups)
-        if found == "supervision" and not self._recordings(path).is_file():
-            expected = self._recordings(path).name
+        recordings = self._recordings(path)
+        if found == "supervision" and (recordings == path or not recordings.is_file()):
+            expected = recordings.name if recordings != path else "its name with 'recordings'"
             raise CorpusError(f"data.path: no recordings manifest beside {path} (expected "
-                              f"{expected}, written by lhotse with it)")  # fmt: skip
+                              f"{expected} for 'supervisions', as lhotse names them)")  # fmt: skip
         return str(path)
 
     def _in_folder(self, folder: Path) -> Path:
