@@ -136,3 +136,14 @@ def test_a_length_that_does_not_add_up_is_refused_never_a_misread_clip(tmp_path:
     entries, bad = read_corpus(pq_cfg(folder, tmp_path / "b"))
     assert entries == [] and len(bad) == 1
     assert "a page's values end at byte" in bad[0].reason
+
+
+def test_ids_from_file_names_only_when_they_name_one_clip_each(tmp_path: Path) -> None:
+    """datasets keeps the name a clip was given: "audio.wav" for every clip of a corpus
+    laid out a folder a clip. Names that repeat give <file>-<row> ids, never duplicates."""
+    table = hub_table(4, nulls=False)
+    same = [{"bytes": a["bytes"], "path": "/data/x/audio.wav"} for a in table["audio"].to_pylist()]
+    pq.write_table(table.set_column(0, "audio", pa.array(same, AUDIO)), tmp_path / "a.parquet",
+                   compression="none", use_dictionary=False)  # fmt: skip
+    entries, bad = read_corpus(pq_cfg(tmp_path, tmp_path, columns={"text": "sentence"}))
+    assert bad == [] and [e.item_id for e in entries] == [f"a-{k:06d}" for k in range(4)]

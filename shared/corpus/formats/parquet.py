@@ -14,9 +14,9 @@ never the file, nor the row group. The build reads the small columns and a few b
 a clip. A file whose audio column is compressed (an older writer) or has no
 embedded bytes is one unusable line naming how to rewrite it; a row without audio
 bytes or text is one unusable line. Item ids are the id column, else the audio's file
-name without its extension (datasets keeps the name it was given), else
-``<file>-<row>``; files count from data.path, so ids do not depend on where it lives.
-The files are dealt as shards by data.shard_window.
+name without its extension (datasets keeps the name it was given) when no two rows of
+the file share one, else ``<file>-<row>``; files count from data.path, so ids do not
+depend on where it lives. The files are dealt as shards by data.shard_window.
 
 data.path may be an object-store prefix (s3://bucket/dataset, shared/corpus/object_store.py):
 the build reads footers, page headers and length prefixes by ranged reads, and a
@@ -53,7 +53,7 @@ SUFFIX = ".parquet"
 # A corpus has a few languages and a million rows: each value's code found once.
 _code = functools.lru_cache(maxsize=1024)(code_or_name)
 # The cached rows of a file are read again when this changes (what a scan keeps).
-ROWS_VERSION = 1
+ROWS_VERSION = 2
 # The optional columns' names when data.columns leaves them "" (datasets' usual names).
 DEFAULT_NAMES = {"speaker": "speaker_id", "language": "language", "id": "id"}
 REWRITE = ("rewrite it with the audio column uncompressed, as datasets >= 3 writes it "
@@ -134,6 +134,7 @@ def scan_file(source: Any, read_at: ReadAt, where: str, rel: str,
     paths = (
         table.column(chosen["audio"]).combine_chunks().field("path").to_pylist() if named else []
     )
+    names = _names(paths)
     try:
         ranges = _ranges(pf, read_at, leaf, column.max_definition_level)
     except (NotAddressable, IndexError, KeyError, ValueError, struct.error) as exc:
@@ -141,7 +142,7 @@ def scan_file(source: Any, read_at: ReadAt, where: str, rel: str,
                                         f"({exc}): {REWRITE}", ""]]}  # fmt: skip
     rows, bad = [], []
     for row, place in enumerate(ranges):
-        item_id = _item_id(ids, paths, row, rel)
+        item_id = _item_id(ids, names, row, rel)
         fields = _row(texts[row], speakers[row] if speakers else "",
                       languages[row] if languages else "", place)  # fmt: skip
         if isinstance(fields, str):
@@ -220,13 +221,20 @@ def _file_reader(f: Any) -> Callable[[int, int], bytes]:
     return read_at
 
 
-def _item_id(ids: list[Any], paths: list[Any], row: int, rel: str) -> str:
+def _names(paths: list[Any]) -> list[str]:
+    """The audio's file names without their extensions, one a row ("" where a row names
+    none), when no two are the same (datasets keeps the name a clip was given, which may
+    be "audio.wav" for every clip of a corpus laid out a folder a clip); else []."""
+    names = [os.path.basename(p).rpartition(".")[0] or os.path.basename(p) if p else ""
+             for p in paths]  # fmt: skip
+    given = [n for n in names if n]
+    return names if len(set(given)) == len(given) else []
+
+
+def _item_id(ids: list[Any], names: list[str], row: int, rel: str) -> str:
     if ids and ids[row] is not None and str(ids[row]).strip():
         return str(ids[row]).strip()
-    name = os.path.basename(paths[row]) if paths and paths[row] else ""
-    if name:
-        return name.rpartition(".")[0] or name
-    return f"{rel.removesuffix(SUFFIX)}-{row:06d}"
+    return (names[row] if names else "") or f"{rel.removesuffix(SUFFIX)}-{row:06d}"
 
 
 def _row(text: Any, speaker: Any, language: Any, place: Any) -> tuple[str, str, str] | str:
