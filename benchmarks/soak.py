@@ -15,7 +15,7 @@ checked row by row. The faults, all at once:
   through scripts/lossy_link.py, which drops ``--drop`` of the messages each
   way, whole (GRANTs, READYs with their payload, HELLOs, WELCOMEs, REQUESTs);
 - item POISON_RAISE raises an unexpected exception in the producer's work,
-  and item POISON_EXIT ends its worker with exit code 0 (injected with the
+  and item POISON_EXIT ends its worker with exit code 3 (injected with the
   sleep through the source hook, tests/support/fault_sources.py);
 - every 0.5-3 s (seeded) one random producer worker gets SIGKILL.
 

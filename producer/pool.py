@@ -11,7 +11,9 @@ config) is restarted after restart_backoff_s * 2**k (at most MAX_BACKOFF_S),
 at most producers.max_restarts times in a row (a worker alive HEALTHY_S starts
 over). Only EXIT_FINISHED (the run is over), EXIT_ORPHANED (the stager is
 gone) and EXIT_REFUSED (the stager refused it: another version or config) end
-a worker for good; the pool then ends with pool_exit_code's code. Tracebacks
+a worker for good, and only when its session chose it (the worker says so in shared
+memory before it exits: code in a sample may exit with 3, 4 or 5 too); the pool then
+ends with pool_exit_code's code. Tracebacks
 are logged and sent to the stager by the worker itself.
 A worker stuck in one sample for watchdog.HARD_FACTOR leases (a hang the
 worker's own alarm cannot break: producer/watchdog.py) is SIGKILLed, and so
@@ -55,14 +57,16 @@ RUN_END_GRACE_S = 3.0
 
 
 def _child(
-    config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any, busy: Any
+    config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any, busy: Any, said: Any
 ) -> None:
     import yaml
 
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
     cfg = config_from_dict(yaml.safe_load(config_yaml))
-    sys.exit(run_worker(cfg, name, endpoint, remote, on_welcome=joined.set, busy=busy))
+    code = run_worker(cfg, name, endpoint, remote, on_welcome=joined.set, busy=busy)
+    said.value = code  # an ending the pool may trust: user code may exit 3 too (os._exit)
+    sys.exit(code)
 
 
 @dataclass
@@ -76,6 +80,7 @@ class Slot:
     ending: int = 0  # the exit code that ended it for good (ENDINGS), or 0
     joined: Any = None  # set by the worker once the stager welcomed it
     busy: Any = None  # shared double: when the worker's current sample began (0: idle)
+    said: Any = None  # shared int: the exit code the worker's session chose, or 0
 
 
 class ProducerPool:
@@ -94,9 +99,18 @@ class ProducerPool:
 
     def start(self, slot: Slot) -> None:
         slot.joined, slot.busy = self.ctx.Event(), self.ctx.Value("d", 0.0, lock=False)
+        slot.said = self.ctx.Value("i", 0, lock=False)
         slot.proc = self.ctx.Process(
             target=_child,
-            args=(self._yaml, slot.name, self.endpoint, self.remote, slot.joined, slot.busy),
+            args=(
+                self._yaml,
+                slot.name,
+                self.endpoint,
+                self.remote,
+                slot.joined,
+                slot.busy,
+                slot.said,
+            ),  # fmt: skip
             name=slot.name,
             daemon=False,
         )
@@ -144,7 +158,9 @@ class ProducerPool:
         code = slot.proc.exitcode
         slot.proc.join()
         slot.proc = None
-        if code in ENDINGS or self.ended_at:
+        # An ending counts only if the session chose it: a library's exit(3) or os._exit(5)
+        # in a sample's code is a death at work like any other.
+        if (code in ENDINGS and slot.said.value == code) or self.ended_at:
             self.end(slot, code, now)
             return
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"

@@ -51,7 +51,8 @@ def test_an_epoch_crosses_a_link_that_drops_messages_exactly_once(tmp_path: Path
 @pytest.mark.parametrize("fault", ["raise", "exit", "loop", "stuck"])
 def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fault: str) -> None:
     """An item whose work raises is quarantined at once with the exception; one whose
-    work ends its process (exit 0, as a misbehaving library might) is charged for each
+    work ends its process (exit 3, the code of a worker whose run finished, as a misbehaving
+    library might) is charged for each
     death and skipped after ring.max_item_attempts; the pool never gives up. One whose
     work never ends is cut off by the worker's alarm (an endless Python loop) or, where
     no alarm reaches (a hung C call), by the pool, which kills the worker."""
@@ -80,7 +81,7 @@ def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fau
         assert "died (" not in logs  # no worker died for it
     elif fault == "exit":
         assert record["stage"] == "lease" and "max_item_attempts" in record["reason"]
-        assert logs.count("died (exit code 0) while working") == 3  # max_item_attempts
+        assert logs.count("died (exit code 3) while working") == 3  # max_item_attempts
     elif fault == "loop":  # its SKIP, or the stager's charges if the lease ran out first
         assert "took more than ring.lease_s" in record["reason"] or record["stage"] == "lease"
         assert "died (" not in logs and "stuck in one sample" not in logs  # the alarm did it

@@ -12,9 +12,9 @@ every producer of a run of that config wraps its source in :class:`FaultySource`
   act in the middle of a run);
 - an item in ``raise_items`` raises ZeroDivisionError, an exception no code
   expects (it must cost that item only, quarantined once with its stage);
-- an item in ``exit_items`` ends its process with exit code 0 (a library that
-  calls exit as if all were well: the pool restarts the worker, the stager
-  charges the item);
+- an item in ``exit_items`` ends its process with exit code 3, the code a
+  worker's session ends with when the run is finished (a library that calls
+  exit with any code: the pool restarts the worker, the stager charges the item);
 - an item in ``loop_items`` never finishes, in Python (an endless loop in a
   library: the worker's alarm must end it); one in ``stuck_items`` never
   finishes where no alarm reaches (SIGALRM blocked, as in a hung C call: the
@@ -116,7 +116,7 @@ class FaultySource:
         if item in self.faults.raise_items:
             raise ZeroDivisionError(f"injected fault: item {item} is in raise_items")
         if item in self.faults.exit_items:
-            os._exit(0)  # a library that ends the process as if all were well
+            os._exit(3)  # a library's exit, with the code of a worker whose run is over
         while item in self.faults.loop_items:
             pass  # a library's endless loop, in Python
         if item in self.faults.stuck_items:
