@@ -101,8 +101,20 @@ def check_user_output(
                          f"{n_tokens} tokens)")  # fmt: skip
         if not np.can_cast(x.dtype, f.dtype, "same_kind"):
             raise refuse(f"field {f.name!r} has dtype {x.dtype}, declared {f.dtype}")
+        if x.size and x.dtype.kind in "iu" and np.dtype(f.dtype).kind in "iu":
+            # int64 -> int32 is "same_kind" and wraps: 2**32 + 7 would arrive as 7.
+            bounds = np.iinfo(f.dtype)
+            if x.min() < bounds.min or x.max() > bounds.max:
+                raise refuse(f"field {f.name!r} holds {x.min()}..{x.max()}, beyond "
+                             f"{f.dtype}'s {bounds.min}..{bounds.max}")  # fmt: skip
         arrays[f.name] = np.ascontiguousarray(x, dtype=f.dtype)
     return arrays
+
+
+def read_only(x: np.ndarray) -> np.ndarray:
+    view = x.view()
+    view.flags.writeable = False
+    return view
 
 
 class ExtraFields:
@@ -132,7 +144,10 @@ class ExtraFields:
     ) -> dict[str, np.ndarray]:
         """The user's fields for one sample (their exceptions propagate: the sample's)."""
         assert self.user is not None
-        out = self.user(wave, mel, entry.text, entry)
+        # Read-only views: a function that edited them in place (mel -= mel.mean()) would
+        # change the delivered sample and the feature cache; now it raises, for that clip.
+        out = self.user(read_only(wave), None if mel is None else read_only(mel), entry.text,
+                        entry)  # fmt: skip
         spec = self.cfg.features.user_function
         return check_user_output(out, self.user_decls, n_frames, n_tokens, spec)
 

@@ -42,6 +42,17 @@ def wrong_shape(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any)
     return out
 
 
+def in_place(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any) -> dict[str, Any]:
+    mel -= mel.mean()  # edits what it was given: must not reach the sample or the cache
+    return fields(wave, mel, text, entry)
+
+
+def too_wide(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any) -> dict[str, Any]:
+    out = fields(wave, mel, text, entry)
+    out["emotion"] = np.array([2**32 + 7, 1], np.int64)  # int32 would wrap it to 7
+    return out
+
+
 def write_durations(directory: Path, item_id: str, n_tokens: int, n_frames: int) -> Path:
     """A durations file (producer/durations.py) spreading n_frames over n_tokens, uneven."""
     durations = np.full(n_tokens, n_frames // n_tokens)

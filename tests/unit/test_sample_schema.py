@@ -157,6 +157,28 @@ def test_wrong_shape_is_refused_naming_field_and_shapes(tmp_path: Path) -> None:
     assert "'emotion' has shape (3,), declared (2,)" in skip.value.reason
 
 
+@pytest.mark.parametrize("function", ["in_place", "too_wide"])
+def test_a_function_that_edits_its_input_or_overflows_costs_its_clip(
+    tmp_path: Path, function: str
+) -> None:
+    """mel and wave are read-only to the user's function (an edit in place raises, and the
+    delivered mel and its cache entry stay the clip's log-mel); an int64 value beyond
+    int32 is refused, never wrapped."""
+    cfg, entries = _mini(
+        tmp_path, **{**USER, "user_function": f"tests.support.user_fields:{function}"}
+    )
+    pipe = SamplePipeline(cfg)
+    with pytest.raises(SkipSample if function == "too_wide" else ValueError) as caught:
+        pipe(entries[0])
+    assert pipe.stage == "user"
+    assert ("beyond int32" if function == "too_wide" else "read-only") in str(caught.value)
+    good = replace(cfg, features={"user_function": "tests.support.user_fields:fields"})
+    fresh = replace(good, features={"cache_dir": str(tmp_path / "fresh")})
+    # What the failed call may have cached is the clip's own mel, bit for bit.
+    np.testing.assert_array_equal(SamplePipeline(good)(entries[0]).mel,
+                                  SamplePipeline(fresh)(entries[0]).mel)  # fmt: skip
+
+
 def test_unknown_user_function_is_a_config_error() -> None:
     cfg = replace(Config(), features={**USER, "user_function": "tests.support.user_fields:nope"})
     with pytest.raises(ConfigError, match="has no function nope"):
