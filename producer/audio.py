@@ -18,6 +18,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from ringfeed.producer.containers import shortfall
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.sample import marks as m
@@ -29,6 +30,11 @@ RESAMPLE_QUALITY = "HQ"
 # Formats libsndfile may lack (mp3 needs libsndfile >= 1.1): these fall back to
 # librosa/audioread. wav and flac never do, so a broken wav fails fast.
 _FALLBACK_EXTENSIONS = (".mp3", ".m4a", ".ogg", ".opus")
+# A clip that decodes this much short of its header's length is truncated (_read_whole).
+SHORT_FRAMES, SHORT_SHARE = 2048, 0.02
+# A segment may end this far past its file's end (durations written rounded): more is
+# refused, never delivered shorter than its text.
+SEGMENT_SLACK_S = 0.05
 # A clip that is part of its file: (offset_s, duration_s; 0 = to the end), or None.
 Segment = tuple[float, float] | None
 
@@ -63,6 +69,8 @@ def check_duration(
                 f"({duration_s:.2f} s): fix its offset in the manifest",
                 path,
             )
+        if length_s and offset_s + length_s > duration_s + SEGMENT_SLACK_S:
+            raise _past_end(path, segment, duration_s)
         duration_s = min(length_s or duration_s, duration_s - offset_s)
     a, f = cfg.audio, cfg.features
     if duration_s > a.max_duration_s:
@@ -82,49 +90,44 @@ def check_duration(
         )
 
 
-# A WAV data chunk whose size says this is unknown (a stream written before its end).
-_UNKNOWN_DATA_SIZES = (0, 0xFFFFFFFF)
-# Bytes of a WAV's start read for its chunk headers (fmt and data come first in practice).
-_WAV_HEAD_BYTES = 4096
-
-
-def wav_shortfall(head: bytes, size: int) -> tuple[float, float] | None:
-    """(seconds its data chunk declares, seconds the file holds) of a RIFF/WAVE file
-    whose body is shorter than its header says, else None. head: the file's first bytes;
-    size: its whole length. libsndfile reads such a file as if it were whole, cut to what
-    is there, so a copy cut short (or a header over garbage) would train as a short clip."""
-    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-        return None
-    at, rate, align = 12, 0, 0
-    while at + 8 <= len(head):
-        chunk, length = head[at : at + 4], int.from_bytes(head[at + 4 : at + 8], "little")
-        if chunk == b"fmt " and at + 20 <= len(head):
-            rate = int.from_bytes(head[at + 12 : at + 16], "little")
-            align = int.from_bytes(head[at + 20 : at + 22], "little")
-        elif chunk == b"data":
-            held = size - (at + 8)
-            if length in _UNKNOWN_DATA_SIZES or length <= held or not rate or not align:
-                return None
-            return length / align / rate, held / align / rate
-        at += 8 + length + (length & 1)  # chunks are word-aligned
-    return None
+def file_shortfall(path: str) -> tuple[float, float] | None:
+    """producer/containers.py shortfall of a file on disk (a few small preads)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return shortfall(lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 def check_whole(path: str, member: bytes | None) -> None:
-    """SkipSample for a WAV whose body is shorter than its header says (wav_shortfall);
-    any other file passes (its magic decides: one read of its first bytes)."""
+    """SkipSample for a RIFF/RF64/Wave64/AIFF file whose sample data is cut short
+    (producer/containers.py); any other file passes here (decode judges the rest)."""
     if member is not None:
-        head, size = member[:_WAV_HEAD_BYTES], len(member)
+        short = shortfall(lambda at, n: member[at : at + n], len(member))
     else:
-        with open(path, "rb") as f:
-            head, size = f.read(_WAV_HEAD_BYTES), os.fstat(f.fileno()).st_size
-    short = wav_shortfall(head, size)
+        short = file_shortfall(path)
     if short is not None:
-        raise SkipSample(
-            f"truncated audio file: its header says {short[0]:.2f} s, the file holds "
-            f"{short[1]:.2f} s (a copy cut short?): copy the file again",
-            path,
-        )
+        raise _truncated(path, *short)
+
+
+def _truncated(path: str, declared_s: float, held_s: float) -> SkipSample:
+    return SkipSample(
+        f"truncated audio file: its header says {declared_s:.2f} s, the file holds "
+        f"{held_s:.2f} s (a copy cut short?): copy the file again",
+        path,
+    )
+
+
+def _read_whole(source: str | io.BytesIO, path: str) -> tuple[np.ndarray, int]:
+    """The whole clip, refused as truncated when it decodes to less than its header
+    declares (an MP3 cut short keeps its Xing header's length: 5.00 s declared, 3.84 s
+    decoded); encoder padding makes a few frames either way normal."""
+    with sf.SoundFile(source) as f:
+        declared, sr = f.frames, f.samplerate
+        data = f.read(dtype="float32", always_2d=True)
+    if sr > 0 and 0 < len(data) < declared - max(SHORT_FRAMES, SHORT_SHARE * declared):
+        raise _truncated(path, declared / sr, len(data) / sr)
+    return data, int(sr)
 
 
 def decode(
@@ -142,22 +145,37 @@ def decode(
     check_whole(path, member)
     source = path if member is None else io.BytesIO(member)
     try:
-        if segment is None:
-            data, sr = sf.read(source, dtype="float32", always_2d=True)
-        else:
-            sr = sf.info(source).samplerate
-            if member is not None:
-                source.seek(0)
-            # At least one sample: a duration under half a sample is not "to the end".
-            start, n = round(segment[0] * sr), max(1, round(segment[1] * sr)) if segment[1] else -1
-            data, sr = sf.read(source, start=start, frames=n, dtype="float32", always_2d=True)
-        return data, int(sr)
+        return (
+            _read_whole(source, path) if segment is None else _read_segment(source, segment, path)
+        )
     except sf.LibsndfileError as exc:
         if member is not None or not path.lower().endswith(_FALLBACK_EXTENSIONS):
             raise SkipSample(
                 f"unreadable audio file (soundfile: {exc.error_string})", path
             ) from None
         return _decode_fallback(path, exc, segment)
+
+
+def _read_segment(source: str | io.BytesIO, segment: tuple[float, float], path: str):
+    """The segment's frames, refused when it runs past the end of the file by more than
+    SEGMENT_SLACK_S (a manifest pairing a whole text with part of its clip)."""
+    with sf.SoundFile(source) as f:
+        sr = f.samplerate
+        # At least one sample: a duration under half a sample is not "to the end".
+        start, n = round(segment[0] * sr), max(1, round(segment[1] * sr)) if segment[1] else -1
+        f.seek(min(start, f.frames))
+        data = f.read(n, dtype="float32", always_2d=True)
+    if segment[1] and len(data) < n - SEGMENT_SLACK_S * sr:
+        raise _past_end(path, segment, (start + len(data)) / sr)
+    return data, int(sr)
+
+
+def _past_end(path: str, segment: tuple[float, float], file_s: float) -> SkipSample:
+    return SkipSample(
+        f"segment {segment[0]:.2f}-{segment[0] + segment[1]:.2f} s runs past the end of the "
+        f"file ({file_s:.2f} s): fix its offset and duration in the manifest",
+        path,
+    )
 
 
 def _decode_fallback(

@@ -23,7 +23,8 @@ from typing import Any
 import soundfile as sf
 
 from ringfeed.consumer.stager.plan.balance import balance_lines
-from ringfeed.producer.audio import wav_shortfall
+from ringfeed.producer.audio import file_shortfall
+from ringfeed.producer.containers import shortfall
 from ringfeed.scripts.outlier_report import rate_lines
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
@@ -99,15 +100,17 @@ def _header(entry: Entry, members: MemberReader) -> Any:
 
 
 def _truncated(entry: Entry, members: MemberReader) -> bool:
-    """Is the clip a WAV whose body is shorter than its header says (producer/audio.py
-    wav_shortfall, which the producers apply before they decode)?"""
+    """Is the clip's sample data shorter than its header says (producer/containers.py,
+    which the producers apply before they decode)?"""
     if entry.member is None:
-        with open(entry.audio_path, "rb") as f:
-            head, size = f.read(HEADER_BYTES), os.fstat(f.fileno()).st_size
-    else:
-        offset, size = entry.member
-        head = members.read(entry.audio_path, offset, min(size, HEADER_BYTES))
-    return wav_shortfall(head, size) is not None
+        return file_shortfall(entry.audio_path) is not None
+    offset, size = entry.member
+
+    def read_at(at: int, n: int) -> bytes:
+        n = max(0, min(n, size - at))
+        return members.read(entry.audio_path, offset + at, n) if n else b""
+
+    return shortfall(read_at, size) is not None
 
 
 def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str, float, int]:

@@ -1,6 +1,7 @@
-"""Audio that is not what its header says: a WAV cut short (or a valid header over a few
-KB of garbage) is refused with its reason by the producers and counted by validate,
-never trained as a short clip of noise against its text."""
+"""Audio that is not what its header says: a WAV, RF64, Wave64 or AIFF file cut short (or
+a valid header over a few KB of garbage, or after large chunks), an MP3 that decodes
+short of its header, a manifest segment past its file's end: refused with its reason by
+the producers and counted by validate, never trained as a short clip against its text."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from ringfeed.producer.audio import load_audio, wav_shortfall
+from ringfeed.producer.audio import decode, load_audio, load_judged
+from ringfeed.producer.containers import shortfall
 from ringfeed.producer.sample import SkipSample
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import Config, replace
@@ -24,6 +26,10 @@ def wav_bytes(seconds: float, rate: int = 22050) -> bytes:
     noise = np.random.default_rng(0).standard_normal(int(seconds * rate)) * 0.1
     sf.write(out, noise.astype(np.float32), rate, format="WAV", subtype="PCM_16")
     return out.getvalue()
+
+
+def wav_shortfall(data: bytes, size: int) -> tuple[float, float] | None:
+    return shortfall(lambda at, n: data[at : at + n], size)
 
 
 def test_a_wav_body_shorter_than_its_header_is_found() -> None:
@@ -61,3 +67,48 @@ def test_validate_counts_truncated_files_as_unusable(tmp_path: Path) -> None:
     report = corpus_check(cfg)
     assert report.usable == 14, report.lines
     assert any("skip        2 shorter than its header says" in line for line in report.lines)
+
+
+def encoded(fmt: str, subtype: str, seconds: float = 3.0, rate: int = 22050) -> bytes:
+    out = io.BytesIO()
+    wave, _ = sf.read(WAVS / "LJ001-0004.wav", dtype="float32", frames=int(seconds * rate))
+    sf.write(out, wave, rate, format=fmt, subtype=subtype)
+    return out.getvalue()
+
+
+def with_chunk_first(wav: bytes, size: int = 9000) -> bytes:
+    """A LIST chunk of `size` bytes between fmt and data, as taggers write (more than the
+    first few KB of the file before the data chunk)."""
+    chunk = b"LIST" + size.to_bytes(4, "little") + b"INFO" + bytes(size - 4)
+    out = wav[:36] + chunk + wav[36:]
+    return out[:4] + (len(out) - 8).to_bytes(4, "little") + out[8:]
+
+
+@pytest.mark.parametrize(
+    "fmt, subtype",
+    [("WAV", "PCM_24"), ("WAV", "FLOAT"), ("RF64", "PCM_16"), ("W64", "PCM_16"),
+     ("AIFF", "PCM_16"), ("MP3", "MPEG_LAYER_III"), ("LIST", "PCM_16")],
+)  # fmt: skip
+def test_every_container_cut_short_is_refused_and_whole_it_reads(
+    tmp_path: Path, fmt: str, subtype: str
+) -> None:
+    whole = with_chunk_first(encoded("WAV", subtype)) if fmt == "LIST" else encoded(fmt, subtype)
+    path = tmp_path / f"clip.{fmt.lower()}"
+    path.write_bytes(whole)
+    assert len(load_audio(str(path), Config())) > 2.5 * 22050
+    path.write_bytes(whole[: int(len(whole) * 0.8)])
+    with pytest.raises(SkipSample, match=r"^truncated audio file: its header says 3\.00 s"):
+        load_audio(str(path), Config())
+
+
+def test_a_segment_past_its_files_end_is_refused(tmp_path: Path) -> None:
+    """A manifest's segment that runs past the file: refused from the header, and after
+    the decode where no header tells; a rounded duration (a few ms past) reads."""
+    path = tmp_path / "clip.wav"
+    path.write_bytes(encoded("WAV", "PCM_16"))
+    with pytest.raises(SkipSample, match=r"segment 1\.00-3\.50 s runs past the end"):
+        load_judged(str(path), Config(), segment=(1.0, 2.5))
+    wave, _ = load_judged(str(path), Config(), segment=(1.0, 2.004))
+    assert abs(len(wave) - 2.0 * 22050) <= 1
+    with pytest.raises(SkipSample, match="runs past the end"):  # decode's own check
+        decode(str(path), (1.0, 2.5))
