@@ -22,6 +22,8 @@ ringfeed cleanup [--run-id R]            remove segments of dead runs
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 import time
 import uuid
@@ -38,6 +40,7 @@ from ringfeed.scripts.cli_data import (
     cmd_text,
     cmd_validate,
     cmd_vocab,
+    run_id_arg,
 )
 from ringfeed.shared.config.environment import code_root
 
@@ -97,7 +100,10 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
     steps = sorted((int(p.stem.split("-")[-1]), p) for p in
                    (directory / "checkpoints").glob("ckpt-*.json"))  # fmt: skip
     where = f"its last checkpoint is {steps[-1][1].with_suffix('')}" if steps else "no checkpoint"
-    command = f"scripts/launch.sh run {args.config} --run-id {args.run_id or run_id}"
+    # From where it was started: runs/ is found from the working directory.
+    launcher = Path(__file__).resolve().parent / "launch.sh"
+    command = (f"cd {shlex.quote(os.getcwd())} && {shlex.quote(str(launcher))} run "
+               f"{shlex.quote(args.config)} --run-id {args.run_id or run_id}")  # fmt: skip
     if args.worker:
         command += f" --worker {args.worker} --cluster {args.cluster}"
     if args.consumer != "trainer":
@@ -254,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         if needs_run:
             p.add_argument("config")
-            p.add_argument("--run-id", required=True)
+            p.add_argument("--run-id", required=True, type=run_id_arg)
         return p
 
     add_data_verbs(lambda name, fn: verb(name, fn, needs_run=False))
@@ -283,14 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
     k = verb("keys", cmd_keys, needs_run=False)
     k.add_argument("dir", help="keys directory of the head host")
     k.add_argument("--client", required=True, help="name of the producer host to authorize")
-    verb("cleanup", cmd_cleanup, needs_run=False).add_argument("--run-id", default="")
+    cleanup = verb("cleanup", cmd_cleanup, needs_run=False)
+    cleanup.add_argument("--run-id", default="", type=run_id_arg)
     return parser
 
 
 def add_run_verb(r: argparse.ArgumentParser) -> None:
     """`ringfeed run`: the whole run on this host (scripts/launch.sh run calls it)."""
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
-    r.add_argument("--run-id", default="", help="default: a new id; an old id resumes it")
+    r.add_argument("--run-id", default="", type=run_id_arg,
+                   help="default: a new id; an old id resumes it")  # fmt: skip
     r.add_argument(
         "--consumer", choices=("trainer", "drain", "none"), default="trainer",
         help="none: only the data side, for your own loop (docs/running.md#the-data-side-alone)",
@@ -336,7 +344,7 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
     text.add_argument("--language", default="", help="default: data.language (auto: detected)")
     quarantine = verb("quarantine", cmd_quarantine)
     quarantine.add_argument("config")
-    quarantine.add_argument("--run-id", required=True)
+    quarantine.add_argument("--run-id", required=True, type=run_id_arg)
     quarantine.add_argument("--clear", default="", metavar="STAGE",
                             help="remove that stage's lines (the run stopped): its next "
                             "start retries them")  # fmt: skip
@@ -358,7 +366,7 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_inspect_options(i: argparse.ArgumentParser) -> None:
-    i.add_argument("--run-id", default="", help="default: the newest live run")
+    i.add_argument("--run-id", default="", type=run_id_arg, help="default: the newest live run")
     i.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
     i.add_argument("--interval", type=float, default=1.0, help="refresh period, seconds")
     i.add_argument("--record", default="", help="append one JSON snapshot per refresh (jsonl)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import re
 import sys
 import time
 
@@ -298,3 +299,13 @@ def cmd_config(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def run_id_arg(value: str) -> str:
+    """A run id names a directory under run_root and a socket: no path of its own."""
+    if value and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: a run id is up to 100 letters, digits, '.', '_' or '-', starting "
+            "with a letter or digit (it names the run's directory under run_root)"
+        )
+    return value

@@ -23,8 +23,10 @@ cmd_run() {
   local args=() run_id="" inspect=0
   while [ $# -gt 0 ]; do
     case "$1" in
-      --run-id) run_id=$2; shift 2 ;;
-      --consumer|--worker|--cluster) args+=("$1" "$2"); shift 2 ;;
+      --run-id|--consumer|--worker|--cluster)
+        [ $# -ge 2 ] || { echo "launch: run $1 needs a value" >&2; return 2; }
+        if [ "$1" = --run-id ]; then run_id=$2; else args+=("$1" "$2"); fi
+        shift 2 ;;
       --new-plan) args+=("$1"); shift ;;
       --inspect) inspect=1; shift ;;
       -*) echo "launch: run has no option $1 (it takes --run-id, --consumer, --worker," \

@@ -55,6 +55,21 @@ def test_validate_checks_the_default_models_kwargs(tmp_path: Path) -> None:
     assert Config().model.factory == DEFAULT_FACTORY
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [(["--bogus"], "run has no option --bogus"), (["--run-id"], "run --run-id needs a value"),
+     (["--worker"], "run --worker needs a value"),
+     (["--run-id", "../../etc"], "a run id is up to 100 letters")],
+)  # fmt: skip
+def test_the_launcher_refuses_what_it_cannot_run_with_exit_2(args: list[str], says: str) -> None:
+    """Nothing starts: an unknown option, an option without its value, a run id that
+    would be a path (its directory would land outside run_root)."""
+    out = subprocess.run(["bash", "scripts/launch.sh", "run", "configs/demo.yaml", *args],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and says in out.stderr, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and "unbound variable" not in out.stderr
+
+
 def test_launch_help_lists_the_verbs() -> None:
     out = subprocess.run(
         ["bash", "scripts/launch.sh", "--help"],

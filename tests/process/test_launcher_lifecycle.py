@@ -50,40 +50,47 @@ def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
     assert first.returncode == 0, out + err
     line = next(line for line in err.splitlines() if "resume it with:" in line)
     assert re.search(rf"stopped run {run_id}; its last checkpoint is \S+/ckpt-\d+;", line), line
-    command = shlex.split(line.split("resume it with: ", 1)[1])
-    assert command[:2] == ["scripts/launch.sh", "run"] and command[-2:] == ["--run-id", run_id]
+    # The command works from anywhere: it goes where runs/ is, and names the launcher whole.
+    printed = line.split("resume it with: ", 1)[1]
+    where, command = printed.split(" && ", 1)
+    assert shlex.split(where) == ["cd", str(tmp_path)], printed
+    command = shlex.split(command)
+    assert command[:2] == [str(REPO / "scripts/launch.sh"), "run"], printed
+    assert command[-2:] == ["--run-id", run_id], printed
     # The producers say why they stop: the run was stopped, not finished (they heard it from
     # the stager, or from the launcher's signal, whichever came first).
     assert "the run was stopped by SIGTERM" in err and "(run finished)" not in err
     assert shm_segments(run_id) == []
-    raw, stopped_at = resumes_exactly(config, command, tmp_path)
+    raw, stopped_at = resumes_exactly(config, printed, summary_dir)
     # The corpus changes (one more item): the resume is refused, saying what to do...
     raw["data"]["synthetic_items"] += 1
     raw["train"]["steps"] = stopped_at + RESUMED_STEPS + 6
     config.write_text(yaml.safe_dump(raw))
-    again = subprocess.run([str(REPO / command[0]), *command[1:]], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=180)  # fmt: skip
+    again = from_elsewhere(printed)
     assert again.returncode == 2, again.stdout + again.stderr
     assert "--new-plan" in again.stdout + again.stderr
     # ... and --new-plan from the launcher resumes it on a new plan.
-    new = subprocess.run([str(REPO / command[0]), *command[1:], "--new-plan"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=180)  # fmt: skip
+    new = from_elsewhere(printed + " --new-plan")
     assert new.returncode == 0, new.stdout + new.stderr
     summary = yaml.safe_load((summary_dir / "summary.json").read_text())
     assert summary["steps"] == raw["train"]["steps"] and summary["steps_this_run"] == 6
     assert shm_segments(run_id) == []
 
 
-def resumes_exactly(config: Path, command: list[str], cwd: Path) -> tuple[dict, int]:
+def from_elsewhere(command: str) -> subprocess.CompletedProcess:
+    """The printed command as a user pastes it, in a shell whose directory is not the run's."""
+    return subprocess.run(["bash", "-c", command], cwd="/", capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+
+
+def resumes_exactly(config: Path, printed: str, summary_dir: Path) -> tuple[dict, int]:
     """Run the printed command RESUMED_STEPS steps past the stop: each step's batch, before
     the stop and after it, is the plan's next one. Returns the config and the stop's step."""
     raw = yaml.safe_load(config.read_text())
-    summary_dir = cwd / "runs" / command[-1]
     stopped_at = yaml.safe_load((summary_dir / "summary.json").read_text())["steps"]
     raw["train"]["steps"] = stopped_at + RESUMED_STEPS
     config.write_text(yaml.safe_dump(raw))
-    resumed = subprocess.run([str(REPO / command[0]), *command[1:]], cwd=cwd,
-                             capture_output=True, text=True, timeout=180)  # fmt: skip
+    resumed = from_elsewhere(printed)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     steps = batch_records(summary_dir / "batches.jsonl")
     assert sorted(steps) == list(range(1, stopped_at + RESUMED_STEPS + 1))
