@@ -243,7 +243,12 @@ class SamplePipeline:
         (remembered and counted; the plan quarantines it when it reaches ref itself)."""
         try:
             entry = self.index.entry(ref)
-            return self._features(entry.audio_path, entry.segment, entry.member)[0]
+            array, marks = self._features(entry.audio_path, entry.segment, entry.member)
+            if marks & (m.NEAR_SILENT | m.CLIPPED) and self.cfg.data.outliers != "keep":
+                # Its audio is no example of the voice (a near-silent clip normalized up is
+                # loud hiss). A speaking-rate outlier is: the rate judges its text, not it.
+                raise SkipSample(f"its audio is {m.describe_audio(marks)} (data.outliers)")
+            return array
         except Exception as exc:  # noqa: BLE001 - one candidate's failure costs that candidate
             self.bad_references.add(ref)
             self.counters.reference_failed += 1
