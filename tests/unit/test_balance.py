@@ -270,3 +270,19 @@ def test_validate_prints_the_epoch_and_every_groups_quota(tmp_path) -> None:
     assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 4]] == [
         "cy: 6 of 1 clips", "ann: 3 of 9 clips", "bob: 3 of 2 clips"]  # fmt: skip
     assert "each clip 6 times" in lines[at + 1] and "each clip 0 or 1 times" in lines[at + 2]
+
+
+def test_clips_whose_text_fits_no_longer_bucket_wait_and_still_come_in_pass_order() -> None:
+    # The longest bucket's text is short: no clip of the others can ride there, so a
+    # group whose earlier clips linger in a slow batch waits (pass_deal.py rule 3).
+    text = np.where(CORPUS.of_bucket == 3, 10, 150).astype(np.int32)
+    buckets = [Bucket(b.frames, 16 if k == 3 else 152, b.rows)
+               for k, b in enumerate(CORPUS.buckets)]  # fmt: skip
+    groups = CORPUS.languages
+    weights = group_weights(groups.sizes, 0.0, [1.0] * len(groups.names))
+    layout = balanced_layout(groups, weights, CORPUS.of_bucket, buckets, text, SEED, 0)
+    quota = quotas(weights, N_ITEMS, SEED, 0)
+    assert np.array_equal(np.bincount(groups.of_item[layout.order], minlength=3), quota)
+    assert early_repeats(layout.order, groups) == 0
+    of_batch = np.repeat(layout.buckets, np.diff(np.append(layout.starts, len(layout.order))))
+    assert (text[layout.order] <= np.array([b.text for b in buckets])[of_batch]).all()

@@ -49,7 +49,6 @@ import numpy as np
 
 from ringfeed.consumer.stager.plan.buckets import Bucket
 from ringfeed.consumer.stager.plan.layout import EpochLayout
-from ringfeed.consumer.stager.plan.pass_deal import PassDealer
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.config.stager import BalanceConfig
@@ -294,9 +293,11 @@ def balanced_layout(
     items, starts = shuffled_groups(groups, seed, epoch)
     occ = occurrences(pass_orders(items, starts, of_bucket, lag), starts, quota)
     del items
-    dealer = PassDealer(buckets, text, rate.tolist(), len(quota))
-    dealer.deal_all(*arrivals(occ, quota, groups.sizes, of_bucket))
-    return dealer.layout()
+    from ringfeed.consumer.stager.plan import pass_deal  # numba: 0.25 s to import, so here
+
+    return pass_deal.deal(
+        buckets, text, rate, len(quota), *arrivals(occ, quota, groups.sizes, of_bucket)
+    )
 
 
 class BalancedBatches:
