@@ -15,10 +15,10 @@ from ringfeed.consumer.stager.plan.balance import (
     Groups,
     balanced_layout,
     group_weights,
-    merge_by_due,
     quotas,
 )
 from ringfeed.consumer.stager.plan.buckets import Bucket
+from ringfeed.consumer.stager.plan.group_walk import arrivals
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.share import Share
@@ -162,14 +162,15 @@ def test_one_seed_gives_one_plan_and_epochs_differ() -> None:
     assert not np.array_equal(first.order, reseeded.order)
 
 
-def test_merge_by_due_keeps_every_prefix_near_its_share() -> None:
+def test_due_order_keeps_every_prefix_near_each_groups_share() -> None:
     runs = np.array([700, 90, 9, 1])
-    order = merge_by_due(runs)
-    run_of = np.repeat(np.arange(len(runs)), runs)[order]
+    starts = np.concatenate([[0], np.cumsum(runs)]).astype(np.int64)
+    walk = np.arange(int(runs.sum()), dtype=np.int32)
+    run_of = arrivals(walk, np.zeros_like(walk), starts, runs, int(runs.sum()))[1]
     counts = np.cumsum(np.eye(len(runs), dtype=np.int64)[run_of], axis=0)
     share = runs / runs.sum()
     expected = np.outer(np.arange(1, runs.sum() + 1), share)
-    # half an item of its due time, plus the others' roundings (merge_by_due)
+    # half an item of its due time, plus the others' roundings (group_walk.arrivals)
     assert (np.abs(counts - expected) < 0.5 + share * len(runs) / 2).all()
     assert np.abs(counts - expected).max() <= 1.25
 

@@ -5,7 +5,7 @@ epoch gives group g a quota q_g of plan positions, and the epoch is exactly as
 long as the corpus (n_items positions: every position arithmetic of the plan,
 the cursor and the shares stays as it is). Everything below is a pure function
 of (seed, epoch, temperature, weights, the items' groups, their buckets), built
-with numpy over int32 arrays but for the dealing (pass_deal.py, a Python loop)
+with numpy and numba over int32 arrays, never a Python object per item
 (docs/plans.md#balanced-epochs). :class:`BalancedBatches` is the part of the plan
 that serves them (layout.py EpochSource, made by make.py); `validate` calls
 :func:`balance_lines`; tests and benchmarks/balance.py call the rest.
@@ -24,11 +24,11 @@ from (seed, epoch)) and walks it: a quota above n_g takes the whole permutation
 q_g // n_g times and then its first q_g % n_g clips, so a clip appears
 floor(q_g / n_g) or one more times in the epoch; a quota below n_g takes a prefix
 (a different one each epoch). The walk's order within a pass
-(:func:`pass_orders`) spreads each bucket's clips of the group evenly over the
+(group_walk.py) spreads each bucket's clips of the group evenly over the
 pass, those of slow buckets a little earlier.
 
 Interleaved, bucketed, in delivery order. The groups' positions are merged by
-due time, the j-th of q_g at (j + 1/2) / q_g (:func:`merge_by_due`: whoever is
+due time, the j-th of q_g at (j + 1/2) / q_g (group_walk.py: whoever is
 furthest behind its target goes next), and dealt into batches of one length
 bucket each (one bucket of the fixed shape without buckets) pass by pass
 (pass_deal.py): in delivery order no clip of a group comes a (k+1)-th time
@@ -65,12 +65,14 @@ WEIGHT_SCALE = 2**31
 # Epochs whose layout the plan keeps of a BalancedBatches (the current one, and the next
 # that grants run into): 4 bytes per item each.
 KEPT_LAYOUTS = 2
-# Positions computed at once where a pass needs int64 temporaries (8 MiB each).
-CHUNK = 2**20
+# The balanced order's version, in the fingerprint: a run begun under another (2: the
+# pass-by-pass dealing) is refused on resume, naming the balance, instead of served
+# another order mid-epoch.
+ORDER = 2
 # Groups a log line or validate names at most (the largest quotas; the rest counted).
 MAX_NAMES_SHOWN = 12
 # The most of a pass by which a clip of a slow bucket comes earlier in its group's walk
-# (pass_orders): 0.5 kept every window of 10 batches within 0.1 of its target on the
+# (group_walk.pass_order): 0.5 kept every window of 10 batches within 0.1 of its target on the
 # lopsided test corpus at temperatures 0, 0.3 and 1; 0 and 0.9 did not at 0.
 TAIL_LAG = 0.5
 
@@ -179,97 +181,6 @@ def quotas(weights: np.ndarray, total: int, seed: int, epoch: int) -> np.ndarray
     return base + extra
 
 
-def shuffled_groups(groups: Groups, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(items int32 [n]: every group's items, group after group, each group in its own
-    random order for `epoch`; starts int64 [groups + 1]: where each group begins).
-    One shuffle of all items, then a sort by group that keeps the shuffled order:
-    in-place on one int64 key (group x n + place), so 16 bytes per item at most."""
-    n = len(groups.of_item)
-    starts = np.concatenate([[0], np.cumsum(groups.sizes)])
-    perm = np.arange(n, dtype=np.int32)
-    np.random.default_rng([seed, SHUFFLE_STREAM, epoch]).shuffle(perm)
-    key = np.empty(n, np.int64)
-    for lo in range(0, n, CHUNK):
-        hi = min(lo + CHUNK, n)
-        key[lo:hi] = groups.of_item[perm[lo:hi]]
-        key[lo:hi] *= n
-        key[lo:hi] += np.arange(lo, hi)
-    key.sort()
-    key %= n  # the place in perm
-    return perm[key], starts
-
-
-def occurrences(items: np.ndarray, starts: np.ndarray, quota: np.ndarray) -> np.ndarray:
-    """The epoch's items (int32 [sum(quota)]), group after group: group g's q_g items walk
-    its permutation (items[starts[g]:starts[g+1]]) q_g // n_g times, then a prefix.
-    Computed in chunks of CHUNK positions, so the temporaries stay small."""
-    sizes = np.diff(starts)
-    ends = np.cumsum(quota)
-    out = np.empty(int(ends[-1]), np.int32)
-    for lo in range(0, len(out), CHUNK):
-        position = np.arange(lo, min(lo + CHUNK, len(out)), dtype=np.int64)
-        group = np.searchsorted(ends, position, side="right")
-        position -= ends[group] - quota[group]  # t: the position within its group
-        position %= sizes[group]
-        position += starts[group]
-        out[lo : lo + CHUNK] = items[position]
-    return out
-
-
-def merge_by_due(runs: np.ndarray) -> np.ndarray:
-    """Order (int64) that merges runs of lengths `runs` (laid out one after another) so
-    that the k-th element of a run of length c comes at due time (k + 1/2) / c; ties go
-    to the earlier run. Up to due time t a run has had round(c t) elements, so a prefix
-    of m holds a run of share p within 1/2 + p x len(runs) / 2 of m p (in practice
-    about one element: tests/unit/test_balance.py)."""
-    runs = np.asarray(runs, np.int64)
-    due = np.arange(int(runs.sum()), dtype=np.float64)  # k, then (k + 1/2) / c, in place
-    due -= np.repeat((np.cumsum(runs) - runs).astype(np.float64), runs)
-    due += 0.5
-    due /= np.repeat(runs.astype(np.float64), runs)
-    return np.argsort(due, kind="stable")  # a merge of sorted runs (timsort)
-
-
-def pass_orders(
-    items: np.ndarray, starts: np.ndarray, of_bucket: np.ndarray, lag: np.ndarray
-) -> np.ndarray:
-    """The order each group walks its clips in a pass (int32, group after group as in
-    items): each bucket's clips spread evenly over the pass (the i-th of c at (i + 1/2)
-    / c, so the group feeds every bucket steadily), a clip of bucket b moved earlier
-    by lag[g, b] of the pass (the share of the pass its bucket's batch takes to fill,
-    at most TAIL_LAG), so a pass ends with clips whose batches leave soon (rule 1 of
-    pass_deal.py needs to send fewer clips to a longer bucket)."""
-    n_groups, n_buckets = lag.shape
-    group = np.repeat(np.arange(n_groups, dtype=np.int64), np.diff(starts))
-    bucket = of_bucket[items].astype(np.int64)
-    cell = group * n_buckets + bucket
-    by_cell = np.argsort(cell, kind="stable")  # keeps the shuffled order within a cell
-    counts = np.bincount(cell, minlength=n_groups * n_buckets)
-    rank = np.empty(len(items), np.float64)
-    rank[by_cell] = np.arange(len(items)) - np.repeat(np.cumsum(counts) - counts, counts)
-    rank += 0.5
-    rank /= counts[cell]
-    rank *= 1 - np.minimum(TAIL_LAG, lag.ravel()[cell])
-    return items[np.lexsort((rank, group))]
-
-
-def arrivals(occ: np.ndarray, quota: np.ndarray, sizes: np.ndarray, of_bucket: np.ndarray):
-    """(item, group, pass, bucket int32; horizon float64) of every position in due order:
-    occ holds the epoch's items group after group (:func:`occurrences`); the j-th of
-    group g is in its pass j // n_g, due at (j + 1/2) / q_g; horizon: positions until
-    its group's next pass starts (-1 in its last pass)."""
-    n = len(occ)
-    pick = merge_by_due(quota)
-    group = np.repeat(np.arange(len(quota), dtype=np.int32), quota)[pick]
-    j = pick - np.repeat(np.cumsum(quota) - quota, quota)[pick]
-    size = np.maximum(1, sizes)[group]
-    k = j // size
-    horizon = (size - 1 - j % size) * (n / np.maximum(1, quota))[group]
-    horizon[k == ((quota - 1) // np.maximum(1, sizes))[group]] = -1.0
-    item = occ[pick]
-    return item, group, k.astype(np.int32), of_bucket[item].astype(np.int32), horizon
-
-
 def balanced_layout(
     groups: Groups,
     weights: np.ndarray,
@@ -279,25 +190,32 @@ def balanced_layout(
     seed: int,
     epoch: int,
 ) -> EpochLayout:
-    """The whole epoch `epoch`: quotas, each group's walk, its clips in due order dealt
-    into batches pass by pass (pass_deal.py). weights: from group_weights."""
-    n = len(groups.of_item)
+    """The whole epoch `epoch`: quotas, each group's walk (one shuffle of all items,
+    grouped), its clips in due order (group_walk.py), dealt into batches pass by pass
+    (pass_deal.py). weights: from group_weights."""
+    # numba: 0.25 s to import, so only a balanced plan pays it
+    from ringfeed.consumer.stager.plan import group_walk, pass_deal
+
+    of_group = np.asarray(groups.of_item)  # a mapped index array as a whole (its map)
+    n, n_buckets = len(of_group), len(buckets)
     quota = quotas(weights, n, seed, epoch)
     sizes = np.maximum(1, groups.sizes)
-    per_group = np.zeros((len(quota), len(buckets)))
-    np.add.at(per_group, (groups.of_item, of_bucket), 1)
-    rate = (per_group * (quota / sizes)[:, None]).sum(axis=0) / n  # clips per position
+    cell = of_group.astype(np.int64) * n_buckets + of_bucket
+    cells = np.bincount(cell, minlength=len(quota) * n_buckets).reshape(len(quota), n_buckets)
+    del cell
+    rate = (cells * (quota / sizes)[:, None]).sum(axis=0) / n  # each bucket's clips per position
+    period = n / np.maximum(1, quota)  # positions between a group's turns
     rows = np.array([b.rows for b in buckets], np.float64)
-    lag = (rows / np.maximum(rate, 1e-12))[None, :] / (n / np.maximum(1, quota))[:, None]
-    lag /= sizes[:, None]  # a batch's fill time over the pass's positions
-    items, starts = shuffled_groups(groups, seed, epoch)
-    occ = occurrences(pass_orders(items, starts, of_bucket, lag), starts, quota)
-    del items
-    from ringfeed.consumer.stager.plan import pass_deal  # numba: 0.25 s to import, so here
-
-    return pass_deal.deal(
-        buckets, text, rate, len(quota), *arrivals(occ, quota, groups.sizes, of_bucket)
-    )
+    lag = (rows / np.maximum(rate, 1e-12))[None, :] / (period * sizes)[:, None]
+    perm = np.arange(n, dtype=np.int32)
+    np.random.default_rng([seed, SHUFFLE_STREAM, epoch]).shuffle(perm)
+    starts = np.concatenate([[0], np.cumsum(groups.sizes)]).astype(np.int64)
+    items, item_buckets = group_walk.grouped(perm, of_group, of_bucket, len(quota))
+    del perm
+    walk, walk_buckets = group_walk.pass_order(items, item_buckets, starts, lag, TAIL_LAG)
+    del items, item_buckets
+    arrived = group_walk.arrivals(walk, walk_buckets, starts, quota, n)
+    return pass_deal.deal(buckets, text, rate, len(quota), *arrived)
 
 
 class BalancedBatches:
@@ -337,9 +255,9 @@ class BalancedBatches:
 
 def balance_hash(groups: Groups, weights: np.ndarray, by: str, temperature: float) -> str:
     """What decides the balance, for the plan fingerprint (shared/run/fingerprint.py): the
-    groups' names, each item's group, the weights and the temperature."""
+    groups' names, each item's group, the weights, the temperature and ORDER."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(f"{by}|{temperature!r}|{'|'.join(groups.names)}".encode())
+    h.update(f"{ORDER}|{by}|{temperature!r}|{'|'.join(groups.names)}".encode())
     h.update(np.ascontiguousarray(weights, np.int64).tobytes())
     h.update(np.ascontiguousarray(groups.of_item, np.int32).tobytes())
     return h.hexdigest()

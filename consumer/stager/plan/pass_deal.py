@@ -75,8 +75,9 @@ def deal(buckets: Sequence[Bucket], text: np.ndarray, rate: np.ndarray, n_groups
     rows = np.array([b.rows for b in buckets], np.int64)
     texts = np.array([b.text for b in buckets], np.int64)
     out, starts, kinds, o, fill, w, wq = _deal(
-        item.astype(np.int32), group.astype(np.int32), pas.astype(np.int32),
-        bucket.astype(np.int32), horizon.astype(np.float64), rows, texts,
+        item.astype(np.int32, copy=False), group.astype(np.int32, copy=False),
+        pas.astype(np.int32, copy=False), bucket.astype(np.int32, copy=False),
+        horizon.astype(np.float64, copy=False), rows, texts,
         np.ascontiguousarray(text, np.int32), np.asarray(rate, np.float64), n_groups,
     )  # fmt: skip
     opened = [o[b, : fill[b], 0] for b in range(len(rows))]
