@@ -147,30 +147,59 @@ class BucketBatches:
         return self._deal(self.order.layout(epoch).order)
 
     def _deal(self, permutation: np.ndarray) -> EpochLayout:
-        open_batches: list[list[int]] = [[] for _ in self.buckets]
-        order, starts, kinds = [], [], []
-        for item in permutation.tolist():
-            b = int(self.of_item[item])
-            open_batches[b].append(item)
-            if len(open_batches[b]) == self.buckets[b].rows:
-                starts.append(len(order))
+        """The permutation dealt to its buckets: a bucket's batch leaves when its last row
+        is dealt, so the full batches are in the order of their last item's place in
+        the permutation (a sort of them, not a loop over items: 10**7 items took 3.3 s
+        as a Python loop); the leftovers follow (:func:`leftover_batches`)."""
+        rows = np.array([b.rows for b in self.buckets], np.int64)
+        bucket = np.asarray(self.of_item)[permutation].astype(
+            np.uint8 if len(rows) <= 256 else np.int32
+        )
+        by_bucket = np.argsort(bucket, kind="stable")  # a radix sort: each bucket in deal order
+        del bucket
+        counts = np.bincount(np.asarray(self.of_item), minlength=len(rows))
+        first = np.concatenate([[0], np.cumsum(counts)])
+        full = counts // rows
+        kinds = np.repeat(np.arange(len(rows)), full)
+        index = np.arange(int(full.sum())) - np.repeat(np.cumsum(full) - full, full)
+        head = first[:-1][kinds] + index * rows[kinds]  # each full batch's first in by_bucket
+        leaves = by_bucket[head + rows[kinds] - 1]  # where its last item is dealt
+        pick = np.argsort(leaves, kind="stable")
+        kinds, head = kinds[pick], head[pick]
+        sizes = rows[kinds]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        order = np.empty(self.n_items, np.int32)
+        done = int(starts[-1])
+        at = np.arange(done, dtype=np.int64) + np.repeat(head - starts[:-1], sizes)
+        order[:done] = permutation[by_bucket[at]]
+        rest = [permutation[by_bucket[first[b] + full[b] * rows[b] : first[b + 1]]]
+                for b in reversed(range(len(rows)))]  # fmt: skip
+        tail_starts, tail_kinds = leftover_batches(rest, self.buckets, self.text)
+        order[done:] = np.concatenate(rest) if rest else []
+        return EpochLayout(
+            order,
+            np.concatenate([starts[:-1], np.asarray(tail_starts, np.int64) + done]),
+            np.concatenate([kinds, np.asarray(tail_kinds, np.int64)]).astype(np.int64),
+        )
+
+
+def leftover_batches(rest: list[np.ndarray], buckets: list[Bucket], text: np.ndarray):
+    """(starts, buckets) of the epoch's last, part-filled batches over the leftovers
+    (`rest`: each bucket's, longest first, in deal order): they share batches, a
+    shorter clip taking a longer bucket's row when its text fits there too, so the
+    epoch ends with few part-filled batches instead of one per bucket. Fewer than a
+    batch per bucket: a Python loop."""
+    starts, kinds, room, at = [], [], 0, 0
+    for part, b in zip(rest, reversed(range(len(buckets))), strict=True):
+        for item in part.tolist():
+            shape = buckets[kinds[-1]] if room else None
+            if shape is None or text[item] > shape.text:
+                starts.append(at)
                 kinds.append(b)
-                order += open_batches[b]
-                open_batches[b] = []
-        # Leftovers, longest bucket first, share batches: a shorter clip fits a longer
-        # bucket's row (if its text fits too), so the epoch ends with few part-filled
-        # batches instead of one per bucket.
-        room = 0
-        for b in reversed(range(len(open_batches))):
-            for item in open_batches[b]:
-                shape = self.buckets[kinds[-1]] if room else None
-                if shape is None or self.text[item] > shape.text:
-                    starts.append(len(order))
-                    kinds.append(b)
-                    room = self.buckets[b].rows
-                order.append(item)
-                room -= 1
-        return EpochLayout(np.array(order, np.int64), np.array(starts), np.array(kinds))
+                room = buckets[b].rows
+            at += 1
+            room -= 1
+    return starts, kinds
 
 
 def length_manifest(
