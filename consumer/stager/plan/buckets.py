@@ -139,7 +139,8 @@ class BucketBatches:
         """order: the part whose epochs are dealt (a Shuffle in the stager); of_item:
         each item's bucket; text: its tokens (the manifest's), so a leftover joins a
         longer bucket's batch only if its text fits there too."""
-        self.order, self.buckets, self.of_item = order, buckets, of_item
+        self.order, self.buckets = order, buckets
+        self.of_item = np.asarray(of_item).astype(np.int32, copy=False)  # bucket indices
         self.n_items = len(of_item)
         self.text = text if text is not None else np.zeros(len(of_item), np.int32)
 
@@ -152,12 +153,10 @@ class BucketBatches:
         the permutation (a sort of them, not a loop over items: 10**7 items took 3.3 s
         as a Python loop); the leftovers follow (:func:`leftover_batches`)."""
         rows = np.array([b.rows for b in self.buckets], np.int64)
-        bucket = np.asarray(self.of_item)[permutation].astype(
-            np.uint8 if len(rows) <= 256 else np.int32
-        )
+        bucket = self.of_item[permutation].astype(np.uint8 if len(rows) <= 256 else np.int32)
         by_bucket = np.argsort(bucket, kind="stable")  # a radix sort: each bucket in deal order
         del bucket
-        counts = np.bincount(np.asarray(self.of_item), minlength=len(rows))
+        counts = np.bincount(self.of_item, minlength=len(rows))
         first = np.concatenate([[0], np.cumsum(counts)])
         full = counts // rows
         kinds = np.repeat(np.arange(len(rows)), full)
