@@ -170,6 +170,15 @@ def crowded_lines(groups: Groups, quota: np.ndarray, slots: int, by: str) -> lis
     return lines + ([f"    ... and {more} more groups like it"] if more > 0 else [])
 
 
+def drawn(groups: Groups, weights: np.ndarray) -> np.ndarray:
+    """Each item's expected positions an epoch (float64 [n]): its group's exact share of
+    the epoch over its clips, n x w_g / sum(w) / n_g; what auto_buckets fit a balanced
+    plan to (buckets.py bucket_lengths)."""
+    w = np.asarray(weights, np.float64)
+    per_clip = len(groups.of_item) * w / max(w.sum(), 1.0) / np.maximum(1, groups.sizes)
+    return per_clip[np.asarray(groups.of_item)]
+
+
 def group_weights(sizes: np.ndarray, temperature: float, weights: Sequence[float]) -> np.ndarray:
     """Integer weights (int64 [groups]) proportional to weights[g] x sizes[g] ** temperature;
     0 for an empty group. Integral weights (temperature 0 or 1 with whole multipliers)

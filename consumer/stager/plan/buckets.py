@@ -59,19 +59,22 @@ def _round_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def bucket_lengths(cfg: Config, manifest: Lengths) -> list[int]:
+def bucket_lengths(cfg: Config, manifest: Lengths, drawn: np.ndarray | None = None) -> list[int]:
     """stager.buckets, or the stager.auto_buckets lengths that pad the manifest's clips
     least (multiples of ALIGN, at least max_frames // MIN_BUCKET_FRACTION, the last
     max_frames). Quantiles, the usual choice, leave the first bucket spanning the short
-    tail: on LJSpeech-shaped lengths they kept 84 % of frames real, this keeps 9x %."""
+    tail: on LJSpeech-shaped lengths they kept 84 % of frames real, this keeps 9x %.
+    drawn: each clip's expected positions an epoch (a balanced plan's: a clip of an
+    upsampled group counts more), so the buckets fit the epoch as drawn, not the corpus."""
     if cfg.stager.buckets:
         return list(cfg.stager.buckets)
     top = cfg.features.max_frames
     floor = max(1, top // MIN_BUCKET_FRACTION)
     frames = np.where(manifest.frames > 0, manifest.frames, top)
     padded = np.minimum(top, np.maximum(floor, -(-frames // ALIGN) * ALIGN))
-    values, counts = np.unique(np.append(padded, top), return_counts=True)
-    counts[-1] -= 1  # top is always a bucket, counted or not
+    values, inverse = np.unique(np.append(padded, top), return_inverse=True)
+    weight = np.ones(len(frames)) if drawn is None else np.asarray(drawn, np.float64)
+    counts = np.bincount(inverse, weights=np.append(weight, 0.0))  # top: a bucket, counted or not
     return least_padding(values, counts, cfg.stager.auto_buckets)
 
 
@@ -110,9 +113,11 @@ def assign(frames: np.ndarray, lengths: list[int]) -> np.ndarray:
     return index.astype(np.int32)
 
 
-def make_buckets(cfg: Config, manifest: Lengths) -> tuple[list[Bucket], np.ndarray]:
-    """(the buckets, each item's bucket index)."""
-    lengths = bucket_lengths(cfg, manifest)
+def make_buckets(
+    cfg: Config, manifest: Lengths, drawn: np.ndarray | None = None
+) -> tuple[list[Bucket], np.ndarray]:
+    """(the buckets, each item's bucket index); drawn: see bucket_lengths."""
+    lengths = bucket_lengths(cfg, manifest, drawn)
     of_item = assign(manifest.frames, lengths)
     buckets = []
     for b, frames in enumerate(lengths):
