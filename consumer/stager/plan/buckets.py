@@ -150,41 +150,45 @@ class BucketBatches:
         self.text = text if text is not None else np.zeros(len(of_item), np.int32)
 
     def layout(self, epoch: int) -> EpochLayout:
-        return self._deal(self.order.layout(epoch).order)
+        return deal_batches(self.order.layout(epoch).order, self.of_item, self.buckets, self.text)
 
-    def _deal(self, permutation: np.ndarray) -> EpochLayout:
-        """The permutation dealt to its buckets: a bucket's batch leaves when its last row
-        is dealt, so the full batches are in the order of their last item's place in
-        the permutation (a sort of them, not a loop over items: 10**7 items took 3.3 s
-        as a Python loop); the leftovers follow (:func:`leftover_batches`)."""
-        rows = np.array([b.rows for b in self.buckets], np.int64)
-        bucket = self.of_item[permutation].astype(np.uint8 if len(rows) <= 256 else np.int32)
-        by_bucket = np.argsort(bucket, kind="stable")  # a radix sort: each bucket in deal order
-        del bucket
-        counts = np.bincount(self.of_item, minlength=len(rows))
-        first = np.concatenate([[0], np.cumsum(counts)])
-        full = counts // rows
-        kinds = np.repeat(np.arange(len(rows)), full)
-        index = np.arange(int(full.sum())) - np.repeat(np.cumsum(full) - full, full)
-        head = first[:-1][kinds] + index * rows[kinds]  # each full batch's first in by_bucket
-        leaves = by_bucket[head + rows[kinds] - 1]  # where its last item is dealt
-        pick = np.argsort(leaves, kind="stable")
-        kinds, head = kinds[pick], head[pick]
-        sizes = rows[kinds]
-        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        order = np.empty(self.n_items, np.int32)
-        done = int(starts[-1])
-        at = np.arange(done, dtype=np.int64) + np.repeat(head - starts[:-1], sizes)
-        order[:done] = permutation[by_bucket[at]]
-        rest = [permutation[by_bucket[first[b] + full[b] * rows[b] : first[b + 1]]]
-                for b in reversed(range(len(rows)))]  # fmt: skip
-        tail_starts, tail_kinds = leftover_batches(rest, self.buckets, self.text)
-        order[done:] = np.concatenate(rest) if rest else []
-        return EpochLayout(
-            order,
-            np.concatenate([starts[:-1], np.asarray(tail_starts, np.int64) + done]),
-            np.concatenate([kinds, np.asarray(tail_kinds, np.int64)]).astype(np.int64),
-        )
+
+def deal_batches(
+    permutation: np.ndarray, of_item: np.ndarray, buckets: list[Bucket], text: np.ndarray
+) -> EpochLayout:
+    """The permutation (int32: items, all of an epoch or of a shard window) dealt to its
+    buckets: a bucket's batch leaves when its last row is dealt, so the full batches
+    are in the order of their last item's place in the permutation (a sort of them,
+    not a loop over items: 10**7 items took 3.3 s as a Python loop); the leftovers
+    follow (:func:`leftover_batches`)."""
+    rows = np.array([b.rows for b in buckets], np.int64)
+    bucket = of_item[permutation].astype(np.uint8 if len(rows) <= 256 else np.int32)
+    counts = np.bincount(bucket, minlength=len(rows))
+    by_bucket = np.argsort(bucket, kind="stable")  # a radix sort: each bucket in deal order
+    del bucket
+    first = np.concatenate([[0], np.cumsum(counts)])
+    full = counts // rows
+    kinds = np.repeat(np.arange(len(rows)), full)
+    index = np.arange(int(full.sum())) - np.repeat(np.cumsum(full) - full, full)
+    head = first[:-1][kinds] + index * rows[kinds]  # each full batch's first in by_bucket
+    leaves = by_bucket[head + rows[kinds] - 1]  # where its last item is dealt
+    pick = np.argsort(leaves, kind="stable")
+    kinds, head = kinds[pick], head[pick]
+    sizes = rows[kinds]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    order = np.empty(len(permutation), np.int32)
+    done = int(starts[-1])
+    at = np.arange(done, dtype=np.int64) + np.repeat(head - starts[:-1], sizes)
+    order[:done] = permutation[by_bucket[at]]
+    rest = [permutation[by_bucket[first[b] + full[b] * rows[b] : first[b + 1]]]
+            for b in reversed(range(len(rows)))]  # fmt: skip
+    tail_starts, tail_kinds = leftover_batches(rest, buckets, text)
+    order[done:] = np.concatenate(rest) if rest else []
+    return EpochLayout(
+        order,
+        np.concatenate([starts[:-1], np.asarray(tail_starts, np.int64) + done]),
+        np.concatenate([kinds, np.asarray(tail_kinds, np.int64)]).astype(np.int64),
+    )
 
 
 def leftover_batches(rest: list[np.ndarray], buckets: list[Bucket], text: np.ndarray):

@@ -23,8 +23,9 @@ from ringfeed.consumer.stager.plan.buckets import (
     length_manifest,
     make_buckets,
 )
+from ringfeed.consumer.stager.plan.layout import EpochSource
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.shard_window import shard_windows
+from ringfeed.consumer.stager.plan.shard_window import ShardWindows, WindowedBatches, shard_windows
 from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import Config, ConfigError
@@ -43,13 +44,12 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
     None); share: this worker's, of one global plan whose batches are fixed ranges of
     positions, whose buckets have this worker's rows of each global batch."""
     st = cfg.stager
-    if cfg.data.shard_window:  # the window decides the order: a resume with another refused
-        source = shard_windows(cfg, index, st.bucketed or st.balance.on, share.count)
-        fingerprint = plan_fingerprint(cfg, index, [(0, cfg.data.shard_window)], [])
-        return Plan(source, st.epochs, share, fingerprint)
+    windows = shard_windows(cfg, index) if cfg.data.shard_window else None
+    # the window decides the order: a resume with another is refused
+    window_part = [(0, cfg.data.shard_window)] if windows else []
     if not st.bucketed and share.count == 1 and not st.balance.on:
-        fingerprint = plan_fingerprint(cfg, index, [], [])
-        return Plan(Shuffle(index.n_items, st.seed), st.epochs, share, fingerprint)
+        fingerprint = plan_fingerprint(cfg, index, window_part, [])
+        return Plan(windows or Shuffle(index.n_items, st.seed), st.epochs, share, fingerprint)
     grouping = balance_groups(cfg, index, tables) if st.balance.on else None
     drawn = balance.drawn(*grouping) if grouping else None
     buckets, of_item, lengths, text = length_buckets(cfg, index, directory / "config.yaml",
@@ -57,10 +57,12 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
     # Buckets off and no balance: the positions are the shuffle's whatever the workers, so
     # the fixed shape the shares are cut from is no part of the plan, as with one worker.
     shapes = [(b.frames, b.text, b.rows) for b in buckets] if st.bucketed or st.balance.on else []
-    fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
+    fingerprint = plan_fingerprint(cfg, index, window_part + shapes, lengths)
     if grouping:
-        source, balance_part = balanced(cfg, index, grouping, buckets, of_item, text)
+        source, balance_part = balanced(cfg, index, grouping, buckets, of_item, text, windows)
         fingerprint = fingerprint | balance_part
+    elif windows:
+        source = WindowedBatches(windows, buckets, of_item, text, None)
     else:
         source = BucketBatches(Shuffle(index.n_items, st.seed), buckets, of_item, text)
     check_share(cfg, buckets, share)
@@ -110,12 +112,18 @@ def balance_groups(
 
 def balanced(cfg: Config, index: CorpusIndex, grouping: tuple[balance.Groups, np.ndarray],
              buckets: list[Bucket], of_item: np.ndarray, text: np.ndarray | None,
-             ) -> tuple[balance.BalancedBatches, dict[str, str]]:  # fmt: skip
-    """The balanced part (stager.balance) and its part of the plan fingerprint."""
+             windows: ShardWindows | None = None,
+             ) -> tuple[EpochSource, dict[str, str]]:  # fmt: skip
+    """The balanced part (stager.balance; within each shard window with windows) and its
+    part of the plan fingerprint."""
     b, st = cfg.stager.balance, cfg.stager
     groups, weights = grouping
     source = balance.BalancedBatches(st.seed, buckets, of_item, groups, weights, text)
     quota = "; ".join(balance.describe(groups, source.quotas(0)))
+    if windows:
+        multipliers = balance.named_weights(b, groups)
+        source = WindowedBatches(windows, buckets, of_item, text, (groups, b.temperature,
+                                                                   multipliers))  # fmt: skip
     log.info("balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
              b.by, b.temperature, index.n_items, quota)  # fmt: skip
     return source, {"balance": balance.balance_hash(groups, weights, b.by, b.temperature)}
