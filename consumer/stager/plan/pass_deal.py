@@ -75,9 +75,7 @@ def deal(buckets: Sequence[Bucket], text: np.ndarray, rate: np.ndarray, n_groups
     rows = np.array([b.rows for b in buckets], np.int64)
     texts = np.array([b.text for b in buckets], np.int64)
     out, starts, kinds, o, fill, w, wq = _deal(
-        item.astype(np.int32, copy=False), group.astype(np.int32, copy=False),
-        pas.astype(np.int32, copy=False), bucket.astype(np.int32, copy=False),
-        horizon.astype(np.float64, copy=False), rows, texts,
+        item, group, pas, bucket, horizon, rows, texts,  # integer arrays of any width
         np.ascontiguousarray(text, np.int32), np.asarray(rate, np.float64), n_groups,
     )  # fmt: skip
     opened = [o[b, : fill[b], 0] for b in range(len(rows))]
