@@ -18,9 +18,10 @@ between a language's share of any 10 consecutive batches and its target share
 (the data's for plain+buckets), and the useful mel frames per second of the demo
 model (d_model 64, 2 layers, XLA, CPU) training on the plan's first batches (true
 frames over step time; each shape compiled before timing; rounds alternate the
-plans). --build times the balanced plan of one epoch at that many items and its
-memory: the peak of Python allocations during the build (tracemalloc) and the
-arrays kept per epoch, in bytes per item. ``--plot PATH`` draws the comparison
+plans). --build times the balanced plan of one epoch at that many items (and the
+plain bucketed plan's dealing beside it, rounds alternating) and its memory: the
+peak resident memory the build adds (VmHWM, reset before each) and the arrays the
+plan keeps (kept_epochs of them), in bytes per item. ``--plot PATH`` draws the comparison
 (benchmarks/charts.py) for docs/benchmarks.md.
 """
 
@@ -30,7 +31,6 @@ import argparse
 import statistics
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ from ringfeed.consumer.stager.plan.balance import (  # noqa: E402
     quotas,
 )
 from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches  # noqa: E402
+from ringfeed.consumer.stager.plan.layout import kept_epochs  # noqa: E402
 from ringfeed.consumer.stager.plan.plan import Plan  # noqa: E402
 from ringfeed.consumer.stager.plan.shuffle import Shuffle  # noqa: E402
 from tests.support.lopsided import Corpus, lopsided_corpus  # noqa: E402
@@ -196,26 +197,50 @@ def build(items: int, rounds: int, speakers: int) -> None:
     cases = [("language", corpus.languages), ("speaker", corpus.speakers)]
     if speakers:
         cases.append(("speaker", many_speakers(items, speakers)))
-    for by, groups in cases:
-        weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
-        times, peaks, kept = [], [], []
-        for epoch in range(rounds):
+    plain = BucketBatches(Shuffle(items, SEED), corpus.buckets, corpus.of_bucket, corpus.text)
+    results: dict[str, list[tuple[float, float, float]]] = {}
+    for epoch in range(rounds + 1):  # round 0 loads numba's compiled code: not counted
+        for by, groups in cases:
+            weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
             part = BalancedBatches(SEED, corpus.buckets, corpus.of_bucket, groups, weights,
                                    corpus.text)  # fmt: skip
-            tracemalloc.start()
-            t0 = time.perf_counter()
-            layout = part.layout(epoch)
-            times.append(time.perf_counter() - t0)
-            peaks.append(tracemalloc.get_traced_memory()[1] / items)
-            tracemalloc.stop()
-            arrays = (layout.order, layout.starts, layout.buckets)
-            kept.append(sum(a.nbytes for a in arrays) / items)
-        each = ", ".join(f"{t:.2f}" for t in times)
-        print(f"by {by} ({len(groups.names)} groups), {items:,} items: build "
-              f"{statistics.median(times):.2f} s (each: {each}), peak {max(peaks):.1f} B/item "
-              f"during it, kept {max(kept):.1f} B/item per epoch")  # fmt: skip
+            measured = measure(part, epoch, items)
+            if epoch:
+                results.setdefault(f"balanced by {by} ({len(groups.names)} groups)", []).append(
+                    measured
+                )
+        if epoch:
+            results.setdefault("plain buckets (BucketBatches)", []).append(
+                measure(plain, epoch, items)
+            )
+    for name, runs in results.items():
+        each = ", ".join(f"{t:.2f}" for t, _, _ in runs)
+        print(f"{name}, {items:,} items: build {statistics.median(t for t, _, _ in runs):.2f} s "
+              f"(each: {each}), peak {max(p for _, p, _ in runs):.1f} B/item above the start, "
+              f"kept {max(k for _, _, k in runs):.1f} B/item")  # fmt: skip
     inputs = corpus.languages.of_item.nbytes + corpus.of_bucket.nbytes + corpus.text.nbytes
     print(f"the plan's inputs (group, bucket, text of each item): {inputs / items:.0f} B/item")
+
+
+def measure(part, epoch: int, items: int) -> tuple[float, float, float]:
+    """(seconds to build epoch `epoch`, the peak resident bytes per item it added, the
+    bytes per item the plan keeps: kept_epochs of its order and batch arrays)."""
+    Path("/proc/self/clear_refs").write_text("5")  # resets the peak (VmHWM), Linux
+    before = rss("VmRSS")
+    t0 = time.perf_counter()
+    layout = part.layout(epoch)
+    seconds = time.perf_counter() - t0
+    peak = (rss("VmHWM") - before) / items
+    arrays = (layout.order, layout.starts, layout.buckets)
+    return seconds, peak, kept_epochs(part) * sum(a.nbytes for a in arrays) / items
+
+
+def rss(field: str) -> int:
+    """This process's resident memory, bytes (VmRSS now, VmHWM its peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """The quarantine report: one JSON line per input that was not used, with its reason,
 the stage that gave up on it and that stage's cause.
 
-Written by the stager only (one writer per file; `ringfeed quarantine --clear` edits it
-only while no stager of the run holds its lock); read by the run summary, the
+Written by the stagers of the run only (one, or one per training worker: see
+below; `ringfeed quarantine --clear` edits it only while no stager of the run holds
+its lock); read by the run summary, the
 inspector, `ringfeed quarantine` and tests. JSON lines so a crash loses at most the
 last line and ``grep``/``jq`` work on a live run. An item's line decides what a
 resumed run skips, so it is fsynced when written (lines are rare: one per bad input);
@@ -21,6 +22,14 @@ that its cause still holds cannot be shown, and a wrong skip loses the item for 
 run while a wrong retry costs one try. Stages without a cause (lease, the stager's
 content and bucket checks, computed items) stay skipped; metadata lines are found
 again at every start.
+
+One file per run. Training workers (`--worker K/N`) have run directories of their
+own (R-wK), and the run's quarantine lives in the run directory R, linked from
+each of theirs (:func:`run_quarantine`): a run resumed with another number of
+workers never tries again an item an earlier worker quarantined. Several stagers
+then append to one file (each line one write of the append mode) under the shared
+lock; settle rewrites it only while no other stager holds it, else the new verdict
+of an item tried again follows its old line (readers take an input's last line).
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from typing import Any
 
 from ringfeed.shared.corpus.index import CorpusIndex
 
+# The run's quarantine file, in its run directory (workers' directories link to it).
+QUARANTINE_FILE = "quarantine.jsonl"
 # The stage of a clip data.outliers skips: out of its speaking-rate band (the stager, at
 # start) or near-silent or clipped (the producer that decoded it).
 OUTLIER_STAGE = "outlier"
@@ -57,7 +68,7 @@ class QuarantineWriter:
     file:line."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = Path(path).resolve()  # a worker's link: the run's file, and its lock
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = lock(self.path, fcntl.LOCK_SH)  # before reading: no edit half-seen
         self.earlier = read_quarantine(self.path)
@@ -120,10 +131,25 @@ class QuarantineWriter:
             if item is not None:
                 skips[item] = (str(r.get("reason", "")), r["stage"])
         if retried:
+            self._rewrite_alone(kept)
+        return skips, retried
+
+    def _rewrite_alone(self, kept: list[dict[str, Any]]) -> None:
+        """The file holds `kept`, if no other stager of the run holds it now (its appends
+        would go to the replaced file); else it stays, and the new verdicts of the items
+        tried again follow their old lines."""
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another worker's stager: leave the lines
+            pass
+        else:
             self._file.close()
             replace_lines(self.path, kept)
-            self._file = self._open()
-        return skips, retried
+        # A failed conversion may have dropped the shared lock (flock(2)): take it again,
+        # and reopen, in case a `--clear` replaced the file meanwhile.
+        fcntl.flock(self._lock, fcntl.LOCK_SH)
+        self._file.close()
+        self._file = self._open()
 
     def close(self) -> None:
         if not self._file.closed:
@@ -140,6 +166,28 @@ class QuarantineWriter:
         tb: TracebackType | None,
     ) -> None:  # fmt: skip
         self.close()
+
+
+def run_quarantine(directory: Path, run_directory: Path) -> Path:
+    """The run's quarantine file, in `run_directory` (the run's, without a worker's
+    suffix), linked from this worker's run directory `directory`. A file the worker's
+    directory holds itself (written before the quarantine was one per run) joins the
+    run's first."""
+    path = run_directory.resolve() / QUARANTINE_FILE
+    if directory.resolve() == run_directory.resolve():
+        return path
+    run_directory.mkdir(parents=True, exist_ok=True)
+    mine = directory / QUARANTINE_FILE
+    if mine.is_symlink() and mine.resolve() == path:
+        return path
+    if mine.exists() and not mine.is_symlink():
+        with QuarantineWriter(path) as run:
+            for r in latest(read_quarantine(mine)):
+                run.write(r["item_id"], r["path"], str(r.get("reason", "")), r["stage"],
+                          str(r.get("cause", "")))  # fmt: skip
+    mine.unlink(missing_ok=True)
+    mine.symlink_to(path)
+    return path
 
 
 def stale(record: dict[str, Any], causes: dict[str, str]) -> bool:
@@ -162,7 +210,7 @@ def clear_stage(path: str | os.PathLike[str], stage: str) -> int:
     """Remove every line of `stage` from a run's quarantine file, atomically; returns how
     many. QuarantineBusy while a stager of the run holds the file (it reads the file
     only at its start, and appends to it: an edit under it would be lost or torn)."""
-    path = Path(path)
+    path = Path(path).resolve()  # a worker's link: the run's file
     try:
         fd = lock(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -51,7 +51,7 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
-from ringfeed.consumer.stager.quarantine import QuarantineWriter
+from ringfeed.consumer.stager.quarantine import QuarantineWriter, run_quarantine
 from ringfeed.consumer.stager.run_clock import RunClock
 from ringfeed.consumer.stager.run_secret import write_consumer_secret, write_run_record
 from ringfeed.consumer.stager.slot_manager import SlotManager
@@ -226,7 +226,8 @@ def build(
     directory = prepare_run_dir(cfg, run_id)
     record = write_run_record(run_id, directory)  # where a client from elsewhere finds it
     cleanup.callback(record.unlink, missing_ok=True)
-    quarantine = cleanup.enter_context(QuarantineWriter(directory / "quarantine.jsonl"))
+    quarantine_file = run_quarantine(directory, run_dir(cfg, share.base_run_id(run_id)))
+    quarantine = cleanup.enter_context(QuarantineWriter(quarantine_file))
     index = open_index(cfg, quarantine, directory)
     tables = settle_tables(cfg, index, directory)  # a refused resume stops here, first
     log.info("id tables: %d speakers, %d languages (%s)", len(tables.speakers),

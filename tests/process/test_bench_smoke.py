@@ -65,7 +65,8 @@ def test_sample_fields_benchmark_runs() -> None:
 @pytest.mark.slow
 def test_balance_benchmark_runs() -> None:
     out = bench(["benchmarks/balance.py", "--build", "20000", "--rounds", "1"], timeout_s=60)
-    assert "by language (3 groups), 20,000 items: build" in out and "B/item per epoch" in out
+    assert "by language (3 groups), 20,000 items: build" in out and "kept" in out
+    assert "plain buckets (BucketBatches), 20,000 items: build" in out
 
 
 @pytest.mark.slow

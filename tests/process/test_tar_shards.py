@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ringfeed.consumer.stager.plan.buckets import Bucket
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.shard_window import shard_windows
+from ringfeed.consumer.stager.plan.shard_window import WindowedBatches, shard_windows
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, load_config, replace
-from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.object_store import ShardCache
 from ringfeed.shared.corpus.open import open_corpus
@@ -64,7 +64,7 @@ def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -
     cfg = shards_cfg(str(tmp_path / "shards"), tmp_path, shard_window=2)
     index = open_corpus(cfg, in_subprocess=False)
     assert index.shard_starts.tolist() == [0, 4, 8, 12, 16]
-    plan = Plan(shard_windows(cfg, index, bucketed=False, workers=1), cfg.stager.epochs)
+    plan = Plan(shard_windows(cfg, index), cfg.stager.epochs)
     shard_of = np.searchsorted(index.shard_starts, np.arange(16), "right") - 1
     epochs = []
     for epoch in range(3):
@@ -74,10 +74,12 @@ def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -
         assert all(len(w) == 2 for w in windows) and not windows[0] & windows[1]
         epochs.append(items)
     assert epochs[0] != epochs[1] != epochs[2]
-    again = Plan(shard_windows(cfg, index, bucketed=False, workers=1), cfg.stager.epochs)
+    again = Plan(shard_windows(cfg, index), cfg.stager.epochs)
     assert [again.item_at(p) for p in range(20, 40)] == [plan.item_at(p) for p in range(20, 40)]
-    with pytest.raises(ConfigError, match="data.shard_window"):
-        shard_windows(cfg, index, bucketed=True, workers=1)
+    # with a fixed shape cut per window (several workers): the same positions, in batches
+    fixed = [Bucket(cfg.features.max_frames, cfg.text.max_text_len, 3)]
+    cut = WindowedBatches(shard_windows(cfg, index), fixed, np.zeros(16, np.int32), None, None)
+    assert [Plan(cut).item_at(p) for p in range(40)] == [plan.item_at(p) for p in range(40)]
 
 
 # ------------------------------------------------------------------ real runs

@@ -53,3 +53,18 @@ def lopsided_corpus(n: int, seed: int = 0, batch_frames: int = BATCH_FRAMES) -> 
                for f, t in zip(BUCKET_FRAMES, longest, strict=True)]  # fmt: skip
     languages = Groups(language, ("a", "b", "c"))
     return Corpus(languages, Groups(speaker, tuple(names)), frames, text, of_bucket, buckets)
+
+
+def early_repeats(order: np.ndarray, groups: Groups, sizes: np.ndarray | None = None) -> int:
+    """Clips that come again, in `order` (one epoch's items in delivery order), before
+    every clip of their group came as often: cut each group's clips in order into runs
+    of its size (sizes: each group's clips where order draws from, e.g. a shard window;
+    default all of them), a clip twice in one run is one."""
+    early = 0
+    of_group = groups.of_item[order]
+    for g, size in enumerate((groups.sizes if sizes is None else sizes).tolist()):
+        mine = order[of_group == g]
+        for lo in range(0, len(mine), max(1, size)):
+            run = mine[lo : lo + size]
+            early += len(run) - len(np.unique(run))
+    return early

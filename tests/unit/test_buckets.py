@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.plan.buckets import (
+    Bucket,
     BucketBatches,
     assign,
     least_padding,
     make_buckets,
 )
+from ringfeed.consumer.stager.plan.layout import KEPT_EPOCHS, kept_epochs
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.producer.lengths import measure_lengths
@@ -142,3 +144,14 @@ def test_assign_puts_each_length_in_the_shortest_bucket_that_fits(frames: list[i
             assert frames[b] >= length and (b == 0 or frames[b - 1] < length)
         else:
             assert b == len(frames) - 1
+
+
+def test_a_large_corpus_keeps_two_epochs_of_int32_order_a_small_one_five() -> None:
+    assert kept_epochs(Shuffle(10_000_000, 0)) == 2  # 8 bytes a clip of order
+    assert kept_epochs(Shuffle(1000, 0)) == KEPT_EPOCHS
+    rng = np.random.default_rng(0)
+    of_item = rng.integers(0, 3, 5000).astype(np.int32)
+    buckets = [Bucket(200, 40, 8), Bucket(400, 80, 4), Bucket(800, 160, 2)]
+    layout = BucketBatches(Shuffle(5000, 0), buckets, of_item).layout(0)
+    assert layout.order.dtype == np.int32
+    assert sorted(layout.order.tolist()) == list(range(5000))

@@ -5,7 +5,7 @@ epoch gives group g a quota q_g of plan positions, and the epoch is exactly as
 long as the corpus (n_items positions: every position arithmetic of the plan,
 the cursor and the shares stays as it is). Everything below is a pure function
 of (seed, epoch, temperature, weights, the items' groups, their buckets), built
-with numpy over int32 arrays, never a Python object per item
+with numpy and numba over int32 arrays, never a Python object per item
 (docs/plans.md#balanced-epochs). :class:`BalancedBatches` is the part of the plan
 that serves them (layout.py EpochSource, made by make.py); `validate` calls
 :func:`balance_lines`; tests and benchmarks/balance.py call the rest.
@@ -21,21 +21,21 @@ arithmetic (weights scaled to integers), so every host computes the same quotas.
 
 Without replacement. Each epoch shuffles each group once (its own permutation,
 from (seed, epoch)) and walks it: a quota above n_g takes the whole permutation
-q_g // n_g times and then its first q_g % n_g items, so an item appears
-floor(q_g / n_g) or one more times in the epoch, at most once per repeat; a
-quota below n_g takes a prefix (a different one each epoch).
+q_g // n_g times and then its first q_g % n_g clips, so a clip appears
+floor(q_g / n_g) or one more times in the epoch; a quota below n_g takes a prefix
+(a different one each epoch). The walk's order within a pass
+(group_walk.py) spreads each bucket's clips of the group evenly over the
+pass, those of slow buckets a little earlier.
 
-Interleaved and bucketed. Within each length bucket (one bucket of the fixed
-shape without buckets) the group's occurrences are merged by due time: the k-th
-of c occurrences of group g in bucket b is due at (k + 1/2) / c, so any stretch
-of a bucket's order holds every group within about one item of its share there
-(the "furthest behind its target goes next" rule, computed as a merge of sorted
-runs: :func:`merge_by_due`). A batch is rows consecutive items of its bucket's order; the buckets'
-full batches are merged the same way (batch j of f is due at (j + 1/2) / f), so
-every window of batches holds each bucket within a batch of its share, and the
-leftovers (fewer than a batch per bucket) share a few part-filled batches at the
-epoch's end, as in BucketBatches. Padding stays the bucketed plan's: every batch
-but those last ones is full and of one bucket.
+Interleaved, bucketed, in delivery order. The groups' positions are merged by
+due time, the j-th of q_g at (j + 1/2) / q_g (group_walk.py: whoever is
+furthest behind its target goes next), and dealt into batches of one length
+bucket each (one bucket of the fixed shape without buckets) pass by pass
+(pass_deal.py): in delivery order no clip of a group comes a (k+1)-th time
+before every clip of its group came k times, across buckets and the leftovers.
+A clip that would otherwise wait in a slow bucket's batch past its group's next
+pass rides in a longer bucket's batch; the epoch ends with a few part-filled
+batches, as BucketBatches' do.
 """
 
 from __future__ import annotations
@@ -65,10 +65,16 @@ WEIGHT_SCALE = 2**31
 # Epochs whose layout the plan keeps of a BalancedBatches (the current one, and the next
 # that grants run into): 4 bytes per item each.
 KEPT_LAYOUTS = 2
-# Positions computed at once where a pass needs int64 temporaries (8 MiB each).
-CHUNK = 2**20
+# The balanced order's version, in the fingerprint: a run begun under another (2: the
+# pass-by-pass dealing) is refused on resume, naming the balance, instead of served
+# another order mid-epoch.
+ORDER = 2
 # Groups a log line or validate names at most (the largest quotas; the rest counted).
 MAX_NAMES_SHOWN = 12
+# The most of a pass by which a clip of a slow bucket comes earlier in its group's walk
+# (group_walk.pass_order): 0.5 kept every window of 10 batches within 0.1 of its target on the
+# lopsided test corpus at temperatures 0, 0.3 and 1; 0 and 0.9 did not at 0.
+TAIL_LAG = 0.5
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,37 @@ def balance_lines(cfg: Config, index: CorpusIndex, tables: IdTables) -> list[str
     quota = quotas(weights, index.n_items, cfg.stager.seed, 0)
     head = (f"  balance       by {b.by}, temperature {b.temperature:g}: {index.n_items} "
             f"positions an epoch (as many as clips), epoch 0:")  # fmt: skip
-    return [head] + [f"    {line}" for line in describe(groups, quota)]
+    lines = [head] + [f"    {line}" for line in describe(groups, quota)]
+    return lines + crowded_lines(groups, quota, cfg.ring.slots, b.by)
+
+
+def crowded_lines(groups: Groups, quota: np.ndarray, slots: int, by: str) -> list[str]:
+    """validate's warnings for the groups whose share of the ring.slots grants in flight
+    is more than their clips: a clip has one grant at a time (the stager's order), so
+    their grants wait for earlier copies to be delivered and the ring runs below its
+    depth while they are due."""
+    share = quota / max(1, int(quota.sum()))
+    crowded = np.flatnonzero(share * slots > groups.sizes)
+    lines = []
+    for g in crowded[np.argsort(-share[crowded], kind="stable")][:MAX_NAMES_SHOWN]:
+        lines.append(
+            f"    warning: {by} {groups.names[g] or '(unnamed)'} has {int(groups.sizes[g])} "
+            f"clips but {100 * share[g]:.1f} % of the epoch, about {share[g] * slots:.0f} of "
+            f"the ring.slots={slots} grants in flight: a clip has one grant at a time, so "
+            "its grants wait for earlier copies (the ring runs shallower while it is due); "
+            "raise stager.balance.temperature or lower its weight to give it fewer positions"
+        )
+    more = len(crowded) - len(lines)
+    return lines + ([f"    ... and {more} more groups like it"] if more > 0 else [])
+
+
+def drawn(groups: Groups, weights: np.ndarray) -> np.ndarray:
+    """Each item's expected positions an epoch (float64 [n]): its group's exact share of
+    the epoch over its clips, n x w_g / sum(w) / n_g; what auto_buckets fit a balanced
+    plan to (buckets.py bucket_lengths)."""
+    w = np.asarray(weights, np.float64)
+    per_clip = len(groups.of_item) * w / max(w.sum(), 1.0) / np.maximum(1, groups.sizes)
+    return per_clip[np.asarray(groups.of_item)]
 
 
 def group_weights(sizes: np.ndarray, temperature: float, weights: Sequence[float]) -> np.ndarray:
@@ -175,142 +211,6 @@ def quotas(weights: np.ndarray, total: int, seed: int, epoch: int) -> np.ndarray
     return base + extra
 
 
-def shuffled_groups(groups: Groups, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(items int32 [n]: every group's items, group after group, each group in its own
-    random order for `epoch`; starts int64 [groups + 1]: where each group begins).
-    One shuffle of all items, then a sort by group that keeps the shuffled order:
-    in-place on one int64 key (group x n + place), so 16 bytes per item at most."""
-    n = len(groups.of_item)
-    starts = np.concatenate([[0], np.cumsum(groups.sizes)])
-    perm = np.arange(n, dtype=np.int32)
-    np.random.default_rng([seed, SHUFFLE_STREAM, epoch]).shuffle(perm)
-    key = np.empty(n, np.int64)
-    for lo in range(0, n, CHUNK):
-        hi = min(lo + CHUNK, n)
-        key[lo:hi] = groups.of_item[perm[lo:hi]]
-        key[lo:hi] *= n
-        key[lo:hi] += np.arange(lo, hi)
-    key.sort()
-    key %= n  # the place in perm
-    return perm[key], starts
-
-
-def occurrences(items: np.ndarray, starts: np.ndarray, quota: np.ndarray) -> np.ndarray:
-    """The epoch's items (int32 [sum(quota)]), group after group: group g's q_g items walk
-    its permutation (items[starts[g]:starts[g+1]]) q_g // n_g times, then a prefix.
-    Computed in chunks of CHUNK positions, so the temporaries stay small."""
-    sizes = np.diff(starts)
-    ends = np.cumsum(quota)
-    out = np.empty(int(ends[-1]), np.int32)
-    for lo in range(0, len(out), CHUNK):
-        position = np.arange(lo, min(lo + CHUNK, len(out)), dtype=np.int64)
-        group = np.searchsorted(ends, position, side="right")
-        position -= ends[group] - quota[group]  # t: the position within its group
-        position %= sizes[group]
-        position += starts[group]
-        out[lo : lo + CHUNK] = items[position]
-    return out
-
-
-def group_runs(occ: np.ndarray, quota: np.ndarray, bucket: np.ndarray, n_buckets: int):
-    """runs[b, g]: occurrences of group g in bucket b (int64 [buckets, groups])."""
-    n_groups = len(quota)
-    ends = np.cumsum(quota)
-    runs = np.zeros(n_buckets * n_groups, np.int64)
-    for lo in range(0, len(occ), CHUNK):
-        position = np.arange(lo, min(lo + CHUNK, len(occ)), dtype=np.int64)
-        key = np.searchsorted(ends, position, side="right")
-        key += bucket[lo : lo + CHUNK].astype(np.int64) * n_groups
-        runs += np.bincount(key, minlength=len(runs))
-    return runs.reshape(n_buckets, n_groups)
-
-
-def merge_by_due(runs: np.ndarray) -> np.ndarray:
-    """Order (int64) that merges runs of lengths `runs` (laid out one after another) so
-    that the k-th element of a run of length c comes at due time (k + 1/2) / c; ties go
-    to the earlier run. Up to due time t a run has had round(c t) elements, so a prefix
-    of m holds a run of share p within 1/2 + p x len(runs) / 2 of m p (in practice
-    about one element: tests/unit/test_balance.py)."""
-    runs = np.asarray(runs, np.int64)
-    due = np.arange(int(runs.sum()), dtype=np.float64)  # k, then (k + 1/2) / c, in place
-    due -= np.repeat((np.cumsum(runs) - runs).astype(np.float64), runs)
-    due += 0.5
-    due /= np.repeat(runs.astype(np.float64), runs)
-    return np.argsort(due, kind="stable")  # a merge of sorted runs (timsort)
-
-
-def bucket_sequences(
-    occ: np.ndarray, quota: np.ndarray, of_bucket: np.ndarray, n_buckets: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(items int32: each bucket's balanced order, bucket after bucket; starts int64
-    [buckets + 1]). occ: the epoch's items group after group (:func:`occurrences`, with
-    quota[g] of group g); their order within a group is kept within each bucket."""
-    bucket = of_bucket[occ].astype(np.uint8 if n_buckets <= 2**8 else np.int32)
-    runs = group_runs(occ, quota, bucket, n_buckets)
-    order = np.argsort(bucket, kind="stable")  # a radix sort: O(n)
-    del bucket
-    occ = occ[order]
-    del order
-    starts = np.concatenate([[0], np.cumsum(runs.sum(axis=1))]).astype(np.int64)
-    for b in range(n_buckets):
-        lo, hi = starts[b], starts[b + 1]
-        occ[lo:hi] = occ[lo:hi][merge_by_due(runs[b][runs[b] > 0])]
-    return occ, starts
-
-
-def batch_layout(
-    seq: np.ndarray, starts: np.ndarray, buckets: Sequence[Bucket], text: np.ndarray
-) -> EpochLayout:
-    """Batches of rows consecutive items of each bucket's order, the buckets' full batches
-    merged by due time, then the leftovers sharing part-filled batches (longest bucket
-    first; a shorter clip joins a longer bucket's batch when its text fits there)."""
-    rows = np.array([b.rows for b in buckets], np.int64)
-    counts = np.diff(starts)
-    full = counts // rows
-    pick = merge_by_due(full)  # the full batches of all buckets, in step
-    batch_bucket = np.repeat(np.arange(len(buckets)), full)[pick]
-    batch_index = (np.arange(int(full.sum())) - np.repeat(np.cumsum(full) - full, full))[pick]
-    first = starts[:-1][batch_bucket] + batch_index * rows[batch_bucket]
-    lengths = rows[batch_bucket]
-    left_starts, left_kinds, left_items = _leftovers(seq, starts, full * rows, buckets, text)
-    out_starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    done = int(out_starts[-1])
-    order = np.empty(done + len(left_items), np.int32)
-    order[done:] = left_items
-    step = max(1, CHUNK // int(rows.max()))  # batches gathered at once
-    for i in range(0, len(lengths), step):
-        j = min(i + step, len(lengths))
-        position = np.arange(out_starts[i], out_starts[j], dtype=np.int64)
-        order[out_starts[i] : out_starts[j]] = seq[
-            position + np.repeat(first[i:j] - out_starts[i:j], lengths[i:j])
-        ]
-    out_starts = out_starts[:-1]
-    return EpochLayout(
-        order,
-        np.concatenate([out_starts, np.asarray(left_starts, np.int64) + done]).astype(np.int64),
-        np.concatenate([batch_bucket, np.asarray(left_kinds, np.int64)]).astype(np.int64),
-    )
-
-
-def _leftovers(seq, starts, used, buckets, text) -> tuple[list[int], list[int], list[int]]:
-    """(batch starts, bucket of each, items) of the epoch's last, part-filled batches:
-    fewer than one batch per bucket of items, so a Python loop."""
-    batch_starts: list[int] = []
-    kinds: list[int] = []
-    items: list[int] = []
-    room = 0
-    for b in reversed(range(len(buckets))):
-        for item in seq[starts[b] + used[b] : starts[b + 1]].tolist():
-            shape = buckets[kinds[-1]] if room else None
-            if shape is None or text[item] > shape.text:
-                batch_starts.append(len(items))
-                kinds.append(b)
-                room = buckets[b].rows
-            items.append(item)
-            room -= 1
-    return batch_starts, kinds, items
-
-
 def balanced_layout(
     groups: Groups,
     weights: np.ndarray,
@@ -320,16 +220,33 @@ def balanced_layout(
     seed: int,
     epoch: int,
 ) -> EpochLayout:
-    """The whole epoch `epoch`: quotas, each group's walk, the balanced order within each
-    bucket, and its batches. weights: from group_weights."""
-    n = len(groups.of_item)
+    """The whole epoch `epoch`: quotas, each group's walk (one shuffle of all items,
+    grouped), its clips in due order (group_walk.py), dealt into batches pass by pass
+    (pass_deal.py). weights: from group_weights."""
+    # numba: 0.25 s to import, so only a balanced plan pays it
+    from ringfeed.consumer.stager.plan import group_walk, pass_deal
+
+    of_group = np.asarray(groups.of_item)  # a mapped index array as a whole (its map)
+    n, n_buckets = len(of_group), len(buckets)
     quota = quotas(weights, n, seed, epoch)
-    items, starts = shuffled_groups(groups, seed, epoch)
-    occ = occurrences(items, starts, quota)
-    del items
-    seq, bucket_starts = bucket_sequences(occ, quota, of_bucket, len(buckets))
-    del occ
-    return batch_layout(seq, bucket_starts, buckets, text)
+    sizes = np.maximum(1, groups.sizes)
+    cell = of_group.astype(np.int64) * n_buckets + of_bucket
+    cells = np.bincount(cell, minlength=len(quota) * n_buckets).reshape(len(quota), n_buckets)
+    del cell
+    rate = (cells * (quota / sizes)[:, None]).sum(axis=0) / n  # each bucket's clips per position
+    period = n / np.maximum(1, quota)  # positions between a group's turns
+    rows = np.array([b.rows for b in buckets], np.float64)
+    lag = (rows / np.maximum(rate, 1e-12))[None, :] / (period * sizes)[:, None]
+    perm = np.arange(n, dtype=np.int32)
+    np.random.default_rng([seed, SHUFFLE_STREAM, epoch]).shuffle(perm)
+    starts = np.concatenate([[0], np.cumsum(groups.sizes)]).astype(np.int64)
+    items, item_buckets = group_walk.grouped(perm, of_group, of_bucket, len(quota))
+    del perm
+    walk, walk_buckets = group_walk.pass_order(items, item_buckets, starts, lag, TAIL_LAG)
+    del items, item_buckets
+    arrived = group_walk.arrivals(walk, walk_buckets, starts, quota, n)
+    del walk, walk_buckets  # the dealing needs the arrivals only: 18 bytes a clip
+    return pass_deal.deal(buckets, text, rate, len(quota), *arrived)
 
 
 class BalancedBatches:
@@ -369,9 +286,9 @@ class BalancedBatches:
 
 def balance_hash(groups: Groups, weights: np.ndarray, by: str, temperature: float) -> str:
     """What decides the balance, for the plan fingerprint (shared/run/fingerprint.py): the
-    groups' names, each item's group, the weights and the temperature."""
+    groups' names, each item's group, the weights, the temperature and ORDER."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(f"{by}|{temperature!r}|{'|'.join(groups.names)}".encode())
+    h.update(f"{ORDER}|{by}|{temperature!r}|{'|'.join(groups.names)}".encode())
     h.update(np.ascontiguousarray(weights, np.int64).tobytes())
     h.update(np.ascontiguousarray(groups.of_item, np.int32).tobytes())
     return h.hexdigest()

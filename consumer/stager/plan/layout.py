@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 # Epochs whose layout the plan keeps at once, unless its part says fewer: the cursor's,
 # the next one that grants run into, and those a restarted consumer may come back to.
 KEPT_EPOCHS = 5
+# ... but no more than this many bytes of orders beyond two epochs: a corpus of 10**7
+# items keeps two (its cursor's and the next: 8 bytes a clip of int32 order; another is
+# rebuilt when asked for, in about a second), a small one all five.
+KEPT_BYTES = 2**26
 
 
 @dataclass(frozen=True)
@@ -43,3 +47,10 @@ class EpochSource(Protocol):
     kept: int
 
     def layout(self, epoch: int) -> EpochLayout: ...
+
+
+def kept_epochs(source: EpochSource) -> int:
+    """Epochs of `source` the plan keeps at once: source.kept, fewer for a large corpus
+    (KEPT_BYTES), never fewer than two."""
+    per_epoch = 4 * max(1, source.n_items)  # int32 orders (an int64 one at 2**31 items)
+    return max(2, min(source.kept, KEPT_BYTES // per_epoch))

@@ -23,8 +23,9 @@ from ringfeed.consumer.stager.plan.buckets import (
     length_manifest,
     make_buckets,
 )
+from ringfeed.consumer.stager.plan.layout import EpochSource
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.shard_window import shard_windows
+from ringfeed.consumer.stager.plan.shard_window import ShardWindows, WindowedBatches, shard_windows
 from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import Config, ConfigError
@@ -43,21 +44,25 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
     None); share: this worker's, of one global plan whose batches are fixed ranges of
     positions, whose buckets have this worker's rows of each global batch."""
     st = cfg.stager
-    if cfg.data.shard_window:  # the window decides the order: a resume with another refused
-        source = shard_windows(cfg, index, st.bucketed or st.balance.on, share.count)
-        fingerprint = plan_fingerprint(cfg, index, [(0, cfg.data.shard_window)], [])
-        return Plan(source, st.epochs, share, fingerprint)
+    windows = shard_windows(cfg, index) if cfg.data.shard_window else None
+    # the window decides the order: a resume with another is refused
+    window_part = [(0, cfg.data.shard_window)] if windows else []
     if not st.bucketed and share.count == 1 and not st.balance.on:
-        fingerprint = plan_fingerprint(cfg, index, [], [])
-        return Plan(Shuffle(index.n_items, st.seed), st.epochs, share, fingerprint)
-    buckets, of_item, lengths, text = length_buckets(cfg, index, directory / "config.yaml", stop)
+        fingerprint = plan_fingerprint(cfg, index, window_part, [])
+        return Plan(windows or Shuffle(index.n_items, st.seed), st.epochs, share, fingerprint)
+    grouping = balance_groups(cfg, index, tables) if st.balance.on else None
+    drawn = balance.drawn(*grouping) if grouping else None
+    buckets, of_item, lengths, text = length_buckets(cfg, index, directory / "config.yaml",
+                                                     stop, drawn)  # fmt: skip
     # Buckets off and no balance: the positions are the shuffle's whatever the workers, so
     # the fixed shape the shares are cut from is no part of the plan, as with one worker.
     shapes = [(b.frames, b.text, b.rows) for b in buckets] if st.bucketed or st.balance.on else []
-    fingerprint = plan_fingerprint(cfg, index, shapes, lengths)
-    if st.balance.on:
-        source, balance_part = balanced(cfg, index, tables, buckets, of_item, text)
+    fingerprint = plan_fingerprint(cfg, index, window_part + shapes, lengths)
+    if grouping:
+        source, balance_part = balanced(cfg, index, grouping, buckets, of_item, text, windows)
         fingerprint = fingerprint | balance_part
+    elif windows:
+        source = WindowedBatches(windows, buckets, of_item, text, None)
     else:
         source = BucketBatches(Shuffle(index.n_items, st.seed), buckets, of_item, text)
     check_share(cfg, buckets, share)
@@ -72,15 +77,17 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
 
 
 def length_buckets(
-    cfg: Config, index: CorpusIndex, config_file: Path, stop: StopFlag
-) -> tuple[list[Bucket], np.ndarray, list[np.ndarray], np.ndarray | None]:
+    cfg: Config, index: CorpusIndex, config_file: Path, stop: StopFlag,
+    drawn: np.ndarray | None = None,
+) -> tuple[list[Bucket], np.ndarray, list[np.ndarray], np.ndarray | None]:  # fmt: skip
     """(the buckets, each item's bucket index, the length arrays the fingerprint hashes,
     each item's tokens or None): by the length manifest with stager.buckets or
-    auto_buckets, else one bucket of the fixed shape that every item is in."""
+    auto_buckets (drawn: each item's expected positions an epoch, for auto_buckets of a
+    balanced plan), else one bucket of the fixed shape that every item is in."""
     st = cfg.stager
     if st.bucketed:
         manifest = length_manifest(cfg, index, config_file, stop.is_set)
-        buckets, of_item = make_buckets(cfg, manifest)
+        buckets, of_item = make_buckets(cfg, manifest, drawn)
         lengths, text = [manifest.frames, manifest.text], manifest.text
     else:
         buckets = [Bucket(cfg.features.max_frames, cfg.text.max_text_len, st.batch_size)]
@@ -92,16 +99,31 @@ def length_buckets(
     return buckets, of_item, lengths, text
 
 
-def balanced(cfg: Config, index: CorpusIndex, tables: IdTables | None, buckets: list[Bucket],
-             of_item: np.ndarray, text: np.ndarray | None,
-             ) -> tuple[balance.BalancedBatches, dict[str, str]]:  # fmt: skip
-    """The balanced part (stager.balance) and its part of the plan fingerprint."""
+def balance_groups(
+    cfg: Config, index: CorpusIndex, tables: IdTables | None
+) -> tuple[balance.Groups, np.ndarray]:
+    """(the groups of stager.balance.by, their integer weights)."""
+    b = cfg.stager.balance
+    groups = balance.plan_groups(b, tables or corpus_tables(cfg, index), index)
+    return groups, balance.group_weights(
+        groups.sizes, b.temperature, balance.named_weights(b, groups)
+    )
+
+
+def balanced(cfg: Config, index: CorpusIndex, grouping: tuple[balance.Groups, np.ndarray],
+             buckets: list[Bucket], of_item: np.ndarray, text: np.ndarray | None,
+             windows: ShardWindows | None = None,
+             ) -> tuple[EpochSource, dict[str, str]]:  # fmt: skip
+    """The balanced part (stager.balance; within each shard window with windows) and its
+    part of the plan fingerprint."""
     b, st = cfg.stager.balance, cfg.stager
-    tables = tables or corpus_tables(cfg, index)
-    groups = balance.plan_groups(b, tables, index)
-    weights = balance.group_weights(groups.sizes, b.temperature, balance.named_weights(b, groups))
+    groups, weights = grouping
     source = balance.BalancedBatches(st.seed, buckets, of_item, groups, weights, text)
     quota = "; ".join(balance.describe(groups, source.quotas(0)))
+    if windows:
+        multipliers = balance.named_weights(b, groups)
+        source = WindowedBatches(windows, buckets, of_item, text, (groups, b.temperature,
+                                                                   multipliers))  # fmt: skip
     log.info("balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
              b.by, b.temperature, index.n_items, quota)  # fmt: skip
     return source, {"balance": balance.balance_hash(groups, weights, b.by, b.temperature)}

@@ -31,7 +31,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ringfeed.consumer.stager.plan.buckets import Bucket
-from ringfeed.consumer.stager.plan.layout import EpochLayout, EpochSource
+from ringfeed.consumer.stager.plan.layout import EpochLayout, EpochSource, kept_epochs
 from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.shared.config.loader import ConfigError
 
@@ -62,6 +62,7 @@ class Plan:
         self.buckets: list[Bucket] = [replace(b, rows=share.rows(b.rows)) for b in source.buckets]
         self.fingerprint: Mapping[str, str] = MappingProxyType(dict(fingerprint or {}))
         self._layouts: dict[int, EpochLayout] = {}
+        self.kept = kept_epochs(source)
 
     @property
     def batched(self) -> bool:
@@ -80,10 +81,10 @@ class Plan:
         return Plan(self.source, self.epochs, share, self.fingerprint)
 
     def layout(self, epoch: int) -> EpochLayout:
-        """Epoch `epoch` as the part orders it; the source.kept epochs nearest the one
-        asked for are kept."""
+        """Epoch `epoch` as the part orders it; the kept_epochs(source) epochs nearest the
+        one asked for are kept."""
         if epoch not in self._layouts:
-            while len(self._layouts) >= self.source.kept:
+            while len(self._layouts) >= self.kept:
                 self._layouts.pop(max(self._layouts, key=lambda e: abs(e - epoch)))
             self._layouts[epoch] = self.source.layout(epoch)
         return self._layouts[epoch]

@@ -44,6 +44,11 @@ class Share:
         several workers base-wK, so workers can share one host and one file system."""
         return base if self.count == 1 else f"{base}-w{self.index}"
 
+    def base_run_id(self, run_id: str) -> str:
+        """The run's id without this worker's suffix: the run directory of what every
+        worker of the run shares (its quarantine, consumer/stager/quarantine.py)."""
+        return run_id if self.count == 1 else run_id.removesuffix(f"-w{self.index}")
+
     def chief_run_id(self, run_id: str) -> str:
         """The run id of worker 0, whose checkpoints every worker resumes from."""
         return run_id if self.count == 1 else run_id.removesuffix(f"-w{self.index}") + "-w0"
