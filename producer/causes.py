@@ -16,8 +16,10 @@ computes today's causes with this module, as a producer of this checkout would.
 A cause is "<hash> <label>": 8 hex characters over the stage's code versions and
 config values (the config fingerprint's hash of each key, shared/run/fingerprint.py),
 then the code versions or the user's function for a reader. Stages with nothing to
-version (a lease, the stager's own checks, a source of computed items) have none:
-their items stay skipped for the run, as before causes.
+version (the stager's own checks, a source of computed items) have none: their items
+stay skipped for the run, as before causes. A lease's (the item's producers died or
+stalled on it, in whatever stage) is everything that shapes a sample: a fixed user
+function under a new user_version tries the item again, as for a stage of its own.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "cache": _EVERYTHING,
     "check": _EVERYTHING,
     "write": _EVERYTHING,
+    # Its producers died or stalled on the item (the stager gave up after
+    # ring.max_item_attempts leases): in any stage, so anything may have decided it.
+    "lease": _EVERYTHING,
 }
 # The code versions that decide each stage's verdict, by name; the first is the stage's
 # own, which its label shows (the hash covers them all).
@@ -76,6 +81,7 @@ STAGE_CODE: dict[str, dict[str, str]] = {
     "cache": _EVERY_VERSION,
     "check": _EVERY_VERSION,
     "write": _EVERY_VERSION,
+    "lease": _EVERY_VERSION,
 }
 
 

@@ -81,6 +81,7 @@ class QuarantineWriter:
             self._file.write("\n")
         self.count = 0
         self.settled = False
+        self.causes: dict[str, str] = {}  # the first producer's of this start (settle)
         self._stages = collections.Counter(r["stage"] for r in latest(self.earlier))
 
     def _open(self) -> Any:
@@ -94,6 +95,9 @@ class QuarantineWriter:
         key = _key(item_id, path, stage)
         if key in self._seen:
             return False
+        # The stager's own verdicts on a producer stage (a lease: its producers died on it)
+        # carry the cause the producers of this start judge that stage by.
+        cause = cause or self.causes.get(stage, "")
         self._seen.add(key)
         record = {"item_id": item_id, "path": path, "reason": reason, "stage": stage,
                   "cause": cause, "time": time.time()}  # fmt: skip
@@ -116,6 +120,7 @@ class QuarantineWriter:
         stage -> items tried again because their cause changed). The lines of the items
         tried again leave the file (atomically), so their new verdicts are written."""
         self.settled = True
+        self.causes = dict(causes)
         skips: dict[int, tuple[str, str]] = {}
         retried: collections.Counter[str] = collections.Counter()
         records = latest(read_quarantine(self.path))  # with this start's metadata lines

@@ -53,14 +53,14 @@ def test_a_hello_carries_the_producers_causes_within_bounds() -> None:
 def test_a_stage_cause_changes_with_what_decides_that_stage(change: dict, stages: set[str]) -> None:
     before = stage_causes(replace(Config(), features=USER))
     after = stage_causes(replace(replace(Config(), features=USER), **change))
-    whole = {"cache", "check", "write"} if stages else set()  # every key that shapes a sample
+    whole = {"cache", "check", "write", "lease"} if stages else set()  # all that shapes one
     assert {s for s in before if before[s] != after[s]} == stages | whole
     assert before == stage_causes(replace(Config(), features=USER))  # the same config: same
 
 
 def lines(tmp_path: Path, cfg: Config) -> tuple[Path, dict[str, str]]:
     """A run's quarantine as a restarted stager finds it: a user line of an earlier
-    function, one of today's, a lease line, a line of a ringfeed before causes (no
+    function, one of today's, a lease line of today, a line of a ringfeed before causes (no
     "cause"), a metadata line. -> (its path, today's causes)."""
     causes = stage_causes(cfg)
     path = run_dir(cfg, "r1") / "quarantine.jsonl"
@@ -68,7 +68,7 @@ def lines(tmp_path: Path, cfg: Config) -> tuple[Path, dict[str, str]]:
         q.write("LJ001-0004", "/w/4.wav", "unexpected KeyError in user", "user",
                 "0badc0de tests.support.user_fields:fussy v1")  # fmt: skip
         q.write("LJ001-0008", "/w/8.wav", "unexpected KeyError in user", "user", causes["user"])
-        q.write("LJ001-0009", "/w/9.wav", "lease expired 3 times", "lease")
+        q.write("LJ001-0009", "/w/9.wav", "lease expired 3 times", "lease", causes["lease"])
         q.write("", "metadata.csv:17", "expected 3 columns", "metadata")
     old = {"item_id": "LJ001-0010", "path": "/w/10.wav", "reason": "empty audio",
            "stage": "audio", "time": 1.0}  # fmt: skip
@@ -86,7 +86,7 @@ def test_a_start_retries_the_items_whose_cause_changed(tmp_path: Path) -> None:
         assert q.by_stage() == {"user": 2, "lease": 1, "audio": 1, "metadata": 1}
         skips, retried = q.settle(index, causes)
         assert q.by_stage() == {"user": 1, "lease": 1, "metadata": 1}  # the retried left
-        # Today's user cause and the causeless lease: skipped without a try, as before.
+        # Today's user cause and today's lease: skipped without a try, as before.
         assert {index.item_id(k): stage for k, (_, stage) in skips.items()} == {
             "LJ001-0008": "user", "LJ001-0009": "lease"}  # fmt: skip
         # Another function's verdict, and a line before causes: tried again.
@@ -97,11 +97,19 @@ def test_a_start_retries_the_items_whose_cause_changed(tmp_path: Path) -> None:
         assert q.write("LJ001-0004", "/w/4.wav", "still no label", "user", causes["user"])
         assert not q.write("LJ001-0008", "/w/8.wav", "again", "user", causes["user"])
         assert q.by_stage() == {"user": 2, "lease": 1, "metadata": 1}
+        # The stager's own lease verdict carries the cause its producers judge by: a fixed
+        # user function under a new user_version tries the item again.
+        assert q.write("LJ001-0011", "/w/11.wav", "lease expired 3 times", "lease")
     again = read_quarantine(path)
-    assert again[-1]["item_id"] == "LJ001-0004" and again[-1]["cause"] == causes["user"]
+    assert again[-2]["item_id"] == "LJ001-0004" and again[-2]["cause"] == causes["user"]
+    assert again[-1]["cause"] == causes["lease"]
     with QuarantineWriter(path) as q:  # the next start: nothing left to retry
         skips, retried = q.settle(index, causes)
-    assert len(skips) == 3 and not retried
+    assert len(skips) == 4 and not retried
+    changed = stage_causes(replace(cfg, features={"user_version": "v9"}))
+    with QuarantineWriter(path) as q:
+        _, retried = q.settle(index, changed)
+    assert retried == {"user": 2, "lease": 2}
 
 
 def test_a_producer_that_names_no_causes_keeps_every_item_skipped(tmp_path: Path) -> None:
@@ -134,7 +142,7 @@ def test_the_quarantine_verb_lists_by_stage_and_cause_and_clears(
     assert "user: 1, cause '0badc0de tests.support.user_fields:fussy v1'" in said
     assert f"today's cause is {causes['user']!r}: the next start retries them" in said
     assert f"user: 1, cause {causes['user']!r}\n    still today's cause" in said
-    assert "lease: 1, cause none recorded\n    no cause to change: skipped" in said
+    assert f"lease: 1, cause {causes['lease']!r}\n    still today's cause" in said
     assert "audio: 1, cause none recorded\n    today's cause is" in said  # before causes
     assert "e.g. LJ001-0004: unexpected KeyError in user" in said
     with QuarantineWriter(path):  # a live stager holds the file: no edit under it
