@@ -80,6 +80,8 @@ class Builder:
         # What the format adds to the header (the shards' item counts).
         self.header: dict[str, Any] = {"lines_file": "", "setting": 0}
         self._blob: list[bytes] | None = None  # a scanned corpus's stored lines
+        # Clips whose audio lies outside the root ('../...'): ids that depend on the mount.
+        self.outside, self.outside_example = 0, ""
 
     def progress(self, what: str) -> None:
         log.info("corpus index: %s", what)
@@ -93,6 +95,10 @@ class Builder:
         """Items of one block, in order (comprehensions: ~1 us an item, not ~3). rows:
         Entry-shaped tuples, audio relative to the root."""
         first = len(self.offset)
+        outside = [f[1] for f in rows if f[1].startswith("../")]
+        if outside:
+            self.outside += len(outside)
+            self.outside_example = self.outside_example or outside[0]
         self.offset.extend(offsets)
         self.length.extend(lengths)
         self.line.extend(numbers)
@@ -163,8 +169,16 @@ class Builder:
             if self.header.pop("shards", None) is not None:
                 log.warning("corpus index: duplicate ids across shards; data.shard_window "
                             "cannot be used")  # fmt: skip
+        if self.outside:
+            log.warning(
+                "corpus index: %d clips lie outside the corpus root %s (e.g. %s): their ids "
+                "and the corpus digest change where the corpus is mounted elsewhere; set "
+                "data.root to a folder that holds every clip", self.outside, self.root,
+                self.outside_example,
+            )  # fmt: skip
         header = {
             **self.header,
+            "outside_root": self.outside,
             "format": self.format.name,
             "root": self.root,
             "n_items": len(arrays["offset"]),

@@ -42,10 +42,18 @@ def test_the_same_corpus_at_two_paths_is_one_corpus(tmp_path: Path, fmt: str) ->
     assert b.entry(0).audio_path == str(tmp_path / "there" / "wavs" / f"{CLIPS[0]}.wav")
 
 
-def test_data_root_is_what_ids_count_from_when_the_manifest_lives_apart(tmp_path: Path) -> None:
-    """A manifest in meta/ listing absolute paths under the corpus's top folder: with
-    data.root the ids count from that folder, and a copy of the whole tree elsewhere has
-    the same digest; formats whose paths are fixed refuse data.root."""
+def test_data_root_is_what_ids_count_from_when_the_manifest_lives_apart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A manifest in meta/ listing absolute paths under the corpus's top folder: without
+    data.root the index says the ids depend on the mount and to set it; with data.root
+    the ids count from that folder, and a copy of the whole tree elsewhere has the same
+    digest; formats whose paths are fixed refuse data.root."""
+    apart = make_absolute_corpus(tmp_path / "apart", "jsonl", manifest_in="meta")
+    with caplog.at_level("WARNING"):
+        assert open_corpus(cfg_of(apart, "jsonl"), in_subprocess=False).item_id(0).startswith("../")
+    said = [r.getMessage() for r in caplog.records if "outside the corpus root" in r.getMessage()]
+    assert len(said) == 1 and f"{len(CLIPS)} clips" in said[0] and "set data.root" in said[0]
     sides = []
     for side in ("one", "two"):
         manifest = make_absolute_corpus(tmp_path / side, "jsonl", manifest_in="meta")
