@@ -142,3 +142,20 @@ def check_share(cfg: Config, buckets: list[Bucket], share: Share) -> None:
             f"cannot give each of {share.count} workers a row: raise stager.batch_size "
             "(or stager.batch_frames)"
         )
+
+
+def compile_kernels() -> None:
+    """Build a small balanced, bucketed plan, so that numba compiles and caches the
+    balanced plan's kernels now (scripts/setup.sh): about 15 s once per install, which
+    a run's stager would otherwise spend before its first grant."""
+    import tempfile
+
+    from ringfeed.shared.config import config_from_dict
+    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.run.process import StopFlag
+
+    stager = {"batch_size": 4, "balance": {"by": "language"}}
+    cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 64},
+                            "stager": stager})  # fmt: skip
+    with tempfile.TemporaryDirectory() as directory:
+        make_plan(cfg, open_corpus(cfg), Path(directory), StopFlag()).item_at(0)
