@@ -54,7 +54,7 @@ class Incoming(NamedTuple):
     ident: bytes
     msg: p.Message
     payload: list[bytes]
-    peer: PeerId | None  # for a HELLO: who sent it
+    peer: PeerId | None  # for a HELLO or a CONSUMER_HELLO: who sent it
 
 
 def is_remote(ident: bytes) -> bool:
@@ -175,7 +175,7 @@ class ControlSockets:
 
     def receive(self, timeout_s: float) -> Iterator[Incoming]:
         """Messages waiting now (after up to timeout_s); malformed ones are reported.
-        A HELLO comes with who sent it (peer); other messages with None."""
+        A HELLO or CONSUMER_HELLO comes with who sent it (peer); others with None."""
         ready = dict(self.poller.poll(timeout_s * 1000))
         if self.zap is not None and self.zap in ready:
             self._authenticate()
@@ -195,7 +195,8 @@ class ControlSockets:
                     if isinstance(exc, p.VersionMismatch):
                         self.reply(tag + first.bytes, version_refusal(exc))
                     continue
-                peer = peer_of(first, tag == REMOTE) if isinstance(msg, p.Hello) else None
+                hello = isinstance(msg, (p.Hello, p.ConsumerHello))
+                peer = peer_of(first, tag == REMOTE) if hello else None
                 yield Incoming(tag + first.bytes, msg, payload, peer)
 
     def reply(self, ident: bytes, msg: p.Message) -> bool:

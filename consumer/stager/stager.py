@@ -121,12 +121,12 @@ class Stager:
         self, ident: bytes, msg: p.Message, payload: list[bytes], peer: PeerId | None
     ) -> None:
         """Hellos and the consumer's messages first, then a known producer's by kind;
-        anything else is dropped and counted. peer: who sent a HELLO."""
+        anything else is dropped and counted. peer: who sent a (CONSUMER_)HELLO."""
         producer = self.book.touch(ident)
         if producer is not None and producer.stalled and not isinstance(msg, p.Hello):
             self.net.reply(ident, p.Rehello())  # its queued grants are void: start over
         if isinstance(msg, p.ConsumerHello):
-            self.consumer.hello(ident, msg)
+            self.consumer.hello(ident, msg, peer)
         elif ident == self.consumer.ident and not isinstance(msg, p.Hello):
             if not self.consumer.handle(msg):
                 self.drop("unexpected", f"{type(msg).__name__} from the consumer")

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from ringfeed.consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
 from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.ring import Ring, rows_checksum
@@ -219,3 +220,21 @@ def in_thread(target: Callable[..., None], *args: object) -> tuple[threading.Thr
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, tally
+
+
+def second_consumers(cfg: Config, run_id: str, stop: threading.Event, *, tally: Tally) -> None:
+    """Another consumer of this process, in this thread, with the run's secret, that tries
+    to take the run every 0.2 s (a user's second client; two once took the run from each
+    other 20 times): each refusal is counted, a welcome is an error."""
+    while not stop.wait(0.2):
+        client = BatchClient(cfg, run_id, name="second")
+        try:
+            client.connect(timeout_s=2.0, stop=stop.is_set)
+            tally.errors.append("a second consumer of the holder's process took the run")
+            return
+        except StagerRefused:
+            tally.refusals += 1
+        except StagerGone:  # stopped, or the stager ended: not a lie
+            return
+        finally:
+            client.close(finished=False)
