@@ -61,6 +61,7 @@ from ringfeed.shared.config.environment import endpoints, ensure_runtime_dir, ru
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.memory.disk import DiskFull, disk_error, is_full
 from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slot_bytes
 from ringfeed.shared.memory.segments import remove_stale_segments
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
@@ -169,7 +170,13 @@ class Stager:
             self.net.reply(self.consumer.ident, p.Shutdown(why))
         self.producers.shut_down("run finished" if self.consumer.done else why)
         stats = self.stats()
-        write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", stats.to_dict())
+        path = run_dir(self.cfg, self.run_id) / "stager.json"
+        try:
+            write_json_atomic(path, stats.to_dict())
+        except OSError as exc:  # the counters still go to the log, below
+            if not is_full(exc):
+                raise
+            log.error("stager.json not written: %s", disk_error(exc, path))
         time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
         log.info("stager done: %s", json.dumps(stats.counters))
 
@@ -331,9 +338,16 @@ def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
                 log.error("%s", exc)
                 why = str(exc)
                 return STAGER_NO_CONSUMER
+            except DiskFull as exc:  # the quarantine cannot say why an item is skipped
+                why = f"the run stops: {exc}: free space there"
+                log.error("%s", why)
+                return 2
             finally:
                 stager.finish(why)
     except (ConfigError, CorpusError) as exc:  # what to change, in one line
         log.error("config error: %s", exc)
+        return 2
+    except DiskFull as exc:  # at start: the quarantine's earlier lines settled
+        log.error("the run stops: %s: free space there", exc)
         return 2
     return 0

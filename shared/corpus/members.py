@@ -42,15 +42,23 @@ class MemberReader:
         if is_remote(shard):
             if self._store is None:
                 self._store = ShardCache(self.cfg)
-            shard = self._store.local(shard)
+            local = self._store.local(shard)
+            if local is None:  # the shard cache's disk is full: one ranged read instead
+                self.reads += 1
+                return self._checked(shard, self._store.read_range(shard, offset, size),
+                                     offset, size)  # fmt: skip
+            shard = local
         fd = self._open.pop(shard, None)
         if fd is None:
             fd = os.open(shard, os.O_RDONLY | os.O_CLOEXEC)
             while len(self._open) >= OPEN_SHARDS:
                 os.close(self._open.popitem(last=False)[1])
         self._open[shard] = fd
-        data = os.pread(fd, size, offset)
         self.reads += 1
+        return self._checked(shard, os.pread(fd, size, offset), offset, size)
+
+    @staticmethod
+    def _checked(shard: str, data: bytes, offset: int, size: int) -> bytes:
         if len(data) != size:
             raise OSError(f"{shard}: {len(data)} of {size} bytes at {offset} (truncated shard)")
         return data
