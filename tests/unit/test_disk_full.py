@@ -2,29 +2,30 @@
 on where it can (issue 35, item 7): the corpus index is built in memory, the feature and
 shard caches stop writing, a checkpoint is tried again at the next one; the quarantine,
 which must say why an item is skipped, stops the run with that line. ENOSPC is injected
-where a writer meets the OS (tests/support/full_disk.py); with root, the index and the
-feature cache also meet a real full tmpfs."""
+where a writer meets the OS (tests/support/full_disk.py); the index and the feature
+cache also meet a real full tmpfs."""
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
 from ringfeed.producer import cache as cache_module
-from ringfeed.producer.cache import FeatureCache
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.shared.config import replace
 from ringfeed.shared.corpus import build as build_module
 from ringfeed.shared.corpus import object_store
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from ringfeed.shared.memory.disk import DiskFull, disk_error, space_left
 from tests.support.configs import clips_cfg
-from tests.support.full_disk import full_tmpfs, no_space, raising_after
+from tests.support.full_disk import no_space, raising_after
+from tests.support.processes import run_on_small_tmpfs
 
 FULL_LINE = "no space left on the disk holding"
 
@@ -91,11 +92,44 @@ def test_a_full_disk_stops_the_quarantine_with_the_line(
             q.write("item-1", "a.wav", "too long", "features")
 
 
+# Fills the tmpfs, then opens the corpus (its index built in a subprocess) and the
+# feature cache on it; prints what the test checks, as JSON.
+ON_A_FULL_DISK = """
+import json, sys
+from ringfeed.shared.config import replace
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.memory.disk import DiskFull
+from ringfeed.producer.cache import FeatureCache
+from tests.support.configs import clips_cfg
+from pathlib import Path
+full = Path(sys.argv[1])
+try:
+    with open(full / "fill", "wb", buffering=0) as f:
+        while True:
+            f.write(bytes(4096))
+except OSError:
+    pass
+cfg = replace(clips_cfg(full), features={"cache_dir": str(full / "cache")})
+n_items = open_corpus(cfg).n_items
+try:
+    FeatureCache(cfg)
+    cache = "opened"
+except DiskFull as exc:
+    cache = str(exc)
+print(json.dumps({"n_items": n_items, "cache": cache}))
+"""
+
+
 def test_a_real_full_disk_under_the_cache(tmp_path: Path) -> None:
-    """The index build in its subprocess and the feature cache, on a full tmpfs."""
-    with full_tmpfs(tmp_path / "full") as full:
-        cfg = replace(clips_cfg(tmp_path), features={"cache_dir": str(full / "cache")})
-        index = open_corpus(cfg)  # the build subprocess says so by its exit code
-        assert index.n_items == len(read_corpus(cfg)[0])
-        with pytest.raises(DiskFull, match=f"^{FULL_LINE} {full / 'cache'}.* free of "):
-            FeatureCache(cfg)
+    """The index build in its subprocess and the feature cache, on a full 256 KiB tmpfs
+    of a child's own (tests/support/processes.py)."""
+    full = tmp_path / "full"
+    full.mkdir()
+    argv = [sys.executable, "-c", ON_A_FULL_DISK, str(full)]
+    proc = run_on_small_tmpfs(str(full), "256k", argv)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["n_items"] == len(read_corpus(clips_cfg(tmp_path))[0])
+    assert f"{FULL_LINE} {full / 'cache'}" in proc.stderr  # the index, built in memory
+    assert "every process reads the corpus in memory" in proc.stderr
+    assert out["cache"].startswith(f"{FULL_LINE} {full / 'cache'}/"), out
