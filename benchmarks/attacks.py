@@ -13,7 +13,9 @@ attack is a kind of run of its own (tests/support/liars.py):
   join, ask for grants, heartbeat and never deliver; CRASH reports of 16 KiB with
   terminal escapes, ``--crash-per-s`` a second;
 - second-consumer: a second BatchClient in the consumer's own process (another
-  thread, the run's secret) tries to take the run every 0.2 s.
+  thread, the run's secret) tries to take the run every 0.2 s;
+- name-squatting: the key joins first under the names the honest pool will use
+  (honest-0, honest-1: the pool starts with --name honest) and heartbeats.
 
 Runs, ``--repeats`` times each, interleaved: no attacker (the baseline), then each
 attack, and with ``--no-bans`` all-at-once with ``ring.max_strikes: 0`` (fair share
@@ -53,6 +55,7 @@ from tests.support.liars import (  # noqa: E402
     crash_flood,
     in_thread,
     lie_per_grant,
+    name_squatter,
     second_consumers,
     silent_identities,
 )
@@ -96,7 +99,19 @@ def second_consumer(cfg, run_id: str, endpoint: str, key: str, stop: threading.E
     return [in_thread(second_consumers, cfg, run_id, stop)]
 
 
-ATTACKS = {"all-at-once": all_at_once, "second-consumer": second_consumer}
+def name_squatting(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
+                   args: argparse.Namespace) -> list:  # fmt: skip
+    names = [f"{HONEST}-{k}" for k in range(cfg.producers.workers)]
+    return [in_thread(name_squatter, cfg, endpoint, key, stop, names)]
+
+
+ATTACKS = {
+    "all-at-once": all_at_once,
+    "second-consumer": second_consumer,
+    "name-squatting": name_squatting,
+}
+# The honest pool's name prefix: its workers are honest-0, honest-1, ...
+HONEST = "honest"
 
 
 def one_run(kind: str, args: argparse.Namespace) -> dict:
@@ -110,7 +125,7 @@ def one_run(kind: str, args: argparse.Namespace) -> dict:
         liars = strategy(cfg, run_id, endpoint, key, stop, args) if strategy else []
         time.sleep(1.0)  # the attacker first: it holds the ring when the honest ones join
         t0 = time.monotonic()
-        run.start("producers")
+        run.start("producers", "--name", HONEST)
         items = consume(client, timeout_s=300)
         elapsed = time.monotonic() - t0
         stop.set()

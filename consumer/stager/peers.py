@@ -5,10 +5,14 @@ peer is known by what it cannot choose: on the ipc socket the kernel's
 credentials of the connecting process (ZeroMQ's ``Peer-Address`` metadata
 carries its uid and real pid; its parent is read from /proc), on the tcp socket
 its CURVE public key (the ZAP handler names it in ``User-Id``), or its address
-where no keys are configured. Two keys come of it: the account its fair
+where no keys are configured. Three keys come of it: the account its fair
 share of the ring is counted on (a key, a tcp host, or one local pool: every
-worker of a pool has the same parent) and the one a ban refuses (the key, the host, or the local
-uid and pid: one buggy worker does not take its pool down).
+worker of a pool has the same parent), the one a ban refuses (the key, the host, or the local
+uid and pid: one buggy worker does not take its pool down), and the owner of
+the producer names it uses (the key, the tcp host, or this host for every local
+pool): a name is unique per owner, so one key cannot hold another's names (a key
+that joined under an honest pool's names once kept that pool out for as long as it
+heartbeat, 294 refused HELLOs, issue 35).
 
 Strikes (docs/design.md#contract-10): whatever a peer sends that the stager
 rejects costs a strike; ``max_strikes`` of them within STRIKE_WINDOW_S ban its
@@ -43,6 +47,7 @@ class PeerId:
     ban: str  # what a ban refuses
     pid: int = 0  # the kernel's pid of a local peer (0: unknown, or remote)
     unseen: bool = False  # a local peer in a PID namespace we cannot see
+    owner: str = "this host"  # whose producer names it uses: its key, its tcp host
 
 
 def parent_pid(pid: int) -> int:
@@ -73,9 +78,9 @@ def peer_of(frame: zmq.Frame, remote: bool) -> PeerId:
         try:
             key = frame.get("User-Id")  # set by our ZAP handler: the CURVE public key
         except zmq.ZMQError:  # no keys configured: its address is all we know
-            return PeerId(f"host {host}", f"host {host}")
+            return PeerId(f"host {host}", f"host {host}", owner=f"host {host}")
         # One key may serve many hosts (a Ray cluster): each host is an account of its own.
-        return PeerId(f"key {key} host {host}", f"key {key}")
+        return PeerId(f"key {key} host {host}", f"key {key}", owner=f"key {key}")
     address = str(frame.get("Peer-Address"))  # "localhost:uid:gid:pid" over ipc
     try:
         _, uid, _, pid_text = address.rsplit(":", 3)

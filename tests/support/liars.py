@@ -238,3 +238,31 @@ def second_consumers(cfg: Config, run_id: str, stop: threading.Event, *, tally: 
             return
         finally:
             client.close(finished=False)
+
+
+def name_squatter(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, names: list[str], *,
+    tally: Tally,
+) -> None:  # fmt: skip
+    """One socket per name with a valid key (in keys_dir): each joins under a name an
+    honest pool will use, heartbeats, and never asks for a grant; each says HELLO again
+    when told to. Before names were per key, this kept an honest pool out for good."""
+    with zmq.Context() as ctx:
+        socks = [connect(ctx, endpoint, keys_dir) for _ in names]
+        prints = config_fingerprint(cfg)
+        hellos = [p.Hello(name, 1, "far", True, f"sq{i}", "", prints)
+                  for i, name in enumerate(names)]  # fmt: skip
+        try:
+            for sock, hello in zip(socks, hellos, strict=True):
+                sock.send_multipart(p.encode(hello))
+            while not stop.wait(0.1):
+                for sock, hello in zip(socks, hellos, strict=True):
+                    while (msg := receive(sock, 0)) is not None:
+                        if isinstance(msg, p.Rehello):
+                            sock.send_multipart(p.encode(hello))
+                        elif isinstance(msg, p.Welcome):
+                            tally.joins += 1
+                    sock.send_multipart(p.encode(p.Heartbeat(0, {})))
+        finally:
+            for sock in socks:
+                sock.close()
