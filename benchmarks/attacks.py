@@ -15,22 +15,25 @@ attack is a kind of run of its own (tests/support/liars.py):
 - second-consumer: a second BatchClient in the consumer's own process (another
   thread, the run's secret) tries to take the run every 0.2 s;
 - name-squatting: the key joins first under the names the honest pool will use
-  (honest-0, honest-1: the pool starts with --name honest) and heartbeats.
+  (honest-0, honest-1: the pool starts with --name honest) and heartbeats;
+- undecodable-flood: the key sends undecodable messages as fast as its socket takes
+  them, never a HELLO.
 
 Runs, ``--repeats`` times each, interleaved: no attacker (the baseline), then each
 attack, and with ``--no-bans`` all-at-once with ``ring.max_strikes: 0`` (fair share
 per key, shrinking grant limits and rate-limited logs alone). Reported per kind: the
 median honest throughput (items of the epoch delivered per second) and its ratio
 to the baseline, items quarantined (none is bad), the stager log's size, strikes,
-bans and the attacker's refusals. Every row of every batch is checked against its
-item, each item delivered once. Targets: throughput ratio >= 0.8, 0 items
-quarantined, stager log < 10 MiB.
+bans, the attacker's refusals and the stager's CPU seconds. Every row of every batch
+is checked against its item, each item delivered once. Targets: throughput ratio >=
+0.8, 0 items quarantined, stager log < 10 MiB.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import sys
 import tempfile
@@ -58,6 +61,7 @@ from tests.support.liars import (  # noqa: E402
     name_squatter,
     second_consumers,
     silent_identities,
+    undecodable_flood,
 )
 from tests.support.ports import free_port  # noqa: E402
 
@@ -105,13 +109,25 @@ def name_squatting(cfg, run_id: str, endpoint: str, key: str, stop: threading.Ev
     return [in_thread(name_squatter, cfg, endpoint, key, stop, names)]
 
 
+def flood(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
+          args: argparse.Namespace) -> list:  # fmt: skip
+    return [in_thread(undecodable_flood, cfg, endpoint, key, stop)]
+
+
 ATTACKS = {
     "all-at-once": all_at_once,
     "second-consumer": second_consumer,
     "name-squatting": name_squatting,
+    "undecodable-flood": flood,
 }
 # The honest pool's name prefix: its workers are honest-0, honest-1, ...
 HONEST = "honest"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process pid has used so far, seconds (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_run(kind: str, args: argparse.Namespace) -> dict:
@@ -128,6 +144,7 @@ def one_run(kind: str, args: argparse.Namespace) -> dict:
         run.start("producers", "--name", HONEST)
         items = consume(client, timeout_s=300)
         elapsed = time.monotonic() - t0
+        cpu_s = cpu_seconds(run.procs["stager"].pid)
         stop.set()
         for thread, _ in liars:
             thread.join(5)
@@ -147,6 +164,7 @@ def one_run(kind: str, args: argparse.Namespace) -> dict:
         "dropped": dict(summary["dropped"]),
         "lies": sum(tally.lies for _, tally in liars),
         "refusals": sum(tally.refusals for _, tally in liars),
+        "stager_cpu_s": cpu_s,
         "errors": errors,
     }
 
@@ -170,7 +188,7 @@ def main() -> int:
             print(f"repeat {r} {kind}: {results[kind][-1]}", flush=True)
     base = statistics.median(x["items_per_s"] for x in results["baseline"])
     print(f"\n{'run':22} {'items/s':>8} {'ratio':>6} {'quarantined':>11} {'log MiB':>8} "
-          f"{'strikes':>7} {'banned':>6} {'lies':>8} {'refused':>8}")  # fmt: skip
+          f"{'strikes':>7} {'banned':>6} {'lies':>8} {'refused':>8} {'cpu s':>6}")  # fmt: skip
     failed = False
     for kind in kinds:
         runs = results[kind]
@@ -181,7 +199,8 @@ def main() -> int:
               f"{statistics.median(x['strikes'] for x in runs):7.0f} "
               f"{statistics.median(x['banned'] for x in runs):6.0f} "
               f"{statistics.median(x['lies'] for x in runs):8.0f} "
-              f"{statistics.median(x['refusals'] for x in runs):8.0f}")  # fmt: skip
+              f"{statistics.median(x['refusals'] for x in runs):8.0f} "
+              f"{statistics.median(x['stager_cpu_s'] for x in runs):6.1f}")  # fmt: skip
         # Without bans nothing bounds a key that lies: its row is shown, not a target.
         failed |= kind != NO_BANS and (rate / base < 0.8 or quarantined > 0 or worst_log > 10)
         failed |= any(x["errors"] for x in runs)

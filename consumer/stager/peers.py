@@ -15,8 +15,9 @@ that joined under an honest pool's names once kept that pool out for as long as 
 heartbeat, 294 refused HELLOs, issue 35).
 
 Strikes (docs/design.md#contract-10): whatever a peer sends that the stager
-rejects costs a strike; ``max_strikes`` of them within STRIKE_WINDOW_S ban its
-ban key for the rest of the run. A peer whose grants keep expiring while it
+rejects costs a strike (undecodable messages: MALFORMED_PER_STRIKE to a strike);
+``max_strikes`` of them within STRIKE_WINDOW_S ban its ban key for the rest of the
+run. A peer whose grants keep expiring while it
 talks has its grant limit halved (once a lease at most), raised by one per
 sample it delivers (additive increase, multiplicative decrease), down to one.
 An expiry is never a strike: a link that loses messages makes an honest peer
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 STRIKE_WINDOW_S = 600.0
 # Peers remembered at once (strikes and limits); the oldest unbanned go first.
 MAX_REMEMBERED = 4096
+# Undecodable messages from one peer that make a strike. A peer of another protocol
+# version sends a handful (each answered REFUSED, and it exits); a flood sends thousands.
+MALFORMED_PER_STRIKE = 10
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ class PeerTrust:
         self.banned: dict[str, str] = {}  # ban key -> why
         self.limits: dict[str, int] = {}  # account -> most grants it holds at once
         self.cuts: dict[str, float] = {}  # account -> when its limit was last cut
+        self.malformed: dict[str, int] = {}  # ban key -> undecodable messages not struck yet
         self.n_strikes = 0
 
     def refusal(self, peer: PeerId) -> str:
@@ -136,6 +141,15 @@ class PeerTrust:
         log.warning("banned %s: %s", peer.ban, self.banned[peer.ban])
         self._forget(self.banned)
         return True
+
+    def undecodable(self, peer: PeerId) -> bool:
+        """Count an undecodable message of this peer; True when it makes a strike (every
+        MALFORMED_PER_STRIKE th)."""
+        n = self.malformed.pop(peer.ban, 0) + 1
+        if n < MALFORMED_PER_STRIKE:
+            self.malformed[peer.ban] = n  # re-inserted: the dict's order is by last one
+            self._forget(self.malformed)
+        return n >= MALFORMED_PER_STRIKE
 
     def limit(self, account: str) -> int:
         """Most grants the peer of this account may hold at once."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import collections
 
-from ringfeed.consumer.stager.peers import PeerId, PeerTrust
+from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId, PeerTrust
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
 from ringfeed.consumer.stager.stats_record import (
@@ -332,6 +332,13 @@ class ProducerBook:
         for other_ident, other in list(self.producers.items()):
             if other.peer.ban == peer.ban:
                 self.drop(other_ident, may_write=self.local(other), charge=False)
+
+    def undecodable(self, ident: bytes, peer: PeerId, why: str) -> None:
+        """An undecodable message came from this identity: charged to its peer, every
+        MALFORMED_PER_STRIKE th is a strike (consumer/stager/peers.py)."""
+        if self.trust.undecodable(peer):
+            self.strike(ident, f"{MALFORMED_PER_STRIKE} undecodable messages, the last: {why}",
+                        peer)  # fmt: skip
 
     def delivered(self, producer: Producer) -> None:
         """A sample of this producer was accepted."""

@@ -249,7 +249,14 @@ def build(
                     cfg.vocab_size, drop, outliers.delivered)  # fmt: skip
     cleanup.callback(intake.forget_views)
     largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
-    net = ControlSockets(cfg, ends, lambda why: drop("malformed", why), largest)
+    net = ControlSockets(
+        cfg,
+        ends,
+        functools.partial(undecodable, drop, book),
+        largest,
+        lambda ban: drop("banned-peer", f"a message of {ban}, unread"),
+    )
+    net.bans = book.trust.banned
     cleanup.callback(net.close)
     delivery = Delivery(plan, slots, builder, intake, quarantine, index, net)
     fingerprint = dict(plan.fingerprint)
@@ -266,6 +273,12 @@ def build(
     return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
                   slots, book, builder, intake, delivery, desk, consumer, outliers,
                   count_gpus_for(cfg), time.monotonic())  # fmt: skip
+
+
+def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: PeerId) -> None:
+    """A message that did not decode: dropped, counted, charged to whoever sent it."""
+    drop("malformed", f"{why} (from {peer.ban})")
+    book.undecodable(ident, peer, why)
 
 
 def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,

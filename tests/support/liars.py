@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import zmq
 
@@ -266,3 +267,20 @@ def name_squatter(
         finally:
             for sock in socks:
                 sock.close()
+
+
+def undecodable_flood(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, *, tally: Tally
+) -> None:
+    """A valid key (in keys_dir) that sends undecodable messages as fast as its socket
+    takes them (garbage, truncated msgpack, an unknown kind), never a HELLO."""
+    garbage = [[b"\xc1\xc1 garbage"], [msgpack.packb([p.VERSION, 99])[:-1] + b"\xc1"],
+               [msgpack.packb([p.VERSION, 99, "x" * 64])]]  # fmt: skip
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            for frames in garbage:
+                try:
+                    sock.send_multipart(frames, zmq.NOBLOCK)
+                    tally.lies += 1
+                except zmq.Again:  # its queue is full: the stager reads no faster
+                    stop.wait(0.001)
