@@ -17,7 +17,12 @@ attack is a kind of run of its own (tests/support/liars.py):
 - name-squatting: the key joins first under the names the honest pool will use
   (honest-0, honest-1: the pool starts with --name honest) and heartbeats;
 - undecodable-flood: the key sends undecodable messages as fast as its socket takes
-  them, never a HELLO.
+  them, never a HELLO;
+- mute-identities: 30 identities of the key join, ask for grants, heartbeat and never
+  deliver;
+- charge-laundering: 4 identities of the key take grants and fall silent past the
+  lease, again and again, alone for three rounds before the honest pool joins (each
+  such lease would charge its item: 3 of them quarantined innocent items).
 
 Runs, ``--repeats`` times each, interleaved: no attacker (the baseline), then each
 attack, and with ``--no-bans`` all-at-once with ``ring.max_strikes: 0`` (fair share
@@ -60,6 +65,7 @@ from tests.support.liars import (  # noqa: E402
     lie_per_grant,
     name_squatter,
     second_consumers,
+    silent_holders,
     silent_identities,
     undecodable_flood,
 )
@@ -114,11 +120,25 @@ def flood(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
     return [in_thread(undecodable_flood, cfg, endpoint, key, stop)]
 
 
+def mute(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
+         args: argparse.Namespace) -> list:  # fmt: skip
+    return [in_thread(silent_identities, cfg, endpoint, key, stop, 30)]
+
+
+def laundering(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
+               args: argparse.Namespace) -> list:  # fmt: skip
+    pairs = [in_thread(silent_holders, cfg, endpoint, key, stop, 4)]
+    time.sleep(3 * 2.5 * cfg.ring.lease_s)  # alone: three rounds of silent leases
+    return pairs
+
+
 ATTACKS = {
     "all-at-once": all_at_once,
     "second-consumer": second_consumer,
     "name-squatting": name_squatting,
     "undecodable-flood": flood,
+    "mute-identities": mute,
+    "charge-laundering": laundering,
 }
 # The honest pool's name prefix: its workers are honest-0, honest-1, ...
 HONEST = "honest"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import collections
 
-from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId, PeerTrust
+from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
 from ringfeed.consumer.stager.stats_record import (
@@ -123,7 +123,8 @@ class ProducerBook:
             if same_name(old, msg.name, peer):
                 other = old.token != msg.token
                 alive = other and pid_alive(old.pid)
-                self.drop(old_ident, may_write=self.local(old) and alive, charge=other)
+                charge = other and (self.local(old) or self.trust.testifies(old.peer))
+                self.drop(old_ident, may_write=self.local(old) and alive, charge=charge)
         for old_ident, old in list(self.zombies.items()):
             if same_name(old, msg.name, peer) and old.token == msg.token:
                 self.slots.unfence(old_ident)
@@ -273,10 +274,14 @@ class ProducerBook:
         returns the names of the producers concerned.
 
         Who pays: a producer silent for the whole lease is stuck on its current input,
-        which is charged (revoke). One that kept talking while a grant expired lost that
-        GRANT or its READY on the way: nothing is charged. A remote one then loses just
-        the expired grants (it cannot write our memory, and a late READY is stale); a
-        local one is revoked, fenced, until it says HELLO with an empty queue."""
+        which is charged (revoke); a remote one's only if its peer testifies (it has
+        delivered at least half as many samples as leases it let expire: peers.py). One
+        that kept talking while a grant expired lost that GRANT or its READY on the way:
+        nothing is charged, and its peer is struck when 10 of its grants expired so
+        with fewer than a quarter as many samples delivered (peers.py). A remote one then
+        loses just the expired grants (it cannot write our memory, and a late READY is
+        stale); a local one is revoked, fenced, until it says HELLO with an empty
+        queue."""
         now, names = self.clock(), []
         self.slots.lift_old_fences(now)
         self.zombies = {i: z for i, z in self.zombies.items() if self.slots.fences(i)}
@@ -303,13 +308,19 @@ class ProducerBook:
             del self.forgotten[next(iter(self.forgotten))]
 
     def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
-        if silent_s > self.lease_s:
-            self.revoke(ident)
+        """Who pays for leases that expired: see expire(). A peer that lets leases expire
+        while it talks and delivers few samples is struck for holding (peers.py)."""
+        peer = producer.peer
+        if silent_s > self.lease_s:  # its item is charged: by a remote peer, if it testifies
+            self.revoke(ident, charge=self.trust.silent_expiry(peer) or self.local(producer))
             return
-        account = producer.peer.account
+        account = peer.account
         holding = sum(self.slots.holding(i) for i, pr in self.producers.items()
                       if pr.peer.account == account)  # fmt: skip
         self.trust.expired_while_talking(account, holding)
+        if why := self.trust.held_expired(peer, len(expired)):
+            self.strike(ident, why)  # its grants back uncharged; banned at max_strikes
+            return
         if producer.remote:
             for k in expired:
                 self.slots.reclaim(k, fence=False, charged=False)
@@ -333,17 +344,10 @@ class ProducerBook:
             if other.peer.ban == peer.ban:
                 self.drop(other_ident, may_write=self.local(other), charge=False)
 
-    def undecodable(self, ident: bytes, peer: PeerId, why: str) -> None:
-        """An undecodable message came from this identity: charged to its peer, every
-        MALFORMED_PER_STRIKE th is a strike (consumer/stager/peers.py)."""
-        if self.trust.undecodable(peer):
-            self.strike(ident, f"{MALFORMED_PER_STRIKE} undecodable messages, the last: {why}",
-                        peer)  # fmt: skip
-
     def delivered(self, producer: Producer) -> None:
         """A sample of this producer was accepted."""
         producer.samples += 1
-        self.trust.delivered(producer.peer.account)
+        self.trust.delivered(producer.peer)
 
     def reap_zombies(self) -> None:
         """Free the fenced slots of dropped producers whose process has since died."""

@@ -45,7 +45,7 @@ from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
 from ringfeed.consumer.stager.outliers import OutlierReport, earlier_skips, out_of_band_clips
-from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
@@ -276,9 +276,11 @@ def build(
 
 
 def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: PeerId) -> None:
-    """A message that did not decode: dropped, counted, charged to whoever sent it."""
+    """A message that did not decode: dropped, counted, charged to whoever sent it (every
+    MALFORMED_PER_STRIKE th a strike, consumer/stager/peers.py)."""
     drop("malformed", f"{why} (from {peer.ban})")
-    book.undecodable(ident, peer, why)
+    if book.trust.undecodable(peer):
+        book.strike(ident, f"{MALFORMED_PER_STRIKE} undecodable messages, the last: {why}", peer)
 
 
 def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,

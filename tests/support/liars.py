@@ -284,3 +284,27 @@ def undecodable_flood(
                     tally.lies += 1
                 except zmq.Again:  # its queue is full: the stager reads no faster
                     stop.wait(0.001)
+
+
+def silent_holders(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, n: int, *, tally: Tally
+) -> None:
+    """n sockets with one valid key (in keys_dir) that join, ask for grants, then fall
+    silent past the lease with them and say HELLO again: each lease that runs out at a
+    silent producer would charge its item, so an item quarantined by them would be an
+    innocent one ('charge laundering')."""
+    lease_s = cfg.ring.lease_s
+    with zmq.Context() as ctx:
+        socks = [connect(ctx, endpoint, keys_dir) for _ in range(n)]
+        try:
+            while not stop.is_set():
+                for i, sock in enumerate(socks):
+                    if join(sock, cfg, f"holder-{i}", True, tally) is None:
+                        continue
+                    sock.send_multipart(p.encode(p.Request(4)))
+                for sock in socks:
+                    tally.lies += len(grants_of(sock, 0.2))
+                stop.wait(2.5 * lease_s)  # silent: its grants' leases run out
+        finally:
+            for sock in socks:
+                sock.close()

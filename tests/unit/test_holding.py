@@ -1,0 +1,60 @@
+"""Holding is charged like lying (issue 35, item 1), against the real stager in this
+process with honest producers of another key: 30 identities of one key that join, take
+grants, heartbeat and never deliver are struck for the leases that expire at them and
+banned; identities that take grants and fall silent past the lease (each such lease
+would charge its item) never get an innocent item quarantined. (An honest link that
+loses messages is never struck: tests/process/test_faults.py.)"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ringfeed.consumer.stager.quarantine import read_quarantine
+from ringfeed.shared.wire.keys import load_client
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import keyed
+from tests.support.liars import in_thread, silent_holders, silent_identities
+from tests.support.polling import wait_for
+from tests.support.producer_threads import producer_threads
+from tests.support.stager_thread import stager_thread
+
+RING = {"lease_s": 0.5, "heartbeat_s": 0.1}
+
+
+def run_beside(tmp_path: Path, liar, *args: object, alone=lambda tally: tally.lies) -> tuple:
+    """The liar (a strategy of tests/support/liars.py, with the key 'liar') alone until
+    alone(its tally) says so, then beside two honest producers of their own key to the
+    end; -> (cfg, items, tally, summary, quarantine)."""
+    n = 300
+    config, keys = keyed(tmp_path, ("honest", "liar"), items=n, delay_s=0.002, ring=RING)
+    with stager_thread(config) as stager:
+        cfg, client, stop = stager.cfg, stager.client(), threading.Event()
+        thread, tally = in_thread(liar, cfg, stager.tcp, str(keys["liar"]), stop, *args)
+        wait_for(lambda: alone(tally), 20, "the liar holding grants")
+        with producer_threads(cfg, stager.tcp, n=2, keys=load_client(keys["honest"])):
+            items = consume(client, timeout_s=90)
+            client.close()
+        stop.set()
+        thread.join(10)
+        summary = stager.summary()
+    assert not tally.errors, tally.errors
+    assert_exactly_once(items, cfg, n)
+    return cfg, items, tally, summary, read_quarantine(stager.dir / "quarantine.jsonl")
+
+
+def test_thirty_mute_identities_of_one_key_are_struck_and_banned(tmp_path: Path) -> None:
+    cfg, _, _, summary, quarantine = run_beside(tmp_path, silent_identities, 30)
+    assert summary["counters"]["peers_banned"] == 1, summary["counters"]
+    assert summary["counters"]["strikes"] >= cfg.ring.max_strikes
+    assert summary["dropped"].get("banned-peer", 0) >= 1  # read no more after the ban
+    assert quarantine == []
+
+
+def test_silent_holders_never_get_an_innocent_item_quarantined(tmp_path: Path) -> None:
+    # Alone for three rounds of grants: each item it held could have been charged 3 times.
+    _, _, tally, summary, quarantine = run_beside(
+        tmp_path, silent_holders, 4, alone=lambda tally: tally.joins >= 16
+    )
+    assert quarantine == [], quarantine  # no 'lease expired 3 times' for their silence
+    assert summary["counters"]["reclaimed"] >= tally.joins  # their leases did run out
