@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 STRIKE_WINDOW_S = 600.0
 # Peers remembered at once (strikes and limits); the oldest unbanned go first.
 MAX_REMEMBERED = 4096
-# Grants that expire at a peer while it keeps talking, with fewer than a quarter as many
-# samples delivered, that make its first strike for holding, once it has held grants for
+# Grants that expire at a peer (talking or silent: one that takes grants, falls silent
+# and comes back holds as much), with fewer than a quarter as many samples delivered,
+# that make its first strike for holding, once it has held grants for
 # HOLD_MIN_LEASES leases; each further strike takes HOLD_MORE_EXPIRIES more. 30 mute
 # identities of one key once held the plan back to 0.08 of its pace, never struck (issue
 # 35). An honest link that loses 30 % of messages delivers about one sample per expired
@@ -120,8 +121,7 @@ class Hold:
     """What a peer held and delivered over the run (its ban key's)."""
 
     since: float  # when the stager first counted anything of it (its run clock)
-    talking: int = 0  # grants that expired while it talked
-    silent: int = 0  # times its grants expired while it was silent
+    expired: int = 0  # its grants whose lease ran out, whether it talked or not
     samples: int = 0  # samples it delivered
     next_strike: int = HOLD_EXPIRIES_PER_STRIKE  # talking expiries of its next strike
 
@@ -180,22 +180,16 @@ class PeerTrust:
         return record
 
     def held_expired(self, peer: PeerId, n: int) -> str:
-        """n grants of this peer expired while it talked: '' or why that is a strike now."""
+        """n grants of this peer expired: '' or why that is a strike now."""
         h = self._hold(peer)
-        h.talking += n
+        h.expired += n
         if (self.clock() - h.since < HOLD_MIN_LEASES * self.lease_s
-                or h.talking < h.next_strike or 4 * h.samples >= h.talking):  # fmt: skip
+                or h.expired < h.next_strike or 4 * h.samples >= h.expired):  # fmt: skip
             return ""
-        h.next_strike = h.talking + HOLD_MORE_EXPIRIES
-        return (f"{h.talking} of its grants expired while it talked, {h.samples} samples"
-                " delivered: it holds grants it does not fill (raise ring.lease_s if its"
-                " samples take that long)")  # fmt: skip
-
-    def silent_expiry(self, peer: PeerId) -> bool:
-        """A lease of this peer expired while it was silent: counted; may its item be
-        charged (testifies)?"""
-        self._hold(peer).silent += 1
-        return self.testifies(peer)
+        h.next_strike = h.expired + HOLD_MORE_EXPIRIES
+        return (f"{h.expired} of its grants expired, {h.samples} samples delivered: it"
+                " holds grants it does not fill (raise ring.lease_s if its samples take"
+                " that long)")  # fmt: skip
 
     def testifies(self, peer: PeerId) -> bool:
         """Does this peer's failure count against an item? Only once it has delivered
@@ -203,7 +197,7 @@ class PeerTrust:
         never delivers says nothing about items (one once had 400 innocent items
         quarantined for 'lease expired 3 times', issue 35)."""
         h = self.holds.get(peer.ban)
-        return h is not None and h.samples > 0 and 2 * h.samples >= h.talking + h.silent
+        return h is not None and h.samples > 0 and 2 * h.samples >= h.expired
 
     def limit(self, account: str) -> int:
         """Most grants the peer of this account may hold at once."""

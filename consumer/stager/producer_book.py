@@ -277,7 +277,7 @@ class ProducerBook:
         which is charged (revoke); a remote one's only if its peer testifies (it has
         delivered at least half as many samples as leases it let expire: peers.py). One
         that kept talking while a grant expired lost that GRANT or its READY on the way:
-        nothing is charged, and its peer is struck when 10 of its grants expired so
+        nothing is charged. Either way its peer is struck once 10 of its grants expired
         with fewer than a quarter as many samples delivered (peers.py). A remote one then
         loses just the expired grants (it cannot write our memory, and a late READY is
         stale); a local one is revoked, fenced, until it says HELLO with an empty
@@ -309,18 +309,18 @@ class ProducerBook:
 
     def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
         """Who pays for leases that expired: see expire(). A peer that lets leases expire
-        while it talks and delivers few samples is struck for holding (peers.py)."""
+        and delivers few samples is struck for holding (peers.py)."""
         peer = producer.peer
+        if why := self.trust.held_expired(peer, len(expired)):
+            self.strike(ident, why)  # its grants back uncharged; banned at max_strikes
+            return
         if silent_s > self.lease_s:  # its item is charged: by a remote peer, if it testifies
-            self.revoke(ident, charge=self.trust.silent_expiry(peer) or self.local(producer))
+            self.revoke(ident, charge=self.local(producer) or self.trust.testifies(peer))
             return
         account = peer.account
         holding = sum(self.slots.holding(i) for i, pr in self.producers.items()
                       if pr.peer.account == account)  # fmt: skip
         self.trust.expired_while_talking(account, holding)
-        if why := self.trust.held_expired(peer, len(expired)):
-            self.strike(ident, why)  # its grants back uncharged; banned at max_strikes
-            return
         if producer.remote:
             for k in expired:
                 self.slots.reclaim(k, fence=False, charged=False)

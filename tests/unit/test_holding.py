@@ -2,14 +2,15 @@
 process with honest producers of another key: 30 identities of one key that join, take
 grants, heartbeat and never deliver are struck for the leases that expire at them and
 banned; identities that take grants and fall silent past the lease (each such lease
-would charge its item) never get an innocent item quarantined. (An honest link that
-loses messages is never struck: tests/process/test_faults.py.)"""
+would charge its item) never get an innocent item quarantined, and are banned too. (An
+honest link that loses messages is never struck: tests/process/test_faults.py.)"""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
+from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.wire.keys import load_client
 from tests.support.checks import assert_exactly_once, consume
@@ -52,9 +53,30 @@ def test_thirty_mute_identities_of_one_key_are_struck_and_banned(tmp_path: Path)
 
 
 def test_silent_holders_never_get_an_innocent_item_quarantined(tmp_path: Path) -> None:
-    # Alone for three rounds of grants: each item it held could have been charged 3 times.
+    # Alone for three rounds of grants (each item it held could have been charged three
+    # times), or until it is banned for holding: its HELLOs are then answered no more.
     _, _, tally, summary, quarantine = run_beside(
-        tmp_path, silent_holders, 4, alone=lambda tally: tally.joins >= 16
+        tmp_path, silent_holders, 4, alone=lambda tally: tally.joins >= 16 or tally.refusals
     )
     assert quarantine == [], quarantine  # no 'lease expired 3 times' for their silence
-    assert summary["counters"]["reclaimed"] >= tally.joins  # their leases did run out
+    assert summary["counters"]["reclaimed"] >= 4  # their leases did run out
+    assert summary["counters"]["peers_banned"] == 1  # holding, silent, is charged too
+
+
+def test_a_peer_testifies_against_items_only_while_it_delivers() -> None:
+    """Whose silent expiry charges an item: never a peer that has delivered nothing; one
+    that delivers at least half as many samples as grants it let expire; and a holder is
+    struck once it has held for 2 leases, at 10 expired grants with under a quarter as
+    many samples, then every 3 more."""
+    now = [0.0]
+    trust = PeerTrust(max_strikes=3, n_slots=16, lease_s=1.0, clock=lambda: now[0])
+    liar, honest = PeerId("key L", "key L"), PeerId("key H", "key H")
+    assert trust.held_expired(liar, 4) == "" and not trust.testifies(liar)
+    for _ in range(6):
+        trust.delivered(honest)
+    assert trust.held_expired(honest, 4) == "" and trust.testifies(honest)  # 6 >= 4 / 2
+    assert trust.held_expired(honest, 9) == "" and not trust.testifies(honest)  # 6 < 13 / 2
+    assert trust.held_expired(liar, 6) == ""  # 10, but within its first 2 leases
+    now[0] = 2.0
+    assert "10 of its grants expired, 0 samples delivered" in trust.held_expired(liar, 0)
+    assert trust.held_expired(liar, 2) == "" and trust.held_expired(liar, 1) != ""  # 13
