@@ -49,7 +49,7 @@ MAX_REMEMBERED = 4096
 # grant: only its first lease, when a lost GRANT of several slots may come before any
 # READY, could look otherwise, and no strike is counted then.
 HOLD_EXPIRIES_PER_STRIKE = 10
-HOLD_MORE_EXPIRIES = 3
+HOLD_MORE_EXPIRIES = 1
 HOLD_MIN_LEASES = 2.0
 # Undecodable messages from one peer that make a strike. A peer of another protocol
 # version sends a handful (each answered REFUSED, and it exits); a flood sends thousands.
