@@ -29,12 +29,15 @@ gives the median of each and the ratios; ``--plot PATH`` draws the medians
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,20 +75,37 @@ def bench_memcpy(seconds: float) -> float:
 
 
 def bench_pool(seconds: float, workers: int, chunksize: int) -> float:
+    """Pool.imap over a feeder that keeps a bounded number of tasks in flight, ended with
+    close and join: terminate() with an endless iterable can hang for good (its task
+    thread blocked on a full pipe to killed workers; seen here under load)."""
     tokens = np.zeros((B, T), np.int32)
     mel = np.zeros((B, F, M), np.float32)
+    in_flight, stop = threading.Semaphore(4 * workers * chunksize + 256), threading.Event()
+
+    def tasks() -> Iterator[int]:
+        for i in itertools.count():
+            in_flight.acquire()
+            if stop.is_set():
+                return
+            yield i
+
     with mp.get_context("spawn").Pool(workers) as pool:
-        it = pool.imap(make_sample, range(10**9), chunksize=chunksize)
-        for _ in range(200):  # warm up: workers started, pipes full
-            next(it)
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
+        it = pool.imap(make_sample, tasks(), chunksize=chunksize)
+        n, t0 = -200, 0.0  # 200 to warm up: workers started, pipes full
+        while n < 0 or time.perf_counter() - t0 < seconds:
             t, m = next(it)
+            in_flight.release()
             tokens[n % B] = t
             mel[n % B] = m
             n += 1
+            t0 = time.perf_counter() if n == 0 else t0
         rate = n / (time.perf_counter() - t0)
-        pool.terminate()
+        stop.set()
+        in_flight.release()  # the feeder wakes, sees stop and ends the iterable
+        pool.close()
+        for _ in it:  # what was in flight
+            pass
+        pool.join()
     return rate
 
 

@@ -27,7 +27,7 @@ from ringfeed.producer.cache import FeatureCache
 from ringfeed.producer.durations import read_durations
 from ringfeed.producer.extra_fields import ExtraFields
 from ringfeed.producer.features import fit_length, log_mel, log_mel_energy
-from ringfeed.producer.prosody import pitch
+from ringfeed.producer.prosody import PROSODY_VERSION, pitch
 from ringfeed.producer.references import SpeakerClips, cut_reference, reference_candidates
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.start_check import (
@@ -37,10 +37,11 @@ from ringfeed.producer.start_check import (
     probe_overrides,
 )
 from ringfeed.producer.text import TextEncoder
-from ringfeed.shared.config import Config, replace
+from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.members import MemberReader
 from ringfeed.shared.memory.disk import DiskFull
+from ringfeed.shared.run.prosody_table import normalized_pitch, required_table
 from ringfeed.shared.sample import marks as m
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,16 @@ class PipelineCounters:
     cache_writes_off: int = 0
 
 
+def prosody_table(cfg: Config, index: Any) -> dict[str, Any] | None:
+    """The prosody table features.pitch_norm applies (shared/run/prosody_table.py), or
+    None when it is none; ConfigError when the table is missing (what to run)."""
+    if cfg.features.pitch_norm == "none":
+        return None
+    if index is None:
+        raise ConfigError("features.pitch_norm: needs the corpus index (SamplePipeline index=)")
+    return required_table(cfg, index.digest, PROSODY_VERSION)
+
+
 class SamplePipeline:
     """Per-sample work of one producer process: text, audio, features, cache."""
 
@@ -87,6 +98,7 @@ class SamplePipeline:
         self.extras = ExtraFields(cfg)
         self.index = index
         self.clips = SpeakerClips(index) if cfg.features.reference and index else None
+        self.prosody = prosody_table(cfg, index)
         self.bad_references: set[int] = set()  # candidates that did not read, this process
         self._members: MemberReader | None = None  # tar shard reads, made on first use
         # Where the sample in progress is: the stage of a quarantine entry.
@@ -144,6 +156,12 @@ class SamplePipeline:
         truncated = text_truncated or bool(marks & m.TRUNCATED)
         sample = Sample(entry.item_id, tokens, truncated=truncated, marks=marks & m.AUDIO)
         sample.fields = fields
+        if self.prosody is not None and "pitch" in fields:
+            self.stage = "pitch"
+            mode = self.cfg.features.pitch_norm
+            moments = self.prosody["global"] if mode == "global" else (
+                self.prosody["speakers"][entry.speaker])  # fmt: skip
+            fields["pitch"] = normalized_pitch(fields["pitch"], moments)
         if self.cfg.features.durations_dir:
             self.stage = "durations"
             frames = len(array) if self.cfg.features.device == "producer" else (

@@ -10,6 +10,7 @@ ringfeed drain CONFIG --run-id R         a consumer without a model (transport r
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
 ringfeed index CONFIG                    build the corpus index (the stager does if missing)
 ringfeed lengths CONFIG                  measure every item's length (buckets, rate bands)
+ringfeed stats CONFIG [--workers N]      per-speaker pitch and energy statistics (pitch_norm)
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
 ringfeed config [--write]                every config key: type, default, meaning
@@ -33,6 +34,7 @@ from ringfeed.scripts.cli_data import (
     cmd_index,
     cmd_lengths,
     cmd_quarantine,
+    cmd_stats,
     cmd_text,
     cmd_validate,
     cmd_vocab,
@@ -319,6 +321,10 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
                           help="--deep's processes (default: one per core)")  # fmt: skip
     verb("index", cmd_index).add_argument("config")
     verb("lengths", cmd_lengths).add_argument("config")
+    stats = verb("stats", cmd_stats)
+    stats.add_argument("config")
+    stats.add_argument("--workers", type=int, default=0,
+                       help="processes (default: producers.workers)")  # fmt: skip
     vocab = verb("vocab", cmd_vocab)
     vocab.add_argument("config")
     vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")

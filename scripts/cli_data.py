@@ -1,5 +1,5 @@
 """The `ringfeed` verbs that look at a config and its corpus without starting a run:
-validate (its producer-host role too), index, lengths, vocab, text and config, and
+validate (its producer-host role too), index, lengths, stats, vocab, text and config, and
 quarantine (a run's quarantine, listed or cleared). Thin, as scripts/cli.py is: each
 calls the module that does the work."""
 
@@ -146,6 +146,26 @@ def cmd_lengths(args: argparse.Namespace) -> int:
     known = lengths.frames[lengths.frames >= 0]
     spread = f"{known.min()}..{known.max()} frames" if known.size else "no readable headers"
     print(f"{index.location}: {len(lengths.frames)} items, {spread}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Per-speaker prosody statistics (producer/prosody_pass.py), kept beside the index."""
+    from ringfeed.producer.prosody_pass import compute_table
+    from ringfeed.shared.corpus.entry import CorpusError
+
+    cfg = _config(args.config)
+    try:
+        path, table = compute_table(cfg, args.workers)
+    except CorpusError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{path}: {len(table['speakers'])} speakers, {table['skipped']} clips skipped")
+    head = ("speaker", "clips", "log-f0 mean", "std", "energy mean", "std")
+    print("{:<24} {:>6} {:>12} {:>7} {:>12} {:>9}".format(*head))
+    for name, s in [*table["speakers"].items(), ("(all)", table["global"])]:
+        print(f"{name[:24]:<24} {s['clips']:>6} {s['log_f0_mean']:>12.4f} {s['log_f0_std']:>7.4f} "
+              f"{s['energy_mean']:>12.3f} {s['energy_std']:>9.3f}")  # fmt: skip
     return 0
 
 

@@ -67,6 +67,7 @@ from ringfeed.shared.memory.segments import remove_stale_segments
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
 from ringfeed.shared.run.id_tables import IDS_FILE, settle_tables
 from ringfeed.shared.run.process import POLL_S, STAGER_NO_CONSUMER, StopFlag, write_json_atomic
+from ringfeed.shared.run.prosody_table import keep_in_run
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,8 @@ def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> CorpusIn
         quarantine.write(bad.item_id, f"{bad.file}:{bad.line}", bad.reason, "metadata")
     log.info("dataset: %d usable items, %d bad metadata lines (see %s)",
              index.n_items, len(index.bad_lines), directory / "quarantine.jsonl")  # fmt: skip
+    if cfg.features.pitch_norm != "none":  # what the producers apply, kept for inference
+        keep_in_run(cfg, index.digest, directory)
     return index
 
 

@@ -4,7 +4,8 @@ Layout under ``<run_dir>/checkpoints/`` (tf.train.CheckpointManager, last 3 kept
 
     ckpt-<step>.index, ckpt-<step>.data-*   model, optimizer (slots, iterations), step
     ckpt-<step>.json                        {"checkpoint": <step>, "step", "cursor",
-                                             "config_yaml", "ids": the run's id tables}
+                                             "config_yaml", "ids": the run's id tables,
+                                             "prosody": the pitch_norm statistics, if any}
     checkpoint                              TF's pointer to the latest
 
 The cursor (position, epoch, batch_index, seed; plan: the plan fingerprint that a
@@ -43,6 +44,7 @@ from ringfeed.shared.config.environment import run_dir
 from ringfeed.shared.memory.disk import DiskFull, is_full
 from ringfeed.shared.run.id_tables import read_tables
 from ringfeed.shared.run.process import write_json_atomic
+from ringfeed.shared.run.prosody_table import read_run_table
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,11 @@ class CheckpointManager:
         ids = read_tables(self.directory.parent)
         if ids is not None:
             sidecar["ids"] = ids.to_dict()
+        # The prosody statistics the pitch field was normalized with (features.pitch_norm;
+        # shared/run/prosody_table.py): inference inverts them to speak in Hz.
+        prosody = read_run_table(self.directory.parent)
+        if prosody is not None:
+            sidecar["prosody"] = prosody
         write_json_atomic(self._sidecar(step), sidecar)
         self._step.assign(step)
         path = self._manager.save(checkpoint_number=step)

@@ -5,11 +5,34 @@ Part of the one configuration (shared/config/config.py); validates its own keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ringfeed.shared.config.loader import at_least_one, check
 from ringfeed.shared.language.codes import valid_code
+
+
+@dataclass(frozen=True)
+class ColumnsConfig:
+    """data.columns: which columns of a Parquet corpus (data.format: parquet) hold what;
+    the defaults are what Hugging Face datasets name them."""
+
+    # The audio: a struct of bytes and path (datasets' Audio feature, its bytes embedded).
+    audio: str = "audio"
+    # The transcription (Common Voice on the Hub: sentence; LibriTTS-R: text_normalized).
+    text: str = "text"
+    # "" = speaker_id where the files have it, else no speaker; a name: that column, which
+    # must be there (Common Voice on the Hub: client_id).
+    speaker: str = ""
+    # "" = language where the files have it, else data.language; a name: that column.
+    language: str = ""
+    # "" = id where the files have it, else the audio's file name without its extension,
+    # else <file>-<row>; a name: that column.
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        for key in ("audio", "text"):
+            check(bool(getattr(self, key)), f"data.columns.{key}", "must name a column")
 
 
 @dataclass(frozen=True)
@@ -18,17 +41,31 @@ class DataConfig:
     path: str = "data/ljspeech-mini"
     # ljspeech (metadata.csv), csv (audio_file|text[|speaker_name]), jsonl (a manifest, one
     # clip per line), libritts (LibriTTS and LibriTTS-R folders), vctk; shards: WebDataset-style
-    # tar shards in a folder or on object storage (s3://, gs://, https://); synthetic:
+    # tar shards in a folder or on object storage (s3://, gs://, https://); commonvoice: a
+    # Common Voice locale folder (validated.tsv, clips/*.mp3) or one of its tsv files; lhotse:
+    # a Lhotse supervisions (with its recordings) or cuts manifest, .jsonl(.gz); parquet: a
+    # folder (or file) of Hugging Face datasets' Parquet files (data.columns); synthetic:
     # precomputed arrays, no files (transport tests and benchmarks). One module each in
     # shared/corpus/formats/; every format: docs/corpora.md#bring-your-own-data.
-    format: Literal["ljspeech", "csv", "jsonl", "libritts", "vctk", "shards", "synthetic"] = (
-        "ljspeech"
-    )
+    format: Literal[
+        "ljspeech",
+        "csv",
+        "jsonl",
+        "libritts",
+        "vctk",
+        "commonvoice",
+        "lhotse",
+        "parquet",
+        "shards",
+        "synthetic",
+    ] = "ljspeech"
     # What item ids and audio paths count from (jsonl and csv, whose lines name audio files
     # freely; relative to the config file): "" = the manifest's or metadata file's
     # folder. Set it to the corpus's top folder when a manifest lists absolute paths
     # outside its own folder, so the same corpus has the same ids wherever it lives.
     root: str = ""
+    # The columns of a Parquet corpus (data.format: parquet).
+    columns: ColumnsConfig = field(default_factory=ColumnsConfig)
     # Items of format: synthetic.
     synthetic_items: int = 256
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or

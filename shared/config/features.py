@@ -73,6 +73,11 @@ class FeaturesConfig:
     # Sample fields pitch (f0 per mel frame, Hz, 0 unvoiced) and voiced: pyworld DIO +
     # StoneMask, ~13 ms per second of audio.
     pitch: bool = False
+    # The pitch field as FastPitch trains on it: none (Hz); speaker or global: log-f0 minus
+    # its mean over voiced frames, over its standard deviation, per speaker or over the
+    # corpus (0 on unvoiced frames), from the table `ringfeed stats CONFIG` computes
+    # (shared/run/prosody_table.py; in every checkpoint, so inference can invert it).
+    pitch_norm: Literal["none", "global", "speaker"] = "none"
     # Sample field energy: the L2 norm of each mel frame's STFT magnitude (bins <= fmax).
     energy: bool = False
     # Fields of your own: "module:function", called as function(wave, mel, text, entry)
@@ -113,6 +118,8 @@ def validate_features(f: FeaturesConfig) -> None:
         check(not (stager and getattr(f, key)), f"features.{key}",
               "needs the mel's STFT on the producer: set features.device: producer "
               f"or features.{key}: false")  # fmt: skip
+    check(f.pitch_norm == "none" or f.pitch, "features.pitch_norm",
+          "normalizes the pitch field: set features.pitch: true, or pitch_norm: none")  # fmt: skip
     check(not f.reference or 1 <= f.reference_frames <= f.max_frames, "features.reference_frames",
           f"{f.reference_frames}: must be 1..features.max_frames={f.max_frames}")  # fmt: skip
     _validate_user_fields(f.user_fields, stager)

@@ -34,7 +34,8 @@ class Entry(NamedTuple):
     transcription; speaker ("" when the corpus names none); language (a code; "" until
     the index settles data.language or detection); offset_s and duration_s (seconds) cut
     a segment of the file (0, 0: the whole file); member: (byte offset, size) of the
-    clip's audio inside audio_path when that is a tar shard, None for a file of its own.
+    clip's audio inside audio_path when that is a tar shard or a Parquet file, None for a
+    file of its own.
 
     A NamedTuple: the index build handles millions of them, and a format's fast path
     builds plain tuples in this order."""

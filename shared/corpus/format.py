@@ -53,6 +53,8 @@ class CorpusFormat(Protocol):
     has_audio: bool
     # The index may be built in memory in each process when it cannot be written.
     in_memory_ok: bool
+    # On object storage, its clips are read by ranged reads (shared/corpus/members.py).
+    ranged_reads: bool
 
     def check(self, cfg: Config) -> None:
         """ConfigError for a setting this format cannot serve (called at every open)."""
@@ -105,9 +107,17 @@ class BaseFormat:
     # Its lines name audio files freely (absolute or relative), so data.root may say what
     # ids and paths count from.
     free_paths: ClassVar[bool] = False
+    # Its files have named columns (data.columns says which holds what).
+    columns: ClassVar[bool] = False
+    # On object storage its clips are read by one ranged read each, not by copying the
+    # file into the shard cache (shared/corpus/object_store.py).
+    ranged_reads: ClassVar[bool] = False
 
     def check(self, cfg: Config) -> None:
         d = cfg.data
+        if d.columns != type(d.columns)() and not self.columns:
+            raise ConfigError(f"data.columns: only data.format: parquet has columns to name, "
+                              f"not {self.name}: remove it")  # fmt: skip
         if d.shard_window and not self.shards:
             raise ConfigError("data.shard_window: only tar shards have shards to deal: set "
                               "data.format: shards, or 0 here")  # fmt: skip
@@ -115,9 +125,9 @@ class BaseFormat:
             raise ConfigError(f"data.root: only data.format jsonl and csv name audio paths "
                               f"that a root applies to, not {self.name}: remove it")  # fmt: skip
         if "://" in d.path and not self.remote:
-            raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format: "
-                              "shards reads one (pack the corpus into tar shards, or copy it "
-                              "to a local folder)")  # fmt: skip
+            raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format "
+                              "shards and parquet read one (pack the corpus into tar shards, "
+                              "or copy it to a local folder)")  # fmt: skip
 
     def computed_index(self, cfg: Config) -> CorpusIndex | None:
         return None

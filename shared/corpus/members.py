@@ -1,5 +1,6 @@
-"""One clip's bytes from inside a tar shard (shared/corpus/formats/shards.py), by the
-(offset, size) its entry carries: one pread, the shard file kept open for the next.
+"""One clip's bytes from inside a tar shard (shared/corpus/formats/shards.py) or a Parquet
+file (shared/corpus/formats/parquet.py), by the (offset, size) its entry carries: one
+pread, the file kept open for the next.
 
 Used by producers (the audio of a granted item) and by the tools that read audio
 headers (validate, the length table). Remote shards come through the local shard
@@ -15,6 +16,7 @@ from typing import Any
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.object_store import ShardCache, is_remote
+from ringfeed.shared.corpus.registry import format_of
 
 # Open shard files a producer keeps (one fd each); the least recently used is closed.
 OPEN_SHARDS = 16
@@ -29,6 +31,8 @@ class MemberReader:
         self._open: OrderedDict[str, int] = OrderedDict()
         self._pid = os.getpid()
         self._store: Any = None
+        # A remote file's clips by one ranged read each, not through the shard cache.
+        self._ranged = format_of(cfg).ranged_reads
         self.reads = 0
 
     def counters(self) -> dict[str, int]:
@@ -42,11 +46,10 @@ class MemberReader:
         if is_remote(shard):
             if self._store is None:
                 self._store = ShardCache(self.cfg)
-            local = self._store.local(shard)
-            if local is None:  # the shard cache's disk is full: one ranged read instead
+            local = None if self._ranged else self._store.local(shard)
+            if local is None:  # a format read by ranged reads, or the cache's disk is full
                 self.reads += 1
-                return self._checked(shard, self._store.read_range(shard, offset, size),
-                                     offset, size)  # fmt: skip
+                return self._store.read_range(shard, offset, size)
             shard = local
         fd = self._open.pop(shard, None)
         if fd is None:
@@ -54,11 +57,8 @@ class MemberReader:
             while len(self._open) >= OPEN_SHARDS:
                 os.close(self._open.popitem(last=False)[1])
         self._open[shard] = fd
+        data = os.pread(fd, size, offset)
         self.reads += 1
-        return self._checked(shard, os.pread(fd, size, offset), offset, size)
-
-    @staticmethod
-    def _checked(shard: str, data: bytes, offset: int, size: int) -> bytes:
         if len(data) != size:
             raise OSError(f"{shard}: {len(data)} of {size} bytes at {offset} (truncated shard)")
         return data

@@ -12,9 +12,12 @@ fsspec with retries and a bounded local shard cache.
 - Each shard a producer reads is copied whole, once, into the shard cache
   (data.shard_cache_dir, default <features.cache_dir>/shard-cache), shared by the
   producers of a host, the least recently used shards evicted past data.shard_cache_mb.
-  A clip is then one local ranged read (shared/corpus/members.py MemberReader). On a
-  full disk the cache says so once (the folder and its free space, shared/memory/disk.py)
-  and stops: each clip is then a ranged read from the store, and the run goes on.
+  A clip is then one local ranged read (shared/corpus/members.py MemberReader). A
+  format whose files are too big to copy for one clip (Parquet: up to 500 MB a file)
+  reads each clip by one ranged read of the store instead (ShardCache.read_range), with
+  the same retries. On a full disk the cache says so once (the folder and its free
+  space, shared/memory/disk.py) and stops: each clip is then a ranged read too, and the
+  run goes on.
 - A store that cannot be reached at all is one error naming data.path and the
   environment to check, from the first listing (the index build, before any grant).
 """
@@ -117,24 +120,33 @@ def with_retries(cfg: Config, what: str, fn: Callable[[], T], on_retry: Callable
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def list_shards(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
-    """(root URL, [(shard name, size, version stamp)]) of the shards under data.path."""
+def list_shards(
+    cfg: Config, suffix: str = SHARD_SUFFIX, recursive: bool = False
+) -> tuple[str, list[tuple[str, int, str]]]:
+    """(root URL, [(file name relative to the root, size, version stamp)]) of the files
+    ending in suffix under data.path (in its sub-folders too when recursive)."""
     root = cfg.data.path.rstrip("/")
     fs, path = _filesystem(root)
+    path = path.rstrip("/")
+
+    def listing() -> list[dict[str, Any]]:
+        if recursive:
+            return list(fs.find(path, detail=True).values())
+        return fs.ls(path, detail=True)
+
     try:
-        listing = with_retries(cfg, f"listing {root}", lambda: fs.ls(path, detail=True),
-                               lambda: None)  # fmt: skip
+        entries = with_retries(cfg, f"listing {root}", listing, lambda: None)
     except StoreError as exc:
         raise CorpusError(str(exc)) from None
     found = []
-    for entry in listing:
-        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
-        if name.endswith(SHARD_SUFFIX) and entry.get("type", "file") == "file":
+    for entry in entries:
+        name = entry["name"].rstrip("/").removeprefix(path + "/")
+        if name.endswith(suffix) and entry.get("type", "file") == "file":
             stamp = entry.get("ETag") or entry.get("LastModified") or entry.get("mtime") or ""
             found.append((name, int(entry.get("size") or 0), str(stamp)))
     if not found:
-        raise CorpusError(f"data.path: no *{SHARD_SUFFIX} shards under {root} (data.format: "
-                           "shards)")  # fmt: skip
+        raise CorpusError(f"data.path: no *{suffix} files under {root} (data.format: "
+                          f"{cfg.data.format})")  # fmt: skip
     return root, sorted(found)
 
 
@@ -148,6 +160,7 @@ class ShardCache:
         self.folder = Path(folder)
         self.capacity_bytes = cfg.data.shard_cache_mb * 2**20
         self.hits = self.fetched = self.fetched_bytes = self.retries = 0
+        self._client: Any = None  # the store client of read_range
         self.full = False  # its disk was full: no more copies, ranged reads instead
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -162,13 +175,6 @@ class ShardCache:
         log.warning("shard cache: %s: this process reads each clip from the store instead;"
                     " free space there, or set data.shard_cache_dir elsewhere",
                     disk_error(exc, self.folder))  # fmt: skip
-
-    def read_range(self, url: str, offset: int, size: int) -> bytes:
-        """size bytes at offset of the shard at url, from the store (with retries)."""
-        fs, remote = _filesystem(url)
-        return with_retries(self.cfg, f"reading {url}",
-                            lambda: fs.cat_file(remote, start=offset, end=offset + size),
-                            self._retried)  # fmt: skip
 
     def local(self, url: str) -> str | None:
         """A local path holding the shard at url, fetched (with retries) if not cached;
@@ -197,6 +203,20 @@ class ShardCache:
         self.fetched += 1
         self.fetched_bytes += len(data)
         return str(path)
+
+    def read_range(self, url: str, offset: int, size: int) -> bytes:
+        """size bytes at offset of the object at url: one ranged read, with retries (a
+        client kept per process: one a clip would cost more than the read)."""
+        if self._client is None:
+            self._client = _filesystem(url)[0]
+        remote = url.split("://", 1)[1] if "://" in url else url
+        data = with_retries(self.cfg, f"reading {url}",
+                            lambda: self._client.cat_file(remote, start=offset, end=offset + size),
+                            self._retried)  # fmt: skip
+        if len(data) != size:
+            raise OSError(f"{url}: {len(data)} of {size} bytes at {offset} (truncated file)")
+        self.fetched_bytes += size
+        return data
 
     def _retried(self) -> None:
         self.retries += 1

@@ -10,16 +10,31 @@ from __future__ import annotations
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.format import CorpusFormat
+from ringfeed.shared.corpus.formats.commonvoice import CommonVoice
 from ringfeed.shared.corpus.formats.csv import Csv
 from ringfeed.shared.corpus.formats.jsonl import Jsonl
+from ringfeed.shared.corpus.formats.lhotse import Lhotse
 from ringfeed.shared.corpus.formats.libritts import LibriTTS
 from ringfeed.shared.corpus.formats.ljspeech import LJSpeech
+from ringfeed.shared.corpus.formats.parquet import Parquet
 from ringfeed.shared.corpus.formats.shards import Shards
 from ringfeed.shared.corpus.formats.synthetic import Synthetic
 from ringfeed.shared.corpus.formats.vctk import Vctk
 
 FORMATS: dict[str, CorpusFormat] = {
-    f.name: f for f in (LJSpeech(), Csv(), Jsonl(), LibriTTS(), Vctk(), Shards(), Synthetic())
+    f.name: f
+    for f in (
+        LJSpeech(),
+        Csv(),
+        Jsonl(),
+        LibriTTS(),
+        Vctk(),
+        CommonVoice(),
+        Lhotse(),
+        Parquet(),
+        Shards(),
+        Synthetic(),
+    )
 }
 
 

@@ -49,3 +49,26 @@ def primary(code: str) -> str:
 def valid_code(raw: str) -> bool:
     """Whether raw is a language code once normalized."""
     return bool(LANGUAGE_RE.fullmatch(language_code(raw)))
+
+
+# Languages by their English names, as some corpus tools write them (lhotse's LibriTTS,
+# LJSpeech and MLS recipes write "English", "German" ...): the common ones above.
+LANGUAGE_NAMES = {
+    "english": "en", "german": "de", "french": "fr", "spanish": "es", "italian": "it",
+    "portuguese": "pt", "russian": "ru", "persian": "fa", "farsi": "fa", "arabic": "ar",
+    "chinese": "zh", "mandarin": "zh", "dutch": "nl", "polish": "pl", "turkish": "tr",
+    "ukrainian": "uk", "japanese": "ja", "korean": "ko", "hindi": "hi", "bengali": "bn",
+    "vietnamese": "vi", "swedish": "sv", "danish": "da", "norwegian": "no", "finnish": "fi",
+    "czech": "cs", "greek": "el", "hebrew": "he", "hungarian": "hu", "romanian": "ro",
+    "indonesian": "id", "thai": "th", "urdu": "ur", "tamil": "ta", "telugu": "te",
+    "catalan": "ca", "malay": "ms", "slovak": "sk", "slovenian": "sl", "serbian": "sr",
+    "croatian": "hr", "bulgarian": "bg", "welsh": "cy",
+}  # fmt: skip
+
+
+def code_or_name(raw: str) -> str:
+    """A code (normalized) or a language's English name ("German" -> "de"); "" when raw
+    is neither."""
+    if valid_code(raw):
+        return language_code(raw)
+    return LANGUAGE_NAMES.get(raw.strip().lower(), "")

@@ -56,21 +56,7 @@ def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
     # the stager, or from the launcher's signal, whichever came first).
     assert "the run was stopped by SIGTERM" in err and "(run finished)" not in err
     assert shm_segments(run_id) == []
-    # The printed command resumes exactly: each step's batch is the plan's next one.
-    raw = yaml.safe_load(config.read_text())
-    stopped_at = yaml.safe_load((summary_dir / "summary.json").read_text())["steps"]
-    raw["train"]["steps"] = stopped_at + RESUMED_STEPS
-    config.write_text(yaml.safe_dump(raw))
-    resumed = subprocess.run([str(REPO / command[0]), *command[1:]], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=180)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    steps = batch_records(summary_dir / "batches.jsonl")
-    assert sorted(steps) == list(range(1, stopped_at + RESUMED_STEPS + 1))
-    rows, n_items = raw["stager"]["batch_size"], raw["data"]["synthetic_items"]
-    plan = Plan(Shuffle(n_items, raw["stager"].get("seed", 1234)))  # epochs 0: unbounded
-    for step, record in steps.items():  # those before the stop and those after it
-        first = (step - 1) * rows
-        assert record["items"] == [plan.item_at(p) for p in range(first, first + rows)], step
+    raw, stopped_at = resumes_exactly(config, command, tmp_path)
     # The corpus changes (one more item): the resume is refused, saying what to do...
     raw["data"]["synthetic_items"] += 1
     raw["train"]["steps"] = stopped_at + RESUMED_STEPS + 6
@@ -86,3 +72,24 @@ def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
     summary = yaml.safe_load((summary_dir / "summary.json").read_text())
     assert summary["steps"] == raw["train"]["steps"] and summary["steps_this_run"] == 6
     assert shm_segments(run_id) == []
+
+
+def resumes_exactly(config: Path, command: list[str], cwd: Path) -> tuple[dict, int]:
+    """Run the printed command RESUMED_STEPS steps past the stop: each step's batch, before
+    the stop and after it, is the plan's next one. Returns the config and the stop's step."""
+    raw = yaml.safe_load(config.read_text())
+    summary_dir = cwd / "runs" / command[-1]
+    stopped_at = yaml.safe_load((summary_dir / "summary.json").read_text())["steps"]
+    raw["train"]["steps"] = stopped_at + RESUMED_STEPS
+    config.write_text(yaml.safe_dump(raw))
+    resumed = subprocess.run([str(REPO / command[0]), *command[1:]], cwd=cwd,
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    steps = batch_records(summary_dir / "batches.jsonl")
+    assert sorted(steps) == list(range(1, stopped_at + RESUMED_STEPS + 1))
+    rows, n_items = raw["stager"]["batch_size"], raw["data"]["synthetic_items"]
+    plan = Plan(Shuffle(n_items, raw["stager"].get("seed", 1234)))  # epochs 0: unbounded
+    for step, record in steps.items():
+        first = (step - 1) * rows
+        assert record["items"] == [plan.item_at(p) for p in range(first, first + rows)], step
+    return raw, stopped_at

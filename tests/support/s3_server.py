@@ -5,11 +5,13 @@ standalone server (a subprocess), behind a proxy that can break responses.
         s3.env()                      # AWS_* for this process and its children
         s3.put("bucket/key.tar", data)
         s3.break_next_gets = 1        # the next whole-object GET of a .tar is cut short
+        s3.break_next_ranges = 1      # the next ranged GET of a .parquet is cut short
 
 The proxy relays one HTTP request at a time to moto (each on its own upstream
 connection). A broken GET answers 200 with the object's full Content-Length and
 then closes after a few bytes: a broken pipe mid-body, as S3 and GCS give
-(webdataset#473). Ranged GETs (the index build's scan) are never broken.
+(webdataset#473). Ranged GETs of tar shards (the index build's scan) are never
+broken; those of Parquet files (the build's and the producers' reads) are when asked.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class S3Server:
         self.moto_port, self.port = free_port(), free_port()
         self.log = open(tmp_path / "moto.log", "wb")  # noqa: SIM115 - closed in __exit__
         self.break_next_gets = 0
+        self.break_next_ranges = 0
         self.broken = 0
         self.gets = 0
         self._listener = socket.create_server(("127.0.0.1", self.port))
@@ -122,6 +125,7 @@ class S3Server:
         """Relay one request; False when the client connection must close."""
         first = head.split(b"\r\n", 1)[0]
         whole_get = first.startswith(b"GET ") and b".tar" in first and b"range:" not in head.lower()
+        ranged = first.startswith(b"GET ") and b".parquet" in first and b"range:" in head.lower()
         self.gets += whole_get
         with socket.create_connection(("127.0.0.1", self.moto_port)) as up:
             lines = [h for h in head[: -len(HEAD_END)].split(b"\r\n")
@@ -130,8 +134,12 @@ class S3Server:
             response = b""
             while chunk := up.recv(65536):
                 response += chunk
-        if whole_get and self.break_next_gets > 0:
-            self.break_next_gets -= 1
+        breaks = self.break_next_gets if whole_get else self.break_next_ranges if ranged else 0
+        if breaks > 0 and len(response) > response.index(HEAD_END) + len(HEAD_END) + 200:
+            if whole_get:
+                self.break_next_gets -= 1
+            else:
+                self.break_next_ranges -= 1
             self.broken += 1
             cut = response.index(HEAD_END) + len(HEAD_END) + 100
             conn.sendall(response[:cut])  # the full Content-Length promised, 100 bytes sent

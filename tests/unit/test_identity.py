@@ -84,3 +84,25 @@ def test_a_json_lines_manifest_under_another_format_says_to_set_jsonl(tmp_path: 
     entries, bad = read_corpus(replace(Config(), data={"path": str(tmp_path / "c")}))
     assert entries == [] and len(bad) == len(CLIPS)
     assert all(b.reason.endswith("(the line looks like JSON: set data.format: jsonl)") for b in bad)
+
+
+@pytest.mark.parametrize("fmt", ["commonvoice", "parquet"])
+def test_a_published_corpus_moved_is_the_same_corpus(tmp_path: Path, fmt: str) -> None:
+    """A Common Voice release or a folder of Parquet files copied elsewhere: the same ids,
+    speakers, digest and plan; each copy's entries point into their own folder."""
+    from tests.support.published import PARQUET, write_commonvoice
+
+    sides = []
+    for side in ("here", "there"):
+        if fmt == "commonvoice":
+            write_commonvoice(tmp_path / side, "fa")
+            path = tmp_path / side / "fa"
+        else:
+            path = Path(shutil.copytree(PARQUET, tmp_path / side / "hf"))
+        sides.append(replace(Config(), data={"path": str(path), "format": fmt},
+                             features={"cache_dir": str(tmp_path / side / "cache")}))  # fmt: skip
+    a, b = (open_corpus(cfg, in_subprocess=False) for cfg in sides)
+    assert [a.item_id(k) for k in range(a.n_items)] == [b.item_id(k) for k in range(b.n_items)]
+    assert a.digest == b.digest and a.speakers == b.speakers and a.n_items > 0
+    assert plan_fingerprint(sides[0], a, [], []) == plan_fingerprint(sides[1], b, [], [])
+    assert b.entry(0).audio_path.startswith(str(tmp_path / "there"))
