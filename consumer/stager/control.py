@@ -106,7 +106,7 @@ class ControlSockets:
         on_banned: Callable[[str], None] = lambda _: None,
     ):
         """on_malformed(why, identity, peer): an undecodable message and who sent it;
-        on_banned(ban key): a banned remote peer's message, dropped unread;
+        on_banned(detail): a banned remote peer's message, dropped unread;
         max_frame_bytes: the largest frame a remote producer may send (a slot's
         largest field); local peers send control headers only."""
         self.cfg, self.endpoints, self.on_malformed = cfg, endpoints, on_malformed
@@ -225,7 +225,7 @@ class ControlSockets:
             return False
         while sock.getsockopt(zmq.RCVMORE):
             sock.recv(copy=False)
-        self.on_banned(ban)
+        self.on_banned(f"a message of {ban}, unread")
         return True
 
     def reply(self, ident: bytes, msg: p.Message) -> bool:

@@ -57,7 +57,12 @@ from ringfeed.consumer.stager.run_secret import write_consumer_secret, write_run
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats_record import RunStats, StagerStats
 from ringfeed.shared.config import Config, ConfigError
-from ringfeed.shared.config.environment import endpoints, ensure_runtime_dir, run_dir
+from ringfeed.shared.config.environment import (
+    Endpoints,
+    endpoints,
+    ensure_runtime_dir,
+    run_dir,
+)
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_corpus
@@ -251,16 +256,7 @@ def build(
     intake = Intake(samples, slots, book, builder, plan, cfg.features.hop_length,
                     cfg.vocab_size, drop, outliers.delivered)  # fmt: skip
     cleanup.callback(intake.forget_views)
-    largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
-    net = ControlSockets(
-        cfg,
-        ends,
-        functools.partial(undecodable, drop, book),
-        largest,
-        lambda ban: drop("banned-peer", f"a message of {ban}, unread"),
-    )
-    net.bans = book.trust.banned
-    cleanup.callback(net.close)
+    net = control_sockets(cfg, ends, samples, drop, book, cleanup)
     delivery = Delivery(plan, slots, builder, intake, quarantine, index, net)
     fingerprint = dict(plan.fingerprint)
     settle = functools.partial(settle_earlier, cfg, quarantine, index, slots)
@@ -276,6 +272,18 @@ def build(
     return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
                   slots, book, builder, intake, delivery, desk, consumer, outliers,
                   count_gpus_for(cfg), time.monotonic())  # fmt: skip
+
+
+def control_sockets(cfg: Config, ends: Endpoints, samples: Ring, drop: Drops, book: ProducerBook,
+                    cleanup: contextlib.ExitStack) -> ControlSockets:  # fmt: skip
+    """The stager's sockets, bound: a remote frame at most a slot's largest field; what
+    does not decode is charged to its sender, and a banned remote peer is read no more."""
+    largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
+    muted = functools.partial(drop, "banned-peer")  # a banned peer's message, unread
+    net = ControlSockets(cfg, ends, functools.partial(undecodable, drop, book), largest, muted)
+    net.bans = book.trust.banned
+    cleanup.callback(net.close)
+    return net
 
 
 def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: PeerId) -> None:

@@ -130,10 +130,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
         summary = finish(run, "producers")
     assert_exactly_once(items, cfg, n)
     dropped = summary["dropped"]
-    assert sum(sent.values()) == n_msgs
-    assert dropped.get("malformed", 0) >= 500, dropped
-    assert dropped.get("unknown-peer", 0) >= 1, dropped
-    # The fuzzing process is one peer: its undecodable messages strike it, and it is
-    # banned (its producer dropped: its later READYs come from an unknown peer).
-    assert summary["counters"]["peers_banned"] >= 1, summary["counters"]
+    assert sum(sent.values()) == n_msgs, sent
+    assert dropped.get("malformed", 0) >= 500 and dropped.get("unknown-peer", 0) >= 1, dropped
+    assert summary["counters"]["peers_banned"] >= 1  # the fuzzing process, for its garbage
     assert rss1 - rss0 < RSS_SLACK_KB, f"stager RSS {rss0} -> {rss1} KiB"
