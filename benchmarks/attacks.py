@@ -22,7 +22,8 @@ attack is a kind of run of its own (tests/support/liars.py):
   deliver;
 - charge-laundering: 4 identities of the key take grants and fall silent past the
   lease, again and again, alone for three rounds before the honest pool joins (each
-  such lease would charge its item: 3 of them quarantined innocent items).
+  such lease would charge its item: 3 of them quarantined innocent items);
+- slow-walker: the key answers every grant validly, but at 85 % of its lease.
 
 Runs, ``--repeats`` times each, interleaved: no attacker (the baseline), then each
 attack, and with ``--no-bans`` all-at-once with ``ring.max_strikes: 0`` (fair share
@@ -67,6 +68,7 @@ from tests.support.liars import (  # noqa: E402
     second_consumers,
     silent_holders,
     silent_identities,
+    slow_walker,
     undecodable_flood,
 )
 from tests.support.ports import free_port  # noqa: E402
@@ -132,6 +134,11 @@ def laundering(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
     return pairs
 
 
+def walker(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
+           args: argparse.Namespace) -> list:  # fmt: skip
+    return [in_thread(slow_walker, cfg, endpoint, key, stop)]
+
+
 ATTACKS = {
     "all-at-once": all_at_once,
     "second-consumer": second_consumer,
@@ -139,6 +146,7 @@ ATTACKS = {
     "undecodable-flood": flood,
     "mute-identities": mute,
     "charge-laundering": laundering,
+    "slow-walker": walker,
 }
 # The honest pool's name prefix: its workers are honest-0, honest-1, ...
 HONEST = "honest"

@@ -308,3 +308,36 @@ def silent_holders(
         finally:
             for sock in socks:
                 sock.close()
+
+
+def slow_walker(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, *, tally: Tally
+) -> None:
+    """A remote producer with a valid key (in keys_dir) that answers every GRANT with the
+    right rows and checksum, but only at 85 % of the lease: it never lies and no lease
+    expires at it, and each position it holds keeps a deterministic plan waiting."""
+    wait_s, beat_s = 0.85 * cfg.ring.lease_s, cfg.ring.heartbeat_s
+    source = SyntheticSource(cfg)
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, cfg, "slow-walker", True, tally) is None:
+                continue
+            sock.send_multipart(p.encode(p.Request(16)))
+            pending: list[tuple[float, p.GrantEntry]] = []
+            beat = time.monotonic()
+            while not stop.is_set() and not isinstance(msg := receive(sock, 0.02), p.Rehello):
+                now = time.monotonic()
+                if isinstance(msg, p.Grant):
+                    pending += [(now + wait_s, g) for g in msg.entries()]
+                for _, g in [x for x in pending if x[0] <= now]:
+                    sample = source.prepare(g.item)
+                    rows = [sample.tokens, sample.mel]
+                    ready = p.Ready([g.slot], [g.generation], [g.item], [len(r) for r in rows],
+                                    [rows_checksum(rows)], [0])  # fmt: skip
+                    sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
+                    sock.send_multipart(p.encode(p.Request(1)))
+                    tally.lies += 1
+                pending = [x for x in pending if x[0] > now]
+                if now - beat > beat_s:
+                    sock.send_multipart(p.encode(p.Heartbeat(0, {})))
+                    beat = now
