@@ -19,8 +19,9 @@ spoke within SILENT_LEASES leases. One consumer means one socket: a second clien
 the holder's own process is refused too (two clients in two threads once took the run
 from each other 20 times, 1,081 items went to both, issue 35), unless its hello says
 `rejoin` (a client made anew where the old one is gone: BatchClient(rejoin=True), the
-tf.data adapter's next iterator). Any consumer takes over at once when the holder is
-dead or silent: a trainer restarted after SIGKILL resumes.
+tf.data adapter's next iterator); the client taken over from is told so by a REFUSED
+and stops. Any consumer takes over at once when the holder is dead or silent: a
+trainer restarted after SIGKILL resumes.
 
 No consumer, no run: when none has been there for stager.consumer_wait_s (none
 came since the stager started, or the holder's process is gone: a user loop that
@@ -173,6 +174,9 @@ class ConsumerSide:
             log.warning("consumer %s replaces %s (pid %s, gone, or rejoined by its own"
                         " process): restarting the plan at %d", msg.name, self.name,
                         self.pid, msg.position)  # fmt: skip
+            # Told at once (a client taken over from stops, and never reads on from here).
+            self.net.reply(self.ident, p.Refused(f"consumer {msg.name!r} (pid {pid}) took"
+                                                 " the run over from this one"))  # fmt: skip
         self.ident, self.at = ident, (msg.position, msg.batch_index)
         self.name, self.pid = msg.name, pid
         self.book.reset(position)
