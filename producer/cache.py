@@ -51,6 +51,7 @@ import numpy as np
 from ringfeed.producer.audio import RESAMPLE_QUALITY
 from ringfeed.producer.features import STFT_DTYPE
 from ringfeed.shared.config import Config
+from ringfeed.shared.memory.disk import disk_error, is_full
 from ringfeed.shared.sample.content import LOG_FLOOR
 from ringfeed.shared.sample.marks import ALL as ALL_MARKS
 
@@ -198,8 +199,13 @@ class FeatureCache:
     """
 
     def __init__(self, cfg: Config, rescan_interval_s: float = RESCAN_INTERVAL_S) -> None:
+        """OSError when the folder cannot be made (DiskFull, naming it, on a full disk)."""
         self.directory = Path(cfg.features.cache_dir).absolute() / settings_hash(cfg)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._write_settings(cfg)
+        except OSError as exc:
+            raise disk_error(exc, self.directory) from None
         self.rescan_interval_s = rescan_interval_s
         self.stats = CacheStats()
         self._index: dict[bytes, _Entry] = {}
@@ -210,7 +216,6 @@ class FeatureCache:
         self._next_shard = 0  # shard names below this one are taken: no scan from 0
         self._failures_in_row = 0
         self._last_scan_s = float("-inf")
-        self._write_settings(cfg)
         self.rescan()
 
     def _write_settings(self, cfg: Config) -> None:
@@ -270,7 +275,9 @@ class FeatureCache:
         """Append a float32 [n] or [n, m] array and its marks (shared/sample/marks.py; a
         bool says truncated) to this process's shard; False (and no
         file touched) once this process has stopped writing (:meth:`writing`). OSError
-        from a failed write, after which the next put opens a fresh shard."""
+        from a failed write, after which the next put opens a fresh shard; DiskFull
+        (one line naming the folder and its free space) on a full disk, after which this
+        process writes no more."""
         if not self.writing:
             self.stats.writes_off += 1
             return False
@@ -280,7 +287,7 @@ class FeatureCache:
             self._index[key] = writer.append(key, array, int(marks) & ALL_MARKS)
         except OSError as exc:
             self._write_failed(exc)
-            raise
+            raise disk_error(exc, self.directory) from None
         self._failures_in_row = 0
         self.stats.writes += 1
         return True
@@ -311,7 +318,13 @@ class FeatureCache:
         self._writer = None
         self.stats.write_failures += 1
         self._failures_in_row += 1
-        if not self.writing:
+        if is_full(exc):  # no retry finds room on a full disk: off at once, one line said
+            self._failures_in_row = MAX_WRITE_FAILURES
+            log.warning("feature cache: %s: this process writes no more features there for"
+                        " the run, reads go on; free space there, or set features.cache_dir"
+                        " elsewhere or features.cache: false",
+                        disk_error(exc, self.directory))  # fmt: skip
+        elif not self.writing:
             log.warning(
                 "feature cache: %d writes in a row failed (last: %s); this process stops "
                 "writing to %s for the rest of the run, reads go on: free space there, or "

@@ -40,6 +40,7 @@ from ringfeed.producer.text import TextEncoder
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.members import MemberReader
+from ringfeed.shared.memory.disk import DiskFull
 from ringfeed.shared.run.prosody_table import normalized_pitch, required_table
 from ringfeed.shared.sample import marks as m
 
@@ -345,6 +346,8 @@ class SamplePipeline:
     def _cache_error(self, what: str, exc: OSError) -> None:
         self.counters.cache_errors += 1
         n = self.counters.cache_errors
+        if isinstance(exc, DiskFull) and what == "cannot write":
+            return  # the cache said so, once, and writes no more (producer/cache.py)
         if n <= 3 or n % 1000 == 0:  # one per sample on a full disk: keep the log short
             log.warning("feature cache %s (%d so far): %s; samples go on without it",
                         what, n, exc)  # fmt: skip

@@ -72,10 +72,14 @@ class BatchClient:
         batch_index: int = 0,
         plan: dict[str, str] | None = None,
         new_plan_at: int = 0,
+        rejoin: bool = False,
     ) -> None:
         """plan: the plan fingerprint of the checkpoint it resumes (None: a fresh start);
-        new_plan_at: if that plan changed, start a new one at this epoch (0: be refused)."""
-        self.cfg, self.run_id, self.name = cfg, run_id, name
+        new_plan_at: if that plan changed, start a new one at this epoch (0: be refused);
+        rejoin: take the run over from a live consumer of this same process (one made
+        here earlier and dropped); without it that one keeps the run and connect()
+        raises StagerRefused: one consumer means one socket."""
+        self.cfg, self.run_id, self.name, self.rejoin = cfg, run_id, name, rejoin
         self.plan, self.new_plan_at = dict(plan or {}), new_plan_at
         self.ctx = zmq.Context()
         ident = consumer_identity(name, os.getpid(), time.monotonic_ns())
@@ -94,7 +98,7 @@ class BatchClient:
         StagerGone after timeout_s, or at once when stop() says so (a signal)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not stop():
-            hello = self.hello()
+            hello = self.hello(self.rejoin)
             if not hello.secret:  # the stager writes it before it binds: not started yet
                 time.sleep(POLL_S)
                 continue
@@ -124,17 +128,19 @@ class BatchClient:
             f"{timeout_s:.0f} s: {looked}; {hint}"
         )
 
-    def hello(self) -> p.ConsumerHello:
+    def hello(self, rejoin: bool = False) -> p.ConsumerHello:
         """A hello at the client's position, with the run's secret as it is now (a
         restarted stager draws a new one): from the configured run directory, or, when
         that has none, from the one a live stager of the run recorded (a client started
-        in another working directory)."""
+        in another working directory). rejoin only when connecting: a client another
+        one of its process took over from is refused when it says hello again, never
+        takes the run back (the two would take it from each other forever)."""
         secret = read_consumer_secret(self.configured_dir)
         self.run_dir = self.configured_dir
         if not secret and (found := find_run_dir(self.run_id)) is not None:
             self.run_dir, secret = found, read_consumer_secret(found)
         return p.ConsumerHello(self.name, self.position, self.batch_index, secret, self.plan,
-                               self.new_plan_at)  # fmt: skip
+                               self.new_plan_at, rejoin)  # fmt: skip
 
     def _attach(self, welcome: p.Welcome) -> None:
         """Joined: the stager's plan is ours from now on (a restarted stager with another

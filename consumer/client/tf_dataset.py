@@ -49,7 +49,9 @@ def element_spec(cfg: Config) -> dict[str, tf.TensorSpec]:
 
 
 def _batches(cfg: Config, run_id: str, position: int) -> Iterator[dict[str, np.ndarray]]:
-    client = BatchClient(cfg, run_id, "tf.data", position)
+    # rejoin: each iteration (a Keras epoch) makes a new generator in this process while
+    # the last one's client may not be closed yet; the new one is the consumer now.
+    client = BatchClient(cfg, run_id, "tf.data", position, rejoin=True)
     finished = False
     try:
         client.connect(timeout_s=cfg.train.connect_timeout_s)
@@ -73,8 +75,9 @@ def ring_dataset(cfg: Config, run_id: str, position: int = 0) -> tf.data.Dataset
     """Batches of run `run_id` from plan `position` on, as a tf.data.Dataset of dicts.
 
     The stager must be running (or start within train.connect_timeout_s). Only one
-    consumer is served at a time: iterating a second dataset of the same run
-    restarts the plan at its position for that one.
+    consumer is served at a time: iterating a second dataset of the same run in this
+    process takes the run over (rejoin) and restarts the plan at its position for that
+    one; a consumer of another process is refused while this one lives.
     """
     return tf.data.Dataset.from_generator(
         lambda: _batches(cfg, run_id, position), output_signature=element_spec(cfg)

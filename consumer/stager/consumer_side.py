@@ -12,11 +12,16 @@ One consumer at a time: while the consumer holding the run is alive, another
 one with the secret is refused (counted "refused-consumer") and told so by a
 REFUSED that names the holder, instead of each hello restarting the plan (two
 trainers of one run once fought: 51 plan restarts in 20 s, neither finished).
-Alive means its process exists (its pid travels in its identity,
-consumer/stager/run_secret.py), however long it has been busy elsewhere; a holder whose
-identity carries no pid is alive while it spoke within SILENT_LEASES leases. A
-new socket of the holder's own process, or any consumer once the holder is dead
-or silent, takes over at once: a trainer restarted after SIGKILL resumes.
+Alive means its process exists (the kernel's pid of its ipc socket, or where the
+kernel does not show one the pid its identity carries, consumer/stager/run_secret.py),
+however long it has been busy elsewhere; a holder with no pid known is alive while it
+spoke within SILENT_LEASES leases. One consumer means one socket: a second client of
+the holder's own process is refused too (two clients in two threads once took the run
+from each other 20 times, 1,081 items went to both, issue 35), unless its hello says
+`rejoin` (a client made anew where the old one is gone: BatchClient(rejoin=True), the
+tf.data adapter's next iterator); the client taken over from is told so by a REFUSED
+and stops. Any consumer takes over at once when the holder is dead or silent: a
+trainer restarted after SIGKILL resumes.
 
 No consumer, no run: when none has been there for stager.consumer_wait_s (none
 came since the stager started, or the holder's process is gone: a user loop that
@@ -36,6 +41,7 @@ from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.control import ControlSockets, is_remote
 from ringfeed.consumer.stager.delivery import Delivery
 from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.run_secret import FILE as SECRET_FILE
@@ -98,23 +104,24 @@ class ConsumerSide:
         """Its part of the stager's stats: connected, and the trainer's last report."""
         return ConsumerStats(self.ident is not None, self.trainer)
 
-    def holder(self, ident: bytes) -> str:
-        """'' if the peer `ident` may be the consumer now, else who holds the run."""
+    def holder(self, ident: bytes, pid: int | None, rejoin: bool) -> str:
+        """'' if the peer `ident` (of process `pid`) may be the consumer now, else who
+        holds the run; rejoin: it takes over from a live holder of its own process."""
         if self.ident is None or ident == self.ident:
             return ""
-        pid = consumer_pid(ident)
-        if self.pid is not None and pid == self.pid:
-            return ""  # the holder's own process, on a new socket
         if self.pid is not None:
             alive = pid_alive(self.pid)
         else:
             alive = self.book.clock() - self.last_heard <= SILENT_LEASES * self.book.lease_s
-        if not alive:
+        if not alive or (rejoin and pid is not None and pid == self.pid):
             return ""
         pid_shown = "unknown" if self.pid is None else self.pid
-        return (f"run {self.welcome.run_id} is held by consumer {self.name!r} (pid"
-                f" {pid_shown}), alive: one consumer at a time; stop that one or wait for"
-                " it to finish")  # fmt: skip
+        held = (f"run {self.welcome.run_id} is held by consumer {self.name!r} (pid"
+                f" {pid_shown}), alive: one consumer at a time")  # fmt: skip
+        if pid is not None and pid == self.pid:
+            return (f"{held}, a client of this same process: close it and make the new one"
+                    " with BatchClient(..., rejoin=True) to take the run over")  # fmt: skip
+        return f"{held}; stop that one or wait for it to finish"
 
     def present(self, now: float) -> bool:
         """Is a consumer there: one holds the run and its process lives (or, its pid
@@ -143,12 +150,14 @@ class ConsumerSide:
                 "the run; if a loop of your own consumed it, its log says why it stopped"
             )
 
-    def hello(self, ident: bytes, msg: p.ConsumerHello) -> None:
+    def hello(self, ident: bytes, msg: p.ConsumerHello, peer: PeerId | None = None) -> None:
+        """peer: who the kernel says sent it (its pid, 0 where unseen)."""
         why = self.refusal(ident, msg)
         if why:
             self.drop("unauthorized", why)
             return
-        held = self.holder(ident)
+        pid = peer.pid if peer is not None and peer.pid else consumer_pid(ident)
+        held = self.holder(ident, pid, msg.rejoin)
         if held:  # it holds the secret: tell it, or it waits for a WELCOME forever
             self.drop("refused-consumer", f"consumer hello from {msg.name!r}: {held}")
             self.net.reply(ident, p.Refused(held))
@@ -162,11 +171,14 @@ class ConsumerSide:
             self.net.reply(ident, self.welcome)
             return
         if self.ident is not None:
-            log.warning("consumer %s replaces %s (pid %s, gone or the same process):"
-                        " restarting the plan at %d", msg.name, self.name, self.pid,
-                        msg.position)  # fmt: skip
+            log.warning("consumer %s replaces %s (pid %s, gone, or rejoined by its own"
+                        " process): restarting the plan at %d", msg.name, self.name,
+                        self.pid, msg.position)  # fmt: skip
+            # Told at once (a client taken over from stops, and never reads on from here).
+            self.net.reply(self.ident, p.Refused(f"consumer {msg.name!r} (pid {pid}) took"
+                                                 " the run over from this one"))  # fmt: skip
         self.ident, self.at = ident, (msg.position, msg.batch_index)
-        self.name, self.pid = msg.name, consumer_pid(ident)
+        self.name, self.pid = msg.name, pid
         self.book.reset(position)
         self.delivery.reset(msg.batch_index, position)
         epoch = self.plan.epoch_of(position)

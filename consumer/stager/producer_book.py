@@ -5,10 +5,13 @@ records and decides; every slot change it asks of the slot manager
 (consumer/stager/slot_manager.py), the one writer of slot state.
 
 A HELLO joins under a name that belongs to one process at a time (told apart by
-the token it draws once). A grant's lease is its own, whatever its producer's
-heartbeats say (docs/design.md#contract-2). A producer that may still be
-writing (alive, local) has the slots taken back from it FENCED until it says
-HELLO again with an empty queue, dies, or FENCE_LEASES pass. Fair share: each
+the token it draws once), among the producers of its owner (a key, a tcp host, this
+host's local pools: consumer/stager/peers.py): another key's producer of the same
+name is another producer, and never takes this one's name nor keeps it out. A
+grant's lease is its own, whatever its producer's heartbeats say
+(docs/design.md#contract-2). A producer that may still be writing (alive, local) has
+the slots taken back from it FENCED until it says HELLO again with an empty queue,
+dies, or FENCE_LEASES pass. Fair share: each
 producer that works holds at most (slots - 1) / working grants, so none holds
 the slots the others need.
 
@@ -44,6 +47,11 @@ FORGET_LEASES = 3
 MAX_PRODUCERS = 1024
 
 
+def same_name(producer: Producer, name: str, peer: PeerId) -> bool:
+    """Is `name` of peer's owner the name this producer holds? (Names are per owner.)"""
+    return producer.name == name and producer.peer.owner == peer.owner
+
+
 class ProducerBook:
     """The producers of one stager: joins, credits, fair share, leases, zombies."""
 
@@ -61,7 +69,8 @@ class ProducerBook:
         self.producers: dict[bytes, Producer] = {}
         # Dropped producers that may still write: their fenced slots wait for their death.
         self.zombies: dict[bytes, Producer] = {}
-        self.tokens: dict[str, str] = {}  # name -> the token of its last process
+        # (owner, name) -> the token of its last process
+        self.tokens: dict[tuple[str, str], str] = {}
         self.n_joined = 0
         self.turn = 0  # rotates which producer is granted first
         self.restarts = self.pauses = self.n_forgotten = 0
@@ -84,18 +93,20 @@ class ProducerBook:
             )
         return ""
 
-    def refusal(self, ident: bytes, name: str, token: str) -> str:
+    def refusal(self, ident: bytes, name: str, token: str, peer: PeerId) -> str:
         """'' if this HELLO may join now, else why not. A name belongs to one process at
-        a time: the same process (same token) may say HELLO again on a new socket,
-        another one gets the name only once its holder is dead or silent for a lease."""
+        a time among its owner's: the same process (same token) may say HELLO again on
+        a new socket, another one gets the name only once its holder is dead or silent
+        for a lease."""
         if ident not in self.producers and len(self.producers) >= MAX_PRODUCERS:
             return f"{len(self.producers)} producers already joined (the most one run takes)"
         for old_ident, old in self.producers.items():
-            if old.name != name or old_ident == ident or old.token == token:
+            if not same_name(old, name, peer) or old_ident == ident or old.token == token:
                 continue
             dead = self.local(old) and not pid_alive(old.pid)
             if not dead and self.clock() - old.last_seen <= self.lease_s:
-                return f"name {name!r} is taken by a live producer (pid {old.pid} on {old.host})"
+                return (f"name {name!r} of {peer.owner} is taken by its live producer"
+                        f" (pid {old.pid} on {old.host}, {old.peer.account})")  # fmt: skip
         return ""
 
     def hello(self, ident: bytes, msg: p.Hello, remote: bool, peer: PeerId) -> Producer:
@@ -103,18 +114,19 @@ class ProducerBook:
         are dropped: a new process of the same name might still be racing an old one
         (fenced until that pid dies, FENCE_LEASES at most); the same process saying HELLO
         again has emptied its grant queue, so it writes nothing old."""
-        self.count_return(msg)
+        self.count_return(msg, peer)
         # The same process gave its grants up (a lost link, a pause): they come back
         # uncharged, or a run whose link drops now and then would quarantine good items.
         if ident in self.producers:
             self.drop(ident, charge=False)
         for old_ident, old in list(self.producers.items()):
-            if old.name == msg.name:
+            if same_name(old, msg.name, peer):
                 other = old.token != msg.token
                 alive = other and pid_alive(old.pid)
-                self.drop(old_ident, may_write=self.local(old) and alive, charge=other)
+                charge = other and (self.local(old) or self.trust.testifies(old.peer))
+                self.drop(old_ident, may_write=self.local(old) and alive, charge=charge)
         for old_ident, old in list(self.zombies.items()):
-            if old.name == msg.name and old.token == msg.token:
+            if same_name(old, msg.name, peer) and old.token == msg.token:
                 self.slots.unfence(old_ident)
                 del self.zombies[old_ident]
         self.n_joined += 1
@@ -124,16 +136,17 @@ class ProducerBook:
         self.producers[ident] = producer
         return producer
 
-    def count_return(self, msg: p.Hello) -> None:
+    def count_return(self, msg: p.Hello, peer: PeerId) -> None:
         """A known name says HELLO: a restart (another process), or a pause (the same
         process, which the stager had given up for silence); see the module docstring."""
-        last = self.tokens.get(msg.name)
+        key = (peer.owner, msg.name)
+        last = self.tokens.get(key)
         if last is None:
             if len(self.tokens) < MAX_PRODUCERS * 4:  # bounded, whoever says HELLO
-                self.tokens[msg.name] = msg.token
+                self.tokens[key] = msg.token
         elif last != msg.token:
             self.restarts += 1
-            self.tokens[msg.name] = msg.token
+            self.tokens[key] = msg.token
         else:
             now = self.clock()
             same = [pr for pr in self.producers.values() if pr.token == msg.token]
@@ -261,10 +274,14 @@ class ProducerBook:
         returns the names of the producers concerned.
 
         Who pays: a producer silent for the whole lease is stuck on its current input,
-        which is charged (revoke). One that kept talking while a grant expired lost that
-        GRANT or its READY on the way: nothing is charged. A remote one then loses just
-        the expired grants (it cannot write our memory, and a late READY is stale); a
-        local one is revoked, fenced, until it says HELLO with an empty queue."""
+        which is charged (revoke); a remote one's only if its peer testifies (it has
+        delivered at least half as many samples as leases it let expire: peers.py). One
+        that kept talking while a grant expired lost that GRANT or its READY on the way:
+        nothing is charged. Either way its peer is struck once 10 of its grants expired
+        with fewer than a quarter as many samples delivered (peers.py). A remote one then
+        loses just the expired grants (it cannot write our memory, and a late READY is
+        stale); a local one is revoked, fenced, until it says HELLO with an empty
+        queue."""
         now, names = self.clock(), []
         self.slots.lift_old_fences(now)
         self.zombies = {i: z for i, z in self.zombies.items() if self.slots.fences(i)}
@@ -291,10 +308,16 @@ class ProducerBook:
             del self.forgotten[next(iter(self.forgotten))]
 
     def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
-        if silent_s > self.lease_s:
-            self.revoke(ident)
+        """Who pays for leases that expired: see expire(). A peer that lets leases expire
+        and delivers few samples is struck for holding (peers.py)."""
+        peer = producer.peer
+        if why := self.trust.held_expired(peer, len(expired)):
+            self.strike(ident, why)  # its grants back uncharged; banned at max_strikes
             return
-        account = producer.peer.account
+        if silent_s > self.lease_s:  # its item is charged: by a remote peer, if it testifies
+            self.revoke(ident, charge=self.local(producer) or self.trust.testifies(peer))
+            return
+        account = peer.account
         holding = sum(self.slots.holding(i) for i, pr in self.producers.items()
                       if pr.peer.account == account)  # fmt: skip
         self.trust.expired_while_talking(account, holding)
@@ -324,7 +347,7 @@ class ProducerBook:
     def delivered(self, producer: Producer) -> None:
         """A sample of this producer was accepted."""
         producer.samples += 1
-        self.trust.delivered(producer.peer.account)
+        self.trust.delivered(producer.peer)
 
     def reap_zombies(self) -> None:
         """Free the fenced slots of dropped producers whose process has since died."""

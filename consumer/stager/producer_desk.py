@@ -90,7 +90,7 @@ class ProducerDesk:
             self.drop("refused-peer", f"producer {msg.name!r}: {why}")
             self.net.reply(ident, p.Refused(why))  # it exits: a HELLO again changes nothing
             return
-        why = self.book.refusal(ident, msg.name, msg.token)
+        why = self.book.refusal(ident, msg.name, msg.token, peer)
         if why:
             self.drop("refused-hello", why)  # it says HELLO again after a lease
             return

@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import Any
 
 from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.memory.disk import disk_error
 
 # The run's quarantine file, in its run directory (workers' directories link to it).
 QUARANTINE_FILE = "quarantine.jsonl"
@@ -91,7 +92,8 @@ class QuarantineWriter:
     def write(self, item_id: str, path: str, reason: str, stage: str, cause: str = "") -> bool:
         """stage: where it was rejected ("metadata", "text", "audio", "features", "lease",
         "outlier", ...); cause: what decided it there (producer/causes.py), "" if nothing;
-        False if this input is already in the file."""
+        False if this input is already in the file. DiskFull, naming the file, on a full
+        disk: a skip whose reason cannot be kept must not pass silently."""
         key = _key(item_id, path, stage)
         if key in self._seen:
             return False
@@ -101,10 +103,13 @@ class QuarantineWriter:
         self._seen.add(key)
         record = {"item_id": item_id, "path": path, "reason": reason, "stage": stage,
                   "cause": cause, "time": time.time()}  # fmt: skip
-        self._file.write(json.dumps(record) + "\n")
+        try:
+            self._file.write(json.dumps(record) + "\n")
+            if stage != "metadata":
+                os.fsync(self._file.fileno())  # line-buffered: the line is in the file already
+        except OSError as exc:  # DiskFull: the stager ends the run saying where and why
+            raise disk_error(exc, self.path) from None
         self._stages[stage] += 1
-        if stage != "metadata":
-            os.fsync(self._file.fileno())  # line-buffered: the line is in the file already
         self.count += 1
         return True
 

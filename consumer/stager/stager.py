@@ -45,7 +45,7 @@ from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
 from ringfeed.consumer.stager.outliers import OutlierReport, earlier_skips, out_of_band_clips
-from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
@@ -57,10 +57,16 @@ from ringfeed.consumer.stager.run_secret import write_consumer_secret, write_run
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats_record import RunStats, StagerStats
 from ringfeed.shared.config import Config, ConfigError
-from ringfeed.shared.config.environment import endpoints, ensure_runtime_dir, run_dir
+from ringfeed.shared.config.environment import (
+    Endpoints,
+    endpoints,
+    ensure_runtime_dir,
+    run_dir,
+)
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.memory.disk import DiskFull, disk_error, is_full
 from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slot_bytes
 from ringfeed.shared.memory.segments import remove_stale_segments
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
@@ -122,12 +128,12 @@ class Stager:
         self, ident: bytes, msg: p.Message, payload: list[bytes], peer: PeerId | None
     ) -> None:
         """Hellos and the consumer's messages first, then a known producer's by kind;
-        anything else is dropped and counted. peer: who sent a HELLO."""
+        anything else is dropped and counted. peer: who sent a (CONSUMER_)HELLO."""
         producer = self.book.touch(ident)
         if producer is not None and producer.stalled and not isinstance(msg, p.Hello):
             self.net.reply(ident, p.Rehello())  # its queued grants are void: start over
         if isinstance(msg, p.ConsumerHello):
-            self.consumer.hello(ident, msg)
+            self.consumer.hello(ident, msg, peer)
         elif ident == self.consumer.ident and not isinstance(msg, p.Hello):
             if not self.consumer.handle(msg):
                 self.drop("unexpected", f"{type(msg).__name__} from the consumer")
@@ -170,7 +176,13 @@ class Stager:
             self.net.reply(self.consumer.ident, p.Shutdown(why))
         self.producers.shut_down("run finished" if self.consumer.done else why)
         stats = self.stats()
-        write_json_atomic(run_dir(self.cfg, self.run_id) / "stager.json", stats.to_dict())
+        path = run_dir(self.cfg, self.run_id) / "stager.json"
+        try:
+            write_json_atomic(path, stats.to_dict())
+        except OSError as exc:  # the counters still go to the log, below
+            if not is_full(exc):
+                raise
+            log.error("stager.json not written: %s", disk_error(exc, path))
         time.sleep(POLL_S)  # let the SHUTDOWNs leave; leases cover a lost one
         log.info("stager done: %s", json.dumps(stats.counters))
 
@@ -245,9 +257,7 @@ def build(
     intake = Intake(samples, slots, book, builder, plan, cfg.features.hop_length,
                     cfg.vocab_size, drop, outliers.delivered)  # fmt: skip
     cleanup.callback(intake.forget_views)
-    largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
-    net = ControlSockets(cfg, ends, lambda why: drop("malformed", why), largest)
-    cleanup.callback(net.close)
+    net = control_sockets(cfg, ends, samples, drop, book, cleanup)
     delivery = Delivery(plan, slots, builder, intake, quarantine, index, net)
     fingerprint = dict(plan.fingerprint)
     settle = functools.partial(settle_earlier, cfg, quarantine, index, slots)
@@ -263,6 +273,26 @@ def build(
     return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
                   slots, book, builder, intake, delivery, desk, consumer, outliers,
                   count_gpus_for(cfg), time.monotonic())  # fmt: skip
+
+
+def control_sockets(cfg: Config, ends: Endpoints, samples: Ring, drop: Drops, book: ProducerBook,
+                    cleanup: contextlib.ExitStack) -> ControlSockets:  # fmt: skip
+    """The stager's sockets, bound: a remote frame at most a slot's largest field; what
+    does not decode is charged to its sender, and a banned remote peer is read no more."""
+    largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
+    muted = functools.partial(drop, "banned-peer")  # a banned peer's message, unread
+    net = ControlSockets(cfg, ends, functools.partial(undecodable, drop, book), largest, muted)
+    net.bans = book.trust.banned
+    cleanup.callback(net.close)
+    return net
+
+
+def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: PeerId) -> None:
+    """A message that did not decode: dropped, counted, charged to whoever sent it (every
+    MALFORMED_PER_STRIKE th a strike, consumer/stager/peers.py)."""
+    drop("malformed", f"{why} (from {peer.ban})")
+    if book.trust.undecodable(peer):
+        book.strike(ident, f"{MALFORMED_PER_STRIKE} undecodable messages, the last: {why}", peer)
 
 
 def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
@@ -335,9 +365,16 @@ def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
                 log.error("%s", exc)
                 why = str(exc)
                 return STAGER_NO_CONSUMER
+            except DiskFull as exc:  # the quarantine cannot say why an item is skipped
+                why = f"the run stops: {exc}: free space there"
+                log.error("%s", why)
+                return 2
             finally:
                 stager.finish(why)
     except (ConfigError, CorpusError) as exc:  # what to change, in one line
         log.error("config error: %s", exc)
+        return 2
+    except DiskFull as exc:  # at start: the quarantine's earlier lines settled
+        log.error("the run stops: %s: free space there", exc)
         return 2
     return 0

@@ -20,6 +20,10 @@ A kept checkpoint that cannot be read (corrupt TF files, a missing or unreadable
 sidecar) is passed over on restore with a warning naming it, for the one kept
 before it: a corrupt latest checkpoint used to end the trainer at set-up with
 two good ones beside it (issue 18, case 12).
+
+A save on a full disk is one warning naming the folder and its free space
+(shared/memory/disk.py), and training goes on: the next checkpoint tries again, and
+the kept ones stay as they were (a half-written one is never the latest, above).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,7 @@ import tensorflow as tf
 from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import run_dir
+from ringfeed.shared.memory.disk import DiskFull, is_full
 from ringfeed.shared.run.id_tables import read_tables
 from ringfeed.shared.run.process import write_json_atomic
 from ringfeed.shared.run.prosody_table import read_run_table
@@ -71,10 +77,25 @@ class CheckpointManager:
         )
 
     def save(self, step: int, cursor: dict[str, Any], config_yaml: str) -> str:
-        """Write checkpoint number `step` with its cursor and resolved config; returns its path.
+        """Write checkpoint number `step` with its cursor and resolved config; returns its
+        path, or '' when its disk is full (said in one line; training goes on).
 
         cursor: {"position", "epoch", "batch_index", "seed", "plan"} of the next batch.
         """
+        try:
+            return self._save(step, cursor, config_yaml)
+        except (OSError, tf.errors.OpError) as exc:
+            if not (is_full(exc) or _tf_full(exc)):
+                raise
+            # What this save left (TF's temp folder, its sidecar) would hold space for nothing.
+            shutil.rmtree(self.directory / f"{PREFIX}-{step}_temp", ignore_errors=True)
+            self._sidecar(step).unlink(missing_ok=True)
+            log.warning("checkpoint %d not saved: %s; training goes on and the next checkpoint"
+                        " tries again (train.checkpoint_every): free space there",
+                        step, DiskFull(self.directory))  # fmt: skip
+            return ""
+
+    def _save(self, step: int, cursor: dict[str, Any], config_yaml: str) -> str:
         sidecar = {"checkpoint": step, "step": step, "cursor": cursor, "config_yaml": config_yaml}
         # The run's speaker and language ids (shared/run/id_tables.py): the model's embedding
         # rows mean these names, so the table travels with the weights.
@@ -168,6 +189,13 @@ class CheckpointManager:
         for path in self.directory.glob(f"{PREFIX}-*.json"):
             if _number(str(path.with_suffix(""))) not in kept:
                 path.unlink(missing_ok=True)
+
+
+def _tf_full(exc: BaseException) -> bool:
+    """Is exc TensorFlow's word for a full disk? (Its file system raises OpErrors that
+    carry the OS's message, not an errno.)"""
+    text = str(exc)
+    return isinstance(exc, tf.errors.OpError) and ("No space left" in text or "quota" in text)
 
 
 def _number(path: str) -> int:

@@ -52,11 +52,14 @@ from ringfeed.shared.corpus.index_file import IndexFileError, write_index
 from ringfeed.shared.corpus.lengths import NOT_MEASURED
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.language.codes import language_code
+from ringfeed.shared.memory.disk import disk_error, is_full
 
 log = logging.getLogger(__name__)
 
 DETECT_BATCH = 50_000
 DIGEST_BYTES = 16
+# The build's exit code when the index's disk is full: the parent builds in memory.
+DISK_FULL_EXIT = 3
 
 
 class Builder:
@@ -326,8 +329,9 @@ def main() -> int:
         log.error("%s", exc)
         return 2
     except OSError as exc:  # a full disk, a folder that cannot be written: say which
+        exc = disk_error(exc, index_path(cfg).parent)
         log.error("data.path: the corpus index could not be written (%s)", exc)
-        return 2
+        return DISK_FULL_EXIT if is_full(exc) else 2
     return 0
 
 

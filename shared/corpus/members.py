@@ -46,10 +46,11 @@ class MemberReader:
         if is_remote(shard):
             if self._store is None:
                 self._store = ShardCache(self.cfg)
-            if self._ranged:
+            local = None if self._ranged else self._store.local(shard)
+            if local is None:  # a format read by ranged reads, or the cache's disk is full
                 self.reads += 1
                 return self._store.read_range(shard, offset, size)
-            shard = self._store.local(shard)
+            shard = local
         fd = self._open.pop(shard, None)
         if fd is None:
             fd = os.open(shard, os.O_RDONLY | os.O_CLOEXEC)

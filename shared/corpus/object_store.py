@@ -15,7 +15,9 @@ fsspec with retries and a bounded local shard cache.
   A clip is then one local ranged read (shared/corpus/members.py MemberReader). A
   format whose files are too big to copy for one clip (Parquet: up to 500 MB a file)
   reads each clip by one ranged read of the store instead (ShardCache.read_range), with
-  the same retries.
+  the same retries. On a full disk the cache says so once (the folder and its free
+  space, shared/memory/disk.py) and stops: each clip is then a ranged read too, and the
+  run goes on.
 - A store that cannot be reached at all is one error naming data.path and the
   environment to check, from the first listing (the index build, before any grant).
 """
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import CorpusError
+from ringfeed.shared.memory.disk import disk_error, is_full
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +158,29 @@ class ShardCache:
         self.cfg = cfg
         folder = cfg.data.shard_cache_dir or os.path.join(cfg.features.cache_dir, "shard-cache")
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
         self.capacity_bytes = cfg.data.shard_cache_mb * 2**20
         self.hits = self.fetched = self.fetched_bytes = self.retries = 0
         self._client: Any = None  # the store client of read_range
+        self.full = False  # its disk was full: no more copies, ranged reads instead
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self._off_or_raise(exc)
 
-    def local(self, url: str) -> str:
-        """A local path holding the shard at url, fetched (with retries) if not cached."""
+    def _off_or_raise(self, exc: OSError) -> None:
+        """A full disk turns the cache off, said once; any other error is raised."""
+        if not is_full(exc):
+            raise exc
+        self.full = True
+        log.warning("shard cache: %s: this process reads each clip from the store instead;"
+                    " free space there, or set data.shard_cache_dir elsewhere",
+                    disk_error(exc, self.folder))  # fmt: skip
+
+    def local(self, url: str) -> str | None:
+        """A local path holding the shard at url, fetched (with retries) if not cached;
+        None once the cache's disk was full (read_range then)."""
+        if self.full:
+            return None
         path = self.folder / (hashlib.blake2b(url.encode(), digest_size=12).hexdigest() + ".tar")
         try:
             os.utime(path)  # its mtime is its last use: the eviction order
@@ -174,8 +193,13 @@ class ShardCache:
                             self._retried)  # fmt: skip
         self._make_room(len(data))
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            self._off_or_raise(exc)
+            return None
         self.fetched += 1
         self.fetched_bytes += len(data)
         return str(path)

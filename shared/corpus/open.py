@@ -6,8 +6,9 @@ and its file name hashes every setting that decides the items (path, format,
 text column, language). A stale or missing index is built by one process at a
 time (a lock file beside it), in a subprocess (``python -m
 ringfeed.shared.corpus.build``), so no process keeps the build's memory; the
-others wait for it and map the result. A cache folder that cannot be written
-falls back to the corpus built in memory, with a warning, where the format
+others wait for it and map the result. A cache folder that cannot be written,
+or whose disk is full (shared/memory/disk.py), falls back to the corpus built in
+memory, with a warning naming the folder and the space left, where the format
 allows it.
 """
 
@@ -22,12 +23,13 @@ from pathlib import Path
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import child_environment
-from ringfeed.shared.corpus.build import build, write_built
+from ringfeed.shared.corpus.build import DISK_FULL_EXIT, build, write_built
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry
 from ringfeed.shared.corpus.format import CorpusFormat
 from ringfeed.shared.corpus.index import BuiltIndex, CorpusIndex, MemoryStore, index_path
 from ringfeed.shared.corpus.index_file import IndexFileError
 from ringfeed.shared.corpus.registry import format_of
+from ringfeed.shared.memory.disk import DiskFull, disk_error, is_full
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +53,21 @@ def open_corpus(cfg: Config, in_subprocess: bool = True) -> CorpusIndex:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - held across the build
     except OSError as exc:
-        return _in_memory_instead(cfg, fmt, path.parent, exc)
+        return _in_memory_instead(cfg, fmt, path.parent, disk_error(exc, path.parent))
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it: wait
         index = _current(cfg, fmt, path)
         if index is None:
             log.info("corpus index: building %s", path)
-            if in_subprocess:
-                _build_in_subprocess(cfg)
-            else:
-                write_built(cfg)
+            try:
+                if in_subprocess:
+                    _build_in_subprocess(cfg, path)
+                else:
+                    write_built(cfg)
+            except OSError as exc:
+                if not is_full(exc):
+                    raise
+                return _in_memory_instead(cfg, fmt, path.parent, disk_error(exc, path.parent))
             index = _current(cfg, fmt, path)
     if index is None:
         raise CorpusError(f"{path}: the corpus changed while it was indexed: start again")
@@ -105,17 +112,22 @@ def _current(cfg: Config, fmt: CorpusFormat, path: Path) -> BuiltIndex | None:
 def _in_memory_instead(cfg: Config, fmt: CorpusFormat, folder: Path, exc: OSError) -> BuiltIndex:
     if not fmt.in_memory_ok:
         raise CorpusError(f"features.cache_dir: cannot write the corpus index in {folder} "
-                          f"({exc}): point it at a writable folder") from None  # fmt: skip
+                          f"({exc}): free space there or point it at a writable folder"
+                          ) from None  # fmt: skip
     log.warning("features.cache_dir: cannot keep the corpus index in %s (%s): every "
-                "process reads the corpus in memory; point it at a writable folder",
-                folder, exc)  # fmt: skip
+                "process reads the corpus in memory; free space there or point it at a "
+                "writable folder", folder, exc)  # fmt: skip
     return build_in_memory(cfg)
 
 
-def _build_in_subprocess(cfg: Config) -> None:
+def _build_in_subprocess(cfg: Config, path: Path) -> None:
+    """Build the index at path in a child; DiskFull when its disk is full (the child
+    says so by its exit code), CorpusError for anything else."""
     argv = [sys.executable, "-m", "ringfeed.shared.corpus.build"]
     done = subprocess.run(argv, input=cfg.to_yaml(), text=True, check=False,
                           env=child_environment())  # fmt: skip
+    if done.returncode == DISK_FULL_EXIT:
+        raise DiskFull(path.parent)
     if done.returncode != 0:
         raise CorpusError(f"data.path: the corpus index could not be built (exit code "
                           f"{done.returncode}; its log says why)")  # fmt: skip

@@ -49,7 +49,8 @@ from ringfeed.shared.wire.grants import ReadyEntry as ReadyEntry
 
 # 4: HELLO carries the config fingerprint, WELCOME and CONSUMER_HELLO the plan's; REFUSED.
 # 5: HELLO carries the causes of the producer's stages (its quarantine verdicts).
-VERSION = 5
+# 6: CONSUMER_HELLO says whether it takes the run over from its own process (rejoin).
+VERSION = 6
 # Raw payload frames of a remote READY, one per sample field (the declared schema's, at
 # most MAX_SAMPLE_FIELDS); the stager checks exact sizes anyway. Was 8, which the soak
 # with every optional field (--fields: 10 fields) found refusing every remote READY.
@@ -187,7 +188,9 @@ class ConsumerHello:
     directory); without it no peer becomes the consumer. plan: the plan fingerprint of
     the checkpoint it resumes ({} for a fresh start); a plan that differs is refused,
     unless new_plan_at > 0: then a new plan starts at that epoch (the trainer's
-    --new-plan)."""
+    --new-plan). rejoin: take the run over from a live consumer of this same process
+    (a client made anew in the process that holds the run); without it that consumer
+    keeps the run and this one is refused (consumer/stager/consumer_side.py)."""
 
     name: str
     position: int
@@ -195,6 +198,7 @@ class ConsumerHello:
     secret: str
     plan: dict[str, Any]
     new_plan_at: int
+    rejoin: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,5 +39,5 @@ def test_a_loop_of_its_own_resumes_from_a_batchs_position_exactly(tmp_path: Path
             resume_at = int(batch.arrays["position"].max()) + 1
             first.free(batch)
         first.close(finished=False)
-        got += consume(run.client("second", position=resume_at))
+        got += consume(run.client("second", position=resume_at, rejoin=True))
     assert resume_at == 20 and got == [plan.item_at(k) for k in range(n * epochs)]

@@ -1,7 +1,7 @@
 """Fuzzed frames on the live sockets of a stager process, real producers beside them:
 the run still delivers its epoch exactly once, the stager stays up and its memory does
-not grow. The other hostile messages play against the stager in the test process
-(tests/unit/test_hostile_messages.py)."""
+not grow, and the fuzzing process is banned for what it sent. The other hostile
+messages play against the stager in the test process (tests/unit/test_hostile_messages.py)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
         summary = finish(run, "producers")
     assert_exactly_once(items, cfg, n)
     dropped = summary["dropped"]
-    assert sum(sent.values()) == n_msgs
-    assert dropped.get("malformed", 0) >= 500, dropped
-    assert dropped.get("unknown-peer", 0) >= 1 and dropped.get("stale", 0) >= 1, dropped
+    assert sum(sent.values()) == n_msgs, sent
+    assert dropped.get("malformed", 0) >= 500 and dropped.get("unknown-peer", 0) >= 1, dropped
+    assert summary["counters"]["peers_banned"] >= 1  # the fuzzing process, for its garbage
     assert rss1 - rss0 < RSS_SLACK_KB, f"stager RSS {rss0} -> {rss1} KiB"

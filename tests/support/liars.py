@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import zmq
 
+from ringfeed.consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
 from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.ring import Ring, rows_checksum
@@ -219,3 +221,123 @@ def in_thread(target: Callable[..., None], *args: object) -> tuple[threading.Thr
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, tally
+
+
+def second_consumers(cfg: Config, run_id: str, stop: threading.Event, *, tally: Tally) -> None:
+    """Another consumer of this process, in this thread, with the run's secret, that tries
+    to take the run every 0.2 s (a user's second client; two once took the run from each
+    other 20 times): each refusal is counted, a welcome is an error."""
+    while not stop.wait(0.2):
+        client = BatchClient(cfg, run_id, name="second")
+        try:
+            client.connect(timeout_s=2.0, stop=stop.is_set)
+            tally.errors.append("a second consumer of the holder's process took the run")
+            return
+        except StagerRefused:
+            tally.refusals += 1
+        except StagerGone:  # stopped, or the stager ended: not a lie
+            return
+        finally:
+            client.close(finished=False)
+
+
+def name_squatter(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, names: list[str], *,
+    tally: Tally,
+) -> None:  # fmt: skip
+    """One socket per name with a valid key (in keys_dir): each joins under a name an
+    honest pool will use, heartbeats, and never asks for a grant; each says HELLO again
+    when told to. Before names were per key, this kept an honest pool out for good."""
+    with zmq.Context() as ctx:
+        socks = [connect(ctx, endpoint, keys_dir) for _ in names]
+        prints = config_fingerprint(cfg)
+        hellos = [p.Hello(name, 1, "far", True, f"sq{i}", "", prints)
+                  for i, name in enumerate(names)]  # fmt: skip
+        try:
+            for sock, hello in zip(socks, hellos, strict=True):
+                sock.send_multipart(p.encode(hello))
+            while not stop.wait(0.1):
+                for sock, hello in zip(socks, hellos, strict=True):
+                    while (msg := receive(sock, 0)) is not None:
+                        if isinstance(msg, p.Rehello):
+                            sock.send_multipart(p.encode(hello))
+                        elif isinstance(msg, p.Welcome):
+                            tally.joins += 1
+                    sock.send_multipart(p.encode(p.Heartbeat(0, {})))
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def undecodable_flood(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, *, tally: Tally
+) -> None:
+    """A valid key (in keys_dir) that sends undecodable messages as fast as its socket
+    takes them (garbage, truncated msgpack, an unknown kind), never a HELLO."""
+    garbage = [[b"\xc1\xc1 garbage"], [msgpack.packb([p.VERSION, 99])[:-1] + b"\xc1"],
+               [msgpack.packb([p.VERSION, 99, "x" * 64])]]  # fmt: skip
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            for frames in garbage:
+                try:
+                    sock.send_multipart(frames, zmq.NOBLOCK)
+                    tally.lies += 1
+                except zmq.Again:  # its queue is full: the stager reads no faster
+                    stop.wait(0.001)
+
+
+def silent_holders(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, n: int, *, tally: Tally
+) -> None:
+    """n sockets with one valid key (in keys_dir) that join, ask for grants, then fall
+    silent past the lease with them and say HELLO again: each lease that runs out at a
+    silent producer would charge its item, so an item quarantined by them would be an
+    innocent one ('charge laundering')."""
+    lease_s = cfg.ring.lease_s
+    with zmq.Context() as ctx:
+        socks = [connect(ctx, endpoint, keys_dir) for _ in range(n)]
+        try:
+            while not stop.is_set():
+                for i, sock in enumerate(socks):
+                    if join(sock, cfg, f"holder-{i}", True, tally) is None:
+                        continue
+                    sock.send_multipart(p.encode(p.Request(4)))
+                for sock in socks:
+                    tally.lies += len(grants_of(sock, 0.2))
+                stop.wait(2.5 * lease_s)  # silent: its grants' leases run out
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def slow_walker(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, *, tally: Tally
+) -> None:
+    """A remote producer with a valid key (in keys_dir) that answers every GRANT with the
+    right rows and checksum, but only at 85 % of the lease: it never lies and no lease
+    expires at it, and each position it holds keeps a deterministic plan waiting."""
+    wait_s, beat_s = 0.85 * cfg.ring.lease_s, cfg.ring.heartbeat_s
+    source = SyntheticSource(cfg)
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, cfg, "slow-walker", True, tally) is None:
+                continue
+            sock.send_multipart(p.encode(p.Request(16)))
+            pending: list[tuple[float, p.GrantEntry]] = []
+            beat = time.monotonic()
+            while not stop.is_set() and not isinstance(msg := receive(sock, 0.02), p.Rehello):
+                now = time.monotonic()
+                if isinstance(msg, p.Grant):
+                    pending += [(now + wait_s, g) for g in msg.entries()]
+                for _, g in [x for x in pending if x[0] <= now]:
+                    sample = source.prepare(g.item)
+                    rows = [sample.tokens, sample.mel]
+                    ready = p.Ready([g.slot], [g.generation], [g.item], [len(r) for r in rows],
+                                    [rows_checksum(rows)], [0])  # fmt: skip
+                    sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
+                    sock.send_multipart(p.encode(p.Request(1)))
+                    tally.lies += 1
+                pending = [x for x in pending if x[0] > now]
+                if now - beat > beat_s:
+                    sock.send_multipart(p.encode(p.Heartbeat(0, {})))
+                    beat = now

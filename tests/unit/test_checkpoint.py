@@ -146,3 +146,29 @@ def test_an_unreadable_pointer_file_does_not_start_the_run_over(tmp_path: Path) 
     restored, model = _restore_fresh(tmp_path, cfg)
     assert restored == (30, _cursor(30))
     np.testing.assert_array_equal(saved[30][0], model.weights[0].numpy())
+
+
+def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_next_one_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ENOSPC at the sidecar (the OS's errno) and at TF's own write (an OpError that
+    carries the OS's message): neither ends training; the next save goes through."""
+    from ringfeed.consumer.trainer import checkpoint
+    from tests.support.full_disk import no_space
+
+    cfg = small_cfg()
+    manager = CheckpointManager(tmp_path, build_default_model(cfg, **cfg.model.kwargs),
+                                make_optimizer(cfg))  # fmt: skip
+    with monkeypatch.context() as patch, caplog.at_level("WARNING"):
+        patch.setattr(checkpoint, "write_json_atomic", no_space)
+        assert manager.save(10, _cursor(10), "x: 1\n") == ""
+        patch.undo()
+        full = tf.errors.ResourceExhaustedError(None, None, "ckpt-20_temp: No space left on device")
+        patch.setattr(manager._manager, "save", lambda **_: (_ for _ in ()).throw(full))
+        assert manager.save(20, _cursor(20), "x: 1\n") == ""
+    lines = [r.getMessage() for r in caplog.records if "not saved" in r.getMessage()]
+    assert [line.split(":")[0] for line in lines] == ["checkpoint 10 not saved",
+                                                      "checkpoint 20 not saved"]  # fmt: skip
+    assert all(f"no space left on the disk holding {manager.directory} (" in x for x in lines)
+    assert not list(manager.directory.glob("ckpt-*.json"))  # nothing left holding space
+    assert manager.save(30, _cursor(30), "x: 1\n").endswith("ckpt-30")

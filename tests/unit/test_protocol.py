@@ -99,13 +99,16 @@ def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
     [
         # A peer may not claim what no honest peer sends: negative or huge numbers,
         # names longer than any producer's, more work counters than a producer has.
-        ([_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", -1, 0, "s", {}, 0)], "position"),
         (
-            [_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 2**60, "s", {}, 0)],
+            [_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", -1, 0, "s", {}, 0, False)],
+            "position",
+        ),
+        (
+            [_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 2**60, "s", {}, 0, False)],
             "batch_index",
         ),
         (
-            [_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 0, "s", {"k": 7}, 0)],
+            [_header(p.VERSION, int(p.Kind.CONSUMER_HELLO), "t", 0, 0, "s", {"k": 7}, 0, False)],
             "CONSUMER_HELLO.plan",
         ),
         (

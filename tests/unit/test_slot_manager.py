@@ -301,8 +301,8 @@ def test_a_peer_whose_grants_expire_while_it_talks_is_cut_once_a_lease_never_str
         trust.expired_while_talking("k", trust.limit("k"))
     assert trust.limit("k") == 1 and trust.n_strikes == 0 and not trust.banned
     for _ in range(3):
-        trust.delivered("k")  # it works after all: one grant more per sample
+        trust.delivered(PeerId("k", "k"))  # it works after all: one grant more per sample
     assert trust.limit("k") == 4
     for _ in range(20):
-        trust.delivered("k")
+        trust.delivered(PeerId("k", "k"))
     assert trust.limit("k") == 16 and "k" not in trust.limits  # no limit of its own

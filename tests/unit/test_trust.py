@@ -27,6 +27,7 @@ from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import KeysError, generate, load_client, load_server
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import keyed, small, tcp
+from tests.support.liars import receive
 from tests.support.peers import peer_socket
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
@@ -79,14 +80,20 @@ def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path)
             producer_threads(cfg, stager.control),
             peer_socket(stager.tcp) as liar,
             peer_socket(stager.tcp) as thief,
+            peer_socket(stager.tcp) as second,
         ):
             joined = stats.first(lambda s: s.get("producers"), 20, "a producer joining")
             live = [pr["name"] for pr in joined["producers"]]
             prints = config_fingerprint(cfg)
             # A tcp peer that says it is local, on the head's host, with pid 1.
             liar.send_multipart(p.encode(p.Hello("liar", 1, head, False, "t1", "", prints)))
-            # A second HELLO under a live producer's name: refused, not an eviction.
+            # A live local producer's name from a tcp peer: a name of that peer's own
+            # (names belong to their owner: its host here), not an eviction.
             thief.send_multipart(p.encode(p.Hello(live[0], 4242, head, False, "t2", "", prints)))
+            wait_for(lambda: isinstance(receive(thief, 0.2), p.Welcome), 10, "the thief's join")
+            # Another process of that same host under that name while the thief lives:
+            # refused, told who holds it.
+            second.send_multipart(p.encode(p.Hello(live[0], 4343, head, False, "t3", "", prints)))
             # A name of 100 KiB: over ZMQ_MAXMSGSIZE, so libzmq closes the link before
             # Python sees it (over the header limit, decode would drop it as malformed).
             huge = [p.VERSION, int(p.Kind.HELLO), "n" * 102400, 7, head, False, "t", "", {}]
@@ -97,10 +104,12 @@ def test_producer_claims_give_no_more_than_a_remote_producer_has(tmp_path: Path)
         summary = stager.summary()
     assert_exactly_once(items, cfg, n)
     assert liar_row is not None and liar_row["remote"], liar_row  # believed only as remote
-    names = [pr["name"] for pr in summary["producers"]]
-    assert live[0] in names and names.count(live[0]) == 1
+    rows = [pr for pr in summary["producers"] if pr["name"] == live[0]]
+    assert sorted(pr["remote"] for pr in rows) == [False, True], rows  # both, neither evicted
     dropped = collections.Counter(summary["dropped"])
     assert dropped["refused-hello"] >= 1, dropped
+    assert f"name {live[0]!r} of host " in stager.log.text()
+    names = [pr["name"] for pr in summary["producers"]]
     assert all(len(name) <= p.MAX_NAME for name in names)
 
 
