@@ -172,13 +172,7 @@ class Builder:
             if self.header.pop("shards", None) is not None:
                 log.warning("corpus index: duplicate ids across shards; data.shard_window "
                             "cannot be used")  # fmt: skip
-        if self.outside:
-            log.warning(
-                "corpus index: %d clips lie outside the corpus root %s (e.g. %s): their ids "
-                "and the corpus digest change where the corpus is mounted elsewhere; set "
-                "data.root to a folder that holds every clip", self.outside, self.root,
-                self.outside_example,
-            )  # fmt: skip
+        self._warn_outside()
         header = {
             **self.header,
             "outside_root": self.outside,
@@ -207,6 +201,15 @@ class Builder:
         if self._blob is not None:
             arrays["lines"] = np.frombuffer(b"".join(self._blob), np.uint8)
         return header, arrays
+
+    def _warn_outside(self) -> None:
+        if self.outside:
+            log.warning(
+                "corpus index: %d clips lie outside the corpus root %s (e.g. %s): their ids "
+                "and the corpus digest change where the corpus is mounted elsewhere; set "
+                "data.root to a folder that holds every clip", self.outside, self.root,
+                self.outside_example,
+            )  # fmt: skip
 
     def _duplicates(self, arrays: dict[str, np.ndarray]) -> np.ndarray | None:
         """None when every id is unique, else the mask of items to keep (the first of each

@@ -41,7 +41,8 @@ def test_every_topology_of_a_run_shares_one_quarantine_and_skips_its_items(tmp_p
     first, second = Share(0, 2), Share(1, 2)
     with (QuarantineWriter(quarantine_of(cfg, first)) as q0,
           QuarantineWriter(quarantine_of(cfg, second)) as q1):  # fmt: skip
-        assert q0.write("LJ001-0004", "/w/4.wav", "lease expired 3 times", "lease")
+        assert q0.write("LJ001-0004", "/w/4.wav", "lease expired 3 times", "lease",
+                        causes["lease"])  # fmt: skip
         assert q1.write("LJ001-0008", "/w/8.wav", "empty audio", "audio", causes["audio"])
     the_file = run_dir(cfg, RUN) / QUARANTINE_FILE
     for k in range(2):
