@@ -23,7 +23,7 @@ from typing import Any
 import soundfile as sf
 
 from ringfeed.consumer.stager.plan.balance import balance_lines
-from ringfeed.producer.audio import file_shortfall
+from ringfeed.producer.audio import SEGMENT_SLACK_S, file_shortfall
 from ringfeed.producer.containers import shortfall
 from ringfeed.scripts.outlier_report import rate_lines
 from ringfeed.shared.config import Config
@@ -79,7 +79,9 @@ def audio_rules(cfg: Config) -> dict[str, Rule]:
             f"shorter than audio.min_duration_s={a.min_duration_s} s",
             "lower audio.min_duration_s",
         ),
-        "past_end": Rule("segment starts past its file's end", "fix its offset in the manifest"),
+        "past_end": Rule(
+            "segment runs past its file's end", "fix its offset and duration in the manifest"
+        ),
         "remote": Rule(
             "on object storage, not checked", "their headers are read when a producer reads them"
         ),
@@ -133,7 +135,11 @@ def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str
         return "unreadable", 0.0, 0
     if _truncated(entry, members):
         return "truncated", 0.0, info.channels
-    if entry.offset_s and entry.offset_s >= info.frames / info.samplerate:
+    file_s = info.frames / info.samplerate
+    # As the producers judge it (producer/audio.py check_duration): a segment that starts
+    # past the end, or ends more than SEGMENT_SLACK_S after it.
+    end_s = entry.offset_s + entry.duration_s if entry.duration_s else entry.offset_s
+    if (entry.offset_s and entry.offset_s >= file_s) or end_s > file_s + SEGMENT_SLACK_S:
         return "past_end", 0.0, info.channels
     seconds = max(0.0, info.frames / info.samplerate - entry.offset_s)
     if entry.duration_s:

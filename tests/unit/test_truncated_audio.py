@@ -6,6 +6,7 @@ the producers and counted by validate, never trained as a short clip against its
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -112,3 +113,19 @@ def test_a_segment_past_its_files_end_is_refused(tmp_path: Path) -> None:
     assert abs(len(wave) - 2.0 * 22050) <= 1
     with pytest.raises(SkipSample, match="runs past the end"):  # decode's own check
         decode(str(path), (1.0, 2.5))
+
+
+def test_validate_counts_a_segment_past_its_files_end_as_the_producers_do(tmp_path: Path) -> None:
+    (tmp_path / "clip.wav").write_bytes(encoded("WAV", "PCM_16"))  # 3.00 s
+    lines = [{"id": "past", "audio": "clip.wav", "text": "past", "offset": 1.0, "duration": 2.5},
+             {"id": "rounded", "audio": "clip.wav", "text": "rounded", "offset": 1.0,
+              "duration": 2.004},
+             {"id": "inside", "audio": "clip.wav", "text": "inside", "offset": 0.5,
+              "duration": 1.0}]  # fmt: skip
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cfg = replace(Config(), data={"path": str(manifest), "format": "jsonl"},
+                  features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    report = corpus_check(cfg)
+    assert report.usable == 2, report.lines
+    assert any("segment runs past its file's end" in line for line in report.lines)
