@@ -15,12 +15,18 @@ against an innocent item. Not a strike: a late READY of a grant taken back, and
 rows changed under intact seals after a local READY (a stale writer's doing,
 counted torn; a remote producer's rows are hashed when its READY arrives). An
 item is skipped for its content only when two peers sent bad rows for it.
+
+Audits (consumer/stager/audits.py): some READYs and every SKIP of a remote producer
+wait until a local producer has computed the item too; the intake takes the local
+answer and decides.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+from ringfeed.consumer.stager.audits import AuditPolicy, disagreement
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.plan.plan import Plan
@@ -28,10 +34,13 @@ from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.ready import copy_payload, lengths_error, payload_error, row_limits
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Event, Producer, Slot
+from ringfeed.consumer.stager.twins import Skipped, Twin
 from ringfeed.shared.memory.ring import Ring, rows_checksum
 from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.sample.marks import AUDIO
 from ringfeed.shared.wire import protocol as p
+
+log = logging.getLogger(__name__)
 
 # Items remembered with the peer that first sent bad rows for them.
 MAX_SUSPECTS = 4096
@@ -50,15 +59,17 @@ class Intake:
         hop_length: int,
         vocab_size: int,
         drop: Drops,
+        audits: AuditPolicy,
         marked: Callable[[int, int], None] | None = None,
     ) -> None:
         """plan: which bucket's batch each position goes into (when it cuts batches);
         hop_length turns a bucket's frames into samples when slots hold waveforms;
         vocab_size bounds the token ids a sample may hold; marked(item, marks): told of
         each sample taken into a batch whose READY carried audio marks (near-silent,
-        clipped: consumer/stager/outliers.py lists it)."""
+        clipped: consumer/stager/outliers.py lists it); audits: which remote samples
+        wait for an audit."""
         self.samples, self.slots, self.book, self.builder = samples, slots, book, builder
-        self.plan, self.hop_length, self.drop = plan, hop_length, drop
+        self.plan, self.hop_length, self.drop, self.audits = plan, hop_length, drop, audits
         self.vocab, self.marked = vocab_size, marked
         self.limits = row_limits(samples.fields)
         # Optional fields' lengths must agree with the mel's or the text's (one check a
@@ -71,6 +82,7 @@ class Intake:
         self.accepted: dict[int, p.ReadyEntry] = {}
         # item -> the peer (account) that first sent bad rows for it.
         self.suspects: dict[int, str] = {}
+        self.no_auditor = False  # an audit found no local producer for a lease
 
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
         """Accept each filled slot of a READY that its producer still holds."""
@@ -115,7 +127,7 @@ class Intake:
             elif not self.slots.granted_ever(e.slot, e.generation):
                 self.reject(producer, "malformed", f"{detail}: never granted")
             else:  # a late READY of a grant taken back: nothing of its producer's to return
-                self.drop("stale", detail)
+                self.late(producer, e.slot, e.generation, detail)
             return
         if producer.remote:
             copy_payload(self.samples, e.slot, e.generation, e.lengths, payload)
@@ -129,13 +141,119 @@ class Intake:
             why = f"slot {e.slot} is not sealed with generation {e.generation}"
             self.reject(producer, "unsealed", why)
             return
+        if (twin := self.slots.twins.audit_of(e.slot)) is not None:
+            self.answer_audit(producer, e, twin)
+            return
         self.book.delivered(producer)
         why = self.misfit(e)
         if why:
             self.slots.skip(producer.ident, e.slot, e.generation, e.item, why, "bucket", "")
             return
-        self.slots.ready(producer.ident, e.slot, e.generation, e.item)
         self.accepted[e.slot] = e
+        if producer.remote and self.audits.due(producer.peer.ban) and self.may_audit():
+            self.slots.twins.hold(producer.ident, e.slot, e.generation, e.item, producer.name)
+            self.slots.count("audits")
+        else:
+            self.slots.ready(producer.ident, e.slot, e.generation, e.item)
+
+    def may_audit(self) -> bool:
+        """Hold a remote answer for an audit? While a local producer works, or until an
+        audit found none for a lease (audits.py)."""
+        if self.book.auditor_works():
+            self.no_auditor = False
+        return not self.no_auditor
+
+    def late(self, producer: Producer, slot: int, generation: int, detail: str) -> None:
+        """A READY or SKIP of a grant taken back: dropped, counted "beaten" when a backup
+        had beaten it (twins.py), else "stale"."""
+        beaten = self.slots.twins.late(producer.ident, slot, generation)
+        self.drop("beaten" if beaten else "stale", detail)
+
+    def on_skip(self, msg: p.Skip, producer: Producer) -> None:
+        """The grantee cannot use this input: the item is skipped, unless the SKIP answers
+        an audit or comes from a remote producer (then a local one decides: audits.py)."""
+        self.book.credit(producer.ident, 1)
+        grant = (producer.ident, msg.slot, msg.generation, msg.item)
+        cause = producer.causes.get(msg.stage, "")
+        owned = self.slots.owns(*grant)
+        if owned and (twin := self.slots.twins.audit_of(msg.slot)) is not None:
+            self.skipped_audit(producer, msg, twin, cause)
+        elif owned and producer.remote and self.may_audit():
+            said = Skipped(msg.reason, msg.stage, msg.path, cause)
+            self.slots.twins.hold(*grant, producer.name, said)
+            self.slots.count("audits")
+        elif self.slots.skip(*grant, msg.reason, msg.stage, msg.path, cause):
+            pass
+        else:
+            self.late(producer, msg.slot, msg.generation, f"SKIP of slot {msg.slot} "
+                      f"generation {msg.generation}")  # fmt: skip
+            return
+        self.book.delivered(producer)
+
+    def answer_audit(self, producer: Producer, e: p.ReadyEntry, twin: Twin) -> None:
+        """A local producer's READY for an audit: the remote sample is delivered if the two
+        agree; else this one is, and the remote peer is struck. A remote SKIP it
+        overrules costs its peer half its grant limit (it may be honest)."""
+        self.slots.answered(producer.ident, e.slot, e.generation, e.item)
+        self.book.delivered(producer)
+        position, keep = self.slots.slots[e.slot].position, e.slot
+        if twin.skipped is not None:
+            self.slots.count("skips_overruled")
+            self.book.beaten(twin.ident, twin.peer)
+            self.drop("overruled-skip", f"item {e.item}: {twin.name} skipped it "
+                      f"({twin.skipped.reason}), {producer.name} did not")  # fmt: skip
+        else:
+            held = self.accepted[twin.first]
+            why = disagreement(self.samples, twin.first, held.lengths, e.slot, e.lengths)
+            self.slots.count("audits_failed" if why else "audits_passed")
+            if why:
+                self.caught(twin, e.item, why)
+            else:
+                keep = twin.first
+                if twin.peer is not None:
+                    self.audits.passed(twin.peer.ban)
+        if keep != e.slot:
+            self.slots.twins.settle(Event("sample", position, e.item, slot=keep))
+            return
+        self.accepted.pop(twin.first, None)
+        if misfit := self.misfit(e):
+            self.slots.twins.settle(Event("skip", position, e.item, reason=misfit, stage="bucket"))
+            return
+        self.accepted[e.slot] = e
+        self.slots.twins.settle(Event("sample", position, e.item, slot=e.slot))
+
+    def skipped_audit(self, producer: Producer, msg: p.Skip, twin: Twin, cause: str) -> None:
+        """A local producer cannot use the item of an audit: skipped if the remote one
+        said so too; else the remote sample is delivered (inconclusive: this host may
+        lack what the other has)."""
+        self.slots.answered(producer.ident, msg.slot, msg.generation, msg.item)
+        position = self.slots.slots[msg.slot].position
+        if twin.skipped is not None:
+            self.slots.twins.settle(Event("skip", position, msg.item, reason=msg.reason,
+                                          stage=msg.stage, path=msg.path, cause=cause))  # fmt: skip
+            return
+        self.slots.count("audits_inconclusive")
+        self.slots.twins.settle(Event("sample", position, msg.item, slot=twin.first))
+
+    def caught(self, twin: Twin, item: int, why: str) -> None:
+        """A remote peer's sample differs from this host's: a strike, and its samples
+        still waiting to leave are granted again (audits.py)."""
+        self.drop("audit-failed", f"item {item} from {twin.name}: {why}")
+        if twin.peer is None:
+            return
+        for k in self.slots.twins.unfinish(twin.peer.ban):
+            self.accepted.pop(k, None)
+        self.book.strike(twin.ident, f"audit: its sample differs from this host's: {why}",
+                         twin.peer)  # fmt: skip
+
+    def expire_audits(self) -> None:
+        """Audits no local producer took within a lease are given up (audits.py)."""
+        for _ in self.slots.twins.overdue(self.book.clock()):
+            self.slots.count("audits_unanswered")
+            if not self.book.auditor_works() and not self.no_auditor:
+                log.warning("no local producer audited a remote sample within a lease: remote"
+                            " samples are not audited until one works (audits.py)")  # fmt: skip
+                self.no_auditor = True
 
     def misfit(self, e: p.ReadyEntry) -> str:
         """'' if the sample fits its batch's bucket, else why not (the length manifest

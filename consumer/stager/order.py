@@ -8,7 +8,9 @@ exactly once; positions of other training workers' shares (consumer/stager/plan/
 share.py) are passed over, never granted. Deterministic mode releases
 finished positions in plan order (a reorder window); otherwise in any order,
 the cursor being the oldest position not yet out. Items known to be bad are
-skipped without a grant, and an item never has two grants out at once.
+skipped without a grant, and an item never has two grants out at once, but for
+the second grant of a backup or an audit (consumer/stager/twins.py), which counts
+in ``busy`` and is not in flight: its position is the first grant's.
 """
 
 from __future__ import annotations
@@ -100,6 +102,28 @@ class PlanOrder:
     def granted(self, position: int, item: int) -> None:
         self.in_flight[position] = item
         self.busy[item] += 1
+
+    def twin(self, item: int) -> None:
+        """A second grant of an in-flight position's item (a backup or an audit)."""
+        self.busy[item] += 1
+
+    def untwin(self, item: int) -> None:
+        """One of two grants of an item is over; the position goes on with the other."""
+        self.busy[item] -= 1
+        if not self.busy[item]:
+            del self.busy[item]
+
+    def unfinish(self, position: int, item: int, peer: str) -> bool:
+        """A finished sample still waiting to leave turns out untrustworthy (its peer was
+        caught lying): grant it again, uncharged, to another peer. False if it left."""
+        event = self.finished.get(position)
+        if event is None or event.kind != "sample" or event.item != item:
+            return False
+        del self.finished[position]
+        heapq.heappush(self.retry, position)
+        if peer:
+            self.taken_from[position] = peer
+        return True
 
     def _landed(self, position: int) -> None:
         """position's grant is over (finished or taken back)."""

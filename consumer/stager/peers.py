@@ -214,6 +214,12 @@ class PeerTrust:
         self._forget(self.limits)
         self._forget(self.cuts)
 
+    def beaten(self, account: str, holding: int) -> None:
+        """A backup beat a grant of this peer (consumer/stager/twins.py): it may hold half
+        as many grants (never fewer than one), at once: its share follows its pace."""
+        self.limits[account] = max(1, min(holding, self.limit(account)) // 2)
+        self._forget(self.limits)
+
     def delivered(self, peer: PeerId) -> None:
         """A sample accepted: one grant more, up to no limit of its own."""
         self._hold(peer).samples += 1

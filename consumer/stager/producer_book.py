@@ -11,17 +11,15 @@ name is another producer, and never takes this one's name nor keeps it out. A
 grant's lease is its own, whatever its producer's heartbeats say
 (docs/design.md#contract-2). A producer that may still be writing (alive, local) has
 the slots taken back from it FENCED until it says HELLO again with an empty queue,
-dies, or FENCE_LEASES pass. Fair share: each
-producer that works holds at most (slots - 1) / working grants, so none holds
-the slots the others need.
+dies, or FENCE_LEASES pass. Fair share: each account that works holds at most
+(slots - 1) / working accounts grants, fewer once a backup beats it (twins.py).
 
 Restarts and pauses. A HELLO under a known name from another process (another
 token) is a restart. One from the same process after the stager had given it up
 (silent a lease, or forgotten after FORGET_LEASES: it was SIGSTOPped, its VM
 suspended, its link cut) is a pause, counted as such: nothing was lost but time.
-What such a producer sent on its old socket before its HELLO is counted "late"
-(the stager remembers the last MAX_PRODUCERS identities it forgot), not as a
-message of an unknown peer.
+What such a producer sent on its old socket before its HELLO is counted "late" (the
+stager remembers the last MAX_PRODUCERS identities it forgot), not unknown-peer.
 """
 
 from __future__ import annotations
@@ -77,6 +75,8 @@ class ProducerBook:
         # Identities forgotten for silence, oldest first: their late messages are no
         # unknown peer's (bounded: MAX_PRODUCERS).
         self.forgotten: dict[bytes, str] = {}
+        slots.twins.may_write = self.may_write
+        slots.twins.on_beaten = self.beaten
 
     # ------------------------------------------------------------ joining
     def lasting_refusal(self, ident: bytes, name: str, peer: PeerId) -> str:
@@ -167,6 +167,14 @@ class ProducerBook:
     def local(self, producer: Producer) -> bool:
         return not producer.remote and producer.host == self.hostname
 
+    def may_write(self, ident: bytes) -> bool:
+        """Might this producer still write the slots taken back from it (local)?"""
+        return (producer := self.producers.get(ident)) is not None and self.local(producer)
+
+    def auditor_works(self) -> bool:
+        """Is a local producer at work, one that can audit a remote one (audits.py)?"""
+        return any(self.local(pr) and not pr.stalled for pr in self.producers.values())
+
     # ------------------------------------------------------------ grants
     def credit(self, ident: bytes, n: int) -> None:
         """The producer asks for n more grants; it never holds more than max_credits."""
@@ -221,7 +229,7 @@ class ProducerBook:
         producer = self.producers.get(ident)
         if producer is None or producer.credits <= 0 or producer.stalled:
             return None
-        entry = self.slots.grant(ident, producer.index, producer.peer, others)
+        entry = self.slots.grant(ident, producer.index, producer.peer, others, self.local(producer))
         if entry is not None:
             producer.credits -= 1
         return entry
@@ -274,16 +282,17 @@ class ProducerBook:
         returns the names of the producers concerned.
 
         Who pays: a producer silent for the whole lease is stuck on its current input,
-        which is charged (revoke); a remote one's only if its peer testifies (it has
-        delivered at least half as many samples as leases it let expire: peers.py). One
-        that kept talking while a grant expired lost that GRANT or its READY on the way:
-        nothing is charged. Either way its peer is struck once 10 of its grants expired
-        with fewer than a quarter as many samples delivered (peers.py). A remote one then
-        loses just the expired grants (it cannot write our memory, and a late READY is
-        stale); a local one is revoked, fenced, until it says HELLO with an empty
-        queue."""
+        which is charged (revoke); a remote one's only if its peer testifies (peers.py).
+        One that kept talking lost that GRANT or its READY on the way: nothing is
+        charged. Either way its peer is struck once 10 of its grants expired (a grant a
+        backup beat and it never answered counts: twins.py) with fewer than a quarter as
+        many samples delivered. A remote one then loses just the expired grants (a late
+        READY is stale); a local one is revoked, fenced, until it says HELLO again."""
         now, names = self.clock(), []
         self.slots.lift_old_fences(now)
+        for ident, peer in self.slots.twins.beaten.unanswered(now, self.lease_s):
+            if peer is not None and (why := self.trust.held_expired(peer, 1)):
+                self.strike(ident, why, peer)
         self.zombies = {i: z for i, z in self.zombies.items() if self.slots.fences(i)}
         for ident, producer in list(self.producers.items()):
             silent_s = now - producer.last_seen
@@ -317,10 +326,7 @@ class ProducerBook:
         if silent_s > self.lease_s:  # its item is charged: by a remote peer, if it testifies
             self.revoke(ident, charge=self.local(producer) or self.trust.testifies(peer))
             return
-        account = peer.account
-        holding = sum(self.slots.holding(i) for i, pr in self.producers.items()
-                      if pr.peer.account == account)  # fmt: skip
-        self.trust.expired_while_talking(account, holding)
+        self.trust.expired_while_talking(peer.account, self.account_holding(peer.account))
         if producer.remote:
             for k in expired:
                 self.slots.reclaim(k, fence=False, charged=False)
@@ -343,6 +349,16 @@ class ProducerBook:
         for other_ident, other in list(self.producers.items()):
             if other.peer.ban == peer.ban:
                 self.drop(other_ident, may_write=self.local(other), charge=False)
+
+    def beaten(self, ident: bytes, peer: PeerId | None) -> None:
+        """A backup beat a grant of this producer (twins.py): its account holds fewer."""
+        if peer is not None:
+            self.trust.beaten(peer.account, self.account_holding(peer.account))
+
+    def account_holding(self, account: str) -> int:
+        """Grants the producers of this account hold now."""
+        held = self.slots.holding
+        return sum(held(i) for i, pr in self.producers.items() if pr.peer.account == account)
 
     def delivered(self, producer: Producer) -> None:
         """A sample of this producer was accepted."""
@@ -375,20 +391,10 @@ class ProducerBook:
         counters = {"joined": self.n_joined, "restarts": self.restarts, "pauses": self.pauses,
                     "forgotten": self.n_forgotten, "strikes": self.trust.n_strikes,
                     "peers_banned": self.n_banned}  # fmt: skip
-        return BookStats(tuple(self.row(pr, now) for pr in shown), unlisted, counters)
-
-    def row(self, pr: Producer, now: float) -> ProducerStats:
-        """One producer's row; now: this book's clock, as its last_seen."""
-        return ProducerStats(
-            name=pr.name,
-            pid=pr.pid,
-            host=pr.host,
-            place=pr.place,
-            remote=pr.remote,
-            samples=pr.samples,
-            grants=self.slots.holding(pr.ident),
-            fenced=self.slots.fences(pr.ident),
-            silent_s=round(now - pr.last_seen, 3),
-            stalled=pr.stalled,
-            work=dict(pr.work),
-        )
+        rows = tuple(
+            ProducerStats(pr.name, pr.pid, pr.host, pr.place, pr.remote, pr.samples,
+                          holding(pr.ident), self.slots.fences(pr.ident),
+                          round(now - pr.last_seen, 3), pr.stalled, dict(pr.work))
+            for pr in shown
+        )  # fmt: skip
+        return BookStats(rows, unlisted, counters)

@@ -119,12 +119,7 @@ class ProducerDesk:
         self.intake.on_ready(msg, producer, payload)
 
     def on_skip(self, msg: p.Skip, producer: Producer, payload: list[bytes]) -> None:
-        self.book.credit(producer.ident, 1)
-        args = (msg.slot, msg.generation, msg.item, msg.reason, msg.stage, msg.path)
-        if self.slots.skip(producer.ident, *args, producer.causes.get(msg.stage, "")):
-            self.book.delivered(producer)
-        else:
-            self.drop("stale", f"SKIP of slot {msg.slot} generation {msg.generation}")
+        self.intake.on_skip(msg, producer)
 
     def on_heartbeat(self, msg: p.Heartbeat, producer: Producer, payload: list[bytes]) -> None:
         take_work(producer, msg.work)
@@ -162,6 +157,7 @@ class ProducerDesk:
             self.say(name, logging.WARNING, "took back grants of %s: no READY within"
                      " ring.lease_s=%.1f s (or its process died)", name, lease_s)  # fmt: skip
         self.book.reap_zombies()
+        self.intake.expire_audits()
         self.say.summarize()
 
     def shut_down(self, why: str = "run finished") -> None:

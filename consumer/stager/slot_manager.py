@@ -31,6 +31,11 @@ the stager answers it with REHELLO, and a producer empties its queue before it
 says HELLO. A pid proves nothing across PID namespaces, and the stager's check
 after copying (seqlock, consumer/stager/intake.py) catches a late write anyway:
 fencing saves work, it guarantees nothing.
+
+Twins. A position may have a second grant out: a backup of the oldest open position
+when it holds the plan back, or an audit of a remote producer's answer by a local
+one (consumer/stager/twins.py, consumer/stager/audits.py). Either way it finishes
+once; the grant not kept is taken back without going back to the plan.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.state import Event, Slot
 from ringfeed.consumer.stager.stats_record import SlotStats
+from ringfeed.consumer.stager.twins import TwinSlots
 from ringfeed.shared.memory.ring import SLOT_DTYPE, SlotState
 from ringfeed.shared.wire import protocol as p
 
@@ -83,7 +89,12 @@ class SlotManager:
         self.fenced: dict[bytes, set[int]] = {}  # producer -> slots fenced against it
         self.order = PlanOrder(plan, deterministic)
         self.known_bad = self.order.known_bad
-        self._counters = dict.fromkeys(("grants", "ready", "reclaimed", "fences_lifted", "torn"), 0)
+        names = ("grants", "ready", "reclaimed", "fences_lifted", "torn", "backups", "backups_won",
+                 "audits", "audits_passed", "audits_failed", "audits_inconclusive",
+                 "audits_unanswered", "skips_overruled")  # fmt: skip
+        self._counters = dict.fromkeys(names, 0)
+        self.granted_at: dict[int, int] = {}  # position -> the slot of its (first) grant
+        self.twins = TwinSlots(self)  # positions with a second grant out (twins.py)
         for k in range(n_slots):
             self._to(k, SlotState.FREE)  # the headers start as our view: FREE, no item
 
@@ -99,6 +110,8 @@ class SlotManager:
             elif slot.state == SlotState.READY:
                 self._free(k)
         self.held.clear()
+        self.twins.reset()
+        self.granted_at.clear()
         self.order.reset(position)
         return holders
 
@@ -126,15 +139,25 @@ class SlotManager:
 
     # ------------------------------------------------------------ grants
     def grant(
-        self, ident: bytes, owner_index: int, peer: PeerId | None = None, avoid: bool = False
-    ) -> p.GrantEntry | None:
+        self, ident: bytes, owner_index: int, peer: PeerId | None = None, avoid: bool = False,
+        auditor: bool = False,
+    ) -> p.GrantEntry | None:  # fmt: skip
         """The next free slot and plan position for this producer of `peer`, or None (no
         free slot, the plan's end, or the reorder window is full). avoid: other peers
-        work, so no retry taken back from this peer is given to it."""
+        work, so no retry taken back from this peer is given to it. auditor: a local
+        producer, which takes an audit waiting for one first. When nothing else may be
+        granted, the oldest open position if it is due for a backup (twins.py)."""
         free = self.free_slots[0] if self.free_slots else None
         if free is None:
             return None
-        position = self.order.next_position(self._window(), peer.account if avoid and peer else "")
+        position = self.twins.audit_due() if auditor else None
+        twin = position is not None
+        if position is None:
+            avoided = peer.account if avoid and peer else ""
+            position = self.order.next_position(self._window(), avoided)
+        if position is None:
+            position = self.twins.backup_due(peer)
+            twin = position is not None
         if position is None:
             return None
         slot = self.slots[free]
@@ -145,7 +168,12 @@ class SlotManager:
         slot.owner_index = owner_index
         self._to(free, SlotState.GRANTED)
         self.held.setdefault(ident, set()).add(free)
-        self.order.granted(position, slot.item)
+        if twin:
+            self.twins.granted(position, free)
+            self.order.twin(slot.item)
+        else:
+            self.granted_at[position] = free
+            self.order.granted(position, slot.item)
         self._counters["grants"] += 1
         return p.GrantEntry(free, slot.generation, slot.item, position)
 
@@ -183,12 +211,11 @@ class SlotManager:
 
     def ready(self, ident: bytes, slot: int, generation: int, item: int) -> bool:
         """The grantee filled the slot; False (a stale READY) if it no longer owns it."""
-        if not self.owns(ident, slot, generation, item):
+        if not self.answered(ident, slot, generation, item):
             return False
-        self._to(slot, SlotState.READY)
-        self.held[ident].discard(slot)
-        self._counters["ready"] += 1
-        self.order.finish(Event("sample", self.slots[slot].position, item, slot=slot))
+        position = self.slots[slot].position
+        self.twins.end(position, slot)
+        self.order.finish(Event("sample", position, item, slot=slot))
         return True
 
     def skip(
@@ -198,14 +225,26 @@ class SlotManager:
         """The grantee cannot use this input; the slot is free again, and the item known
         bad for the rest of the run: later epochs skip it without a grant. cause: what
         decided the verdict (its quarantine line keeps it)."""
-        if not self.owns(ident, slot, generation, item):
+        if not self.answered(ident, slot, generation, item):
             return False
-        self.known_bad[item] = (reason, stage)
-        self.held[ident].discard(slot)
         position = self.slots[slot].position
         self._free(slot)
+        self.twins.end(position, slot)
+        self.known_bad[item] = (reason, stage)
         event = Event("skip", position, item, reason=reason, stage=stage, path=path, cause=cause)
         self.order.finish(event)
+        return True
+
+    def answered(self, ident: bytes, slot: int, generation: int, item: int) -> bool:
+        """The grantee answered its grant of `slot` (False: it holds no such grant): the
+        slot is READY now (an answer that is a SKIP frees it next)."""
+        if not self.owns(ident, slot, generation, item):
+            return False
+        self._ungrant(slot)
+        self._to(slot, SlotState.READY)
+        self.held[ident].discard(slot)
+        self.twins.service.add(self.clock() - self.slots[slot].t_granted)
+        self._counters["ready"] += 1
         return True
 
     def torn(self, events: list[Event], bad: str = "") -> None:
@@ -243,6 +282,8 @@ class SlotManager:
         position, item, peer = slot.position, slot.item, slot.peer
         self._take(k, fence)
         self._counters["reclaimed"] += 1
+        if self.twins.split(position, k, item):
+            return
         from_peer = peer.account if peer else ""
         self.order.taken_back(position, item, charged, self.max_attempts, from_peer)
 
@@ -287,10 +328,28 @@ class SlotManager:
         return len(self.fenced.get(ident, ()))
 
     # ------------------------------------------------------------ internals
+    def count(self, name: str) -> None:
+        self._counters[name] += 1
+
+    def take_slot(self, k: int, fence: bool) -> None:
+        """For the twins (twins.py): slot k leaves its producer (see _take)."""
+        self._take(k, fence)
+
+    def free_slot(self, k: int) -> None:
+        """For the twins (twins.py): slot k is free (see _free)."""
+        self._free(k)
+
+    def _ungrant(self, k: int) -> None:
+        """Slot k's grant ends: its position is no longer found by its slot."""
+        position = self.slots[k].position
+        if self.granted_at.get(position) == k:
+            del self.granted_at[position]
+
     def _take(self, k: int, fence: bool) -> None:
         """Slot k leaves its producer with a new generation: FENCED against it, or free."""
         slot = self.slots[k]
         ident = slot.producer
+        self._ungrant(k)
         slot.generation += 1
         if ident is not None:
             self.held.get(ident, set()).discard(k)
@@ -338,14 +397,3 @@ class SlotManager:
         self.headers = headers
         fields = ("state", "generation", "item", "epoch", "producer", "t_granted")
         self._columns = {name: headers[name] for name in fields}
-
-    def record(self, k: int) -> dict[str, int]:
-        """The manager's view of slot k as it must read in the header (for tests)."""
-        slot = self.slots[k]
-        return {
-            "state": int(slot.state),
-            "generation": slot.generation,
-            "item": slot.item,
-            "epoch": self.plan.epoch_of(slot.position) if slot.position >= 0 else 0,
-            "producer": slot.owner_index,
-        }

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.consumer.devices import count_gpus_for, stager_mel_fn
+from ringfeed.consumer.stager.audits import AuditPolicy
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.consumer_side import ConsumerGone, ConsumerSide
 from ringfeed.consumer.stager.control import ControlSockets
@@ -254,8 +255,9 @@ def build(
     book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
                         cfg.ring.max_strikes, cfg.ring.max_producers_per_peer)  # fmt: skip
     builder = BatchBuilder(cfg, batches, stager_mel_fn(cfg), tables.item_ids(index))
-    intake = Intake(samples, slots, book, builder, plan, cfg.features.hop_length,
-                    cfg.vocab_size, drop, outliers.delivered)  # fmt: skip
+    intake = Intake(samples, slots, book, builder, plan, cfg.features.hop_length, cfg.vocab_size,
+                    drop, AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
+                    outliers.delivered)  # fmt: skip
     cleanup.callback(intake.forget_views)
     net = control_sockets(cfg, ends, samples, drop, book, cleanup)
     delivery = Delivery(plan, slots, builder, intake, quarantine, index, net)

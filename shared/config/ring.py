@@ -23,6 +23,11 @@ class RingConfig:
     # Rejected messages in 10 minutes that get a peer refused for the run (0 = never).
     max_strikes: int = 3
     max_producers_per_peer: int = 64  # joined at once per CURVE key, tcp host, local pool
+    # Share of a remote producer's samples a local producer computes again to check them
+    # (docs/faults-and-security.md#audits); every remote SKIP is checked.
+    audit_fraction: float = 0.01
+    # Each remote peer's first samples that are all checked so.
+    audit_first: int = 8
 
     def __post_init__(self) -> None:
         at_least_one("ring", slots=self.slots, max_item_attempts=self.max_item_attempts,
@@ -35,3 +40,5 @@ class RingConfig:
             "or live producers lose their grants",
         )
         check(self.max_strikes >= 0, "ring.max_strikes", "must be >= 0 (0 = never refuse a peer)")
+        check(0 <= self.audit_fraction <= 1, "ring.audit_fraction", "must be within [0, 1]")
+        check(self.audit_first >= 0, "ring.audit_first", "must be >= 0 (0 = none always)")

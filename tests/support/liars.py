@@ -341,3 +341,48 @@ def slow_walker(
                 if now - beat > beat_s:
                     sock.send_multipart(p.encode(p.Heartbeat(0, {})))
                     beat = now
+
+
+def made_up(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, kind: str, *,
+    tally: Tally,
+) -> None:  # fmt: skip
+    """A remote producer with a valid key (in keys_dir), fast, whose every READY passes
+    every check the stager can make on its own (lengths, checksum, values in range) and
+    is made up: `another` item's valid rows (the next item's), or `zeros` of the item's
+    lengths. Only computing the item again tells (consumer/stager/audits.py)."""
+    source = SyntheticSource(cfg)
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, cfg, f"made-up-{kind}", True, tally) is None:
+                continue
+            sock.send_multipart(p.encode(p.Request(16)))
+            while not stop.is_set() and not isinstance(msg := receive(sock, 0.05), p.Rehello):
+                for g in msg.entries() if isinstance(msg, p.Grant) else []:
+                    sample = source.prepare(g.item + 1 if kind == "another" else g.item)
+                    rows = [sample.tokens, sample.mel]
+                    if kind == "zeros":
+                        rows = [np.zeros_like(r) for r in rows]
+                    ready = p.Ready([g.slot], [g.generation], [g.item], [len(r) for r in rows],
+                                    [rows_checksum(rows)], [0])  # fmt: skip
+                    sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
+                    sock.send_multipart(p.encode(p.Request(1)))
+                    tally.lies += 1
+
+
+def skips_all(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, *, tally: Tally
+) -> None:
+    """A remote producer with a valid key (in keys_dir) that answers every GRANT at once
+    with a SKIP ('unreadable audio'): believed, each would quarantine an innocent item."""
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, cfg, "skips-all", True, tally) is None:
+                continue
+            sock.send_multipart(p.encode(p.Request(16)))
+            while not stop.is_set() and not isinstance(msg := receive(sock, 0.05), p.Rehello):
+                for g in msg.entries() if isinstance(msg, p.Grant) else []:
+                    skip = p.Skip(g.slot, g.generation, g.item, "unreadable audio (a lie)",
+                                  "", "audio")  # fmt: skip
+                    sock.send_multipart(p.encode(skip))
+                    tally.lies += 1

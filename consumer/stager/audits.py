@@ -1,0 +1,92 @@
+"""Audits: what a remote producer says about an item is checked by a local producer.
+
+A part of the stager's intake (consumer/stager/intake.py); the second grant is a twin
+of the slot manager (consumer/stager/twins.py). A remote producer's sample can pass
+every check the stager has (its rows hash to its checksum, every value in range) and
+still be made up: another item's valid mel, or zeros (400 of 400 such rows were
+batched, issue 35). Only computing the item again tells. So:
+
+- A remote producer's READY is audited with probability ``ring.audit_fraction``, and
+  always until ``ring.audit_first`` samples of its peer (a ban key) passed an audit
+  (so a peer that lies from the start never has a sample delivered): the sample
+  waits in its slot, not delivered, and its position is granted again to a local
+  producer (this user's own process, running this checkout's code: the one
+  producer the stager trusts). The two must agree: lengths and integer fields exactly,
+  and floats within AUDIT_TOLERANCE in all but AUDIT_OUTLIERS of their values (the
+  same code differs by up to ~1e-6 across CPUs, and a pitch tracker may call a
+  borderline frame voiced on one and not the other). If they do, the remote sample is
+  delivered; if not, the local one is, the remote peer gets a strike, and its samples
+  still waiting in the ring are granted again, uncharged.
+- Every SKIP of a remote producer is audited: an item is quarantined only when a local
+  producer cannot use it either; otherwise the local sample is delivered and the
+  skipping peer's grant limit halves (a skip may be honest: a file missing on that
+  host, so it is not a strike).
+- A local producer that cannot use an item a remote one delivered decides nothing (it
+  may lack something the other host has): the remote sample is delivered, counted
+  inconclusive.
+
+Cost: each audit is one more sample computed on this host, and the audited position
+waits for it (at the default 1 %, ~1 % more local work while remote peers deliver).
+What audits miss: a liar that behaves until audit_first of its samples passed and lies
+after that has each lie checked with probability audit_fraction, so about
+ring.max_strikes / audit_fraction of its lies are delivered before it is banned (300
+at 1 % and 3 strikes). Samples of local producers are never audited. An audit that
+finds no local producer for a lease is given up, its sample delivered unchecked
+(counted ``audits_unanswered``), and from then on remote samples are not held while no
+local producer works: a run whose producers are all remote is not audited (it waits
+one lease, once, to find that out).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from ringfeed.shared.memory.ring import Ring
+
+# Floats of a sample and of its audit agree when within this (log-mel units; a made-up
+# or zeroed mel differs by ~1 to 10 in nearly every value).
+AUDIT_TOLERANCE = 1e-3
+# ... in all but this fraction of a field's values.
+AUDIT_OUTLIERS = 0.01
+# Peers whose audit counts are remembered (bounded memory).
+MAX_AUDITED_PEERS = 4096
+
+
+class AuditPolicy:
+    """Which remote samples are audited. The draw is the system's randomness, so a peer
+    cannot tell which of its samples will be checked."""
+
+    def __init__(self, fraction: float, first: int) -> None:
+        self.fraction, self.first = fraction, first
+        self.rng = random.SystemRandom()
+        self.passes: dict[str, int] = {}  # ban key -> its samples that passed an audit
+
+    def due(self, ban: str) -> bool:
+        """Is this remote sample of peer `ban` to be audited?"""
+        return self.passes.get(ban, 0) < self.first or self.rng.random() < self.fraction
+
+    def passed(self, ban: str) -> None:
+        """A sample of peer `ban` passed its audit."""
+        n = self.passes.pop(ban, 0)
+        self.passes[ban] = n + 1  # re-inserted: the dict's order is by last use
+        while len(self.passes) > MAX_AUDITED_PEERS:
+            del self.passes[next(iter(self.passes))]
+
+
+def disagreement(ring: Ring, slot_a: int, lengths_a: list[int], slot_b: int,
+                 lengths_b: list[int]) -> str:  # fmt: skip
+    """'' if the samples in two slots agree (see the module docstring), else where not."""
+    if list(lengths_a) != list(lengths_b):
+        return f"lengths {list(lengths_a)} against the audit's {list(lengths_b)}"
+    for name, n in zip(ring.fields, lengths_a, strict=True):
+        a, b = ring.view(name)[slot_a][:n], ring.view(name)[slot_b][:n]
+        if a.dtype.kind != "f":
+            if not np.array_equal(a, b):
+                return f"{name}: {int(np.count_nonzero(a != b))} of {a.size} values differ"
+            continue
+        off = int(np.count_nonzero(np.abs(a.astype(np.float64) - b) > AUDIT_TOLERANCE))
+        if off > AUDIT_OUTLIERS * a.size:
+            return f"{name}: {off} of {a.size} values differ by more than {AUDIT_TOLERANCE}"
+    return ""

@@ -1,0 +1,299 @@
+"""Second grants of one plan position: backups of a position that holds the plan back,
+and audits of what a remote producer says about an item.
+
+A part of the slot manager (consumer/stager/slot_manager.py), which makes the slot
+changes; these are the records and the rules. A position has at most two grants out
+(a twin); whichever way it ends, it finishes once and leaves the plan order once
+(docs/design.md#contract-3).
+
+Backups. In a deterministic plan the oldest open position holds every later one back:
+grants stop ``ring.slots - 1`` positions past it. A peer that holds it without
+answering (30 mute identities) or answers just inside its lease (a slow walker) once
+cut honest delivery to 0.08 and 0.07 of its pace (issue 35). So when grants stop and
+the oldest open position has been out BACKUP_FACTOR times the recent median time from
+grant to READY (never sooner than BACKUP_MIN_S, never later than half a lease), it is
+granted again to a producer of another account. The first READY or SKIP finishes it;
+the other grant is taken back at once (fenced against a local producer, which may
+still be writing it, until it answers or dies) and its late answer is dropped as
+stale. The beaten peer's account holds half as many grants from then on (its share
+shrinks with its pace; each sample it delivers raises it by one again). A beaten grant
+that is never answered within its lease counts as an expired one for holding
+(consumer/stager/peers.py), so a mute peer is struck as before.
+
+Audits: see consumer/stager/audits.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.state import Event
+from ringfeed.shared.memory.ring import SlotState
+
+if TYPE_CHECKING:  # the slot manager makes its TwinSlots: no import at run time
+    from ringfeed.consumer.stager.slot_manager import SlotManager
+
+BACKUP = "backup"
+AUDIT = "audit"
+# A position out this many times the median grant-to-READY time is backed up: a
+# producer's queue (producers.credits grants) makes its grants' times vary a few fold.
+BACKUP_FACTOR = 4.0
+# ... but never sooner than this (a cached sample takes ~0.2 ms; a blip is no holder).
+BACKUP_MIN_S = 0.02
+# Grant-to-READY times the median is taken over, and how often it is taken again.
+SERVICE_SAMPLES = 128
+SERVICE_EVERY = 16
+# Beaten grants remembered until answered or their lease ends (bounded memory).
+MAX_BEATEN = 4096
+
+
+@dataclass
+class Skipped:
+    """A SKIP held for an audit: what the producer said of the item."""
+
+    reason: str
+    stage: str
+    path: str
+    cause: str
+
+
+@dataclass
+class Twin:
+    """The two grants of one position. first: the slot of the grant that came first (a
+    backup: the holder's; an audit: the remote READY's, or -1 for a held SKIP); second:
+    the other grant's slot, -1 while an audit waits for a local producer."""
+
+    kind: str
+    first: int
+    second: int = -1
+    since: float = 0.0  # an audit: when it began waiting for a local producer
+    ident: bytes = b""  # an audit: the remote producer whose answer it checks
+    peer: PeerId | None = None
+    name: str = ""
+    skipped: Skipped | None = None
+
+    def other(self, slot: int) -> int:
+        return self.second if slot == self.first else self.first
+
+
+class ServiceTimes:
+    """Recent grant-to-READY times, and when a held position is due for a backup."""
+
+    def __init__(self) -> None:
+        self.times: collections.deque[float] = collections.deque(maxlen=SERVICE_SAMPLES)
+        self.median_s: float | None = None
+        self.n = 0
+
+    def add(self, seconds: float) -> None:
+        self.times.append(seconds)
+        self.n += 1
+        if self.n % SERVICE_EVERY == 0:  # a median of 128 costs ~10 us: not per READY
+            self.median_s = statistics.median(self.times)
+
+    def backup_after(self, lease_s: float) -> float:
+        """Seconds a position may be out before it is backed up (half a lease until
+        SERVICE_EVERY samples were timed)."""
+        if self.median_s is None:
+            return lease_s / 2
+        return min(lease_s / 2, max(BACKUP_MIN_S, BACKUP_FACTOR * self.median_s))
+
+
+@dataclass(frozen=True)
+class Beaten:
+    """A grant a backup beat: whose, and when it was granted (its lease runs on)."""
+
+    t_granted: float
+    peer: PeerId | None
+
+
+class BeatenGrants:
+    """Grants taken back because a backup beat them, until answered or their lease ends."""
+
+    def __init__(self) -> None:
+        self.grants: dict[tuple[bytes, int, int], Beaten] = {}
+
+    def add(self, ident: bytes, slot: int, generation: int, beaten: Beaten) -> None:
+        self.grants[(ident, slot, generation)] = beaten
+        while len(self.grants) > MAX_BEATEN:
+            del self.grants[next(iter(self.grants))]
+
+    def answered(self, ident: bytes, slot: int, generation: int) -> bool:
+        """Its late answer came: True if it was a beaten grant of this producer."""
+        return self.grants.pop((ident, slot, generation), None) is not None
+
+    def unanswered(self, now: float, lease_s: float) -> list[tuple[bytes, PeerId | None]]:
+        """Beaten grants whose lease ended unanswered (each once): (producer, peer)."""
+        out = [(key, b) for key, b in self.grants.items() if now - b.t_granted > lease_s]
+        for key, _ in out:
+            del self.grants[key]
+        return [(key[0], b.peer) for key, b in out]
+
+    def clear(self) -> None:
+        self.grants.clear()
+
+
+class TwinSlots:
+    """The twins of one slot manager (``m``): when a second grant is due, and how a twin
+    ends. Slot changes go through the manager's take_slot, free_slot and answered."""
+
+    def __init__(self, m: SlotManager) -> None:
+        self.m = m
+        self.by_position: dict[int, Twin] = {}
+        self.service = ServiceTimes()
+        self.beaten = BeatenGrants()
+        # Set by the producer book: may this producer still write its slots (local,
+        # alive)? and who is told that a backup beat a grant of this producer.
+        self.may_write: Callable[[bytes], bool] = lambda ident: False
+        self.on_beaten: Callable[[bytes, PeerId | None], None] = lambda ident, peer: None
+
+    def reset(self) -> None:
+        self.by_position.clear()
+        self.beaten.clear()
+
+    # ------------------------------------------------------------ second grants
+    def backup_due(self, peer: PeerId | None) -> int | None:
+        """The oldest open position, if its one grant has been out long enough to be
+        backed up, and at another account than `peer`'s; it becomes a twin."""
+        m = self.m
+        position = m.order.cursor
+        k = m.granted_at.get(position)
+        if k is None or position in self.by_position:
+            return None
+        holder = m.slots[k]
+        if peer is None or holder.peer is None or holder.peer.account == peer.account:
+            return None
+        if m.clock() - holder.t_granted < self.service.backup_after(m.lease_s):
+            return None
+        self.by_position[position] = Twin(BACKUP, k)
+        m.count("backups")
+        return position
+
+    def audit_due(self) -> int | None:
+        """A position whose audit waits for a local producer, or None."""
+        for position, twin in self.by_position.items():
+            if twin.kind == AUDIT and twin.second < 0:
+                return position
+        return None
+
+    def granted(self, position: int, slot: int) -> None:
+        self.by_position[position].second = slot
+
+    # ------------------------------------------------------------ how twins end
+    def end(self, position: int, winner: int) -> None:
+        """`winner` answered first: a backup's other grant is beaten (taken back)."""
+        twin = self.by_position.pop(position, None)
+        if twin is None:
+            return
+        if twin.kind == BACKUP and winner == twin.second:
+            self.m.count("backups_won")
+        other = twin.other(winner)
+        if other >= 0 and self.m.slots[other].state == SlotState.GRANTED:
+            self.beat(other)
+
+    def beat(self, k: int) -> None:
+        """Take back grant k, which a backup beat: fenced against a local producer until
+        it answers late or dies; its late answer is stale; its peer is told."""
+        slot = self.m.slots[k]
+        ident, peer = slot.producer, slot.peer
+        assert ident is not None
+        self.beaten.add(ident, k, slot.generation, Beaten(slot.t_granted, peer))
+        self.m.order.untwin(slot.item)
+        self.m.take_slot(k, fence=self.may_write(ident))
+        self.on_beaten(ident, peer)
+
+    def late(self, ident: bytes, slot: int, generation: int) -> bool:
+        """A stale READY or SKIP came from this producer: True if a backup beat that
+        grant; its producer is done with the slot, free again if still fenced for it."""
+        if not self.beaten.answered(ident, slot, generation):
+            return False
+        m = self.m
+        if slot in m.fenced.get(ident, ()) and m.slots[slot].generation == generation + 1:
+            m.fenced[ident].discard(slot)
+            m.free_slot(slot)
+        return True
+
+    def split(self, position: int, k: int, item: int) -> bool:
+        """Grant k came back unfinished: if it was one of a twin, the position goes on with
+        the other grant (a backup), or its audit waits for a local producer again; True
+        then (nothing goes back to the plan)."""
+        twin = self.by_position.get(position)
+        if twin is None or k not in (twin.first, twin.second):
+            return False
+        self.m.order.untwin(item)
+        if twin.kind == AUDIT:
+            twin.second, twin.since = -1, self.m.clock()
+            return True
+        del self.by_position[position]
+        other = twin.other(k)
+        if self.m.slots[other].state == SlotState.GRANTED:
+            self.m.granted_at[position] = other
+        return True
+
+    # ------------------------------------------------------------ audits (audits.py)
+    def hold(self, ident: bytes, slot: int, generation: int, item: int, name: str,
+             skipped: Skipped | None = None) -> bool:  # fmt: skip
+        """A remote producer's READY (rows waiting in the slot) or SKIP (`skipped`), held
+        for an audit: its position is unfinished until a local producer answers."""
+        m = self.m
+        if not m.answered(ident, slot, generation, item):
+            return False
+        position, peer = m.slots[slot].position, m.slots[slot].peer
+        if skipped is not None:
+            m.free_slot(slot)
+        self.end(position, slot)
+        first = slot if skipped is None else -1
+        self.by_position[position] = Twin(AUDIT, first, -1, m.clock(), ident, peer, name, skipped)
+        return True
+
+    def audit_of(self, slot: int) -> Twin | None:
+        """The audit whose second grant `slot` is (its answer goes to the intake)."""
+        twin = self.by_position.get(self.m.slots[slot].position)
+        return twin if twin is not None and twin.kind == AUDIT and twin.second == slot else None
+
+    def settle(self, event: Event) -> None:
+        """An audit ends with `event` (a sample in event.slot, or a skip): the twin's other
+        slot is freed, the position finishes."""
+        m = self.m
+        twin = self.by_position.pop(event.position)
+        for k in (twin.first, twin.second):
+            if k >= 0 and k != event.slot and m.slots[k].state != SlotState.FREE:
+                m.free_slot(k)
+        if twin.second >= 0:
+            m.order.untwin(event.item)
+        if event.kind == "skip":
+            m.known_bad[event.item] = (event.reason, event.stage)
+        m.order.finish(event)
+
+    def overdue(self, now: float) -> list[Event]:
+        """Audits that found no local producer for a lease are given up: the held sample
+        is delivered unchecked, a held SKIP believed. Returns their events."""
+        events = []
+        for position, twin in list(self.by_position.items()):
+            if twin.kind != AUDIT or twin.second >= 0 or now - twin.since <= self.m.lease_s:
+                continue
+            item, sk = self.m.plan.item_at(position), twin.skipped
+            event = (Event("sample", position, item, slot=twin.first) if sk is None else
+                     Event("skip", position, item, reason=sk.reason, stage=sk.stage,
+                           path=sk.path, cause=sk.cause))  # fmt: skip
+            self.settle(event)
+            events.append(event)
+        return events
+
+    def unfinish(self, ban: str) -> list[int]:
+        """A peer was caught lying: its samples still waiting to leave are granted again,
+        uncharged; returns their slots (freed)."""
+        out, m = [], self.m
+        for k, s in enumerate(m.slots):
+            if s.state != SlotState.READY or s.peer is None or s.peer.ban != ban:
+                continue
+            if s.position in self.by_position:
+                continue
+            if m.order.unfinish(s.position, s.item, s.peer.account):
+                m.free_slot(k)
+                out.append(k)
+        return out

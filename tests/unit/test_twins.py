@@ -1,0 +1,166 @@
+"""Backups (consumer/stager/twins.py, issue 35 item 2): when the oldest open position
+holds a deterministic plan back, it is granted again at another account; the first
+answer finishes it, exactly once, the other grant is taken back and its late answer is
+stale; the beaten account holds fewer grants, and a beaten grant never answered counts
+as held. On a fake clock through the producer book, then a slow walker against the
+real stager in this process."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from ringfeed.consumer.stager.peers import PeerId
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
+from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.slot_manager import SlotManager
+from ringfeed.shared.memory.ring import SlotState
+from ringfeed.shared.wire import protocol as p
+from tests.support.checks import assert_exactly_once, consume
+from tests.support.configs import keyed
+from tests.support.liars import in_thread, slow_walker
+from tests.support.polling import wait_for
+from tests.support.producer_threads import producer_threads
+from tests.support.stager_thread import stager_thread
+
+HOST = "this-host"
+LOCAL = PeerId("pool 1", "uid 0 pid 1", os.getpid())
+FAR = PeerId("key F host h", "key F", owner="key F")
+LEASE_S = 4.0
+WINDOW = 7  # 8 slots: grants stop 7 positions past the oldest open one
+
+
+class Clock:
+    t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def book(n_items: int = 40, n_slots: int = 8) -> ProducerBook:
+    """A producer book over its slot manager with a local producer L and a remote one F
+    (another account), each with credits to spare."""
+    slots = SlotManager(Plan(Shuffle(n_items, seed=3), epochs=1), n_slots, lease_s=LEASE_S,
+                        max_attempts=3, deterministic=True, clock=Clock())  # fmt: skip
+    m = ProducerBook(slots, HOST, max_credits=16, max_strikes=3, max_per_peer=64)
+    for ident, peer, remote in ((b"L", LOCAL, False), (b"F", FAR, True)):
+        hello = p.Hello(ident.decode(), os.getpid(), HOST, remote, ident.decode(), "", {})
+        m.hello(ident, hello, remote=remote, peer=peer)
+        m.producers[ident].credits = 100
+    return m
+
+
+def hold_the_oldest(m: ProducerBook) -> p.GrantEntry:
+    """F takes position 0; L fills the rest of the window: grants stop at 0."""
+    held = m.grant(b"F")
+    assert held is not None and held.position == 0
+    while (g := m.grant(b"L")) is not None and g.position != 0:
+        assert m.slots.ready(b"L", g.slot, g.generation, g.item)
+    assert g is None, "no backup before the position has been out long enough"
+    return held
+
+
+def positions(m: ProducerBook) -> list[int]:
+    events = m.slots.pop_events(1000)
+    for e in events:
+        m.slots.release(e.slot)
+    return [e.position for e in events]
+
+
+def test_the_held_oldest_position_is_backed_up_and_finishes_once() -> None:
+    m = book()
+    held = hold_the_oldest(m)
+    m.clock.t += LEASE_S / 2 + 0.1  # no grant timed yet: half a lease
+    backup = m.grant(b"L")
+    assert backup is not None and (backup.position, backup.item) == (0, held.item)
+    assert m.grant(b"L") is None  # one backup at a time
+    assert m.slots.ready(b"L", backup.slot, backup.generation, backup.item)
+    assert positions(m) == list(range(WINDOW))  # 0 once, then the rest
+    assert m.slots.slots[held.slot].state == SlotState.FREE  # F is remote: not fenced
+    assert not m.slots.ready(b"F", held.slot, held.generation, held.item)  # stale
+    assert m.slots.twins.late(b"F", held.slot, held.generation)  # ... as beaten
+    assert m.trust.limit(FAR.account) == 1  # its share halved (it held one)
+    assert m.slots.counters["backups"] == m.slots.counters["backups_won"] == 1
+
+
+def test_the_first_grant_answering_first_beats_the_backup_which_stays_fenced() -> None:
+    m = book()
+    m.producers[b"F"].remote, m.producers[b"L"].peer = False, LOCAL  # both local now
+    m.producers[b"F"].peer = PeerId("pool 2", "uid 0 pid 2", os.getpid())
+    held = hold_the_oldest(m)
+    m.clock.t += LEASE_S
+    backup = m.grant(b"L")
+    assert backup is not None and backup.position == 0
+    assert m.slots.ready(b"F", held.slot, held.generation, held.item)  # F was first
+    assert positions(m)[0] == 0
+    beaten = m.slots.slots[backup.slot]
+    assert beaten.state == SlotState.FENCED  # L may still be writing it
+    assert m.slots.twins.late(b"L", backup.slot, backup.generation)  # its late READY ...
+    assert beaten.state == SlotState.FREE  # ... frees it
+    assert m.slots.counters["backups_won"] == 0
+
+
+def test_a_backup_taken_back_leaves_the_position_to_its_first_grant() -> None:
+    m = book()
+    held = hold_the_oldest(m)
+    m.clock.t += LEASE_S / 2 + 0.1
+    backup = m.grant(b"L")
+    assert backup is not None
+    m.revoke(b"L", charge=False)  # L's grants come back (a lost link, say)
+    assert m.slots.order.retry == []  # position 0 is still out, at F: not granted again
+    assert m.slots.ready(b"F", held.slot, held.generation, held.item)
+    assert positions(m) == list(range(WINDOW))
+
+
+def test_no_backup_within_one_account() -> None:
+    m = book()
+    m.producers[b"F"].peer = LOCAL
+    hold_the_oldest(m)
+    m.clock.t += LEASE_S
+    assert m.grant(b"L") is None
+
+
+def test_a_beaten_grant_never_answered_counts_as_held() -> None:
+    m = book(n_items=400)
+    for _ in range(20):  # F takes the oldest position, is beaten, never answers
+        m.touch(b"F"), m.touch(b"L")  # both talk
+        g = m.grant(b"F")
+        assert g is not None and g.position == m.slots.cursor
+        while (b := m.grant(b"L")) is not None:
+            assert m.slots.ready(b"L", b.slot, b.generation, b.item)
+        m.clock.t += LEASE_S
+        backup = m.grant(b"L")
+        assert backup is not None and backup.position == g.position
+        assert m.slots.ready(b"L", backup.slot, backup.generation, backup.item)
+        positions(m)
+        m.clock.t += LEASE_S + 0.1
+        m.expire()
+        if m.trust.n_strikes:
+            break
+    assert m.trust.n_strikes == 1  # 10 beaten grants unanswered, no sample: holding
+    assert m.producers[b"F"].stalled  # struck: its grants back, nothing until HELLO
+
+
+def test_a_slow_walker_holds_the_plan_back_no_longer_than_its_backups(tmp_path: Path) -> None:
+    """A remote key answers every grant validly at 85 % of its lease: each position it
+    holds is backed up by the honest local producer and delivered once; its READYs come
+    late and are dropped as beaten; it is never struck."""
+    n = 150
+    config, keys = keyed(tmp_path, ("walker",), items=n, delay_s=0.002,
+                         ring={"lease_s": 2.0, "heartbeat_s": 0.2})  # fmt: skip
+    with stager_thread(config) as stager:
+        cfg, client, stop = stager.cfg, stager.client(), threading.Event()
+        thread, tally = in_thread(slow_walker, cfg, stager.tcp, str(keys["walker"]), stop)
+        wait_for(lambda: tally.joins, 20, "the walker joined")
+        with producer_threads(cfg, stager.control):
+            items = consume(client, timeout_s=60)
+            client.close()
+        stop.set()
+        thread.join(10)
+        summary = stager.summary()
+    assert not tally.errors, tally.errors
+    assert_exactly_once(items, cfg, n)
+    counters = summary["counters"]
+    assert counters["backups_won"] >= 1 and counters["strikes"] == 0, counters
