@@ -23,7 +23,10 @@ attack is a kind of run of its own (tests/support/liars.py):
 - charge-laundering: 4 identities of the key take grants and fall silent past the
   lease, again and again, alone for three rounds before the honest pool joins (each
   such lease would charge its item: 3 of them quarantined innocent items);
-- slow-walker: the key answers every grant validly, but at 85 % of its lease.
+- slow-walker: the key answers every grant validly, but at 85 % of its lease;
+- made-up-content: the key answers every grant at once with another item's valid rows,
+  hashed as an honest producer would (every check but an audit passes);
+- skips-everything: the key answers every grant at once with a SKIP (unreadable audio).
 
 Runs, ``--repeats`` times each, interleaved: no attacker (the baseline), then each
 attack, and with ``--no-bans`` all-at-once with ``ring.max_strikes: 0`` (fair share
@@ -64,10 +67,12 @@ from tests.support.liars import (  # noqa: E402
     crash_flood,
     in_thread,
     lie_per_grant,
+    made_up,
     name_squatter,
     second_consumers,
     silent_holders,
     silent_identities,
+    skips_all,
     slow_walker,
     undecodable_flood,
 )
@@ -139,6 +144,16 @@ def walker(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
     return [in_thread(slow_walker, cfg, endpoint, key, stop)]
 
 
+def making_up(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
+              args: argparse.Namespace) -> list:  # fmt: skip
+    return [in_thread(made_up, cfg, endpoint, key, stop, "another")]
+
+
+def skipping(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
+             args: argparse.Namespace) -> list:  # fmt: skip
+    return [in_thread(skips_all, cfg, endpoint, key, stop)]
+
+
 ATTACKS = {
     "all-at-once": all_at_once,
     "second-consumer": second_consumer,
@@ -147,6 +162,8 @@ ATTACKS = {
     "mute-identities": mute,
     "charge-laundering": laundering,
     "slow-walker": walker,
+    "made-up-content": making_up,
+    "skips-everything": skipping,
 }
 # The honest pool's name prefix: its workers are honest-0, honest-1, ...
 HONEST = "honest"

@@ -31,10 +31,12 @@ What audits miss: a liar that behaves until audit_first of its samples passed an
 after that has each lie checked with probability audit_fraction, so about
 ring.max_strikes / audit_fraction of its lies are delivered before it is banned (300
 at 1 % and 3 strikes). Samples of local producers are never audited. An audit that
-finds no local producer for a lease is given up, its sample delivered unchecked
-(counted ``audits_unanswered``), and from then on remote samples are not held while no
-local producer works: a run whose producers are all remote is not audited (it waits
-one lease, once, to find that out).
+finds no local producer in time (a lease once one has joined the run, AUDIT_GRACE_S
+before: the launcher starts the head host's pool beside the stager) is given up, its
+sample delivered unchecked (counted ``audits_unanswered``), and from then on remote
+samples are not held while no local producer works: a run whose producers are all
+remote is not audited, and waits AUDIT_GRACE_S once to find that out (set
+ring.audit_first and ring.audit_fraction to 0 there).
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ from ringfeed.shared.memory.ring import Ring
 AUDIT_TOLERANCE = 1e-3
 # ... in all but this fraction of a field's values.
 AUDIT_OUTLIERS = 0.01
+# Before any local producer joined the run, how long an audit waits for one, seconds (a
+# pool starting beside the stager takes a few; an attacker that joins first must not
+# have its samples delivered unchecked meanwhile).
+AUDIT_GRACE_S = 20.0
 # Peers whose audit counts are remembered (bounded memory).
 MAX_AUDITED_PEERS = 4096
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from ringfeed.consumer.stager import audits
 from ringfeed.consumer.stager.audits import AuditPolicy, disagreement
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.drops import Drops
@@ -247,12 +248,17 @@ class Intake:
                          twin.peer)  # fmt: skip
 
     def expire_audits(self) -> None:
-        """Audits no local producer took within a lease are given up (audits.py)."""
-        for _ in self.slots.twins.overdue(self.book.clock()):
+        """Audits no local producer took in time are given up (audits.py): within a lease
+        once a local producer has joined the run, else within AUDIT_GRACE_S (one may be
+        starting beside the stager)."""
+        lease_s = self.slots.lease_s
+        wait_s = lease_s if self.book.locals_joined else max(lease_s, audits.AUDIT_GRACE_S)
+        for _ in self.slots.twins.overdue(self.book.clock(), wait_s):
             self.slots.count("audits_unanswered")
             if not self.book.auditor_works() and not self.no_auditor:
-                log.warning("no local producer audited a remote sample within a lease: remote"
-                            " samples are not audited until one works (audits.py)")  # fmt: skip
+                log.warning("no local producer audited a remote sample in %.0f s: remote"
+                            " samples are not audited until one works (audits.py)",
+                            wait_s)  # fmt: skip
                 self.no_auditor = True
 
     def misfit(self, e: p.ReadyEntry) -> str:

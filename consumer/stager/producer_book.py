@@ -69,11 +69,10 @@ class ProducerBook:
         self.zombies: dict[bytes, Producer] = {}
         # (owner, name) -> the token of its last process
         self.tokens: dict[tuple[str, str], str] = {}
-        self.n_joined = 0
+        self.n_joined = self.locals_joined = 0
         self.turn = 0  # rotates which producer is granted first
         self.restarts = self.pauses = self.n_forgotten = 0
-        # Identities forgotten for silence, oldest first: their late messages are no
-        # unknown peer's (bounded: MAX_PRODUCERS).
+        # Forgotten for silence, oldest first: their late messages are no unknown peer's.
         self.forgotten: dict[bytes, str] = {}
         slots.twins.may_write = self.may_write
         slots.twins.on_beaten = self.beaten
@@ -115,8 +114,8 @@ class ProducerBook:
         (fenced until that pid dies, FENCE_LEASES at most); the same process saying HELLO
         again has emptied its grant queue, so it writes nothing old."""
         self.count_return(msg, peer)
-        # The same process gave its grants up (a lost link, a pause): they come back
-        # uncharged, or a run whose link drops now and then would quarantine good items.
+        # The same process gave its grants up (a lost link, a pause): back uncharged, or a
+        # run whose link drops now and then would quarantine good items.
         if ident in self.producers:
             self.drop(ident, charge=False)
         for old_ident, old in list(self.producers.items()):
@@ -130,6 +129,7 @@ class ProducerBook:
                 self.slots.unfence(old_ident)
                 del self.zombies[old_ident]
         self.n_joined += 1
+        self.locals_joined += not remote and msg.host == self.hostname
         producer = Producer(ident, msg.name, msg.pid, msg.host, remote, self.clock(),
                             self.n_joined - 1, msg.token, msg.place, peer=peer,
                             causes=dict(msg.causes))  # fmt: skip
@@ -357,8 +357,8 @@ class ProducerBook:
 
     def account_holding(self, account: str) -> int:
         """Grants the producers of this account hold now."""
-        held = self.slots.holding
-        return sum(held(i) for i, pr in self.producers.items() if pr.peer.account == account)
+        return sum(self.slots.holding(i) for i, pr in self.producers.items()
+                   if pr.peer.account == account)  # fmt: skip
 
     def delivered(self, producer: Producer) -> None:
         """A sample of this producer was accepted."""

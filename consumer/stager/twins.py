@@ -196,14 +196,22 @@ class TwinSlots:
             self.beat(other)
 
     def beat(self, k: int) -> None:
-        """Take back grant k, which a backup beat: fenced against a local producer until
-        it answers late or dies; its late answer is stale; its peer is told."""
-        slot = self.m.slots[k]
+        """Take back grant k, which a backup beat, and every other grant of its producer
+        out as long as a backup waits (they would hold the plan back in turn), those
+        uncharged and granted again elsewhere: fenced against a local producer until it
+        answers late or dies; its late answers are stale; its peer is told."""
+        m, slot = self.m, self.m.slots[k]
         ident, peer = slot.producer, slot.peer
         assert ident is not None
         self.beaten.add(ident, k, slot.generation, Beaten(slot.t_granted, peer))
-        self.m.order.untwin(slot.item)
-        self.m.take_slot(k, fence=self.may_write(ident))
+        m.order.untwin(slot.item)
+        m.take_slot(k, fence=self.may_write(ident))
+        due = m.clock() - self.service.backup_after(m.lease_s)
+        for j in list(m.held.get(ident, ())):
+            s = m.slots[j]
+            if s.t_granted <= due and s.position not in self.by_position:
+                self.beaten.add(ident, j, s.generation, Beaten(s.t_granted, peer))
+                m.reclaim(j, fence=self.may_write(ident), charged=False)
         self.on_beaten(ident, peer)
 
     def late(self, ident: bytes, slot: int, generation: int) -> bool:
@@ -269,12 +277,12 @@ class TwinSlots:
             m.known_bad[event.item] = (event.reason, event.stage)
         m.order.finish(event)
 
-    def overdue(self, now: float) -> list[Event]:
-        """Audits that found no local producer for a lease are given up: the held sample
+    def overdue(self, now: float, wait_s: float) -> list[Event]:
+        """Audits that found no local producer for wait_s are given up: the held sample
         is delivered unchecked, a held SKIP believed. Returns their events."""
         events = []
         for position, twin in list(self.by_position.items()):
-            if twin.kind != AUDIT or twin.second >= 0 or now - twin.since <= self.m.lease_s:
+            if twin.kind != AUDIT or twin.second >= 0 or now - twin.since <= wait_s:
                 continue
             item, sk = self.m.plan.item_at(position), twin.skipped
             event = (Event("sample", position, item, slot=twin.first) if sk is None else

@@ -9,10 +9,12 @@ item."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from ringfeed.consumer.stager import audits
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.wire.keys import load_client
 from tests.support.checks import assert_exactly_once, consume
@@ -26,14 +28,16 @@ RING = {"lease_s": 0.5, "heartbeat_s": 0.1}
 
 
 def beside_a_local_producer(tmp_path: Path, liar, *args: object) -> tuple:
-    """The liar (with the key 'liar') joins first, then an honest local producer (ipc:
-    the auditor) delivers the epoch; -> (cfg, items, tally, summary, quarantine)."""
+    """The liar (with the key 'liar') joins first and answers alone for two leases (its
+    answers wait for an auditor), then an honest local producer (ipc: the auditor)
+    delivers the epoch; -> (cfg, items, tally, summary, quarantine)."""
     n = 120
     config, keys = keyed(tmp_path, ("liar",), items=n, delay_s=0.002, ring=RING)
     with stager_thread(config) as stager:
         cfg, client, stop = stager.cfg, stager.client(), threading.Event()
         thread, tally = in_thread(liar, cfg, stager.tcp, str(keys["liar"]), stop, *args)
         wait_for(lambda: tally.lies, 20, "the liar answering grants")
+        time.sleep(2 * cfg.ring.lease_s)  # the fault's duration: alone past a lease
         with producer_threads(cfg, stager.control):
             items = consume(client, timeout_s=60)
             client.close()
@@ -84,7 +88,10 @@ def test_an_honest_remote_producer_passes_its_audits(tmp_path: Path) -> None:
     assert 1 <= counters["audits_passed"] <= counters["audits"]
 
 
-def test_without_a_local_producer_audits_are_given_up_after_a_lease(tmp_path: Path) -> None:
+def test_without_a_local_producer_audits_are_given_up_after_a_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audits, "AUDIT_GRACE_S", 1.0)  # 20 s: a pool starting, on any host
     n = 60
     config, keys = keyed(tmp_path, ("honest",), items=n, delay_s=0.002, ring=RING)
     with stager_thread(config) as stager:
