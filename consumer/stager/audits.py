@@ -52,10 +52,10 @@ from ringfeed.shared.memory.ring import Ring
 AUDIT_TOLERANCE = 1e-3
 # ... in all but this fraction of a field's values.
 AUDIT_OUTLIERS = 0.01
-# Before any local producer joined the run, how long an audit waits for one, seconds (a
-# pool starting beside the stager takes a few; an attacker that joins first must not
-# have its samples delivered unchecked meanwhile).
-AUDIT_GRACE_S = 20.0
+# Before any local producer joined the run, how long an audit waits for one, seconds, at
+# least (a lease, if longer): a pool started beside the stager joins within 1-3 s here,
+# and an attacker that joins first must not have its samples delivered unchecked.
+AUDIT_GRACE_S = 5.0
 # Peers whose audit counts are remembered (bounded memory).
 MAX_AUDITED_PEERS = 4096
 

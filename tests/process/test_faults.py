@@ -14,7 +14,7 @@ from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.scripts.lossy_link import LossyLink
 from ringfeed.shared.config import load_config
 from tests.support.checks import consume, plan_items
-from tests.support.configs import small, tcp
+from tests.support.configs import ALL_REMOTE, small, tcp
 from tests.support.fault_sources import inject_faults
 from tests.support.ports import free_port
 from tests.support.runs import Run, rid, shm_segments, started
@@ -30,7 +30,7 @@ def test_an_epoch_crosses_a_link_that_drops_messages_exactly_once(
     sample per expiry, so they are never struck for holding (issue 35)."""
     n, stager_port, link_port = 120, free_port(), free_port()
     # Each lost GRANT or READY costs a lease: a short one keeps the epoch short.
-    ring = {"lease_s": 0.5, "heartbeat_s": 0.1}
+    ring = {"lease_s": 0.5, "heartbeat_s": 0.1, **ALL_REMOTE}
     cfg_path = small(tmp_path, items=n, delay_s=0.002, transport=tcp(stager_port), ring=ring)
     run_id, link = rid(), LossyLink(link_port, stager_port, drop=drop)
     with Run(cfg_path, run_id, tmp_path) as run:

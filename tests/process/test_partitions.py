@@ -16,7 +16,7 @@ from ringfeed.scripts.runner import worker_pids
 from ringfeed.shared.config import load_config
 from ringfeed.shared.run.process import STAGER_NO_CONSUMER
 from tests.support.checks import assert_exactly_once, consume
-from tests.support.configs import small
+from tests.support.configs import ALL_REMOTE, small
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.processes import CLI, send_signal
@@ -38,7 +38,7 @@ def test_a_remote_pool_rejoins_a_stager_stopped_for_fifteen_leases_exactly_once(
     once, every row checked, with nothing quarantined."""
     n, port = 400, free_port()
     tcp = {"kind": "tcp", "host": "127.0.0.1", "port": port}
-    config = small(tmp_path, items=n, delay_s=0.005, transport=tcp)
+    config = small(tmp_path, items=n, delay_s=0.005, transport=tcp, ring=ALL_REMOTE)
     cfg = load_config(config)
     stopped: list[float] = []
 

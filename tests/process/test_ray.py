@@ -15,7 +15,7 @@ from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import SOURCE_HOOK_ENV, endpoints
 from tests.support.checks import assert_exactly_once, consume
-from tests.support.configs import small, tcp
+from tests.support.configs import ALL_REMOTE, small, tcp
 from tests.support.fault_sources import inject_faults
 from tests.support.paths import REPO
 from tests.support.ports import free_port
@@ -50,7 +50,7 @@ def ray_config(tmp_path: Path, n: int, delay_s: float) -> tuple[Path, int]:
         delay_s=delay_s,
         transport=tcp(port),
         producers={"workers": 1, "per_node": 1},
-        ring={"lease_s": 2.0, "heartbeat_s": 0.2},
+        ring={"lease_s": 2.0, "heartbeat_s": 0.2, **ALL_REMOTE},
     )
     return cfg_path, port
 

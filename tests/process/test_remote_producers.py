@@ -11,7 +11,7 @@ from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.wire.keys import generate
 from tests.support.checks import consume
-from tests.support.configs import small, tcp
+from tests.support.configs import ALL_REMOTE, small, tcp
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from tests.support.runs import Run, rid, shm_segments
@@ -54,7 +54,12 @@ def keyed_config(folder: Path, port: int, keys: Path) -> Path:
     """A small config in folder whose tcp transport uses the keys in `keys`."""
     folder.mkdir(exist_ok=True)
     return small(
-        folder, items=150, delay_s=0.004, transport=tcp(port, keys), producers={"workers": 1}
+        folder,
+        items=150,
+        delay_s=0.004,
+        transport=tcp(port, keys),
+        producers={"workers": 1},
+        ring=ALL_REMOTE,
     )
 
 

@@ -69,6 +69,11 @@ def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict
     return path
 
 
+# For a run whose producers are all remote: nothing local to audit them with, so no
+# audit waits for one (docs/faults-and-security.md#audits).
+ALL_REMOTE = {"audit_first": 0, "audit_fraction": 0.0}
+
+
 def tcp(port: int, keys_dir: Path | str = "", host: str = "127.0.0.1") -> dict[str, Any]:
     """A transport section: the stager binds host:port beside its ipc socket, with the
     CURVE keys in keys_dir if given."""

@@ -33,9 +33,13 @@ class StatsReader:
     def first(
         self, holds: Callable[[dict[str, Any]], bool], timeout_s: float, what: str
     ) -> dict[str, Any]:
-        """The first snapshot from now on for which holds(snapshot) is true."""
+        """The first snapshot from now on for which holds(snapshot) is true (within
+        timeout_s, however long the stager takes to publish its first: its start on a
+        loaded machine took over 3 s)."""
 
         def snapshot_that_holds() -> dict[str, Any] | None:
+            if not self.sock.poll(100):
+                return None
             snap = self.latest()
             return snap if holds(snap) else None
 
