@@ -115,7 +115,7 @@ def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None
     assert summary["steps"] == 16
     assert summary["steps_this_run"] < 16, "the relaunch should have resumed, not restarted"
     # It resumed because the plan's fingerprint in its checkpoint was the stager's.
-    assert set(summary["cursor"]["plan"]) == {"index", "seed", "buckets", "manifest"}
+    assert set(summary["cursor"]["plan"]) == {"index", "seed", "buckets", "lengths"}
     assert got == expected
     shapes = {tuple(r["shape"]) for r in expected.values()}
     if lengths == "buckets":  # several shapes, each compiled once (per run)
