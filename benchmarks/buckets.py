@@ -1,7 +1,7 @@
 """Length buckets against one fixed shape, and against tf.data's bucket_by_sequence_length.
 
     .venv/bin/python benchmarks/buckets.py [--rounds 2] [--steps 30] [--data shipped,ljspeech]
-    .venv/bin/python benchmarks/buckets.py --manifest 13100   # time the length manifest
+    .venv/bin/python benchmarks/buckets.py --lengths 13100    # time the length table
     .venv/bin/python benchmarks/buckets.py --data shipped --rounds 1 --steps 5 --plot PNG
 
 The demo model (d_model 64, 2 layers, XLA) trained for `--steps` steps by
@@ -219,18 +219,18 @@ def spawn_tfdata(cfg_path: Path, shapes: list[list[int]]) -> dict[str, Any]:
     raise RuntimeError(f"tfdata failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
 
 
-# ---------------------------------------------------------------- length manifest
+# ---------------------------------------------------------------- length table
 
 
-def time_manifest(n_items: int, tmp: Path) -> None:
-    """Build the length manifest of an LJSpeech-size dataset: n_items entries over the
+def time_lengths(n_items: int, tmp: Path) -> None:
+    """Build the length table of an LJSpeech-size dataset: n_items entries over the
     shipped clips (hard links, so every entry is its own file), cold then current."""
     from ringfeed.producer.lengths import measure_lengths
     from ringfeed.shared.config import config_from_dict
 
     shipped = REPO / "data" / "ljspeech-mini"
     lines = (shipped / "metadata.csv").read_text().splitlines()
-    data = tmp / "manifest-data"
+    data = tmp / "lengths-data"
     (data / "wavs").mkdir(parents=True)
     out = []
     for i in range(n_items):
@@ -239,11 +239,11 @@ def time_manifest(n_items: int, tmp: Path) -> None:
         out.append("|".join([f"x{i:05d}", *rest]))
     (data / "metadata.csv").write_text("\n".join(out) + "\n")
     cfg = config_from_dict({"data": {"path": str(data)}, "stager": {"auto_buckets": 4},
-                            "features": {"cache_dir": str(tmp / "manifest-cache")}})  # fmt: skip
+                            "features": {"cache_dir": str(tmp / "lengths-cache")}})  # fmt: skip
     for what in ("cold", "current"):
         t0 = time.perf_counter()
         measure_lengths(cfg)
-        print(f"length manifest of {n_items} items, {what}: {time.perf_counter() - t0:.2f} s")
+        print(f"length table of {n_items} items, {what}: {time.perf_counter() - t0:.2f} s")
 
 
 # ---------------------------------------------------------------- driver
@@ -292,7 +292,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--data", default="shipped,ljspeech")
-    parser.add_argument("--manifest", type=int, default=0, help="only time the manifest of N")
+    parser.add_argument("--lengths", type=int, default=0, help="only time the length table of N")
     parser.add_argument("--plot", help="also draw the medians into this PNG")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)
@@ -303,8 +303,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="ringfeed-buckets-") as tmp_name:
         tmp = Path(tmp_name)
-        if args.manifest:
-            time_manifest(args.manifest, tmp)
+        if args.lengths:
+            time_lengths(args.lengths, tmp)
             return
         by_dataset = {}
         for dataset in args.data.split(","):

@@ -72,7 +72,7 @@ def count_gpus_for(cfg: Config) -> int:
     n, why = count_gpus()
     if n == 0 and cfg.features.device == "stager":
         log.warning("features.device: stager on a host without GPU (%s): stager-side mels "
-                    "run on the CPU, about 3x slower than producer mels", why)  # fmt: skip
+                    "run on the CPU, about 5x slower than producer mels", why)  # fmt: skip
     return n
 
 

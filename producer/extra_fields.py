@@ -20,11 +20,12 @@ The user's function ("module:function", features.user_function) is called as
 ``function(wave, mel, text, entry)``: wave float32 [n] at audio.sample_rate
 (after trimming, normalizing and fitting to max_frames), mel float32 [frames,
 n_mels] (None with features.device: stager), text the entry's raw text, entry the
-manifest entry (shared/corpus/dataset.py DatasetEntry: item_id, audio_path, speaker,
-language, ...). It returns a mapping of field name -> array for every declared
-field. Its exceptions are that sample's failure (the pipeline quarantines it with
-stage "user"); an output of the wrong shape or dtype is refused with a message
-naming the field and both shapes.
+corpus entry (shared/corpus/entry.py Entry, a NamedTuple read by attribute:
+item_id, audio_path, speaker, language, ...; docs/sample-fields.md#fields-of-your-own).
+It returns a mapping of field name -> array for every declared field. Its exceptions
+are that sample's failure (the pipeline quarantines it with stage "user"); an output
+of the wrong shape or dtype is refused with a message naming the field and both
+shapes.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from ringfeed.producer.number_rules import (
 from ringfeed.producer.numbers import PHONE_RE, TIME_RE, NumberReader
 
 # Bumped when a rule changes: the persistent caches key on it (and bump the length
-# manifest's version in shared/corpus/lengths.py settings_key when token counts change).
+# table's version in shared/corpus/lengths.py settings_key when token counts change).
 # 4: years, ordinals, decimals and money as speakers say them (producer/numbers.py).
 NORMALIZER_VERSION = 4
 

@@ -38,7 +38,7 @@ own HELLO. Only time it ran counts: a loop that did not turn for a lease (the
 process was SIGSTOPped, its VM suspended, a sample took that long) says HELLO
 again and starts the clock anew, for the stager may be fine and waiting. Before
 its first WELCOME it waits for its stager as long as it takes (a stager
-measuring a length manifest may take minutes to bind). A REFUSED from the stager
+measuring a length table may take minutes to bind). A REFUSED from the stager
 (another protocol version, another config: the reason says what to change), or
 any message in another protocol version, ends it with EXIT_REFUSED. The pools
 restart neither (producer/pool.py).

@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     resumes = directory.is_dir()  # a relaunch with its run id resumes it
     print(f"launch: run {run_id} with {args.config}, in {directory}"
           + (" (exists: this run resumes)" if resumes else ""))  # fmt: skip
-    print(f"launch: watch it with scripts/launch.sh inspect --run-id {run_id}")
+    print(f"launch: watch it with {ringfeed_command()} inspect --run-id {run_id}")
     if args.consumer == "none":
         print(f"launch: the data side only: consume it with ring_dataset(load_config("
               f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
@@ -94,6 +94,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 STOPPED_CODES = (130, 143)
 
 
+def ringfeed_command() -> str:
+    """This installation's `ringfeed`, whole, to paste anywhere (a wheel has no launch.sh):
+    the console script beside this interpreter (a virtual environment's), else this
+    interpreter with -m (pip --user or --target put the script elsewhere)."""
+    script = Path(sys.executable).with_name("ringfeed")
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m ringfeed.scripts.cli"
+
+
 def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
     """What a stop says: where the run's last checkpoint is and the command that resumes
     it (the same command with the run id: a relaunch resumes, docs/running.md)."""
@@ -101,9 +111,9 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
                    (directory / "checkpoints").glob("ckpt-*.json"))  # fmt: skip
     where = f"its last checkpoint is {steps[-1][1].with_suffix('')}" if steps else "no checkpoint"
     # From where it was started: runs/ is found from the working directory.
-    launcher = Path(__file__).resolve().parent / "launch.sh"
-    command = (f"cd {shlex.quote(os.getcwd())} && {shlex.quote(str(launcher))} run "
-               f"{shlex.quote(args.config)} --run-id {args.run_id or run_id}")  # fmt: skip
+    config = shlex.quote(str(Path(args.config).absolute()))
+    command = (f"cd {shlex.quote(os.getcwd())} && {ringfeed_command()} run {config} "
+               f"--run-id {args.run_id or run_id}")  # fmt: skip
     if args.worker:
         command += f" --worker {args.worker} --cluster {args.cluster}"
     if args.consumer != "trainer":
@@ -351,18 +361,10 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--worker",
-        default="",
-        metavar="K/N",
-        help="this host is training worker K of N (MultiWorkerMirroredStrategy)",
-    )
-    p.add_argument(
-        "--cluster",
-        default="",
-        metavar="HOST:PORT,...",
-        help="every worker's trainer address, in worker order (with --worker)",
-    )
+    p.add_argument("--worker", default="", metavar="K/N", help="this host is training "
+                   "worker K of N (MultiWorkerMirroredStrategy)")  # fmt: skip
+    p.add_argument("--cluster", default="", metavar="HOST:PORT,...", help="every worker's "
+                   "trainer address, in worker order (with --worker)")  # fmt: skip
 
 
 def add_inspect_options(i: argparse.ArgumentParser) -> None:

@@ -55,7 +55,7 @@ cmd_run() {
   # foreground child would hold it until the child ends) and stops the run its way.
   trap 'kill -TERM "$pid" $ipid 2>/dev/null' INT TERM
   echo "launch: run $run_id starting (its log: $log)"
-  # The inspector attaches once the stager made its ring (an index or manifest may
+  # The inspector attaches once the stager made its ring (an index or length table may
   # take a while first), or not at all if the run ended before.
   while kill -0 "$pid" 2>/dev/null && ! [ -e "/dev/shm/ringfeed-$(id -u)-$ring_id-samples" ]; do
     sleep 0.5

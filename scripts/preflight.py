@@ -222,7 +222,7 @@ def _devices(cfg: Config) -> list[Finding]:
         Finding(
             False,
             f"features.device: stager, but this host has no GPU ({why}): stager-side mels "
-            "run on the CPU, about 3x slower than producer mels; set features.device: producer "
+            "run on the CPU, about 5x slower than producer mels; set features.device: producer "
             "(docs/running.md#mels-on-the-stager)",
         )
     ]

@@ -119,7 +119,7 @@ class BatchClient:
         if not read_consumer_secret(self.run_dir):
             hint = (
                 "no stager of that run id is running on this host: start it first "
-                "(scripts/launch.sh run CONFIG --run-id ID --consumer none does)"
+                "(`ringfeed run CONFIG --run-id ID --consumer none` does)"
             )
         else:  # the stager drops a hello whose secret is not its run's
             hint = f"{self.run_dir} holds a secret no live stager accepts (a stale one?)"

@@ -7,9 +7,13 @@ Called in the user's training process, in place of consumer/trainer/trainer.py:
 
 Each element is one whole batch as cfg.batch_fields(): a dict of tokens int32 [B,
 T], text_lens int32 [B], mel float32 [B, F, n_mels], mel_lens int32 [B], items int64
-[B] (plan item ids; rows >= the batch's valid count are padding, with mel_lens 0),
-speaker and language int32 [B] (ids in the run's tables, runs/<run-id>/ids.json:
-shared/run/id_tables.py), then every optional field of the declared schema
+[B] (each row's item, -1 on padding), position int64 [B] (each row's plan position,
+-1 on padding: what a loop of one's own resumes from, ring_dataset(position=...)),
+valid bool [B] (True for a real row; a batch the plan could not fill ends in padding
+rows, which hold zeros and lengths 0), speaker and language int32 [B] (ids in the
+run's tables, runs/<run-id>/ids.json; padding rows carry the reserved padding ids:
+shared/run/id_tables.py padding_ids; docs/running.md#what-a-batch-says-about-itself),
+then every optional field of the declared schema
 (docs/sample-fields.md: ref_mel, pitch, voiced, energy, the user's, with <name>_lens for a
 field of its own length). Without length buckets the element_spec is fully static, so a
 model compiled with jit_compile=True traces once. With length buckets

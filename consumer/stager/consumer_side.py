@@ -201,7 +201,7 @@ class ConsumerSide:
             return position
         why = (f"the plan changed since the consumer's checkpoint ({what}): resuming it would "
                "give items twice or never; restore the old one, or relaunch with --new-plan "
-               "(scripts/launch.sh run CONFIG --run-id R --new-plan) to begin a new plan at "
+               "(`ringfeed run CONFIG --run-id R --new-plan`) to begin a new plan at "
                "the next epoch")  # fmt: skip
         self.drop("refused-plan", why)
         self.net.reply(ident, p.Refused(why))

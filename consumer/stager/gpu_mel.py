@@ -2,10 +2,10 @@
 
 With ``features.device: stager`` producers write resampled waveforms and the
 stager turns a whole batch into log-mels in one TensorFlow call on GPU:0. The
-result must match what producers compute with librosa
-(``melspectrogram(center=True, pad_mode="constant", power=1.0, htk=False,
-norm="slaney")`` then ``log(max(mel, log_floor))``), so the two modes train the
-same model. How it matches:
+result must match what producers compute (librosa's
+``melspectrogram(center=True, pad_mode="constant", power=1.0, htk=False,
+norm="slaney")`` then ``log(max(mel, LOG_FLOOR))``: producer/features.py), so
+the two modes train the same model. How it matches:
 
 - center=True is emulated by padding n_fft // 2 zeros on both sides
   (constant padding, as pad_mode="constant").
@@ -14,15 +14,13 @@ same model. How it matches:
 - The filterbank is librosa's Slaney one, not
   tf.signal.linear_to_mel_weight_matrix (HTK scale, no Slaney area norm):
   that would differ by up to ~2 in log space.
-
-Tolerance: float32 FFTs in TF and numpy round differently; the error is
-relative to the magnitude, so in log space it is small where the mel energy is
-well above the floor and grows where the energy approaches log_floor. We
-compare frames inside the true length. Measured on LJ001-0001/0002 at the
-default features (n_fft 1024, hop 256, 80 mels), max |log difference|:
-8.1e-5 on bins with mel >= 1e-4 (96-98 % of bins), 1.6e-5 on bins >= 1e-3,
-6.6e-4 over all bins (the worst at the 1e-5 floor). Hence MEL_ATOL on bins
->= MEL_COMPARE_FLOOR and the looser MEL_ATOL_ALL everywhere else.
+- The frames are windowed and transformed in float64, as librosa and the
+  producers do; only the magnitude is float32. A float32 window and FFT round
+  to ~1e-7 of a frame's energy, which in the quietest bands of a loud frame,
+  next to LOG_FLOOR, was 1.1e-3 in log space on the shipped LJSpeech clips;
+  in float64 the stager's mels are within 1e-6 of librosa's on every shipped
+  clip (benchmarks/mel_parity.py, docs/benchmarks.md#mel-parity), and
+  tests hold MEL_ATOL everywhere within the true length.
 """
 
 from __future__ import annotations
@@ -34,21 +32,17 @@ import tensorflow as tf
 from ringfeed.shared.config import Config
 from ringfeed.shared.sample.content import LOG_FLOOR
 
-# Absolute tolerance in natural-log space on frames within the true length and
-# bins whose librosa mel >= MEL_COMPARE_FLOOR (measured 8.1e-5; tests/unit/test_gpu_mel.py).
-MEL_ATOL = 2e-4
-# Below ~1e-4 (80 dB under a full-scale bin) float32 rounding in the FFT
-# dominates the magnitude and the log amplifies it.
-MEL_COMPARE_FLOOR = 1e-4
-# Tolerance on every bin within the true length, floor included (measured 6.6e-4).
-MEL_ATOL_ALL = 2e-3
+# Absolute tolerance in natural-log space against librosa's (and the producers')
+# log-mel on every bin within the true length, next to LOG_FLOOR included (9.5e-7
+# measured: docs/benchmarks.md#mel-parity; tests/unit/test_gpu_mel.py).
+MEL_ATOL = 1e-4
 
 
 def librosa_window(cfg: Config) -> np.ndarray:
-    """librosa's analysis window: periodic Hann of win_length, centred in n_fft, float32."""
+    """librosa's analysis window: periodic Hann of win_length, centred in n_fft, float64."""
     f = cfg.features
     window = librosa.filters.get_window("hann", f.win_length, fftbins=True)
-    return librosa.util.pad_center(window, size=f.n_fft).astype(np.float32)
+    return librosa.util.pad_center(window, size=f.n_fft).astype(np.float64)
 
 
 def slaney_filterbank(cfg: Config) -> np.ndarray:
@@ -82,9 +76,13 @@ class TfLogMel:
         self.n_fft = f.n_fft
         self.hop_length = f.hop_length
         self.log_floor = LOG_FLOOR
-        self._window = tf.constant(librosa_window(cfg))
+        self._window = tf.constant(librosa_window(cfg), tf.float64)
+        filterbank = slaney_filterbank(cfg)
+        # FFT bins above fmax weigh nothing in any band: the magnitude and the matmul
+        # stop at the last one used (373 of 513 bins with fmax 8 kHz at 22.05 kHz).
+        self.bins = int(np.flatnonzero(filterbank.any(axis=0))[-1]) + 1
         # [bins, n_mels] so a batch of [B, frames, bins] magnitudes maps with one matmul.
-        self._filterbank = tf.constant(slaney_filterbank(cfg).T)
+        self._filterbank = tf.constant(filterbank[:, : self.bins].T)
         signature = [
             tf.TensorSpec([None, None], tf.float32, name="waves"),
             tf.TensorSpec([None], tf.int32, name="wave_lens"),
@@ -101,21 +99,19 @@ class TfLogMel:
         n_samples = tf.shape(waves)[1]
         max_frames = n_samples // self.hop_length
         inside = tf.sequence_mask(wave_lens, n_samples, dtype=waves.dtype)
-        waves = waves * inside
         half = self.n_fft // 2
-        padded = tf.pad(waves, [[0, 0], [half, half]])
-        stft = tf.signal.stft(
-            padded,
-            frame_length=self.n_fft,
-            frame_step=self.hop_length,
-            fft_length=self.n_fft,
-            window_fn=lambda length, dtype: tf.cast(self._window, dtype),
-            pad_end=False,
-        )
-        # 1 + S // hop = max_frames + 1 frames; the last one is never needed.
-        magnitude = tf.abs(stft[:, :max_frames, :])
+        padded = tf.pad(waves * inside, [[0, 0], [half, half]])
+        # 1 + S // hop frames fit; the last one is never needed. Framed in float32 (a
+        # copy, exact) and cast after: tf.signal.frame of float64 took 2x as long here.
+        frames = tf.signal.frame(padded, self.n_fft, self.hop_length)[:, :max_frames]
+        windowed = tf.cast(frames, tf.float64) * self._window
+        spectrum = tf.signal.rfft(windowed)[:, :, : self.bins]
+        # |z| from its parts: tf.abs of complex128 took as long as the FFT itself on
+        # this project's CPU (78 against 77 ms for 8,000 frames; 3 ms this way).
+        re, im = tf.math.real(spectrum), tf.math.imag(spectrum)
+        magnitude = tf.sqrt(tf.cast(re * re + im * im, tf.float32))
         mel = tf.matmul(magnitude, self._filterbank)
         log_mel = tf.math.log(tf.maximum(mel, self.log_floor))
         mel_lens = tf.minimum(1 + wave_lens // self.hop_length, max_frames)
-        frames = tf.sequence_mask(mel_lens, max_frames, dtype=log_mel.dtype)
-        return log_mel * frames[:, :, None], mel_lens
+        inside_frames = tf.sequence_mask(mel_lens, max_frames, dtype=log_mel.dtype)
+        return log_mel * inside_frames[:, :, None], mel_lens

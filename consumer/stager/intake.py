@@ -262,7 +262,7 @@ class Intake:
                 self.no_auditor = True
 
     def misfit(self, e: p.ReadyEntry) -> str:
-        """'' if the sample fits its batch's bucket, else why not (the length manifest
+        """'' if the sample fits its batch's bucket, else why not (the length table
         said otherwise: a changed file, or a header that lies)."""
         if not self.plan.batched:
             return ""
@@ -272,7 +272,7 @@ class Intake:
             return ""
         return (
             f"longer than its length bucket ({e.lengths} > text {b.text}, {limit}): the "
-            "length manifest is stale; `ringfeed lengths CONFIG` measures it again"
+            "length table is stale; `ringfeed lengths CONFIG` measures it again"
         )
 
     def take(self, event: Event) -> str | None:

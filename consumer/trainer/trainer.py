@@ -14,7 +14,7 @@
 
 Resuming checks the plan: the cursor of every checkpoint holds the stager's plan
 fingerprint, which the trainer sends back when it resumes; a stager whose plan
-differs (dataset index, seed, buckets, manifest) refuses it, and the trainer
+differs (dataset index, seed, buckets, length table) refuses it, and the trainer
 exits 2 with what changed; with --new-plan a new plan starts at the epoch after
 the checkpoint's instead.
 

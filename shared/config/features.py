@@ -57,7 +57,7 @@ class FeaturesConfig:
     # producer: producers compute the mel; stager: producers write the waveform and
     # the stager computes mels for the whole batch on its device.
     device: Literal["producer", "stager"] = "producer"
-    # The feature cache and the length manifest live here.
+    # The feature cache and the length table live here.
     cache_dir: str = ".cache/features"
     # Keep each clip's features on disk, so later epochs skip decode and mel.
     cache: bool = True

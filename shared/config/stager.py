@@ -66,7 +66,7 @@ class StagerConfig:
     # batch holds batch_frames // length rows. () = one fixed shape [batch_size,
     # max_frames]: the default, as a model must accept several shapes to use buckets.
     buckets: tuple[int, ...] = ()
-    # > 0 (with buckets unset): that many buckets, from the length manifest's quantiles.
+    # > 0 (with buckets unset): that many buckets, from the length table's quantiles.
     auto_buckets: int = 0
     # Mel frames per batch (rows x bucket length). 0 = batch_size x max_frames: no
     # bucket's batch is larger than the fixed shape's.

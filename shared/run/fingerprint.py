@@ -2,7 +2,7 @@
 
 The plan fingerprint (stager, once at start) hashes what decides which item is at
 which plan position: the dataset index content (item ids and audio paths in file
-order, not mtimes), the seed, the length buckets and the length manifest, and
+order, not mtimes), the seed, the length buckets and the length table, and
 with stager.balance each item's group and the weights (a part only a balanced
 plan has, so the default plan's fingerprint is what it was). Never the number of
 training workers: a resume with another number continues the plan. It is
@@ -19,7 +19,7 @@ compared before, and a remote host whose metadata listed the same clips in
 another order joined and paired one clip's mel with another clip's text.
 
 Cost: the index part is kept in the mapped corpus index (shared/corpus/index.py),
-hashed at its build; the manifest part is one pass over its arrays; never per-clip
+hashed at its build; the length table part is one pass over its arrays; never per-clip
 work in other processes (docs/plans.md#resuming-after-the-dataset-changed).
 """
 
@@ -45,9 +45,12 @@ PLAN_PARTS = {
     "index": "dataset index",
     "seed": "seed",
     "buckets": "buckets",
-    "manifest": "manifest",
+    "lengths": "length table",
     "balance": "balance (stager.balance: groups, temperature, weights)",
 }
+# Parts by an earlier key, as older checkpoints' cursors hold them: read as the new key,
+# so a run saved before the rename still resumes.
+RENAMED_PARTS = {"manifest": "lengths"}
 # Config sections whose keys shape a sample, less the keys that do not.
 SAMPLE_SECTIONS = ("data", "text", "audio", "features")
 # Where the corpus and the caches live: a producer host keeps them anywhere.
@@ -77,21 +80,23 @@ def plan_fingerprint(
     cfg: Config,
     index: CorpusIndex,
     buckets: Sequence[tuple[int, ...]],
-    manifest: Sequence[np.ndarray],
+    lengths: Sequence[np.ndarray],
 ) -> dict[str, str]:
     """Per part (PLAN_PARTS), the hash of what decides the plan; called once by the stager.
-    buckets: each bucket's (frames, text, rows); manifest: its length arrays ([] without
-    buckets: then neither part decides anything)."""
+    buckets: each bucket's (frames, text, rows); lengths: the length table's arrays
+    (shared/corpus/lengths.py; [] without buckets: then neither part decides anything)."""
     return {
         "index": index.plan_hash,
         "seed": _digest([str(cfg.stager.seed).encode()], PLAN_HASH_HEX),
         "buckets": _digest([json.dumps([list(b) for b in buckets]).encode()], PLAN_HASH_HEX),
-        "manifest": _digest((np.ascontiguousarray(a).tobytes() for a in manifest), PLAN_HASH_HEX),
+        "lengths": _digest((np.ascontiguousarray(a).tobytes() for a in lengths), PLAN_HASH_HEX),
     }
 
 
 def plan_changes(ours: dict[str, str], theirs: dict[str, Any]) -> list[str]:
-    """The names of the plan parts that differ ([] if none)."""
+    """The names of the plan parts that differ ([] if none); `theirs` may name a part by
+    its earlier key (RENAMED_PARTS)."""
+    theirs = {RENAMED_PARTS.get(part, part): value for part, value in theirs.items()}
     return [name for part, name in PLAN_PARTS.items() if theirs.get(part) != ours.get(part)]
 
 

@@ -30,9 +30,9 @@ def test_first_batch_benchmark_runs() -> None:
 
 
 @pytest.mark.slow
-def test_length_manifest_benchmark_runs() -> None:
-    out = bench(["benchmarks/buckets.py", "--manifest", "64"], timeout_s=60)
-    assert "length manifest of 64 items, cold" in out and "current" in out
+def test_length_table_benchmark_runs() -> None:
+    out = bench(["benchmarks/buckets.py", "--lengths", "64"], timeout_s=60)
+    assert "length table of 64 items, cold" in out and "current" in out
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ def test_a_resume_against_another_plan_is_refused_or_starts_the_next_epoch(
             batch = client.next(timeout_s=30)
             client.free(batch)
         plan, at = dict(client.plan), (client.position, client.batch_index)
-    assert set(plan) == {"index", "seed", "buckets", "manifest"} and at == (24, 3)
+    assert set(plan) == {"index", "seed", "buckets", "lengths"} and at == (24, 3)
     second = small(tmp_path / "b", items=72, stager={"batch_size": 8, "epochs": 3})
     cfg = load_config(second)
     with Run(second, rid(), tmp_path) as run:

@@ -50,12 +50,14 @@ def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
     assert first.returncode == 0, out + err
     line = next(line for line in err.splitlines() if "resume it with:" in line)
     assert re.search(rf"stopped run {run_id}; its last checkpoint is \S+/ckpt-\d+;", line), line
-    # The command works from anywhere: it goes where runs/ is, and names the launcher whole.
+    # The command works from anywhere: it goes where runs/ is, and names `ringfeed` whole
+    # (this environment's console script: an installed wheel has no launch.sh).
     printed = line.split("resume it with: ", 1)[1]
     where, command = printed.split(" && ", 1)
     assert shlex.split(where) == ["cd", str(tmp_path)], printed
     command = shlex.split(command)
-    assert command[:2] == [str(REPO / "scripts/launch.sh"), "run"], printed
+    assert Path(command[0]).is_absolute() and Path(command[0]).name == "ringfeed", printed
+    assert command[1:3] == ["run", str(config)], printed
     assert command[-2:] == ["--run-id", run_id], printed
     # The producers say why they stop: the run was stopped, not finished (they heard it from
     # the stager, or from the launcher's signal, whichever came first).

@@ -18,16 +18,19 @@ from ringfeed.consumer.stager.plan.buckets import Bucket
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shard_window import WindowedBatches, shard_windows
 from ringfeed.consumer.stager.quarantine import read_quarantine
+from ringfeed.consumer.stager.stats_record import SHARD_COUNTERS
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.object_store import ShardCache
 from ringfeed.shared.corpus.open import open_corpus
+from tests.support.board import read_scalars
 from tests.support.checks import same_rows
 from tests.support.configs import shards_cfg, write_config
 from tests.support.corpora import make_shards
 from tests.support.paths import MINI
-from tests.support.runs import rid, shm_segments, started
+from tests.support.polling import wait_for
+from tests.support.runs import Run, rid, shm_segments, started
 from tests.support.s3_server import S3Server
 
 CORRUPT = "LJ001-0006"
@@ -92,11 +95,14 @@ RAW = {
 }
 
 
-def epoch(tmp_path: Path, data: dict, expected: dict, resume_after: int = 0) -> dict[str, Any]:
+def epoch(
+    tmp_path: Path, data: dict, expected: dict, resume_after: int = 0, board: bool = False
+) -> dict[str, Any]:
     """One epoch of a real run on `data`; with resume_after, stopped after that many
     batches and resumed at the consumer's plan position by a fresh stager and producers.
     Every row is checked against the item it claims (expected: item id -> Sample from
-    loose files)."""
+    loose files). board: the trainer's TensorBoard numbers of the shard cache at the
+    stop, written by a RunBoard on the run's stats and read back (shard_cache_board)."""
     raw = {**RAW, "data": data,
            "features": {**RAW["features"], "cache_dir": str(tmp_path / "cache")}}  # fmt: skip
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -122,6 +128,8 @@ def epoch(tmp_path: Path, data: dict, expected: dict, resume_after: int = 0) -> 
                     ids.append(item_id)
                 client.free(batch)
             start = {"position": client.position, "batch_index": client.batch_index}
+            if board and not part:
+                written = shard_cache_board(run, tmp_path / "tensorboard")
             client.close()
             if resume_after and not part:
                 run.stop()
@@ -129,7 +137,26 @@ def epoch(tmp_path: Path, data: dict, expected: dict, resume_after: int = 0) -> 
             first = first or run.json("stager.json")
         assert shm_segments(run_id) == []
     quarantine = read_quarantine(run.dir / "quarantine.jsonl")
-    return {"ids": ids, "quarantine": quarantine, "first": first}
+    return {"ids": ids, "quarantine": quarantine, "first": first} | (
+        {"board": written} if board else {}
+    )
+
+
+def shard_cache_board(run: Run, log_dir: Path) -> dict[str, float]:
+    """The stager/shard_cache/* scalars the trainer's board (consumer/trainer/board.py)
+    writes, read back from its event file: written once the stats stream shows the
+    store's retried read (producers report their counters in heartbeats)."""
+    from ringfeed.consumer.trainer.board import RunBoard
+
+    board = RunBoard(log_dir, run.dir, run.stats)
+    try:
+        wait_for(lambda: board.stager_scalars().get("stager/shard_cache/retries", 0) >= 1, 30,
+                 "the retried read in the stager's stats")  # fmt: skip
+        board.report(1, None)
+    finally:
+        board.close()
+    return {tag.split("/")[-1]: at[1] for tag, at in read_scalars(log_dir).items()
+            if tag.startswith("stager/shard_cache/")}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -161,10 +188,20 @@ def test_loose_files_local_shards_and_s3_shards_deliver_the_same_rows(
         s3.break_next_gets = 1  # a producer's first shard fetch breaks mid-body
         remote = epoch(tmp_path / "s3", {"path": "s3://corpus/train", "format": "shards",
                                          "shard_window": 2},
-                       expected, resume_after=2)  # fmt: skip
+                       expected, resume_after=2, board=True)  # fmt: skip
         assert s3.broken == 1
     assert collections.Counter(remote["ids"]) == good
     assert [r["item_id"] for r in remote["quarantine"]] == [CORRUPT]
     work = [p["work"] for p in remote["first"]["producers"]]
     assert sum(w.get("store_retries", 0) for w in work) >= 1, work
     assert sum(w.get("shards_fetched", 0) for w in work) >= 1, work
+    # TensorBoard's numbers of the shard cache, read back: what the producers had counted by
+    # then (the stager's final counts, in stager.json, can only be larger).
+    final = {tag: sum(w.get(key, 0) for w in work) for key, tag in SHARD_COUNTERS.items()}
+    smallest = min(shard.stat().st_size for shard in (tmp_path / "shards").iterdir())
+    board = remote["board"]
+    assert set(board) == set(final), board
+    assert 1 <= board["retries"] <= final["retries"], (board, final)
+    assert 1 <= board["fetched"] <= final["fetched"], (board, final)
+    assert smallest <= board["bytes_fetched"] <= final["bytes_fetched"], (board, final)
+    assert board["hits"] <= final["hits"], (board, final)

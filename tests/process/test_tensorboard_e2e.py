@@ -1,5 +1,6 @@
 """What the trainer writes to TensorBoard (consumer/trainer/board.py), read back from the
-event files of a real run on the multilingual demo corpus with one unreadable clip."""
+event files of a real run on the multilingual demo corpus with one unreadable clip (the
+shard cache's scalars: tests/process/test_tar_shards.py, a run on S3 shards)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import yaml
 
 from ringfeed.shared.config import load_config
 from ringfeed.shared.corpus.open import open_corpus
+from tests.support.board import read_scalars
 from tests.support.configs import write_config
 from tests.support.paths import REPO
 from tests.support.runs import Run, batch_records, rid
@@ -32,18 +34,6 @@ def corpus(tmp_path: Path) -> Path:
     return path
 
 
-def scalars(folder: Path) -> dict[str, dict[int, float]]:
-    """tag -> step -> value, from every event file under folder."""
-    import tensorflow as tf
-
-    out: dict[str, dict[int, float]] = collections.defaultdict(dict)
-    for path in sorted(folder.rglob("events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            for value in event.summary.value:
-                out[value.tag][event.step] = float(tf.make_ndarray(value.tensor))
-    return out
-
-
 def test_tensorboard_has_the_rate_languages_speakers_and_skips_by_stage(tmp_path: Path) -> None:
     raw = yaml.safe_load((REPO / "configs" / "multilingual.yaml").read_text())
     raw["data"] = raw["data"] | {"path": str(corpus(tmp_path))}
@@ -59,7 +49,7 @@ def test_tensorboard_has_the_rate_languages_speakers_and_skips_by_stage(tmp_path
         run.start_all()
         codes = run.wait_all(timeout_s=180)
         assert codes == {"stager": 0, "producers": 0, "trainer": 0}, run.logs()
-        board = scalars(run.dir / "tensorboard")
+        board = read_scalars(run.dir / "tensorboard")
         batches = batch_records(run.dir / "batches.jsonl")
         quarantined = [json.loads(line) for line in (run.dir / "quarantine.jsonl").open()]
     assert board["train/learning_rate"][STEPS] == pytest.approx(cfg.train.learning_rate)

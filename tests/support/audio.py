@@ -1,9 +1,10 @@
 """Audio files for tests: a file of a given length, rate, channels and content (silence,
 noise, a tone, a shipped clip's speech, or samples of the test's own), in any format
-soundfile writes; and the shipped clips themselves (data/ljspeech-mini/wavs)."""
+soundfile writes, or its bytes; and the shipped clips themselves (data/ljspeech-mini/wavs)."""
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
@@ -67,12 +68,27 @@ def write_audio(
     these samples ([n] or [n, channels]) as they are. channels: a mono content copied
     to that many channels. subtype, format: soundfile's (PCM_16, PCM_24, FLOAT; MP3),
     else what the file's suffix implies."""
-    if isinstance(content, np.ndarray):
-        data = content
-    else:
-        data = samples(content, seconds, sample_rate)
-    if channels > 1:
-        data = np.stack([data] * channels, axis=1)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = _channels(content, seconds, sample_rate, channels)
     sf.write(path, data, sample_rate, subtype=subtype, format=format)
     return path
+
+
+def audio_bytes(
+    content: str | Path | np.ndarray = "tone",
+    seconds: float | None = None,
+    sample_rate: int = 22050,
+    subtype: str | None = None,
+    format: str = "WAV",
+) -> bytes:
+    """The bytes write_audio would write (mono), for a test that cuts or splices them."""
+    out = io.BytesIO()
+    data = _channels(content, seconds, sample_rate, 1)
+    sf.write(out, data, sample_rate, subtype=subtype, format=format)
+    return out.getvalue()
+
+
+def _channels(content: str | Path | np.ndarray, seconds: float | None, sample_rate: int,
+              channels: int) -> np.ndarray:  # fmt: skip
+    data = content if isinstance(content, np.ndarray) else samples(content, seconds, sample_rate)
+    return np.stack([data] * channels, axis=1) if channels > 1 else data

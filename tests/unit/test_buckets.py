@@ -1,4 +1,4 @@
-"""Length buckets: the manifest, the choice of shapes, the bucketed plan (real runs whose
+"""Length buckets: the length table, the choice of shapes, the bucketed plan (real runs whose
 every batch has its bucket's shape: tests/process/test_buckets.py)."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_the_bucketed_plan_is_pure_and_deals_every_item_once_per_epoch() -> None
         base = epoch * 777
         items = [plan.item_at(base + i) for i in range(777)]
         assert sorted(items) == list(range(777))
-        assert items == [again.item_at(base + i) for i in range(777)]  # seed, epoch, manifest
+        assert items == [again.item_at(base + i) for i in range(777)]  # seed, epoch, length table
         position, partial = base, 0
         while position < base + 777:
             bucket, start, end = plan.batch_at(position)
@@ -109,13 +109,13 @@ def test_measured_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
                      "on_too_long": "truncate", "max_frames": 2000},
         "stager": {"auto_buckets": 2},
     })  # fmt: skip
-    manifest = measure_lengths(cfg)
+    table = measure_lengths(cfg)
     index = open_corpus(cfg)
     pipeline = SamplePipeline(cfg)
     for item, entry in enumerate(index.entries):
         sample = pipeline(entry)
-        assert len(sample.mel) <= manifest.frames[item] <= len(sample.mel) + 1, entry.item_id
-        assert len(sample.tokens) == manifest.text[item]
+        assert len(sample.mel) <= table.frames[item] <= len(sample.mel) + 1, entry.item_id
+        assert len(sample.tokens) == table.text[item]
     # Current as it is; a line appended to the metadata is measured, the others reused
     # (the lengths live in the corpus index, which is rebuilt and keeps them by id).
     assert not load_lengths(cfg, index)[1].any()
@@ -126,7 +126,7 @@ def test_measured_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
     current, stale = load_lengths(cfg, index)
     assert np.flatnonzero(stale).tolist() == [16] and current.frames[16] == -1
     again = measure_lengths(cfg)
-    assert (again.frames[:16] == manifest.frames).all() and again.frames[16] == manifest.frames[2]
+    assert (again.frames[:16] == table.frames).all() and again.frames[16] == table.frames[2]
     assert not load_lengths(cfg, open_corpus(cfg))[1].any()
     # Another setting that changes lengths is another key: every item measured again.
     other = config_from_dict({**cfg.to_dict(), "features": {**cfg.to_dict()["features"],

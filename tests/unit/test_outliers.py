@@ -28,6 +28,7 @@ from ringfeed.shared.corpus.speaking_rate import (
     rate_bands,
 )
 from ringfeed.shared.sample import marks as m
+from tests.support.audio import write_audio
 from tests.support.outlier_corpus import SMALL, make_outlier_corpus
 from tests.support.paths import REPO
 
@@ -79,11 +80,6 @@ def test_a_corpus_of_one_rate_gets_the_minimum_spread_not_a_band_of_zero_width()
     assert band.low < 14.9 * 0.8 and band.high > 14.9 * 1.3  # a clip 20 % slower is in
 
 
-def write_clip(path: Path, wave: np.ndarray, sr: int = 22050) -> str:
-    sf.write(path, wave, sr, subtype="PCM_16")
-    return str(path)
-
-
 def test_every_shipped_clip_passes_and_near_silent_and_clipped_ones_are_marked(tmp_path) -> None:
     shipped = sorted((REPO / "data").rglob("*.wav")) + sorted((REPO / "data").rglob("*.flac"))
     assert len(shipped) == 56
@@ -101,7 +97,8 @@ def test_every_shipped_clip_passes_and_near_silent_and_clipped_ones_are_marked(t
         "sine": (0.99 * np.sin(2 * np.pi * 220 * t), 0),  # loud, not at full scale
     }
     for name, (wave, want) in cases.items():
-        marks = load_judged(write_clip(tmp_path / f"{name}.wav", wave, sr), CFG)[1]
+        clip = write_audio(tmp_path / f"{name}.wav", wave, sample_rate=sr, subtype="PCM_16")
+        marks = load_judged(str(clip), CFG)[1]
         assert marks == want, name
 
 

@@ -15,7 +15,7 @@ from ringfeed.shared.wire import protocol as p
 
 # What a producer of the default config says in its HELLO.
 CONFIG_PRINT = config_fingerprint(config_from_dict({}))
-PLAN_PRINT = {"index": "0" * 16, "seed": "1" * 16, "buckets": "2" * 16, "manifest": "3" * 16}
+PLAN_PRINT = {"index": "0" * 16, "seed": "1" * 16, "buckets": "2" * 16, "lengths": "3" * 16}
 
 EXAMPLES = [
     p.Hello("host-0", 123, "host", False, "9f2c", "ray actor 1a2b on node 3c4d", CONFIG_PRINT),

@@ -5,28 +5,20 @@ the producers and counted by validate, never trained as a short clip against its
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from ringfeed.producer.audio import decode, load_audio, load_judged
 from ringfeed.producer.containers import shortfall
 from ringfeed.producer.sample import SkipSample
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import Config, replace
+from tests.support.audio import audio_bytes
 from tests.support.paths import WAVS
-
-
-def wav_bytes(seconds: float, rate: int = 22050) -> bytes:
-    out = io.BytesIO()
-    noise = np.random.default_rng(0).standard_normal(int(seconds * rate)) * 0.1
-    sf.write(out, noise.astype(np.float32), rate, format="WAV", subtype="PCM_16")
-    return out.getvalue()
 
 
 def wav_shortfall(data: bytes, size: int) -> tuple[float, float] | None:
@@ -34,7 +26,7 @@ def wav_shortfall(data: bytes, size: int) -> tuple[float, float] | None:
 
 
 def test_a_wav_body_shorter_than_its_header_is_found() -> None:
-    whole = wav_bytes(2.0)
+    whole = audio_bytes("noise", 2.0, subtype="PCM_16")
     assert wav_shortfall(whole, len(whole)) is None
     cut = whole[:44] + np.random.default_rng(1).bytes(20_000)  # header over garbage
     declared, held = wav_shortfall(cut, len(cut))
@@ -70,11 +62,9 @@ def test_validate_counts_truncated_files_as_unusable(tmp_path: Path) -> None:
     assert any("skip        2 shorter than its header says" in line for line in report.lines)
 
 
-def encoded(fmt: str, subtype: str, seconds: float = 3.0, rate: int = 22050) -> bytes:
-    out = io.BytesIO()
-    wave, _ = sf.read(WAVS / "LJ001-0004.wav", dtype="float32", frames=int(seconds * rate))
-    sf.write(out, wave, rate, format=fmt, subtype=subtype)
-    return out.getvalue()
+def encoded(fmt: str, subtype: str) -> bytes:
+    """The first 3 s of a shipped clip's speech in that container and encoding."""
+    return audio_bytes(WAVS / "LJ001-0004.wav", 3.0, subtype=subtype, format=fmt)
 
 
 def with_chunk_first(wav: bytes, size: int = 9000) -> bytes:

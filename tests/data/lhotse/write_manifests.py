@@ -1,10 +1,12 @@
 """Writes the Lhotse manifests beside this file with lhotse itself (lhotse 1.33.0, torch
 2.13.0+cpu), so the tests read files lhotse really wrote without lhotse installed (it
-needs torch, which the project does not). Run from anywhere, in a throwaway venv:
+needs torch, which the project does not). The project's `fixtures` extra (pyproject.toml)
+declares what it needs; to regenerate, from the repository root, in a throwaway venv
+(neither the run time nor the tests need these, so keep them out of .venv):
 
-    python3.11 -m venv /tmp/venv-lhotse
-    /tmp/venv-lhotse/bin/pip install lhotse torch urllib3
-    /tmp/venv-lhotse/bin/python tests/data/lhotse/write_manifests.py
+    python3.11 -m venv /tmp/venv-fixtures
+    /tmp/venv-fixtures/bin/pip install -e '.[fixtures]'
+    /tmp/venv-fixtures/bin/python tests/data/lhotse/write_manifests.py
 
 The recordings are clips of data/multilingual-demo (the first three of each language:
 ava, ben and cyrus), named relative to this folder. Each clip is one supervision with its

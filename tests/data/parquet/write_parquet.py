@@ -1,10 +1,12 @@
 """Writes the Parquet files beside this file with Hugging Face datasets itself (datasets
 5.2.0, pyarrow as it installs), so the tests read files datasets really wrote without
-datasets installed. Run from anywhere, in a throwaway venv:
+datasets installed. The project's `fixtures` extra (pyproject.toml) declares it; to
+regenerate, from the repository root, in a throwaway venv (neither the run time nor the
+tests need it, so keep it out of .venv):
 
-    python3.11 -m venv /tmp/venv-hf
-    /tmp/venv-hf/bin/pip install datasets
-    /tmp/venv-hf/bin/python tests/data/parquet/write_parquet.py
+    python3.11 -m venv /tmp/venv-fixtures
+    /tmp/venv-fixtures/bin/pip install -e '.[fixtures]'
+    /tmp/venv-fixtures/bin/python tests/data/parquet/write_parquet.py
 
 The rows are the clips of tests/support/published.py lhotse_reference's rule: the first
 three clips of each language of data/multilingual-demo, their bytes embedded in the
