@@ -130,13 +130,13 @@ def _seconds(value: Any) -> float | None:
 
 
 def _stem(rel: str) -> str:
-    """Path(rel).with_suffix("").as_posix() in string operations, for a path that is
-    already normal (no '//', no '.' or '..' part, no leading dot in its name)."""
-    name = rel[rel.rfind("/") + 1 :]
-    if "//" in rel or "./" in rel or rel[-1:] in ("/", ".", "") or name[:1] == ".":
-        return Path(rel).with_suffix("").as_posix()
-    dot = name.rfind(".")
-    return rel[: len(rel) - len(name) + dot] if dot > 0 else rel
+    """Path(rel).with_suffix("").as_posix() of a normal path (as relpath gives, or one
+    with no '//', '.' or '..' part): the suffix is the last part's from its last dot,
+    unless that dot starts or ends the part."""
+    head, _, suffix = rel.rpartition(".")
+    if suffix and "/" not in suffix and head[-1:] not in ("/", ""):
+        return head
+    return Path(rel).with_suffix("").as_posix()
 
 
 def _plain_row(obj: dict[str, Any], folder: str, root: str, codes: dict[str, str]) -> tuple | None:
