@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -94,24 +95,34 @@ def write_config(tmp: Path, data: Path, fmt: str, name: str) -> Path:
     return path
 
 
-def build_s(config: Path) -> tuple[float, dict]:
-    """Wall seconds of `ringfeed index CONFIG` in a fresh process, and the index header."""
-    t0 = time.perf_counter()
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children that have ended, theirs
+    included: on a machine shared with others, what a build costs whatever the load."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def build_s(config: Path) -> tuple[float, dict, float]:
+    """Wall seconds of `ringfeed index CONFIG` in a fresh process, the index header, and
+    the CPU seconds of that process and its pool."""
+    t0, cpu = time.perf_counter(), children_cpu_s()
     subprocess.run([sys.executable, "-m", "ringfeed.scripts.cli", "index", str(config)], cwd=REPO,
                    check=True, capture_output=True)  # fmt: skip
-    wall = time.perf_counter() - t0
-    return wall, header_of(config)
+    wall, cpu = time.perf_counter() - t0, children_cpu_s() - cpu
+    return wall, header_of(config), cpu
 
 
-def one_process_build_s(config: Path) -> float:
-    """Seconds of the same build in one process (a fresh one; imports excluded)."""
+def one_process_build_s(config: Path) -> tuple[float, float]:
+    """Seconds of the same build in one process (a fresh one; imports excluded), and the
+    CPU seconds of that process (imports included)."""
     code = ("import sys, time; from ringfeed.shared.config import load_config; "
             "from ringfeed.shared.corpus.build import build; cfg = load_config(sys.argv[1]); "
             "t = time.perf_counter(); build(cfg, workers=1); "
             "print(time.perf_counter() - t)")  # fmt: skip
+    cpu = children_cpu_s()
     out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout  # fmt: skip
-    return float(out.strip().splitlines()[-1])
+    return float(out.strip().splitlines()[-1]), children_cpu_s() - cpu
 
 
 def header_of(config: Path) -> dict:
@@ -205,14 +216,19 @@ def main() -> None:
 
 def report_builds(config: Path, n_items: int) -> None:
     """The build by `ringfeed index` (a process per core) beside one process's."""
-    wall, header = build_s(config)
+    load = os.getloadavg()[0]
+    wall, header, cpu = build_s(config)
     assert header["n_items"] == n_items, header
     rate = n_items / header["build_s"]
     print(f"build: {header['build_s']:.2f} s ({wall:.2f} s with the process), "
           f"{rate:,.0f} entries/s on {len(os.sched_getaffinity(0))} cores "
-          f"(targets: csv >= 200,000, jsonl >= 250,000)", flush=True)  # fmt: skip
-    one = one_process_build_s(config)
-    print(f"one process: {one:.2f} s, {n_items / one:,.0f} entries/s; "
+          f"(targets: csv >= 200,000, jsonl >= 250,000); CPU {cpu:.1f} s, "
+          f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before",
+          flush=True)  # fmt: skip
+    load = os.getloadavg()[0]
+    one, cpu = one_process_build_s(config)
+    print(f"one process: {one:.2f} s, {n_items / one:,.0f} entries/s; CPU {cpu:.1f} s, "
+          f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before; "
           f"ratio {one / header['build_s']:.2f}x", flush=True)  # fmt: skip
 
 
