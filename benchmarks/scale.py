@@ -112,16 +112,19 @@ def build_s(config: Path) -> tuple[float, dict, float]:
     return wall, header_of(config), cpu
 
 
-def one_process_build_s(config: Path) -> tuple[float, float]:
+def one_process_build_s(config: Path, repo: Path = REPO) -> tuple[float, float]:
     """Seconds of the same build in one process (a fresh one; imports excluded), and the
-    CPU seconds of that process (imports included)."""
+    CPU seconds of that process (imports included); repo: whose code builds (another
+    checkout's, whose build may predate the workers argument)."""
     code = ("import sys, time; from ringfeed.shared.config import load_config; "
             "from ringfeed.shared.corpus.build import build; cfg = load_config(sys.argv[1]); "
-            "t = time.perf_counter(); build(cfg, workers=1); "
+            "t = time.perf_counter(); "
+            "build(cfg, **({'workers': 1} if 'workers' in build.__code__.co_varnames else {})); "
             "print(time.perf_counter() - t)")  # fmt: skip
-    cpu = children_cpu_s()
-    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
+    cpu, env = children_cpu_s(), {**os.environ, "PYTHONPATH": path}  # repo's code first
+    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=repo, check=True,
+                         capture_output=True, text=True, env=env).stdout  # fmt: skip
     return float(out.strip().splitlines()[-1]), children_cpu_s() - cpu
 
 
@@ -182,6 +185,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="200,000 items, one round")
     parser.add_argument("--format", choices=["csv", "jsonl"], default="csv")
     parser.add_argument("--build-only", action="store_true", help="stop after the builds")
+    parser.add_argument("--against", type=Path, help="also build in one process with the "
+                        "code of this checkout (e.g. a git worktree of main)")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.items, args.rounds = 200_000, 1
@@ -194,7 +199,7 @@ def main() -> None:
               f"made in {time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
         big = write_config(tmp, metadata, args.format, "big")
         empty = write_config(tmp, MINI, "ljspeech", "empty")
-        report_builds(big, args.items)
+        report_builds(big, args.items, args.against)
         if args.build_only:
             return
         build_s(empty)
@@ -214,8 +219,9 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report_builds(config: Path, n_items: int) -> None:
-    """The build by `ringfeed index` (a process per core) beside one process's."""
+def report_builds(config: Path, n_items: int, against: Path | None) -> None:
+    """The build by `ringfeed index` (a process per core) beside one process's, and one
+    process's with the code of the checkout `against`."""
     load = os.getloadavg()[0]
     wall, header, cpu = build_s(config)
     assert header["n_items"] == n_items, header
@@ -230,6 +236,10 @@ def report_builds(config: Path, n_items: int) -> None:
     print(f"one process: {one:.2f} s, {n_items / one:,.0f} entries/s; CPU {cpu:.1f} s, "
           f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before; "
           f"ratio {one / header['build_s']:.2f}x", flush=True)  # fmt: skip
+    if against is not None:
+        old, cpu = one_process_build_s(config, against.resolve())
+        print(f"one process, {against}'s code: {old:.2f} s, {n_items / old:,.0f} entries/s; "
+              f"CPU {cpu:.1f} s; ratio {old / header['build_s']:.2f}x", flush=True)  # fmt: skip
 
 
 def report(runs: dict[str, list[dict]]) -> None:
