@@ -2,15 +2,19 @@
 
     .venv/bin/python benchmarks/scale.py [--items 10000000] [--rounds 2]
     .venv/bin/python benchmarks/scale.py --quick          # 200,000 items, one round
+    .venv/bin/python benchmarks/scale.py --format jsonl --items 10000000 --build-only
 
 Generates, under /tmp (never the repo; deleted at the end), a csv corpus
 (`audio_file|text|speaker_name`, 1,000 folders, 500 speakers) of --items
-entries. The entries are cheap: their files do not exist, except the first 256
-positions of epoch 0's plan, which are links to the shipped clips, so the first
-batches hold real audio (a producer granted a missing file quarantines it, as it
-should). Then, on that corpus:
+entries, or with --format jsonl the same entries as a JSON-lines manifest (NeMo's
+shape: audio, text, speaker, duration). The entries are cheap: their files do not
+exist, except the first 256 positions of epoch 0's plan, which are links to the
+shipped clips, so the first batches hold real audio (a producer granted a missing
+file quarantines it, as it should). Then, on that corpus:
 
-- build: `ringfeed index CONFIG` (a fresh process, cold: no index) and its rate;
+- build: `ringfeed index CONFIG` (a fresh process, cold: no index; a process per
+  core parses the file) and its rate, beside the same build in one process (a
+  fresh process, `build(cfg, workers=1)`): the baseline, in the same run;
 - warm reuse: a fresh process opening the current index (stamp check + map);
 - first batch: stager + 2 producers started as `ringfeed run` starts them, with a
   warm index, seconds to the first full batch held here (the consumer);
@@ -18,7 +22,9 @@ should). Then, on that corpus:
   above the same run on the 16 shipped clips (an "empty run"), rounds alternated.
 
 Targets (issue 21): build >= 200,000 entries/s, warm reuse <= 1 s, first batch
-<= 2 s with a warm index, stager and each producer <= 100 MB above an empty run.
+<= 2 s with a warm index, stager and each producer <= 100 MB above an empty run;
+(issue 32) 10,000,000 JSON lines built at >= 250,000 lines/s. --build-only stops
+after the builds.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -50,8 +57,9 @@ TIMEOUT_S = 300.0
 SEED = 0
 
 
-def make_corpus(root: Path, n_items: int) -> Path:
-    """metadata.csv of n_items entries; the first REAL_POSITIONS of the plan are real."""
+def make_corpus(root: Path, n_items: int, fmt: str = "csv") -> Path:
+    """metadata.csv (or train.jsonl) of n_items entries; the first REAL_POSITIONS of the
+    plan are real."""
     clips = sorted((MINI / "wavs").glob("*.wav"))
     plan = Plan(Shuffle(n_items, SEED))
     real = {plan.item_at(p) for p in range(min(REAL_POSITIONS, n_items))}
@@ -59,15 +67,21 @@ def make_corpus(root: Path, n_items: int) -> Path:
         path = root / f"d{k % 1000:03d}" / f"c{k:08d}.wav"
         path.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(clips[k % len(clips)], path)
-    metadata = root / "metadata.csv"
+    metadata = root / ("train.jsonl" if fmt == "jsonl" else "metadata.csv")
     with open(metadata, "w") as f:
-        f.write("audio_file|text|speaker_name\n")
+        f.write("" if fmt == "jsonl" else "audio_file|text|speaker_name\n")
         step = 500_000
         for start in range(0, n_items, step):
-            f.write("".join(
-                f"d{k % 1000:03d}/c{k:08d}.wav|Printing, in the only sense {k}.|s{k % 500}\n"
-                for k in range(start, min(n_items, start + step))))  # fmt: skip
+            f.write("".join(_line(k, fmt) for k in range(start, min(n_items, start + step))))
     return metadata
+
+
+def _line(k: int, fmt: str) -> str:
+    audio, text = f"d{k % 1000:03d}/c{k:08d}.wav", f"Printing, in the only sense {k}."
+    if fmt == "jsonl":
+        return (f'{{"audio": "{audio}", "text": "{text}", "speaker": "s{k % 500}", '
+                f'"duration": {2 + k % 700 / 100}}}\n')  # fmt: skip
+    return f"{audio}|{text}|s{k % 500}\n"
 
 
 def write_config(tmp: Path, data: Path, fmt: str, name: str) -> Path:
@@ -81,13 +95,37 @@ def write_config(tmp: Path, data: Path, fmt: str, name: str) -> Path:
     return path
 
 
-def build_s(config: Path) -> tuple[float, dict]:
-    """Wall seconds of `ringfeed index CONFIG` in a fresh process, and the index header."""
-    t0 = time.perf_counter()
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children that have ended, theirs
+    included: on a machine shared with others, what a build costs whatever the load."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def build_s(config: Path) -> tuple[float, dict, float]:
+    """Wall seconds of `ringfeed index CONFIG` in a fresh process, the index header, and
+    the CPU seconds of that process and its pool."""
+    t0, cpu = time.perf_counter(), children_cpu_s()
     subprocess.run([sys.executable, "-m", "ringfeed.scripts.cli", "index", str(config)], cwd=REPO,
                    check=True, capture_output=True)  # fmt: skip
-    wall = time.perf_counter() - t0
-    return wall, header_of(config)
+    wall, cpu = time.perf_counter() - t0, children_cpu_s() - cpu
+    return wall, header_of(config), cpu
+
+
+def one_process_build_s(config: Path, repo: Path = REPO) -> tuple[float, float]:
+    """Seconds of the same build in one process (a fresh one; imports excluded), and the
+    CPU seconds of that process (imports included); repo: whose code builds (another
+    checkout's, whose build may predate the workers argument)."""
+    code = ("import sys, time; from ringfeed.shared.config import load_config; "
+            "from ringfeed.shared.corpus.build import build; cfg = load_config(sys.argv[1]); "
+            "t = time.perf_counter(); "
+            "build(cfg, **({'workers': 1} if 'workers' in build.__code__.co_varnames else {})); "
+            "print(time.perf_counter() - t)")  # fmt: skip
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
+    cpu, env = children_cpu_s(), {**os.environ, "PYTHONPATH": path}  # repo's code first
+    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=repo, check=True,
+                         capture_output=True, text=True, env=env).stdout  # fmt: skip
+    return float(out.strip().splitlines()[-1]), children_cpu_s() - cpu
 
 
 def header_of(config: Path) -> dict:
@@ -145,22 +183,25 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="200,000 items, one round")
+    parser.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    parser.add_argument("--build-only", action="store_true", help="stop after the builds")
+    parser.add_argument("--against", type=Path, help="also build in one process with the "
+                        "code of this checkout (e.g. a git worktree of main)")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.items, args.rounds = 200_000, 1
     tmp = Path(tempfile.mkdtemp(prefix="ringfeed-scale-", dir="/tmp"))
     try:
         t0 = time.perf_counter()
-        metadata = make_corpus(tmp / "corpus", args.items)
+        metadata = make_corpus(tmp / "corpus", args.items, args.format)
         size_mb = metadata.stat().st_size / 2**20
-        print(f"corpus: {args.items:,} entries, {size_mb:.0f} MB of metadata, "
+        print(f"corpus: {args.items:,} {args.format} entries, {size_mb:.0f} MB of metadata, "
               f"made in {time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
-        big = write_config(tmp, metadata, "csv", "big")
+        big = write_config(tmp, metadata, args.format, "big")
         empty = write_config(tmp, MINI, "ljspeech", "empty")
-        wall, header = build_s(big)
-        rate = header["n_items"] / header["build_s"]
-        print(f"build: {header['build_s']:.2f} s ({wall:.2f} s with the process), "
-              f"{rate:,.0f} entries/s (target >= 200,000)", flush=True)  # fmt: skip
+        report_builds(big, args.items, args.against)
+        if args.build_only:
+            return
         build_s(empty)
         reuse = [reuse_s(big) for _ in range(3)]
         print(f"warm reuse: {statistics.median(reuse):.3f} s median of 3 (target <= 1 s)")
@@ -176,6 +217,29 @@ def main() -> None:
         report(runs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report_builds(config: Path, n_items: int, against: Path | None) -> None:
+    """The build by `ringfeed index` (a process per core) beside one process's, and one
+    process's with the code of the checkout `against`."""
+    load = os.getloadavg()[0]
+    wall, header, cpu = build_s(config)
+    assert header["n_items"] == n_items, header
+    rate = n_items / header["build_s"]
+    print(f"build: {header['build_s']:.2f} s ({wall:.2f} s with the process), "
+          f"{rate:,.0f} entries/s on {len(os.sched_getaffinity(0))} cores "
+          f"(targets: csv >= 200,000, jsonl >= 250,000); CPU {cpu:.1f} s, "
+          f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before",
+          flush=True)  # fmt: skip
+    load = os.getloadavg()[0]
+    one, cpu = one_process_build_s(config)
+    print(f"one process: {one:.2f} s, {n_items / one:,.0f} entries/s; CPU {cpu:.1f} s, "
+          f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before; "
+          f"ratio {one / header['build_s']:.2f}x", flush=True)  # fmt: skip
+    if against is not None:
+        old, cpu = one_process_build_s(config, against.resolve())
+        print(f"one process, {against}'s code: {old:.2f} s, {n_items / old:,.0f} entries/s; "
+              f"CPU {cpu:.1f} s; ratio {old / header['build_s']:.2f}x", flush=True)  # fmt: skip
 
 
 def report(runs: dict[str, list[dict]]) -> None:

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 import yaml
 
 from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.corpus.block import Block, summarize
 from ringfeed.shared.corpus.entry import (
     BadLine,
     CorpusError,
@@ -50,6 +50,7 @@ from ringfeed.shared.corpus.index import (
 )
 from ringfeed.shared.corpus.index_file import IndexFileError, write_index
 from ringfeed.shared.corpus.lengths import NOT_MEASURED
+from ringfeed.shared.corpus.lines import BLOCK_BYTES
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.language.codes import language_code
 from ringfeed.shared.memory.disk import disk_error, is_full
@@ -66,7 +67,8 @@ class Builder:
     """Accumulates items in corpus order (a format's scan feeds it); finish() gives the
     header and arrays of the index."""
 
-    def __init__(self, cfg: Config, fmt: CorpusFormat, root: str) -> None:
+    def __init__(self, cfg: Config, fmt: CorpusFormat, root: str, workers: int = 1,
+                 block_bytes: int = BLOCK_BYTES) -> None:  # fmt: skip
         self.cfg, self.format, self.root = cfg, fmt, root
         self.auto = cfg.data.language == "auto"
         self.default_language = "" if self.auto else language_code(cfg.data.language)
@@ -85,6 +87,10 @@ class Builder:
         self._blob: list[bytes] | None = None  # a scanned corpus's stored lines
         # Clips whose audio lies outside the root ('../...'): ids that depend on the mount.
         self.outside, self.outside_example = 0, ""
+        self.lines_before = 0  # lines of the blocks merged so far (numbers count on)
+        # How the lines are read: processes (1: this one; 0: one per core where the file
+        # is large enough) and bytes a block (shared/corpus/lines.py).
+        self.workers, self.block_bytes = workers, block_bytes
 
     def progress(self, what: str) -> None:
         log.info("corpus index: %s", what)
@@ -93,30 +99,28 @@ class Builder:
         """The items are lines of `path`, parsed with `setting`."""
         self.header.update(lines_file=path, setting=setting)
 
-    def add(self, offsets: list[int], lengths: list[int], numbers: list[int],
-            rows: list[tuple]) -> None:  # fmt: skip
-        """Items of one block, in order (comprehensions: ~1 us an item, not ~3). rows:
-        Entry-shaped tuples, audio relative to the root."""
-        first = len(self.offset)
-        outside = [f[1] for f in rows if f[1].startswith("../")]
-        if outside:
-            self.outside += len(outside)
-            self.outside_example = self.outside_example or outside[0]
-        self.offset.extend(offsets)
-        self.length.extend(lengths)
-        self.line.extend(numbers)
-        xxh = xxhash.xxh3_64_intdigest
-        self.id_hash.extend([xxh(f[0].encode("utf-8", "surrogatepass")) for f in rows])
-        speakers, languages, default = self.speakers, self.languages, self.default_language
-        self.speaker.extend([speakers.setdefault(f[3], len(speakers)) for f in rows])
-        codes = [f[4] or default for f in rows]
-        if not default:  # data.language: auto; an item awaiting detection gets its id there
-            self.pending.extend((first + k, f[2]) for k, f in enumerate(rows) if not codes[k])
-        self.language.extend([languages.setdefault(c, len(languages)) if c else -1 for c in codes])
-        self.digest.update("".join([digest_line(f[0], f[2], f[1], f[5], f[6]) for f in rows])
-                           .encode("utf-8", "surrogatepass"))  # fmt: skip
-        self.plan.update("".join([f"{f[0]}|{f[1]}\n" for f in rows])
-                         .encode("utf-8", "surrogatepass"))  # fmt: skip
+    def merge(self, block: Block) -> None:
+        """A block's items after every item before them (shared/corpus/block.py): the
+        same index whichever process summed the block up."""
+        first, lines_file = len(self.offset), self.header["lines_file"]
+        self.bad.extend(BadLine(lines_file, self.lines_before + n, reason, item_id)
+                        for n, reason, item_id in block.bad)  # fmt: skip
+        if block.outside:
+            self.outside += block.outside
+            self.outside_example = self.outside_example or block.outside_example
+        self.offset.frombytes(block.offsets.tobytes())
+        self.length.frombytes(block.lengths.tobytes())
+        self.line.frombytes((block.numbers + np.uint64(self.lines_before)).tobytes())
+        self.lines_before += block.lines
+        self.id_hash.frombytes(block.id_hash.tobytes())
+        speakers, languages = self.speakers, self.languages
+        ids = [speakers.setdefault(name, len(speakers)) for name in block.speakers]
+        self.speaker.frombytes(np.array(ids, np.int64)[block.speaker].tobytes())
+        ids = [languages.setdefault(code, len(languages)) for code in block.languages] + [-1]
+        self.language.frombytes(np.array(ids, np.int64)[block.language].tobytes())  # -1 stays
+        self.pending.extend((first + k, text) for k, text in block.pending)
+        self.digest.update(block.digest)
+        self.plan.update(block.plan)
         if len(self.pending) >= DETECT_BATCH:
             self._detect()
 
@@ -127,7 +131,8 @@ class Builder:
         self._blob = [store(e) for e in entries]
         lengths = [len(raw) for raw in self._blob]
         offsets = list(itertools.accumulate(lengths, initial=0))[:-1]
-        self.add(offsets, lengths, list(range(1, len(entries) + 1)), entries)
+        numbers = list(range(1, len(entries) + 1))
+        self.merge(summarize(offsets, lengths, numbers, entries, self.default_language))
 
     def _detect(self) -> None:
         if not self.pending:
@@ -166,9 +171,11 @@ class Builder:
             "speaker": _sorted_ids(self.speakers, self.speaker),
             "language": _sorted_ids(self.languages, self.language),
         }
-        keep = self._duplicates(arrays)
+        order = np.argsort(arrays["id_hash"], kind="stable")  # 3 s at 10**7 items here: once
+        keep = self._duplicates(arrays, order)
         if keep is not None:  # duplicates drop out: the digests are taken again
             arrays = {k: a[keep] for k, a in arrays.items()}
+            order = np.argsort(arrays["id_hash"], kind="stable")
             if self.header.pop("shards", None) is not None:
                 log.warning("corpus index: duplicate ids across shards; data.shard_window "
                             "cannot be used")  # fmt: skip
@@ -191,7 +198,6 @@ class Builder:
             ),  # fmt: skip
             "plan_hash": self.plan.hexdigest(),
         }
-        order = np.argsort(arrays["id_hash"], kind="stable")
         small = np.uint32 if len(order) < 2**32 else np.uint64
         arrays["id_order"] = order.astype(small)
         arrays["id_hash"] = arrays["id_hash"][order]
@@ -211,12 +217,12 @@ class Builder:
                 self.outside_example,
             )  # fmt: skip
 
-    def _duplicates(self, arrays: dict[str, np.ndarray]) -> np.ndarray | None:
+    def _duplicates(self, arrays: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray | None:
         """None when every id is unique, else the mask of items to keep (the first of each
         id, in corpus order); the others become bad lines."""
-        hashes = arrays["id_hash"]
-        order = np.argsort(hashes, kind="stable")
-        same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
+        hashes = arrays["id_hash"]  # order: their stable argsort
+        ranked = hashes[order]
+        same = np.flatnonzero(ranked[1:] == ranked[:-1])
         if not len(same):
             return None
         groups: dict[int, set[int]] = {}
@@ -262,11 +268,15 @@ def _sorted_ids(table: dict[str, int], ids: array) -> np.ndarray:
     return remap[np.frombuffer(ids, np.int64)] if len(ids) else np.zeros(0, np.int32)
 
 
-def build(cfg: Config) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The header and arrays of cfg.data's index (not yet written)."""
+def build(cfg: Config, workers: int = 1, block_bytes: int = BLOCK_BYTES,
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:  # fmt: skip
+    """The header and arrays of cfg.data's index (not yet written); workers and
+    block_bytes: how a metadata file's lines are read (Builder), the same index
+    whatever they are. A pool (workers != 1) is started by spawn, which imports the
+    caller's main module again: only from an entry with a main guard (write_built's)."""
     t0 = time.monotonic()
     fmt = format_of(cfg)
-    builder = Builder(cfg, fmt, fmt.root(cfg))
+    builder = Builder(cfg, fmt, fmt.root(cfg), workers, block_bytes)
     fmt.scan(cfg, builder)
     header, arrays = builder.finish()
     header.update(version=INDEX_VERSION, build_s=round(time.monotonic() - t0, 3))
@@ -285,10 +295,12 @@ def build_entries(cfg: Config, entries: list[Entry], bad: list[BadLine] = ()) ->
 
 
 def write_built(cfg: Config) -> Path:
-    """Build cfg.data's index and write it (lengths measured before are kept for the
-    items whose id they were measured for); returns its path."""
+    """Build cfg.data's index, by a process per core where its metadata file is large,
+    and write it (lengths measured before are kept for the items whose id they were
+    measured for); returns its path. Called by the build's entry (main) and by
+    `ringfeed index`."""
     stamp = format_of(cfg).stamp(cfg)
-    header, arrays = build(cfg)
+    header, arrays = build(cfg, workers=0)
     path = index_path(cfg)
     old = _old(path)
     _keep_lengths(old, arrays)

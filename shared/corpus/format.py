@@ -140,6 +140,8 @@ class LineFormat(BaseFormat):
     # the file itself), and what the error says data.path must be.
     file_name: ClassVar[str] = ""
     expects: ClassVar[str] = "the metadata file"
+    # An unusable line that looks like JSON says to set data.format: jsonl (not in jsonl).
+    json_hint: ClassVar[bool] = True
 
     def locate(self, cfg: Config) -> str:
         path = data_path(cfg)
@@ -182,7 +184,7 @@ class LineFormat(BaseFormat):
         out = self.rows(texts, context)
         for k, reason in bad.items():
             out[k] = reason
-        for k, row in enumerate(out):  # a JSON-lines manifest read as another format
+        for k, row in enumerate(out if self.json_hint else []):  # JSON read as another format
             if row.__class__ is str and k not in bad and texts[k].lstrip().startswith("{"):
                 out[k] = f"{row} (the line looks like JSON: set data.format: jsonl)"
         return out

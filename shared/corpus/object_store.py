@@ -24,11 +24,13 @@ fsspec with retries and a bounded local shard cache.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -178,31 +180,57 @@ class ShardCache:
 
     def local(self, url: str) -> str | None:
         """A local path holding the shard at url, fetched (with retries) if not cached;
-        None once the cache's disk was full (read_range then)."""
+        None once the cache's disk was full (read_range then). One process of the host
+        fetches a shard: the others that miss it meanwhile wait for that fetch (two
+        workers' producers reading one window fetched each shard twice)."""
         if self.full:
             return None
         path = self.folder / (hashlib.blake2b(url.encode(), digest_size=12).hexdigest() + ".tar")
-        try:
-            os.utime(path)  # its mtime is its last use: the eviction order
-            self.hits += 1
+        if self._hit(path):
             return str(path)
-        except FileNotFoundError:
-            pass
-        fs, remote = _filesystem(url)
-        data = with_retries(self.cfg, f"reading {url}", lambda: fs.cat_file(remote),
-                            self._retried)  # fmt: skip
-        self._make_room(len(data))
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            self._off_or_raise(exc)
-            return None
+        with self._fetching(path):
+            if self._hit(path):  # fetched by another producer while this one waited
+                return str(path)
+            fs, remote = _filesystem(url)
+            data = with_retries(self.cfg, f"reading {url}", lambda: fs.cat_file(remote),
+                                self._retried)  # fmt: skip
+            self._make_room(len(data))
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                self._off_or_raise(exc)
+                return None
         self.fetched += 1
         self.fetched_bytes += len(data)
         return str(path)
+
+    def _hit(self, path: Path) -> bool:
+        try:
+            os.utime(path)  # its mtime is its last use: the eviction order
+        except FileNotFoundError:
+            return False
+        self.hits += 1
+        return True
+
+    @contextlib.contextmanager
+    def _fetching(self, path: Path) -> Iterator[None]:
+        """Held while this process fetches the shard at path: an flock on a lock file
+        beside it (released by the kernel if the process dies), removed with the shard."""
+        try:
+            lock = os.open(_lock_of(path), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError as exc:  # a full disk: fetched unlocked, and the write says so
+            if not is_full(exc):
+                raise
+            yield
+            return
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)
 
     def read_range(self, url: str, offset: int, size: int) -> bytes:
         """size bytes at offset of the object at url: one ranged read, with retries (a
@@ -236,6 +264,7 @@ class ShardCache:
             if total <= self.capacity_bytes:
                 break
             with_missing_ok(name)
+            with_missing_ok(_lock_of(Path(name)))
             total -= size
 
     def counters(self) -> dict[str, int]:
@@ -245,6 +274,11 @@ class ShardCache:
             "shard_bytes_fetched": self.fetched_bytes,
             "store_retries": self.retries,
         }
+
+
+def _lock_of(path: Path) -> str:
+    """The lock file of the shard at path: a dot name, which eviction never counts."""
+    return str(path.with_name(f".{path.name}.lock"))
 
 
 def with_missing_ok(path: str) -> None:

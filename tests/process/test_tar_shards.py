@@ -7,7 +7,10 @@ loose files, local shards and S3 shards."""
 from __future__ import annotations
 
 import collections
+import hashlib
+import multiprocessing as mp
 import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,7 @@ from tests.support.s3_server import S3Server
 CORRUPT = "LJ001-0006"
 
 
-def test_shard_cache_is_bounded_and_an_unreachable_store_is_one_error(
+def test_shard_cache_is_bounded_fetches_once_a_host_and_an_unreachable_store_is_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with S3Server(tmp_path) as s3:
@@ -57,9 +60,25 @@ def test_shard_cache_is_bounded_and_an_unreachable_store_is_one_error(
             "store_retries": 0,
         }  # fmt: skip
         assert os.path.exists(cache.local("s3://cache-test/s/0.tar"))  # kept: used recently
+        fs.pipe("cache-test/big/0.tar", bytes(range(256)) * 40_000)  # 10 MB
+        before = len(s3.tar_fetches)
+        spawn = mp.get_context("spawn")
+        with spawn.Manager() as manager, ProcessPoolExecutor(2, mp_context=spawn) as pool:
+            got = list(pool.map(fetched_together, [tmp_path] * 2, [manager.Barrier(2)] * 2))
+        assert got[0] == got[1] == hashlib.sha256(bytes(range(256)) * 40_000).hexdigest()
+        assert s3.tar_fetches[before:] == ["/cache-test/big/0.tar"], "one fetch for the host"
     cfg = shards_cfg("s3://cache-test/s", tmp_path / "gone", store_retries=2)
     with pytest.raises(CorpusError, match=r"data.path: listing .* failed after 2 tries.*AWS_"):
         open_corpus(cfg)
+
+
+def fetched_together(tmp_path: Path, barrier) -> str:
+    """A producer's shard cache asked for one shard at once with another's (a process of
+    its own, the shared cache folder): the sha256 of what it reads."""
+    cache = ShardCache(shards_cfg("s3://cache-test/big", tmp_path, shard_cache_mb=64))
+    barrier.wait(30)
+    with open(cache.local("s3://cache-test/big/0.tar"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -> None:

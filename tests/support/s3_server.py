@@ -6,6 +6,7 @@ standalone server (a subprocess), behind a proxy that can break responses.
         s3.put("bucket/key.tar", data)
         s3.break_next_gets = 1        # the next whole-object GET of a .tar is cut short
         s3.break_next_ranges = 1      # the next ranged GET of a .parquet is cut short
+        s3.tar_bytes, s3.tar_fetches  # bytes of the .tar objects fetched whole; which
 
 The proxy relays one HTTP request at a time to moto (each on its own upstream
 connection). A broken GET answers 200 with the object's full Content-Length and
@@ -49,6 +50,8 @@ class S3Server:
         self.break_next_ranges = 0
         self.broken = 0
         self.gets = 0
+        self.tar_bytes = 0  # the bodies of whole-object GETs of .tar files sent
+        self.tar_fetches: list[str] = []  # their paths, in order
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._stop = threading.Event()
 
@@ -145,4 +148,7 @@ class S3Server:
             conn.sendall(response[:cut])  # the full Content-Length promised, 100 bytes sent
             return False
         conn.sendall(response)
+        if whole_get:
+            self.tar_bytes += len(response) - response.index(HEAD_END) - len(HEAD_END)
+            self.tar_fetches.append(first.split(b" ")[1].decode())
         return b"connection: close" not in response.split(HEAD_END, 1)[0].lower()
