@@ -31,11 +31,12 @@ What audits miss: a liar that behaves until audit_first of its samples passed an
 after that has each lie checked with probability audit_fraction, so about
 ring.max_strikes / audit_fraction of its lies are delivered before it is banned (300
 at 1 % and 3 strikes). Samples of local producers are never audited. An audit that
-finds no local producer in time (a lease once one has joined the run, AUDIT_GRACE_S
+no local producer answers in time (a lease once one has joined the run, AUDIT_GRACE_S
 before: the launcher starts the head host's pool beside the stager) is given up, its
 sample delivered unchecked (counted ``audits_unanswered``), and from then on remote
-samples are not held while no local producer works: a run whose producers are all
-remote is not audited, and waits AUDIT_GRACE_S once to find that out (set
+samples are not held until a local producer delivers a sample (one that joins and
+never answers must not hold every remote sample a lease): a run whose producers are
+all remote is not audited, and waits AUDIT_GRACE_S once to find that out (set
 ring.audit_first and ring.audit_fraction to 0 there).
 """
 

@@ -151,6 +151,7 @@ class Intake:
             self.slots.skip(producer.ident, e.slot, e.generation, e.item, why, "bucket", "")
             return
         self.accepted[e.slot] = e
+        self.no_auditor &= producer.remote  # a local producer delivers: it can audit
         if producer.remote and self.audits.due(producer.peer.ban) and self.may_audit():
             self.slots.twins.hold(producer.ident, e.slot, e.generation, e.item, producer.name)
             self.slots.count("audits")
@@ -158,10 +159,9 @@ class Intake:
             self.slots.ready(producer.ident, e.slot, e.generation, e.item)
 
     def may_audit(self) -> bool:
-        """Hold a remote answer for an audit? While a local producer works, or until an
-        audit found none for a lease (audits.py)."""
-        if self.book.auditor_works():
-            self.no_auditor = False
+        """Hold a remote answer for an audit? Not once an audit went unanswered, until a
+        local producer delivers again (a local producer that joins and never answers
+        must not hold every remote sample a lease: audits.py)."""
         return not self.no_auditor
 
     def late(self, producer: Producer, slot: int, generation: int, detail: str) -> None:
@@ -255,9 +255,9 @@ class Intake:
         wait_s = lease_s if self.book.locals_joined else max(lease_s, audits.AUDIT_GRACE_S)
         for _ in self.slots.twins.overdue(self.book.clock(), wait_s):
             self.slots.count("audits_unanswered")
-            if not self.book.auditor_works() and not self.no_auditor:
+            if not self.no_auditor:
                 log.warning("no local producer audited a remote sample in %.0f s: remote"
-                            " samples are not audited until one works (audits.py)",
+                            " samples are not audited until one delivers (audits.py)",
                             wait_s)  # fmt: skip
                 self.no_auditor = True
 

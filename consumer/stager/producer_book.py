@@ -171,10 +171,6 @@ class ProducerBook:
         """Might this producer still write the slots taken back from it (local)?"""
         return (producer := self.producers.get(ident)) is not None and self.local(producer)
 
-    def auditor_works(self) -> bool:
-        """Is a local producer at work, one that can audit a remote one (audits.py)?"""
-        return any(self.local(pr) and not pr.stalled for pr in self.producers.values())
-
     # ------------------------------------------------------------ grants
     def credit(self, ident: bytes, n: int) -> None:
         """The producer asks for n more grants; it never holds more than max_credits."""
@@ -293,6 +289,8 @@ class ProducerBook:
         for ident, peer in self.slots.twins.beaten.unanswered(now, self.lease_s):
             if peer is not None and (why := self.trust.held_expired(peer, 1)):
                 self.strike(ident, why, peer)
+            elif self.may_write(ident):  # as an expired grant: HELLO again, then unfenced
+                self.revoke(ident, charge=False)
         self.zombies = {i: z for i, z in self.zombies.items() if self.slots.fences(i)}
         for ident, producer in list(self.producers.items()):
             silent_s = now - producer.last_seen

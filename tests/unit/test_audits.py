@@ -103,4 +103,4 @@ def test_without_a_local_producer_audits_are_given_up_after_a_grace(
     assert_exactly_once(items, cfg, n)
     counters = summary["counters"]
     assert counters["audits_unanswered"] >= 1 and counters["audits_passed"] == 0, counters
-    assert "are not audited until one works" in stager.log.text()
+    assert "are not audited until one delivers" in stager.log.text()

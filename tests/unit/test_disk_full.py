@@ -80,7 +80,8 @@ def test_a_full_shard_cache_reads_each_clip_from_the_store(
         assert store.local(url) is None
     assert store.full and store.read_range(url, 10, 5) == bytes(range(10, 15))
     assert f"{FULL_LINE} {store.folder}" in caplog.text
-    assert not list(store.folder.iterdir())  # no half-written copy left behind
+    # No half-written copy left behind (an empty lock file may stay: it holds no data).
+    assert not [f for f in store.folder.iterdir() if not f.name.endswith(".lock")]
 
 
 def test_a_full_disk_stops_the_quarantine_with_the_line(
