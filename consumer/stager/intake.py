@@ -30,6 +30,7 @@ from ringfeed.consumer.stager import audits
 from ringfeed.consumer.stager.audits import AuditPolicy, disagreement
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.ready import copy_payload, lengths_error, payload_error, row_limits
@@ -84,6 +85,8 @@ class Intake:
         # item -> the peer (account) that first sent bad rows for it.
         self.suspects: dict[int, str] = {}
         self.no_auditor = False  # an audit found no local producer for a lease
+        # item -> the account whose SKIP of it no local producer checked (tried again).
+        self.doubted: dict[int, str] = {}
 
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
         """Accept each filled slot of a READY that its producer still holds."""
@@ -183,6 +186,9 @@ class Intake:
             said = Skipped(msg.reason, msg.stage, msg.path, cause)
             self.slots.twins.hold(*grant, producer.name, said)
             self.slots.count("audits")
+        elif owned and producer.remote and not self.believe_skip(msg.item, producer.peer):
+            self.slots.reclaim(msg.slot, fence=False, charged=False)  # tried again elsewhere
+            return
         elif self.slots.skip(*grant, msg.reason, msg.stage, msg.path, cause):
             pass
         else:
@@ -248,18 +254,52 @@ class Intake:
                          twin.peer)  # fmt: skip
 
     def expire_audits(self) -> None:
-        """Audits no local producer took in time are given up (audits.py): within a lease
-        once a local producer has joined the run, else within AUDIT_GRACE_S (one may be
-        starting beside the stager)."""
-        lease_s = self.slots.lease_s
-        wait_s = lease_s if self.book.locals_joined else max(lease_s, audits.AUDIT_GRACE_S)
-        for _ in self.slots.twins.overdue(self.book.clock(), wait_s):
+        """Audits no local producer took in time are given up (audits.py): a lease once a
+        local producer has joined the run (counted from then), else AUDIT_GRACE_S (one
+        may be starting beside the stager). A held sample is delivered unchecked; a held
+        SKIP is believed only if the item was doubted before, else tried again."""
+        lease_s, since = self.slots.lease_s, self.book.first_local_at
+        wait_s = lease_s if since is not None else max(lease_s, audits.AUDIT_GRACE_S)
+        for position, twin in self.slots.twins.overdue(self.book.clock(), wait_s, since or 0):
             self.slots.count("audits_unanswered")
             if not self.no_auditor:
                 log.warning("no local producer audited a remote sample in %.0f s: remote"
                             " samples are not audited until one delivers (audits.py)",
                             wait_s)  # fmt: skip
                 self.no_auditor = True
+            item, sk = self.plan.item_at(position), twin.skipped
+            if sk is None:
+                self.slots.twins.settle(Event("sample", position, item, slot=twin.first))
+            elif self.believe_skip(item, twin.peer):
+                self.slots.twins.settle(
+                    Event(
+                        "skip",
+                        position,
+                        item,
+                        reason=sk.reason,
+                        stage=sk.stage,
+                        path=sk.path,
+                        cause=sk.cause,
+                    )
+                )
+            else:
+                self.slots.twins.retry(position)
+
+    def believe_skip(self, item: int, peer: PeerId | None) -> bool:
+        """A remote SKIP no local producer checked: believed if another account doubted
+        the item before (or none other works), else doubted now and tried again
+        elsewhere (an item is charged only for failures that follow it across producers:
+        docs/design.md#contract-10)."""
+        account = peer.account if peer is not None else ""
+        first = self.doubted.get(item)
+        if first is not None and (first != account or len(self.book.allowances()[0]) <= 1):
+            del self.doubted[item]
+            return True
+        self.doubted[item] = account
+        while len(self.doubted) > MAX_SUSPECTS:
+            del self.doubted[next(iter(self.doubted))]
+        self.slots.count("skips_doubted")
+        return False
 
     def misfit(self, e: p.ReadyEntry) -> str:
         """'' if the sample fits its batch's bucket, else why not (the length table

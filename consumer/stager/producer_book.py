@@ -69,7 +69,8 @@ class ProducerBook:
         self.zombies: dict[bytes, Producer] = {}
         # (owner, name) -> the token of its last process
         self.tokens: dict[tuple[str, str], str] = {}
-        self.n_joined = self.locals_joined = 0
+        self.n_joined = 0
+        self.first_local_at: float | None = None  # when a local producer first joined
         self.turn = 0  # rotates which producer is granted first
         self.restarts = self.pauses = self.n_forgotten = 0
         # Forgotten for silence, oldest first: their late messages are no unknown peer's.
@@ -129,7 +130,8 @@ class ProducerBook:
                 self.slots.unfence(old_ident)
                 del self.zombies[old_ident]
         self.n_joined += 1
-        self.locals_joined += not remote and msg.host == self.hostname
+        if self.first_local_at is None and not remote and msg.host == self.hostname:
+            self.first_local_at = self.clock()
         producer = Producer(ident, msg.name, msg.pid, msg.host, remote, self.clock(),
                             self.n_joined - 1, msg.token, msg.place, peer=peer,
                             causes=dict(msg.causes))  # fmt: skip

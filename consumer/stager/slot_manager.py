@@ -91,7 +91,7 @@ class SlotManager:
         self.known_bad = self.order.known_bad
         names = ("grants", "ready", "reclaimed", "fences_lifted", "torn", "backups", "backups_won",
                  "audits", "audits_passed", "audits_failed", "audits_inconclusive",
-                 "audits_unanswered", "skips_overruled")  # fmt: skip
+                 "audits_unanswered", "skips_overruled", "skips_doubted")  # fmt: skip
         self._counters = dict.fromkeys(names, 0)
         self.granted_at: dict[int, int] = {}  # position -> the slot of its (first) grant
         self.twins = TwinSlots(self)  # positions with a second grant out (twins.py)

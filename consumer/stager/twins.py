@@ -277,20 +277,20 @@ class TwinSlots:
             m.known_bad[event.item] = (event.reason, event.stage)
         m.order.finish(event)
 
-    def overdue(self, now: float, wait_s: float) -> list[Event]:
-        """Audits that found no local producer for wait_s are given up: the held sample
-        is delivered unchecked, a held SKIP believed. Returns their events."""
-        events = []
-        for position, twin in list(self.by_position.items()):
-            if twin.kind != AUDIT or twin.second >= 0 or now - twin.since <= wait_s:
-                continue
-            item, sk = self.m.plan.item_at(position), twin.skipped
-            event = (Event("sample", position, item, slot=twin.first) if sk is None else
-                     Event("skip", position, item, reason=sk.reason, stage=sk.stage,
-                           path=sk.path, cause=sk.cause))  # fmt: skip
-            self.settle(event)
-            events.append(event)
-        return events
+    def overdue(self, now: float, wait_s: float, not_before: float) -> list[tuple[int, Twin]]:
+        """Audits that found no local producer for wait_s (counted from not_before at the
+        earliest: when the first one joined): (position, twin), left for the intake."""
+        return [(position, twin) for position, twin in self.by_position.items()
+                if twin.kind == AUDIT and twin.second < 0
+                and now - max(twin.since, not_before) > wait_s]  # fmt: skip
+
+    def retry(self, position: int) -> None:
+        """A held SKIP nobody checked: the position is granted again, uncharged, to a peer
+        of another account if one works."""
+        twin = self.by_position.pop(position)
+        account = twin.peer.account if twin.peer is not None else ""
+        self.m.order.taken_back(position, self.m.plan.item_at(position), False,
+                                self.m.max_attempts, account)  # fmt: skip
 
     def unfinish(self, ban: str) -> list[int]:
         """A peer was caught lying: its samples still waiting to leave are granted again,

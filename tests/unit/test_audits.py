@@ -104,3 +104,28 @@ def test_without_a_local_producer_audits_are_given_up_after_a_grace(
     counters = summary["counters"]
     assert counters["audits_unanswered"] >= 1 and counters["audits_passed"] == 0, counters
     assert "are not audited until one delivers" in stager.log.text()
+
+
+def test_without_a_local_producer_a_remote_skip_is_believed_only_from_a_second_peer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No local producer to check: a remote SKIP is doubted and the item tried again at
+    another peer (an honest remote one here), so a peer that skips everything still
+    gets no item quarantined."""
+    monkeypatch.setattr(audits, "AUDIT_GRACE_S", 1.0)
+    n = 120
+    config, keys = keyed(tmp_path, ("liar", "honest"), items=n, delay_s=0.002, ring=RING)
+    with stager_thread(config) as stager:
+        cfg, client, stop = stager.cfg, stager.client(), threading.Event()
+        thread, tally = in_thread(skips_all, cfg, stager.tcp, str(keys["liar"]), stop)
+        wait_for(lambda: tally.lies, 20, "the liar answering grants")
+        with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
+            items = consume(client, timeout_s=60)
+            client.close()
+        stop.set()
+        thread.join(10)
+        summary = stager.summary()
+        quarantine = read_quarantine(stager.dir / "quarantine.jsonl")
+    assert_exactly_once(items, cfg, n)
+    assert quarantine == [], quarantine
+    assert summary["counters"]["skips_doubted"] >= 1, summary["counters"]
