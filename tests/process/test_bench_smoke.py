@@ -46,8 +46,13 @@ def test_ring_throughput_benchmark_runs() -> None:
 
 @pytest.mark.slow
 def test_peers_benchmark_runs() -> None:
-    out = bench(["benchmarks/peers.py", "--rounds", "1", "--clips", "48"], timeout_s=240)
-    assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out
+    """Every pipeline runs, the cached peer reads the very mels ringfeed's cache holds,
+    and --stages breaks the CPU down by process and by stage."""
+    out = bench(["benchmarks/peers.py", "--rounds", "1", "--clips", "48", "--stages"],
+                timeout_s=300)  # fmt: skip
+    assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out and "| tfdata-cached |" in out
+    assert "tfdata-cached rows are the cached mels: True" in out
+    assert "| CPU ms/sample by process |" in out and "| STFT |X| |" in out
 
 
 @pytest.mark.slow
