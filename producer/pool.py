@@ -1,8 +1,12 @@
-"""The producer pool: N spawned worker processes, restarted when they crash.
+"""The producer pool: N forked worker processes, restarted when they crash.
 
-Process entry ``ringfeed producers``. Workers are started with the spawn
-method (never fork: a forked child would inherit ZeroMQ contexts and locks)
-and never import TensorFlow. A worker that dies after the stager welcomed it
+Process entry ``ringfeed producers``. Workers are forked from the pool, which has
+imported what they run once: spawned, each worker imported it all again (0.45 s of
+CPU per worker on 2 cores here, before its first grant: benchmarks/first_batch.py).
+Forking is safe because the pool holds no ZeroMQ context or socket and runs no
+thread of its own: each worker makes its context after the fork
+(producer/worker.py), and start() refuses to fork a pool that has started a
+thread. Workers never import TensorFlow. A worker that dies after the stager welcomed it
 (a poison input, an OOM kill, a library's exit(0)) is restarted after
 restart_backoff_s, always: the stager charges the input it was working on and
 skips that input after ring.max_item_attempts, so one item never stops the
@@ -30,6 +34,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +66,10 @@ def _child(
 ) -> None:
     import yaml
 
+    # The pool's handlers came with the fork: until run_worker installs its own, a
+    # SIGTERM ends the worker, as it ended a freshly spawned one.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
     cfg = config_from_dict(yaml.safe_load(config_yaml))
@@ -89,15 +98,18 @@ class ProducerPool:
     def __init__(self, cfg: Config, endpoint: str, workers: int, remote: bool, prefix: str):
         from ringfeed.producer.threads import math_thread_env
 
-        # Children read these at their numpy import, before any code of ours runs.
+        # For what a worker loads later; what the pool loaded, run_worker pins.
         os.environ.update(math_thread_env(cfg.producers.math_threads))
         self.cfg, self.endpoint, self.remote = cfg, endpoint, remote
-        self.ctx = mp.get_context("spawn")
+        self.ctx = mp.get_context("fork")
         self.slots = [Slot(f"{prefix}-{i}") for i in range(workers)]
         self._yaml = cfg.to_yaml()
         self.ended_at = 0.0  # when the first worker was told the run is over
 
     def start(self, slot: Slot) -> None:
+        if threading.active_count() > 1:  # a lock another thread holds stays held in the child
+            raise RuntimeError(f"the producer pool runs {threading.active_count()} threads: it "
+                               "must not fork (start no thread in the pool process)")  # fmt: skip
         slot.joined, slot.busy = self.ctx.Event(), self.ctx.Value("d", 0.0, lock=False)
         slot.said = self.ctx.Value("i", 0, lock=False)
         slot.proc = self.ctx.Process(
