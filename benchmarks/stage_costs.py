@@ -7,25 +7,29 @@ ringfeed producer and for tfdata-ops, on the same clips.
   marks, normalization), the STFT magnitude and the mel with its log
   (producer/features.py), the tokens (texts cleaned for real), the feature-cache
   write, and the copy into a slot with the READY's checksum; and the whole
-  SamplePipeline on an empty cache. Two passes each; the second counts (the first
-  grows the work buffers).
+  SamplePipeline on an empty cache.
 - tfdata-ops: tf.data cannot be stopped between ops, so the pipeline of
   peer_pipelines.tf_ops_dataset is run cut after each stage (read and decode, + STFT
   magnitude, + mel and log, + tokens, + padded batches), each over every clip, and a
   stage's cost is the difference between its cut and the one before (the process's
   CPU time, all of tf.data's threads).
 
+Each is timed over PASSES passes (ringfeed's after one untimed pass that grows the
+work buffers; the cuts alternated), and the median counts.
+
 Each runs in a child process of peers.py (TensorFlow stays out of ringfeed's).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
-STAGES_TAG = "STAGES_RESULT "
+# Passes over the clips; each stage's median counts (the machine is shared).
+PASSES = 3
 
 
 def _cpu_s() -> float:
@@ -45,11 +49,12 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
     # No persistent text cache: the tokens' cost is a cold run's, in every pass.
     encoder = TextEncoder(replace(cfg, features={"cache": False}))
     cache = FeatureCache(cfg)
-    for _ in range(2):  # the first pass grows the work buffers and warms the files
-        spent = _ringfeed_pass(cfg, paths, texts, encoder, cache)
-    out = {stage: 1e3 * s / len(paths) for stage, s in spent.items()}
+    _ringfeed_pass(cfg, paths, texts, encoder, cache)  # grows the work buffers: untimed
+    passes = [_ringfeed_pass(cfg, paths, texts, encoder, cache) for _ in range(PASSES)]
+    out = {stage: 1e3 * statistics.median(p[stage] for p in passes) / len(paths)
+           for stage in passes[0]}  # fmt: skip
     whole = []
-    for k in range(2):  # as the stages: the second pass counts
+    for k in range(PASSES):
         empty = replace(cfg, features={"cache_dir": f"{cfg.features.cache_dir}-{k}"})
         fresh = DatasetSource(empty)
         fresh.warm_up()
@@ -57,7 +62,7 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
         for item in range(fresh.n_items):
             fresh.prepare(item)
         whole.append(1e3 * (_cpu_s() - t0) / fresh.n_items)
-    return out | {"whole SamplePipeline": whole[-1]}
+    return out | {"whole SamplePipeline": statistics.median(whole)}
 
 
 def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> dict[str, float]:
@@ -135,15 +140,19 @@ def tf_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]:
     }
     datasets = {k: both.map(fn, tf.data.AUTOTUNE).batch(pp.BATCH) for k, fn in cuts.items()}
     datasets["padded batches"] = pp.tf_ops_dataset(cfg, paths, texts)
-    out, before = {}, 0.0
-    for stage, ds in datasets.items():
+    for ds in datasets.values():
         for _ in ds.take(2):  # tracing and the first calls, untimed
             pass
-        t0 = _cpu_s()
-        for _ in ds:
-            pass
-        total = 1e3 * (_cpu_s() - t0) / len(paths)
-        out[stage], before = total - before, total
+    totals: dict[str, list[float]] = {stage: [] for stage in datasets}
+    for _ in range(PASSES):  # the cuts alternate, so a busy moment hits them alike
+        for stage, ds in datasets.items():
+            t0 = _cpu_s()
+            for _ in ds:
+                pass
+            totals[stage].append(1e3 * (_cpu_s() - t0) / len(paths))
+    out, before = {}, 0.0
+    for stage, each in totals.items():
+        out[stage], before = statistics.median(each) - before, statistics.median(each)
     return out | {"whole pipeline": before}
 
 
