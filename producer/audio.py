@@ -153,7 +153,7 @@ def _read_whole(f: sf.SoundFile, path: str) -> tuple[np.ndarray, int]:
     declares (an MP3 cut short keeps its Xing header's length: 5.00 s declared, 3.84 s
     decoded); encoder padding makes a few frames either way normal."""
     declared, sr = f.frames, f.samplerate
-    data = f.read(dtype="float32", always_2d=True)
+    data = _read_frames(f)
     if sr > 0 and 0 < len(data) < declared - max(SHORT_FRAMES, SHORT_SHARE * declared):
         raise _truncated(path, declared / sr, len(data) / sr)
     return data, int(sr)
@@ -168,10 +168,24 @@ def _read_segment(
     # At least one sample: a duration under half a sample is not "to the end".
     start, n = round(segment[0] * sr), max(1, round(segment[1] * sr)) if segment[1] else -1
     f.seek(min(start, f.frames))
-    data = f.read(n, dtype="float32", always_2d=True)
+    data = _read_frames(f, n)
     if segment[1] and len(data) < n - SEGMENT_SLACK_S * sr:
         raise _past_end(path, segment, (start + len(data)) / sr)
     return data, int(sr)
+
+
+def _read_frames(f: sf.SoundFile, n: int = -1) -> np.ndarray:
+    """f's next n frames (-1: to the end) as float32 [frames, channels] in [-1, 1].
+
+    16-bit PCM (WAV, FLAC, AIFF, ...: most speech corpora) is read as int16 and scaled
+    by 2**-15 here: the very numbers libsndfile's own float conversion gives (a power of
+    two: exact; tests/unit/test_audio_features.py), in 0.12 ms instead of 0.45 ms for a
+    5 s clip here, a tenth of a cold sample."""
+    if f.subtype != "PCM_16":
+        return f.read(n, dtype="float32", always_2d=True)
+    data = f.read(n, dtype="int16", always_2d=True).astype(np.float32)
+    data *= np.float32(2**-15)
+    return data
 
 
 def _past_end(path: str, segment: tuple[float, float], file_s: float) -> SkipSample:
@@ -221,9 +235,20 @@ def judge_audio(data: np.ndarray, wave: np.ndarray) -> int:
     rms = float(np.sqrt(np.dot(exact, exact) / wave.size)) if wave.size else 0.0  # 1/2 the time
     if rms <= 0.0 or 20 * np.log10(rms) < m.NEAR_SILENT_DBFS:
         marks |= m.NEAR_SILENT
-    if np.count_nonzero(np.abs(data) >= m.FULL_SCALE) > m.CLIPPED_SHARE * data.size:
+    # Counted only when a sample reaches full scale at all: two reductions without a
+    # temporary instead of |data| and a mask, each as large as the clip.
+    if (
+        data.size
+        and _peak(data) >= m.FULL_SCALE
+        and (np.count_nonzero(np.abs(data) >= m.FULL_SCALE) > m.CLIPPED_SHARE * data.size)
+    ):
         marks |= m.CLIPPED
     return marks
+
+
+def _peak(a: np.ndarray) -> float:
+    """max |a| of a non-empty array, without an |a| as large as it."""
+    return max(float(a.max()), -float(a.min()))
 
 
 def load_audio(
@@ -262,7 +287,7 @@ def load_judged(
         )
     marks = judge_audio(data, wave)
     if a.normalize == "peak":
-        peak = float(np.max(np.abs(wave)))
+        peak = _peak(wave)
         if peak == 0.0:
             raise SkipSample("audio is silent (peak 0)", path)
         wave = wave * np.float32(a.peak_level / peak)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from ringfeed.producer.audio import load_audio
+from ringfeed.producer.audio import decode, load_audio
 from ringfeed.producer.features import fit_length, log_mel, mel_filterbank
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
@@ -84,6 +84,27 @@ def test_loader_resamples_mixes_and_normalizes(tmp_path: Path) -> None:
     assert np.max(np.abs(out)) == pytest.approx(cfg.audio.peak_level, rel=1e-6)
     trimmed = load_audio(str(CLIP), replace(cfg, audio={"trim_silence": True, "trim_top_db": 30.0}))
     assert len(trimmed) < len(out)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "subtype"),
+    [("wav", "PCM_16"), ("flac", "PCM_16"), ("aiff", "PCM_16"), ("wav", "PCM_24")],
+)
+def test_decode_gives_libsndfiles_own_float_samples(
+    tmp_path: Path, suffix: str, subtype: str
+) -> None:
+    """16-bit PCM is read as int16 and scaled in numpy (producer/audio.py _read_frames):
+    the same float32 samples, bit for bit, as libsndfile's conversion, full scale and
+    stereo included; a segment too."""
+    speech, _ = sf.read(CLIP, dtype="float32")
+    edges = np.array([-1.0, 32767 / 32768, 0.0, 2**-15, -(2**-15)], np.float32)
+    both = np.stack([np.concatenate([speech, edges]), np.concatenate([edges, speech])], 1)
+    path = write_audio(tmp_path / f"clip.{suffix}", both, subtype=subtype)
+    data, sr = decode(str(path))
+    assert data.dtype == np.float32 and sr == 22050
+    np.testing.assert_array_equal(data, sf.read(path, dtype="float32", always_2d=True)[0])
+    part, _ = decode(str(path), (0.5, 1.0))
+    np.testing.assert_array_equal(part, data[11025 : 11025 + 22050])
 
 
 def test_fit_length_skip_and_truncate() -> None:
