@@ -14,9 +14,10 @@ size and mtime_ns, so an edited file misses too.
 
 Concurrency: each process appends only to its own shard pair (created with
 O_EXCL), so writers never contend. A record is appended to the .idx only
-after its data is written to the .bin, and records carry a CRC-32 and data
-a check of their own (xxh3: data_check), so a reader that sees a half-written or torn entry (a crash, a power
-loss without fsync) treats it as a miss and the sample is recomputed. Readers
+after its data is written to the .bin, and records carry a CRC-32 and data a
+check of their own (xxh3: data_check), so a reader that sees a half-written or
+torn entry (a crash, a power loss without fsync) treats it as a miss and the
+sample is recomputed. Readers
 map shards with mmap and hand out read-only views: no open() per sample and no
 copy. Entries other processes wrote after this one started are found by
 re-reading the .idx files on a miss, at most once per ``rescan_interval_s``.

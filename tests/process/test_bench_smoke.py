@@ -26,7 +26,8 @@ def test_producer_cache_benchmark_runs() -> None:
 @pytest.mark.slow
 def test_first_batch_benchmark_runs() -> None:
     out = bench(["benchmarks/first_batch.py", "--rounds", "1"], timeout_s=120)
-    assert "first full batch (median of 1): cold cache" in out
+    assert "first full batch, median of 1:" in out and "warm cache" in out
+    assert "CPU s by then: producers" in out and "stager" in out
 
 
 @pytest.mark.slow
