@@ -17,10 +17,10 @@ O_EXCL), so writers never contend. A record is appended to the .idx only
 after its data is written to the .bin, and records carry a CRC-32 and data a
 check of their own (xxh3: data_check), so a reader that sees a half-written or
 torn entry (a crash, a power loss without fsync) treats it as a miss and the
-sample is recomputed. Readers
-map shards with mmap and hand out read-only views: no open() per sample and no
-copy. Entries other processes wrote after this one started are found by
-re-reading the .idx files on a miss, at most once per ``rescan_interval_s``.
+sample is recomputed. Readers map shards with mmap and hand out read-only
+views: no open() per sample and no copy. Entries other processes wrote after
+this one started are found by re-reading the .idx files on a miss, at most
+once per ``rescan_interval_s``.
 
 A full or failing cache filesystem costs the cache, never the run: after
 MAX_WRITE_FAILURES failed writes in a row this process stops writing for the
