@@ -39,10 +39,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ringfeed.producer.fft import fastest
 from ringfeed.producer.session import ENDINGS, EXIT_FINISHED, pool_exit_code
 from ringfeed.producer.watchdog import HARD_FACTOR, stuck_for
 from ringfeed.producer.worker import run_worker
 from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.process import (
     POLL_S,
     TERM_GRACE_S,
@@ -244,6 +246,10 @@ def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix:
     the other's grants as a restart of the same producer."""
     prefix = prefix or f"{socket.gethostname()}.{os.getpid()}"
     stop = StopFlag().install()
+    if cfg.features.device == "producer" and format_of(cfg).has_audio:
+        # Chosen before the fork, the workers inherit it: a host's first run times the
+        # FFT libraries once (0.5 s of CPU importing scipy.fft), not in every worker.
+        fastest(cfg.features.n_fft, cfg.features.cache_dir)
     pool = ProducerPool(cfg, endpoint, workers, remote, prefix)
     log.info("starting %d producers -> %s", workers, endpoint)
     return pool.watch(stop)
