@@ -100,6 +100,25 @@ def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> d
 
 def tf_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]:
     """CPU ms per clip of each stage of tfdata-ops, from its cuts (module docstring)."""
+    datasets = _tf_cuts(cfg, paths, texts)
+    for ds in datasets.values():
+        for _ in ds.take(2):  # tracing and the first calls, untimed
+            pass
+    totals: dict[str, list[float]] = {stage: [] for stage in datasets}
+    for _ in range(PASSES):  # the cuts alternate, so a busy moment hits them alike
+        for stage, ds in datasets.items():
+            t0 = _cpu_s()
+            for _ in ds:
+                pass
+            totals[stage].append(1e3 * (_cpu_s() - t0) / len(paths))
+    out, before = {}, 0.0
+    for stage, each in totals.items():
+        out[stage], before = statistics.median(each) - before, statistics.median(each)
+    return out | {"whole pipeline": before}
+
+
+def _tf_cuts(cfg, paths: list[str], texts: list[str]) -> dict:
+    """Stage name -> tfdata-ops's pipeline cut after that stage (the last: all of it)."""
     import peer_pipelines as pp
 
     from ringfeed.producer.features import mel_filterbank
@@ -140,20 +159,7 @@ def tf_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]:
     }
     datasets = {k: both.map(fn, tf.data.AUTOTUNE).batch(pp.BATCH) for k, fn in cuts.items()}
     datasets["padded batches"] = pp.tf_ops_dataset(cfg, paths, texts)
-    for ds in datasets.values():
-        for _ in ds.take(2):  # tracing and the first calls, untimed
-            pass
-    totals: dict[str, list[float]] = {stage: [] for stage in datasets}
-    for _ in range(PASSES):  # the cuts alternate, so a busy moment hits them alike
-        for stage, ds in datasets.items():
-            t0 = _cpu_s()
-            for _ in ds:
-                pass
-            totals[stage].append(1e3 * (_cpu_s() - t0) / len(paths))
-    out, before = {}, 0.0
-    for stage, each in totals.items():
-        out[stage], before = statistics.median(each) - before, statistics.median(each)
-    return out | {"whole pipeline": before}
+    return datasets
 
 
 def print_stages(ours: dict[str, float], theirs: dict[str, float]) -> None:
