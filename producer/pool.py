@@ -1,12 +1,14 @@
-"""The producer pool: N forked worker processes, restarted when they crash.
+"""The producer pool: N worker processes forked from it, restarted when they crash.
 
 Process entry ``ringfeed producers``. Workers are forked from the pool, which has
 imported what they run once: spawned, each worker imported it all again (0.45 s of
 CPU per worker on 2 cores here, before its first grant: benchmarks/first_batch.py).
-Forking is safe because the pool holds no ZeroMQ context or socket and runs no
-thread of its own: each worker makes its context after the fork
-(producer/worker.py), and start() refuses to fork a pool that has started a
-thread. Workers never import TensorFlow. A worker that dies after the stager welcomed it
+Forking is safe while the pool process runs one thread: it holds no ZeroMQ context
+or socket (each worker makes its own after the fork), and `ringfeed producers`
+loads its math libraries without thread pools (scripts/cli.py), which a forked
+child would start again beside producers.math_threads. A pool that runs more
+threads (started some other way) spawns its workers instead, and says so once.
+Workers never import TensorFlow. A worker that dies after the stager welcomed it
 (a poison input, an OOM kill, a library's exit(0)) is restarted after
 restart_backoff_s, always: the stager charges the input it was working on and
 skips that input after ring.max_item_attempts, so one item never stops the
@@ -37,6 +39,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ringfeed.producer.fft import fastest
@@ -100,21 +103,33 @@ class ProducerPool:
     def __init__(self, cfg: Config, endpoint: str, workers: int, remote: bool, prefix: str):
         from ringfeed.producer.threads import math_thread_env
 
-        # For what a worker loads later; what the pool loaded, run_worker pins.
+        # For what a worker loads (all of it, spawned); what the pool loaded, run_worker pins.
         os.environ.update(math_thread_env(cfg.producers.math_threads))
         self.cfg, self.endpoint, self.remote = cfg, endpoint, remote
-        self.ctx = mp.get_context("fork")
+        self.spawned = False  # said once that the workers are spawned, not forked
         self.slots = [Slot(f"{prefix}-{i}") for i in range(workers)]
         self._yaml = cfg.to_yaml()
         self.ended_at = 0.0  # when the first worker was told the run is over
 
+    def context(self) -> Any:
+        """fork while this process runs one thread (a lock another thread holds would
+        stay held in the child, a thread pool would start again there), else spawn."""
+        threads = os_threads()
+        if threads == 1:
+            return mp.get_context("fork")
+        if not self.spawned:
+            self.spawned = True
+            log.warning("the producer pool runs %d threads (math libraries loaded with "
+                        "thread pools?): its workers are spawned, not forked, and each "
+                        "imports everything again; start it with `ringfeed producers`",
+                        threads)  # fmt: skip
+        return mp.get_context("spawn")
+
     def start(self, slot: Slot) -> None:
-        if threading.active_count() > 1:  # a lock another thread holds stays held in the child
-            raise RuntimeError(f"the producer pool runs {threading.active_count()} threads: it "
-                               "must not fork (start no thread in the pool process)")  # fmt: skip
-        slot.joined, slot.busy = self.ctx.Event(), self.ctx.Value("d", 0.0, lock=False)
-        slot.said = self.ctx.Value("i", 0, lock=False)
-        slot.proc = self.ctx.Process(
+        ctx = self.context()
+        slot.joined, slot.busy = ctx.Event(), ctx.Value("d", 0.0, lock=False)
+        slot.said = ctx.Value("i", 0, lock=False)
+        slot.proc = ctx.Process(
             target=_child,
             args=(
                 self._yaml,
@@ -236,6 +251,14 @@ class ProducerPool:
                 log.warning("%s ignored SIGTERM for %.0f s; killing it", proc.name, TERM_GRACE_S)
                 proc.kill()
                 proc.join()
+
+
+def os_threads() -> int:
+    """The threads this process runs, native ones included (/proc: Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return threading.active_count()
 
 
 def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix: str = "") -> int:

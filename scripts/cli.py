@@ -30,7 +30,15 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from ringfeed.scripts.cli_data import (
+from ringfeed.producer.threads import math_thread_env
+
+if sys.argv[1:2] == ["producers"]:
+    # The pool forks its workers from itself (producer/pool.py), so its math libraries
+    # must load without thread pools of their own, before the imports below load numpy:
+    # a pool loaded with them forks workers that start them again.
+    os.environ.update(math_thread_env(1))
+
+from ringfeed.scripts.cli_data import (  # noqa: E402 - after the environment above
     _config,
     cmd_config,
     cmd_index,
@@ -42,7 +50,7 @@ from ringfeed.scripts.cli_data import (
     cmd_vocab,
     run_id_arg,
 )
-from ringfeed.shared.config.environment import code_root
+from ringfeed.shared.config.environment import code_root  # noqa: E402
 
 # ringfeed/configs links to configs/ in a checkout, and holds its files in a wheel.
 DEMO_CONFIG = code_root() / "ringfeed" / "configs" / "demo.yaml"
