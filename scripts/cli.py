@@ -32,11 +32,8 @@ from pathlib import Path
 
 from ringfeed.producer.threads import math_thread_env
 
-if sys.argv[1:2] == ["producers"]:
-    # The pool forks its workers from itself (producer/pool.py), so its math libraries
-    # must load without thread pools of their own, before the imports below load numpy:
-    # a pool loaded with them forks workers that start them again.
-    os.environ.update(math_thread_env(1))
+if sys.argv[1:2] == ["producers"]:  # its pool forks workers (producer/pool.py): its math
+    os.environ.update(math_thread_env(1))  # libraries load without thread pools to copy
 
 from ringfeed.scripts.cli_data import (  # noqa: E402 - after the environment above
     _config,
