@@ -10,9 +10,12 @@ ringfeed producer and for tfdata-ops, on the same clips.
   SamplePipeline on an empty cache.
 - tfdata-ops: tf.data cannot be stopped between ops, so the pipeline of
   peer_pipelines.tf_ops_dataset is run cut after each stage (read and decode, + STFT
-  magnitude, + mel and log, + tokens, + padded batches), each over every clip, and a
-  stage's cost is the difference between its cut and the one before (the process's
-  CPU time, all of tf.data's threads).
+  magnitude, + mel and log, + tokens, + padded batches), each over every clip, one
+  clip at a time (with AUTOTUNE's threads the cuts' differences were noise, a stage
+  at -0.7 ms), and a stage's cost is the difference between its cut and the one
+  before (the process's CPU time, all of tf.data's threads). tf.data's own cost per
+  clip falls in the first stage; the small stages stay within ~0.2 ms of noise on a
+  shared machine, the whole within a few percent.
 
 Each is timed over PASSES passes (ringfeed's after one untimed pass that grows the
 work buffers; the cuts alternated), and the median counts.
@@ -125,6 +128,7 @@ def _tf_cuts(cfg, paths: list[str], texts: list[str]) -> dict:
     from ringfeed.shared.sample.content import LOG_FLOOR
 
     tf, options = pp.tf_setup()
+    options.threading.private_threadpool_size = 1  # one clip at a time: cuts comparable
     f, max_n, peak = cfg.features, cfg.max_samples - 1, cfg.audio.peak_level
     fb = tf.constant(mel_filterbank(cfg).T)
 
@@ -145,20 +149,24 @@ def _tf_cuts(cfg, paths: list[str], texts: list[str]) -> dict:
         return {"tokens": tf.minimum(chars[: cfg.text.max_text_len], 255), "mel": m,
                 "mel_lens": tf.shape(m)[0]}  # fmt: skip
 
+    def first(x):  # one value of x, which needs all of it computed, at no cost of its own
+        return tf.cast(tf.reshape(x, [-1])[0], tf.float32)
+
     def everything(path, text):
         sample = with_tokens(path, text)
-        return tf.reduce_sum(sample["mel"]) + tf.cast(tf.reduce_sum(sample["tokens"]), tf.float32)
+        return first(sample["mel"]) + first(sample["tokens"])
 
     # Each cut ends in batches of one number a clip, so every cut is iterated alike.
     both = tf.data.Dataset.from_tensor_slices((paths, texts)).with_options(options)
     cuts = {
-        "audio read, decode, normalize": lambda p, t: tf.reduce_sum(decoded(p)),
-        "STFT |X|": lambda p, t: tf.reduce_sum(magnitude(p)),
-        "mel + log": lambda p, t: tf.reduce_sum(mel(p)),
+        "audio read, decode, normalize": lambda p, t: first(decoded(p)),
+        "STFT |X|": lambda p, t: first(magnitude(p)),
+        "mel + log": lambda p, t: first(mel(p)),
         "tokens": everything,
     }
-    datasets = {k: both.map(fn, tf.data.AUTOTUNE).batch(pp.BATCH) for k, fn in cuts.items()}
-    datasets["padded batches"] = pp.tf_ops_dataset(cfg, paths, texts)
+    datasets = {k: both.map(fn).batch(pp.BATCH) for k, fn in cuts.items()}
+    shapes = {"tokens": [cfg.text.max_text_len], "mel": [f.max_frames, f.n_mels], "mel_lens": []}
+    datasets["padded batches"] = both.map(with_tokens).padded_batch(pp.BATCH, shapes)
     return datasets
 
 
