@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/peers.py [--rounds 2] [--clips 512] [--baseline DIR]
     .venv/bin/python benchmarks/peers.py --quick          # 1 round, 256 clips: ~2 min
     .venv/bin/python benchmarks/peers.py --quick --plot PNG   # also draw the result
+    .venv/bin/python benchmarks/peers.py --quick --stages     # also CPU by process and stage
 
 Data: ``--clips`` crops of the 16 shipped LJSpeech clips (22050 Hz 16-bit PCM, so
 no variant resamples), 1-9.5 s long, written once into a temporary LJSpeech
@@ -23,6 +24,9 @@ libraries pinned to one thread:
   first epoch of every run (decode, mel, tokens, cache write);
 - ringfeed-cached: a real run over the cache that ringfeed-cold of the same
   round filled, CACHED_EPOCHS epochs;
+- tfdata-cached: the same cached mels, copied out of that cache with their tokens
+  (one file each), read by tf.data for CACHED_EPOCHS epochs, same pool: the
+  cached path like for like (benchmarks/peer_pipelines.py);
 - ringfeed-cold@baseline (with ``--baseline DIR``, a checkout of other code):
   ringfeed-cold run from that checkout, to compare ringfeed with itself.
 
@@ -32,8 +36,10 @@ graph building and XLA excluded alike), and the CPU time all its processes and
 threads used in that window per sample (/proc): on a shared machine the rate
 depends on what else runs, the CPU cost per sample much less. The rounds alternate the variants, so
 machine noise hits them alike; the table gives each median and its ratio to
-tfdata-ops; ``--plot PATH`` draws the medians (benchmarks/charts.py) for
-docs/benchmarks.md.
+tfdata-ops, then each round's ratios against the issue's targets; ``--plot PATH``
+draws the medians (benchmarks/charts.py) for docs/benchmarks.md; ``--stages`` adds
+each pipeline's CPU by process (stager, producers, this process) and a producer's
+cold path stage by stage against tfdata-ops's (benchmarks/stage_costs.py).
 """
 
 from __future__ import annotations
@@ -51,16 +57,16 @@ from pathlib import Path
 
 import numpy as np
 from charts import draw_bars, run_label
+from cpu_meter import CpuMeter
+from peer_pipelines import BATCH, WORKERS
 
 REPO = Path(__file__).resolve().parents[1]
 CLIPS = REPO / "data" / "ljspeech-mini"
-VARIANTS = ("tfdata-ops", "ringfeed-cold", "tfdata-librosa", "ringfeed-cached")
-# The order of odd rounds: every variant moves, ringfeed-cached still follows the
-# ringfeed-cold that fills its cache.
-ODD_ORDER = ("ringfeed-cold@baseline", "ringfeed-cold", "tfdata-ops", "ringfeed-cached",
-             "tfdata-librosa")  # fmt: skip
-BATCH = 32
-WORKERS = 2
+VARIANTS = ("tfdata-ops", "ringfeed-cold", "tfdata-librosa", "ringfeed-cached", "tfdata-cached")
+# The order of odd rounds: every variant moves, the cached ones still follow the
+# ringfeed-cold that fills their cache.
+ODD_ORDER = ("ringfeed-cold@baseline", "ringfeed-cold", "tfdata-cached", "tfdata-ops",
+             "ringfeed-cached", "tfdata-librosa")  # fmt: skip
 # Epochs of the cached run: one epoch of 512 cached samples is ~0.1 s, too short to time.
 CACHED_EPOCHS = 4
 MIN_S, MAX_S = 1.0, 9.5
@@ -101,50 +107,28 @@ def bench_raw(corpus: Path, cache_dir: Path, epochs: int) -> dict:
 # ------------------------------------------------------------ children
 
 
-def tree_cpu_s() -> float:
-    """CPU seconds (user + system) used so far by this process and its descendants
-    alive now (ringfeed's stager, producer pool and its workers), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents, cpu = {}, {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone since the listing
-            continue
-        parents[int(d.name)] = int(fields[1])
-        cpu[int(d.name)] = (int(fields[11]) + int(fields[12])) / tick
-    total, me = 0.0, os.getpid()
-    for pid in cpu:
-        p = pid
-        while p > 1 and p != me:
-            p = parents.get(p, 0)
-        total += cpu[pid] if p == me else 0.0
-    return total
-
-
 def timed(batches) -> dict:
     """Samples per second from the first batch to the last, and CPU ms per sample over
-    that window (every process of the pipeline). batches yields each batch's n_valid,
-    then 0 while the pipeline still runs: /proc is read only then and at the first
-    batch (a scan per batch would cost this process ~4 ms each)."""
+    that window (every process of the pipeline; by role too). batches yields each
+    batch's n_valid, then 0 once the data has ended."""
     total = first = 0
     t_first = t_last = time.perf_counter()
-    cpu_first = cpu_last = 0.0
+    meter = None
     for n in batches:
+        if meter is not None:
+            meter.read()
         if n == 0:
-            cpu_last = tree_cpu_s()
             continue
         if total == 0:
-            first, t_first, cpu_first = n, time.perf_counter(), tree_cpu_s()
+            first, t_first, meter = n, time.perf_counter(), CpuMeter()
         total += n
         t_last = time.perf_counter()
-    timed_samples = max(total - first, 1)
+    roles = meter.ms_per_sample(max(total - first, 1)) if meter is not None else {}
     return {
         "samples": total,
         "rate": (total - first) / max(t_last - t_first, 1e-9),
-        "cpu_ms": 1e3 * (cpu_last - cpu_first) / timed_samples,
+        "cpu_ms": sum(roles.values()),
+        "roles": roles,
     }
 
 
@@ -162,103 +146,28 @@ def run_ringfeed(corpus: Path, cache_dir: Path, epochs: int, tmp: Path) -> dict:
     return timed(batches())
 
 
-def _tf_setup():
-    import tensorflow as tf
+def run_tf(variant: str, corpus: Path, cache_dir: Path) -> dict:
+    """tfdata-ops, tfdata-librosa, or tfdata-cached over the mels of cache_dir (filled by
+    this round's ringfeed-cold); "check": parity with the producer's log-mel (ops), or
+    whether the first batch holds the cached mels (cached)."""
+    import peer_pipelines as pp
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = WORKERS
-    options.threading.max_intra_op_parallelism = 1
-    return tf, options
-
-
-def tf_ops_dataset(cfg, paths: list[str], texts: list[str]):
-    """decode_wav -> peak normalize -> tf.signal.stft -> mel matrix -> log, padded batches."""
-    from ringfeed.producer.features import mel_filterbank
-    from ringfeed.shared.sample.content import LOG_FLOOR
-
-    tf, options = _tf_setup()
-    f, max_n = cfg.features, cfg.max_samples - 1
-    fb = tf.constant(mel_filterbank(cfg).T)
-    peak = cfg.audio.peak_level
-
-    def load(path, text):
-        wave, _ = tf.audio.decode_wav(tf.io.read_file(path), desired_channels=1)
-        wave = wave[:max_n, 0]
-        wave = wave * (peak / tf.reduce_max(tf.abs(wave)))
-        padded = tf.pad(wave, [[f.n_fft // 2, f.n_fft // 2]])
-        spec = tf.signal.stft(padded, f.win_length, f.hop_length, f.n_fft, pad_end=False)
-        mel = tf.math.log(tf.maximum(tf.matmul(tf.abs(spec), fb), LOG_FLOOR))
-        chars = tf.strings.unicode_decode(tf.strings.lower(text), "UTF-8")
-        tokens = tf.minimum(chars[: cfg.text.max_text_len], 255)
-        return {"tokens": tokens, "mel": mel, "mel_lens": tf.shape(mel)[0]}
-
-    shapes = {"tokens": [cfg.text.max_text_len], "mel": [f.max_frames, f.n_mels], "mel_lens": []}
-    ds = tf.data.Dataset.from_tensor_slices((paths, texts)).with_options(options)
-    return (
-        ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-        .padded_batch(BATCH, padded_shapes=shapes)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-
-
-def tf_librosa_dataset(cfg, paths: list[str], texts: list[str]):
-    """tf.numpy_function around soundfile + librosa (the old pipeline), padded batches."""
-    from producer_cache import raw_mel
-
-    from ringfeed.producer.text import TextEncoder
-
-    tf, options = _tf_setup()
-    f, encoder = cfg.features, TextEncoder(cfg)
-    raw_mel(paths[0], cfg)  # librosa's first call (imports, numba) is not the pipeline's
-
-    def load(i):
-        mel = raw_mel(paths[int(i)], cfg).astype(np.float32)
-        tokens, _ = encoder.encode(texts[int(i)], paths[int(i)])
-        return tokens.astype(np.int32), mel, np.int32(len(mel))
-
-    def to_dict(i):
-        tokens, mel, n = tf.numpy_function(load, [i], (tf.int32, tf.float32, tf.int32))
-        tokens.set_shape([None])
-        mel.set_shape([None, f.n_mels])
-        n.set_shape([])
-        return {"tokens": tokens, "mel": mel, "mel_lens": n}
-
-    shapes = {"tokens": [cfg.text.max_text_len], "mel": [f.max_frames, f.n_mels], "mel_lens": []}
-    ds = tf.data.Dataset.from_tensor_slices(np.arange(len(paths))).with_options(options)
-    return (
-        ds.map(to_dict, num_parallel_calls=tf.data.AUTOTUNE)
-        .padded_batch(BATCH, padded_shapes=shapes)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-
-
-def run_tf(variant: str, corpus: Path) -> dict:
     from ringfeed.shared.config import config_from_dict
 
-    cfg = config_from_dict(bench_raw(corpus, corpus / "unused", 1))
+    cfg = config_from_dict(bench_raw(corpus, cache_dir, 1))
     rows = [line.split("|") for line in (corpus / "metadata.csv").read_text().splitlines()]
     paths = [str(corpus / "wavs" / f"{r[0]}.wav") for r in rows]
     texts = [r[1] for r in rows]
-    make = tf_ops_dataset if variant == "tfdata-ops" else tf_librosa_dataset
-    ds = make(cfg, paths, texts)
+    if variant == "tfdata-cached":
+        mels = pp.export_cached(cfg, paths, texts, cache_dir.parent / "tf-cached")
+        ds = pp.tf_cached_dataset(cfg, cache_dir.parent / "tf-cached", len(mels), CACHED_EPOCHS)
+        check = float(pp.cached_rows_match(next(iter(ds)), mels))
+    else:
+        make = pp.tf_ops_dataset if variant == "tfdata-ops" else pp.tf_librosa_dataset
+        ds = make(cfg, paths, texts)
+        check = pp.tf_parity(cfg, paths[0]) if variant == "tfdata-ops" else None
     out = timed(itertools.chain((int(b["mel_lens"].shape[0]) for b in ds), [0]))
-    out["parity"] = tf_parity(cfg, paths[0]) if variant == "tfdata-ops" else None
-    return out
-
-
-def tf_parity(cfg, path: str) -> float:
-    """Largest |log-mel difference| of tfdata-ops against the producer where the mel is
-    above 2e-4 (the two really compute the same thing)."""
-    from ringfeed.producer.audio import load_audio
-    from ringfeed.producer.features import fit_length, log_mel
-
-    wave, _ = fit_length(load_audio(path, cfg), cfg)
-    ours = log_mel(wave, cfg)
-    theirs = next(iter(tf_ops_dataset(cfg, [path], ["a"])))["mel"].numpy()[0, : len(ours)]
-    above = ours > -8.5
-    return float(np.abs(ours - theirs)[above].max())
+    return out | {"check": check}
 
 
 def import_from(repo: Path) -> None:
@@ -277,11 +186,20 @@ def import_from(repo: Path) -> None:
 def child(args: argparse.Namespace) -> None:
     import_from(Path(args.repo))
     corpus, cache_dir = Path(args.corpus), Path(args.cache_dir)
-    if args.child.startswith("ringfeed"):
+    if args.child.startswith("stages"):
+        import stage_costs
+
+        from ringfeed.shared.config import config_from_dict
+
+        cfg = config_from_dict(bench_raw(corpus, cache_dir, 1))
+        which = stage_costs.ringfeed_stages if args.child == "stages-ringfeed" else (
+            stage_costs.tf_stages)  # fmt: skip
+        out = which(cfg, *stage_costs.clips(corpus))
+    elif args.child.startswith("ringfeed"):
         epochs = CACHED_EPOCHS if args.child == "ringfeed-cached" else 1
         out = run_ringfeed(corpus, cache_dir, epochs, cache_dir.parent)
     else:
-        out = run_tf(args.child, corpus)
+        out = run_tf(args.child, corpus, cache_dir)
     print(RESULT_TAG + json.dumps(out), flush=True)
 
 
@@ -307,14 +225,19 @@ def spawn(variant: str, repo: Path, corpus: Path, cache_dir: Path) -> dict:
     raise RuntimeError(f"{variant} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def print_table(
-    rates: dict[str, list[float]],
-    cpu: dict[str, list[float]],
-    args: argparse.Namespace,
-    parity: float,
-) -> None:
-    med = {k: statistics.median(v) for k, v in rates.items() if v}
-    cpu_med = {k: statistics.median(v) for k, v in cpu.items() if v}
+def stage_table(corpus: Path, tmp: Path) -> None:
+    """--stages: one producer's cold path and tfdata-ops's, stage by stage (stage_costs.py)."""
+    from stage_costs import print_stages
+
+    ours = spawn("stages-ringfeed", REPO, corpus, tmp / "ringfeed")
+    print_stages(ours, spawn("stages-tf", REPO, corpus, tmp / "tf"))
+
+
+def print_table(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
+    """The table of docs/benchmarks.md, each round's ratios against the issue's targets,
+    and the checks of the peers' output."""
+    med = {k: statistics.median(o["rate"] for o in v) for k, v in results.items() if v}
+    cpu = {k: statistics.median(o["cpu_ms"] for o in v) for k, v in results.items() if v}
     base = med["tfdata-ops"]
     print(
         f"\n{args.clips} clips of {MIN_S:g}-{MAX_S:g} s, batch {BATCH}, {WORKERS} workers, "
@@ -322,16 +245,36 @@ def print_table(
     )
     print("| pipeline | samples/s (each round) | median | vs tfdata-ops | CPU ms/sample |")
     print("|---|---|---:|---:|---:|")
-    for k, v in rates.items():
-        each = " / ".join(f"{x:,.0f}" for x in v)
-        print(f"| {k} | {each} | {med[k]:,.0f} | {med[k] / base:.2f}x | {cpu_med[k]:.2f} |")
-    print(f"\ntfdata-ops log-mel against the producer's (values above 2e-4): max diff {parity:.1e}")
+    for k, v in results.items():
+        each = " / ".join(f"{o['rate']:,.0f}" for o in v)
+        print(f"| {k} | {each} | {med[k]:,.0f} | {med[k] / base:.2f}x | {cpu[k]:.2f} |")
+    rounds = list(zip(*(results[k] for k in VARIANTS), strict=True))
+    ratios = {  # the issue's targets: >= 1.3, <= 0.8 and >= 2 in every round
+        "cold / tfdata-ops samples/s": [r[1]["rate"] / r[0]["rate"] for r in rounds],
+        "cold / tfdata-ops CPU per sample": [r[1]["cpu_ms"] / r[0]["cpu_ms"] for r in rounds],
+        "cached / tfdata-cached samples/s": [r[3]["rate"] / r[4]["rate"] for r in rounds],
+    }
+    print("\neach round: " + "; ".join(
+        f"{k} {', '.join(f'{x:.2f}' for x in v)}" for k, v in ratios.items()))  # fmt: skip
+    ops, cached = results["tfdata-ops"][-1]["check"], results["tfdata-cached"][-1]["check"]
+    print(f"tfdata-ops log-mel against the producer's (values above 2e-4): max diff {ops:.1e}; "
+          f"tfdata-cached rows are the cached mels: {bool(cached)}")  # fmt: skip
 
 
-def plot(rates: dict[str, list[float]], cpu: dict[str, list[float]], path: str) -> None:
+def print_roles(results: dict[str, list[dict]]) -> None:
+    """--stages: each pipeline's CPU ms per sample by process (medians over the rounds)."""
+    roles = sorted({r for v in results.values() for o in v for r in o["roles"]})
+    print("\n| CPU ms/sample by process | " + " | ".join(roles) + " |")
+    print("|---|" + "---:|" * len(roles))
+    for k, v in results.items():
+        cells = [statistics.median(o["roles"].get(r, 0.0) for o in v) for r in roles]
+        print(f"| {k} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+
+
+def plot(results: dict[str, list[dict]], path: str) -> None:
     """Median samples/s (log scale: cached is ~7x cold) and CPU ms per sample of each."""
-    med = {k: statistics.median(v) for k, v in rates.items() if v}
-    cpu_med = {k: statistics.median(cpu[k]) for k in med}
+    med = {k: statistics.median(o["rate"] for o in v) for k, v in results.items() if v}
+    cpu_med = {k: statistics.median(o["cpu_ms"] for o in results[k]) for k in med}
     draw_bars(
         path,
         f"Clips to padded batches of {BATCH}, {WORKERS} workers each (median)",
@@ -348,6 +291,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 round of 256 clips")
     parser.add_argument("--baseline", help="a checkout whose ringfeed-cold to run alongside")
     parser.add_argument("--plot", help="also draw the medians into this PNG")
+    parser.add_argument("--stages", action="store_true",
+                        help="also each pipeline's CPU by process, and a producer's by stage "
+                             "against tf.data's ops (benchmarks/stage_costs.py)")  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--repo", default=str(REPO), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
@@ -360,9 +306,7 @@ def main() -> None:
         args.rounds, args.clips = 1, 256
     sys.path.insert(0, str(REPO))
     variants = list(VARIANTS) + (["ringfeed-cold@baseline"] if args.baseline else [])
-    rates: dict[str, list[float]] = {v: [] for v in variants}
-    cpu: dict[str, list[float]] = {v: [] for v in variants}
-    parity = float("nan")
+    results: dict[str, list[dict]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         corpus = make_corpus(Path(tmp) / "corpus", args.clips)
         for r in range(args.rounds):
@@ -372,14 +316,16 @@ def main() -> None:
                 cache_dir = Path(tmp) / f"r{r}" / ("base" if "@" in v else "cache")
                 cache_dir.parent.mkdir(exist_ok=True)
                 out = spawn(v, repo, corpus, cache_dir)
-                rates[v].append(out["rate"])
-                cpu[v].append(out["cpu_ms"])
-                parity = out.get("parity") or parity
+                results[v].append(out)
                 print(f"round {r + 1}: {v} {out['rate']:,.0f} samples/s, "
                       f"{out['cpu_ms']:.2f} CPU ms/sample", flush=True)  # fmt: skip
-    print_table(rates, cpu, args, parity)
+        if args.stages:
+            stage_table(corpus, Path(tmp) / "stages")
+    print_table(results, args)
+    if args.stages:
+        print_roles(results)
     if args.plot:
-        plot(rates, cpu, args.plot)
+        plot(results, args.plot)
 
 
 if __name__ == "__main__":

@@ -111,8 +111,8 @@ def bench_pool(seconds: float, workers: int, chunksize: int) -> float:
 
 def bench_ring(seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
     """-> (samples/s, CPU us per sample of the client, stager and producers together)."""
+    from cpu_meter import CpuMeter  # this checkout's (benchmarks/cpu_meter.py)
     from live_run import live_run  # of the checkout on sys.path (this one or --baseline's)
-    from peers import tree_cpu_s  # this checkout's (benchmarks/peers.py)
 
     raw = {
         "data": {"format": "synthetic", "synthetic_items": 8192},
@@ -125,12 +125,13 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
     with live_run(raw, tmp) as client:
         for _ in range(20):  # warm up
             client.free(client.next(timeout_s=30))
-        n, t0, cpu0 = 0, time.perf_counter(), tree_cpu_s()
+        n, t0, meter = 0, time.perf_counter(), CpuMeter()
         while time.perf_counter() - t0 < seconds:
             batch = client.next(timeout_s=30)
             client.free(batch)
             n += batch.meta.n_valid
-        rate, cpu_us = n / (time.perf_counter() - t0), 1e6 * (tree_cpu_s() - cpu0) / n
+        meter.read()
+        rate, cpu_us = n / (time.perf_counter() - t0), 1e3 * sum(meter.ms_per_sample(n).values())
     return rate, cpu_us
 
 

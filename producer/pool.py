@@ -1,8 +1,14 @@
-"""The producer pool: N spawned worker processes, restarted when they crash.
+"""The producer pool: N worker processes forked from it, restarted when they crash.
 
-Process entry ``ringfeed producers``. Workers are started with the spawn
-method (never fork: a forked child would inherit ZeroMQ contexts and locks)
-and never import TensorFlow. A worker that dies after the stager welcomed it
+Process entry ``ringfeed producers``. Workers are forked from the pool, which has
+imported what they run once: spawned, each worker imported it all again (0.45 s of
+CPU per worker on 2 cores here, before its first grant: benchmarks/first_batch.py).
+Forking is safe while the pool process runs one thread: it holds no ZeroMQ context
+or socket (each worker makes its own after the fork), and `ringfeed producers`
+loads its math libraries without thread pools (scripts/cli.py), which a forked
+child would start again beside producers.math_threads. A pool that runs more
+threads (started some other way) spawns its workers instead, and says so once.
+Workers never import TensorFlow. A worker that dies after the stager welcomed it
 (a poison input, an OOM kill, a library's exit(0)) is restarted after
 restart_backoff_s, always: the stager charges the input it was working on and
 skips that input after ring.max_item_attempts, so one item never stops the
@@ -30,14 +36,18 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ringfeed.producer.fft import fastest
 from ringfeed.producer.session import ENDINGS, EXIT_FINISHED, pool_exit_code
 from ringfeed.producer.watchdog import HARD_FACTOR, stuck_for
 from ringfeed.producer.worker import run_worker
 from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.process import (
     POLL_S,
     TERM_GRACE_S,
@@ -61,6 +71,10 @@ def _child(
 ) -> None:
     import yaml
 
+    # The pool's handlers came with the fork: until run_worker installs its own, a
+    # SIGTERM ends the worker, as it ended a freshly spawned one.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
     cfg = config_from_dict(yaml.safe_load(config_yaml))
@@ -89,18 +103,33 @@ class ProducerPool:
     def __init__(self, cfg: Config, endpoint: str, workers: int, remote: bool, prefix: str):
         from ringfeed.producer.threads import math_thread_env
 
-        # Children read these at their numpy import, before any code of ours runs.
+        # For what a worker loads (all of it, spawned); what the pool loaded, run_worker pins.
         os.environ.update(math_thread_env(cfg.producers.math_threads))
         self.cfg, self.endpoint, self.remote = cfg, endpoint, remote
-        self.ctx = mp.get_context("spawn")
+        self.spawned = False  # said once that the workers are spawned, not forked
         self.slots = [Slot(f"{prefix}-{i}") for i in range(workers)]
         self._yaml = cfg.to_yaml()
         self.ended_at = 0.0  # when the first worker was told the run is over
 
+    def context(self) -> Any:
+        """fork while this process runs one thread (a lock another thread holds would
+        stay held in the child, a thread pool would start again there), else spawn."""
+        threads = os_threads()
+        if threads == 1:
+            return mp.get_context("fork")
+        if not self.spawned:
+            self.spawned = True
+            log.warning("the producer pool runs %d threads (math libraries loaded with "
+                        "thread pools?): its workers are spawned, not forked, and each "
+                        "imports everything again; start it with `ringfeed producers`",
+                        threads)  # fmt: skip
+        return mp.get_context("spawn")
+
     def start(self, slot: Slot) -> None:
-        slot.joined, slot.busy = self.ctx.Event(), self.ctx.Value("d", 0.0, lock=False)
-        slot.said = self.ctx.Value("i", 0, lock=False)
-        slot.proc = self.ctx.Process(
+        ctx = self.context()
+        slot.joined, slot.busy = ctx.Event(), ctx.Value("d", 0.0, lock=False)
+        slot.said = ctx.Value("i", 0, lock=False)
+        slot.proc = ctx.Process(
             target=_child,
             args=(
                 self._yaml,
@@ -224,6 +253,14 @@ class ProducerPool:
                 proc.join()
 
 
+def os_threads() -> int:
+    """The threads this process runs, native ones included (/proc: Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return threading.active_count()
+
+
 def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix: str = "") -> int:
     """Process entry of `ringfeed producers`; workers are named PREFIX-i.
 
@@ -232,6 +269,10 @@ def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix:
     the other's grants as a restart of the same producer."""
     prefix = prefix or f"{socket.gethostname()}.{os.getpid()}"
     stop = StopFlag().install()
+    if cfg.features.device == "producer" and format_of(cfg).has_audio:
+        # Chosen before the fork, the workers inherit it: a host's first run times the
+        # FFT libraries once (0.5 s of CPU importing scipy.fft), not in every worker.
+        fastest(cfg.features.n_fft, cfg.features.cache_dir)
     pool = ProducerPool(cfg, endpoint, workers, remote, prefix)
     log.info("starting %d producers -> %s", workers, endpoint)
     return pool.watch(stop)

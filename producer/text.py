@@ -46,8 +46,9 @@ from ringfeed.shared.language.text_cache import TextCache
 
 PAD_ID, UNKNOWN_ID, EOS_ID = 0, 1, 2
 FIRST_CHAR_ID = 3
-# Cleaned texts one producer keeps (LRU): more than LJSpeech's 13,100 lines, so from the
-# second epoch on cleaning is a dict lookup; a few tens of MB per producer when full.
+# Cleaned texts, and their tokens, one producer keeps (LRU each): more than LJSpeech's
+# 13,100 lines, so from the second epoch on encoding is a dict lookup; a few tens of MB
+# per producer when full.
 TEXT_CACHE_SIZE = 100_000
 
 # Typographic characters unidecode would map to something the alphabet lacks
@@ -250,6 +251,7 @@ class TextEncoder:
         # Texts really normalized and phonemized in this process (cache misses).
         self.normalized = self.phonemized = 0
         self.clean = functools.lru_cache(maxsize=TEXT_CACHE_SIZE)(self._clean)
+        self._encoded = functools.lru_cache(maxsize=TEXT_CACHE_SIZE)(self._encode)
 
     def _clean(self, text: str, language: str = "en") -> str:
         """Raw text -> what is tokenized: the normalized text, or its phonemes."""
@@ -288,19 +290,29 @@ class TextEncoder:
         return ids
 
     def encode(self, text: str, path: str = "", language: str = "en") -> tuple[np.ndarray, bool]:
-        """Raw text -> (int32 [n_tokens] with n_tokens <= text.max_text_len, truncated).
+        """Raw text -> (int32 [n_tokens] with n_tokens <= text.max_text_len, read-only,
+        truncated).
 
         Raises SkipSample for a text with nothing to speak (:func:`has_speech`), too
         many unknown characters, or (with features.on_too_long: skip) text longer than
-        text.max_text_len.
+        text.max_text_len. A text encoded before is one lookup: tokenizing and checking
+        a cleaned text cost 0.07 ms a sample, a quarter of a cached sample's work in
+        its producer (benchmarks/peers.py); a refused text is judged again each time.
         """
+        try:
+            return self._encoded(text, language)
+        except SkipSample as skip:
+            skip.path = skip.path or path
+            raise
+
+    def _encode(self, text: str, language: str) -> tuple[np.ndarray, bool]:
+        """encode() of a text, whatever clip it comes with (encode names the clip)."""
         limit = MAX_RAW_FACTOR * self.cfg.text.max_text_len
         if len(text) > limit:
             if self.cfg.features.on_too_long == "skip":
                 raise SkipSample(
                     f"text has {len(text)} characters before cleaning > {MAX_RAW_FACTOR} x "
-                    f"text.max_text_len={self.cfg.text.max_text_len}: far too long to fit",
-                    path,
+                    f"text.max_text_len={self.cfg.text.max_text_len}: far too long to fit"
                 )
             text = text[:limit]  # truncate mode cuts it after cleaning anyway
         try:
@@ -308,11 +320,10 @@ class TextEncoder:
         except Exception as exc:  # noqa: BLE001 - costs this text only (docs/design.md#contract-9)
             raise SkipSample(
                 f"text in {language!r} cannot be cleaned ({type(exc).__name__}: {exc})",
-                path,
-                "text",
+                stage="text",
             ) from None
         if not has_speech(cleaned):
-            raise SkipSample(_nothing_to_speak(cleaned), path, "text")
+            raise SkipSample(_nothing_to_speak(cleaned), stage="text")
         ids = self.tokenize(cleaned)
         n_chars = len(cleaned)
         unknown = ids[:n_chars] == UNKNOWN_ID
@@ -322,20 +333,20 @@ class TextEncoder:
             raise SkipSample(
                 f"unknown-character fraction {frac:.2f} > text.max_unknown_frac="
                 f"{self.cfg.text.max_unknown_frac} (characters {chars!r} are not in "
-                "text.alphabet: `ringfeed vocab CONFIG` builds it from the corpus)",
-                path,
+                "text.alphabet: `ringfeed vocab CONFIG` builds it from the corpus)"
             )
-        return self._fit(ids, path)
+        ids, truncated = self._fit(ids)
+        ids.setflags(write=False)  # shared by every sample of this text
+        return ids, truncated
 
-    def _fit(self, ids: np.ndarray, path: str) -> tuple[np.ndarray, bool]:
+    def _fit(self, ids: np.ndarray) -> tuple[np.ndarray, bool]:
         limit = self.cfg.text.max_text_len
         if len(ids) <= limit:
             return ids, False
         if self.cfg.features.on_too_long == "skip":
             raise SkipSample(
                 f"text has {len(ids)} tokens > text.max_text_len={limit}: raise "
-                "max_text_len or set features.on_too_long: truncate",
-                path,
+                "max_text_len or set features.on_too_long: truncate"
             )
         if self.cfg.text.add_eos:
             # Keep the end-of-text token so the model still sees where the text stops.

@@ -1,5 +1,4 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
-
 ringfeed validate CONFIG [--deep]        check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
     [--worker K/N --cluster H:P,...]     ... as worker K of N training workers (run id R-wK)
@@ -30,7 +29,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from ringfeed.scripts.cli_data import (
+from ringfeed.producer.threads import math_thread_env
+
+if sys.argv[1:2] == ["producers"]:  # its pool forks workers: math libraries without threads
+    os.environ.update(math_thread_env(1))  # to copy (producer/pool.py)
+
+from ringfeed.scripts.cli_data import (  # noqa: E402 - after the environment above
     _config,
     cmd_config,
     cmd_index,
@@ -42,7 +46,7 @@ from ringfeed.scripts.cli_data import (
     cmd_vocab,
     run_id_arg,
 )
-from ringfeed.shared.config.environment import code_root
+from ringfeed.shared.config.environment import code_root  # noqa: E402
 
 # ringfeed/configs links to configs/ in a checkout, and holds its files in a wheel.
 DEMO_CONFIG = code_root() / "ringfeed" / "configs" / "demo.yaml"

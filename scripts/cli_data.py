@@ -82,8 +82,9 @@ def _validate_corpus(args: argparse.Namespace, cfg) -> int:
     from ringfeed.producer.fft import fastest
     from ringfeed.scripts.corpus_report import corpus_check
 
-    if cfg.features.device == "producer":  # the library each producer times and keeps
-        print(f"  STFT          float64, FFT by {fastest(cfg.features.n_fft)[0]} here")
+    if cfg.features.device == "producer":  # the library this host's producers will use
+        name, _ = fastest(cfg.features.n_fft, cfg.features.cache_dir)
+        print(f"  STFT          float64, FFT by {name} here")
     report = corpus_check(cfg)
     print("\n".join(report.lines))
     if getattr(args, "deep", False):

@@ -47,14 +47,15 @@ class RunError(RuntimeError):
 
 
 def worker_pids(pool_pid: int) -> list[int]:
-    """A producer pool's live worker processes (not multiprocessing's resource tracker);
-    a process that exits while /proc is read is left out."""
+    """A producer pool's live worker processes: its children (forked or spawned:
+    producer/pool.py) but multiprocessing's resource tracker; a process that exits while
+    /proc is read is left out."""
     workers = []
     with contextlib.suppress(FileNotFoundError, ProcessLookupError):
         children = Path(f"/proc/{pool_pid}/task/{pool_pid}/children").read_text().split()
         for pid in map(int, children):
             with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
                     workers.append(pid)
     return workers
 

@@ -41,6 +41,9 @@ WAITING_NOTE_S = 60.0
 
 # How often an unanswered CONSUMER_HELLO is repeated (the stager may start later).
 HELLO_RETRY_S = 1.0
+# How often a client started with its stager looks for the stager's secret: POLL_S (50
+# ms) was a tenth of a ~0.5 s first batch (benchmarks/first_batch.py); a stat is cheap.
+SECRET_POLL_S = 0.01
 
 
 class StagerGone(RuntimeError):
@@ -100,7 +103,7 @@ class BatchClient:
         while time.monotonic() < deadline and not stop():
             hello = self.hello(self.rejoin)
             if not hello.secret:  # the stager writes it before it binds: not started yet
-                time.sleep(POLL_S)
+                time.sleep(SECRET_POLL_S)
                 continue
             send(self.sock, hello)
             msg = self._wait((p.Welcome,), HELLO_RETRY_S)

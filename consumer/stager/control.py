@@ -37,7 +37,6 @@ from typing import NamedTuple
 
 import zmq
 import zmq.utils.z85
-from zmq.utils.monitor import recv_monitor_message
 
 from ringfeed.consumer.stager.peers import PeerId, peer_of
 from ringfeed.consumer.stager.stats_record import ControlStats
@@ -162,6 +161,10 @@ class ControlSockets:
             )
 
     def _watch_handshakes(self) -> None:
+        # Imported here: zmq.utils.monitor imports asyncio (~35 ms of every stager's start,
+        # benchmarks/first_batch.py), and only a CURVE remote endpoint has a monitor.
+        from zmq.utils.monitor import recv_monitor_message
+
         while self.monitor.poll(0):
             event = recv_monitor_message(self.monitor)
             if event["event"] & HANDSHAKE_FAILED:

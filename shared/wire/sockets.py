@@ -16,6 +16,11 @@ from ringfeed.shared.wire.protocol import Message, ProtocolError, decode, encode
 # A payload frame may be as large as the largest slot field; anything bigger
 # is refused by libzmq before it reaches Python (ZMQ_MAXMSGSIZE).
 DEFAULT_MAX_MSG_BYTES = 64 * 2**20
+# A connecting socket whose peer has not bound yet tries again after RECONNECT_MS,
+# doubling up to RECONNECT_MAX_MS (libzmq's 100 ms, never longer than before): a
+# producer or client started with its stager waited up to 100 ms of a first batch of
+# ~0.5 s for the stager's bind (benchmarks/first_batch.py).
+RECONNECT_MS, RECONNECT_MAX_MS = 10, 100
 
 
 def make_socket(
@@ -27,6 +32,8 @@ def make_socket(
     sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes or DEFAULT_MAX_MSG_BYTES)
     if identity is not None:
         sock.setsockopt(zmq.IDENTITY, identity)
+    sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
     if kind == zmq.ROUTER:
         # Tell us (EHOSTUNREACH) rather than silently drop a send to a gone peer.
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)

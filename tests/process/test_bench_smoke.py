@@ -26,7 +26,8 @@ def test_producer_cache_benchmark_runs() -> None:
 @pytest.mark.slow
 def test_first_batch_benchmark_runs() -> None:
     out = bench(["benchmarks/first_batch.py", "--rounds", "1"], timeout_s=120)
-    assert "first full batch (median of 1): cold cache" in out
+    assert "first full batch, median of 1:" in out and "warm cache" in out
+    assert "CPU s by then: producers" in out and "stager" in out
 
 
 @pytest.mark.slow
@@ -46,8 +47,13 @@ def test_ring_throughput_benchmark_runs() -> None:
 
 @pytest.mark.slow
 def test_peers_benchmark_runs() -> None:
-    out = bench(["benchmarks/peers.py", "--rounds", "1", "--clips", "48"], timeout_s=240)
-    assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out
+    """Every pipeline runs, the cached peer reads the very mels ringfeed's cache holds,
+    and --stages breaks the CPU down by process and by stage."""
+    out = bench(["benchmarks/peers.py", "--rounds", "1", "--clips", "48", "--stages"],
+                timeout_s=300)  # fmt: skip
+    assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out and "| tfdata-cached |" in out
+    assert "tfdata-cached rows are the cached mels: True" in out
+    assert "| CPU ms/sample by process |" in out and "| STFT |X| |" in out
 
 
 @pytest.mark.slow

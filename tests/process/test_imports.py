@@ -34,3 +34,22 @@ def test_producer_features_never_import_librosa() -> None:
         "sys.exit('librosa' in sys.modules)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0
+
+
+def test_a_producer_reading_its_hosts_fft_choice_never_imports_scipy(tmp_path) -> None:
+    """The FFT library is timed once per host and kept (producer/fft.py): a producer that
+    reads the choice pays no scipy.fft import (0.5 s of CPU) before its first grant."""
+    from ringfeed.producer import fft
+
+    path = fft.choice_path(1024, str(tmp_path))
+    path.parent.mkdir(parents=True)
+    path.write_text('{"name": "ducc0"}')
+    code = (
+        "import sys, numpy as np\n"
+        "from ringfeed.shared.config import Config, replace\n"
+        "from ringfeed.producer.features import log_mel\n"
+        f"cfg = replace(Config(), features={{'cache_dir': {str(tmp_path)!r}}})\n"
+        "log_mel(np.zeros(22050, np.float32), cfg)\n"
+        "sys.exit('scipy' in sys.modules)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0

@@ -54,12 +54,18 @@ def test_tokenizer_ids_eos_and_unknown() -> None:
     assert no_eos.encode("ab")[0].tolist() == [a, a + 1]
 
 
-def test_cache_normalizes_once() -> None:
+def test_a_text_is_normalized_and_tokenized_once() -> None:
+    """A text seen before is one lookup: the same read-only ids, no cleaning, no
+    tokenizing; a refused text names the clip it came with each time."""
     enc = TextEncoder(Config())
-    for _ in range(3):
-        enc.encode("Dr. Who, 1963.")
-    info = enc.clean.cache_info()
-    assert (info.misses, info.hits) == (1, 2)
+    ids = [enc.encode("Dr. Who, 1963.")[0] for _ in range(3)]
+    assert enc.normalized == 1 and enc.clean.cache_info().misses == 1
+    assert ids[1] is ids[0] and ids[2] is ids[0] and not ids[0].flags.writeable
+    assert enc.decode(ids[0]) == "doctor who, nineteen sixty three."
+    for path in ("a.wav", "b.wav"):
+        with pytest.raises(SkipSample) as refused:
+            enc.encode(" ... ", path)
+        assert refused.value.path == path and refused.value.stage == "text"
 
 
 def test_rejects_empty_unknown_and_too_long() -> None:

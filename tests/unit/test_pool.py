@@ -1,0 +1,42 @@
+"""The producer pool forks its workers (producer/pool.py) only while it runs one
+thread: a lock another thread holds would stay held in the child, and a math
+library's thread pool would start again there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from unittest.mock import patch
+
+from ringfeed.producer.pool import ProducerPool, os_threads
+from ringfeed.shared.config import Config
+from tests.support.paths import REPO
+
+
+def test_a_pool_that_runs_a_thread_spawns_its_workers() -> None:
+    with patch.dict(os.environ):  # the pool limits math threads for its children
+        pool = ProducerPool(Config(), "ipc:///nowhere", 1, remote=False, prefix="t")
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, daemon=True)
+    thread.start()
+    try:
+        assert os_threads() > 1 and pool.context().get_start_method() == "spawn"
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_ringfeed_producers_loads_its_math_libraries_without_thread_pools() -> None:
+    """What `ringfeed producers` has imported before its pool starts runs one thread,
+    so the pool forks; numpy's OpenBLAS alone starts one more without the limits."""
+    code = (
+        "import sys; sys.argv[1:] = ['producers']\n"
+        "import ringfeed.scripts.cli, ringfeed.producer.pool as pool, numpy as np\n"
+        "np.ones((64, 64)) @ np.ones((64, 64))\n"
+        "print(pool.os_threads())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, check=True)  # fmt: skip
+    assert out.stdout.split() == ["1"], out.stderr
