@@ -2,7 +2,7 @@
 
 At start (:func:`out_of_band_clips`, from consumer/stager/stager.py build), with
 data.outliers not keep and a corpus with audio: the length table (measured as for
-length buckets, plan/buckets.py length_manifest), each language's speaking-rate
+length buckets, plan/buckets.py length_table), each language's speaking-rate
 band and the clips outside it (shared/corpus/speaking_rate.py). Then
 :meth:`OutlierReport.start`: with skip each is marked bad in the slot manager
 before any grant, and becomes a quarantine line (stage "outlier", with its rate
@@ -27,7 +27,7 @@ import logging
 import time
 from pathlib import Path
 
-from ringfeed.consumer.stager.plan.buckets import length_manifest
+from ringfeed.consumer.stager.plan.buckets import length_table
 from ringfeed.consumer.stager.quarantine import OUTLIER_STAGE
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.stats_record import OutlierStats
@@ -61,7 +61,7 @@ def out_of_band_clips(
                     "it, fetching every shard); near-silent and clipped clips are still "
                     "found")  # fmt: skip
         return []
-    lengths = length_manifest(cfg, index, config_file, stop.is_set, "data.outliers")
+    lengths = length_table(cfg, index, config_file, stop.is_set, "data.outliers")
     bands = rate_bands(cfg, index, lengths)
     for band in bands.values():
         log.info("speaking-rate band %s: %s, %d clips", band.language, band.describe(),

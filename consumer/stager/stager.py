@@ -72,7 +72,13 @@ from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slo
 from ringfeed.shared.memory.segments import remove_stale_segments
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
 from ringfeed.shared.run.id_tables import IDS_FILE, settle_tables
-from ringfeed.shared.run.process import POLL_S, STAGER_NO_CONSUMER, StopFlag, write_json_atomic
+from ringfeed.shared.run.process import (
+    POLL_S,
+    STAGER_NO_CONSUMER,
+    StopFlag,
+    Stopped,
+    write_json_atomic,
+)
 from ringfeed.shared.run.prosody_table import keep_in_run
 from ringfeed.shared.wire import protocol as p
 
@@ -373,6 +379,8 @@ def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
                 return 2
             finally:
                 stager.finish(why)
+    except Stopped as exc:  # a signal during the start: a stop like any other
+        log.info("%s", exc)
     except (ConfigError, CorpusError) as exc:  # what to change, in one line
         log.error("config error: %s", exc)
         return 2

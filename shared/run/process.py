@@ -88,6 +88,11 @@ STAGER_NO_CONSUMER = 6
 SECOND_SIGNAL_AFTER_S = 1.0
 
 
+class Stopped(Exception):
+    """A stop signal came while a process was still starting: it ends as a clean stop
+    (exit 0, as a stop once running), not as a failure of what it was doing."""
+
+
 class StopFlag:
     """Set by SIGTERM or SIGINT (and by code); loops check `is_set()`."""
 

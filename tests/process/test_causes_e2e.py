@@ -24,6 +24,7 @@ from tests.support import user_fields
 from tests.support.checks import check_real_rows, same_rows
 from tests.support.configs import write_config
 from tests.support.paths import MINI
+from tests.support.polling import wait_for
 from tests.support.runs import Run, rid, shm_segments
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,7 @@ def test_a_wrong_shaped_field_is_refused_before_any_grant(tmp_path: Path) -> Non
         run.start("stager")
         run.start("producers")
         assert run.wait("producers", 90) == 2, run.logs()  # refused: no worker restarted
+        wait_for(lambda: "stager ready" in run.logs(), 60, "the stager running")
         run.signal("stager")
         assert run.wait("stager", 30) == 0, run.logs()
         logs = run.logs(tail=100_000)

@@ -15,6 +15,7 @@ from ringfeed.consumer.stager.plan.buckets import (
     BucketBatches,
     assign,
     least_padding,
+    length_table,
     make_buckets,
 )
 from ringfeed.consumer.stager.plan.layout import KEPT_EPOCHS, kept_epochs
@@ -22,9 +23,11 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.shared.config import config_from_dict
+from ringfeed.shared.config import config_from_dict, load_config
 from ringfeed.shared.corpus.lengths import Lengths, lengths_key, load_lengths
 from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.process import Stopped
+from tests.support.configs import write_config
 from tests.support.paths import REPO
 
 SHIPPED = REPO / "data" / "ljspeech-mini"
@@ -155,3 +158,18 @@ def test_a_large_corpus_keeps_two_epochs_of_int32_order_a_small_one_five() -> No
     layout = BucketBatches(Shuffle(5000, 0), buckets, of_item).layout(0)
     assert layout.order.dtype == np.int32
     assert sorted(layout.order.tolist()) == list(range(5000))
+
+
+def test_a_stop_while_the_length_table_is_measured_is_a_stop_not_a_config_error(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to a stager still measuring lengths once ended it with exit 2 and "config
+    error" (tests/process/test_causes_e2e.py hit it): a stop at start is a stop."""
+    path = write_config(tmp_path, {
+        "data": {"path": str(SHIPPED)},
+        "features": {"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
+        "stager": {"auto_buckets": 2},
+    })  # fmt: skip
+    cfg = load_config(path)
+    with pytest.raises(Stopped, match="stopped while measuring the length table"):
+        length_table(cfg, open_corpus(cfg), path, lambda: True)

@@ -1,7 +1,7 @@
 """Length buckets: batch shapes by clip length, with a frame budget per batch.
 
 With ``stager.buckets`` (or ``stager.auto_buckets``) each item goes to the
-shortest bucket its clip fits (by the length manifest, shared/corpus/lengths.py), and
+shortest bucket its clip fits (by the length table, shared/corpus/lengths.py), and
 each bucket has its own batch shape [rows, frames, n_mels] / [rows, text]:
 frames is the bucket's length, text the longest text among its items, and rows
 = stager.batch_frames // frames, so every batch holds about the same number of
@@ -35,7 +35,7 @@ from ringfeed.shared.config.environment import child_environment
 from ringfeed.shared.config.stager import MIN_BUCKET_FRACTION
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.lengths import Lengths, load_lengths
-from ringfeed.shared.run.process import die_with_parent
+from ringfeed.shared.run.process import Stopped, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def leftover_batches(rest: list[np.ndarray], buckets: list[Bucket], text: np.nda
     return starts, kinds
 
 
-def length_manifest(
+def length_table(
     cfg: Config,
     index: CorpusIndex,
     config_file: Path,
@@ -224,7 +224,7 @@ def length_manifest(
     manifest, stale = load_lengths(cfg, index)
     if not stale.any():
         return manifest
-    log.info("length manifest: %d of %d items to measure", int(stale.sum()), index.n_items)
+    log.info("length table: %d of %d items to measure", int(stale.sum()), index.n_items)
     cmd = [sys.executable, "-m", "ringfeed.scripts.cli", "lengths", str(config_file)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent,
                             env=child_environment())  # fmt: skip
@@ -232,7 +232,7 @@ def length_manifest(
         if stop():
             proc.terminate()
             proc.wait()
-            raise ConfigError("stopped while measuring the length manifest")
+            raise Stopped("stopped while measuring the length table")
         time.sleep(0.1)
     manifest, stale = load_lengths(cfg, index)
     if proc.returncode != 0 or stale.any():

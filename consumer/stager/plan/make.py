@@ -20,7 +20,7 @@ from ringfeed.consumer.stager.plan import balance
 from ringfeed.consumer.stager.plan.buckets import (
     Bucket,
     BucketBatches,
-    length_manifest,
+    length_table,
     make_buckets,
 )
 from ringfeed.consumer.stager.plan.layout import EpochSource
@@ -81,12 +81,12 @@ def length_buckets(
     drawn: np.ndarray | None = None,
 ) -> tuple[list[Bucket], np.ndarray, list[np.ndarray], np.ndarray | None]:  # fmt: skip
     """(the buckets, each item's bucket index, the length arrays the fingerprint hashes,
-    each item's tokens or None): by the length manifest with stager.buckets or
+    each item's tokens or None): by the length table with stager.buckets or
     auto_buckets (drawn: each item's expected positions an epoch, for auto_buckets of a
     balanced plan), else one bucket of the fixed shape that every item is in."""
     st = cfg.stager
     if st.bucketed:
-        manifest = length_manifest(cfg, index, config_file, stop.is_set)
+        manifest = length_table(cfg, index, config_file, stop.is_set)
         buckets, of_item = make_buckets(cfg, manifest, drawn)
         lengths, text = [manifest.frames, manifest.text], manifest.text
     else:
