@@ -99,7 +99,15 @@ def soak_config(root: Path, workers: int, port: int, fields: bool = False) -> di
         "data": {"format": "synthetic", "synthetic_items": N_ITEMS},
         "features": {"max_frames": 64, "cache": False, **(FIELDS if fields else {})},
         "text": {"max_text_len": 32},
-        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
+        # Every producer remote: nothing local to audit them with (docs/faults-and-
+        # security.md#audits), so no audit waits for one.
+        "ring": {
+            "slots": 16,
+            "lease_s": 1.0,
+            "heartbeat_s": 0.2,
+            "audit_first": 0,
+            "audit_fraction": 0.0,
+        },
         "stager": {"batch_size": 8, "epochs": 100_000},
         "producers": {"workers": workers, "restart_backoff_s": 0.0, "max_restarts": 10**6},
         "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},
