@@ -75,8 +75,9 @@ class ProducerBook:
         self.restarts = self.pauses = self.n_forgotten = 0
         # Forgotten for silence, oldest first: their late messages are no unknown peer's.
         self.forgotten: dict[bytes, str] = {}
-        slots.twins.may_write = self.may_write
-        slots.twins.on_beaten = self.beaten
+        twins = slots.twins
+        twins.may_write, twins.on_beaten = self.may_write, self.beaten
+        twins.slowed = lambda peer: peer.account in self.trust.limits  # a cut grant limit
 
     # ------------------------------------------------------------ joining
     def lasting_refusal(self, ident: bytes, name: str, peer: PeerId) -> str:
@@ -317,8 +318,7 @@ class ProducerBook:
             del self.forgotten[next(iter(self.forgotten))]
 
     def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
-        """Who pays for leases that expired: see expire(). A peer that lets leases expire
-        and delivers few samples is struck for holding (peers.py)."""
+        """Who pays for leases that expired: see expire()."""
         peer = producer.peer
         if why := self.trust.held_expired(peer, len(expired)):
             self.strike(ident, why)  # its grants back uncharged; banned at max_strikes

@@ -16,9 +16,10 @@ granted again to a producer of another account. The first READY or SKIP finishes
 the other grant is taken back at once (fenced against a local producer, which may
 still be writing it, until it answers or dies) and its late answer is dropped as
 stale. The beaten peer's account holds half as many grants from then on (its share
-shrinks with its pace; each sample it delivers raises it by one again). A beaten grant
-that is never answered within its lease counts as an expired one for holding
-(consumer/stager/peers.py), so a mute peer is struck as before.
+shrinks with its pace; each sample it delivers raises it by one again), and until its
+limit has grown back its grants are backed up as soon as they hold the plan back. A
+beaten grant that is never answered within its lease counts as an expired one for
+holding (consumer/stager/peers.py), so a mute peer is struck as before.
 
 Audits: see consumer/stager/audits.py.
 """
@@ -150,6 +151,8 @@ class TwinSlots:
         # alive)? and who is told that a backup beat a grant of this producer.
         self.may_write: Callable[[bytes], bool] = lambda ident: False
         self.on_beaten: Callable[[bytes, PeerId | None], None] = lambda ident, peer: None
+        # ... and is this peer's share cut (beaten, or its grants expired while it talked)?
+        self.slowed: Callable[[PeerId], bool] = lambda peer: False
 
     def reset(self) -> None:
         self.by_position.clear()
@@ -167,11 +170,19 @@ class TwinSlots:
         holder = m.slots[k]
         if peer is None or holder.peer is None or holder.peer.account == peer.account:
             return None
-        if m.clock() - holder.t_granted < self.service.backup_after(m.lease_s):
+        if m.clock() - holder.t_granted < self.wait_s(holder.peer):
             return None
         self.by_position[position] = Twin(BACKUP, k)
         m.count("backups")
         return position
+
+    def wait_s(self, peer: PeerId | None) -> float:
+        """How long a grant of this peer may hold the plan back before a backup: as the
+        service times say, or BACKUP_MIN_S for a peer already slowed (a slow walker
+        beaten once would otherwise hold each new grant that long again)."""
+        if peer is not None and self.slowed(peer):
+            return BACKUP_MIN_S
+        return self.service.backup_after(self.m.lease_s)
 
     def audit_due(self) -> int | None:
         """A position whose audit waits for a local producer, or None."""
@@ -206,7 +217,7 @@ class TwinSlots:
         self.beaten.add(ident, k, slot.generation, Beaten(slot.t_granted, peer))
         m.order.untwin(slot.item)
         m.take_slot(k, fence=self.may_write(ident))
-        due = m.clock() - self.service.backup_after(m.lease_s)
+        due = m.clock() - self.wait_s(peer)
         for j in list(m.held.get(ident, ())):
             s = m.slots[j]
             if s.t_granted <= due and s.position not in self.by_position:
