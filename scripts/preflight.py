@@ -4,11 +4,11 @@ Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
 free /dev/shm, the dataset's path, format and lines, a sample of the audio
 files those lines name (headers only), the feature cache directory, the CURVE
 keys of a TCP endpoint, whether stager-side mels have a GPU to run on, the
-names stager.balance.weights gives, the default model's model.kwargs, and the
+names stager.balance.weights gives, the default model's model.kwargs, the
+prosody table features.pitch_norm applies (on a producer host too), and the
 configured fields on the first clip that reads (producer/start_check.py: a user
 function of the wrong shape refuses the run here, not by quarantining every
-clip). A
-fatal finding stops a run before it starts, with one line that says what to
+clip). A fatal finding stops a run before it starts, with one line that says what to
 change (exit code 2, "configuration"); a warning is printed and the run goes on.
 """
 
@@ -40,6 +40,7 @@ def preflight(cfg: Config, role: str = "head") -> list[Finding]:
     else:
         findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
         findings += _model(cfg)
+    findings += _prosody(cfg)
     if not any(f.fatal for f in findings):  # a real clip through the fields, if it reads
         findings += _fields(cfg)
     return sorted(findings, key=lambda f: not f.fatal)
@@ -94,6 +95,23 @@ def _dataset(cfg: Config) -> list[Finding]:
     return out + _audio_sample(index, cfg)
 
 
+def _prosody(cfg: Config) -> list[Finding]:
+    """features.pitch_norm's table is on this host (a producer host too: its producers
+    read their own features.cache_dir) and was made by this pitch estimator: otherwise
+    the stager would start and every producer refuse it."""
+    if cfg.features.pitch_norm == "none":
+        return []
+    from ringfeed.producer.pipeline import prosody_table
+    from ringfeed.shared.corpus.entry import CorpusError
+    from ringfeed.shared.corpus.open import open_corpus
+
+    try:
+        prosody_table(cfg, open_corpus(cfg))
+    except (CorpusError, ConfigError) as exc:
+        return [Finding(True, str(exc))]
+    return []
+
+
 def _balance(cfg: Config, index: object) -> list[Finding]:
     """stager.balance's weights name groups the corpus has (the stager checks it again
     when it makes its plan, but by then a run has started)."""
@@ -120,7 +138,7 @@ def _audio_sample(index, cfg: Config) -> list[Finding]:
     step = max(1, index.n_items // AUDIO_SAMPLE)
     picked = list(range(0, index.n_items, step))[:AUDIO_SAMPLE]
     bad = []
-    members = MemberReader(cfg)  # a clip in a tar shard: its own bytes (shared/corpus/shards.py)
+    members = MemberReader(cfg)  # a clip in a tar shard: its own bytes (shared/corpus/members.py)
     for item in picked:
         entry = index.entry(item)
         path = entry.audio_path

@@ -1,5 +1,7 @@
 """What validate refuses, run refuses before it starts anything: one line, exit 2, no
-traceback, no process, no run directory (issue 34: a balance weight naming no group)."""
+traceback, no process, no run directory (issue 34: a balance weight naming no group; a
+prosody table features.pitch_norm needs that is missing or was made by another pitch
+estimator)."""
 
 from __future__ import annotations
 
@@ -9,29 +11,44 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ringfeed.shared.config import load_config
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.prosody_table import table_path, write_table
 from tests.support.paths import REPO
 from tests.support.processes import CLI
 
 DEMO = REPO / "data" / "multilingual-demo" / "train.jsonl"
 
 
+PITCH_NORM = {"pitch": True, "pitch_norm": "speaker"}
+NO_TABLE = "features.pitch_norm: speaker needs this corpus's prosody statistics (none at"
+OLD_TABLE = "features.pitch_norm: speaker needs this corpus's prosody statistics (one of 0-old at"
+
+
 @pytest.mark.parametrize(
-    ("stager", "why"),
+    ("section", "why"),
     [
-        ({"balance": {"by": "language", "weights": {"xx": 2.0}}},
+        ({"stager": {"balance": {"by": "language", "weights": {"xx": 2.0}}}},
          "stager.balance.weights.xx: no language of that name in this run"),
-        ({"balance": {"by": "speaker", "weights": {"nobody": 0.5}}},
+        ({"stager": {"balance": {"by": "speaker", "weights": {"nobody": 0.5}}}},
          "stager.balance.weights.nobody: no speaker of that name in this run"),
+        ({"features": PITCH_NORM}, NO_TABLE),
+        ({"features": PITCH_NORM}, OLD_TABLE),
     ],
 )  # fmt: skip
-def test_a_balance_weight_naming_no_group_is_one_line_from_validate_and_run(
-    tmp_path: Path, stager: dict, why: str
+def test_what_validate_refuses_is_one_line_from_validate_and_run(
+    tmp_path: Path, section: dict, why: str
 ) -> None:
     config = tmp_path / "c.yaml"
+    features = {"cache_dir": str(tmp_path / "cache"), **section.get("features", {})}
     config.write_text(yaml.safe_dump({
-        "data": {"path": str(DEMO), "format": "jsonl"}, "stager": stager,
-        "features": {"cache_dir": str(tmp_path / "cache")}, "run_root": str(tmp_path / "runs"),
+        "data": {"path": str(DEMO), "format": "jsonl"}, "stager": section.get("stager", {}),
+        "features": features, "run_root": str(tmp_path / "runs"),
     }))  # fmt: skip
+    if why == OLD_TABLE:  # a table of the right corpus and settings, by another estimator
+        cfg = load_config(config)
+        path = table_path(cfg, open_corpus(cfg, in_subprocess=False).digest)
+        write_table(path, {"speakers": {}, "global": {}, "prosody_version": "0-old"})
     for verb in (["validate"], ["run", "--run-id", "refused"]):
         out = subprocess.run([*CLI, *verb, str(config)], cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)  # fmt: skip
