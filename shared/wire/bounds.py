@@ -35,8 +35,12 @@ MAX_NAME = 128
 # A producer's work counters (Heartbeat.work, Bye.work): a few named counts, kept by the
 # stager as they are and listed in its stats (tests/unit/test_peer_output.py: the stats'
 # worst case).
-# 16: the pipeline's stages, text work, taken-back grants and the shard cache's four.
-MAX_WORK_KEYS, MAX_WORK_KEY = 16, 32
+# 24: room for the 17 a producer has at most today (the pipeline's 10 counters, its 2 of
+# text work, the shard cache's 4, taken-back grants; tests/unit/test_session.py checks
+# the sum; at 16 a producer reading remote shards silently lost taken_back), and the
+# stats message of the most listed producers still under MAX_HEADER_BYTES at 24 (at 32
+# it is not: tests/unit/test_peer_output.py).
+MAX_WORK_KEYS, MAX_WORK_KEY = 24, 32
 # Fingerprints (Hello.config, Welcome.plan, ConsumerHello.plan; shared/run/fingerprint.py)
 # and a producer's stage causes (Hello.causes): name -> short string, a few dozen entries.
 MAX_DIGESTS, MAX_DIGEST_KEY = 64, 64

@@ -81,6 +81,24 @@ def test_a_heartbeat_every_heartbeat_s_carries_the_counters_within_bounds() -> N
     assert p.decode(p.encode(p.Heartbeat(1, work)))[0].work == work  # the stager keeps it
 
 
+def test_every_counter_a_producer_can_have_fits_the_protocol() -> None:
+    """The most a producer reports (a corpus of remote tar shards: the pipeline's stages,
+    its text work, the shard cache's counters, taken_back) fits in one HEARTBEAT: none
+    is cut off by MAX_WORK_KEYS or MAX_WORK_KEY."""
+    import dataclasses
+
+    from ringfeed.producer.pipeline import PipelineCounters
+    from ringfeed.shared.corpus.object_store import ShardCache
+
+    shard_cache = ShardCache.__new__(ShardCache)
+    shard_cache.hits = shard_cache.fetched = shard_cache.fetched_bytes = 0
+    shard_cache.retries = 0
+    names = [f.name for f in dataclasses.fields(PipelineCounters)]
+    names += ["normalized", "phonemized", *shard_cache.counters(), "taken_back"]
+    assert len(names) == len(set(names)) <= p.MAX_WORK_KEYS, names
+    assert all(len(name) <= p.MAX_WORK_KEY for name in names), names
+
+
 def test_an_idle_producer_asks_again_every_heartbeat_a_busy_one_does_not() -> None:
     """A lost REQUEST, or a lost READY's credit, costs one heartbeat_s, not the run."""
     loop = Loop().welcomed()  # its REQUEST is lost: no GRANT comes
