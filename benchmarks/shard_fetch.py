@@ -5,7 +5,7 @@
 Packs --shards tar shards of the 16 shipped clips (each clip under a key of its
 own in every shard), puts them on moto's S3 server on localhost (the tests'
 server, tests/support/s3_server.py), indexes them, and reads one epoch of clips in plan
-order through one producer's reader (shared/corpus/shards.py MemberReader: the shard
+order through one producer's reader (shared/corpus/members.py MemberReader: the shard
 cache of shared/corpus/object_store.py, holding --cache-shards shards): once with the
 default plan (a permutation of all items) and once with data.shard_window. A
 real run's producers read the same order, a few grants apart. Prints the bytes

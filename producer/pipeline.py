@@ -308,7 +308,7 @@ class SamplePipeline:
         return array, marks, fields
 
     def _member_bytes(self, path: str, member: tuple[int, int]) -> bytes:
-        """A shard member's bytes (shared/corpus/shards.py: one ranged read; a remote shard through
+        """A shard member's bytes (shared/corpus/members.py: one ranged read; a remote shard through
         the local shard cache); a shard that cannot be read costs this sample."""
         if self._members is None:
             self._members = MemberReader(self.cfg)
@@ -320,7 +320,7 @@ class SamplePipeline:
             raise SkipSample(f"unreadable tar shard member ({exc})", path, "audio") from None
 
     def member_counters(self) -> dict[str, int]:
-        """Tar shard reads of this process (shared/corpus/shards.py MemberReader.counters)."""
+        """Tar shard reads of this process (shared/corpus/members.py MemberReader.counters)."""
         return self._members.counters() if self._members is not None else {}
 
     def _cache_get(

@@ -1,4 +1,4 @@
-"""WebDataset-style tar shards (shared/corpus/shards.py), local and on a real S3-compatible
+"""WebDataset-style tar shards (shared/corpus/formats/shards.py), local and on a real S3-compatible
 server (moto, on localhost; shared/corpus/object_store.py): member indexes built once, a
 corrupt member or tar header costs itself, a bounded shard cache, one clear error
 for a store that cannot be reached, and real runs that deliver the same rows from

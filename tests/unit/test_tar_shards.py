@@ -1,4 +1,4 @@
-"""Tar shards without a server (shared/corpus/shards.py): member indexes are built once, a
+"""Tar shards without a server (shared/corpus/formats/shards.py): member indexes are built once, a
 corrupt member or tar header costs itself."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ permutation) are dealt to their buckets, and a bucket's batch is emitted when it
 holds its rows; what is left at the end of the epoch goes out as partial batches,
 longest bucket first. Plan positions follow the emitted order, so a batch is a
 contiguous range of positions, and everything (which items, which batch, which
-order) is a pure function of seed, epoch and manifest: exactly-once, the cursor
+order) is a pure function of seed, epoch and length table: exactly-once, the cursor
 and O(1) resume work as without buckets. Producers never know about buckets.
 """
 
@@ -59,8 +59,8 @@ def _round_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def bucket_lengths(cfg: Config, manifest: Lengths, drawn: np.ndarray | None = None) -> list[int]:
-    """stager.buckets, or the stager.auto_buckets lengths that pad the manifest's clips
+def bucket_lengths(cfg: Config, table: Lengths, drawn: np.ndarray | None = None) -> list[int]:
+    """stager.buckets, or the stager.auto_buckets lengths that pad the length table's clips
     least (multiples of ALIGN, at least max_frames // MIN_BUCKET_FRACTION, the last
     max_frames). Quantiles, the usual choice, leave the first bucket spanning the short
     tail: on LJSpeech-shaped lengths they kept 84 % of frames real, this keeps 9x %.
@@ -70,7 +70,7 @@ def bucket_lengths(cfg: Config, manifest: Lengths, drawn: np.ndarray | None = No
         return list(cfg.stager.buckets)
     top = cfg.features.max_frames
     floor = max(1, top // MIN_BUCKET_FRACTION)
-    frames = np.where(manifest.frames > 0, manifest.frames, top)
+    frames = np.where(table.frames > 0, table.frames, top)
     padded = np.minimum(top, np.maximum(floor, -(-frames // ALIGN) * ALIGN))
     values, inverse = np.unique(np.append(padded, top), return_inverse=True)
     weight = np.ones(len(frames)) if drawn is None else np.asarray(drawn, np.float64)
@@ -114,14 +114,14 @@ def assign(frames: np.ndarray, lengths: list[int]) -> np.ndarray:
 
 
 def make_buckets(
-    cfg: Config, manifest: Lengths, drawn: np.ndarray | None = None
+    cfg: Config, table: Lengths, drawn: np.ndarray | None = None
 ) -> tuple[list[Bucket], np.ndarray]:
     """(the buckets, each item's bucket index); drawn: see bucket_lengths."""
-    lengths = bucket_lengths(cfg, manifest, drawn)
-    of_item = assign(manifest.frames, lengths)
+    lengths = bucket_lengths(cfg, table, drawn)
+    of_item = assign(table.frames, lengths)
     buckets = []
     for b, frames in enumerate(lengths):
-        texts = manifest.text[of_item == b]
+        texts = table.text[of_item == b]
         longest = int(texts.max()) if texts.size else 1
         text = min(cfg.text.max_text_len, _round_up(max(1, longest)))
         rows = min(cfg.max_batch_rows, max(1, cfg.batch_frames // frames))
@@ -142,7 +142,7 @@ class BucketBatches:
         text: np.ndarray | None = None,
     ) -> None:
         """order: the part whose epochs are dealt (a Shuffle in the stager); of_item:
-        each item's bucket; text: its tokens (the manifest's), so a leftover joins a
+        each item's bucket; text: its tokens (the length table's), so a leftover joins a
         longer bucket's batch only if its text fits there too."""
         self.order, self.buckets = order, buckets
         self.of_item = np.asarray(of_item).astype(np.int32, copy=False)  # bucket indices
@@ -217,13 +217,13 @@ def length_table(
     stop: Callable[[], bool],
     needed_by: str = "stager.buckets",
 ) -> Lengths:
-    """The current manifest; if it is missing or stale, `ringfeed lengths` (producer
+    """The current length table; if it is missing or stale, `ringfeed lengths` (producer
     code, so a subprocess: the stager never imports it) measures what is missing,
     with its progress on our stderr. Raises ConfigError (naming needed_by, the key that
     asked for it: buckets, or data.outliers' band) if that fails."""
-    manifest, stale = load_lengths(cfg, index)
+    table, stale = load_lengths(cfg, index)
     if not stale.any():
-        return manifest
+        return table
     log.info("length table: %d of %d items to measure", int(stale.sum()), index.n_items)
     cmd = [sys.executable, "-m", "ringfeed.scripts.cli", "lengths", str(config_file)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent,
@@ -234,10 +234,10 @@ def length_table(
             proc.wait()
             raise Stopped("stopped while measuring the length table")
         time.sleep(0.1)
-    manifest, stale = load_lengths(cfg, index)
+    table, stale = load_lengths(cfg, index)
     if proc.returncode != 0 or stale.any():
         raise ConfigError(
             f"{needed_by}: `{' '.join(cmd[2:])}` failed (exit {proc.returncode}); "
             "run it by hand to see why"
         )
-    return manifest
+    return table

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
               share: Share = ONE_WORKER, tables: IdTables | None = None) -> Plan:  # fmt: skip
     """The stager's plan. directory: the run's (its config.yaml measures a stale length
-    manifest); tables: the run's id tables (balance groups; read from the corpus when
+    table); tables: the run's id tables (balance groups; read from the corpus when
     None); share: this worker's, of one global plan whose batches are fixed ranges of
     positions, whose buckets have this worker's rows of each global batch."""
     st = cfg.stager
@@ -86,9 +86,9 @@ def length_buckets(
     balanced plan), else one bucket of the fixed shape that every item is in."""
     st = cfg.stager
     if st.bucketed:
-        manifest = length_table(cfg, index, config_file, stop.is_set)
-        buckets, of_item = make_buckets(cfg, manifest, drawn)
-        lengths, text = [manifest.frames, manifest.text], manifest.text
+        table = length_table(cfg, index, config_file, stop.is_set)
+        buckets, of_item = make_buckets(cfg, table, drawn)
+        lengths, text = [table.frames, table.text], table.text
     else:
         buckets = [Bucket(cfg.features.max_frames, cfg.text.max_text_len, st.batch_size)]
         of_item, lengths, text = np.zeros(index.n_items, np.int32), [], None
