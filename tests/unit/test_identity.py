@@ -18,7 +18,7 @@ from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.open import build_in_memory, open_corpus, read_corpus
 from ringfeed.shared.run.fingerprint import plan_fingerprint
 from tests.support.absolute_corpus import CLIPS, make_absolute_corpus
-from tests.support.paths import WAVS
+from tests.support.paths import REPO, WAVS
 
 
 def cfg_of(manifest: Path, fmt: str, **data: str) -> Config:
@@ -94,19 +94,26 @@ def test_a_json_lines_manifest_under_another_format_says_to_set_jsonl(tmp_path: 
     assert all(b.reason.endswith("(the line looks like JSON: set data.format: jsonl)") for b in bad)
 
 
-@pytest.mark.parametrize("fmt", ["commonvoice", "parquet"])
+@pytest.mark.parametrize("fmt", ["commonvoice", "parquet", "lhotse"])
 def test_a_published_corpus_moved_is_the_same_corpus(tmp_path: Path, fmt: str) -> None:
-    """A Common Voice release or a folder of Parquet files copied elsewhere: the same ids,
-    speakers, digest and plan; each copy's entries point into their own folder."""
-    from tests.support.published import PARQUET, write_commonvoice
+    """A Common Voice release, a folder of Parquet files or Lhotse cuts with the audio
+    they name (by relative paths that leave the manifest's folder) copied elsewhere: the
+    same ids, speakers, digest and plan; each copy's entries point into their own tree."""
+    from tests.support.published import LHOTSE, PARQUET, write_commonvoice
 
     sides = []
     for side in ("here", "there"):
         if fmt == "commonvoice":
             write_commonvoice(tmp_path / side, "fa")
             path = tmp_path / side / "fa"
-        else:
+        elif fmt == "parquet":
             path = Path(shutil.copytree(PARQUET, tmp_path / side / "hf"))
+        else:  # its sources are ../../../data/multilingual-demo/clips/*.flac
+            manifests = tmp_path / side / "tests" / "data" / "lhotse"
+            shutil.copytree(LHOTSE, manifests, ignore=shutil.ignore_patterns("*.py", "__py*"))
+            clips = REPO / "data" / "multilingual-demo" / "clips"
+            shutil.copytree(clips, tmp_path / side / "data" / "multilingual-demo" / "clips")
+            path = manifests / "demo_cuts_train.jsonl"
         sides.append(replace(Config(), data={"path": str(path), "format": fmt},
                              features={"cache_dir": str(tmp_path / side / "cache")}))  # fmt: skip
     a, b = (open_corpus(cfg, in_subprocess=False) for cfg in sides)
