@@ -12,30 +12,35 @@ batched, issue 35). Only computing the item again tells. So:
   waits in its slot, not delivered, and its position is granted again to a local
   producer (this user's own process, running this checkout's code: the one
   producer the stager trusts). The two must agree: lengths and integer fields exactly,
-  and floats within AUDIT_TOLERANCE in all but AUDIT_OUTLIERS of their values (the
-  same code differs by up to ~1e-6 across CPUs, and a pitch tracker may call a
-  borderline frame voiced on one and not the other). If they do, the remote sample is
+  floats within AUDIT_TOLERANCE (the same code differs by up to ~1e-6 across CPUs; NaN
+  or inf never agree), in every value of the built-in fields but the pitch tracker's:
+  pitch and voiced may differ in AUDIT_OUTLIERS of their frames, and only where one
+  side calls the frame unvoiced (a borderline frame may be voiced on one CPU and not
+  on another), and the user's own fields in AUDIT_OUTLIERS of their values, by any
+  amount (their code is the user's). If they do, the remote sample is
   delivered; if not, the local one is, the remote peer gets a strike, and its samples
   still waiting in the ring are granted again, uncharged.
-- Every SKIP of a remote producer is audited: an item is quarantined only when a local
-  producer cannot use it either; otherwise the local sample is delivered and the
-  skipping peer's grant limit halves (a skip may be honest: a file missing on that
-  host, so it is not a strike).
+- Every SKIP of a remote producer is audited, and so is a READY too long for its item's
+  length bucket (a local producer's would make the item a skip): an item is quarantined
+  only when a local producer cannot use it either; otherwise the local sample is
+  delivered and the skipping peer's grant limit halves (a skip may be honest: a file
+  missing on that host, so it is not a strike).
 - A local producer that cannot use an item a remote one delivered decides nothing (it
   may lack something the other host has): the remote sample is delivered, counted
   inconclusive.
 
 Cost: each audit is one more sample computed on this host, and the audited position
-waits for it (at the default 1 %, ~1 % more local work while remote peers deliver).
-What audits miss: a liar that behaves until audit_first of its samples passed and lies
-after that has each lie checked with probability audit_fraction, so about
-ring.max_strikes / audit_fraction of its lies are delivered before it is banned (300
-at 1 % and 3 strikes). Samples of local producers are never audited. An audit that
-no local producer answers in time (a lease once one has joined the run, AUDIT_GRACE_S
-before: the launcher starts the head host's pool beside the stager) is given up, its
-sample delivered unchecked (counted ``audits_unanswered``), and from then on remote
-samples are not held until a local producer delivers a sample (one that joins and
-never answers must not hold every remote sample a lease): a run whose producers are
+waits for it (at the default 1 %, ~1 % more local work while remote peers deliver). What
+audits miss: a liar that behaves until audit_first of its samples passed and lies after
+that has each lie checked with probability audit_fraction, so about ring.max_strikes /
+audit_fraction of its lies are delivered before it is banned (300 at 1 % and 3 strikes);
+and a liar may flip AUDIT_OUTLIERS of a sample's voicing, or change that many values of
+a user's field, without failing an audit. Samples of local producers are never audited.
+An audit that no local producer answers in time (a lease once one has joined the run,
+AUDIT_GRACE_S before: the launcher starts the head host's pool beside the stager) is
+given up, its sample delivered unchecked (counted ``audits_unanswered``), and from then
+on remote samples are not held until a local producer delivers a sample (one that joins
+and never answers must not hold every remote sample a lease): a run whose producers are
 all remote is not audited, and waits AUDIT_GRACE_S once to find that out (set
 ring.audit_first and ring.audit_fraction to 0 there).
 """
@@ -47,12 +52,18 @@ import random
 import numpy as np
 
 from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.sample.schema import RESERVED
 
 # Floats of a sample and of its audit agree when within this (log-mel units; a made-up
 # or zeroed mel differs by ~1 to 10 in nearly every value).
 AUDIT_TOLERANCE = 1e-3
-# ... in all but this fraction of a field's values.
+# ... in every value of a built-in field, but in the pitch tracker's fields (VOICING) and
+# the user's own fields, where this fraction of the values may differ: a pitch value
+# only where one side calls the frame unvoiced (0), a user's value by any amount.
 AUDIT_OUTLIERS = 0.01
+# The fields a pitch tracker decides frame by frame: a borderline frame may be voiced on
+# one CPU and not on another.
+VOICING = frozenset({"pitch", "voiced"})
 # Before any local producer joined the run, how long an audit waits for one, seconds, at
 # least (a lease, if longer): a pool started beside the stager joins within 1-3 s here,
 # and an attacker that joins first must not have its samples delivered unchecked.
@@ -89,11 +100,18 @@ def disagreement(ring: Ring, slot_a: int, lengths_a: list[int], slot_b: int,
         return f"lengths {list(lengths_a)} against the audit's {list(lengths_b)}"
     for name, n in zip(ring.fields, lengths_a, strict=True):
         a, b = ring.view(name)[slot_a][:n], ring.view(name)[slot_b][:n]
-        if a.dtype.kind != "f":
-            if not np.array_equal(a, b):
-                return f"{name}: {int(np.count_nonzero(a != b))} of {a.size} values differ"
+        if a.dtype.kind == "f":  # NaN or inf on either side is never within the tolerance
+            off = ~(np.abs(a.astype(np.float64) - b) <= AUDIT_TOLERANCE)
+        else:
+            off = a != b
+        n_off = int(np.count_nonzero(off))
+        if not n_off:
             continue
-        off = int(np.count_nonzero(np.abs(a.astype(np.float64) - b) > AUDIT_TOLERANCE))
-        if off > AUDIT_OUTLIERS * a.size:
-            return f"{name}: {off} of {a.size} values differ by more than {AUDIT_TOLERANCE}"
+        if name in VOICING:  # a voicing flip: the frame is unvoiced (0) on one side
+            flips_only = not np.any(off & (a != 0) & (b != 0))
+            fits = flips_only and n_off <= AUDIT_OUTLIERS * a.size
+        else:  # a built-in field is the same code's in every value; a user's may stray
+            fits = name not in RESERVED and n_off <= AUDIT_OUTLIERS * a.size
+        if not fits:
+            return f"{name}: {n_off} of {a.size} values differ"
     return ""

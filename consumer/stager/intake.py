@@ -16,9 +16,9 @@ rows changed under intact seals after a local READY (a stale writer's doing,
 counted torn; a remote producer's rows are hashed when its READY arrives). An
 item is skipped for its content only when two peers sent bad rows for it.
 
-Audits (consumer/stager/audits.py): some READYs and every SKIP of a remote producer
-wait until a local producer has computed the item too; the intake takes the local
-answer and decides.
+Audits (consumer/stager/audits.py): some READYs, every SKIP and every READY too long
+for its bucket of a remote producer wait until a local producer has computed the item
+too; the intake takes the local answer and decides.
 """
 
 from __future__ import annotations
@@ -148,8 +148,13 @@ class Intake:
         if (twin := self.slots.twins.audit_of(e.slot)) is not None:
             self.answer_audit(producer, e, twin)
             return
-        self.book.delivered(producer)
         why = self.misfit(e)
+        if why and producer.remote:  # a remote producer's word that the item is too long
+            if self.doubt_skip(producer, (producer.ident, e.slot, e.generation, e.item),
+                               Skipped(why, "bucket", "", "")):  # fmt: skip
+                self.book.delivered(producer)
+            return
+        self.book.delivered(producer)
         if why:
             self.slots.skip(producer.ident, e.slot, e.generation, e.item, why, "bucket", "")
             return
@@ -182,13 +187,10 @@ class Intake:
         owned = self.slots.owns(*grant)
         if owned and (twin := self.slots.twins.audit_of(msg.slot)) is not None:
             self.skipped_audit(producer, msg, twin, cause)
-        elif owned and producer.remote and self.may_audit():
-            said = Skipped(msg.reason, msg.stage, msg.path, cause)
-            self.slots.twins.hold(*grant, producer.name, said)
-            self.slots.count("audits")
-        elif owned and producer.remote and not self.believe_skip(msg.item, producer.peer):
-            self.slots.reclaim(msg.slot, fence=False, charged=False)  # tried again elsewhere
-            return
+        elif owned and producer.remote:
+            if not self.doubt_skip(producer, grant, Skipped(msg.reason, msg.stage, msg.path,
+                                                             cause)):  # fmt: skip
+                return
         elif self.slots.skip(*grant, msg.reason, msg.stage, msg.path, cause):
             pass
         else:
@@ -196,6 +198,23 @@ class Intake:
                       f"generation {msg.generation}")  # fmt: skip
             return
         self.book.delivered(producer)
+
+    def doubt_skip(self, producer: Producer, grant: tuple[bytes, int, int, int],
+                   said: Skipped) -> bool:  # fmt: skip
+        """A remote producer says its grant's item cannot be used (a SKIP, or a READY too
+        long for the item's bucket): held until a local producer has tried the item
+        (audits.py); with no local producer to ask, skipped only if believe_skip says
+        so, else granted again elsewhere, uncharged (False then: nothing was delivered).
+        Believed at once, either would let one peer quarantine any item it is granted."""
+        if self.may_audit():
+            self.slots.twins.hold(*grant, producer.name, said)
+            self.slots.count("audits")
+            return True
+        if self.believe_skip(grant[3], producer.peer):
+            self.slots.skip(*grant, said.reason, said.stage, said.path, said.cause)
+            return True
+        self.slots.reclaim(grant[1], fence=False, charged=False)
+        return False
 
     def answer_audit(self, producer: Producer, e: p.ReadyEntry, twin: Twin) -> None:
         """A local producer's READY for an audit: the remote sample is delivered if the two

@@ -349,9 +349,14 @@ def made_up(
 ) -> None:  # fmt: skip
     """A remote producer with a valid key (in keys_dir), fast, whose every READY passes
     every check the stager can make on its own (lengths, checksum, values in range) and
-    is made up: `another` item's valid rows (the next item's), or `zeros` of the item's
-    lengths. Only computing the item again tells (consumer/stager/audits.py)."""
+    is made up: `another` item's valid rows (the next item's), `zeros` of the item's
+    lengths, the item's rows with 1 % of its mel values at +-1e4 (`outliers`: as many
+    as an audit lets a user's field stray), or its rows repeated to the longest a slot
+    holds (`too-long`: in a bucketed plan, past its bucket, which a local producer's
+    would make the item a skip). Only computing the item again tells
+    (consumer/stager/audits.py)."""
     source = SyntheticSource(cfg)
+    longest = (cfg.text.max_text_len, cfg.features.max_frames)
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         while not stop.is_set():
             if join(sock, cfg, f"made-up-{kind}", True, tally) is None:
@@ -363,6 +368,14 @@ def made_up(
                     rows = [sample.tokens, sample.mel]
                     if kind == "zeros":
                         rows = [np.zeros_like(r) for r in rows]
+                    elif kind == "outliers":
+                        mel = rows[1].copy()
+                        flat = mel.reshape(-1)[::100]  # a view: 1 % of the values
+                        flat[:] = np.where(np.arange(flat.size) % 2, 1e4, -1e4)
+                        rows = [rows[0], mel]
+                    elif kind == "too-long":
+                        rows = [np.resize(r, (n, *r.shape[1:])).astype(r.dtype)
+                                for r, n in zip(rows, longest, strict=True)]  # fmt: skip
                     ready = p.Ready([g.slot], [g.generation], [g.item], [len(r) for r in rows],
                                     [rows_checksum(rows)], [0])  # fmt: skip
                     sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))

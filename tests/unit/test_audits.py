@@ -8,6 +8,7 @@ item."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from pathlib import Path
@@ -27,12 +28,13 @@ from tests.support.stager_thread import stager_thread
 RING = {"lease_s": 0.5, "heartbeat_s": 0.1}
 
 
-def beside_a_local_producer(tmp_path: Path, liar, *args: object) -> tuple:
+def beside_a_local_producer(tmp_path: Path, liar, *args: object, **sections: dict) -> tuple:
     """The liar (with the key 'liar') joins first and answers alone for two leases (its
     answers wait for an auditor), then an honest local producer (ipc: the auditor)
-    delivers the epoch; -> (cfg, items, tally, summary, quarantine)."""
+    delivers the epoch; sections: config sections' keys over tests/support/configs.py
+    small's; -> (cfg, items, tally, summary, quarantine)."""
     n = 120
-    config, keys = keyed(tmp_path, ("liar",), items=n, delay_s=0.002, ring=RING)
+    config, keys = keyed(tmp_path, ("liar",), items=n, delay_s=0.002, ring=RING, **sections)
     with stager_thread(config) as stager:
         cfg, client, stop = stager.cfg, stager.client(), threading.Event()
         thread, tally = in_thread(liar, cfg, stager.tcp, str(keys["liar"]), stop, *args)
@@ -45,11 +47,15 @@ def beside_a_local_producer(tmp_path: Path, liar, *args: object) -> tuple:
         thread.join(10)
         summary = stager.summary()
     assert not tally.errors, tally.errors
-    assert_exactly_once(items, cfg, n)  # every row checked: nothing made up got through
+    # Every row was checked against its item (consume): nothing made up got through.
+    if sections:  # another plan (length buckets), whose order is not Shuffle's: each once
+        assert collections.Counter(items) == collections.Counter(range(n))
+    else:
+        assert_exactly_once(items, cfg, n)
     return cfg, items, tally, summary, read_quarantine(stager.dir / "quarantine.jsonl")
 
 
-@pytest.mark.parametrize("kind", ["another", "zeros"])
+@pytest.mark.parametrize("kind", ["another", "zeros", "outliers"])
 def test_made_up_content_is_never_delivered_and_its_peer_is_banned(
     tmp_path: Path, kind: str
 ) -> None:
@@ -60,6 +66,20 @@ def test_made_up_content_is_never_delivered_and_its_peer_is_banned(
     assert counters["peers_banned"] == 1
     assert summary["dropped"]["audit-failed"] == counters["audits_failed"]
     assert quarantine == []
+
+
+def test_a_remote_ready_too_long_for_its_bucket_gets_no_item_quarantined(tmp_path: Path) -> None:
+    """A remote READY longer than its item's length bucket says the item cannot be used
+    there (a local producer's would make it a skip): it is audited as a SKIP is. Taken
+    at its word, it had every item of a smaller bucket quarantined (106 of 200)."""
+    buckets = {"stager": {"buckets": [32, 48, 64], "batch_size": 4},
+               "data": {"synthetic_lengths": "ljspeech"}}  # fmt: skip
+    _, _, tally, summary, quarantine = beside_a_local_producer(tmp_path, made_up, "too-long",
+                                                               **buckets)  # fmt: skip
+    assert quarantine == [], quarantine
+    counters = summary["counters"]
+    assert counters["skips_overruled"] >= 1 and counters["skipped"] == 0, counters
+    assert tally.lies >= counters["skips_overruled"]
 
 
 def test_a_remote_peer_that_skips_everything_gets_no_item_quarantined(tmp_path: Path) -> None:
