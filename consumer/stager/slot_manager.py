@@ -244,6 +244,7 @@ class SlotManager:
         self._to(slot, SlotState.READY)
         self.held[ident].discard(slot)
         self.twins.service.add(self.clock() - self.slots[slot].t_granted)
+        self.twins.passed(ident, self.slots[slot].t_granted)
         self._counters["ready"] += 1
         return True
 

@@ -19,7 +19,9 @@ stale. The beaten peer's account holds half as many grants from then on (its sha
 shrinks with its pace; each sample it delivers raises it by one again), and until its
 limit has grown back its grants are backed up as soon as they hold the plan back. A
 beaten grant that is never answered within its lease counts as an expired one for
-holding (consumer/stager/peers.py), so a mute peer is struck as before.
+holding (consumer/stager/peers.py), so a mute peer is struck as before; but a local
+producer that answers a later grant is done with its beaten ones (it dropped them
+unwritten, as a grant taken back is dropped), so they are never charged (``passed``).
 
 Audits: see consumer/stager/audits.py.
 """
@@ -117,25 +119,46 @@ class BeatenGrants:
 
     def __init__(self) -> None:
         self.grants: dict[tuple[bytes, int, int], Beaten] = {}
+        self.of: dict[bytes, set[tuple[int, int]]] = {}  # producer -> its (slot, generation)
 
     def add(self, ident: bytes, slot: int, generation: int, beaten: Beaten) -> None:
         self.grants[(ident, slot, generation)] = beaten
+        self.of.setdefault(ident, set()).add((slot, generation))
         while len(self.grants) > MAX_BEATEN:
-            del self.grants[next(iter(self.grants))]
+            self._pop(next(iter(self.grants)))
+
+    def _pop(self, key: tuple[bytes, int, int]) -> Beaten | None:
+        beaten = self.grants.pop(key, None)
+        if beaten is not None:
+            mine = self.of[key[0]]
+            mine.discard(key[1:])
+            if not mine:
+                del self.of[key[0]]
+        return beaten
 
     def answered(self, ident: bytes, slot: int, generation: int) -> bool:
         """Its late answer came: True if it was a beaten grant of this producer."""
-        return self.grants.pop((ident, slot, generation), None) is not None
+        return self._pop((ident, slot, generation)) is not None
+
+    def passed(self, ident: bytes, t_granted: float) -> list[tuple[int, int]]:
+        """This producer's beaten grants made before t_granted (each once): (slot,
+        generation). Strictly before: one made at the same instant may come after it."""
+        mine = self.of.get(ident, ())
+        out = [k for k in mine if self.grants[(ident, *k)].t_granted < t_granted]
+        for slot, generation in out:
+            self._pop((ident, slot, generation))
+        return out
 
     def unanswered(self, now: float, lease_s: float) -> list[tuple[bytes, PeerId | None]]:
         """Beaten grants whose lease ended unanswered (each once): (producer, peer)."""
         out = [(key, b) for key, b in self.grants.items() if now - b.t_granted > lease_s]
         for key, _ in out:
-            del self.grants[key]
+            self._pop(key)
         return [(key[0], b.peer) for key, b in out]
 
     def clear(self) -> None:
         self.grants.clear()
+        self.of.clear()
 
 
 class TwinSlots:
@@ -230,11 +253,27 @@ class TwinSlots:
         grant; its producer is done with the slot, free again if still fenced for it."""
         if not self.beaten.answered(ident, slot, generation):
             return False
+        self._unfence(ident, slot, generation)
+        return True
+
+    def passed(self, ident: bytes, t_granted: float) -> None:
+        """A local producer answered its grant made at t_granted. It works its grants in
+        the order they came (producer/session.py), and drops a grant taken back without
+        a word (producer/slot_writer.py taken_back): so it is done with each beaten grant
+        made before this one. Each is unfenced and never charged as held (an honest
+        local producer, beaten by a faster remote one, would otherwise be revoked, and
+        struck, for grants it gave up as told)."""
+        if ident not in self.beaten.of or not self.may_write(ident):
+            return
+        for slot, generation in self.beaten.passed(ident, t_granted):
+            self._unfence(ident, slot, generation)
+
+    def _unfence(self, ident: bytes, slot: int, generation: int) -> None:
+        """The producer is done with its beaten grant of slot: free if still fenced for it."""
         m = self.m
         if slot in m.fenced.get(ident, ()) and m.slots[slot].generation == generation + 1:
             m.fenced[ident].discard(slot)
             m.free_slot(slot)
-        return True
 
     def split(self, position: int, k: int, item: int) -> bool:
         """Grant k came back unfinished: if it was one of a twin, the position goes on with

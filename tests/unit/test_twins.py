@@ -143,6 +143,34 @@ def test_a_beaten_grant_never_answered_counts_as_held() -> None:
     assert m.producers[b"F"].stalled  # struck: its grants back, nothing until HELLO
 
 
+def test_a_local_producer_answering_a_later_grant_is_done_with_its_beaten_one() -> None:
+    """A faster remote producer wins the backup of a local producer's grant. The local
+    one drops a grant taken back without a word (producer/slot_writer.py) and works its
+    grants in order: once it answers a later grant, its beaten grant is unfenced and is
+    never charged as held. Charged, an honest local producer beaten by a fast remote
+    one was revoked 18 times in 1,000 items, with 45 held expiries against its key."""
+    m = book()
+    held = m.grant(b"L")
+    assert held is not None and held.position == 0
+    while (g := m.grant(b"F")) is not None:  # F fills the window past position 0
+        assert m.slots.ready(b"F", g.slot, g.generation, g.item)
+    m.clock.t += LEASE_S / 2 + 0.1
+    backup = m.grant(b"F")
+    assert backup is not None and backup.position == 0
+    assert m.slots.ready(b"F", backup.slot, backup.generation, backup.item)  # F first
+    assert m.slots.slots[held.slot].state == SlotState.FENCED  # L may still be writing
+    assert positions(m) == list(range(WINDOW))
+    m.clock.t += 0.1
+    later = m.grant(b"L")
+    assert later is not None and m.slots.ready(b"L", later.slot, later.generation, later.item)
+    assert m.slots.slots[held.slot].state == SlotState.FREE  # L is done with it
+    m.clock.t += LEASE_S + 0.1
+    m.touch(b"L"), m.touch(b"F")
+    m.expire()
+    assert not m.producers[b"L"].stalled  # not revoked
+    assert m.trust.n_strikes == 0
+
+
 def test_a_slow_walker_holds_the_plan_back_no_longer_than_its_backups(tmp_path: Path) -> None:
     """A remote key answers every grant validly at 85 % of its lease: each position it
     holds is backed up by the honest local producer and delivered once; its READYs come
