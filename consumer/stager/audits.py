@@ -7,19 +7,19 @@ still be made up: another item's valid mel, or zeros (400 of 400 such rows were
 batched, issue 35). Only computing the item again tells. So:
 
 - A remote producer's READY is audited with probability ``ring.audit_fraction``, and
-  always until ``ring.audit_first`` samples of its peer (a ban key) passed an audit
-  (so a peer that lies from the start never has a sample delivered): the sample
-  waits in its slot, not delivered, and its position is granted again to a local
-  producer (this user's own process, running this checkout's code: the one
-  producer the stager trusts). The two must agree: lengths and integer fields exactly,
-  floats within AUDIT_TOLERANCE (the same code differs by up to ~1e-6 across CPUs; NaN
-  or inf never agree), in every value of the built-in fields but the pitch tracker's:
-  pitch and voiced may differ in AUDIT_OUTLIERS of their frames, and only where one
-  side calls the frame unvoiced (a borderline frame may be voiced on one CPU and not
-  on another), and the user's own fields in AUDIT_OUTLIERS of their values, by any
-  amount (their code is the user's). If they do, the remote sample is
-  delivered; if not, the local one is, the remote peer gets a strike, and its samples
-  still waiting in the ring are granted again, uncharged.
+  always until ``ring.audit_first`` samples of its peer (a ban key) passed an audit (so
+  a peer that lies from the start never has a sample delivered): the sample waits in its
+  slot, not delivered, and its position is granted again to a local producer (this
+  user's own process, running this checkout's code: the one producer the stager trusts).
+  The two must agree: lengths and integer fields exactly, floats within AUDIT_TOLERANCE
+  (the same code differs by up to ~1e-6 across CPUs; NaN agrees only with NaN, inf with
+  the same inf), in every value of the built-in fields but the pitch tracker's: pitch
+  and voiced may differ in AUDIT_OUTLIERS of their frames, and only where one side calls
+  the frame unvoiced (a borderline frame may be voiced on one CPU and not on another),
+  and the user's own fields in AUDIT_OUTLIERS of their values, by any amount (their code
+  is the user's). If they do, the remote sample is delivered; if not, the local one is,
+  the remote peer gets a strike, and its samples still waiting in the ring are granted
+  again, uncharged.
 - Every SKIP of a remote producer is audited, and so is a READY too long for its item's
   length bucket (a local producer's would make the item a skip): an item is quarantined
   only when a local producer cannot use it either; otherwise the local sample is
@@ -100,8 +100,11 @@ def disagreement(ring: Ring, slot_a: int, lengths_a: list[int], slot_b: int,
         return f"lengths {list(lengths_a)} against the audit's {list(lengths_b)}"
     for name, n in zip(ring.fields, lengths_a, strict=True):
         a, b = ring.view(name)[slot_a][:n], ring.view(name)[slot_b][:n]
-        if a.dtype.kind == "f":  # NaN or inf on either side is never within the tolerance
-            off = ~(np.abs(a.astype(np.float64) - b) <= AUDIT_TOLERANCE)
+        if a.dtype.kind == "f":  # within the tolerance, or the same inf, or NaN on both
+            a64 = a.astype(np.float64)  # sides (the item's fault: the content check's)
+            off = ~(
+                (np.abs(a64 - b) <= AUDIT_TOLERANCE) | (a64 == b) | (np.isnan(a64) & np.isnan(b))
+            )
         else:
             off = a != b
         n_off = int(np.count_nonzero(off))
