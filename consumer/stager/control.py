@@ -30,6 +30,7 @@ the stager 40 s of CPU and its honest producers 90 % of their delivery (issue 35
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -115,6 +116,7 @@ class ControlSockets:
         self.poller = zmq.Poller()
         self.authorized: frozenset[bytes] = frozenset()
         self.refused = 0
+        self.refused_by: collections.Counter[str] = collections.Counter()  # kind -> count
         # Ban key -> why: the stager's banned peers (PeerTrust.banned, set by build()).
         self.bans: Mapping[str, str] = {}
         self.remote: zmq.Socket | None = None
@@ -150,14 +152,18 @@ class ControlSockets:
         auth = f"CURVE, {len(self.authorized)} producer keys" if t.keys_dir else "no auth"
         log.info("remote producers connect to %s (%s)", endpoint, auth)
 
-    def _refuse(self, peer: str, why: str) -> None:
+    def _refuse(self, peer: str, why: str, kind: str) -> None:
+        """Count a refused connection; log the first few of each kind (a refused peer
+        retries every few ms: one kind's lines must not crowd out another's)."""
         self.refused += 1
-        if self.refused <= 3 or self.refused % 100 == 0:  # a refused peer retries often
+        self.refused_by[kind] += 1
+        n = self.refused_by[kind]
+        if n <= 3 or n % 100 == 0:
             log.warning(
                 "refused a producer from %s: %s (%d so far); see docs/scaling-out.md",
                 peer,
                 why,
-                self.refused,
+                n,
             )
 
     def _watch_handshakes(self) -> None:
@@ -168,7 +174,8 @@ class ControlSockets:
         while self.monitor.poll(0):
             event = recv_monitor_message(self.monitor)
             if event["event"] & HANDSHAKE_FAILED:
-                self._refuse("a tcp peer", "CURVE handshake failed (wrong server key?)")
+                why = "CURVE handshake failed (wrong server key?)"
+                self._refuse("a tcp peer", why, "handshake")
 
     def _authenticate(self) -> None:
         """Answer ZAP requests: only listed producer keys complete the handshake."""
@@ -183,10 +190,11 @@ class ControlSockets:
             shown = zmq.utils.z85.encode(key).decode() if len(key) == 32 else "(none)"
             if not ok:
                 where = f"{self.cfg.transport.keys_dir}/authorized"
-                self._refuse(address.decode(errors="replace"), f"key {shown} is not in {where}")
+                self._refuse(address.decode(errors="replace"), f"key {shown} is not in {where}",
+                             "unknown key")  # fmt: skip
             elif f"key {shown}" in self.bans:  # banned for the run: it connects no more
                 ok = False
-                self._refuse(address.decode(errors="replace"), f"key {shown} is banned")
+                self._refuse(address.decode(errors="replace"), f"key {shown} is banned", "banned")
             # The user id names the key in every message's metadata (consumer/stager/peers.py).
             user = zmq.utils.z85.encode(key) if ok else b""
             status = [b"200", b"OK"] if ok else [b"400", b"unknown producer key"]
