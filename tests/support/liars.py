@@ -350,11 +350,9 @@ def made_up(
     """A remote producer with a valid key (in keys_dir), fast, whose every READY passes
     every check the stager can make on its own (lengths, checksum, values in range) and
     is made up: `another` item's valid rows (the next item's), `zeros` of the item's
-    lengths, the item's rows with 1 % of its mel values at +-1e4 (`outliers`: as many
-    as an audit lets a user's field stray), or its rows repeated to the longest a slot
-    holds (`too-long`: in a bucketed plan, past its bucket, which a local producer's
-    would make the item a skip). Only computing the item again tells
-    (consumer/stager/audits.py)."""
+    lengths, its rows with 1 % of the mel at +-1e4 (`outliers`), or its rows repeated
+    to the longest a slot holds (`too-long`: past a smaller bucket, as a local
+    producer's would make the item a skip). Only computing the item again tells."""
     source = SyntheticSource(cfg)
     longest = (cfg.text.max_text_len, cfg.features.max_frames)
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
