@@ -187,7 +187,7 @@ class Intake:
         owned = self.slots.owns(*grant)
         if owned and (twin := self.slots.twins.audit_of(msg.slot)) is not None:
             self.skipped_audit(producer, msg, twin, cause)
-        elif owned and producer.remote:
+        elif owned and producer.remote:  # counted as its answer once a local one agrees
             if not self.doubt_skip(producer, grant, Skipped(msg.reason, msg.stage, msg.path,
                                                              cause)):  # fmt: skip
                 return
@@ -204,12 +204,14 @@ class Intake:
         """A remote producer says its grant's item cannot be used (a SKIP, or a READY too
         long for the item's bucket): held until a local producer has tried the item
         (audits.py); with no local producer to ask, skipped only if believe_skip says
-        so, else granted again elsewhere, uncharged (False then: nothing was delivered).
-        Believed at once, either would let one peer quarantine any item it is granted."""
+        so, else granted again elsewhere, uncharged. True if skipped now. Believed at
+        once, either would let one peer quarantine any item it is granted; counted as
+        the peer's answer before it is confirmed, skips would shield a peer that holds
+        grants from its strikes for holding (consumer/stager/peers.py)."""
         if self.may_audit():
             self.slots.twins.hold(*grant, producer.name, said)
             self.slots.count("audits")
-            return True
+            return False
         if self.believe_skip(grant[3], producer.peer):
             self.slots.skip(*grant, said.reason, said.stage, said.path, said.cause)
             return True
@@ -255,11 +257,17 @@ class Intake:
         self.slots.answered(producer.ident, msg.slot, msg.generation, msg.item)
         position = self.slots.slots[msg.slot].position
         if twin.skipped is not None:
+            self.confirmed(twin)
             self.slots.twins.settle(Event("skip", position, msg.item, reason=msg.reason,
                                           stage=msg.stage, path=msg.path, cause=cause))  # fmt: skip
             return
         self.slots.count("audits_inconclusive")
         self.slots.twins.settle(Event("sample", position, msg.item, slot=twin.first))
+
+    def confirmed(self, twin: Twin) -> None:
+        """A remote SKIP held for an audit stands: it counts as its producer's answer."""
+        if (remote := self.book.producers.get(twin.ident)) is not None:
+            self.book.delivered(remote)
 
     def caught(self, twin: Twin, item: int, why: str) -> None:
         """A remote peer's sample differs from this host's: a strike, and its samples
@@ -290,6 +298,7 @@ class Intake:
             if sk is None:
                 self.slots.twins.settle(Event("sample", position, item, slot=twin.first))
             elif self.believe_skip(item, twin.peer):
+                self.confirmed(twin)
                 self.slots.twins.settle(
                     Event(
                         "skip",

@@ -88,6 +88,10 @@ def test_a_remote_peer_that_skips_everything_gets_no_item_quarantined(tmp_path: 
     assert summary["counters"]["skips_overruled"] >= 1
     assert summary["counters"]["skipped"] == 0
     assert tally.lies >= summary["counters"]["skips_overruled"]
+    # An overruled SKIP is no answer of its peer's: counted before it was checked, lies
+    # shielded a peer from its strikes for holding (consumer/stager/peers.py held_expired).
+    liar = [p for p in summary["producers"] if p["name"].startswith("skips-all")]
+    assert liar and all(p["samples"] == 0 for p in liar), liar
 
 
 def test_an_honest_remote_producer_passes_its_audits(tmp_path: Path) -> None:
