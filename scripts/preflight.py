@@ -40,7 +40,6 @@ def preflight(cfg: Config, role: str = "head") -> list[Finding]:
     else:
         findings = [*_rings(cfg), *_dataset(cfg), *_cache(cfg), *_keys(cfg), *_devices(cfg)]
         findings += _model(cfg)
-    findings += _prosody(cfg)
     if not any(f.fatal for f in findings):  # a real clip through the fields, if it reads
         findings += _fields(cfg)
     return sorted(findings, key=lambda f: not f.fatal)
@@ -77,7 +76,7 @@ def _dataset(cfg: Config) -> list[Finding]:
         index = open_corpus(cfg)
     except (CorpusError, ConfigError) as exc:  # ConfigError: what the format cannot serve
         return [Finding(True, str(exc))]
-    out = _balance(cfg, index)
+    out = _balance(cfg, index) + _prosody(cfg, index)
     if not index.has_audio:  # computed items: no files to look at
         return out
     if index.bad_lines:
@@ -95,19 +94,15 @@ def _dataset(cfg: Config) -> list[Finding]:
     return out + _audio_sample(index, cfg)
 
 
-def _prosody(cfg: Config) -> list[Finding]:
+def _prosody(cfg: Config, index: object) -> list[Finding]:
     """features.pitch_norm's table is on this host (a producer host too: its producers
     read their own features.cache_dir) and was made by this pitch estimator: otherwise
     the stager would start and every producer refuse it."""
-    if cfg.features.pitch_norm == "none":
-        return []
     from ringfeed.producer.pipeline import prosody_table
-    from ringfeed.shared.corpus.entry import CorpusError
-    from ringfeed.shared.corpus.open import open_corpus
 
     try:
-        prosody_table(cfg, open_corpus(cfg))
-    except (CorpusError, ConfigError) as exc:
+        prosody_table(cfg, index)
+    except ConfigError as exc:
         return [Finding(True, str(exc))]
     return []
 
