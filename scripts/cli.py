@@ -1,5 +1,4 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
-
 ringfeed validate CONFIG [--deep]        check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
     [--worker K/N --cluster H:P,...]     ... as worker K of N training workers (run id R-wK)
