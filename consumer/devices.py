@@ -21,6 +21,7 @@ machine.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -49,8 +50,10 @@ class DevicePlan:
     replicas: int = 1
 
 
+@functools.cache
 def count_gpus() -> tuple[int, str]:
-    """Number of GPUs the driver sees and, when 0, why (for the log). Never raises."""
+    """Number of GPUs the driver sees and, when 0, why (for the log). Never raises. Asked
+    once a process: a failed probe (no driver) costs ~30 ms of a stager's start."""
     try:
         import pynvml
     except ImportError as exc:
@@ -82,6 +85,7 @@ def stager_mel_fn(cfg: Config) -> Any:
     stager, after its device is chosen."""
     if cfg.features.device != "stager":
         return None
+    quiet_tensorflow()
     plan = choose_device("stager", cfg)
     from ringfeed.consumer.stager.gpu_mel import TfLogMel
 

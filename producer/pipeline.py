@@ -80,6 +80,20 @@ def prosody_table(cfg: Config, index: Any) -> dict[str, Any] | None:
     return required_table(cfg, index.digest, PROSODY_VERSION)
 
 
+def warm_up_wave(cfg: Config) -> np.ndarray:
+    """WARM_UP_S of a 220 Hz tone at the configured rate: what warm-ups run the stages on."""
+    t = np.arange(int(WARM_UP_S * cfg.audio.sample_rate), dtype=np.float32)
+    return (0.5 * np.sin(2 * np.pi * 220.0 * t / cfg.audio.sample_rate)).astype(np.float32)
+
+
+def warm_up_shared(cfg: Config) -> None:
+    """The part of every producer's warm-up that is the same in all of a host's: the
+    mel's filterbank, window and FFT library, for a pool to build once before it forks
+    (producer/pool.py)."""
+    if cfg.features.device == "producer":
+        log_mel(warm_up_wave(cfg), cfg)
+
+
 class SamplePipeline:
     """Per-sample work of one producer process: text, audio, features, cache."""
 
@@ -114,9 +128,7 @@ class SamplePipeline:
         host (scipy.signal and numba imports): paying it here keeps it out of the
         first grant's lease.
         """
-        sr = self.cfg.audio.sample_rate
-        t = np.arange(int(WARM_UP_S * sr), dtype=np.float32) / sr
-        wave = (0.5 * np.sin(2 * np.pi * 220.0 * t)).astype(np.float32)
+        wave = warm_up_wave(self.cfg)
         self.text.clean("Dr. Smith paid $3.50 on May 1st, 1999.")
         if self.cfg.audio.trim_silence:
             import librosa

@@ -44,9 +44,10 @@ from typing import Any
 
 from ringfeed.producer.fft import fastest
 from ringfeed.producer.session import ENDINGS, EXIT_FINISHED, pool_exit_code
+from ringfeed.producer.threads import pin_math_threads
 from ringfeed.producer.watchdog import HARD_FACTOR, stuck_for
 from ringfeed.producer.worker import run_worker
-from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.config import Config, config_from_yaml
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.process import (
     POLL_S,
@@ -69,7 +70,6 @@ RUN_END_GRACE_S = 3.0
 def _child(
     config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any, busy: Any, said: Any
 ) -> None:
-    import yaml
 
     # The pool's handlers came with the fork: until run_worker installs its own, a
     # SIGTERM ends the worker, as it ended a freshly spawned one.
@@ -77,7 +77,7 @@ def _child(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
-    cfg = config_from_dict(yaml.safe_load(config_yaml))
+    cfg = config_from_yaml(config_yaml)
     code = run_worker(cfg, name, endpoint, remote, on_welcome=joined.set, busy=busy)
     said.value = code  # an ending the pool may trust: user code may exit 3 too (os._exit)
     sys.exit(code)
@@ -103,7 +103,8 @@ class ProducerPool:
     def __init__(self, cfg: Config, endpoint: str, workers: int, remote: bool, prefix: str):
         from ringfeed.producer.threads import math_thread_env
 
-        # For what a worker loads (all of it, spawned); what the pool loaded, run_worker pins.
+        # For what a worker loads (all of it, spawned); what the pool loaded is pinned
+        # (load_before_fork, or run_worker in a spawned worker).
         os.environ.update(math_thread_env(cfg.producers.math_threads))
         self.cfg, self.endpoint, self.remote = cfg, endpoint, remote
         self.spawned = False  # said once that the workers are spawned, not forked
@@ -261,6 +262,19 @@ def os_threads() -> int:
     return threading.active_count()
 
 
+def load_before_fork(cfg: Config) -> None:
+    """What each worker would load and build for itself after the fork, done once here
+    for all (~40 ms of each worker's start, benchmarks/first_batch.py): the math
+    libraries' thread limit, the pipeline's modules, the mel's filterbank and FFT
+    library. None of it starts a thread (the pool forks only while it runs one) or
+    opens a file or socket a worker would share."""
+    pin_math_threads(cfg.producers.math_threads)
+    if format_of(cfg).has_audio:
+        from ringfeed.producer.pipeline import warm_up_shared
+
+        warm_up_shared(cfg)
+
+
 def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix: str = "") -> int:
     """Process entry of `ringfeed producers`; workers are named PREFIX-i.
 
@@ -273,6 +287,7 @@ def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix:
         # Chosen before the fork, the workers inherit it: a host's first run times the
         # FFT libraries once (0.5 s of CPU importing scipy.fft), not in every worker.
         fastest(cfg.features.n_fft, cfg.features.cache_dir)
+    load_before_fork(cfg)
     pool = ProducerPool(cfg, endpoint, workers, remote, prefix)
     log.info("starting %d producers -> %s", workers, endpoint)
     return pool.watch(stop)

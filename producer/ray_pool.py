@@ -52,14 +52,13 @@ class ProducerActor:
 
     def run(self, cfg_yaml: str, endpoint: str, keys: dict[str, bytes] | None) -> int:
         import ray
-        import yaml
 
         from ringfeed.producer.worker import run_worker
-        from ringfeed.shared.config import config_from_dict
+        from ringfeed.shared.config import config_from_yaml
         from ringfeed.shared.run.process import setup_logging
 
         setup_logging()
-        cfg = config_from_dict(yaml.safe_load(cfg_yaml))
+        cfg = config_from_yaml(cfg_yaml)
         ctx = ray.get_runtime_context()
         actor, node = ctx.get_actor_id()[:12], ctx.get_node_id()[:12]
         name = f"{socket.gethostname()}.ray-{actor}-{os.getpid()}"

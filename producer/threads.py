@@ -16,6 +16,11 @@ import sys
 
 log = logging.getLogger(__name__)
 
+# The limit this process set, or the pool it was forked from (producer/pool.py pins
+# before it forks): each worker's threadpoolctl scan of its loaded libraries took ~10
+# ms of its start.
+_pinned: int | None = None
+
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
@@ -40,6 +45,9 @@ def pin_math_threads(n: int) -> None:
     Loaded BLAS/OpenMP pools are limited through threadpoolctl; the variables are
     also set so libraries loaded later (scipy's own OpenBLAS, numba) start limited.
     """
+    global _pinned
+    if _pinned == n:
+        return
     from threadpoolctl import threadpool_limits
 
     os.environ.update(math_thread_env(n))
@@ -50,4 +58,5 @@ def pin_math_threads(n: int) -> None:
         # threading layer (libgomp), so it goes before threadpoolctl limits OpenMP.
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     threadpool_limits(limits=n)
+    _pinned = n
     log.debug("math libraries limited to %d thread(s)", n)

@@ -49,7 +49,7 @@ from ringfeed.shared.run.process import POLL_S, StopFlag
 from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import ClientKeys, load_client
-from ringfeed.shared.wire.sockets import make_socket, recv, send
+from ringfeed.shared.wire.sockets import connect, make_socket, recv, send
 
 EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum flags cost a call
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Worker:
             keys = self.keys or load_client(Path(self.cfg.transport.keys_dir))
             self.sock.curve_publickey, self.sock.curve_secretkey = keys.public, keys.secret
             self.sock.curve_serverkey = keys.server_public
-        self.sock.connect(self.endpoint)
+        connect(self.sock, self.endpoint)
         self.drop_writer()  # READY entries not yet sent belong to the old session
 
     def join(self, ring_name: str) -> None:

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from ringfeed.producer.threads import math_thread_env
 
-if sys.argv[1:2] == ["producers"]:  # its pool forks workers: math libraries without threads
-    os.environ.update(math_thread_env(1))  # to copy (producer/pool.py)
+if sys.argv[1:2] in (["producers"], ["stager"]):  # the pool forks workers (producer/pool.py);
+    os.environ.update(math_thread_env(1))  # the stager has no BLAS work: pools only cost CPU
 
 from ringfeed.scripts.cli_data import (  # noqa: E402 - after the environment above
     _config,
@@ -150,10 +150,7 @@ def _worker(args: argparse.Namespace):
 
 
 def cmd_stager(args: argparse.Namespace) -> int:
-    from ringfeed.consumer.devices import quiet_tensorflow
-
-    quiet_tensorflow()  # before the stager's modules import TensorFlow
-    from ringfeed.consumer.stager.stager import main
+    from ringfeed.consumer.stager.stager import main  # TensorFlow: devices.stager_mel_fn
 
     return main(_config(args.config), args.run_id, _worker(args)[0])
 

@@ -32,7 +32,7 @@ from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
 from ringfeed.shared.wire import protocol as p
-from ringfeed.shared.wire.sockets import make_socket, recv, send
+from ringfeed.shared.wire.sockets import connect, make_socket, recv, send
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class BatchClient:
         self.ctx = zmq.Context()
         ident = consumer_identity(name, os.getpid(), time.monotonic_ns())
         self.sock = make_socket(self.ctx, zmq.DEALER, identity=ident)
-        self.sock.connect(endpoints(cfg, run_id).control)
+        connect(self.sock, endpoints(cfg, run_id).control)
         self.ring: Ring | None = None
         self.stager_pid = 0  # the pid of the stager that welcomed this client
         self.position, self.batch_index = position, batch_index

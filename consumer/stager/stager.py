@@ -110,12 +110,15 @@ class Stager:
     producers: ProducerDesk
     consumer: ConsumerSide
     outliers: OutlierReport
-    gpus: int | None  # GPUs the stager's host has (the inspector's advice depends on it)
+    # GPUs the stager's host has (the inspector's advice depends on it): asked at the first
+    # stats, not before the first grants (a failed probe costs ~30 ms).
+    gpus: int | None
     t_start: float
 
     def run(self) -> None:
         """Poll, expire leases, grant, deliver, publish, until stopped or done."""
-        next_lease = next_stats = 0.0
+        # The first stats wait an interval: the first grants and batches go first.
+        next_lease, next_stats = 0.0, time.monotonic() + STATS_INTERVAL_S
         while not self.stop.is_set() and not self.consumer.done:
             for incoming in self.net.receive(POLL_S):
                 self.route(*incoming)
@@ -159,6 +162,8 @@ class Stager:
 
     def stats(self) -> StagerStats:
         """Everything the inspector and stager.json show: each part's own record."""
+        if self.gpus is None:
+            self.gpus = count_gpus_for(self.cfg)
         run = RunStats(
             run_id=self.run_id,
             uptime_s=round(time.monotonic() - self.t_start, 3),
@@ -280,7 +285,7 @@ def build(
              cfg.ring.slots, slot_bytes(samples.fields) / 2**20, ends.control)  # fmt: skip
     return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
                   slots, book, builder, intake, delivery, desk, consumer, outliers,
-                  count_gpus_for(cfg), time.monotonic())  # fmt: skip
+                  None, time.monotonic())  # fmt: skip
 
 
 def control_sockets(cfg: Config, ends: Endpoints, samples: Ring, drop: Drops, book: ProducerBook,

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.config import Config, config_from_yaml
 from ringfeed.shared.corpus.block import Block, summarize
 from ringfeed.shared.corpus.entry import (
     BadLine,
@@ -337,7 +336,7 @@ def _keep_lengths(old: BuiltIndex | None, arrays: dict[str, np.ndarray]) -> None
 def main() -> int:
     """``python -m ringfeed.shared.corpus.build`` < config YAML: build and write the index."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    cfg = config_from_dict(yaml.safe_load(sys.stdin.read()))
+    cfg = config_from_yaml(sys.stdin.read())
     try:
         write_built(cfg)
     except CorpusError as exc:

@@ -20,7 +20,6 @@ seeded and ~10x slower.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 import time
 from collections.abc import Sequence
@@ -29,10 +28,6 @@ from ringfeed.shared.language.text_cache import TextCache
 
 log = logging.getLogger(__name__)
 
-# Bumped when the detector or its settings change: the cache keys on it.
-# With the installed py3langid's version: another version may detect otherwise, and
-# the detections are cached per host (the corpus digest carries them).
-DETECTOR_VERSION = f"py3langid-1-{importlib.metadata.version('py3langid')}"
 # Characters of a text the detector reads at most: the start of a text says its
 # language, and the cost stays bounded whatever the text's length.
 MAX_DETECT_CHARS = 1000
@@ -55,6 +50,17 @@ class LanguageDetector:
 
 
 @functools.cache
+def detector_version() -> str:
+    """What the cache keys detections on: bumped when the detector or its settings
+    change, with the installed py3langid's version (another version may detect
+    otherwise, and the detections are cached per host: the corpus digest carries them).
+    Asked when texts are detected, not at import: importlib.metadata costs ~55 ms."""
+    import importlib.metadata
+
+    return f"py3langid-1-{importlib.metadata.version('py3langid')}"
+
+
+@functools.cache
 def detector(candidates: tuple[str, ...]) -> LanguageDetector:
     """The process's detector for these candidates: its model is loaded once (~0.3 s)."""
     return LanguageDetector(candidates)
@@ -68,7 +74,7 @@ def detect_languages(
     cache = TextCache(cache_dir)
     out = []
     t0 = time.monotonic()
-    kind = f"language:{DETECTOR_VERSION}:{','.join(sorted(candidates))}"
+    kind = f"language:{detector_version()}:{','.join(sorted(candidates))}"
     try:
         for text in texts:
             code = cache.get(kind, "", text)

@@ -17,9 +17,9 @@ from ringfeed.shared.wire.protocol import Message, ProtocolError, decode, encode
 # is refused by libzmq before it reaches Python (ZMQ_MAXMSGSIZE).
 DEFAULT_MAX_MSG_BYTES = 64 * 2**20
 # A connecting socket whose peer has not bound yet tries again after RECONNECT_MS,
-# doubling up to RECONNECT_MAX_MS (libzmq's 100 ms, never longer than before): a
-# producer or client started with its stager waited up to 100 ms of a first batch of
-# ~0.5 s for the stager's bind (benchmarks/first_batch.py).
+# doubling up to RECONNECT_MAX_MS (libzmq's 100 ms, never longer than before). An ipc
+# endpoint is this host's stager, started with its producers and client: there the
+# interval stays RECONNECT_MS (see connect()).
 RECONNECT_MS, RECONNECT_MAX_MS = 10, 100
 
 
@@ -38,6 +38,17 @@ def make_socket(
         # Tell us (EHOSTUNREACH) rather than silently drop a send to a gone peer.
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     return sock
+
+
+def connect(sock: zmq.Socket, endpoint: str) -> None:
+    """Connect sock to endpoint. An ipc endpoint is tried every RECONNECT_MS until its
+    stager binds: doubling, a producer or client started with the stager was at 80-100
+    ms between tries when it bound, a sixth of a ~0.6 s first batch
+    (benchmarks/first_batch.py); a failed connect to a missing socket file is one cheap
+    system call. A tcp endpoint keeps the doubling: a host not up yet is not flooded."""
+    if endpoint.startswith("ipc://"):
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MS)
+    sock.connect(endpoint)
 
 
 def send(

@@ -1,6 +1,7 @@
 """What a fresh process imports: producers, the stager's default path and the inspector
 never import TensorFlow (3-5 s and ~600 MB per process), only the trainer and
-stager-side mels do; the producers' features never import librosa."""
+stager-side mels do; the producers' features never import librosa; a start leaves
+out what only later work needs."""
 
 from __future__ import annotations
 
@@ -53,3 +54,25 @@ def test_a_producer_reading_its_hosts_fft_choice_never_imports_scipy(tmp_path) -
         "sys.exit('scipy' in sys.modules)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0
+
+
+# Imported only by the work that needs them, not at every start (each one's cost at
+# every run's first batch, benchmarks/first_batch.py): importlib.metadata (~55 ms),
+# numpy.ma (np.median's first call, ~14 ms), pynvml (asked at the stager's first stats).
+LATE = ("importlib.metadata", "numpy.ma", "pynvml")
+# And in the stager: the producers' number words, the index build's process pool.
+STAGER_LATE = (*LATE, "num2words", "multiprocessing", "concurrent.futures")
+
+
+def test_a_start_imports_nothing_only_later_work_needs() -> None:
+    for entry, late in (("ringfeed.consumer.stager.stager", STAGER_LATE),
+                        ("ringfeed.producer.pool", LATE)):  # fmt: skip
+        code = (
+            f"import sys, numpy as np, ringfeed.scripts.cli, {entry}\n"
+            "from ringfeed.shared.corpus.speaking_rate import median\n"
+            "median(np.arange(4.0))\n"
+            f"sys.exit(str([m for m in {late!r} if m in sys.modules]))\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+        assert out.stderr.strip() == "[]", f"{entry}: {out.stderr}"
