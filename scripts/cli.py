@@ -26,7 +26,6 @@ import shlex
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 from ringfeed.producer.threads import math_thread_env
@@ -36,14 +35,8 @@ if sys.argv[1:2] in (["producers"], ["stager"]):  # the pool forks workers (prod
 
 from ringfeed.scripts.cli_data import (  # noqa: E402 - after the environment above
     _config,
-    cmd_config,
-    cmd_index,
-    cmd_lengths,
-    cmd_quarantine,
-    cmd_stats,
-    cmd_text,
+    add_data_verbs,
     cmd_validate,
-    cmd_vocab,
     run_id_arg,
 )
 from ringfeed.shared.config.environment import code_root  # noqa: E402
@@ -260,22 +253,35 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """Takes a verb's arguments in place of the parser not built for it (build_parser)."""
+
+    def add_argument(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def build_parser(named: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with `named` (argv's first word) only that verb's parser is
+    built when it is a verb: each costs ~0.7 ms (gettext), all ~12 ms of every
+    process's start (benchmarks/first_batch.py). Otherwise (help, a typo) all are."""
     parser = argparse.ArgumentParser(
         prog="ringfeed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    sub = parser.add_subparsers(dest="verb", required=True)
+    sub, built = parser.add_subparsers(dest="verb", required=True), []
 
     def verb(name: str, fn, needs_run: bool = True) -> argparse.ArgumentParser:
+        if named is not None and name != named:
+            return _Unbuilt()  # type: ignore[return-value] - only add_argument is called
         p = sub.add_parser(name)
         p.set_defaults(fn=fn)
+        built.append(name)
         if needs_run:
             p.add_argument("config")
             p.add_argument("--run-id", required=True, type=run_id_arg)
         return p
 
     add_data_verbs(lambda name, fn: verb(name, fn, needs_run=False))
-    add_run_verb(sub.add_parser("run"))
+    add_run_verb(verb("run", cmd_run, needs_run=False))
     verb("stager", cmd_stager).add_argument("--worker", default="", help="serve share K/N")
     pr = verb("producers", cmd_producers)
     pr.add_argument("--workers", type=int, default=0, help="default: producers.workers")
@@ -302,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--client", required=True, help="name of the producer host to authorize")
     cleanup = verb("cleanup", cmd_cleanup, needs_run=False)
     cleanup.add_argument("--run-id", default="", type=run_id_arg)
-    return parser
+    return parser if built or named is None else build_parser()
 
 
 def add_run_verb(r: argparse.ArgumentParser) -> None:
@@ -319,46 +325,7 @@ def add_run_verb(r: argparse.ArgumentParser) -> None:
         help="the trainer's --new-plan: resume after the corpus, seed or buckets changed, "
         "with a new plan from the checkpoint's next epoch",
     )  # fmt: skip
-    r.set_defaults(fn=cmd_run)
     add_worker_options(r)
-
-
-def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> None:
-    """The verbs of scripts/cli_data.py: each needs a config; quarantine a run id too."""
-    validate = verb("validate", cmd_validate)
-    validate.add_argument("config")
-    validate.add_argument(
-        "--role", choices=("head", "producer"), default="head",
-        help="producer: check a host that only runs `ringfeed producers --connect`",
-    )  # fmt: skip
-    validate.add_argument(
-        "--deep",
-        action="store_true",
-        help="decode every clip (in parallel) for what headers cannot show",
-    )
-    validate.add_argument("--workers", type=int, default=0,
-                          help="--deep's processes (default: one per core)")  # fmt: skip
-    verb("index", cmd_index).add_argument("config")
-    verb("lengths", cmd_lengths).add_argument("config")
-    stats = verb("stats", cmd_stats)
-    stats.add_argument("config")
-    stats.add_argument("--workers", type=int, default=0,
-                       help="processes (default: producers.workers)")  # fmt: skip
-    vocab = verb("vocab", cmd_vocab)
-    vocab.add_argument("config")
-    vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")
-    config = verb("config", cmd_config)
-    config.add_argument("--write", action="store_true", help="(re)write docs/config-reference.md")
-    text = verb("text", cmd_text)
-    text.add_argument("config")
-    text.add_argument("text", help="a transcription, quoted")
-    text.add_argument("--language", default="", help="default: data.language (auto: detected)")
-    quarantine = verb("quarantine", cmd_quarantine)
-    quarantine.add_argument("config")
-    quarantine.add_argument("--run-id", required=True, type=run_id_arg)
-    quarantine.add_argument("--clear", default="", metavar="STAGE",
-                            help="remove that stage's lines (the run stopped): its next "
-                            "start retries them")  # fmt: skip
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:
@@ -388,7 +355,8 @@ def new_run_id() -> str:
 def main(argv: list[str] | None = None) -> int:
     from ringfeed.shared.run.process import setup_logging
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     setup_logging()
     return args.fn(args)
 

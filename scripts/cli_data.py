@@ -10,6 +10,7 @@ import collections
 import re
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -310,3 +311,41 @@ def run_id_arg(value: str) -> str:
             "with a letter or digit (it names the run's directory under run_root)"
         )
     return value
+
+
+def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> None:
+    """The verbs of scripts/cli_data.py: each needs a config; quarantine a run id too."""
+    validate = verb("validate", cmd_validate)
+    validate.add_argument("config")
+    validate.add_argument(
+        "--role", choices=("head", "producer"), default="head",
+        help="producer: check a host that only runs `ringfeed producers --connect`",
+    )  # fmt: skip
+    validate.add_argument(
+        "--deep",
+        action="store_true",
+        help="decode every clip (in parallel) for what headers cannot show",
+    )
+    validate.add_argument("--workers", type=int, default=0,
+                          help="--deep's processes (default: one per core)")  # fmt: skip
+    verb("index", cmd_index).add_argument("config")
+    verb("lengths", cmd_lengths).add_argument("config")
+    stats = verb("stats", cmd_stats)
+    stats.add_argument("config")
+    stats.add_argument("--workers", type=int, default=0,
+                       help="processes (default: producers.workers)")  # fmt: skip
+    vocab = verb("vocab", cmd_vocab)
+    vocab.add_argument("config")
+    vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")
+    config = verb("config", cmd_config)
+    config.add_argument("--write", action="store_true", help="(re)write docs/config-reference.md")
+    text = verb("text", cmd_text)
+    text.add_argument("config")
+    text.add_argument("text", help="a transcription, quoted")
+    text.add_argument("--language", default="", help="default: data.language (auto: detected)")
+    quarantine = verb("quarantine", cmd_quarantine)
+    quarantine.add_argument("config")
+    quarantine.add_argument("--run-id", required=True, type=run_id_arg)
+    quarantine.add_argument("--clear", default="", metavar="STAGE",
+                            help="remove that stage's lines (the run stopped): its next "
+                            "start retries them")  # fmt: skip
