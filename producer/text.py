@@ -29,7 +29,6 @@ import re
 import unicodedata
 
 import numpy as np
-from num2words import num2words
 from unidecode import unidecode
 
 from ringfeed.producer.normalize import (
@@ -99,6 +98,8 @@ MAX_RAW_FACTOR = 8
 
 
 def _words(n: int, to: str = "cardinal") -> str:
+    from num2words import num2words  # here: ~35 ms, and a warm start's texts are cached
+
     try:
         words = num2words(n, to=to)
     except Exception:  # noqa: BLE001 - a number num2words fails on keeps its digits
