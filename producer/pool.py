@@ -267,8 +267,10 @@ def load_before_fork(cfg: Config) -> None:
     for all (~40 ms of each worker's start, benchmarks/first_batch.py): the math
     libraries' thread limit, the pipeline's modules, the mel's filterbank and FFT
     library. None of it starts a thread (the pool forks only while it runs one) or
-    opens a file or socket a worker would share."""
-    pin_math_threads(cfg.producers.math_threads)
+    opens a file or socket a worker would share. The limit is 1, as the libraries were
+    loaded (scripts/cli.py): a limit above 1 starts OpenBLAS's threads at once, so a
+    worker with producers.math_threads > 1 raises its own after the fork."""
+    pin_math_threads(1)
     if format_of(cfg).has_audio:
         from ringfeed.producer.pipeline import warm_up_shared
 

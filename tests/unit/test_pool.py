@@ -40,3 +40,23 @@ def test_ringfeed_producers_loads_its_math_libraries_without_thread_pools() -> N
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=60, check=True)  # fmt: skip
     assert out.stdout.split() == ["1"], out.stderr
+
+
+def test_a_pool_forks_whatever_its_workers_math_threads() -> None:
+    """What the pool loads for its workers before the fork (load_before_fork: the
+    pipeline, the mel, the math libraries' limit) starts no thread, with
+    producers.math_threads 1 or more (a limit above 1 started OpenBLAS's threads in the
+    pool, which then spawned every worker); a worker raises its own limit."""
+    code = (
+        "import sys; sys.argv[1:] = ['producers']\n"
+        "import ringfeed.scripts.cli, ringfeed.producer.pool as pool\n"
+        "from ringfeed.shared.config import Config, replace\n"
+        "for n in (1, 2):\n"
+        "    cfg = replace(Config(), producers={'math_threads': n})\n"
+        "    pool.load_before_fork(cfg)\n"
+        "    p = pool.ProducerPool(cfg, 'ipc:///nowhere', 1, False, 't')\n"
+        "    print(pool.os_threads(), p.context().get_start_method())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, check=True)  # fmt: skip
+    assert out.stdout.split() == ["1", "fork", "1", "fork"], out.stderr
