@@ -116,7 +116,7 @@ class Config:
         for section, key in INPUT_PATH_KEYS:
             if raw[section][key] and "://" not in raw[section][key]:  # a URL stays one
                 raw[section][key] = str(Path(raw[section][key]).absolute())
-        return yaml.dump(raw, Dumper=_DUMPER, sort_keys=False)
+        return dump_yaml(raw)
 
 
 # ---------------------------------------------------------------- loading
@@ -143,14 +143,28 @@ INPUT_PATH_KEYS = (
 
 # libyaml's C loader and dumper where PyYAML has them (its wheels do), else the same
 # safe ones in Python: loading a config took 14 ms in Python, 2 ms in C, in each of
-# the processes a run starts (benchmarks/first_batch.py).
+# the processes a run starts (benchmarks/first_batch.py). Where libyaml refuses, the
+# Python ones decide: it cannot write a path with undecodable bytes (Python holds them
+# as lone surrogates), nor read the escapes the Python dumper wrote for them, and its
+# errors say less (no line shown, no offending character).
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def parse_yaml(text: str) -> Any:
     """YAML text as plain data, as yaml.safe_load reads it (raises yaml.YAMLError)."""
-    return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader, C or Python
+    try:
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader, C or Python
+    except yaml.YAMLError:
+        return yaml.safe_load(text)  # its data, or its error
+
+
+def dump_yaml(data: Any) -> str:
+    """Plain data as YAML, keys in their order, as yaml.safe_dump writes it."""
+    try:
+        return yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
+    except UnicodeEncodeError:  # a lone surrogate (see above)
+        return yaml.safe_dump(data, sort_keys=False)
 
 
 def config_from_yaml(text: str) -> Config:

@@ -109,6 +109,24 @@ def test_model_kwargs_and_run_root_round_trip_through_yaml(tmp_path: Path) -> No
     assert replace(cfg, run_root="elsewhere").run_root == "elsewhere"
 
 
+def test_a_path_with_undecodable_bytes_round_trips_and_bad_yaml_names_its_character(
+    tmp_path: Path,
+) -> None:
+    """Configs load and dump through libyaml where it can (shared/config/config.py): a
+    path whose bytes are not UTF-8 (a lone surrogate in Python), which libyaml can neither
+    write nor read back, still round-trips, as a config written before reads; a broken
+    file's error still shows the offending character and its line."""
+    cfg = config_from_dict({"data": {"path": "/data/caf\udce9/corpus"}})
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml(), errors="surrogateescape")
+    assert load_config(path).data.path == "/data/caf\udce9/corpus"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))  # what the Python dumper alone wrote
+    assert load_config(path).data.path == "/data/caf\udce9/corpus"
+    path.write_text("train:\n\tsteps: 3\n")
+    with pytest.raises(ConfigError, match=r"(?s)not valid YAML.*'\\t'.*line 2"):
+        load_config(path)
+
+
 def test_ring_larger_than_dev_shm_is_refused_before_start() -> None:
     cfg = replace(Config(), ring={"slots": 1_000_000})  # ~245 GiB of slots
     with pytest.raises(ConfigError, match="lower ring.slots"):
