@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -77,6 +78,27 @@ def count_gpus_for(cfg: Config) -> int:
         log.warning("features.device: stager on a host without GPU (%s): stager-side mels "
                     "run on the CPU, about 5x slower than producer mels", why)  # fmt: skip
     return n
+
+
+class GpuProbe:
+    """count_gpus_for in a thread of its own, started at the first ask: a driver that is
+    slow to answer (NVML's init takes seconds on a GPU without persistence mode) or
+    never answers does not hold up the stager's loop, and a host with no driver pays
+    its ~30 ms failed probe after the first batches, not before the first grant.
+    count() is None until the probe has answered."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg, self.answer = cfg, None
+        self.thread: threading.Thread | None = None
+
+    def count(self) -> int | None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._probe, name="gpu-probe", daemon=True)
+            self.thread.start()
+        return self.answer
+
+    def _probe(self) -> None:
+        self.answer = count_gpus_for(self.cfg)
 
 
 def stager_mel_fn(cfg: Config) -> Any:

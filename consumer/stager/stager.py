@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ringfeed.consumer.devices import count_gpus_for, stager_mel_fn
+from ringfeed.consumer.devices import GpuProbe, stager_mel_fn
 from ringfeed.consumer.stager.audits import AuditPolicy
 from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.consumer_side import ConsumerGone, ConsumerSide
@@ -110,9 +110,7 @@ class Stager:
     producers: ProducerDesk
     consumer: ConsumerSide
     outliers: OutlierReport
-    # GPUs the stager's host has (the inspector's advice depends on it): asked at the first
-    # stats, not before the first grants (a failed probe costs ~30 ms).
-    gpus: int | None
+    gpus: GpuProbe  # GPUs the stager's host has (the inspector's advice depends on it)
     t_start: float
 
     def run(self) -> None:
@@ -162,8 +160,6 @@ class Stager:
 
     def stats(self) -> StagerStats:
         """Everything the inspector and stager.json show: each part's own record."""
-        if self.gpus is None:
-            self.gpus = count_gpus_for(self.cfg)
         run = RunStats(
             run_id=self.run_id,
             uptime_s=round(time.monotonic() - self.t_start, 3),
@@ -171,7 +167,7 @@ class Stager:
             buckets=tuple(b.shape for b in self.plan.buckets),
             bad_metadata_lines=len(self.index.bad_lines),
             # Where the work can run: the trainer shares the stager's host, on a GPU if any.
-            gpus=self.gpus,
+            gpus=self.gpus.count(),  # None until the probe answers
             features_device=self.cfg.features.device,
             lease_s=self.cfg.ring.lease_s,
         )
@@ -285,7 +281,7 @@ def build(
              cfg.ring.slots, slot_bytes(samples.fields) / 2**20, ends.control)  # fmt: skip
     return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
                   slots, book, builder, intake, delivery, desk, consumer, outliers,
-                  None, time.monotonic())  # fmt: skip
+                  GpuProbe(cfg), time.monotonic())  # fmt: skip
 
 
 def control_sockets(cfg: Config, ends: Endpoints, samples: Ring, drop: Drops, book: ProducerBook,

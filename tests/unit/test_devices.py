@@ -67,3 +67,22 @@ def test_tensorflow_sees_the_chosen_gpu(monkeypatch: pytest.MonkeyPatch) -> None
 def test_trainer_gpu_says_where_it_went() -> None:
     with pytest.raises(ConfigError, match="devices.trainer_gpu: moved to devices.model"):
         config_from_dict({"devices": {"trainer_gpu": 1}})
+
+
+def test_the_stagers_gpu_probe_never_holds_up_its_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stager asks for its GPUs at its stats (consumer/stager/stager.py): a driver
+    slow to answer must not stop its loop; the count comes once the probe answered."""
+    import threading
+
+    answer = threading.Event()
+
+    def slow_count(cfg: Config) -> int:
+        answer.wait(10)
+        return 2
+
+    monkeypatch.setattr(devices, "count_gpus_for", slow_count)
+    probe = devices.GpuProbe(Config())
+    assert probe.count() is None and probe.count() is None  # asked, not waited for
+    answer.set()
+    probe.thread.join(10)
+    assert probe.count() == 2
