@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,18 +92,25 @@ def host_key(n_fft: int) -> str:
 
 
 def _version(name: str) -> str:
-    """The installed version of the distribution `name` ("?": none found), from the name
-    of its NAME-VERSION.dist-info folder, the first on sys.path, as importlib.metadata
-    finds it; importing that costs ~55 ms of every pool's start (benchmarks/first_batch.py)."""
-    for entry in sys.path:
-        try:
-            folders = os.listdir(entry or ".")
-        except OSError:  # not a folder (a zip), or gone
-            continue
-        for folder in folders:
-            dist, _, version = folder.removesuffix(".dist-info").partition("-")
-            if folder.endswith(".dist-info") and dist.lower() == name:
-                return version
+    """The installed version of the candidate `name` ("?": none found), from the name of
+    its NAME-VERSION.dist-info (or .egg-info) folder beside it, where pip put both:
+    importlib.metadata costs ~55 ms to import, in every pool's start
+    (benchmarks/first_batch.py)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return "?"
+    folder = Path(spec.origin).parent  # a module's folder; a package's is one up
+    folder = folder.parent if spec.submodule_search_locations else folder
+    wanted = name.lower().replace("-", "_")
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return "?"
+    for entry in entries:
+        stem, dot, kind = entry.rpartition(".")
+        dist, _, version = stem.partition("-")
+        if dot and kind in ("dist-info", "egg-info") and dist.lower().replace("-", "_") == wanted:
+            return version.split("-")[0] or "?"
     return "?"
 
 

@@ -356,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     from ringfeed.shared.run.process import setup_logging
 
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    args, unknown = build_parser(argv[0] if argv else None).parse_known_args(argv)
+    if unknown:  # refused by the whole command line, whose usage names every verb
+        args = build_parser().parse_args(argv)
     setup_logging()
     return args.fn(args)
 

@@ -32,3 +32,12 @@ def test_a_word_that_names_no_verb_is_told_every_verb(capsys) -> None:
         build_parser("stagr").parse_args(["stagr"])
     err = capsys.readouterr().err
     assert "invalid choice: 'stagr'" in err and "'stager'" in err and "'producers'" in err
+
+
+def test_an_unknown_option_is_refused_with_every_verb_in_the_usage(capsys) -> None:
+    from ringfeed.scripts.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--bogus"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --bogus" in err and "producers" in err
