@@ -274,7 +274,11 @@ def load_before_fork(cfg: Config) -> None:
     if format_of(cfg).has_audio:
         from ringfeed.producer.pipeline import warm_up_shared
 
-        warm_up_shared(cfg)
+        try:
+            warm_up_shared(cfg)
+        except Exception as exc:  # noqa: BLE001 - each worker's own warm-up reports it
+            log.warning("the features' warm-up failed in the pool (%s); each producer's "
+                        "own warm-up tries again and reports it", exc)  # fmt: skip
 
 
 def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix: str = "") -> int:

@@ -60,3 +60,17 @@ def test_a_pool_forks_whatever_its_workers_math_threads() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=60, check=True)  # fmt: skip
     assert out.stdout.split() == ["1", "fork", "1", "fork"], out.stderr
+
+
+def test_a_failed_warm_up_before_the_fork_is_left_to_the_workers(caplog) -> None:
+    """The pool's warm-up for its workers is only a head start: a failure there (any
+    exception) must not end the pool, whose workers' own warm-up reports it to the
+    stager as a crash, as before."""
+    from ringfeed.producer import pipeline, pool
+
+    def broken(cfg: Config) -> None:
+        raise ValueError("no mel for this config")
+
+    with patch.object(pipeline, "warm_up_shared", broken), patch.dict(os.environ):
+        pool.load_before_fork(Config())
+    assert "no mel for this config" in caplog.text
