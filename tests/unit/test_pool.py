@@ -28,18 +28,25 @@ def test_a_pool_that_runs_a_thread_spawns_its_workers() -> None:
         thread.join()
 
 
+def as_ringfeed_producers(code: str) -> list[str]:
+    """The words code prints, run in a fresh process started as `ringfeed producers` is
+    (its math libraries loaded without thread pools: scripts/cli.py)."""
+    code = "import sys; sys.argv[1:] = ['producers']\nimport ringfeed.scripts.cli\n" + code
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_ringfeed_producers_loads_its_math_libraries_without_thread_pools() -> None:
     """What `ringfeed producers` has imported before its pool starts runs one thread,
     so the pool forks; numpy's OpenBLAS alone starts one more without the limits."""
     code = (
-        "import sys; sys.argv[1:] = ['producers']\n"
-        "import ringfeed.scripts.cli, ringfeed.producer.pool as pool, numpy as np\n"
+        "import ringfeed.producer.pool as pool, numpy as np\n"
         "np.ones((64, 64)) @ np.ones((64, 64))\n"
         "print(pool.os_threads())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                         text=True, timeout=60, check=True)  # fmt: skip
-    assert out.stdout.split() == ["1"], out.stderr
+    assert as_ringfeed_producers(code) == ["1"]
 
 
 def test_a_pool_forks_whatever_its_workers_math_threads() -> None:
@@ -48,8 +55,7 @@ def test_a_pool_forks_whatever_its_workers_math_threads() -> None:
     producers.math_threads 1 or more (a limit above 1 started OpenBLAS's threads in the
     pool, which then spawned every worker); a worker raises its own limit."""
     code = (
-        "import sys; sys.argv[1:] = ['producers']\n"
-        "import ringfeed.scripts.cli, ringfeed.producer.pool as pool\n"
+        "import ringfeed.producer.pool as pool\n"
         "from ringfeed.shared.config import Config, replace\n"
         "for n in (1, 2):\n"
         "    cfg = replace(Config(), producers={'math_threads': n})\n"
@@ -57,9 +63,7 @@ def test_a_pool_forks_whatever_its_workers_math_threads() -> None:
         "    p = pool.ProducerPool(cfg, 'ipc:///nowhere', 1, False, 't')\n"
         "    print(pool.os_threads(), p.context().get_start_method())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                         text=True, timeout=60, check=True)  # fmt: skip
-    assert out.stdout.split() == ["1", "fork", "1", "fork"], out.stderr
+    assert as_ringfeed_producers(code) == ["1", "fork", "1", "fork"]
 
 
 def test_a_failed_warm_up_before_the_fork_is_left_to_the_workers(caplog) -> None:
