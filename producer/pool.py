@@ -70,7 +70,6 @@ RUN_END_GRACE_S = 3.0
 def _child(
     config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any, busy: Any, said: Any
 ) -> None:
-
     # The pool's handlers came with the fork: until run_worker installs its own, a
     # SIGTERM ends the worker, as it ended a freshly spawned one.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
