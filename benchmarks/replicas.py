@@ -50,8 +50,8 @@ SETUPS = {"1 replica": (1, 1), "2 replicas": (2, 1), "2 workers": (1, 2)}
 
 def tfdata_child(cfg_path: str, worker: str, cluster: str, warmup: int) -> dict[str, Any]:
     """One training process fed by tf.data (worker K/N of a cluster, or alone)."""
-    from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
     from ringfeed.consumer.trainer.trainer import build_step
+    from ringfeed.shared.run.share import ONE_WORKER, Share
 
     share = Share.parse(worker) if worker else ONE_WORKER
     cfg = load_config(cfg_path)
@@ -107,8 +107,8 @@ def run_tfdata(cfg_path: Path, workers: int, warmup: int) -> list[dict[str, Any]
 
 
 def run_ringfeed(cfg_path: Path, workers: int, tmp: Path) -> list[dict[str, Any]]:
-    from ringfeed.consumer.stager.plan.share import Share
     from ringfeed.scripts.runner import Run
+    from ringfeed.shared.run.share import Share
 
     base, runs = f"rep-{uuid.uuid4().hex[:6]}", []
     try:

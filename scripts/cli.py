@@ -121,8 +121,8 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
 def _worker(args: argparse.Namespace):
     """(Share, the arguments that pass it on to the stager and the trainer) of
     --worker K/N and --cluster; exits 2 when they are malformed."""
-    from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
     from ringfeed.shared.config import ConfigError
+    from ringfeed.shared.run.share import ONE_WORKER, Share
 
     if not getattr(args, "worker", ""):
         return ONE_WORKER, []

@@ -19,18 +19,18 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from ringfeed.consumer.stager.batch_ring import batch_views
-from ringfeed.consumer.stager.run_secret import (
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import endpoints, run_dir
+from ringfeed.shared.memory.batch_ring import batch_views
+from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.memory.segments import pid_alive
+from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
+from ringfeed.shared.run.run_secret import (
     consumer_identity,
     find_run_dir,
     read_consumer_secret,
     run_record,
 )
-from ringfeed.shared.config import Config
-from ringfeed.shared.config.environment import endpoints, run_dir
-from ringfeed.shared.memory.ring import Ring
-from ringfeed.shared.memory.segments import pid_alive
-from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.sockets import connect, make_socket, recv, send
 

@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ringfeed.consumer.stager.batch_ring import BatchState, batch_views
-from ringfeed.consumer.stager.stats_record import BuilderStats, Padding
 from ringfeed.shared.config import Config
+from ringfeed.shared.memory.batch_ring import BatchState, batch_views
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.run.id_tables import padding_ids
+from ringfeed.shared.run.stats_record import BuilderStats, Padding
 
 
 class BatchBuilder:

@@ -1,7 +1,7 @@
 """The stager's side facing its one consumer (the trainer, or any batch client).
 
 A part of the stager (consumer/stager/stager.py). Only a peer on the ipc
-socket that presents the run's consumer secret (consumer/stager/run_secret.py) becomes
+socket that presents the run's consumer secret (shared/run/run_secret.py) becomes
 the consumer, at a plan position inside the plan; anything else is dropped
 and counted as "unauthorized". The consumer's messages (BATCH_FREE,
 STEP_STATS, HEARTBEAT, BYE) are accepted from that peer only. A consumer that
@@ -13,7 +13,7 @@ one with the secret is refused (counted "refused-consumer") and told so by a
 REFUSED that names the holder, instead of each hello restarting the plan (two
 trainers of one run once fought: 51 plan restarts in 20 s, neither finished).
 Alive means its process exists (the kernel's pid of its ipc socket, or where the
-kernel does not show one the pid its identity carries, consumer/stager/run_secret.py),
+kernel does not show one the pid its identity carries, shared/run/run_secret.py),
 however long it has been busy elsewhere; a holder with no pid known is alive while it
 spoke within SILENT_LEASES leases. One consumer means one socket: a second client of
 the holder's own process is refused too (two clients in two threads once took the run
@@ -44,11 +44,11 @@ from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
-from ringfeed.consumer.stager.run_secret import FILE as SECRET_FILE
-from ringfeed.consumer.stager.run_secret import consumer_pid
-from ringfeed.consumer.stager.stats_record import ConsumerStats, TrainerReport
 from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.run.fingerprint import plan_changes
+from ringfeed.shared.run.run_secret import FILE as SECRET_FILE
+from ringfeed.shared.run.run_secret import consumer_pid
+from ringfeed.shared.run.stats_record import ConsumerStats, TrainerReport
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)

@@ -40,9 +40,9 @@ import zmq
 import zmq.utils.z85
 
 from ringfeed.consumer.stager.peers import PeerId, peer_of
-from ringfeed.consumer.stager.stats_record import ControlStats
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import Endpoints
+from ringfeed.shared.run.stats_record import ControlStats
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import load_server
 from ringfeed.shared.wire.sockets import make_socket, send

@@ -26,8 +26,8 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Event
-from ringfeed.consumer.stager.stats_record import DeliveryStats
 from ringfeed.shared.corpus.index import CorpusIndex
+from ringfeed.shared.run.stats_record import DeliveryStats
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class Delivery:
             if self.builder.full() or (until is not None and self.slots.cursor >= until):
                 # A batch whose items were all skipped is not sent, but with several
                 # training workers every worker sends one batch per global batch (an
-                # empty one, n_valid 0): they must stay in step (plan/share.py).
+                # empty one, n_valid 0): they must stay in step (shared/run/share.py).
                 if self.builder.rows or self.plan.lockstep:
                     self.announce(consumer)
                 continue
@@ -166,7 +166,7 @@ class Delivery:
         slot, generation, n_valid = self.builder.finish()
         epoch_of = self.plan.epoch_of
         # A worker's next position is the global batch's end, not its own next row: the
-        # same for every worker and every number of workers (plan/share.py), so a
+        # same for every worker and every number of workers (shared/run/share.py), so a
         # checkpoint's cursor resumes any topology at the same global batch.
         msg = p.BatchReady(
             slot,

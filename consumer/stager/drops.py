@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from ringfeed.consumer.stager.stats_record import DropStats
+from ringfeed.shared.run.stats_record import DropStats
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Pure bookkeeping of plan positions, owned by the slot manager
 (consumer/stager/slot_manager.py), which owns the slots. A position is
 granted (possibly again, from ``retry``, after its grant was taken back), then
 finished as a sample or a skip, then leaves :meth:`PlanOrder.pop_events`
-exactly once; positions of other training workers' shares (consumer/stager/plan/
+exactly once; positions of other training workers' shares (shared/run/
 share.py) are passed over, never granted. Deterministic mode releases
 finished positions in plan order (a reorder window); otherwise in any order,
 the cursor being the oldest position not yet out. Items known to be bad are

@@ -30,13 +30,13 @@ from pathlib import Path
 from ringfeed.consumer.stager.plan.buckets import length_table
 from ringfeed.consumer.stager.quarantine import OUTLIER_STAGE
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.consumer.stager.stats_record import OutlierStats
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.lengths import load_lengths
 from ringfeed.shared.corpus.object_store import is_remote
 from ringfeed.shared.corpus.speaking_rate import OutOfBand, out_of_band, rate_bands
 from ringfeed.shared.run.process import StopFlag
+from ringfeed.shared.run.stats_record import OutlierStats
 from ringfeed.shared.sample import marks as m
 
 log = logging.getLogger(__name__)

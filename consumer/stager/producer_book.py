@@ -29,13 +29,13 @@ import collections
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
-from ringfeed.consumer.stager.stats_record import (
+from ringfeed.shared.memory.segments import pid_alive
+from ringfeed.shared.run.stats_record import (
     MAX_LISTED_PRODUCERS,
     BookStats,
     ProducerStats,
     UnlistedProducers,
 )
-from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.wire import protocol as p
 
 # A producer silent this many leases, holding nothing, is forgotten (a lost remote host):

@@ -29,9 +29,9 @@ from ringfeed.consumer.stager.peers import PeerId, with_claims
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
-from ringfeed.consumer.stager.stats_record import CrashReport, DeskStats
 from ringfeed.shared.run.fingerprint import config_refusal
 from ringfeed.shared.run.process import POLL_S
+from ringfeed.shared.run.stats_record import CrashReport, DeskStats
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)

@@ -51,9 +51,9 @@ from ringfeed.consumer.stager.order import PlanOrder
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.state import Event, Slot
-from ringfeed.consumer.stager.stats_record import SlotStats
 from ringfeed.consumer.stager.twins import TwinSlots
 from ringfeed.shared.memory.ring import SLOT_DTYPE, SlotState
+from ringfeed.shared.run.stats_record import SlotStats
 from ringfeed.shared.wire import protocol as p
 
 # A fenced slot is free again after this many leases whatever its producer's pid says.

@@ -15,7 +15,7 @@ it uses (consumer/stager/):
     ConsumerSide   the one authenticated consumer and its messages
 
 Each part reports its own stats record; :meth:`Stager.stats` composes them into
-the one StagerStats of the stats stream and stager.json (stats_record.py).
+the one StagerStats of the stats stream and stager.json (shared/run/stats_record.py).
 
 A malformed, oversized or stale message is dropped and counted, never fatal.
 On exit (stop flag, SIGTERM, or the consumer's BYE) it tells producers to
@@ -49,14 +49,11 @@ from ringfeed.consumer.stager.outliers import OutlierReport, earlier_skips, out_
 from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter, run_quarantine
 from ringfeed.consumer.stager.run_clock import RunClock
-from ringfeed.consumer.stager.run_secret import write_consumer_secret, write_run_record
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.consumer.stager.stats_record import RunStats, StagerStats
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.environment import (
     Endpoints,
@@ -80,6 +77,9 @@ from ringfeed.shared.run.process import (
     write_json_atomic,
 )
 from ringfeed.shared.run.prosody_table import keep_in_run
+from ringfeed.shared.run.run_secret import write_consumer_secret, write_run_record
+from ringfeed.shared.run.share import ONE_WORKER, Share
+from ringfeed.shared.run.stats_record import RunStats, StagerStats
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)

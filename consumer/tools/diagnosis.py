@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ringfeed.consumer.stager.stats_record import StagerStats, TrainerReport
     from ringfeed.consumer.tools.snapshot import InspectorSnapshot
+    from ringfeed.shared.run.stats_record import StagerStats, TrainerReport
 
 STAGES = (
     "stale",

@@ -28,8 +28,6 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from ringfeed.consumer.stager.batch_ring import BatchState
-from ringfeed.consumer.stager.stats_record import StagerStats
 from ringfeed.consumer.tools.screen import CLEAR, render
 from ringfeed.consumer.tools.snapshot import (
     InspectorSnapshot,
@@ -40,6 +38,7 @@ from ringfeed.consumer.tools.snapshot import (
 )
 from ringfeed.consumer.tools.timeline import plot_recording
 from ringfeed.shared.config import ConfigError, load_config
+from ringfeed.shared.memory.batch_ring import BatchState
 from ringfeed.shared.memory.ring import (
     SHM_DIR,
     Ring,
@@ -49,6 +48,7 @@ from ringfeed.shared.memory.ring import (
     shown_state,
 )
 from ringfeed.shared.memory.segments import list_segments, pid_alive, read_header
+from ringfeed.shared.run.stats_record import StagerStats
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.sockets import make_socket, recv
 

@@ -8,9 +8,9 @@ terminal with CLEAR before writing it.
 
 from __future__ import annotations
 
-from ringfeed.consumer.stager.stats_record import MAX_LISTED_PRODUCERS, StagerStats
 from ringfeed.consumer.tools.diagnosis import STATS_STALE_S, trainer_stale
 from ringfeed.consumer.tools.snapshot import InspectorSnapshot, TrainerFigures
+from ringfeed.shared.run.stats_record import MAX_LISTED_PRODUCERS, StagerStats
 
 BOLD, RESET, CLEAR = "\x1b[1m", "\x1b[0m", "\x1b[H\x1b[2J"
 

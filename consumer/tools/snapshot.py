@@ -1,7 +1,7 @@
 """What the inspector shows at one refresh: the InspectorSnapshot.
 
 The inspector (consumer/tools/inspector.py) builds one per refresh from both
-rings and the stager's last stats record (consumer/stager/stats_record.py, StagerStats);
+rings and the stager's last stats record (shared/run/stats_record.py, StagerStats);
 :func:`consumer.tools.diagnosis.diagnose` and the terminal screen
 (consumer/tools/screen.py) read it; ``inspect --json`` prints its
 :meth:`InspectorSnapshot.to_dict` and ``--record`` appends one per line, which
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ringfeed.consumer.stager.stats_record import ProducerStats, StagerStats, TrainerReport
 from ringfeed.consumer.tools.diagnosis import Diagnosis, diagnose
+from ringfeed.shared.run.stats_record import ProducerStats, StagerStats, TrainerReport
 
 NO_STATS_NOTE = "no stats received: ring data only (is the stager publishing?)"
 

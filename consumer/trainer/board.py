@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import zmq
 
-from ringfeed.consumer.stager.stats_record import StagerStats
 from ringfeed.consumer.trainer.metrics import TensorBoardWriter
 from ringfeed.shared.run.id_tables import IdTables, read_tables
+from ringfeed.shared.run.stats_record import StagerStats
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.sockets import make_socket, recv
 

@@ -38,13 +38,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import run_dir
 from ringfeed.shared.memory.disk import DiskFull, is_full
 from ringfeed.shared.run.id_tables import read_tables
 from ringfeed.shared.run.process import write_json_atomic
 from ringfeed.shared.run.prosody_table import read_run_table
+from ringfeed.shared.run.share import Share
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def chief_dir(cfg: Config, share: Share, run_id: str) -> Path:
     """The run directory whose checkpoints this worker resumes: the chief's, or, when it
     has none and the chief's of the other layout has (base for one worker, base-w0 for
     several), that one: the run resumed with another number of workers, which
-    continues the same global plan at the same global position (plan/share.py)."""
+    continues the same global plan at the same global position (shared/run/share.py)."""
     ours, other = (run_dir(cfg, r) for r in share.chief_run_ids(run_id))
     if has_checkpoint(ours) or not has_checkpoint(other):
         return ours

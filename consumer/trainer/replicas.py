@@ -9,7 +9,7 @@ Used by the trainer process (consumer/trainer/trainer.py), which picks:
                                --cluster (every worker's host:port) and K
 
 Each worker's stager serves its share of every global batch
-(consumer/stager/plan/share.py); the worker's batch is split along its rows
+(shared/run/share.py); the worker's batch is split along its rows
 over its R local replicas by ``experimental_distribute_values_from_function``:
 each replica takes its rows of the batch in host memory onto its device, one
 copy as with a single device. Rows are padded with empty rows (lengths 0) to a
@@ -51,10 +51,10 @@ import numpy as np
 import tensorflow as tf
 
 from ringfeed.consumer.devices import DevicePlan
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.consumer.trainer.model import LossFn
 from ringfeed.consumer.trainer.train_step import GRAD_CLIP_NORM, check_new_shape
 from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.run.share import Share
 
 log = logging.getLogger(__name__)
 

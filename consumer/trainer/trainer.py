@@ -42,13 +42,13 @@ from typing import Any
 
 from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
 from ringfeed.consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
-from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.trainer.board import RunBoard, learning_rate
 from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
 from ringfeed.consumer.trainer.metrics import StepMetrics, format_line
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import endpoints, run_dir
 from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
+from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ for how long: consumer/stager/slot_manager.py. Exactly once, with leases per
 grant: docs/design.md#contract-2 and docs/design.md#contract-3.
 
 The batch ring has its own states and a flat layout of one batch per slot
-(consumer/stager/batch_ring.py), written by the stager's batch builder only.
+(shared/memory/batch_ring.py), written by the stager's batch builder only.
 
 Ownership of the segment (docs/design.md#contract-6): the creator (the stager) unlinks it.
 Every other process attaches by name without any resource tracker, because

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from ringfeed.consumer.client.batch_client import BatchClient
-from ringfeed.consumer.stager.run_secret import run_record
 from ringfeed.shared.config import load_config
+from ringfeed.shared.run.run_secret import run_record
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import SYNTHETIC
 from tests.support.runs import Run, rid

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.plan.make import make_plan
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.process import StopFlag
+from ringfeed.shared.run.share import Share
 from tests.support.checks import same_rows
 from tests.support.configs import write_config
 from tests.support.paths import WAVS

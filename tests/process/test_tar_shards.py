@@ -21,12 +21,12 @@ from ringfeed.consumer.stager.plan.buckets import Bucket
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shard_window import WindowedBatches, shard_windows
 from ringfeed.consumer.stager.quarantine import read_quarantine
-from ringfeed.consumer.stager.stats_record import SHARD_COUNTERS
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.object_store import ShardCache
 from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.stats_record import SHARD_COUNTERS
 from tests.support.board import read_scalars
 from tests.support.checks import same_rows
 from tests.support.configs import shards_cfg, write_config

@@ -18,9 +18,9 @@ import pytest
 
 from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import Config, load_config
+from ringfeed.shared.run.share import Share
 from tests.support.configs import BUCKETS, SYNTHETIC, write_config
 from tests.support.fault_sources import inject_faults
 from tests.support.runs import Run, batch_records, rid, shm_segments, workers

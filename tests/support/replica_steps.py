@@ -60,10 +60,10 @@ def main(rows: int, bucketed: bool, steps: int) -> dict:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         configure_tensorflow(plan)
         CONFIGURED.append(True)
-    from ringfeed.consumer.stager.plan.share import ONE_WORKER
     from ringfeed.consumer.trainer import model as model_module
     from ringfeed.consumer.trainer.replicas import DistributedStep, make_strategy
     from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer
+    from ringfeed.shared.run.share import ONE_WORKER
 
     model_module.PRENET_DROPOUT = 0.0  # dropout draws differ per device: compare without
     data = batches(cfg, rows, bucketed, steps)

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ringfeed.consumer.client.batch_client import BatchClient
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.scripts import runner
 from ringfeed.scripts.runner import DEFAULT_TIMEOUT_S
 from ringfeed.shared.config.environment import endpoints
 from ringfeed.shared.memory.segments import list_segments
+from ringfeed.shared.run.share import Share
 from tests.support.polling import wait_for
 from tests.support.ports import free_ports
 

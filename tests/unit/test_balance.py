@@ -24,7 +24,6 @@ from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches, assign,
 from ringfeed.consumer.stager.plan.group_walk import arrivals
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import config_from_dict
@@ -32,6 +31,7 @@ from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.fingerprint import PLAN_PARTS, plan_changes
 from ringfeed.shared.run.process import StopFlag
+from ringfeed.shared.run.share import Share
 from tests.support.corpora import write_manifest
 from tests.support.lopsided import early_repeats, lopsided_corpus
 from tests.support.paths import WAVS

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from ringfeed.consumer.client.batch_client import BatchClient, StagerGone
-from ringfeed.consumer.stager.run_secret import run_record
 from ringfeed.shared.config import load_config
+from ringfeed.shared.run.run_secret import run_record
 from tests.support.configs import SYNTHETIC
 from tests.support.runs import rid
 

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from ringfeed.consumer.stager.stats_record import (
+from ringfeed.consumer.tools.diagnosis import diagnose
+from ringfeed.consumer.tools.screen import render
+from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
+from ringfeed.shared.run.stats_record import (
     CrashReport,
     Padding,
     ProducerStats,
@@ -17,9 +20,6 @@ from ringfeed.consumer.stager.stats_record import (
     TrainerReport,
     UnlistedProducers,
 )
-from ringfeed.consumer.tools.diagnosis import diagnose
-from ringfeed.consumer.tools.screen import render
-from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
 
 
 def test_stats_record_round_trips_through_plain_data() -> None:

@@ -29,7 +29,13 @@ from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
 from ringfeed.consumer.stager.producer_desk import CRASHES_KEPT
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.consumer.stager.stats_record import (
+from ringfeed.consumer.tools.inspector import Inspector
+from ringfeed.consumer.tools.inspector import main as inspector_main
+from ringfeed.consumer.tools.screen import BOLD, CLEAR, RESET, render
+from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
+from ringfeed.shared.config import Config, config_from_dict
+from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.run.stats_record import (
     BuilderStats,
     ConsumerStats,
     ControlStats,
@@ -42,12 +48,6 @@ from ringfeed.consumer.stager.stats_record import (
     StagerStats,
     TrainerReport,
 )
-from ringfeed.consumer.tools.inspector import Inspector
-from ringfeed.consumer.tools.inspector import main as inspector_main
-from ringfeed.consumer.tools.screen import BOLD, CLEAR, RESET, render
-from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
-from ringfeed.shared.config import Config, config_from_dict
-from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.bounds import clean

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.consumer.stager.quarantine import (
     QUARANTINE_FILE,
     QuarantineWriter,
@@ -18,6 +17,7 @@ from ringfeed.producer.causes import stage_causes
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.config.environment import run_dir
 from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.share import Share
 from tests.support.paths import MINI
 
 RUN = "r1"

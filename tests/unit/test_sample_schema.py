@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.consumer.stager.batch_ring import batch_views
 from ringfeed.producer.extra_fields import ExtraFields
 from ringfeed.producer.features import log_mel, log_mel_energy
 from ringfeed.producer.pipeline import SamplePipeline
@@ -17,6 +16,7 @@ from ringfeed.producer.references import SpeakerClips, choose_reference, cut_ref
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
+from ringfeed.shared.memory.batch_ring import batch_views
 from tests.support import user_fields
 from tests.support.broken_dataset import GOOD_SOURCES
 from tests.support.paths import MINI

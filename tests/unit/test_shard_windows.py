@@ -13,7 +13,7 @@ import pytest
 from ringfeed.consumer.stager.plan.balance import Groups, group_weights
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shard_window import ShardWindows, WindowedBatches
-from ringfeed.consumer.stager.plan.share import Share
+from ringfeed.shared.run.share import Share
 from tests.support.lopsided import early_repeats, lopsided_corpus
 from tests.support.plan_walk import batches
 

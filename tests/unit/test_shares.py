@@ -14,12 +14,12 @@ import pytest
 from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.share import Share
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.process import StopFlag
+from ringfeed.shared.run.share import Share
 from tests.support.plan_walk import batches
 
 N_ITEMS = 157

@@ -15,7 +15,10 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.producer_book import FORGET_LEASES, ProducerBook
 from ringfeed.consumer.stager.slot_manager import SlotManager
-from ringfeed.consumer.stager.stats_record import (
+from ringfeed.producer.sources import SyntheticSource
+from ringfeed.shared.config import Config, replace
+from ringfeed.shared.memory.ring import Ring, segment_name
+from ringfeed.shared.run.stats_record import (
     MAX_LISTED_PRODUCERS,
     BookStats,
     BuilderStats,
@@ -33,9 +36,6 @@ from ringfeed.consumer.stager.stats_record import (
     TrainerReport,
     UnlistedProducers,
 )
-from ringfeed.producer.sources import SyntheticSource
-from ringfeed.shared.config import Config, replace
-from ringfeed.shared.memory.ring import Ring, segment_name
 from ringfeed.shared.wire import protocol as p
 from tests.support.runs import rid
 

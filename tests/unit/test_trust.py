@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import zmq
 
-from ringfeed.consumer.stager.run_secret import read_consumer_secret
 from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.memory.ring import Ring, SlotState, rows_checksum
 from ringfeed.shared.run.fingerprint import config_fingerprint
+from ringfeed.shared.run.run_secret import read_consumer_secret
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import KeysError, generate, load_client, load_server
 from tests.support.checks import assert_exactly_once, consume

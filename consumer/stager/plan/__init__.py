@@ -5,7 +5,6 @@ training worker. One object, :class:`plan.Plan`, over parts that compose:
     shard_window.py  ShardWindows: tar shards dealt in windows (data.shard_window)
     buckets.py       BucketBatches: another part's order dealt into length buckets
     balance.py       BalancedBatches: epochs balanced by language or speaker, bucketed
-    share.py         Share: a training worker's rows of every global batch
     layout.py        EpochLayout: what a part gives the plan for each epoch
     plan.py          Plan: positions, batches, the share, the fingerprint
     make.py          make_plan: the parts a config asks for
@@ -14,6 +13,7 @@ A part that orders epochs gives the plan one EpochLayout per epoch: the items in
 order and, when it cuts batches, where each batch starts and of which bucket. A part
 may build on another's order (BucketBatches deals any part's order into buckets), so
 another way to order epochs or cut batches is one more part, not another plan class.
-Everything is a pure function of the seed and the epoch. This module imports nothing:
-the trainer and the command line import share.py alone.
+Everything is a pure function of the seed and the epoch. This module imports nothing.
+A training worker's share of every global batch is shared/run/share.py (the trainer
+and the command line import it alone).
 """

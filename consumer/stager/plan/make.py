@@ -26,13 +26,13 @@ from ringfeed.consumer.stager.plan.buckets import (
 from ringfeed.consumer.stager.plan.layout import EpochSource
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shard_window import ShardWindows, WindowedBatches, shard_windows
-from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.run.fingerprint import plan_fingerprint
 from ringfeed.shared.run.id_tables import IdTables, corpus_tables
 from ringfeed.shared.run.process import StopFlag
+from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ worker's batches have its share's rows of each (:attr:`Plan.buckets`). Otherwise
 batch is the next stager.batch_size samples to finish (:attr:`Plan.batched` False).
 
 Shares. With several training workers, this worker's positions are its rows of every
-global batch (share.py); the others are passed over (:meth:`Plan.next_owned`).
+global batch (shared/run/share.py); the others are passed over (:meth:`Plan.next_owned`).
 
 The fingerprint (shared/run/fingerprint.py) is given when the plan is made, by
 make.py, and never changes: the stager sends it in its WELCOMEs, and a consumer
@@ -32,8 +32,8 @@ import numpy as np
 
 from ringfeed.consumer.stager.plan.buckets import Bucket
 from ringfeed.consumer.stager.plan.layout import EpochLayout, EpochSource, kept_epochs
-from ringfeed.consumer.stager.plan.share import ONE_WORKER, Share
 from ringfeed.shared.config.loader import ConfigError
+from ringfeed.shared.run.share import ONE_WORKER, Share
 
 
 class Plan:
