@@ -88,7 +88,7 @@ def write_config(tmp: Path, items: int, max_strikes: int) -> tuple[Path, str, st
         "data": {"format": "synthetic", "synthetic_items": items},
         "features": {"max_frames": 64, "cache": False},
         "text": {"max_text_len": 32},
-        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2, "max_strikes": max_strikes},
+        "ring": {"lease_s": 1.0, "heartbeat_s": 0.2, "max_strikes": max_strikes},
         "stager": {"batch_size": 8, "epochs": 1},
         "producers": {"workers": 2},
         "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port, "keys_dir": str(keys)},

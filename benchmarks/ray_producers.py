@@ -48,7 +48,6 @@ def config(tmp: Path, items: int, port: int) -> Path:
         "data": {"format": "synthetic", "synthetic_items": items},
         "features": {"max_frames": 200, "cache": False},
         "text": {"max_text_len": 64},
-        "ring": {"slots": 64},
         "stager": {"batch_size": 16, "epochs": 1},
         "producers": {"workers": 1, "per_node": 1},
         "transport": {"kind": "tcp", "host": "127.0.0.1", "port": port},

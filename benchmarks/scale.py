@@ -161,7 +161,8 @@ def rss_mb(pid: int) -> tuple[float, float]:
 
 
 def first_batch(config: Path, tmp: Path) -> dict:
-    """Seconds to the first full batch, and RSS of the stager and each producer then."""
+    """Seconds to the first batch, and RSS of the stager and each producer then (a batch
+    is a range of the plan's positions: an item skipped there leaves it a row short)."""
     run_id = f"scale-{uuid.uuid4().hex[:6]}"
     t0 = time.perf_counter()
     with Run(config, run_id, log_dir=tmp) as run:
@@ -170,7 +171,7 @@ def first_batch(config: Path, tmp: Path) -> dict:
         client = run.client("scale", timeout_s=TIMEOUT_S)
         batch = client.next(timeout_s=TIMEOUT_S)
         elapsed = time.perf_counter() - t0
-        assert batch is not None and batch.meta.n_valid == client.cfg.stager.batch_size
+        assert batch is not None and batch.meta.n_valid >= 1
         stager = rss_mb(run.procs["stager"].pid)
         producers = [rss_mb(pid) for pid in worker_pids(run.procs["producers"].pid)]
         client.free(batch)

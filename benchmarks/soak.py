@@ -102,7 +102,6 @@ def soak_config(root: Path, workers: int, port: int, fields: bool = False) -> di
         # Every producer remote: nothing local to audit them with (docs/faults-and-
         # security.md#audits), so no audit waits for one.
         "ring": {
-            "slots": 16,
             "lease_s": 1.0,
             "heartbeat_s": 0.2,
             "audit_first": 0,

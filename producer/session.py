@@ -21,7 +21,9 @@ paused or cut off by a partition is asked about once a minute until it answers;
 its WELCOME rejoins the same run (the stager re-grants whatever it had granted).
 A WELCOME for another number of items than this producer reads is a crash (both
 must use the same data.path and config). After a WELCOME it asks for
-producers.credits grants.
+producers.credits grants; they come as runs (a GRANT names several places of one
+batch, shared/wire/grants.py), which the worker fills in order and answers a run at
+a time.
 
 Lossy links. An idle producer (welcomed, no grant queued) asks again every
 ring.heartbeat_s, which repairs a lost REQUEST or the credit a lost READY
@@ -113,9 +115,11 @@ class NewSocket:
 @dataclass(frozen=True)
 class Join:
     """The stager welcomed us: send what the current slot writer holds, then write into
-    this ring (producer/slot_writer.py), and tell the pool this worker joined."""
+    these rings (the batch ring and the spare ring: producer/slot_writer.py), and tell
+    the pool this worker joined."""
 
     ring_name: str
+    spares: str
 
 
 NEW_SOCKET = NewSocket()
@@ -230,13 +234,17 @@ class Session:
         """The oldest grant to fill, or None (none queued, or not welcomed)."""
         return self.grants.popleft() if self.welcomed and self.grants else None
 
+    def run_done(self, grant: p.GrantEntry) -> bool:
+        """Is `grant` (just filled) the last queued of its run? Then its run is answered."""
+        return not self.grants or self.grants[0].generation != grant.generation
+
     def filled(self, grant: p.GrantEntry) -> None:
         """Its READY or SKIP entry is out (each also asks for one more grant)."""
         self.done += 1
 
     def dropped(self, grant: p.GrantEntry) -> None:
         """The stager took this grant back: it re-grants the item; we send nothing."""
-        log.info("%s: grant of slot %d was taken back; dropped", self.hello.name, grant.slot)
+        log.info("%s: grant of place %d was taken back; dropped", self.hello.name, grant.place)
         self.taken_back += 1
 
     # ------------------------------------------------------------ state
@@ -290,7 +298,7 @@ class Session:
         self.welcomed = self.ever_welcomed = True
         self.unanswered = 0
         self.last_request = now
-        return [Join(msg.ring_name), p.Request(self.rules.credits)]
+        return [Join(msg.ring_name, msg.spares), p.Request(self.rules.credits)]
 
     def _end(self, code: int, why: str) -> None:
         """End for good with this exit code (never restarted: producer/pool.py)."""

@@ -3,13 +3,20 @@
 The worker (producer/worker.py) picks the writer once, when the stager welcomes
 it, and from then on only calls ``claim``, ``write`` and ``flush``:
 
-- :class:`LocalSlotWriter` (same host): copies the sample into the granted
-  shared-memory slot, seals it, and queues a READY entry;
-  ``flush`` announces the queued entries in one READY, because per-message
-  cost, not bytes, limits the ring with small work per sample.
-- :class:`RemoteSlotWriter` (another host, which cannot map the ring): sends
-  the used rows of each field as raw ZeroMQ frames with a one-entry READY, and
-  the stager copies them into the slot.
+- :class:`LocalSlotWriter` (same host): writes the sample into its granted place
+  (shared/memory/places.py): a row of the batch it will be delivered in, padded as it
+  will be delivered, or a spare-ring slot; seals it, and queues a READY entry.
+  ``flush`` answers each run in one READY, because per-message cost, not bytes, limits
+  the ring with small work per sample: the messages per batch grow with the producers,
+  not with the rows.
+- :class:`RemoteSlotWriter` (another host, which cannot map the rings): queues the used
+  rows of each field and sends a run's entries in one READY whose payload frames hold
+  them, one frame per field (at most MAX_READY_PAYLOAD_BYTES a message); the stager copies
+  them into the places.
+
+A sample that does not fit its place (longer than its batch's length bucket: the length
+table is stale) is not written: :class:`Misfit` says so, and the worker skips the item
+with stage "bucket", as the stager would.
 
 Called in producer processes only; never imports TensorFlow.
 """
@@ -23,22 +30,19 @@ from typing import Protocol
 import numpy as np
 
 from ringfeed.producer.sample import Sample
-from ringfeed.shared.memory.ring import FieldSpec, Ring, rows_checksum
+from ringfeed.shared.memory.places import Places, write_sample
+from ringfeed.shared.memory.ring import FieldSpec, rows_checksum
 from ringfeed.shared.sample.marks import TRUNCATED
+from ringfeed.shared.sample.schema import SampleSchema
 from ringfeed.shared.wire import protocol as p
-
-# The slot header's fields a local producer reads or writes (shared/memory/ring.py SLOT_DTYPE).
-PROGRESS_FIELDS = (
-    "generation",
-    "writing_generation",
-    "sealed_generation",
-    "lengths",
-    "t_write",
-    "t_ready",
-)
+from ringfeed.shared.wire.bounds import MAX_READY_PAYLOAD_BYTES
 
 # How a writer sends a message (with raw payload frames or None): the worker's _send.
 Send = Callable[[p.Message, list | None], None]
+
+
+class Misfit(ValueError):
+    """The sample is longer than its place holds (its batch's length bucket)."""
 
 
 class SlotWriter(Protocol):
@@ -50,8 +54,8 @@ class SlotWriter(Protocol):
         ...
 
     def write(self, grant: p.GrantEntry, sample: Sample) -> bool:
-        """Hand the sample over (written and queued, or sent); False if the grant was
-        taken back meanwhile."""
+        """Hand the sample over (written and queued); False if the grant was taken back
+        meanwhile; Misfit if it does not fit its place."""
         ...
 
     def pending(self) -> int:
@@ -59,124 +63,156 @@ class SlotWriter(Protocol):
         ...
 
     def flush(self) -> None:
-        """Send the queued READY entries in one message."""
+        """Answer the queued entries: one READY per run."""
         ...
 
     def close(self) -> None:
-        """Let go of the ring (never unlinks); queued entries are dropped unsent."""
+        """Let go of the rings (never unlinks); queued entries are dropped unsent."""
         ...
 
 
 def sample_arrays(sample: Sample, fields: FieldSpec) -> list[np.ndarray]:
-    """The sample's unpadded arrays in ring field order."""
+    """The sample's unpadded arrays in ring order."""
     return [sample.array(name) for name in fields]
+
+
+def check_fit(arrays: list[np.ndarray], limits: list[int], grant: p.GrantEntry) -> None:
+    """Misfit if a field holds more rows than the place (its bucket) does."""
+    for arr, limit in zip(arrays, limits, strict=True):
+        if arr.shape[0] > limit:
+            lengths = [a.shape[0] for a in arrays]
+            raise Misfit(
+                f"longer than its length bucket ({lengths} > {limits}): the length table "
+                "is stale; `ringfeed lengths CONFIG` measures it again"
+            )
 
 
 def ready_entry(
     grant: p.GrantEntry, lengths: list[int], checksum: int, sample: Sample
 ) -> p.ReadyEntry:
     marks = sample.marks | (TRUNCATED if sample.truncated else 0)
-    return p.ReadyEntry(grant.slot, grant.generation, grant.item, lengths, checksum, marks)
+    return p.ReadyEntry(grant.place, grant.generation, grant.item, lengths, checksum, marks)
+
+
+def by_run(entries: list[p.ReadyEntry]) -> list[list[p.ReadyEntry]]:
+    """Queued entries grouped by their run (generation), in the order they came."""
+    runs: dict[int, list[p.ReadyEntry]] = {}
+    for e in entries:
+        runs.setdefault(e.generation, []).append(e)
+    return list(runs.values())
 
 
 class LocalSlotWriter:
-    """Writes into the shared-memory ring this host shares with the stager.
+    """Writes into the rings this host shares with the stager (places: both of them)."""
 
-    Only a sample's used rows are written: the rows past its length keep whatever
-    the slot held before, as nothing reads them (the stager copies the used rows and
-    pads its batch row itself). Zeroing them cost the ring a write of a quarter of
-    each slot, through the other core's cache, per sample."""
-
-    def __init__(self, ring: Ring, fields: FieldSpec, send: Send) -> None:
-        self.ring, self.fields, self.send = ring, fields, send
+    def __init__(self, places: Places, fields: FieldSpec, send: Send) -> None:
+        self.places, self.fields, self.send = places, fields, send
         self.queued: list[p.ReadyEntry] = []
-        # One column view per header field: ~10x cheaper per write than a record's.
-        self.col = {name: ring.slots[name] for name in PROGRESS_FIELDS}
-        self.views = [ring.view(name) for name in fields]
+        self._limits: dict[tuple[int, tuple[int, int, int]], list[int]] = {}
 
-    def taken_back(self, grant: p.GrantEntry) -> bool:
-        """Has the stager taken this grant back (the generation in the slot header moved
-        on)? Then we neither write nor seal that slot; the stager re-grants the item.
-        The check narrows the window for a stale write; the stager's check after copying
-        closes it (shared/memory/ring.py)."""
-        return int(self.col["generation"][grant.slot]) != grant.generation
+    def _record(self, grant: p.GrantEntry) -> np.ndarray:
+        return self.places.record(grant.batch, grant.place)
+
+    def taken_back(self, record: np.ndarray, grant: p.GrantEntry) -> bool:
+        """Has the stager taken this grant back (the generation in the place's record
+        moved on)? Then we neither write nor seal that place; the stager grants the item
+        again. The check narrows the window for a stale write; the stager's fences and its
+        checks after the write close it (consumer/stager/ledger.py)."""
+        return int(record["generation"][0]) != grant.generation
 
     def claim(self, grant: p.GrantEntry) -> bool:
-        if self.taken_back(grant):
+        record = self._record(grant)
+        if self.taken_back(record, grant):
             return False
         # Our progress fields only: state is the stager's.
-        self.col["writing_generation"][grant.slot] = grant.generation
-        self.col["t_write"][grant.slot] = time.time()
+        record["writing_generation"], record["t_write"] = grant.generation, time.time()
         return True
+
+    def limits(self, grant: p.GrantEntry) -> list[int]:
+        key = (grant.batch, grant.shape)
+        if key not in self._limits:
+            self._limits[key] = self.places.limits(grant.batch, grant.shape)
+        return self._limits[key]
 
     def write(self, grant: p.GrantEntry, sample: Sample) -> bool:
-        if self.taken_back(grant):  # the sample took longer than the lease
+        record = self._record(grant)
+        if self.taken_back(record, grant):  # the sample took longer than the lease
             return False
-        lengths, checksum = self._copy(grant, sample)
+        arrays = sample_arrays(sample, self.fields)
+        check_fit(arrays, self.limits(grant), grant)
+        dst = self.places.fields(grant.batch, grant.shape, grant.place)
+        pads = self.places.pads if grant.batch >= 0 else None  # a row is delivered as it lies
+        lengths, checksum = write_sample(dst, arrays, pads)
+        record["lengths"][0, : len(lengths)] = lengths
+        record["t_ready"] = time.time()
+        # Last: the stager accepts the READY only if this equals the granted generation.
+        if not self.taken_back(record, grant):
+            record["sealed_generation"] = grant.generation
         self.queued.append(ready_entry(grant, lengths, checksum, sample))
         return True
-
-    def _copy(self, grant: p.GrantEntry, sample: Sample) -> tuple[list[int], int]:
-        """Copy the used rows into the slot and seal it; returns the true lengths and the
-        checksum of the rows as written (computed from our copy, not from the slot)."""
-        k, lengths, written = grant.slot, [], []
-        for view, arr in zip(self.views, sample_arrays(sample, self.fields), strict=True):
-            dst = view[k]
-            n = arr.shape[0]
-            rows = np.ascontiguousarray(arr, dtype=dst.dtype)
-            dst[:n] = rows
-            lengths.append(n)
-            written.append(rows)
-        self.col["lengths"][k, : len(lengths)] = lengths
-        self.col["t_ready"][k] = time.time()
-        # Last: the stager accepts the READY only if this equals the granted generation.
-        if not self.taken_back(grant):
-            self.col["sealed_generation"][k] = grant.generation
-        return lengths, rows_checksum(written)
 
     def pending(self) -> int:
         return len(self.queued)
 
     def flush(self) -> None:
-        if self.queued:
-            self.send(p.Ready.of(self.queued), None)
-            self.queued.clear()
+        for run in by_run(self.queued):
+            self.send(p.Ready.of(run), None)
+        self.queued.clear()
 
     def close(self) -> None:
         self.queued.clear()
-        self.col, self.views = {}, []  # no view of the ring may outlive its map
-        self.ring.close()
+        self._limits.clear()
+        self.places.forget()  # no view of a ring may outlive its map
+        if self.places.batches is not None:
+            self.places.batches.close()
+        self.places.spares.close()
 
 
 class RemoteSlotWriter:
-    """Sends each sample's used rows over the control socket, for the stager to copy."""
+    """Sends each run's samples over the control socket, for the stager to copy in."""
 
-    def __init__(self, fields: FieldSpec, send: Send) -> None:
-        self.fields, self.send = fields, send
+    def __init__(self, fields: FieldSpec, send: Send, schema: SampleSchema) -> None:
+        """schema: the run's sample schema, for the rows each field of a granted place
+        holds (its batch's bucket): a sample longer is a Misfit, never sent."""
+        self.fields, self.send, self.schema = fields, send, schema
+        self.queued: list[tuple[p.ReadyEntry, list[memoryview]]] = []
+        self.bytes = 0
 
     def claim(self, grant: p.GrantEntry) -> bool:
         return True  # only the stager can take it back, and it drops our late READY
 
     def write(self, grant: p.GrantEntry, sample: Sample) -> bool:
-        lengths, payload = self.frames(sample)
-        checksum = rows_checksum(np.frombuffer(b, np.uint8) for b in payload)
-        self.send(p.Ready.of([ready_entry(grant, lengths, checksum, sample)]), payload)
-        return True
-
-    def frames(self, sample: Sample) -> tuple[list[int], list[memoryview]]:
-        """Used rows of each field as contiguous buffers, one payload frame per field."""
         arrays = sample_arrays(sample, self.fields)
+        check_fit(arrays, self.schema.place_limits(*grant.shape[1:]), grant)
         bufs = [
             memoryview(np.ascontiguousarray(a, dtype=self.fields[name][1])).cast("B")
             for name, a in zip(self.fields, arrays, strict=True)
         ]
-        return [a.shape[0] for a in arrays], bufs
+        checksum = rows_checksum(np.frombuffer(b, np.uint8) for b in bufs)
+        lengths = [a.shape[0] for a in arrays]
+        size = sum(len(b) for b in bufs)
+        if self.queued and (
+            self.bytes + size > MAX_READY_PAYLOAD_BYTES
+            or self.queued[-1][0].generation != grant.generation
+        ):
+            self.flush()
+        self.queued.append((ready_entry(grant, lengths, checksum, sample), bufs))
+        self.bytes += size
+        return True
 
     def pending(self) -> int:
-        return 0
+        return len(self.queued)
 
     def flush(self) -> None:
-        return None
+        """One READY of the queued entries (one run), its rows one frame per field."""
+        if not self.queued:
+            return
+        entries = [e for e, _ in self.queued]
+        n_fields = len(self.fields)
+        frames = [b"".join(bufs[k] for _, bufs in self.queued) for k in range(n_fields)]
+        self.send(p.Ready.of(entries), frames)
+        self.queued.clear()
+        self.bytes = 0
 
     def close(self) -> None:
-        return None
+        self.queued.clear()

@@ -2,8 +2,8 @@
 
 Main loop (one screen): poll the stager and feed what it says to the session,
 tick the session, fill one grant (prepare the sample, producer/sources.py, and
-write it into the granted slot), tick again, flush the announcements, check the
-stop flag.
+write it into the granted place), tick again, answer the run once its last grant is
+filled, check the stop flag.
 TensorFlow is never imported here.
 
 The protocol's rules (HELLO and WELCOME, heartbeats, the orphan rule, REFUSED,
@@ -13,12 +13,14 @@ sample work, and does what the session says.
 
 How a sample reaches the stager is the SlotWriter's business
 (producer/slot_writer.py), chosen at WELCOME: a local producer writes straight
-into the shared-memory slot; a remote one (``remote=True``, another host) sends
-the used rows of each field as raw ZeroMQ frames and the stager copies them in.
+into its granted place (a row of the batch the sample is delivered in, or a spare);
+a remote one (``remote=True``, another host) sends the used rows of each field as
+raw ZeroMQ frames and the stager copies them in.
 
 An unexpected exception in a sample's work is that sample's SKIP, with the
 stage the source was in (``Source.stage``: text, audio, features, cache, ...)
-or "write" when the sample did not fit its slot.
+or "write" when writing it failed; a sample longer than its batch's length bucket
+is skipped with stage "bucket".
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ import zmq
 from ringfeed.producer.causes import stage_causes
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.session import EXIT_REFUSED, Action, Join, NewSocket, Rules, Session
-from ringfeed.producer.slot_writer import LocalSlotWriter, RemoteSlotWriter, SlotWriter
+from ringfeed.producer.slot_writer import LocalSlotWriter, Misfit, RemoteSlotWriter, SlotWriter
 from ringfeed.producer.sources import Source, base_source, make_source
 from ringfeed.producer.start_check import FieldsRefused
 from ringfeed.producer.watchdog import SampleTimeout, TimeLimit
 from ringfeed.shared.config import Config
+from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
 from ringfeed.shared.run.process import POLL_S, StopFlag
@@ -91,7 +94,6 @@ class Worker:
         self.source: Source = make_source(cfg, base)
         self.fields = cfg.sample_fields()  # name -> (shape, dtype), in ring order
         self.limit = TimeLimit(cfg.ring.lease_s, busy)  # each sample's bound
-        self.ready_batch = max(1, cfg.producers.credits // 4)  # READY entries per message
         # token: this process, in every HELLO (shared.wire.protocol); config: the keys that
         # shape a sample and the corpus's content; causes: what decides each stage's verdict.
         config_print = config_fingerprint(cfg, corpus_digest(cfg, base.index))
@@ -116,10 +118,8 @@ class Worker:
             if grant is not None:
                 self.fill(grant)
                 self.act(self.session.tick(time.monotonic()))
-            if self.writer is not None and (
-                self.writer.pending() >= self.ready_batch or not self.session.grants
-            ):
-                self.writer.flush()
+                if self.writer is not None and self.session.run_done(grant):
+                    self.writer.flush()  # one READY answers the run
 
     def start(self) -> None:
         """Open the control socket and say HELLO; the WELCOME arrives in poll()."""
@@ -152,7 +152,7 @@ class Worker:
             if isinstance(action, NewSocket):
                 self.new_socket()
             elif isinstance(action, Join):
-                self.join(action.ring_name)
+                self.join(action.ring_name, action.spares)
             else:
                 self._send(action)
 
@@ -168,19 +168,26 @@ class Worker:
         connect(self.sock, self.endpoint)
         self.drop_writer()  # READY entries not yet sent belong to the old session
 
-    def join(self, ring_name: str) -> None:
+    def join(self, ring_name: str, spares: str) -> None:
         if self.writer is not None:  # welcomed twice on one socket: send what we wrote
             self.writer.flush()
         self.drop_writer()
-        self.writer = self.make_writer(ring_name)
+        self.writer = self.make_writer(ring_name, spares)
         if self.on_welcome is not None:
             self.on_welcome()
 
-    def make_writer(self, ring_name: str) -> SlotWriter:
+    def make_writer(self, ring_name: str, spares: str) -> SlotWriter:
         """The one place where local and remote producers differ."""
         if self.remote:
-            return RemoteSlotWriter(self.fields, self._send)
-        return LocalSlotWriter(Ring.attach(ring_name), self.fields, self._send)
+            return RemoteSlotWriter(self.fields, self._send, self.cfg.schema)
+        batches = Ring.attach(ring_name)
+        try:
+            spare_ring = Ring.attach(spares)
+        except BaseException:
+            batches.close()
+            raise
+        return LocalSlotWriter(Places(batches, spare_ring, self.cfg.schema), self.fields,
+                               self._send)  # fmt: skip
 
     def drop_writer(self) -> None:
         if self.writer is not None:
@@ -228,7 +235,10 @@ class Worker:
         """Hand the sample to the writer; False if the grant was taken back meanwhile."""
         try:
             return writer.write(grant, sample)
-        except Exception as exc:  # a sample that does not fit its slot costs that sample
+        except Misfit as exc:  # the length table said otherwise: a changed file
+            self.skip(grant, str(exc), "", "bucket")
+            return True
+        except Exception as exc:  # a sample that does not fit its place costs that sample
             self.fail(grant, exc, "write")
             return True
 
@@ -240,7 +250,7 @@ class Worker:
     def skip(self, grant: p.GrantEntry, reason: str, path: str, stage: str) -> None:
         path = path or self.source.path(grant.item)
         cap = p.MAX_STR["reason"]  # the stager drops a SKIP over the protocol's limits
-        skip = p.Skip(grant.slot, grant.generation, grant.item, reason[:cap], path[-cap:], stage)
+        skip = p.Skip(grant.generation, grant.place, grant.item, reason[:cap], path[-cap:], stage)
         self._send(skip)
 
     # ------------------------------------------------------------ teardown

@@ -68,8 +68,10 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     print(f"{args.config}: the config is valid; what it makes:")
     _print_schema(cfg)
     sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
-    print(f"  sample slot   {sample / mib:8.3f} MiB x {cfg.ring.slots} slots")
-    print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.stager.batch_slots} slots")
+    ahead, held = cfg.lookahead_batches, cfg.stager.batch_slots
+    print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.batch_ring_slots} slots "
+          f"({ahead} filled ahead, {held} for the consumer, 1 to move a batch)")  # fmt: skip
+    print(f"  spare place   {sample / mib:8.3f} MiB x {cfg.spare_slots}")
     print(
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"

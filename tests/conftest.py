@@ -41,3 +41,13 @@ def run_id() -> Iterator[str]:
     for path in list_segments(rid):
         path.unlink()
         pytest.fail(f"test left {path} behind")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
+    """The layout report (tests/support/layout.py): how long the longest files and
+    functions are, printed, never a gate."""
+    from tests.support.layout import report
+
+    terminalreporter.section("layout")
+    for line in report():
+        terminalreporter.write_line(line)

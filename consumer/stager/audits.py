@@ -1,15 +1,15 @@
 """Audits: what a remote producer says about an item is checked by a local producer.
 
 A part of the stager's intake (consumer/stager/intake.py); the second grant is a twin
-of the slot manager (consumer/stager/twins.py). A remote producer's sample can pass
-every check the stager has (its rows hash to its checksum, every value in range) and
-still be made up: another item's valid mel, or zeros (400 of 400 such rows were
-batched, issue 35). Only computing the item again tells. So:
+of the slot ledger (consumer/stager/twins.py), written into a spare place. A remote
+producer's sample can pass every check the stager has (its rows hash to its checksum,
+every value in range) and still be made up: another item's valid mel, or zeros (400 of
+400 such rows were batched, issue 35). Only computing the item again tells. So:
 
 - A remote producer's READY is audited with probability ``ring.audit_fraction``, and
   always until ``ring.audit_first`` samples of its peer (a ban key) passed an audit (so
   a peer that lies from the start never has a sample delivered): the sample waits in its
-  slot, not delivered, and its position is granted again to a local producer (this
+  place, not delivered, and its position is granted again to a local producer (this
   user's own process, running this checkout's code: the one producer the stager trusts).
   The two must agree: lengths and integer fields exactly, floats within AUDIT_TOLERANCE
   (the same code differs by up to ~1e-6 across CPUs; NaN agrees only with NaN, inf with
@@ -20,8 +20,9 @@ batched, issue 35). Only computing the item again tells. So:
   is the user's). If they do, the remote sample is delivered; if not, the local one is,
   the remote peer gets a strike, and its samples still waiting in the ring are granted
   again, uncharged.
-- Every SKIP of a remote producer is audited, and so is a READY too long for its item's
-  length bucket (a local producer's would make the item a skip): an item is quarantined
+- Every SKIP of a remote producer is audited (an honest one's "longer than its length
+  bucket" too; a READY that claims more rows than its place holds is a lie, refused
+  whole): an item is quarantined
   only when a local producer cannot use it either; otherwise the local sample is
   delivered and the skipping peer's grant limit halves (a skip may be honest: a file
   missing on that host, so it is not a strike).
@@ -51,7 +52,7 @@ import random
 
 import numpy as np
 
-from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.memory.places import Places
 from ringfeed.shared.sample.schema import RESERVED
 
 # Floats of a sample and of its audit agree when within this (log-mel units; a made-up
@@ -93,13 +94,18 @@ class AuditPolicy:
             del self.passes[next(iter(self.passes))]
 
 
-def disagreement(ring: Ring, slot_a: int, lengths_a: list[int], slot_b: int,
-                 lengths_b: list[int]) -> str:  # fmt: skip
-    """'' if the samples in two slots agree (see the module docstring), else where not."""
+Where = tuple[int, tuple[int, int, int], int]  # a place: (batch slot or -1, shape, index)
+
+
+def disagreement(
+    places: Places, a_at: Where, lengths_a: list[int], b_at: Where, lengths_b: list[int]
+) -> str:
+    """'' if the samples at two places agree (see the module docstring), else where not."""
     if list(lengths_a) != list(lengths_b):
         return f"lengths {list(lengths_a)} against the audit's {list(lengths_b)}"
-    for name, n in zip(ring.fields, lengths_a, strict=True):
-        a, b = ring.view(name)[slot_a][:n], ring.view(name)[slot_b][:n]
+    fields_a, fields_b = places.fields(*a_at), places.fields(*b_at)
+    for name, n, a, b in zip(places.names, lengths_a, fields_a, fields_b, strict=True):
+        a, b = a[:n], b[:n]
         if a.dtype.kind == "f":  # within the tolerance, or the same inf, or NaN on both
             a64 = a.astype(np.float64)  # sides (the item's fault: the content check's)
             off = ~(

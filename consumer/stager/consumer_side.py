@@ -37,10 +37,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.control import ControlSockets, is_remote
 from ringfeed.consumer.stager.delivery import Delivery
 from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.ledger import Ledger
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
@@ -72,14 +72,14 @@ class ConsumerSide:
         welcome: p.Welcome,
         book: ProducerBook,
         delivery: Delivery,
-        builder: BatchBuilder,
+        ledger: Ledger,
         net: ControlSockets,
         drop: Drops,
     ) -> None:
         """plan: where a consumer may start; welcome: what a consumer is told (the batch
         ring's name, the plan's fingerprint)."""
         self.plan, self.secret, self.welcome, self.book = plan, secret, welcome, book
-        self.delivery, self.builder, self.net, self.drop = delivery, builder, net, drop
+        self.delivery, self.ledger, self.net, self.drop = delivery, ledger, net, drop
         self.ident: bytes | None = None
         self.name = ""
         self.pid: int | None = None  # from its identity (None: the identity has none)
@@ -216,7 +216,7 @@ class ConsumerSide:
         return handler is not None
 
     def on_batch_free(self, msg: p.BatchFree) -> None:
-        if not self.builder.free(msg.slot, msg.generation):
+        if not self.ledger.freed(msg.slot, msg.generation):
             self.drop("stale", f"BATCH_FREE of slot {msg.slot} generation {msg.generation}")
 
     def on_step_stats(self, msg: p.StepStats) -> None:

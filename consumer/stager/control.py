@@ -15,7 +15,7 @@ and two sockets may well see the same one). Only the ipc socket, in a
 directory only this user can enter (shared.config.runtime_dir), can be the
 consumer's or a local producer's.
 
-Memory per peer is bounded: no frame over ZMQ_MAXMSGSIZE (a slot's largest
+Memory per peer is bounded: no frame over ZMQ_MAXMSGSIZE (a sample's largest
 field, or a control header if larger) reaches Python, and at most
 REMOTE_RCVHWM messages of at most MAX_PAYLOAD_FRAMES + 1 frames wait per
 remote peer.
@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 MAX_MESSAGES_PER_TURN = 256
 # The first byte of every identity the stager sees: which socket the peer is on.
 LOCAL, REMOTE = b"L", b"R"
-# Messages queued per remote peer at most (a READY with its payload is one message).
-REMOTE_RCVHWM = 64
+# Messages queued per remote peer at most (a READY with its payload is one message, up to
+# MAX_READY_PAYLOAD_BYTES: 64 MiB a peer at most).
+REMOTE_RCVHWM = 16
 
 
 class Incoming(NamedTuple):

@@ -4,7 +4,7 @@ At start (:func:`out_of_band_clips`, from consumer/stager/stager.py build), with
 data.outliers not keep and a corpus with audio: the length table (measured as for
 length buckets, plan/buckets.py length_table), each language's speaking-rate
 band and the clips outside it (shared/corpus/speaking_rate.py). Then
-:meth:`OutlierReport.start`: with skip each is marked bad in the slot manager
+:meth:`OutlierReport.start`: with skip each is marked bad in the slot ledger
 before any grant, and becomes a quarantine line (stage "outlier", with its rate
 and band) when the plan reaches it; with flag each is listed in outliers.jsonl
 now and delivered as any clip.
@@ -27,9 +27,9 @@ import logging
 import time
 from pathlib import Path
 
+from ringfeed.consumer.stager.ledger import Ledger
 from ringfeed.consumer.stager.plan.buckets import length_table
 from ringfeed.consumer.stager.quarantine import OUTLIER_STAGE
-from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.lengths import load_lengths
@@ -95,7 +95,7 @@ class OutlierReport:
             if self._file.tell() and not self.path.read_bytes().endswith(b"\n"):
                 self._file.write("\n")  # a crash cut the last line: the next starts fresh
 
-    def start(self, found: list[OutOfBand], slots: SlotManager) -> None:
+    def start(self, found: list[OutOfBand], slots: Ledger) -> None:
         """The out-of-band clips as the policy takes them: skip marks them bad (no grant),
         flag lists them."""
         self.counts["out_of_band"] = len(found)

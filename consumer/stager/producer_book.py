@@ -1,8 +1,8 @@
 """Who the producers are, what each may be granted, and who pays when a grant comes back.
 
 A part of the stager (consumer/stager/stager.py) that holds the producer
-records and decides; every slot change it asks of the slot manager
-(consumer/stager/slot_manager.py), the one writer of slot state.
+records and decides; every grant and every place change it asks of the slot
+ledger (consumer/stager/ledger.py), the one owner of place state.
 
 A HELLO joins under a name that belongs to one process at a time (told apart by
 the token it draws once), among the producers of its owner (a key, a tcp host, this
@@ -11,8 +11,15 @@ name is another producer, and never takes this one's name nor keeps it out. A
 grant's lease is its own, whatever its producer's heartbeats say
 (docs/design.md#contract-2). A producer that may still be writing (alive, local) has
 the slots taken back from it FENCED until it says HELLO again with an empty queue,
-dies, or FENCE_LEASES pass. Fair share: each account that works holds at most
-(slots - 1) / working accounts grants, fewer once a backup beats it (twins.py).
+dies (a spare's also when FENCE_LEASES pass). Fair share: each account that works holds
+at most the look-ahead's rows / working accounts grants, fewer once a backup beats it
+(twins.py); a producer gets them as runs of up to half its producers.credits, so it
+works one run while the stager answers the other.
+
+Whose grants name rows of a batch (when producers compute the mels): a remote producer's
+(the stager copies its frames in), and a local producer's whose process the kernel shows
+us (its pid on the ipc socket, consumer/stager/peers.py): its death is then certain when
+its pid is gone, which is what lifts a fence on a row. Others write spare places.
 
 Restarts and pauses. A HELLO under a known name from another process (another
 token) is a restart. One from the same process after the stager had given it up
@@ -25,9 +32,10 @@ stager remembers the last MAX_PRODUCERS identities it forgot), not unknown-peer.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
+from ringfeed.consumer.stager.ledger import Grantee, Ledger
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
-from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
 from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.run.stats_record import (
@@ -54,14 +62,23 @@ class ProducerBook:
     """The producers of one stager: joins, credits, fair share, leases, zombies."""
 
     def __init__(
-        self, slots: SlotManager, hostname: str, max_credits: int, max_strikes: int,
+        self,
+        slots: Ledger,
+        hostname: str,
+        max_credits: int,
+        max_strikes: int,
         max_per_peer: int,
-    ) -> None:  # fmt: skip
+        in_place: bool = True,
+    ) -> None:
         """max_credits: most grants one producer may hold (producers.credits);
-        max_strikes, max_per_peer: ring.max_strikes, ring.max_producers_per_peer."""
+        max_strikes, max_per_peer: ring.max_strikes, ring.max_producers_per_peer;
+        in_place: local producers write samples where they are delivered (producers
+        compute the mels: features.device producer)."""
         self.slots, self.hostname, self.max_credits = slots, hostname, max_credits
+        self.in_place = in_place
+        self.run_size = max(1, -(-max_credits // 2))
         self.lease_s, self.clock = slots.lease_s, slots.clock
-        self.trust = PeerTrust(max_strikes, slots.n_slots, slots.lease_s, slots.clock)
+        self.trust = PeerTrust(max_strikes, slots.capacity, slots.lease_s, slots.clock)
         self.max_per_peer = max_per_peer
         self.n_banned = 0
         self.producers: dict[bytes, Producer] = {}
@@ -75,6 +92,9 @@ class ProducerBook:
         self.restarts = self.pauses = self.n_forgotten = 0
         # Forgotten for silence, oldest first: their late messages are no unknown peer's.
         self.forgotten: dict[bytes, str] = {}
+        # Called with a local producer whose process is known dead, before its grants are
+        # taken back: the intake takes what it wrote whole (consumer/stager/intake.py).
+        self.on_death: Callable[[Producer], None] = lambda producer: None
         twins = slots.twins
         twins.may_write, twins.on_beaten = self.may_write, self.beaten
         twins.slowed = lambda peer: peer.account in self.trust.limits  # a cut grant limit
@@ -104,7 +124,7 @@ class ProducerBook:
         for old_ident, old in self.producers.items():
             if not same_name(old, name, peer) or old_ident == ident or old.token == token:
                 continue
-            dead = self.local(old) and not pid_alive(old.pid)
+            dead = self.local(old) and not self.alive(old)
             if not dead and self.clock() - old.last_seen <= self.lease_s:
                 return (f"name {name!r} of {peer.owner} is taken by its live producer"
                         f" (pid {old.pid} on {old.host}, {old.peer.account})")  # fmt: skip
@@ -123,12 +143,14 @@ class ProducerBook:
         for old_ident, old in list(self.producers.items()):
             if same_name(old, msg.name, peer):
                 other = old.token != msg.token
-                alive = other and pid_alive(old.pid)
+                alive = other and self.alive(old)
+                if other and self.local(old) and not alive:
+                    self.on_death(old)
                 charge = other and (self.local(old) or self.trust.testifies(old.peer))
                 self.drop(old_ident, may_write=self.local(old) and alive, charge=charge)
         for old_ident, old in list(self.zombies.items()):
             if same_name(old, msg.name, peer) and old.token == msg.token:
-                self.slots.unfence(old_ident)
+                self.slots.done_with(old_ident)
                 del self.zombies[old_ident]
         self.n_joined += 1
         if self.first_local_at is None and not remote and msg.host == self.hostname:
@@ -170,6 +192,18 @@ class ProducerBook:
     def local(self, producer: Producer) -> bool:
         return not producer.remote and producer.host == self.hostname
 
+    def rows_for(self, producer: Producer) -> bool:
+        """May this producer's grants name rows of a batch (else spare places)? A remote
+        one's rows are written by the stager (it copies the frames in); a local one
+        writes its own, when the kernel shows us its pid: only then is its death
+        certain, which lifts a fence on a row (module docstring)."""
+        return self.in_place and (producer.remote or producer.peer.pid > 0)
+
+    @staticmethod
+    def alive(producer: Producer) -> bool:
+        """Does its process live? The kernel's pid where we have it, else its claim."""
+        return pid_alive(producer.peer.pid or producer.pid)
+
     def may_write(self, ident: bytes) -> bool:
         """Might this producer still write the slots taken back from it (local)?"""
         return (producer := self.producers.get(ident)) is not None and self.local(producer)
@@ -181,22 +215,22 @@ class ProducerBook:
         producer.credits = min(producer.credits + max(0, n), self.max_credits)
 
     def allowances(self) -> tuple[dict[str, int], collections.Counter[str]]:
-        """Most grants each working account may hold together (the ring's slots but one,
-        split evenly between accounts, and at most the account's own limit), and how
-        many of its producers work. Producers that asked for nothing, or must say HELLO
-        again, do not count: a peer of 30 identities gets one account's allowance."""
+        """Most grants each working account may hold together (the look-ahead's rows split
+        evenly between accounts, and at most the account's own limit), and how many of
+        its producers work. Producers that asked for nothing, or must say HELLO again, do
+        not count: a peer of 30 identities gets one account's allowance."""
         working = collections.Counter(
             pr.peer.account
             for ident, pr in self.producers.items()
             if not pr.stalled and bool(pr.credits or self.slots.holding(ident))
         )
-        fair = (self.slots.n_slots - 1) // max(1, len(working))
+        fair = self.slots.capacity // max(1, len(working))
         return {a: max(1, min(fair, self.trust.limit(a))) for a in working}, working
 
-    def grant_round(self) -> dict[bytes, list[p.GrantEntry]]:
-        """What each producer is granted now, up to its credits, its part of its account's
-        allowance, and the account's; the producer served first rotates so none is always
-        last."""
+    def grant_round(self) -> dict[bytes, list[list[p.GrantEntry]]]:
+        """The runs each producer is granted now, up to its credits, its part of its
+        account's allowance, and the account's; the producer served first rotates so
+        none is always last."""
         order = list(self.producers)
         if not order:
             return {}
@@ -207,46 +241,51 @@ class ProducerBook:
             held[pr.peer.account] += self.slots.holding(ident)
         out = {}
         for ident in order[self.turn :] + order[: self.turn]:
-            account, grants = self.producers[ident].peer.account, []
-            if account not in allowance:
+            producer = self.producers[ident]
+            account, runs = producer.peer.account, []
+            if account not in allowance or producer.stalled:
                 continue
             own = min(self.max_credits, -(-allowance[account] // working[account]))
-            while (
-                self.slots.holding(ident) < own
-                and held[account] < allowance[account]
-                and (g := self.grant(ident, others=len(allowance) > 1))
-            ):
-                grants.append(g)
-                held[account] += 1
-            if grants:
-                out[ident] = grants
+            while True:
+                n = min(self.run_size, producer.credits, own - self.slots.holding(ident),
+                        allowance[account] - held[account])  # fmt: skip
+                run = self.grant(producer, n, others=len(allowance) > 1)
+                if not run:
+                    break
+                runs.append(run)
+                held[account] += len(run)
+            if runs:
+                out[ident] = runs
         return out
 
-    def grant(self, ident: bytes, others: bool = False) -> p.GrantEntry | None:
-        """One grant for this producer if its credits allow, or None. others: other
-        peers work too (see SlotManager.grant)."""
-        producer = self.producers.get(ident)
-        if producer is None or producer.credits <= 0 or producer.stalled:
-            return None
-        entry = self.slots.grant(ident, producer.index, producer.peer, others, self.local(producer))
-        if entry is not None:
-            producer.credits -= 1
-        return entry
+    def grant(self, producer: Producer, n: int, others: bool = False) -> list[p.GrantEntry]:
+        """A run of up to n places for this producer, as far as its credits allow, or []
+        (none, or it must say HELLO again first). others: other peers work too (see
+        Ledger.grant)."""
+        n = min(n, producer.credits)
+        if n <= 0 or producer.stalled:
+            return []
+        local = self.local(producer)
+        who = Grantee(producer.ident, producer.index, producer.peer,
+                      self.rows_for(producer), others, local, local)  # fmt: skip
+        run = self.slots.grant(who, n)
+        producer.credits -= len(run)
+        return run
 
-    def unsend(self, ident: bytes, slots: list[int]) -> None:
-        """A GRANT that could not be sent: its slots and positions come back at once,
+    def unsend(self, ident: bytes, places: list[int]) -> None:
+        """A GRANT that could not be sent: its places and positions come back at once,
         uncharged, and the producer keeps the credits (it never saw them)."""
         producer = self.producers.get(ident)
-        for k in slots:
+        for k in places:
             if producer is not None and self.slots.holds(ident, k):
-                self.slots.reclaim(k, fence=False, charged=False)
+                self.slots.take_back(k, fence=False, charged=False)
                 producer.credits += 1
 
     def reset(self, position: int) -> None:
         """A consumer starts the plan at `position`: grants in flight are void, and their
         producers get nothing until they say HELLO again with an empty queue."""
         may_write = lambda ident: ident in self.producers and not self.producers[ident].remote  # noqa: E731
-        for ident in self.slots.reset(position, may_write):
+        for ident in self.slots.restart(position, may_write):
             if ident in self.producers:
                 self.producers[ident].stalled = True
 
@@ -258,11 +297,11 @@ class ProducerBook:
         producer = self.producers.pop(ident, None)
         if producer is None:
             return
-        self.slots.reclaim_all(ident, fence=may_write, charge=charge, local=not producer.remote)
+        self.slots.take_back_all(ident, fence=may_write, charge=charge, local=not producer.remote)
         if may_write:
             self.zombies[ident] = producer
         else:
-            self.slots.unfence(ident)
+            self.slots.done_with(ident)
 
     def revoke(self, ident: bytes, charge: bool = True) -> None:
         """Take back every grant of a live producer that may still hold them queued (an
@@ -273,7 +312,7 @@ class ProducerBook:
         if producer is not None:
             producer.stalled = True
             fence = self.local(producer)
-            self.slots.reclaim_all(ident, fence, charge, local=not producer.remote)
+            self.slots.take_back_all(ident, fence, charge, local=not producer.remote)
 
     def expire(self) -> list[str]:
         """Leases are per grant: take back every grant older than lease_s, whatever its
@@ -297,12 +336,13 @@ class ProducerBook:
         self.zombies = {i: z for i, z in self.zombies.items() if self.slots.fences(i)}
         for ident, producer in list(self.producers.items()):
             silent_s = now - producer.last_seen
-            if self.local(producer) and not pid_alive(producer.pid):
+            if self.local(producer) and not self.alive(producer):
                 names.append(producer.name)
+                self.on_death(producer)
                 self.drop(ident)
             elif silent_s > FORGET_LEASES * self.lease_s and not self.slots.holding(ident):
                 # A lost host: forget it. A local one that may live keeps its fences.
-                alive = self.local(producer) and pid_alive(producer.pid)
+                alive = self.local(producer) and self.alive(producer)
                 self.drop(ident, may_write=alive, charge=False)
                 self.remember(ident, producer.name)
             elif expired := self.slots.expired(ident, now):
@@ -329,7 +369,7 @@ class ProducerBook:
         self.trust.expired_while_talking(peer.account, self.account_holding(peer.account))
         if producer.remote:
             for k in expired:
-                self.slots.reclaim(k, fence=False, charged=False)
+                self.slots.take_back(k, fence=False, charged=False)
         else:
             self.revoke(ident, charge=False)
 
@@ -366,10 +406,10 @@ class ProducerBook:
         self.trust.delivered(producer.peer)
 
     def reap_zombies(self) -> None:
-        """Free the fenced slots of dropped producers whose process has since died."""
+        """Free the fenced places of dropped producers whose process has since died."""
         for ident, producer in list(self.zombies.items()):
-            if not pid_alive(producer.pid):
-                self.slots.unfence(ident)
+            if not self.alive(producer):
+                self.slots.done_with(ident)
                 del self.zombies[ident]
 
     # ------------------------------------------------------------ stats

@@ -1,9 +1,9 @@
 """The stager's desk for producers: their messages in, their grants out.
 
 A part of the stager (consumer/stager/stager.py). One short handler per
-message kind, found in a table; READY goes to the intake. Decisions about
+message kind, found in a table; READY and SKIP go to the intake. Decisions about
 who may join and who pays for a grant taken back are the producer book's
-(consumer/stager/producer_book.py); slot changes are the slot manager's.
+(consumer/stager/producer_book.py); place changes are the slot ledger's.
 At the end, :meth:`ProducerDesk.shut_down` tells every producer to stop and
 collects their last counters. A HELLO whose config fingerprint is not the
 stager's is answered REFUSED with the keys that differ (shared/run/fingerprint.py):
@@ -24,10 +24,10 @@ from typing import Any
 from ringfeed.consumer.stager.control import ControlSockets, is_remote
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
+from ringfeed.consumer.stager.ledger import Ledger
 from ringfeed.consumer.stager.peer_log import PeerLog
 from ringfeed.consumer.stager.peers import PeerId, with_claims
 from ringfeed.consumer.stager.producer_book import ProducerBook
-from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.stager.state import Producer
 from ringfeed.shared.run.fingerprint import config_refusal
 from ringfeed.shared.run.process import POLL_S
@@ -55,7 +55,7 @@ class ProducerDesk:
     def __init__(
         self,
         book: ProducerBook,
-        slots: SlotManager,
+        slots: Ledger,
         intake: Intake,
         welcome: p.Welcome,
         net: ControlSockets,
@@ -146,11 +146,12 @@ class ProducerDesk:
     }
 
     def grant(self) -> None:
-        """Give each producer what its credits allow, in one GRANT message per producer."""
-        for ident, grants in self.book.grant_round().items():
-            if not self.net.reply(ident, p.Grant.of(grants)):
-                self.drop("unsent", f"GRANT of {len(grants)} slots: the peer is gone or full")
-                self.book.unsend(ident, [g.slot for g in grants])
+        """Give each producer what its credits allow, one GRANT message per run."""
+        for ident, runs in self.book.grant_round().items():
+            for run in runs:
+                if not self.net.reply(ident, p.Grant.of(run)):
+                    self.drop("unsent", f"GRANT of {len(run)} places: the peer is gone or full")
+                    self.book.unsend(ident, [self.slots.place_of(g) for g in run])
 
     def expire(self, lease_s: float) -> None:
         for name in self.book.expire():

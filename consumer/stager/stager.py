@@ -1,16 +1,19 @@
 """The stager: the data process (GPU:0 when features.device is stager).
 
-It owns both rings and the plan. Main loop: poll messages, expire leases,
-grant slots, move finished samples into batches, announce batches, publish
-stats, check stop. :func:`build` makes every part complete, each handed what
-it uses (consumer/stager/):
+It owns both rings (the batch ring, whose rows producers write in place, and the
+spare ring) and the plan. Main loop: poll messages, expire leases, grant runs,
+announce finished batches, publish stats, check stop. :func:`build` makes every
+part complete, each handed what it uses (consumer/stager/):
 
     Plan           which item at each position, in which batch, whose share (plan/)
+    Ledger         the one owner of place, position and batch-slot state; grants,
+                   fences, backups and audits (twins.py), batches in plan order
     ProducerBook   who the producers are; fair share; who pays for a lost grant
-    SlotManager    the one writer of slot state; grants, fences, plan order
     ProducerDesk   producer messages in (one handler per kind), GRANTs out
-    Intake         READY checks, and the checked copy into a batch (seqlock)
-    Delivery       batches built and announced; skips into quarantine.jsonl
+    Intake         READY and SKIP checks, a remote producer's rows copied in, audits
+    Assembly       a finished batch's rows checked (seqlock, checksum, content),
+                   closed up and completed with the stager's own columns
+    Delivery       batches announced; skips into quarantine.jsonl
     OutlierReport  data.outliers: out-of-band clips skipped or listed (outliers.jsonl)
     ConsumerSide   the one authenticated consumer and its messages
 
@@ -38,13 +41,14 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.consumer.devices import GpuProbe, stager_mel_fn
+from ringfeed.consumer.stager.assembly import Assembly
 from ringfeed.consumer.stager.audits import AuditPolicy
-from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.consumer_side import ConsumerGone, ConsumerSide
 from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
+from ringfeed.consumer.stager.ledger import Ledger
 from ringfeed.consumer.stager.outliers import OutlierReport, earlier_skips, out_of_band_clips
 from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
@@ -53,7 +57,6 @@ from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter, run_quarantine
 from ringfeed.consumer.stager.run_clock import RunClock
-from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.environment import (
     Endpoints,
@@ -65,6 +68,7 @@ from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.disk import DiskFull, disk_error, is_full
+from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slot_bytes
 from ringfeed.shared.memory.segments import remove_stale_segments
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
@@ -81,6 +85,7 @@ from ringfeed.shared.run.run_secret import write_consumer_secret, write_run_reco
 from ringfeed.shared.run.share import ONE_WORKER, Share
 from ringfeed.shared.run.stats_record import RunStats, StagerStats
 from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.wire.bounds import MAX_READY_PAYLOAD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +102,14 @@ class Stager:
     stop: StopFlag
     index: CorpusIndex
     plan: Plan
-    samples: Ring
+    spares: Ring
     batches: Ring
     quarantine: QuarantineWriter
     net: ControlSockets
     drop: Drops
-    slots: SlotManager
+    slots: Ledger
     book: ProducerBook
-    builder: BatchBuilder
+    assembly: Assembly
     intake: Intake
     delivery: Delivery
     producers: ProducerDesk
@@ -172,7 +177,7 @@ class Stager:
             lease_s=self.cfg.ring.lease_s,
         )
         return StagerStats.compose(
-            run, self.slots.stats(), self.book.stats(), self.builder.stats(),
+            run, self.slots.stats(), self.book.stats(), self.assembly.stats(),
             self.delivery.stats(), self.consumer.stats(), self.producers.stats(),
             self.net.stats(), self.drop.stats(), self.outliers.stats(),
         )  # fmt: skip
@@ -196,15 +201,16 @@ class Stager:
 
 
 def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitStack):
-    """Create the sample and batch rings, each unlinked at cleanup however the run ends;
-    the slot manager's view of the headers is swapped for a copy first (no view of a
-    ring outlives its map)."""
+    """Create the spare ring and the batch ring (a record per row), each unlinked at
+    cleanup however the run ends; the ledger's view of the records is swapped for a
+    copy first (no view of a ring outlives its map)."""
     rings = []
-    for kind, fields, n_slots in (
-        ("samples", cfg.sample_fields(), cfg.ring.slots),
-        ("batches", cfg.batch_ring_fields(), cfg.stager.batch_slots),
+    for kind, fields, n_slots, rows in (
+        ("spares", cfg.sample_fields(), cfg.spare_slots, 0),
+        ("batches", cfg.batch_ring_fields(), cfg.batch_ring_slots, cfg.max_batch_rows),
     ):
-        ring = Ring.create(segment_name(run_id, kind), fields, n_slots, run_id, kind, stats)
+        ring = Ring.create(segment_name(run_id, kind), fields, n_slots, run_id, kind, stats,
+                           rows)  # fmt: skip
         cleanup.callback(ring.unlink)
         cleanup.callback(ring.close)
         rings.append(ring)
@@ -253,42 +259,50 @@ def build(
     log.info("id tables: %d speakers, %d languages (%s)", len(tables.speakers),
              len(tables.languages), directory / IDS_FILE)  # fmt: skip
     ends = endpoints(cfg, run_id)
-    samples, batches = open_rings(cfg, run_id, ends.stats, cleanup)
+    spares, batches = open_rings(cfg, run_id, ends.stats, cleanup)
     plan = make_plan(cfg, index, directory, stop, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
-    slots = slot_manager(cfg, plan, samples, cleanup)
+    slots = slot_ledger(cfg, plan, spares, batches, cleanup)
     outliers = outlier_report(cfg, index, directory, stop, slots, cleanup)
     drop = Drops()
     book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
-                        cfg.ring.max_strikes, cfg.ring.max_producers_per_peer)  # fmt: skip
-    builder = BatchBuilder(cfg, batches, stager_mel_fn(cfg), tables.item_ids(index))
-    intake = Intake(samples, slots, book, builder, plan, cfg.features.hop_length, cfg.vocab_size,
-                    drop, AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
-                    outliers.delivered)  # fmt: skip
-    cleanup.callback(intake.forget_views)
-    net = control_sockets(cfg, ends, samples, drop, book, cleanup)
-    delivery = Delivery(plan, slots, builder, intake, quarantine, index, net)
+                        cfg.ring.max_strikes, cfg.ring.max_producers_per_peer,
+                        cfg.features.device == "producer")  # fmt: skip
+    places = Places(batches, spares, cfg.schema)
+    assembly = Assembly(cfg, places, slots, drop, stager_mel_fn(cfg),
+                        tables.item_ids(index), outliers.delivered)  # fmt: skip
+    cleanup.callback(assembly.forget)  # and the places' views: before the rings unmap
+    intake = Intake(places, slots, book, cfg.schema, drop,
+                    AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
+                    cfg.vocab_size)  # fmt: skip
+    book.on_death = intake.salvage
+    net = control_sockets(cfg, ends, spares, drop, book, cleanup)
+    delivery = Delivery(plan, slots, assembly, quarantine, index, net)
     fingerprint = dict(plan.fingerprint)
     settle = functools.partial(settle_earlier, cfg, quarantine, index, slots)
     desk = ProducerDesk(book, slots, intake,
-                        p.Welcome(run_id, samples.name, index.n_items, fingerprint),
+                        p.Welcome(run_id, batches.name, index.n_items, fingerprint, spares.name),
                         net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)),
                         settle)  # fmt: skip
     consumer = ConsumerSide(plan, write_consumer_secret(directory),
                             p.Welcome(run_id, batches.name, index.n_items, fingerprint),
-                            book, delivery, builder, net, drop)  # fmt: skip
-    log.info("stager ready: %s (%d x %.2f MiB slots), control %s", samples.name,
-             cfg.ring.slots, slot_bytes(samples.fields) / 2**20, ends.control)  # fmt: skip
-    return Stager(cfg, run_id, stop, index, plan, samples, batches, quarantine, net, drop,
-                  slots, book, builder, intake, delivery, desk, consumer, outliers,
+                            book, delivery, slots, net, drop)  # fmt: skip
+    log.info("stager ready: %s (%d batch slots of %.2f MiB, %d batches ahead), %s (%d spare "
+             "places), control %s", batches.name, cfg.batch_ring_slots,
+             slot_bytes(batches.fields) / 2**20, cfg.lookahead_batches, spares.name,
+             cfg.spare_slots, ends.control)  # fmt: skip
+    return Stager(cfg, run_id, stop, index, plan, spares, batches, quarantine, net, drop,
+                  slots, book, assembly, intake, delivery, desk, consumer, outliers,
                   GpuProbe(cfg), time.monotonic())  # fmt: skip
 
 
-def control_sockets(cfg: Config, ends: Endpoints, samples: Ring, drop: Drops, book: ProducerBook,
+def control_sockets(cfg: Config, ends: Endpoints, spares: Ring, drop: Drops, book: ProducerBook,
                     cleanup: contextlib.ExitStack) -> ControlSockets:  # fmt: skip
-    """The stager's sockets, bound: a remote frame at most a slot's largest field; what
-    does not decode is charged to its sender, and a banned remote peer is read no more."""
-    largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in samples.fields.values())
+    """The stager's sockets, bound: a remote frame at most a sample's largest field, or a
+    remote READY's payload (shared/wire/bounds.py MAX_READY_PAYLOAD_BYTES); what does not
+    decode is charged to its sender, and a banned remote peer is read no more."""
+    largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in spares.fields.values())
+    largest = max(largest, MAX_READY_PAYLOAD_BYTES)
     muted = functools.partial(drop, "banned-peer")  # a banned peer's message, unread
     net = ControlSockets(cfg, ends, functools.partial(undecodable, drop, book), largest, muted)
     net.bans = book.trust.banned
@@ -305,7 +319,7 @@ def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: P
 
 
 def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
-                   slots: SlotManager, cleanup: contextlib.ExitStack) -> OutlierReport:  # fmt: skip
+                   slots: Ledger, cleanup: contextlib.ExitStack) -> OutlierReport:  # fmt: skip
     """data.outliers at start: the report (closed at cleanup), and the clips outside their
     speaking-rate band skipped before any grant or listed (consumer/stager/outliers.py)."""
     report = OutlierReport(cfg, directory, index)
@@ -314,20 +328,23 @@ def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, stop: StopF
     return report
 
 
-def slot_manager(cfg: Config, plan: Plan, samples: Ring,
-                 cleanup: contextlib.ExitStack) -> SlotManager:  # fmt: skip
-    """The slot manager, writing into the sample ring's headers until cleanup swaps in a
-    copy (before the ring is unmapped)."""
-    slots = SlotManager(plan, cfg.ring.slots, cfg.ring.lease_s, cfg.ring.max_item_attempts,
-                        cfg.stager.deterministic, clock=RunClock(cfg.ring.lease_s),
-                        started=lambda k: started(samples, slots, k),
-                        headers=samples.slots)  # fmt: skip
-    cleanup.callback(lambda: slots.attach_headers(slots.headers.copy()))
+def slot_ledger(cfg: Config, plan: Plan, spares: Ring, batches: Ring,
+                cleanup: contextlib.ExitStack) -> Ledger:  # fmt: skip
+    """The slot ledger, writing into the rings' records until cleanup swaps in copies
+    (before the rings are unmapped)."""
+    s, f = cfg.stager, cfg.features
+    slots = Ledger(plan, cfg.batch_ring_slots, cfg.max_batch_rows, cfg.spare_slots,
+                   cfg.lookahead_batches, s.batch_size, cfg.ring.lease_s,
+                   cfg.ring.max_item_attempts, s.deterministic, RunClock(cfg.ring.lease_s),
+                   (s.batch_size, f.max_frames, cfg.text.max_text_len),
+                   cfg.grants_in_flight, s.batch_slots + 2)  # fmt: skip
+    slots.attach_records(batches.rows, spares.slots, batches.slots)
+    cleanup.callback(lambda: slots.attach_records(*(r.copy() for r in slots.all_records())))
     return slots
 
 
 def settle_earlier(cfg: Config, quarantine: QuarantineWriter, index: CorpusIndex,
-                   slots: SlotManager, causes: dict[str, str]) -> None:  # fmt: skip
+                   slots: Ledger, causes: dict[str, str]) -> None:  # fmt: skip
     """When the first producer of this start joins (causes: its HELLO's), before any
     grant: items quarantined earlier in this run (a restarted stager, a resumed run)
     for a cause that still holds are skipped without a try, as part of where a resumed
@@ -342,13 +359,6 @@ def settle_earlier(cfg: Config, quarantine: QuarantineWriter, index: CorpusIndex
     if retried:
         log.info("%d items quarantined earlier in this run are tried again, their cause "
                  "changed: %s", retried.total(), dict(retried))  # fmt: skip
-
-
-def started(samples: Ring, slots: SlotManager, k: int) -> bool:
-    """Was the local producer holding slot k in the middle of its current grant: begun,
-    not sealed? (A sealed one whose READY had not left yet did not fail.)"""
-    h, generation = samples.slots[k], slots.slots[k].generation
-    return int(h["writing_generation"]) == generation != int(h["sealed_generation"])
 
 
 def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:

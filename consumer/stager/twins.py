@@ -1,13 +1,13 @@
 """Second grants of one plan position: backups of a position that holds the plan back,
 and audits of what a remote producer says about an item.
 
-A part of the slot manager (consumer/stager/slot_manager.py), which makes the slot
-changes; these are the records and the rules. A position has at most two grants out
-(a twin); whichever way it ends, it finishes once and leaves the plan order once
-(docs/design.md#contract-3).
+A part of the slot ledger (consumer/stager/ledger.py), which makes the place changes;
+these are the records and the rules. A position has at most two grants out (a twin),
+the second always into a spare place; whichever way it ends, it finishes once and
+leaves in one batch (docs/design.md#contract-3).
 
 Backups. In a deterministic plan the oldest open position holds every later one back:
-grants stop ``ring.slots - 1`` positions past it. A peer that holds it without
+grants stop at the end of the look-ahead past it. A peer that holds it without
 answering (30 mute identities) or answers just inside its lease (a slow walker) once
 cut honest delivery to 0.08 and 0.07 of its pace (issue 35). So when grants stop and
 the oldest open position has been out BACKUP_FACTOR times the recent median time from
@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.state import Event
 from ringfeed.shared.memory.ring import SlotState
+from ringfeed.shared.wire import protocol as p
 
-if TYPE_CHECKING:  # the slot manager makes its TwinSlots: no import at run time
-    from ringfeed.consumer.stager.slot_manager import SlotManager
+if TYPE_CHECKING:  # the ledger makes its TwinSlots: no import at run time
+    from ringfeed.consumer.stager.ledger import Ledger
+    from ringfeed.consumer.stager.state import Finished, Position
 
 BACKUP = "backup"
 AUDIT = "audit"
@@ -67,9 +68,9 @@ class Skipped:
 
 @dataclass
 class Twin:
-    """The two grants of one position. first: the slot of the grant that came first (a
+    """The two grants of one position. first: the place of the grant that came first (a
     backup: the holder's; an audit: the remote READY's, or -1 for a held SKIP); second:
-    the other grant's slot, -1 while an audit waits for a local producer."""
+    the other grant's place (a spare), -1 while an audit waits for a local producer."""
 
     kind: str
     first: int
@@ -79,6 +80,7 @@ class Twin:
     peer: PeerId | None = None
     name: str = ""
     skipped: Skipped | None = None
+    entry: p.ReadyEntry | None = None  # an audit: the remote READY's, its rows at first
 
     def other(self, slot: int) -> int:
         return self.second if slot == self.first else self.first
@@ -162,15 +164,15 @@ class BeatenGrants:
 
 
 class TwinSlots:
-    """The twins of one slot manager (``m``): when a second grant is due, and how a twin
-    ends. Slot changes go through the manager's take_slot, free_slot and answered."""
+    """The twins of one ledger (``m``): when a second grant is due, and how a twin ends.
+    Place changes go through the ledger's own methods."""
 
-    def __init__(self, m: SlotManager) -> None:
+    def __init__(self, m: Ledger) -> None:
         self.m = m
-        self.by_position: dict[int, Twin] = {}
+        self.twinned: dict[int, Position] = {}  # position -> its Position, while a twin
         self.service = ServiceTimes()
         self.beaten = BeatenGrants()
-        # Set by the producer book: may this producer still write its slots (local,
+        # Set by the producer book: may this producer still write its places (local,
         # alive)? and who is told that a backup beat a grant of this producer.
         self.may_write: Callable[[bytes], bool] = lambda ident: False
         self.on_beaten: Callable[[bytes, PeerId | None], None] = lambda ident, peer: None
@@ -178,26 +180,44 @@ class TwinSlots:
         self.slowed: Callable[[PeerId], bool] = lambda peer: False
 
     def reset(self) -> None:
-        self.by_position.clear()
+        for pos in self.twinned.values():
+            pos.twin = None
+        self.twinned.clear()
         self.beaten.clear()
 
+    def _twin(self, pos: Position, twin: Twin) -> None:
+        pos.twin = twin
+        self.twinned[pos.position] = pos
+
+    def _untwin(self, pos: Position) -> Twin | None:
+        twin, pos.twin = pos.twin, None
+        self.twinned.pop(pos.position, None)
+        return twin
+
     # ------------------------------------------------------------ second grants
-    def backup_due(self, peer: PeerId | None) -> int | None:
+    def oldest_open(self) -> Position | None:
+        """The first unfinished position of the oldest batch being filled."""
+        if not self.m.window:
+            return None
+        for pos in self.m.window[0].positions:
+            if pos.done is None:
+                return pos
+        return None
+
+    def backup_due(self, peer: PeerId | None) -> Position | None:
         """The oldest open position, if its one grant has been out long enough to be
         backed up, and at another account than `peer`'s; it becomes a twin."""
-        m = self.m
-        position = m.order.cursor
-        k = m.granted_at.get(position)
-        if k is None or position in self.by_position:
+        m, pos = self.m, self.oldest_open()
+        if pos is None or pos.twin is not None or len(pos.grants) != 1:
             return None
-        holder = m.slots[k]
+        holder = m.places[pos.grants[0]]
         if peer is None or holder.peer is None or holder.peer.account == peer.account:
             return None
         if m.clock() - holder.t_granted < self.wait_s(holder.peer):
             return None
-        self.by_position[position] = Twin(BACKUP, k)
+        self._twin(pos, Twin(BACKUP, pos.grants[0]))
         m.count("backups")
-        return position
+        return pos
 
     def wait_s(self, peer: PeerId | None) -> float:
         """How long a grant of this peer may hold the plan back before a backup: as the
@@ -207,26 +227,34 @@ class TwinSlots:
             return BACKUP_MIN_S
         return self.service.backup_after(self.m.lease_s)
 
-    def audit_due(self) -> int | None:
+    def audit_due(self) -> Position | None:
         """A position whose audit waits for a local producer, or None."""
-        for position, twin in self.by_position.items():
-            if twin.kind == AUDIT and twin.second < 0:
-                return position
+        for pos in self.twinned.values():
+            if pos.twin is not None and pos.twin.kind == AUDIT and pos.twin.second < 0:
+                return pos
         return None
 
-    def granted(self, position: int, slot: int) -> None:
-        self.by_position[position].second = slot
+    def granted(self, pos: Position, place: int) -> None:
+        if pos.twin is not None:
+            pos.twin.second = place
+
+    def no_place(self, pos: Position) -> None:
+        """A second grant was due but no spare place is free: a backup is called off (it
+        is due again later); an audit waits on."""
+        if pos.twin is not None and pos.twin.kind == BACKUP:
+            self._untwin(pos)
 
     # ------------------------------------------------------------ how twins end
-    def end(self, position: int, winner: int) -> None:
+    def end(self, pos: Position, winner: int) -> None:
         """`winner` answered first: a backup's other grant is beaten (taken back)."""
-        twin = self.by_position.pop(position, None)
-        if twin is None:
+        twin = pos.twin
+        if twin is None or twin.kind != BACKUP:
             return
-        if twin.kind == BACKUP and winner == twin.second:
+        self._untwin(pos)
+        if winner == twin.second:
             self.m.count("backups_won")
         other = twin.other(winner)
-        if other >= 0 and self.m.slots[other].state == SlotState.GRANTED:
+        if other >= 0 and self.m.places[other].state == SlotState.GRANTED:
             self.beat(other)
 
     def beat(self, k: int) -> None:
@@ -234,27 +262,24 @@ class TwinSlots:
         out as long as a backup waits (they would hold the plan back in turn), those
         uncharged and granted again elsewhere: fenced against a local producer until it
         answers late or dies; its late answers are stale; its peer is told."""
-        m, slot = self.m, self.m.slots[k]
-        ident, peer = slot.producer, slot.peer
+        m, place = self.m, self.m.places[k]
+        ident, peer = place.holder, place.peer
         assert ident is not None
-        self.beaten.add(ident, k, slot.generation, Beaten(slot.t_granted, peer))
-        m.order.untwin(slot.item)
-        m.take_slot(k, fence=self.may_write(ident))
+        self.beaten.add(ident, k, place.generation, Beaten(place.t_granted, peer))
+        m.take_back(k, fence=self.may_write(ident), charged=False)
         due = m.clock() - self.wait_s(peer)
         for j in list(m.held.get(ident, ())):
-            s = m.slots[j]
-            if s.t_granted <= due and s.position not in self.by_position:
-                self.beaten.add(ident, j, s.generation, Beaten(s.t_granted, peer))
-                m.reclaim(j, fence=self.may_write(ident), charged=False)
+            other = m.places[j]
+            pos = m.by_position.get(other.position)
+            if other.t_granted <= due and (pos is None or pos.twin is None):
+                self.beaten.add(ident, j, other.generation, Beaten(other.t_granted, peer))
+                m.take_back(j, fence=self.may_write(ident), charged=False)
         self.on_beaten(ident, peer)
 
-    def late(self, ident: bytes, slot: int, generation: int) -> bool:
+    def late(self, ident: bytes, place: int, generation: int) -> bool:
         """A stale READY or SKIP came from this producer: True if a backup beat that
-        grant; its producer is done with the slot, free again if still fenced for it."""
-        if not self.beaten.answered(ident, slot, generation):
-            return False
-        self._unfence(ident, slot, generation)
-        return True
+        grant."""
+        return self.beaten.answered(ident, place, generation)
 
     def passed(self, ident: bytes, t_granted: float) -> None:
         """A local producer answered its grant made at t_granted. It works its grants in
@@ -265,93 +290,93 @@ class TwinSlots:
         struck, for grants it gave up as told)."""
         if ident not in self.beaten.of or not self.may_write(ident):
             return
-        for slot, generation in self.beaten.passed(ident, t_granted):
-            self._unfence(ident, slot, generation)
+        for place, generation in self.beaten.passed(ident, t_granted):
+            self.m.beaten_answer(ident, place, generation)
 
-    def _unfence(self, ident: bytes, slot: int, generation: int) -> None:
-        """The producer is done with its beaten grant of slot: free if still fenced for it."""
-        m = self.m
-        if slot in m.fenced.get(ident, ()) and m.slots[slot].generation == generation + 1:
-            m.fenced[ident].discard(slot)
-            m.free_slot(slot)
-
-    def split(self, position: int, k: int, item: int) -> bool:
+    def split(self, pos: Position, k: int) -> bool:
         """Grant k came back unfinished: if it was one of a twin, the position goes on with
         the other grant (a backup), or its audit waits for a local producer again; True
         then (nothing goes back to the plan)."""
-        twin = self.by_position.get(position)
+        twin = pos.twin
         if twin is None or k not in (twin.first, twin.second):
             return False
-        self.m.order.untwin(item)
         if twin.kind == AUDIT:
             twin.second, twin.since = -1, self.m.clock()
             return True
-        del self.by_position[position]
-        other = twin.other(k)
-        if self.m.slots[other].state == SlotState.GRANTED:
-            self.m.granted_at[position] = other
-        return True
+        self._untwin(pos)
+        return bool(pos.grants)
 
     # ------------------------------------------------------------ audits (audits.py)
-    def hold(self, ident: bytes, slot: int, generation: int, item: int, name: str,
-             skipped: Skipped | None = None) -> bool:  # fmt: skip
-        """A remote producer's READY (rows waiting in the slot) or SKIP (`skipped`), held
-        for an audit: its position is unfinished until a local producer answers."""
-        m = self.m
-        if not m.answered(ident, slot, generation, item):
-            return False
-        position, peer = m.slots[slot].position, m.slots[slot].peer
+    def hold(
+        self,
+        pos: Position,
+        place: int,
+        ident: bytes,
+        peer: PeerId | None,
+        name: str,
+        skipped: Skipped | None = None,
+        entry: p.ReadyEntry | None = None,
+    ) -> None:
+        """A remote producer's READY (rows waiting at `place`, answered already) or SKIP
+        (`skipped`), held for an audit: its position is unfinished until a local
+        producer answers."""
         if skipped is not None:
-            m.free_slot(slot)
-        self.end(position, slot)
-        first = slot if skipped is None else -1
-        self.by_position[position] = Twin(AUDIT, first, -1, m.clock(), ident, peer, name, skipped)
-        return True
+            self.m.free_place(place)
+        self.end(pos, place)
+        first = place if skipped is None else -1
+        twin = Twin(AUDIT, first, -1, self.m.clock(), ident, peer, name, skipped, entry)
+        self._twin(pos, twin)
 
-    def audit_of(self, slot: int) -> Twin | None:
-        """The audit whose second grant `slot` is (its answer goes to the intake)."""
-        twin = self.by_position.get(self.m.slots[slot].position)
-        return twin if twin is not None and twin.kind == AUDIT and twin.second == slot else None
+    def audit_of(self, place: int) -> tuple[Position, Twin] | None:
+        """The audit whose second grant `place` is (its answer goes to the intake)."""
+        pos = self.m.by_position.get(self.m.places[place].position)
+        twin = pos.twin if pos is not None else None
+        if twin is None or twin.kind != AUDIT or twin.second != place:
+            return None
+        return pos, twin
 
-    def settle(self, event: Event) -> None:
-        """An audit ends with `event` (a sample in event.slot, or a skip): the twin's other
-        slot is freed, the position finishes."""
-        m = self.m
-        twin = self.by_position.pop(event.position)
+    def settle(self, pos: Position, how: Finished) -> None:
+        """An audit ends with `how` (a sample at how.place, or a skip): the twin's other
+        place is freed, the position finishes."""
+        twin = self._untwin(pos)
+        assert twin is not None
         for k in (twin.first, twin.second):
-            if k >= 0 and k != event.slot and m.slots[k].state != SlotState.FREE:
-                m.free_slot(k)
-        if twin.second >= 0:
-            m.order.untwin(event.item)
-        if event.kind == "skip":
-            m.known_bad[event.item] = (event.reason, event.stage)
-        m.order.finish(event)
+            if k >= 0 and k != how.place and self.m.places[k].state != SlotState.FREE:
+                self.m.free_place(k)
+        if how.kind == "skip":
+            self.m.known_bad[how.item] = (how.reason, how.stage)
+        self.m.finish(pos, how)
 
-    def overdue(self, now: float, wait_s: float, not_before: float) -> list[tuple[int, Twin]]:
+    def overdue(self, now: float, wait_s: float, not_before: float) -> list[Position]:
         """Audits that found no local producer for wait_s (counted from not_before at the
-        earliest: when the first one joined): (position, twin), left for the intake."""
-        return [(position, twin) for position, twin in self.by_position.items()
-                if twin.kind == AUDIT and twin.second < 0
-                and now - max(twin.since, not_before) > wait_s]  # fmt: skip
+        earliest: when the first one joined), left for the intake."""
+        return [
+            pos
+            for pos in self.twinned.values()
+            if pos.twin is not None
+            and pos.twin.kind == AUDIT
+            and pos.twin.second < 0
+            and now - max(pos.twin.since, not_before) > wait_s
+        ]
 
-    def retry(self, position: int) -> None:
+    def retry(self, pos: Position) -> None:
         """A held SKIP nobody checked: the position is granted again, uncharged, to a peer
         of another account if one works."""
-        twin = self.by_position.pop(position)
-        account = twin.peer.account if twin.peer is not None else ""
-        self.m.order.taken_back(position, self.m.plan.item_at(position), False,
-                                self.m.max_attempts, account)  # fmt: skip
+        twin = self._untwin(pos)
+        account = twin.peer.account if twin is not None and twin.peer is not None else ""
+        self.m.again(pos, False, account)
 
-    def unfinish(self, ban: str) -> list[int]:
+    def unfinish(self, ban: str) -> int:
         """A peer was caught lying: its samples still waiting to leave are granted again,
-        uncharged; returns their slots (freed)."""
-        out, m = [], self.m
-        for k, s in enumerate(m.slots):
-            if s.state != SlotState.READY or s.peer is None or s.peer.ban != ban:
-                continue
-            if s.position in self.by_position:
-                continue
-            if m.order.unfinish(s.position, s.item, s.peer.account):
-                m.free_slot(k)
-                out.append(k)
-        return out
+        uncharged; returns how many."""
+        n = 0
+        for batch in self.m.window:
+            for pos in batch.positions:
+                how = pos.done
+                if how is None or how.kind != "sample" or pos.twin is not None:
+                    continue
+                if how.peer is None or how.peer.ban != ban:
+                    continue
+                self.m.retry(pos)
+                n += 1
+        return n

@@ -17,7 +17,7 @@ The rules, in order (the first that holds names the stage)::
     the trainer's last step report is stale and batches wait for it   trainer (stuck)
     trainer waits < 10 % of its step, or the batch ring is full       trainer
       (advice fits the stager's host, stats "gpus": none, one, several)
-    sample ring mostly READY, yet the batch ring is empty             stager
+    places mostly READY, yet the batch ring is empty                  stager
       (unless an older grant blocks them: deterministic order)        producers
     otherwise (slots FREE/GRANTED, trainer waiting)                   producers
 
@@ -56,7 +56,7 @@ TRAINER_STALE_STEPS = 3
 TRAINER_STALE_MIN_S = 2.0
 # Below this data-wait fraction of a step, the GPU is the limit (the goal).
 WAIT_LOW = 0.10
-# A sample ring at least this READY is waiting for the stager, not for producers.
+# Places (rows being filled, spares) at least this READY wait for the stager, not producers.
 READY_HIGH = 0.5
 
 
@@ -187,7 +187,7 @@ def _not_running(snap: InspectorSnapshot, stats: StagerStats, ring_line: str) ->
 def _ready_but_no_batch(
     snap: InspectorSnapshot, stats: StagerStats, n_slots: int, ring_line: str, wait_line: str | None
 ) -> Diagnosis:
-    """Most sample slots READY and no batch: a slow item holds the order, or the stager."""
+    """Most places READY and no batch: a slow item holds the order, or the stager."""
     ready = snap.ring.count("READY")
     oldest_grant, oldest_ready = snap.ring.oldest_grant_s, snap.ring.oldest_ready_s
     if oldest_grant is not None and oldest_ready is not None and oldest_grant > oldest_ready:
@@ -195,7 +195,7 @@ def _ready_but_no_batch(
         return Diagnosis(
             "producers",
             [
-                f"{ready} READY slots wait behind a grant {oldest_grant:.1f} s old "
+                f"{ready} READY places wait behind a grant {oldest_grant:.1f} s old "
                 "(deterministic order): one slow item or producer",
                 *evidence,
                 ring_line,
@@ -204,9 +204,9 @@ def _ready_but_no_batch(
         )
     return Diagnosis(
         "stager",
-        [f"{ready}/{n_slots} sample slots READY but the batch ring is empty"]
+        [f"{ready}/{n_slots} places READY but the batch ring is empty"]
         + ([wait_line] if wait_line else []),
-        "the stager copies samples into batches too slowly: give it a core of its own"
+        "the stager checks and sends batches too slowly: give it a core of its own"
         + _stager_mel_advice(stats),
     )
 
@@ -244,7 +244,7 @@ def diagnose(snap: InspectorSnapshot) -> Diagnosis:
     ready = ring.count("READY")
     batch_ready, batch_slots = ring.batch_ready, ring.batch_slots
     ring_line = (
-        f"sample ring {ready}/{n_slots} READY, {ring.count('GRANTED')} GRANTED, "
+        f"places {ready}/{n_slots} READY, {ring.count('GRANTED')} GRANTED, "
         f"{ring.count('FREE')} FREE; batch ring {batch_ready}/{batch_slots} ready"
     )
     if stats is None:

@@ -67,13 +67,24 @@ STATE_CHARS = {
     SlotState.READY: "R",
     SlotState.FENCED: "F",
 }
+# The places line fits a screen: past this many places, a character stands for several,
+# showing the state of theirs that says most (fenced, writing, granted, ready, free).
+BAR_WIDTH = 96
+BAR_RANK = (SlotState.FREE, SlotState.READY, SlotState.GRANTED, SlotState.WRITING, SlotState.FENCED)
+
+
+def state_bar(states: list[SlotState], width: int = BAR_WIDTH) -> str:
+    """One character per place, or per group of ceil(n / width) places beyond width."""
+    per = max(1, -(-len(states) // width))
+    groups = (states[k : k + per] for k in range(0, len(states), per))
+    return "".join(STATE_CHARS[max(g, key=BAR_RANK.index)] for g in groups)
 
 
 def newest_run_id() -> str | None:
-    """The run id of the newest sample ring in /dev/shm whose stager is alive, or None."""
+    """The run id of the newest spare ring in /dev/shm whose stager is alive, or None."""
     best: tuple[float, str] | None = None
     for path in list_segments():
-        if not path.name.endswith("-samples"):
+        if not path.name.endswith("-spares"):
             continue
         header = read_header(path)  # None: not a ring, or unlinked: that run just ended
         if header is None or not pid_alive(int(header["owner_pid"])):
@@ -100,16 +111,16 @@ class Inspector:
 
     def __init__(self, run_id: str, config_path: str | None = None) -> None:
         self.run_id = run_id
-        self.samples = Ring.attach(segment_name(run_id, "samples"), writable=False)
+        self.spares = Ring.attach(segment_name(run_id, "spares"), writable=False)
         try:
             self.batches: Ring | None = Ring.attach(segment_name(run_id, "batches"), writable=False)
         except RingError:
-            self.batches = None  # the stager creates it just after the sample ring
+            self.batches = None  # the stager creates it just after the spare ring
         self.lease_s = _lease_s(run_id, config_path)
         self.ctx = zmq.Context()
         self.sub = make_socket(self.ctx, zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(self.samples.stats_endpoint)
+        self.sub.connect(self.spares.stats_endpoint)
         self.stats: StagerStats | None = None
         self.stats_at = 0.0  # time.time() when the last stats message arrived
         # (stager uptime_s, {producer: samples}, delivered) of recent stats, for rates.
@@ -117,7 +128,7 @@ class Inspector:
 
     def alive(self) -> bool:
         """False once the stager unlinked the ring (run ended) or died."""
-        return (SHM_DIR / self.samples.name).exists() and pid_alive(self.samples.owner_pid)
+        return (SHM_DIR / self.spares.name).exists() and pid_alive(self.spares.owner_pid)
 
     def poll_stats(self, timeout_s: float = 0.0) -> bool:
         """Take every waiting Stats message (waiting up to timeout_s for one); True if any."""
@@ -187,8 +198,20 @@ class Inspector:
             return None
         return int(self.batches.fields["items"][0][0])
 
+    def places(self) -> np.ndarray:
+        """The records of the places in use (one copy: a consistent-enough picture): the
+        rows of the batches being filled (and of slots fenced for a stale writer), then
+        the spare ring's slots (shared/memory/places.py)."""
+        records = [np.array(self.spares.slots)]
+        if self.batches is not None:
+            states = np.array(self.batches.slots["state"])
+            rows = np.array(self.batches.rows).reshape(len(states), -1)
+            filling = (states == BatchState.FILLING) | (states == BatchState.FENCED)
+            records.insert(0, rows[filling].reshape(-1))
+        return np.concatenate(records)
+
     def _ring_view(self, now: float) -> RingView:
-        slots = np.array(self.samples.slots)  # one copy: a consistent-enough picture
+        slots = self.places()
         per_slot, counts = [], {s.name: 0 for s in SlotState}
         oldest_grant = oldest_ready = None
         grants_by_producer: dict[str, int] = {}
@@ -214,7 +237,7 @@ class Inspector:
         return RingView(
             n_slots=len(slots),
             slots=counts,
-            slot_bar="".join(STATE_CHARS[s] for s in shown),
+            slot_bar=state_bar(shown),
             per_slot=tuple(per_slot),
             oldest_grant_s=_rounded(oldest_grant),
             oldest_ready_s=_rounded(oldest_ready),
@@ -227,7 +250,7 @@ class Inspector:
         """Close the socket and unmap; idempotent, never unlinks (we do not own the rings)."""
         self.sub.close()
         self.ctx.term()
-        for ring in (self.samples, self.batches):
+        for ring in (self.spares, self.batches):
             if ring is not None:
                 ring.close()
 

@@ -53,7 +53,7 @@ def _ring_lines(snap: InspectorSnapshot) -> list[str]:
         f"{BOLD}>> {d.stage.upper()}: {'; '.join(d.evidence[:2])}{RESET}",
         f"   advice: {d.advice}",
         "",
-        f"samples [{ring.slot_bar}]  "
+        f"places  [{ring.slot_bar}]  "
         + " ".join(f"{k}={v}" for k, v in ring.slots.items() if v)
         + f"  oldest grant {_fmt(ring.oldest_grant_s, '.1f')} s",
         f"batches [{'B' * ring.batch_ready}{'.' * (ring.batch_slots - ring.batch_ready)}]"

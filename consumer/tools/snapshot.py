@@ -27,8 +27,9 @@ NO_STATS_NOTE = "no stats received: ring data only (is the stager publishing?)"
 
 @dataclass(frozen=True)
 class SlotView:
-    """One sample slot as its header shows it: state a SlotState name, age_s since its
-    grant (or READY; None when FREE), item and producer index as written there."""
+    """One place (a row being filled, or a spare) as its record shows it: state a
+    SlotState name, age_s since its grant (or READY; None when FREE), item and producer
+    index as written there."""
 
     slot: int
     state: str
@@ -39,10 +40,12 @@ class SlotView:
 
 @dataclass(frozen=True)
 class RingView:
-    """Both rings read from shared memory. slots: sample slots per SlotState name (every
-    state listed); slot_bar: one character per slot; oldest_*_s: age of the oldest grant
-    and of the oldest READY slot (None: none); grants_by_producer_index: slots held per
-    producer index (as a string); batch_ready of batch_slots are sent to the trainer."""
+    """Both rings read from shared memory. slots: places (rows of the batches being
+    filled, and spares) per SlotState name (every state listed); slot_bar: one character
+    per place, or per group of places (consumer/tools/inspector.py state_bar);
+    oldest_*_s: age of the oldest grant and of the oldest READY place (None: none);
+    grants_by_producer_index: places held per producer index (as a string); batch_ready
+    of batch_slots are sent to the trainer."""
 
     n_slots: int = 0
     slots: dict[str, int] = field(default_factory=dict)
@@ -55,7 +58,7 @@ class RingView:
     batch_ready: int = 0
 
     def count(self, state: str) -> int:
-        """Sample slots in the SlotState named state (0 where slots does not list it)."""
+        """Places in the SlotState named state (0 where slots does not list it)."""
         return self.slots.get(state, 0)
 
 

@@ -28,7 +28,7 @@ STAGE_COLORS = {
     "starting": "lightgray",
     "stale": "black",
 }
-OCCUPANCY = {  # sample slot state: its colour, stacked bottom up
+OCCUPANCY = {  # place state: its colour, stacked bottom up
     "READY": "tab:green",
     "WRITING": "tab:olive",
     "GRANTED": "tab:blue",
@@ -39,7 +39,7 @@ OCCUPANCY = {  # sample slot state: its colour, stacked bottom up
 
 @dataclass(frozen=True)
 class TimelinePoint:
-    """One recorded snapshot as the plot reads it: t (time.time(), s), sample slots per
+    """One recorded snapshot as the plot reads it: t (time.time(), s), places per
     state, batch slots ready, the trainer's data-wait fraction and step_s (NaN before its
     first report), and the diagnosed stage."""
 
@@ -103,7 +103,7 @@ def _occupancy(ax: Axes, t: np.ndarray, points: list[TimelinePoint]) -> None:
     ax.plot(t, [pt.batch_ready for pt in points], "k-", drawstyle="steps-post",
             label="batch ring ready")  # fmt: skip
     ax.set_ylabel("slots")
-    ax.set_title(f"ringfeed run {points[0].run_id}: sample ring occupancy")
+    ax.set_title(f"ringfeed run {points[0].run_id}: places (rows being filled, spares)")
     ax.legend(loc="upper left", fontsize=8, ncol=6)
 
 

@@ -17,17 +17,11 @@ if TYPE_CHECKING:
 
 def validate(cfg: Config) -> None:
     """Every rule between sections; raises ConfigError naming the key and the fix."""
-    f, r, s = cfg.features, cfg.ring, cfg.stager
+    f, r = cfg.features, cfg.ring
     check(
         0 <= f.fmin < f.fmax <= cfg.audio.sample_rate / 2,
         "features.fmax",
         f"need 0 <= fmin < fmax <= sample_rate/2 = {cfg.audio.sample_rate / 2}",
-    )
-    check(
-        r.slots >= s.batch_size or not s.deterministic,
-        "ring.slots",
-        f"{r.slots} < stager.batch_size={s.batch_size}: in deterministic mode a batch "
-        "needs that many slots in flight; raise ring.slots",
     )
     check(
         cfg.producers.orphan_s > 2 * r.lease_s,

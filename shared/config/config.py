@@ -93,6 +93,48 @@ class Config:
         shortest = min(self.stager.buckets or (self.features.max_frames // MIN_BUCKET_FRACTION,))
         return max(1, self.batch_frames // max(1, shortest))
 
+    @property
+    def typical_batch_rows(self) -> int:
+        """Rows of a batch of the longest bucket (the fewest rows a batch has), or the
+        fixed batch_size: what the look-ahead counts batches in."""
+        if not self.stager.bucketed:
+            return self.stager.batch_size
+        return max(1, self.batch_frames // self.features.max_frames)
+
+    @property
+    def lookahead_batches(self) -> int:
+        """Batches the producers fill ahead of the consumer: ring.lookahead, or (0) enough
+        that every local producer holds its producers.credits rows while the oldest batch
+        finishes, plus that batch: ceil(workers x credits / rows) + 1, at least 2
+        (docs/design.md#the-look-ahead)."""
+        if self.ring.lookahead:
+            return self.ring.lookahead
+        p = self.producers
+        return max(2, -(-p.workers * p.credits // self.typical_batch_rows) + 1)
+
+    @property
+    def grants_in_flight(self) -> int:
+        """Grants out at once, at most: the look-ahead's rows (fair shares split these)."""
+        return self.lookahead_batches * self.typical_batch_rows
+
+    @property
+    def batch_ring_slots(self) -> int:
+        """Slots of the batch ring: the consumer's (stager.batch_slots), the look-ahead,
+        and one that a batch moves into when one of its rows may still be written by a
+        producer the stager gave up on (docs/design.md#rows-written-once)."""
+        return self.stager.batch_slots + self.lookahead_batches + 1
+
+    @property
+    def spare_slots(self) -> int:
+        """Places of the spare ring: ring.spares, or (0) the look-ahead's rows when the
+        stager computes the mels (every sample comes as a waveform), else twice
+        producers.credits, at least 8."""
+        if self.ring.spares:
+            return self.ring.spares
+        if self.features.device == "stager":
+            return self.lookahead_batches * self.max_batch_rows + self.producers.credits
+        return max(8, 2 * self.producers.credits)
+
     def batch_ring_fields(self) -> FieldSpec:
         """Payload fields of one batch-ring slot, flat: a batch of any bucket's shape
         [rows, frames, ...] is the first rows x frames entries (the client reshapes)."""

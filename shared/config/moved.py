@@ -23,6 +23,11 @@ MOVED_KEYS = {
     "text.cache_size": "no longer a setting (a constant in producer/text.py)",
     "train.cv_window": "no longer a setting (a constant in consumer/trainer/metrics.py)",
     "features.log_floor": "no longer a setting (LOG_FLOOR in shared/sample/content.py)",
+    "ring.slots": (
+        "no longer a setting: producers write each sample into the batch it is delivered "
+        "in; ring.lookahead sets how many batches they fill ahead (0: from the producers), "
+        "ring.spares the spare places (docs/design.md#the-look-ahead)"
+    ),
     "data.synthetic_raise": _TESTS_ONLY,
     "data.synthetic_exit": _TESTS_ONLY,
     "data.synthetic_delay_s": _TESTS_ONLY,

@@ -1,4 +1,4 @@
-"""The configuration's ring section: the sample ring's slots and the rules of a grant.
+"""The configuration's ring section: the rings' sizes and the rules of a grant.
 
 Part of the one configuration (shared/config/config.py); validates its own keys.
 """
@@ -12,8 +12,13 @@ from ringfeed.shared.config.loader import at_least_one, check
 
 @dataclass(frozen=True)
 class RingConfig:
-    # Sample slots in the shared-memory ring.
-    slots: int = 64
+    # Batches the producers fill ahead of the consumer, in place (0 = enough for every
+    # local producer's credits: docs/design.md#the-look-ahead).
+    lookahead: int = 0
+    # Places of the spare ring, for what cannot be written where it is delivered: second
+    # grants (backups, audits), retries of a row its producer may still write, stager
+    # mels' waveforms (0 = twice producers.credits, or the look-ahead's rows).
+    spares: int = 0
     # A grant with no READY within this long comes back (and bounds one sample's work), seconds.
     lease_s: float = 10.0
     # How often producers say they are alive, seconds.
@@ -30,8 +35,13 @@ class RingConfig:
     audit_first: int = 8
 
     def __post_init__(self) -> None:
-        at_least_one("ring", slots=self.slots, max_item_attempts=self.max_item_attempts,
-                     max_producers_per_peer=self.max_producers_per_peer)  # fmt: skip
+        at_least_one(
+            "ring",
+            max_item_attempts=self.max_item_attempts,
+            max_producers_per_peer=self.max_producers_per_peer,
+        )
+        check(self.lookahead >= 0, "ring.lookahead", "must be >= 0 (0 = from the producers)")
+        check(self.spares >= 0, "ring.spares", "must be >= 0 (0 = from the producers)")
         check(self.heartbeat_s > 0, "ring.heartbeat_s", "must be > 0")
         check(
             self.lease_s >= 2 * self.heartbeat_s,

@@ -3,39 +3,44 @@
 Layout (all offsets in bytes, one struct constant each, see HEADER_DTYPE and
 SLOT_DTYPE)::
 
-    [ header | field table | slot headers x n_slots | pad | slot 0 | slot 1 | ... ]
+    [ header | field table | slot headers x n_slots | row headers x n_slots x rows
+      | pad | slot 0 | slot 1 | ... ]
 
 Each slot holds every payload field at a fixed offset (64-byte aligned), so
 ``ring.view("mel")`` is a zero-copy numpy array of shape [n_slots, *shape] and
-``ring.view("mel")[k]`` is slot k's field.
+``ring.view("mel")[k]`` is slot k's field. A ring whose slots hold several rows (the
+batch ring: a batch of up to ``rows_per_slot`` samples per slot) has a record of the
+same SLOT_DTYPE per row, ``ring.rows`` [n_slots * rows_per_slot]: row r of slot k is
+``ring.rows[k * rows_per_slot + r]``, the place a producer writes one sample into
+(docs/design.md#rows-written-once).
 
-Slot states of the sample ring. Each field of a slot header has one writer
-(a record for the inspector and for crash forensics; ownership itself travels
-in ZeroMQ messages, docs/design.md#contract-1). The stager's slot manager
-(consumer/stager/slot_manager.py) is the only writer of ``state``,
-``generation``, ``item``, ``epoch``, ``producer`` and ``t_granted``; the
-grantee writes only its own progress: ``writing_generation`` and ``t_write``
-when it starts, then the payload, ``lengths``, ``t_ready`` and last
-``sealed_generation``::
+Place states. A place is where one sample is written: a row of a batch slot, or a
+slot of the spare ring (shared/memory/places.py). Each field of its record has one
+writer (a record for the inspector and for crash forensics; ownership itself travels
+in ZeroMQ messages, docs/design.md#contract-1). The stager's slot ledger
+(consumer/stager/ledger.py) is the only writer of ``state``, ``generation``, ``item``,
+``epoch``, ``producer`` and ``t_granted``; the grantee writes only its own progress:
+``writing_generation`` and ``t_write`` when it starts, then the payload, ``lengths``,
+``t_ready`` and last ``sealed_generation``::
 
-            grant (manager: generation += 1)
+            grant (ledger: its run's generation)
     FREE ----------------------------------> GRANTED  (WRITING, READY-sealed: shown
      ^  ^                                       |      from the producer's fields)
      |  | lease expired, producer dead          | READY accepted (owner, generation,
      |  +---------------------------------------+  seal all match)
-     |        (FENCED while it may live)        v
-     +------- stager copied it into a batch -- READY
+     |        (FENCED while it may write)       v
+     +------ its batch was sent, or copied ---- READY
 
-:func:`shown_state` is what the inspector draws: a GRANTED slot whose
+:func:`shown_state` is what the inspector draws: a GRANTED place whose
 producer wrote ``writing_generation`` equal to its generation is WRITING, and
-one it has also sealed is READY, before the manager has read its READY.
+one it has also sealed is READY, before the ledger has read its READY.
 
-FENCED: a slot taken back from a producer that may still write it; why and
-for how long: consumer/stager/slot_manager.py. Exactly once, with leases per
+FENCED: a place taken back from a producer that may still write it; why and
+for how long: consumer/stager/ledger.py. Exactly once, with leases per
 grant: docs/design.md#contract-2 and docs/design.md#contract-3.
 
-The batch ring has its own states and a flat layout of one batch per slot
-(shared/memory/batch_ring.py), written by the stager's batch builder only.
+The batch slots have their own states (shared/memory/batch_ring.py), written by the
+stager's ledger only.
 
 Ownership of the segment (docs/design.md#contract-6): the creator (the stager) unlinks it.
 Every other process attaches by name without any resource tracker, because
@@ -69,7 +74,8 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"RINGFEED"
 # 3: up to 24 fields a slot and 16 lengths (the declared sample schema, issue 20).
-LAYOUT_VERSION = 3
+# 4: a record per row of a slot (the batch ring's rows are written in place, issue 41).
+LAYOUT_VERSION = 4
 # A batch holds each sample field, its lens, items and the ids: 7 by default; a sample
 # holds at most MAX_LENGTHS fields (shared/config/fields.py says so at load).
 MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 24, 4, MAX_SAMPLE_FIELDS, 64
@@ -98,6 +104,8 @@ HEADER_DTYPE = np.dtype(
         ("created_s", "<f8"),
         ("stats_endpoint", "S128"),
         ("slot_headers_offset", "<u8"),
+        ("rows_per_slot", "<u4"),
+        ("row_headers_offset", "<u8"),
         ("payload_offset", "<u8"),
         ("slot_stride", "<u8"),
         ("fields", FIELD_DTYPE, (MAX_FIELDS,)),
@@ -168,31 +176,35 @@ def _align(n: int) -> int:
 
 
 def segment_name(run_id: str, kind: str) -> str:
-    """The /dev/shm name of a run's ring; kind is 'samples' or 'batches'."""
+    """The /dev/shm name of a run's ring; kind is 'spares' or 'batches'."""
     return f"{SEGMENT_PREFIX}{run_id}-{kind}"
 
 
 class Layout(NamedTuple):
-    """In bytes: each field's offset in a slot, the slot stride, the first slot's offset
-    (page-aligned), the segment's size. Written into the header, which readers go by."""
+    """In bytes: each field's offset in a slot, the slot stride, the row records' offset,
+    the first slot's offset (page-aligned), the segment's size. Written into the header,
+    which readers go by."""
 
     offsets: dict[str, int]
     stride: int
+    row_headers: int
     payload: int
     total: int
 
 
-def layout(fields: FieldSpec, n_slots: int) -> Layout:
-    """Where a segment of `n_slots` slots of `fields` keeps everything (Layout)."""
+def layout(fields: FieldSpec, n_slots: int, rows: int = 0) -> Layout:
+    """Where a segment of `n_slots` slots of `fields`, with a record for each of `rows`
+    rows per slot (0: none), keeps everything (Layout)."""
     offsets, pos = {}, 0
     for name, (shape, dtype) in fields.items():
         offsets[name] = pos
         pos = _align(pos + int(np.prod(shape)) * np.dtype(dtype).itemsize)
     stride = max(pos, ALIGN)
     slot_headers = _align(HEADER_DTYPE.itemsize)
-    payload = _align(slot_headers + n_slots * SLOT_DTYPE.itemsize)
+    row_headers = _align(slot_headers + n_slots * SLOT_DTYPE.itemsize)
+    payload = _align(row_headers + n_slots * rows * SLOT_DTYPE.itemsize)
     payload = (payload + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-    return Layout(offsets, stride, payload, payload + n_slots * stride)
+    return Layout(offsets, stride, row_headers, payload, payload + n_slots * stride)
 
 
 def parse_header(buf: bytes | mmap.mmap) -> np.void | None:
@@ -210,14 +222,17 @@ def slot_bytes(fields: FieldSpec) -> int:
 
 
 def rings_bytes(cfg: Config) -> int:
-    """Both rings of a run, as the stager will create them."""
-    samples = layout(cfg.sample_fields(), cfg.ring.slots).total
-    return samples + layout(cfg.batch_ring_fields(), cfg.stager.batch_slots).total
+    """Both rings of a run, as the stager will create them: the spare ring's places and
+    the batch ring's slots with a record per row."""
+    spares = layout(cfg.sample_fields(), cfg.spare_slots).total
+    rows = cfg.max_batch_rows
+    return spares + layout(cfg.batch_ring_fields(), cfg.batch_ring_slots, rows).total
 
 
 def check_rings_fit(cfg: Config) -> None:
     """Before anything starts: can both rings of this config fit in /dev/shm?"""
-    check_shm_fits(rings_bytes(cfg), "the rings", "ring.slots", slot_bytes(cfg.sample_fields()))
+    what = "the rings (ring.spares, and ring.lookahead with stager.batch_size)"
+    check_shm_fits(rings_bytes(cfg), what, "ring.lookahead", slot_bytes(cfg.batch_ring_fields()))
 
 
 class Ring:
@@ -252,6 +267,9 @@ class Ring:
         self.n_slots = int(self.header["n_slots"])
         off = int(self.header["slot_headers_offset"])
         self.slots = buf[off : off + self.n_slots * SLOT_DTYPE.itemsize].view(SLOT_DTYPE)
+        self.rows_per_slot = int(self.header["rows_per_slot"])
+        off, n_rows = int(self.header["row_headers_offset"]), self.n_slots * self.rows_per_slot
+        self.rows = buf[off : off + n_rows * SLOT_DTYPE.itemsize].view(SLOT_DTYPE)
         self.fields: FieldSpec = {}
         payload, stride = int(self.header["payload_offset"]), int(self.header["slot_stride"])
         if payload + self.n_slots * stride > len(mm):  # the header is all we go by
@@ -269,7 +287,7 @@ class Ring:
                 (stride, *np.empty(shape, dtype).strides),
             )  # fmt: skip
             self._views[fname].flags.writeable = writable
-        self.slots.flags.writeable = writable
+        self.slots.flags.writeable = self.rows.flags.writeable = writable
 
     # ------------------------------------------------------------ creation
     @classmethod
@@ -281,14 +299,16 @@ class Ring:
         run_id: str,
         kind: str,
         stats_endpoint: str = "",
+        rows: int = 0,
     ) -> Ring:
-        """Create and own a new segment (the stager calls this). Fails if it exists."""
+        """Create and own a new segment (the stager calls this). Fails if it exists.
+        rows: records per slot for its rows (the batch ring's), 0 for none."""
         if len(fields) > MAX_FIELDS:
             raise RingError(f"at most {MAX_FIELDS} fields per slot, got {len(fields)}")
         if any(len(shape) > MAX_DIMS for shape, _ in fields.values()):
             raise RingError(f"at most {MAX_DIMS} dimensions per field: {fields}")
-        where = layout(fields, n_slots)
-        key = "stager.batch_slots" if kind == "batches" else "ring.slots"
+        where = layout(fields, n_slots, rows)
+        key = "ring.lookahead" if kind == "batches" else "ring.spares"
         what = f"ring {name} and its headers"
         check_shm_fits(where.total, what, key, where.stride)
         path = SHM_DIR / name
@@ -301,7 +321,7 @@ class Ring:
             path.unlink(missing_ok=True)
             raise
         header = np.frombuffer(mm, dtype=HEADER_DTYPE, count=1)[0]
-        _write_header(header, fields, where, n_slots, run_id, kind, stats_endpoint)
+        _write_header(header, fields, where, n_slots, rows, run_id, kind, stats_endpoint)
         del header
         mm[: len(MAGIC)] = MAGIC  # last: a reader never sees a half-made header as valid
         return cls(name, fd, mm, owner=True, writable=True)
@@ -350,7 +370,7 @@ class Ring:
         if self._mm is None:
             return
         self._views.clear()
-        self.slots = None  # type: ignore[assignment]
+        self.slots = self.rows = None  # type: ignore[assignment]
         self.header = None
         self._buf = None  # type: ignore[assignment]
         try:
@@ -377,11 +397,18 @@ class Ring:
 
 
 def _write_header(
-    h: np.void, fields: FieldSpec, where: Layout, n_slots: int, run_id: str, kind: str,
+    h: np.void,
+    fields: FieldSpec,
+    where: Layout,
+    n_slots: int,
+    rows: int,
+    run_id: str,
+    kind: str,
     stats_endpoint: str,
-) -> None:  # fmt: skip
+) -> None:
     """Fill a new segment's header (all but MAGIC, which :meth:`Ring.create` writes last)."""
     h["layout_version"], h["n_slots"], h["n_fields"] = LAYOUT_VERSION, n_slots, len(fields)
+    h["rows_per_slot"], h["row_headers_offset"] = rows, where.row_headers
     h["owner_pid"], h["created_s"] = os.getpid(), time.time()
     h["run_id"], h["kind"] = run_id.encode(), kind.encode()
     h["stats_endpoint"] = stats_endpoint.encode()

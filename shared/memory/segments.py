@@ -72,9 +72,10 @@ def _age_s(path: Path) -> float:
 
 
 def list_segments(run_id: str | None = None) -> Iterator[Path]:
-    """ringfeed segments in /dev/shm, optionally of one run."""
+    """ringfeed segments in /dev/shm, optionally of one run: files only (a folder of that
+    name is somebody else's, and made every stager's start fail when it was unlinked)."""
     prefix = SEGMENT_PREFIX + (f"{run_id}-" if run_id else "")
-    yield from sorted(SHM_DIR.glob(prefix + "*"))
+    yield from (path for path in sorted(SHM_DIR.glob(prefix + "*")) if not path.is_dir())
 
 
 def remove_stale_segments(run_id: str | None = None) -> list[str]:

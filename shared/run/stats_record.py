@@ -1,6 +1,6 @@
 """The stager's stats record: what it publishes every STATS_INTERVAL_S and writes at exit.
 
-Each part of the stager reports its own small record (the slot manager a
+Each part of the stager reports its own small record (the slot ledger a
 SlotStats, the producer book a BookStats, ...: the records after StagerStats);
 the stager composes them (``Stager.stats()``, :meth:`StagerStats.compose`) into
 one StagerStats, sent as ``protocol.Stats(record.to_dict())`` on the stats PUB
@@ -138,7 +138,7 @@ class StagerStats:
     """The whole record. Times in seconds (uptime_s since the stager started); slots:
     sample slots per SlotState name (the states present); batch_slots_ready: batch slots
     sent and not yet freed; buckets: each bucket's batch shape (rows, frames, tokens);
-    counters: the slot manager's (grants, ready, delivered, skipped, reclaimed, ...);
+    counters: the slot ledger's (runs, grants, ready, delivered, skipped, reclaimed, ...);
     dropped: messages dropped, by reason; trainer: None before the first step report;
     gpus: GPUs on the stager's host (None: not counted)."""
 
@@ -276,9 +276,10 @@ class RunStats:
 
 @dataclass(frozen=True)
 class SlotStats:
-    """The slot manager's: the cursor (the oldest position not yet delivered) and its
-    epoch, sample slots per SlotState name (the states present), the ring's slots, and
-    its counters (grants, ready, delivered, skipped, reclaimed, ...)."""
+    """The slot ledger's: the cursor (the first position of the oldest batch not sent)
+    and its epoch, places per SlotState name (the states present: batch rows and spare
+    slots together), the places, and its counters (runs, grants, ready, delivered,
+    skipped, reclaimed, ...)."""
 
     cursor: int
     epoch: int

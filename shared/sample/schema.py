@@ -40,6 +40,9 @@ FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
 # Fields one sample holds at most: its slot header's lengths (shared/memory/ring.py MAX_LENGTHS)
 # and a remote READY's payload frames (shared/wire/protocol.py MAX_PAYLOAD_FRAMES) follow.
 MAX_SAMPLE_FIELDS = 16
+# The batch shape (rows, frames, text) of a place that is a spare-ring slot, not a row of
+# a batch: it holds a sample of any length bucket (shared/memory/places.py).
+SPARE_SHAPE = (0, 0, 0)
 # Batch fields the stager writes itself, int32 per row, after the sample's fields'.
 ID_FIELDS = ("speaker", "language")
 # Batch fields that say where each row comes from, not what it holds: its item (-1 for a
@@ -205,6 +208,15 @@ class SampleSchema:
 
     def _is_axis(self, name: str) -> bool:
         return name in self._axis_names
+
+    def place_limits(self, frames: int, text: int) -> list[int]:
+        """Rows each sample field (ring order) holds at one place: a row of a batch whose
+        bucket has `frames` mel frames and `text` tokens, or (frames 0) a spare-ring slot,
+        which holds a sample of any bucket. The most a READY may claim there."""
+        if not frames:
+            return [f.shape[0] for f in self.fields]
+        cut = {"frames": frames, "tokens": text}
+        return [cut.get(f.length, f.shape[0]) for f in self.fields]
 
     def lengths_error(self, lengths: list[int]) -> str:
         """'' if a READY's lengths (ring order) agree with each other: a frames field as

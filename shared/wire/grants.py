@@ -1,8 +1,13 @@
-"""The slot messages of shared/wire/protocol.py: GRANT and READY, several slots per message.
+"""The place messages of shared/wire/protocol.py: GRANT and READY, a run of places each.
 
-They travel as parallel lists on the wire (build with ``of``, read with
-``entries``) because per-message cost, not bytes, limits the ring with small
-work per sample (docs/benchmarks.md#ring-throughput). Imported through shared.wire.protocol.
+A GRANT names a run: places of one batch slot (rows of a batch of the given shape) or of
+the spare ring, each with its item and plan position, all under one generation. The
+producer answers the run with READY messages, each naming that generation and some of
+its places (a run's answer may come in parts; each place once). Lists travel in
+parallel on the wire (build with ``of``, read with ``entries``): per-message cost, not
+bytes, limits the ring with small work per sample, so the messages per batch grow with
+the producers, not with the rows (docs/benchmarks.md#ring-throughput). Imported through
+shared.wire.protocol.
 """
 
 from __future__ import annotations
@@ -10,23 +15,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ringfeed.shared.sample.schema import SPARE_SHAPE
+
 
 class GrantEntry(NamedTuple):
-    """One grant: fill `slot` (stamped with `generation`) with `item`, the plan's
-    `position`."""
+    """One place of a run: fill `place` (a row of batch slot `batch`, whose batch has
+    `shape` (rows, frames, text); or, batch -1, a slot of the spare ring) stamped with
+    `generation`, with `item`, the plan's `position`."""
 
-    slot: int
+    place: int
     generation: int
     item: int
     position: int
+    batch: int = -1
+    shape: tuple[int, int, int] = SPARE_SHAPE
 
 
 class ReadyEntry(NamedTuple):
-    """One filled slot: `lengths` holds the true rows of each ring field in ring order,
+    """One filled place: `lengths` holds the true rows of each sample field in ring order,
     `checksum` the rows_checksum (shared/memory/ring.py) of those rows as written, `marks`
     the sample's bits of shared/sample/marks.py (truncated, near-silent, clipped)."""
 
-    slot: int
+    place: int
     generation: int
     item: int
     lengths: list[int]
@@ -36,37 +46,56 @@ class ReadyEntry(NamedTuple):
 
 @dataclass(frozen=True)
 class Grant:
-    """One or more grants (:class:`GrantEntry`), as parallel lists on the wire: build
-    with :meth:`of`, read with :meth:`entries`.
+    """A run of places under one generation (see the module docstring): rows of batch
+    slot `batch` (spare False; the batch's shape is rows x frames x text), or slots of the
+    spare ring (spare True). Build with :meth:`of`, read with :meth:`entries`; a GRANT
+    whose lists differ in length is refused at decode."""
 
-    Grants travel in batches because per-message cost, not bytes, limits the
-    ring with small work per sample (docs/benchmarks.md#ring-throughput)."""
-
-    slots: list[int]
-    generations: list[int]
+    generation: int
+    spare: bool
+    batch: int
+    rows: int
+    frames: int
+    text: int
+    places: list[int]
     items: list[int]
     positions: list[int]
 
     @classmethod
     def of(cls, entries: list[GrantEntry]) -> Grant:
-        return cls(*(list(column) for column in zip(*entries, strict=True)))
+        """One run: entries of one generation and one batch slot (or the spare ring)."""
+        first = entries[0]
+        spare = first.batch < 0
+        return cls(
+            first.generation,
+            spare,
+            0 if spare else first.batch,
+            *first.shape,
+            [e.place for e in entries],
+            [e.item for e in entries],
+            [e.position for e in entries],
+        )
 
     def entries(self) -> list[GrantEntry]:
-        """The grants; a GRANT whose lists differ in length is refused at decode."""
-        columns = (self.slots, self.generations, self.items, self.positions)
-        return [GrantEntry(*g) for g in zip(*columns, strict=True)]
+        batch = -1 if self.spare else self.batch
+        shape = (self.rows, self.frames, self.text)
+        columns = (self.places, self.items, self.positions)
+        return [
+            GrantEntry(place, self.generation, item, position, batch, shape)
+            for place, item, position in zip(*columns, strict=True)
+        ]
 
 
 @dataclass(frozen=True)
 class Ready:
-    """One or more filled slots (:class:`ReadyEntry`), as parallel lists on the wire:
-    lengths holds n_fields true sizes per entry, flattened; marks one int per entry (was
-    0/1 for truncated, its bit 1, before the audio marks: the layout is the same).
-    Build with :meth:`of`, read with :meth:`entries`. A remote producer sends one entry
-    and its rows as raw payload frames, one per field."""
+    """Some filled places of one run (:class:`ReadyEntry`), as parallel lists on the wire:
+    lengths holds n_fields true sizes per entry, flattened; marks one int per entry.
+    Build with :meth:`of`, read with :meth:`entries`. A remote producer sends the rows
+    as raw payload frames, one per sample field: the entries' used rows of that field,
+    one after another."""
 
-    slots: list[int]
-    generations: list[int]
+    generation: int
+    places: list[int]
     items: list[int]
     lengths: list[int]
     checksums: list[int]
@@ -74,9 +103,10 @@ class Ready:
 
     @classmethod
     def of(cls, entries: list[ReadyEntry]) -> Ready:
+        """Entries of one run (one generation)."""
         return cls(
-            [e.slot for e in entries],
-            [e.generation for e in entries],
+            entries[0].generation,
+            [e.place for e in entries],
             [e.item for e in entries],
             [n for e in entries for n in e.lengths],
             [e.checksum for e in entries],
@@ -84,17 +114,18 @@ class Ready:
         )
 
     def entries(self, n_fields: int) -> list[ReadyEntry] | str:
-        """The entries, or why the lists do not line up (the stager rejects the READY:
-        n_fields depends on the run, so decode cannot check it)."""
-        n = len(self.slots)
-        if not (len(self.generations) == len(self.items) == len(self.checksums) == n) or (
-            len(self.marks) != n or len(self.lengths) != n * n_fields
+        """The entries, or why the lists do not line up (the stager refuses the whole
+        READY: n_fields depends on the run, so decode cannot check it)."""
+        n = len(self.places)
+        if not (len(self.items) == len(self.checksums) == len(self.marks) == n) or (
+            len(self.lengths) != n * n_fields or n == 0
         ):
-            return f"READY with inconsistent list sizes ({n} slots)"
+            return f"READY with inconsistent list sizes ({n} places)"
+        g = self.generation
         return [
             ReadyEntry(
-                self.slots[i],
-                self.generations[i],
+                self.places[i],
+                g,
                 self.items[i],
                 self.lengths[i * n_fields : (i + 1) * n_fields],
                 self.checksums[i],

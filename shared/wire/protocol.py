@@ -1,11 +1,12 @@
 """The wire protocol between producers, the stager and the trainer.
 
 A message is one msgpack header frame ``[VERSION, kind, *fields]`` followed,
-for a remote producer's READY only, by raw payload frames (one per ring
-field, the used rows only). Arrays never travel inside msgpack and nothing is
-ever pickled. :func:`encode` and :func:`decode` are pure functions, tested
-without sockets; :func:`decode` raises :class:`ProtocolError` on anything it
-does not fully understand, and the receiver counts and drops that message.
+for a remote producer's READY only, by raw payload frames (one per sample
+field: the used rows of each entry, one after another). Arrays never travel
+inside msgpack and nothing is ever pickled. :func:`encode` and :func:`decode`
+are pure functions, tested without sockets; :func:`decode` raises
+:class:`ProtocolError` on anything it does not fully understand, and the
+receiver counts and drops that message.
 Every field is range-checked at decode (shared/wire/bounds.py).
 
 Versions. Every header starts with VERSION, forever. A peer of another version is
@@ -34,6 +35,7 @@ from typing import Any
 import msgpack
 
 from ringfeed.shared.sample.schema import MAX_SAMPLE_FIELDS
+from ringfeed.shared.sample.schema import SPARE_SHAPE as SPARE_SHAPE
 
 # The limits decode enforces are part of the protocol: shared/wire/bounds.py holds them.
 from ringfeed.shared.wire.bounds import MAX_HEADER_BYTES as MAX_HEADER_BYTES
@@ -50,7 +52,10 @@ from ringfeed.shared.wire.grants import ReadyEntry as ReadyEntry
 # 4: HELLO carries the config fingerprint, WELCOME and CONSUMER_HELLO the plan's; REFUSED.
 # 5: HELLO carries the causes of the producer's stages (its quarantine verdicts).
 # 6: CONSUMER_HELLO says whether it takes the run over from its own process (rejoin).
-VERSION = 6
+# 7: grants and answers by the run (shared/wire/grants.py): a GRANT names a run of places
+#    (rows of one batch slot, or spare-ring slots) under one generation, a READY answers
+#    places of one run, a SKIP names its place; WELCOME names the spare ring too.
+VERSION = 7
 # Raw payload frames of a remote READY, one per sample field (the declared schema's, at
 # most MAX_SAMPLE_FIELDS); the stager checks exact sizes anyway. Was 8, which the soak
 # with every optional field (--fields: 10 fields) found refusing every remote READY.
@@ -118,13 +123,15 @@ class Hello:
 
 @dataclass(frozen=True)
 class Welcome:
-    """plan: the plan's fingerprint per part (shared/run/fingerprint.py), which the trainer
-    keeps in its checkpoints' cursor."""
+    """ring_name: the batch ring; spares: the spare ring ("" for the consumer); plan: the
+    plan's fingerprint per part (shared/run/fingerprint.py), which the trainer keeps in
+    its checkpoints' cursor."""
 
     run_id: str
     ring_name: str
     n_items: int
     plan: dict[str, Any]
+    spares: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,10 +143,11 @@ class Request:
 
 @dataclass(frozen=True)
 class Skip:
-    """The producer cannot use this input; stage is where it gave up (text, audio, ...)."""
+    """The producer cannot use this input, granted at `place` in the run of `generation`;
+    stage is where it gave up (text, audio, ...)."""
 
-    slot: int
     generation: int
+    place: int
     item: int
     reason: str
     path: str
@@ -354,7 +362,7 @@ def decode(frames: list[bytes]) -> tuple[Message, list[bytes]]:
         if not check(value):
             what = getattr(tp, "__name__", str(tp))
             raise ProtocolError(f"{kind.name}.{name}: not a valid {what} ({_shown(value)})")
-    if cls is Grant and len({len(column) for column in values}) != 1:
+    if cls is Grant and len({len(column) for column in values[-3:]}) != 1:
         raise ProtocolError("GRANT: its lists differ in length")
     payload = list(frames[1:])
     if payload and kind is not Kind.READY:

@@ -25,7 +25,7 @@ def test_a_run_with_bad_files_among_the_references_loses_no_good_clip(tmp_path: 
     manifest = make_reference_corpus(tmp_path / "c")
     cfg_path = write_config(tmp_path, {
         "data": {"path": str(manifest), "format": "jsonl"}, **SMALL,
-        "ring": {"slots": 8}, "stager": {"batch_size": 2, "epochs": 3},
+        "stager": {"batch_size": 2, "epochs": 3},
         "producers": {"workers": 2},
     })  # fmt: skip
     cfg = load_config(cfg_path)

@@ -20,7 +20,6 @@ def test_bucketed_batches_have_their_shapes_and_every_row_its_item(tmp_path: Pat
         data={"synthetic_lengths": "ljspeech"},
         features={"max_frames": 96, "cache_dir": str(tmp_path / "cache")},
         stager={"batch_size": 8, "epochs": 2, "auto_buckets": 3},
-        ring={"slots": 32},
     )
     cfg, run_id = load_config(cfg_path), rid()
     shapes = set()

@@ -41,7 +41,7 @@ def config(tmp_path: Path, function: str, version: str) -> Path:
                      "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache"),
                      "user_function": f"tests.support.user_fields:{function}",
                      "user_version": version, "user_fields": user_fields.FIELDS},
-        "ring": {"slots": 8, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1},
         "producers": {"workers": 1},
     }, name=f"{function}-{version}.yaml")  # fmt: skip

@@ -26,19 +26,19 @@ def ringfeed(*args: str) -> subprocess.CompletedProcess:
 def test_validate_prints_the_derived_sizes() -> None:
     out = ringfeed("validate", "configs/demo.yaml")
     assert out.returncode == 0, out.stderr
-    assert "sample slot" in out.stdout and "rings total" in out.stdout
+    assert "batch slot" in out.stdout and "rings total" in out.stdout
     assert "[800, 80]" in out.stdout  # the mel field's shape
 
 
 def test_validate_names_the_key_to_change(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"ring": {"slots": 0}}))
+    bad.write_text(yaml.safe_dump({"ring": {"lookahead": -1}}))
     out = ringfeed("validate", str(bad))
-    assert out.returncode == 2 and "ring.slots" in out.stderr
+    assert out.returncode == 2 and "ring.lookahead" in out.stderr
     huge = tmp_path / "huge.yaml"
-    huge.write_text(yaml.safe_dump({"ring": {"slots": 1_000_000}}))
+    huge.write_text(yaml.safe_dump({"ring": {"lookahead": 100_000}}))
     out = ringfeed("validate", str(huge))
-    assert out.returncode == 2 and "/dev/shm" in out.stderr and "ring.slots" in out.stderr
+    assert out.returncode == 2 and "/dev/shm" in out.stderr and "ring.lookahead" in out.stderr
 
 
 def test_validate_checks_the_default_models_kwargs(tmp_path: Path) -> None:

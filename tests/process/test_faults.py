@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.scripts.lossy_link import LossyLink
 from ringfeed.shared.config import load_config
@@ -94,6 +96,39 @@ def test_a_poison_item_costs_that_item_once_and_nothing_else(tmp_path: Path, fau
         assert record["stage"] == "lease" and "max_item_attempts" in record["reason"]
         assert "stuck in one sample" in logs and "died (signal SIGKILL) while working" in logs
     assert summary["counters"]["skipped"] == 2  # once per epoch, tried in the first only
+    assert shm_segments(run_id) == []
+
+
+def test_a_producer_dead_half_way_through_a_run_has_its_finished_rows_delivered_once(
+    tmp_path: Path,
+) -> None:
+    """One worker takes positions 0-7 as one run and dies (its process exits) at position
+    5: the five rows it wrote whole, sealed but never announced (a run is answered at its
+    end), are delivered from where they lie, once; the rest of the run is granted again;
+    the item it died on is charged, and skipped after ring.max_item_attempts; no row is
+    torn, and every row is checked against its item."""
+    n = 40
+    cfg_path = small(
+        tmp_path,
+        items=n,
+        stager={"batch_size": 8, "epochs": 1},
+        producers={"workers": 1, "credits": 16, "restart_backoff_s": 0.1, "max_restarts": 5},
+    )
+    cfg = load_config(cfg_path)
+    poison = Plan(Shuffle(n, cfg.stager.seed), 1).item_at(5)
+    inject_faults(cfg_path, delay_s=0.002, exit_items=[poison])
+    run_id = rid()
+    with started(cfg_path, tmp_path, run_id=run_id) as (run, client):
+        items = consume(client, timeout_s=90)
+        client.close()
+        codes = run.wait_all(30)
+        summary = run.json("stager.json")
+        quarantine = read_quarantine(run.dir / "quarantine.jsonl")
+    assert codes == {"stager": 0, "producers": 0}
+    assert items == plan_items(cfg, n, 1, {poison})  # each once, in plan order
+    counters = summary["counters"]
+    assert counters["salvaged"] >= 5 and counters["torn"] == 0, counters
+    assert [r["item_id"] for r in quarantine] == [f"synthetic-{poison:06d}"]
     assert shm_segments(run_id) == []
 
 

@@ -32,13 +32,13 @@ pytestmark = pytest.mark.slow
 TOO_MANY = p.MAX_PAYLOAD_FRAMES + 1
 
 
-def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
-    """One hostile message: a mutated valid frame, a wrong type, a lie about slots."""
+def fuzz_frames(rng: random.Random, n_places: int, n_fields: int) -> list[bytes]:
+    """One hostile message: a mutated valid frame, a wrong type, a lie about places."""
     pick = rng.randrange(10)
-    k, big = rng.randint(0, 3), rng.choice([0, 1, n_slots, 2**31, 2**63 - 1, -1])
+    k, big = rng.randint(0, 3), rng.choice([0, 1, n_places, 2**31, 2**63 - 1, -1])
     ready = p.Ready(
-        [rng.randrange(-2, n_slots + 2) for _ in range(k)],
-        [rng.randrange(0, 10**6) for _ in range(k)],
+        rng.randrange(-1, 10**3),
+        [rng.randrange(-2, n_places + 2) for _ in range(k)],
         [rng.randrange(0, 10**6) for _ in range(k)],
         [rng.randint(-1, 100) for _ in range(k * n_fields)],
         [0] * k,
@@ -48,7 +48,7 @@ def fuzz_frames(rng: random.Random, n_slots: int, n_fields: int) -> list[bytes]:
         [
             ready,
             p.Skip(
-                rng.randrange(-1, n_slots + 1), rng.randrange(10**6), big, "fuzz", "/x", "audio"
+                rng.randrange(10**3), rng.randrange(-1, n_places + 1), big, "fuzz", "/x", "audio"
             ),
             p.Heartbeat(big, {"decoded": "many", "cache_hits": big}),
             p.Request(big),
@@ -109,7 +109,7 @@ def test_fuzzed_control_messages_are_dropped_and_the_epoch_completes(tmp_path: P
                 fake.send_multipart(p.encode(p.Hello("fuzz", 1, "fuzz-1", False, "t", "", prints)))
                 for i in range(n_msgs):
                     sock = fake if i % 2 else stranger
-                    sock.send_multipart(fuzz_frames(rng, cfg.ring.slots, n_fields))
+                    sock.send_multipart(fuzz_frames(rng, cfg.max_batch_rows, n_fields))
                     sent["fake" if i % 2 else "stranger"] += 1
                     while fake.poll(0):
                         fake.recv_multipart()  # grants it will never fill, heartbeats

@@ -24,7 +24,7 @@ def test_a_producer_from_another_path_joins_and_a_moved_corpus_resumes(tmp_path:
     moved copy takes the first run's plan fingerprint and position and serves the rest
     of the plan, nothing lost or repeated."""
     raw = {"data": {"format": "jsonl"}, "features": {"max_frames": 1000, "cache": False},
-           "ring": {"slots": 8}, "stager": {"batch_size": 2, "epochs": 2},
+           "stager": {"batch_size": 2, "epochs": 2},
            "producers": {"workers": 1}}  # fmt: skip
     configs = {}
     for side in ("head", "elsewhere", "moved"):

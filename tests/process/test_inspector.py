@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.tools.inspector import Inspector
-from ringfeed.shared.memory.ring import Ring, SlotState, shown_state
+from ringfeed.shared.memory.ring import SlotState, shown_state
 from tests.support.configs import small
 from tests.support.paths import REPO
 from tests.support.processes import CLI
@@ -87,30 +87,35 @@ def test_inspector_never_changes_the_ring(tmp_path: Path) -> None:
         for _ in range(3):  # take every batch slot: the run stops moving
             held.next(timeout_s=30)
         insp = Inspector(run.run_id, str(cfg_path))
-        run.poll_for(_stopped_moving(insp.samples), 30, "the sample ring to stop moving")
-        before = (insp.samples.slots.copy(), insp.samples.view("mel").copy())
+        run.poll_for(_stopped_moving(insp), 30, "the rings to stop moving")
+        batches, spares = insp.batches, insp.spares
+        assert batches is not None
+        views = (batches.slots, batches.rows, batches.view("mel"), spares.slots, spares.view("mel"))
+        before = [v.copy() for v in views]
         for _ in range(5):
             insp.poll_stats(0.2)
             insp.snapshot().to_dict()
+        for ring in (batches, spares):
+            with pytest.raises(ValueError, match="read-only"):
+                ring.slots[0]["state"] = 0
+            with pytest.raises(ValueError, match="read-only"):
+                ring.view("mel")[0, 0] = 1.0
         with pytest.raises(ValueError, match="read-only"):
-            insp.samples.slots[0]["state"] = 0
-        with pytest.raises(ValueError, match="read-only"):
-            insp.samples.view("mel")[0, 0, 0] = 1.0
-        after = (insp.samples.slots, insp.samples.view("mel"))
-        assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
+            batches.rows[0]["state"] = 0
+        assert all(np.array_equal(a, b) for a, b in zip(before, views, strict=True))
         insp.close()
 
 
-def _stopped_moving(ring: Ring) -> Callable[[], bool]:
-    """A predicate for poll_for: true once no sample slot is granted or being written and
-    the slot records are as at the previous call (so the stager grants nothing more)."""
+def _stopped_moving(insp: Inspector) -> Callable[[], bool]:
+    """A predicate for poll_for: true once no place is granted or being written and the
+    place records are as at the previous call (so the stager grants nothing more)."""
     last: list[np.ndarray] = []
 
     def still() -> bool:
-        slots = ring.slots.copy()
-        busy = any(shown_state(rec) in (SlotState.GRANTED, SlotState.WRITING) for rec in slots)
-        same = bool(last) and np.array_equal(last[-1], slots)
-        last[:] = [slots]
+        places = insp.places()
+        busy = any(shown_state(rec) in (SlotState.GRANTED, SlotState.WRITING) for rec in places)
+        same = bool(last) and np.array_equal(last[-1], places)
+        last[:] = [places]
         return same and not busy
 
     return still

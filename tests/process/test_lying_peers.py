@@ -52,10 +52,10 @@ def test_a_local_liar_is_struck_out_and_no_item_pays(tmp_path: Path) -> None:
 
 
 def test_a_bad_item_costs_one_attempt_per_run(tmp_path: Path) -> None:
-    """Case 11: epochs of 10 items, a ring of 32 slots: every item's next two epochs are
+    """Case 11: epochs of 10 items, 4 batches of 8 ahead: every item's next two epochs are
     in the grant window when it first fails. Each bad item is tried once in the run."""
     n, epochs, bad = 10, 3, (2, 5, 7)
-    cfg_path = small(tmp_path, items=n, ring={"slots": 32}, stager={"epochs": epochs})
+    cfg_path = small(tmp_path, items=n, ring={"lookahead": 4}, stager={"epochs": epochs})
     inject_faults(cfg_path, raise_items=bad, delay_s=0.005)
     run_id = rid()
     with started(cfg_path, tmp_path, run_id=run_id) as (run, client):

@@ -76,13 +76,20 @@ def test_a_remote_pool_exits_when_its_stager_is_sigkilled(tmp_path: Path) -> Non
     assert "restart 1/" not in logs and "restarting it" not in logs.replace("not restarting", "")
 
 
-def test_a_producer_of_another_protocol_version_exits_naming_both(tmp_path: Path) -> None:
-    config = small(tmp_path, items=50)
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_producer_of_another_protocol_version_exits_naming_both(
+    tmp_path: Path, where: str
+) -> None:
+    """A producer of the protocol before grants by the run (6), on this host's socket or
+    over tcp as another host's: refused, both versions named."""
+    port = free_port()
+    config = tcp_config(tmp_path, port) if where == "remote" else small(tmp_path, items=50)
     run_id, old = rid(), p.VERSION - 1
     with Run(config, run_id, tmp_path) as run:
         run.start("stager")
-        control = endpoints(load_config(config), run_id).control
-        cmd = [sys.executable, "tests/support/old_producer.py", str(config), control, str(old)]
+        ends = endpoints(load_config(config), run_id)
+        endpoint = f"tcp://127.0.0.1:{port}" if where == "remote" else ends.control
+        cmd = [sys.executable, "tests/support/old_producer.py", str(config), endpoint, str(old)]
         out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
         logs = run.logs()
     said = out.stdout + out.stderr

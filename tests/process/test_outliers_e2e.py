@@ -31,7 +31,7 @@ def run_corpus(tmp_path: Path, policy: str) -> tuple[collections.Counter, list, 
     cfg_path = write_config(tmp_path, {
         "data": {"path": str(manifest), "format": "jsonl", "outliers": policy}, **SMALL,
         "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
-        "ring": {"slots": 8}, "stager": {"batch_size": 4, "epochs": EPOCHS},
+        "stager": {"batch_size": 4, "epochs": EPOCHS},
         "producers": {"workers": 2},
     })  # fmt: skip
     cfg, run_id = load_config(cfg_path), rid()

@@ -147,7 +147,7 @@ def test_an_installed_wheel_prints_a_resume_command_that_resumes(
 ) -> None:
     """A stopped run says how to resume it; in an install (no scripts/launch.sh) that
     command is the install's own `ringfeed run`, and pasted elsewhere it resumes the run."""
-    raw = {**SYNTHETIC, "ring": {"slots": 8, "heartbeat_s": 0.1}}
+    raw = {**SYNTHETIC, "ring": {"heartbeat_s": 0.1}}
     config = write_config(tmp_path, raw)
     run_id = rid("wheel")
     argv = [installed / "ringfeed", "run", str(config), "--run-id", run_id, "--consumer", "drain"]

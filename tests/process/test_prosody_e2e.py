@@ -35,7 +35,7 @@ def test_rows_carry_pitch_normalized_by_their_speaker(tmp_path: Path) -> None:
         "features": {"fmax": 8000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache"),
                      "pitch": True, "pitch_norm": "speaker"},
         "text": {"max_text_len": 160, "alphabet": demo.text.alphabet},
-        "ring": {"slots": 8, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 8, "epochs": 1},
         "producers": {"workers": 2},
     })  # fmt: skip

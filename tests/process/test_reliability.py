@@ -132,8 +132,8 @@ def test_remote_tcp_producer_sigkilled_mid_send(tmp_path: Path) -> None:
     assert any(not q["remote"] and q["samples"] > 0 for q in producers.values())
 
 
-def test_rings_larger_than_free_shm_fail_fast_naming_ring_slots(tmp_path: Path) -> None:
-    cfg_path = small(tmp_path, ring={"slots": 10_000_000})  # ~200 GB of 20 KiB slots
+def test_rings_larger_than_free_shm_fail_fast_naming_the_key(tmp_path: Path) -> None:
+    cfg_path = small(tmp_path, ring={"lookahead": 10_000_000})  # ~200 GB of 20 KiB slots
     run_id = rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         t0 = time.monotonic()
@@ -141,7 +141,7 @@ def test_rings_larger_than_free_shm_fail_fast_naming_ring_slots(tmp_path: Path) 
         code = run.wait("stager", 10)
         assert time.monotonic() - t0 < 10
         assert code != 0
-        assert "ring.slots" in run.logs(), run.logs()
+        assert "ring.lookahead" in run.logs(), run.logs()
         assert shm_segments(run_id) == []
     validate = subprocess.run(
         [*CLI, "validate", str(cfg_path)],
@@ -150,7 +150,7 @@ def test_rings_larger_than_free_shm_fail_fast_naming_ring_slots(tmp_path: Path) 
         text=True,
         timeout=30,
     )
-    assert validate.returncode != 0 and "ring.slots" in validate.stderr
+    assert validate.returncode != 0 and "ring.lookahead" in validate.stderr
 
 
 def ip(*args: str) -> subprocess.CompletedProcess:

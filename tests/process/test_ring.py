@@ -44,8 +44,8 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
         "import sys, time\n"
         "from ringfeed.shared.config import Config\n"
         "from ringfeed.shared.memory.ring import Ring, segment_name\n"
-        f"Ring.create(segment_name('{run_id}', 'samples'), Config().sample_fields(), 2, "
-        f"'{run_id}', 'samples')\n"
+        f"Ring.create(segment_name('{run_id}', 'spares'), Config().sample_fields(), 2, "
+        f"'{run_id}', 'spares')\n"
         "print('up', flush=True)\n"
         "time.sleep(60)\n"  # the owner lives on, holding its segment, until SIGKILLed below
     )
@@ -54,7 +54,7 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
     assert remove_stale_segments(run_id) == []  # owner alive: kept
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    assert remove_stale_segments(run_id) == [segment_name(run_id, "samples")]
+    assert remove_stale_segments(run_id) == [segment_name(run_id, "spares")]
     assert list(list_segments(run_id)) == []
 
 
@@ -74,8 +74,8 @@ def test_rings_that_do_not_fit_are_refused_when_reserved(run_id: str) -> None:
     proc = subprocess.run([sys.executable, "-c", limit + TWO_RINGS, run_id],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("refused: ring.slots: cannot reserve") == 1, proc.stdout
-    assert "stager.batch_slots: cannot reserve" in proc.stdout
+    assert proc.stdout.count("refused: ring.spares: cannot reserve") == 1, proc.stdout
+    assert "ring.lookahead: cannot reserve" in proc.stdout
     assert "features.max_frames, or enlarge /dev/shm" in proc.stdout
     assert list(list_segments(run_id)) == []
 
@@ -87,9 +87,9 @@ def test_a_small_dev_shm_refuses_the_second_ring_at_creation(run_id: str) -> Non
     proc = run_on_small_tmpfs("/dev/shm", "4m", [sys.executable, "-c", TWO_RINGS, run_id])
     assert proc.returncode == 0, f"rc {proc.returncode} (-7 is SIGBUS): {proc.stderr}"
     refusals = [line for line in proc.stdout.splitlines() if line.startswith("refused:")]
-    assert len(refusals) == 1 and "refused: stager.batch_slots:" in refusals[0], proc.stdout
+    assert len(refusals) == 1 and "refused: ring.lookahead:" in refusals[0], proc.stdout
     assert "enlarge /dev/shm" in refusals[0]
-    assert "left: samples\n" in proc.stdout  # by kind: a user namespace has its own uid
+    assert "left: spares\n" in proc.stdout  # by kind: a user namespace has its own uid
 
 
 # Two rings of ~2.9 MiB in a /dev/shm with fewer bytes free than both need; every page of
@@ -100,7 +100,7 @@ import numpy as np
 from ringfeed.shared.config import ConfigError
 from ringfeed.shared.memory.ring import Ring, segment_name
 rid, made = sys.argv[1], []
-for kind in ("samples", "batches"):
+for kind in ("spares", "batches"):
     try:
         made.append(Ring.create(segment_name(rid, kind), {"x": ((950_000,), np.uint8)}, 3,
                                 rid, kind))

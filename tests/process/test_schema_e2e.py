@@ -54,7 +54,7 @@ def config(tmp_path: Path, port: int) -> Path:
                      "energy": True, "user_function": "tests.support.user_fields:fields",
                      "user_version": "e2e", "user_fields": user_fields.FIELDS,
                      "durations_dir": str(tmp_path / "durations")},
-        "ring": {"slots": 8, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
         "producers": {"workers": 1},
         "transport": tcp(port),

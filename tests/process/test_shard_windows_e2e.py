@@ -79,7 +79,7 @@ def config_of(tmp_path: Path, path: str, cache_mb: int, name: str = "config.yaml
         # Few samples and batches ahead of the consumer (4 slots, 2 batches of 2-3 rows), and
         # the producer is the slower side: a killed worker had fetched little past its
         # cursor (no shard fetched again in 5 runs here; the bound leaves room for 2).
-        "ring": {"slots": 4, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1, "auto_buckets": 2, "batch_slots": 2,
                    "balance": {"by": "language", "temperature": 0.3}},
         "producers": {"workers": 1},

@@ -56,7 +56,7 @@ def _config(tmp_path: Path, data: Path, text: dict) -> Path:
         "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
                      "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache")},
         "text": text,
-        "ring": {"slots": 8, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
         "producers": {"workers": 2},
     })  # fmt: skip

@@ -108,7 +108,7 @@ def test_the_shard_window_plan_deals_whole_shards_exactly_once(tmp_path: Path) -
 
 RAW = {
     "features": {"cache": False, "on_too_long": "truncate"},
-    "ring": {"slots": 8, "heartbeat_s": 0.1},
+    "ring": {"heartbeat_s": 0.1},
     "stager": {"batch_size": 4, "epochs": 1},
     "producers": {"workers": 2},
 }

@@ -28,7 +28,6 @@ def test_ring_dataset_yields_static_batches_until_the_plan_ends(tmp_path: Path) 
             "data": {"format": "synthetic", "synthetic_items": 24},
             "features": {"max_frames": 32, "cache": False},
             "text": {"max_text_len": 32},
-            "ring": {"slots": 8},
             "stager": {"batch_size": 4, "epochs": 1},
             "producers": {"workers": 1},
         },
@@ -66,7 +65,7 @@ def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) 
     config = write_config(tmp_path, {
         "data": {"format": "synthetic", "synthetic_items": n},
         "features": {"max_frames": 32, "cache": False}, "text": {"max_text_len": 32},
-        "ring": {"slots": 8}, "stager": {"batch_size": rows, "epochs": 1},
+        "stager": {"batch_size": rows, "epochs": 1},
         "producers": {"workers": 1},
     })  # fmt: skip
     cfg, run_id = load_config(config), f"none-{uuid.uuid4().hex[:6]}"

@@ -38,7 +38,6 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
             },
             "text": {"max_text_len": 64},
             "stager": {"batch_size": 4},
-            "ring": {"slots": 16},
             "model": {"kwargs": {"d_model": 32, "n_layers": 1}},
             "train": {
                 "steps": 30,

@@ -47,7 +47,7 @@ def test_broken_inputs_are_quarantined_and_good_ones_delivered_once(tmp_path: Pa
     raw = {
         "data": {"path": str(ds.root)},
         "features": {"cache_dir": str(tmp_path / "cache")},
-        "ring": {"slots": 8, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1},
         "producers": {"workers": 2},
     }
@@ -74,7 +74,6 @@ def test_stager_mels_match_producer_mels(tmp_path: Path) -> None:
     raw = {
         "data": {"path": str(REPO / "data" / "ljspeech-mini")},
         "features": {"on_too_long": "truncate", "max_frames": 400, "cache": False},
-        "ring": {"slots": 8},
         "stager": {"batch_size": 4, "epochs": 1},
         "producers": {"workers": 2},
     }

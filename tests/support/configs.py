@@ -29,7 +29,6 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
     "data": {"format": "synthetic", "synthetic_items": 32},
     "features": {"max_frames": 32, "cache": False},
     "text": {"max_text_len": 32},
-    "ring": {"slots": 8},
     "stager": {"batch_size": 4},
     "producers": {"workers": 2},
     "model": {"kwargs": {"d_model": 16, "n_layers": 1}},
@@ -58,7 +57,7 @@ def small(tmp_path: Path, items: int = 300, delay_s: float = 0.002, **over: dict
         "data": {"format": "synthetic", "synthetic_items": items},
         "features": {"max_frames": 64, "cache": False},
         "text": {"max_text_len": 32},
-        "ring": {"slots": 16, "lease_s": 1.0, "heartbeat_s": 0.2},
+        "ring": {"lease_s": 1.0, "heartbeat_s": 0.2},
         "stager": {"batch_size": 8, "epochs": 1},
         "producers": {"workers": 2, "restart_backoff_s": 0.1},
     }

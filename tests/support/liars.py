@@ -21,6 +21,7 @@ import zmq
 from ringfeed.consumer.client.batch_client import BatchClient, StagerGone, StagerRefused
 from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.config import Config
+from ringfeed.shared.memory.places import Places, write_sample
 from ringfeed.shared.memory.ring import Ring, rows_checksum
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
@@ -83,17 +84,34 @@ def bad_rows(cfg: Config, item: int) -> list[np.ndarray]:
     return [tokens, mel]
 
 
-def bad_content(cfg: Config, ring: Ring, g: p.GrantEntry) -> p.Ready:
-    """Fill the granted slot with bad_rows, sealed and hashed as an honest producer would."""
-    tokens, mel = bad_rows(cfg, g.item)
-    header = ring.slots[g.slot]
-    header["writing_generation"] = g.generation
-    for name, rows in (("tokens", tokens), ("mel", mel)):
-        ring.view(name)[g.slot][: len(rows)] = rows
-        ring.view(name)[g.slot][len(rows) :] = 0
-    header["sealed_generation"] = g.generation
-    lengths = [len(tokens), len(mel)]
-    return p.Ready([g.slot], [g.generation], [g.item], lengths, [rows_checksum([tokens, mel])], [0])
+def places_of(cfg: Config, welcome: p.Welcome) -> Places:
+    """The run's places, attached as a local producer attaches them (close with
+    close_places)."""
+    return Places(Ring.attach(welcome.ring_name), Ring.attach(welcome.spares), cfg.schema)
+
+
+def close_places(places: Places) -> None:
+    places.forget()
+    if places.batches is not None:
+        places.batches.close()
+    places.spares.close()
+
+
+def ready_of(g: p.GrantEntry, lengths: list[int], checksum: int) -> p.Ready:
+    """A one-entry READY answering grant g."""
+    return p.Ready.of([p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, 0)])
+
+
+def bad_content(cfg: Config, places: Places, g: p.GrantEntry) -> p.Ready:
+    """Fill the granted place with bad_rows, sealed and hashed as an honest producer
+    would."""
+    record = places.record(g.batch, g.place)
+    record["writing_generation"] = g.generation
+    dst = places.fields(g.batch, g.shape, g.place)
+    pads = places.pads if g.batch >= 0 else None
+    lengths, checksum = write_sample(dst, bad_rows(cfg, g.item), pads)
+    record["sealed_generation"] = g.generation
+    return ready_of(g, lengths, checksum)
 
 
 def bad_payload(cfg: Config, g: p.GrantEntry) -> tuple[p.Ready, list[bytes]]:
@@ -101,12 +119,11 @@ def bad_payload(cfg: Config, g: p.GrantEntry) -> tuple[p.Ready, list[bytes]]:
     payload frames."""
     rows = bad_rows(cfg, g.item)
     lengths, checksum = [len(r) for r in rows], rows_checksum(rows)
-    ready = p.Ready([g.slot], [g.generation], [g.item], lengths, [checksum], [0])
-    return ready, [r.tobytes() for r in rows]
+    return ready_of(g, lengths, checksum), [r.tobytes() for r in rows]
 
 
 def malformed(g: p.GrantEntry) -> p.Ready:
-    return p.Ready([g.slot], [g.generation], [g.item], [0, 0], [0], [0])
+    return ready_of(g, [0, 0], 0)
 
 
 def lie_per_grant(
@@ -117,7 +134,7 @@ def lie_per_grant(
     into the ring over ipc, sent as payload frames over tcp), say HELLO again, repeat."""
     remote = endpoint.startswith("tcp://")
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
-        ring = None
+        places = None
         try:
             while not stop.is_set():
                 welcome = join(sock, cfg, f"liar-{lie}-{os.getpid()}", remote, tally)
@@ -128,14 +145,14 @@ def lie_per_grant(
                     if lie == "content" and remote:
                         sock.send_multipart(p.encode(*bad_payload(cfg, g)))
                     elif lie == "content":
-                        ring = ring or Ring.attach(welcome.ring_name)
-                        sock.send_multipart(p.encode(bad_content(cfg, ring, g)))
+                        places = places or places_of(cfg, welcome)
+                        sock.send_multipart(p.encode(bad_content(cfg, places, g)))
                     else:
                         sock.send_multipart(p.encode(malformed(g)))
                     tally.lies += 1
         finally:
-            if ring is not None:
-                ring.close()
+            if places is not None:
+                close_places(places)
 
 
 def crash_flood(
@@ -173,8 +190,7 @@ def bad_checksums(
                 sample = SyntheticSource(cfg).prepare(g.item)
                 rows = [sample.tokens, sample.mel]
                 wrong = rows_checksum(rows) ^ 1
-                lengths = [len(r) for r in rows]
-                ready = p.Ready([g.slot], [g.generation], [g.item], lengths, [wrong], [0])
+                ready = ready_of(g, [len(r) for r in rows], wrong)
                 sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
                 tally.lies += 1
 
@@ -200,7 +216,7 @@ def silent_identities(
                         elif isinstance(msg, p.Welcome):
                             tally.joins += 1
                         elif isinstance(msg, p.Grant):
-                            tally.lies += len(msg.slots)
+                            tally.lies += len(msg.places)
                     sock.send_multipart(p.encode(p.Request(16)))
                     sock.send_multipart(p.encode(p.Heartbeat(0, {})))
         finally:
@@ -332,8 +348,7 @@ def slow_walker(
                 for _, g in [x for x in pending if x[0] <= now]:
                     sample = source.prepare(g.item)
                     rows = [sample.tokens, sample.mel]
-                    ready = p.Ready([g.slot], [g.generation], [g.item], [len(r) for r in rows],
-                                    [rows_checksum(rows)], [0])  # fmt: skip
+                    ready = ready_of(g, [len(r) for r in rows], rows_checksum(rows))
                     sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
                     sock.send_multipart(p.encode(p.Request(1)))
                     tally.lies += 1
@@ -374,8 +389,7 @@ def made_up(
                     elif kind == "too-long":
                         rows = [np.resize(r, (n, *r.shape[1:])).astype(r.dtype)
                                 for r, n in zip(rows, longest, strict=True)]  # fmt: skip
-                    ready = p.Ready([g.slot], [g.generation], [g.item], [len(r) for r in rows],
-                                    [rows_checksum(rows)], [0])  # fmt: skip
+                    ready = ready_of(g, [len(r) for r in rows], rows_checksum(rows))
                     sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
                     sock.send_multipart(p.encode(p.Request(1)))
                     tally.lies += 1
@@ -393,7 +407,7 @@ def skips_all(
             sock.send_multipart(p.encode(p.Request(16)))
             while not stop.is_set() and not isinstance(msg := receive(sock, 0.05), p.Rehello):
                 for g in msg.entries() if isinstance(msg, p.Grant) else []:
-                    skip = p.Skip(g.slot, g.generation, g.item, "unreadable audio (a lie)",
+                    skip = p.Skip(g.generation, g.place, g.item, "unreadable audio (a lie)",
                                   "", "audio")  # fmt: skip
                     sock.send_multipart(p.encode(skip))
                     tally.lies += 1

@@ -38,7 +38,7 @@ def demo_raw(tmp_path: Path, data: dict[str, Any]) -> dict[str, Any]:
             "cache_dir": str(tmp_path / "cache"),
         },  # fmt: skip
         "text": {"max_text_len": 160, "alphabet": demo.text.alphabet},
-        "ring": {"slots": 8, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": EPOCHS},
         "producers": {"workers": 2},
     }

@@ -11,7 +11,7 @@ from ringfeed.shared.wire import protocol as p
 N_ITEMS = 8
 RULES = Rules(lease_s=10.0, heartbeat_s=1.0, orphan_s=30.0, credits=4)
 HELLO = p.Hello("w0", 1234, "host", False, "token", "", {"features.n_mels": "ab12"})
-WELCOME = p.Welcome("run", "ring", N_ITEMS, {})
+WELCOME = p.Welcome("run", "ring", N_ITEMS, {}, "spares")
 STAGES = {"decoded": 5, "mels": 5}
 # One turn of the worker's loop, seconds: about its POLL_S (0.05 s), and exact in binary,
 # so that the fake clock never drifts off the rules' boundaries.
@@ -57,7 +57,7 @@ class Loop:
         return self.do(self.session.heard(msg, self.now))
 
     def welcomed(self) -> Loop:
-        assert self.hear(WELCOME) == [Join("ring"), p.Request(RULES.credits)]
+        assert self.hear(WELCOME) == [Join("ring", "spares"), p.Request(RULES.credits)]
         return self
 
     def run(self, seconds: float, stager: Stager | None = None) -> None:

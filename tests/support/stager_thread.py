@@ -111,6 +111,7 @@ class StagerThread:
             why, self.code = str(exc), 3
         except BaseException as exc:  # the test that waits for the end raises it
             self.error = exc
+            logging.getLogger(StagerLog.LOGGER).exception("the stager's loop failed")
         finally:
             self.stager.finish(why)
 

@@ -69,17 +69,18 @@ def test_made_up_content_is_never_delivered_and_its_peer_is_banned(
 
 
 def test_a_remote_ready_too_long_for_its_bucket_gets_no_item_quarantined(tmp_path: Path) -> None:
-    """A remote READY longer than its item's length bucket says the item cannot be used
-    there (a local producer's would make it a skip): it is audited as a SKIP is. Taken
-    at its word, it had every item of a smaller bucket quarantined (106 of 200)."""
+    """A remote READY longer than its item's length bucket claims more rows than its place
+    holds (an honest producer skips such an item, and its SKIP is audited): it is refused
+    whole, a strike. Taken at its word, it once had every item of a smaller bucket
+    quarantined (106 of 200)."""
     buckets = {"stager": {"buckets": [32, 48, 64], "batch_size": 4},
                "data": {"synthetic_lengths": "ljspeech"}}  # fmt: skip
     _, _, tally, summary, quarantine = beside_a_local_producer(tmp_path, made_up, "too-long",
                                                                **buckets)  # fmt: skip
     assert quarantine == [], quarantine
     counters = summary["counters"]
-    assert counters["skips_overruled"] >= 1 and counters["skipped"] == 0, counters
-    assert tally.lies >= counters["skips_overruled"]
+    assert counters["peers_banned"] == 1 and counters["skipped"] == 0, counters
+    assert tally.lies >= counters["strikes"] >= 1
 
 
 def test_a_remote_peer_that_skips_everything_gets_no_item_quarantined(tmp_path: Path) -> None:

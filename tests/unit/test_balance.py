@@ -302,10 +302,13 @@ def test_validate_warns_of_a_group_upsampled_beyond_the_rings_depth(tmp_path) ->
     cfg = manifest_config(tmp_path, by="speaker", temperature=0.0)  # cy: 1 clip, a third
     lines = corpus_check(cfg).lines
     warned = [line for line in lines if "warning: speaker" in line]
+    deep = config_from_dict(cfg.to_dict() | {"ring": {"lookahead": 16}})  # 16 x 4 rows in flight
+    warned = [line for line in corpus_check(deep).lines if "warning: speaker" in line]
     assert len(warned) == 3, warned  # ann 9, bob 2, cy 1 clips; each ~21 of 64 grants
     assert any("speaker cy has 1 clips but 33.3 % of the epoch" in line for line in warned)
-    assert all("ring.slots=64" in line and "stager.balance.temperature" in line for line in warned)
-    shallow = config_from_dict(cfg.to_dict() | {"ring": {"slots": 4}})  # 4/3 grants each
+    assert all("64 grants in flight (ring.lookahead)" in line for line in warned)
+    assert all("stager.balance.temperature" in line for line in warned)
+    shallow = config_from_dict(cfg.to_dict() | {"ring": {"lookahead": 1}})  # 4 in flight: 4/3 each
     warned = [line for line in corpus_check(shallow).lines if "warning: speaker" in line]
     assert len(warned) == 1 and "speaker cy has 1 clips" in warned[0]
 

@@ -29,16 +29,16 @@ def test_defaults_and_derived_sizes() -> None:
 @pytest.mark.parametrize(
     ("raw", "needle"),
     [
-        ({"ring": {"slotz": 3}}, "ring.slotz: unknown key; did you mean 'slots'?"),
+        ({"ring": {"lookahed": 3}}, "ring.lookahed: unknown key; did you mean 'lookahead'?"),
         ({"train": {"learning_rate": "fast"}}, "train.learning_rate: must be a number"),
         ({"transport": {"keys_dir": "keys"}}, "transport.keys_dir: keys authenticate tcp"),
-        ({"ring": {"slots": 0}}, "ring.slots: must be >= 1"),
-        ({"ring": {"slots": "many"}}, "ring.slots: must be an integer"),
+        ({"ring": {"lookahead": -1}}, "ring.lookahead: must be >= 0"),
+        ({"ring": {"lookahead": "many"}}, "ring.lookahead: must be an integer"),
+        ({"ring": {"slots": 64}}, "ring.slots: no longer a setting"),
         ({"stager": {"deterministic": "yes"}}, "stager.deterministic: must be true or false"),
         ({"features": {"device": "gpu"}}, "features.device: must be one of"),
         ({"ring": {"lease_s": 1.0, "heartbeat_s": 1.0}}, "ring.lease_s"),
         ({"features": {"fmax": 20000.0}}, "features.fmax"),
-        ({"ring": {"slots": 4}}, "raise ring.slots"),
         ({"nonsense": {}}, "nonsense: unknown key"),
     ],
 )
@@ -128,8 +128,8 @@ def test_a_path_with_undecodable_bytes_round_trips_and_bad_yaml_names_its_charac
 
 
 def test_ring_larger_than_dev_shm_is_refused_before_start() -> None:
-    cfg = replace(Config(), ring={"slots": 1_000_000})  # ~245 GiB of slots
-    with pytest.raises(ConfigError, match="lower ring.slots"):
+    cfg = replace(Config(), ring={"lookahead": 100_000})  # ~780 GiB of batch slots
+    with pytest.raises(ConfigError, match="lower ring.lookahead"):
         check_rings_fit(cfg)
 
 
@@ -139,8 +139,8 @@ def test_numbers_yaml_reads_as_text_are_numbers(tmp_path: Path) -> None:
     path.write_text("train:\n  learning_rate: 2e-3\nring:\n  lease_s: 1E1\n")
     cfg = load_config(path)
     assert cfg.train.learning_rate == 0.002 and cfg.ring.lease_s == 10.0
-    with pytest.raises(ConfigError, match="ring.slots: must be an integer"):
-        config_from_dict({"ring": {"slots": "1e3"}})  # counts stay integers
+    with pytest.raises(ConfigError, match="ring.lookahead: must be an integer"):
+        config_from_dict({"ring": {"lookahead": "1e3"}})  # counts stay integers
 
 
 def test_load_names_the_file(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ is read off the socket as the stager reads it.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +18,14 @@ import numpy as np
 import pytest
 import zmq
 
+from ringfeed.consumer.stager.stager import open_rings
 from ringfeed.producer import pipeline
 from ringfeed.producer.cache import FeatureCache
 from ringfeed.producer.sources import DatasetSource
 from ringfeed.producer.text import TextEncoder
 from ringfeed.producer.worker import Worker
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.memory.ring import Ring, segment_name
+from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.sockets import make_socket, recv, send
@@ -76,24 +78,29 @@ def make_cfg(tmp_path: Path) -> Config:
 
 
 @pytest.fixture
-def ring() -> Iterator[Ring]:
-    """The run's sample ring as the stager makes it (unlinked after the test); slot 0 is
-    granted with GENERATION."""
+def rings() -> Iterator[tuple[Ring, Ring]]:
+    """The run's rings as the stager makes them, (spares, batches), unlinked after the
+    test; spare place 0 is granted with GENERATION."""
     run_id = f"stage-{uuid.uuid4().hex[:6]}"
-    fields = Config().sample_fields()
-    with Ring.create(segment_name(run_id, "samples"), fields, 2, run_id, "samples") as r:
-        r.slots[0]["generation"] = GENERATION
-        yield r
+    with contextlib.ExitStack() as cleanup:
+        spares, batches = open_rings(Config(), run_id, "", cleanup)
+        spares.slots[0]["generation"] = GENERATION
+        yield spares, batches
 
 
-def fill_one(cfg: Config, stager: tuple[zmq.Socket, str], ring: Ring) -> tuple[p.Skip, Worker]:
-    """Welcome a local worker onto the ring, grant it ITEM in slot 0, return its SKIP."""
+def fill_one(
+    cfg: Config, stager: tuple[zmq.Socket, str], rings: tuple[Ring, Ring]
+) -> tuple[p.Skip, Worker]:
+    """Welcome a local worker onto the rings, grant it ITEM in spare place 0, return its
+    SKIP."""
     sock, endpoint = stager
+    spares, batches = rings
     worker = Worker(cfg, "w0", endpoint, remote=False, stop=StopFlag())
     try:
         worker.start()
         ident, _ = next_message(sock, p.Hello)
-        send(sock, p.Welcome(ring.run_id, ring.name, worker.source.n_items, {}), ident=ident)
+        welcome = p.Welcome(spares.run_id, batches.name, worker.source.n_items, {}, spares.name)
+        send(sock, welcome, ident=ident)
         while not worker.session.welcomed:
             worker.poll(1.0)
         worker.fill(p.GrantEntry(0, GENERATION, ITEM, 0))
@@ -107,21 +114,25 @@ def fill_one(cfg: Config, stager: tuple[zmq.Socket, str], ring: Ring) -> tuple[p
 
 @pytest.mark.parametrize("stage", list(STAGE_FUNCTIONS))
 def test_an_unexpected_exception_is_quarantined_with_its_stage(
-    tmp_path: Path, stage: str, stager_socket: tuple[zmq.Socket, str], ring: Ring, monkeypatch
+    tmp_path: Path,
+    stage: str,
+    stager_socket: tuple[zmq.Socket, str],
+    rings: tuple[Ring, Ring],
+    monkeypatch,
 ) -> None:
     owner, name = STAGE_FUNCTIONS[stage]
     monkeypatch.setattr(owner, name, boom)
-    skip, worker = fill_one(make_cfg(tmp_path), stager_socket, ring)
-    assert int(ring.slots[0]["sealed_generation"]) != GENERATION  # nothing announced
-    assert (skip.slot, skip.generation, skip.item) == (0, GENERATION, ITEM)
+    skip, worker = fill_one(make_cfg(tmp_path), stager_socket, rings)
+    assert int(rings[0].slots[0]["sealed_generation"]) != GENERATION  # nothing announced
+    assert (skip.place, skip.generation, skip.item) == (0, GENERATION, ITEM)
     assert skip.stage == stage
     assert skip.reason.startswith(f"unexpected Injected in {stage} at test_failure_stage.py:")
     assert skip.reason.endswith("injected fault") and skip.path.endswith("LJ001-0002.wav")
     assert worker.session.done == 1
 
 
-def test_a_sample_that_does_not_fit_its_slot_is_quarantined_at_write(
-    tmp_path: Path, stager_socket: tuple[zmq.Socket, str], ring: Ring, monkeypatch
+def test_a_sample_that_does_not_fit_its_place_is_quarantined_at_write(
+    tmp_path: Path, stager_socket: tuple[zmq.Socket, str], rings: tuple[Ring, Ring], monkeypatch
 ) -> None:
     cfg = make_cfg(tmp_path)
     real_log_mel = pipeline.log_mel
@@ -131,8 +142,8 @@ def test_a_sample_that_does_not_fit_its_slot_is_quarantined_at_write(
         return np.concatenate([mel, mel[:, :1]], axis=1)
 
     monkeypatch.setattr(pipeline, "log_mel", one_band_too_many)
-    skip, _ = fill_one(cfg, stager_socket, ring)
-    assert int(ring.slots[0]["sealed_generation"]) != GENERATION
+    skip, _ = fill_one(cfg, stager_socket, rings)
+    assert int(rings[0].slots[0]["sealed_generation"]) != GENERATION
     assert skip.stage == "write" and skip.reason.startswith("unexpected ValueError in write")
 
 

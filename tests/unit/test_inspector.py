@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from ringfeed.consumer.tools.diagnosis import diagnose
+from ringfeed.consumer.tools.inspector import BAR_WIDTH, state_bar
 from ringfeed.consumer.tools.screen import render
 from ringfeed.consumer.tools.snapshot import InspectorSnapshot, ProducerRow, RingView
+from ringfeed.shared.memory.ring import SlotState
 from ringfeed.shared.run.stats_record import (
     CrashReport,
     Padding,
@@ -236,3 +238,14 @@ def test_json_of_a_snapshot_keeps_the_keys_of_before() -> None:
 
 
 # ---------------------------------------------------------------- real runs
+
+
+def test_the_places_line_fits_a_screen_and_never_hides_a_fence() -> None:
+    """A run with many places (buckets of many short rows, many credits): a character
+    stands for a group, showing the state of the group that says most."""
+    free, ready, fenced = SlotState.FREE, SlotState.READY, SlotState.FENCED
+    assert state_bar([free, ready, fenced]) == ".RF"  # few places: one character each
+    many = [free] * 200 + [ready] * 100
+    many[37] = fenced
+    bar = state_bar(many)
+    assert len(bar) <= BAR_WIDTH and bar.count("F") == 1 and bar.endswith("R" * 25)  # 4 a character

@@ -132,5 +132,5 @@ def test_thirty_identities_of_one_key_get_one_peers_share(tmp_path: Path) -> Non
         summary = stager.summary()
     assert_exactly_once(items, cfg, n)
     assert not tally.errors and tally.lies >= 1, tally
-    assert held and max(held) <= (cfg.ring.slots - 1) // 2, held  # one of two peers' share
+    assert held and max(held) <= cfg.grants_in_flight // 2, held  # one of two peers' share
     assert summary["counters"]["skipped"] == 0

@@ -22,13 +22,13 @@ import pytest
 import zmq
 
 from ringfeed.consumer.stager.drops import Drops
+from ringfeed.consumer.stager.ledger import Ledger
 from ringfeed.consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_BURST, PeerLog
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
 from ringfeed.consumer.stager.producer_desk import CRASHES_KEPT
-from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.consumer.tools.inspector import Inspector
 from ringfeed.consumer.tools.inspector import main as inspector_main
 from ringfeed.consumer.tools.screen import BOLD, CLEAR, RESET, render
@@ -227,7 +227,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     every other part's record at its largest: the longest crash reports kept, the
     largest counters and bucket shapes."""
     cfg = config_from_dict({})
-    manager = SlotManager(Plan(Shuffle(100, 1), 1), 64, 1.0, 3, True)
+    manager = Ledger(Plan(Shuffle(100, 1), 1), 12, 32, 32, 8, 32, 1.0, 3)
     book = ProducerBook(manager, "head", 16, max_strikes=3, max_per_peer=MAX_PRODUCERS)
     for i in range(MAX_PRODUCERS):
         name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)

@@ -19,11 +19,12 @@ PLAN_PRINT = {"index": "0" * 16, "seed": "1" * 16, "buckets": "2" * 16, "lengths
 
 EXAMPLES = [
     p.Hello("host-0", 123, "host", False, "9f2c", "ray actor 1a2b on node 3c4d", CONFIG_PRINT),
-    p.Welcome("run", "ringfeed-run-samples", 13, PLAN_PRINT),
+    p.Welcome("run", "ringfeed-run-batches", 13, PLAN_PRINT, "ringfeed-run-spares"),
     p.Request(2),
-    p.Grant([3, 4], [7, 1], [11, 12], [99, 100]),
-    p.Ready([3], [7], [11], [40, 300], [0xDEADBEEF], [0]),
-    p.Skip(3, 7, 11, "unreadable audio: not a RIFF file", "/x.wav", "audio"),
+    p.Grant(7, False, 2, 16, 800, 200, [3, 4], [11, 12], [99, 100]),
+    p.Grant(8, True, 0, 0, 0, 0, [5], [13], [101]),
+    p.Ready(7, [3], [11], [40, 300], [0xDEADBEEF], [0]),
+    p.Skip(7, 3, 11, "unreadable audio: not a RIFF file", "/x.wav", "audio"),
     p.Heartbeat(5, {"decoded": 3, "cache_hits": 2}),
     p.Crash("host-0", "Traceback ...\nValueError: boom"),
     p.Bye(5, {"decoded": 5}),
@@ -52,7 +53,7 @@ def test_round_trip(msg: object) -> None:
 
 
 def test_ready_carries_raw_payload_frames() -> None:
-    frames = p.encode(p.Ready([0], [1], [2], [3], [0], [0]), [memoryview(b"\x00" * 12)])
+    frames = p.encode(p.Ready(1, [0], [2], [3], [0], [0]), [memoryview(b"\x00" * 12)])
     msg, payload = p.decode([bytes(f) for f in frames])
     assert isinstance(msg, p.Ready) and payload == [b"\x00" * 12]
 
@@ -61,24 +62,30 @@ def _header(*values: object) -> bytes:
     return msgpack.packb(list(values), use_bin_type=True)
 
 
+# A GRANT's fields: generation, spare, batch, rows, frames, text, places, items, positions.
+_GRANT = (7, False, 2, 16, 800, 200, [1], [3], [4])
+
+
 @pytest.mark.parametrize(
     ("frames", "needle"),
     [
         ([], "empty"),
         ([b"\xc1garbage"], "not msgpack"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), 1, 2)], "2 fields, expected 4"),
-        ([_header(99, int(p.Kind.GRANT), 1, 2, 3, 4)], "protocol version 99"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), 1, 2)], "2 fields, expected 9"),
+        ([_header(99, int(p.Kind.GRANT), *_GRANT)], "protocol version 99"),
         ([_header(p.VERSION, 250)], "unknown message kind"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), "1", [2], [3], [4])], "GRANT.slots"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), [True], [2], [3], [4])], "GRANT.slots"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), *_GRANT[:6], "1", [3], [4])], "GRANT.places"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), *_GRANT[:6], [True], [3], [4])], "GRANT.places"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), 1, 0, *_GRANT[2:])], "GRANT.spare"),
         (
-            [_header(p.VERSION, int(p.Kind.READY), [0], [1], [2], [1, "x"], [0], [0])],
+            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1, "x"], [0], [0])],
             "READY.lengths",
         ),
+        ([_header(p.VERSION, int(p.Kind.READY), [1], [0], [2], [1], [0], [0])], "READY.generation"),
         ([b"\x00" * (p.MAX_HEADER_BYTES + 1)], "header of"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), [1], [2], [3], [4]), b"x"], "unexpected payload"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), *_GRANT), b"x"], "unexpected payload"),
         (
-            [_header(p.VERSION, int(p.Kind.READY), [0], [1], [2], [1], [0], [0])]
+            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1], [0], [0])]
             + [b""] * (p.MAX_PAYLOAD_FRAMES + 1),
             "payload frames",
         ),
@@ -121,7 +128,8 @@ def _hello(name: str = "p", pid: int = 1) -> list[bytes]:
         ),
         (_hello(name="x" * (p.MAX_NAME + 1)), "HELLO.name: not a valid str"),
         (_hello(pid=-5), "HELLO.pid"),
-        ([_header(p.VERSION, int(p.Kind.GRANT), [1], [-2], [3], [4])], "GRANT.generations"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), -2, *_GRANT[1:])], "GRANT.generation"),
+        ([_header(p.VERSION, int(p.Kind.GRANT), *_GRANT[:6], [-1], [3], [4])], "GRANT.places"),
         ([_header(p.VERSION, int(p.Kind.BATCH_FREE), -1, 0)], "BATCH_FREE.slot"),
         (
             [_header(p.VERSION, int(p.Kind.HEARTBEAT), 0, {str(i): 1 for i in range(33)})],
@@ -185,12 +193,18 @@ def test_mutated_valid_messages_decode_or_raise_protocol_error(msg, pos, byte) -
 
 
 def test_grant_and_ready_entries_round_trip_through_the_wire():
-    grants = [p.GrantEntry(3, 7, 11, 99), p.GrantEntry(4, 1, 12, 100)]
-    msg, _ = p.decode(p.encode(p.Grant.of(grants)))
-    assert msg.entries() == grants
+    """A run of rows of one batch slot (its shape with it), and a run of spare places."""
+    rows = [
+        p.GrantEntry(3, 7, 11, 99, 2, (16, 800, 200)),
+        p.GrantEntry(4, 7, 12, 100, 2, (16, 800, 200)),
+    ]
+    spares = [p.GrantEntry(0, 8, 13, 101), p.GrantEntry(5, 8, 14, 102)]
+    for run in (rows, spares):
+        msg, _ = p.decode(p.encode(p.Grant.of(run)))
+        assert msg.entries() == run
     ready = [
         p.ReadyEntry(3, 7, 11, [40, 300], 0xBEEF, True),
-        p.ReadyEntry(4, 1, 12, [2, 5], 9, False),
+        p.ReadyEntry(4, 7, 12, [2, 5], 9, False),
     ]
     msg, _ = p.decode(p.encode(p.Ready.of(ready)))
     assert msg.entries(2) == ready
@@ -199,4 +213,4 @@ def test_grant_and_ready_entries_round_trip_through_the_wire():
 
 def test_a_grant_whose_lists_differ_in_length_is_refused_at_decode():
     with pytest.raises(p.ProtocolError, match="differ in length"):
-        p.decode(p.encode(p.Grant([1, 2], [1], [1, 2], [1, 2])))
+        p.decode(p.encode(p.Grant(1, False, 0, 4, 8, 8, [1, 2], [1], [1, 2])))

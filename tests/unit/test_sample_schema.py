@@ -255,80 +255,46 @@ def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path:
     """features.device: stager: producers write the wave, a reference mel and fields of
     no frame axis; the stager's batch holds them beside the mels it computes."""
     pytest.importorskip("tensorflow")
-    from ringfeed.consumer.stager.batch_builder import BatchBuilder
-    from ringfeed.consumer.stager.gpu_mel import TfLogMel
-    from ringfeed.shared.memory.ring import Ring, segment_name
-    from tests.support.runs import rid
+    from tests.support.assembled import first_batch
 
     user = {"user_function": "tests.support.user_fields:wave_only", "user_version": "t1",
             "user_fields": user_fields.FIELDS[1:], "device": "stager"}  # fmt: skip
     cfg, entries = _speakers(tmp_path, ["a", "a"], **user)
-    cfg = replace(cfg, stager={"batch_size": 3})
+    cfg = replace(cfg, stager={"batch_size": 3, "epochs": 1})
     pipe = SamplePipeline(cfg, index=open_corpus(cfg))
-    samples = [pipe(e, k) for k, e in enumerate(entries)]
-    run_id = rid()
-    with (
-        Ring.create(segment_name(run_id, "samples"), cfg.sample_fields(), 2, run_id,
-                    "samples") as ring,
-        Ring.create(segment_name(run_id, "batches"), cfg.batch_ring_fields(), 1, run_id,
-                    "batches") as batches,
-    ):  # fmt: skip
-        builder = BatchBuilder(cfg, batches, TfLogMel(cfg))
-        assert builder.room() == 3
-        for k, s in enumerate(samples):
-            lengths = []
-            for name in ring.fields:
-                x = s.array(name)
-                ring.view(name)[k][: len(x)] = x
-                lengths.append(len(x))
-            copies = builder.add(ring, k, k, lengths, position=k)
-            assert [len(c) for c in copies] == lengths
-        slot, _, n_valid = builder.finish()
-        flat = {name: batches.view(name)[slot] for name in batches.fields}
-        view = batch_views(flat, 3, cfg.features.max_frames, cfg.text.max_text_len, cfg.schema)
+    samples = {k: pipe(e, k) for k, e in enumerate(entries)}
+    with first_batch(cfg, samples.__getitem__, tmp_path) as first:
+        view, n_valid, items = first.views, first.n_valid, first.items
         assert n_valid == 2 and view["mel"].shape == (3, cfg.features.max_frames, 80)
-        for k, s in enumerate(samples):
-            ref, m = s.fields["ref_mel"], int(view["ref_mel_lens"][k])
-            assert m == len(ref) and np.array_equal(view["ref_mel"][k, :m], ref)
-            assert np.array_equal(view["emotion"][k], s.fields["emotion"])
+        assert sorted(items) == [0, 1]
+        for row, item in enumerate(items):
+            s = samples[item]
+            ref, m = s.fields["ref_mel"], int(view["ref_mel_lens"][row])
+            assert m == len(ref) and np.array_equal(view["ref_mel"][row, :m], ref)
+            assert np.array_equal(view["emotion"][row], s.fields["emotion"])
             n = len(s.fields["style"])
-            assert view["style_lens"][k] == n and (view["style"][k, n:] == -1).all()
-            assert abs(int(view["mel_lens"][k]) - (1 + len(s.wave) // 256)) <= 1
+            assert view["style_lens"][row] == n and (view["style"][row, n:] == -1).all()
+            assert abs(int(view["mel_lens"][row]) - (1 + len(s.wave) // 256)) <= 1
         assert (view["style"][2] == -1).all() and view["ref_mel_lens"][2] == 0
 
 
-def test_synthetic_items_carry_every_declared_field_and_the_row_check_covers_them() -> None:
+def test_synthetic_items_carry_every_declared_field_and_the_row_check_covers_them(
+    tmp_path: Path,
+) -> None:
     """Synthetic data (transport tests, the soak, the ring benchmark) synthesizes every
     optional field from the item; check_synthetic_rows checks each row of each."""
-    from ringfeed.consumer.stager.batch_builder import BatchBuilder
     from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
-    from ringfeed.shared.memory.ring import Ring, segment_name
-    from tests.support.runs import rid
+    from tests.support.assembled import first_batch
 
     features = {"max_frames": 32, "pitch": True, "energy": True, "reference": True,
                 "reference_frames": 8, **USER}  # fmt: skip
     cfg = replace(Config(), data={"format": "synthetic", "synthetic_items": 40},
                   features=features, text={"max_text_len": 32},
                   stager={"batch_size": 4, "buckets": [16, 32]})  # fmt: skip
-    source, run_id = SyntheticSource(cfg), rid()
-    with (
-        Ring.create(segment_name(run_id, "samples"), cfg.sample_fields(), 3, run_id,
-                    "samples") as ring,
-        Ring.create(segment_name(run_id, "batches"), cfg.batch_ring_fields(), 1, run_id,
-                    "batches") as batches,
-    ):  # fmt: skip
-        builder = BatchBuilder(cfg, batches, None)
-        builder.begin((4, 32, 32))
-        builder.room()
-        for k, item in enumerate([5, 17, 30]):
-            s = source.prepare(item)
-            for name in ring.fields:
-                ring.view(name)[k][: len(s.array(name))] = s.array(name)
-            builder.add(ring, k, item, [len(s.array(name)) for name in ring.fields], position=k)
-        slot, _, n_valid = builder.finish()
-        flat = {name: batches.view(name)[slot] for name in batches.fields}
-        view = batch_views(flat, 4, 32, 32, cfg.schema)
-        assert check_synthetic_rows(view, n_valid, cfg) == [5, 17, 30]
+    source = SyntheticSource(cfg)
+    with first_batch(cfg, source.prepare, tmp_path) as first:
+        view, n_valid, items = first.views, first.n_valid, first.items
+        assert n_valid >= 2 and check_synthetic_rows(view, n_valid, cfg) == items[:n_valid]
         view["style"][1, 0, 0] += 1  # one value of one row of one field
         with pytest.raises(RowMismatch, match="row 1: style"):
             check_synthetic_rows(view, n_valid, cfg)

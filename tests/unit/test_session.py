@@ -57,11 +57,24 @@ def test_grants_are_taken_oldest_first_and_counted() -> None:
     loop.hear(grants(3, 1))
     loop.hear(grants(2))
     taken = [loop.session.take() for _ in range(4)]
-    assert [g.slot if g else None for g in taken] == [3, 1, 2, None]
+    assert [g.place if g else None for g in taken] == [3, 1, 2, None]
     loop.session.filled(taken[0])
     loop.session.dropped(taken[1])
     loop.session.filled(taken[2])
     assert (loop.session.done, loop.session.taken_back) == (2, 1)
+
+
+def test_a_run_is_answered_after_its_last_queued_grant_and_not_before() -> None:
+    """The worker sends one READY per run: after the grant that is the last queued of its
+    generation (the next queued is another run's, or none is queued)."""
+    loop = Loop().welcomed()
+    loop.hear(p.Grant.of([p.GrantEntry(w, 1, w, w) for w in (0, 1, 2)]))
+    loop.hear(p.Grant.of([p.GrantEntry(w, 2, 10 + w, 10 + w) for w in (0, 1)]))
+    done = []
+    while (grant := loop.session.take()) is not None:
+        loop.session.filled(grant)
+        done.append((grant.generation, grant.place, loop.session.run_done(grant)))
+    assert done == [(1, 0, False), (1, 1, False), (1, 2, True), (2, 0, False), (2, 1, True)]
 
 
 def test_a_heartbeat_every_heartbeat_s_carries_the_counters_within_bounds() -> None:
@@ -302,7 +315,7 @@ class LossyStager:
         grant = session.take()
         if grant is not None:
             session.filled(grant)
-            if not self.lost() and self.held.pop(grant.slot, None) is not None:
+            if not self.lost() and self.held.pop(grant.place, None) is not None:
                 self.credits = min(self.credits + 1, self.CAP)
 
 

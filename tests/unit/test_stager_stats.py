@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
-from ringfeed.consumer.stager.batch_builder import BatchBuilder
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.producer_book import FORGET_LEASES, ProducerBook
-from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.config import Config, replace
-from ringfeed.shared.memory.ring import Ring, segment_name
 from ringfeed.shared.run.stats_record import (
     MAX_LISTED_PRODUCERS,
     BookStats,
@@ -37,10 +33,11 @@ from ringfeed.shared.run.stats_record import (
     UnlistedProducers,
 )
 from ringfeed.shared.wire import protocol as p
-from tests.support.runs import rid
+from tests.support.assembled import first_batch
+from tests.support.ledger_play import ROWS, Clock, answer, book, run, send_finished
 
 HOST = "this-host"
-PEER = PeerId("pool 1", "uid 0 pid 1")
+PEER = PeerId("pool 1", "uid 0 pid 1", os.getpid())
 
 # What stager.json and the stats stream hold, in order: users, scripts and the
 # inspector read these keys as plain JSON.
@@ -53,62 +50,47 @@ STAGER_JSON_KEYS = [
 ]  # fmt: skip
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def book_of(n_items: int, n_slots: int, clock: Clock) -> ProducerBook:
-    """A producer book over its slot manager, as the stager builds them."""
-    plan = Plan(Shuffle(n_items, seed=7), epochs=2)
-    slots = SlotManager(plan, n_slots, lease_s=5.0, max_attempts=3, deterministic=True,
-                        clock=clock)  # fmt: skip
-    return ProducerBook(slots, HOST, max_credits=16, max_strikes=3, max_per_peer=64)
-
-
 def join(
-    book: ProducerBook, name: str, samples: int = 0, token: str = "", ident: bytes = b""
+    m: ProducerBook, name: str, samples: int = 0, token: str = "", ident: bytes = b""
 ) -> bytes:
     """name joins under `ident` (default: the name) as the process `token` (default: the
     name)."""
     ident = ident or name.encode()
     hello = p.Hello(name, os.getpid(), HOST, False, token=token or name, place="", config={})
-    book.hello(ident, hello, remote=False, peer=PEER)
-    book.producers[ident].credits, book.producers[ident].samples = 16, samples
+    m.hello(ident, hello, remote=False, peer=PEER)
+    m.producers[ident].credits, m.producers[ident].samples = 16, samples
     return ident
 
 
-def test_the_slot_manager_reports_its_cursor_its_epoch_and_its_slots() -> None:
-    book = book_of(n_items=3, n_slots=4, clock=Clock())
-    ident = join(book, "a")
-    grants = [book.grant(ident) for _ in range(3)]  # positions 0, 1, 2: all of epoch 0
-    slot, generation, item, _ = grants[0]
-    assert book.slots.ready(ident, slot, generation, item)
-    s = book.slots.stats()
-    assert (s.cursor, s.epoch, s.n_slots) == (0, 0, 4)
-    assert s.states == {"FREE": 1, "GRANTED": 2, "READY": 1}
-    assert (s.counters["grants"], s.counters["ready"], s.counters["delivered"]) == (3, 1, 0)
-    for slot, generation, item, _ in grants[1:]:
-        assert book.slots.ready(ident, slot, generation, item)
-    for event in book.slots.pop_events(10):
-        book.slots.release(event.slot)
-    s = book.slots.stats()
-    assert (s.cursor, s.epoch, s.states, s.counters["delivered"]) == (3, 1, {"FREE": 4}, 3)
+def test_the_slot_ledger_reports_its_cursor_its_epoch_and_its_places() -> None:
+    m = book(n_items=3, epochs=2, lookahead=1, spares=4)
+    places = len(m.slots.places)  # 4 batch slots of 4 rows, and 4 spares
+    assert places == 4 * ROWS + 4
+    ident = join(m, "a")
+    grants = run(m, ident, 3)  # positions 0, 1, 2: all of epoch 0, in batch 0
+    assert answer(m, ident, grants[0])
+    s = m.slots.stats()
+    assert (s.cursor, s.epoch, s.n_slots) == (0, 0, places)
+    assert s.states == {"FREE": places - 3, "GRANTED": 2, "READY": 1}
+    assert (s.counters["grants"], s.counters["answered"], s.counters["delivered"]) == (3, 1, 0)
+    for g in grants[1:]:
+        assert answer(m, ident, g)
+    assert answer(m, ident, run(m, ident, 1)[0])  # position 3: epoch 1's first
+    send_finished(m)
+    s = m.slots.stats()
+    assert (s.cursor, s.epoch, s.states, s.counters["delivered"]) == (4, 1, {"FREE": places}, 4)
 
 
 def test_the_book_lists_working_producers_first_and_sums_the_rest() -> None:
     clock = Clock()
-    book = book_of(n_items=100, n_slots=8, clock=clock)
+    m = book(n_items=100, clock=clock)
     names = [f"p{i:02d}" for i in range(MAX_LISTED_PRODUCERS + 3)]
     for i, name in enumerate(names):
-        join(book, name, samples=i)
-    assert book.grant(b"p00") is not None  # the one working producer
-    book.producers[b"p01"].stalled = True  # must say HELLO again: listed last
+        join(m, name, samples=i)
+    assert len(run(m, b"p00", 1)) == 1  # the one working producer
+    m.producers[b"p01"].stalled = True  # must say HELLO again: listed last
     clock.t = 2.5
-    s = book.stats()
+    s = m.stats()
     idle = [n for n in reversed(names) if n not in ("p00", "p01")]  # by samples
     shown = ["p00", *idle][:MAX_LISTED_PRODUCERS]
     assert [row.name for row in s.producers] == shown
@@ -118,11 +100,11 @@ def test_the_book_lists_working_producers_first_and_sums_the_rest() -> None:
     assert s.unlisted == UnlistedProducers(count=len(rest), samples=sum(rest), grants=0)
     zero = {"restarts": 0, "pauses": 0, "forgotten": 0, "strikes": 0, "peers_banned": 0}
     assert s.counters == {"joined": len(names)} | zero
-    book.strike(b"p02", "lied")
-    join(book, "p03", token="new")  # the same name from another process: a restart
-    join(book, "p04", ident=b"p04-2")  # the same process on a new socket: neither
+    m.strike(b"p02", "lied")
+    join(m, "p03", token="new")  # the same name from another process: a restart
+    join(m, "p04", ident=b"p04-2")  # the same process on a new socket: neither
     expected = zero | {"joined": len(names) + 2, "restarts": 1, "strikes": 1}
-    assert book.stats().counters == expected
+    assert m.stats().counters == expected
 
 
 def test_a_producer_given_up_for_its_silence_that_comes_back_is_a_pause_not_a_restart() -> None:
@@ -130,50 +112,35 @@ def test_a_producer_given_up_for_its_silence_that_comes_back_is_a_pause_not_a_re
     the same process is a pause, and what it sent on its old socket is no unknown peer's
     (was_forgotten names it, for the stager's "late" count)."""
     clock = Clock()
-    book = book_of(n_items=100, n_slots=8, clock=clock)
-    join(book, "p0")
-    join(book, "p1")
-    clock.t = (FORGET_LEASES + 1) * book.lease_s
-    book.touch(b"p1")  # p1 kept talking
-    book.expire()
-    assert b"p0" not in book.producers and book.was_forgotten(b"p0") == "p0"
-    assert book.was_forgotten(b"p1") == ""
-    join(book, "p0", ident=b"p0-2")
-    join(book, "p1", ident=b"p1-2")  # the same process again while talking: no pause
-    counters = book.stats().counters
+    m = book(n_items=100, clock=clock)
+    join(m, "p0")
+    join(m, "p1")
+    clock.t = (FORGET_LEASES + 1) * m.lease_s
+    m.touch(b"p1")  # p1 kept talking
+    m.expire()
+    assert b"p0" not in m.producers and m.was_forgotten(b"p0") == "p0"
+    assert m.was_forgotten(b"p1") == ""
+    join(m, "p0", ident=b"p0-2")
+    join(m, "p1", ident=b"p1-2")  # the same process again while talking: no pause
+    counters = m.stats().counters
     assert (counters["pauses"], counters["restarts"], counters["forgotten"]) == (1, 0, 1)
     assert counters["joined"] == 4
 
 
-def test_the_builder_reports_batches_in_flight_and_their_padding() -> None:
-    cfg = replace(Config(), data={"format": "synthetic", "synthetic_items": 40},
+def test_the_assembly_reports_batches_in_flight_and_their_padding(tmp_path: Path) -> None:
+    cfg = replace(Config(), data={"format": "synthetic", "synthetic_items": 2},
                   features={"max_frames": 32}, text={"max_text_len": 32},
-                  stager={"batch_size": 4})  # fmt: skip
-    source, run_id = SyntheticSource(cfg), rid()
-    with (
-        Ring.create(segment_name(run_id, "samples"), cfg.sample_fields(), 2, run_id,
-                    "samples") as samples,
-        Ring.create(segment_name(run_id, "batches"), cfg.batch_ring_fields(), 1, run_id,
-                    "batches") as batches,
-    ):  # fmt: skip
-        builder = BatchBuilder(cfg, batches, None)
-        assert builder.stats() == BuilderStats(0, Padding(None, None))  # no batch yet
-        builder.room()
-        frames = text = 0
-        for k, item in enumerate([3, 17]):
-            sample = source.prepare(item)
-            lengths = []
-            for name in samples.fields:
-                x = sample.array(name)
-                samples.view(name)[k][: len(x)] = x
-                lengths.append(len(x))
-            builder.add(samples, k, item, lengths, position=k)
-            text, frames = text + lengths[0], frames + lengths[1]
-        slot, generation, _ = builder.finish()
+                  stager={"batch_size": 4, "epochs": 1})  # fmt: skip
+    source = SyntheticSource(cfg)
+    with first_batch(cfg, source.prepare, tmp_path) as first:
+        ledger, assembly = first.ledger, first.assembly
+        text, frames = (int(first.views[k][:2].sum()) for k in ("text_lens", "mel_lens"))
         padded = 4 * 32  # rows x frames, and rows x tokens: both 32 here
-        assert builder.stats() == BuilderStats(1, Padding(round(frames / padded, 4),
-                                                          round(text / padded, 4)))  # fmt: skip
-        assert builder.free(slot, generation) and builder.stats().in_flight == 0
+        padding = Padding(round(frames / padded, 4), round(text / padded, 4))
+        assert assembly.stats() == BuilderStats(0, padding)  # ready, not sent yet
+        generation = ledger.sent(ledger.window[0], first.n_valid)
+        assert assembly.stats() == BuilderStats(1, padding)
+        assert ledger.freed(first.slot, generation) and assembly.stats().in_flight == 0
 
 
 def test_drops_report_their_counts() -> None:

@@ -28,14 +28,15 @@ from tests.support.stager_thread import stager_thread
 
 class WokenProducer:
     """Plays a local producer by hand: takes grants, goes silent past its lease, then
-    READYs one slot and watches whether its other, still queued, slots are granted to
-    someone else before the stager told it to drop them (REHELLO)."""
+    READYs one place and watches whether its other, still queued, places are granted to
+    someone else before the stager told it to drop them (REHELLO). A place is (batch slot
+    or -1 for a spare, row or spare slot)."""
 
     def __init__(self, cfg: Config, endpoint: str, lease_s: float) -> None:
         self.cfg, self.endpoint, self.lease_s = cfg, endpoint, lease_s
-        self.grants: set[tuple[int, int]] = set()
-        self.held: list[tuple[int, int]] = []
-        self.regranted: list[tuple[int, int, int]] = []
+        self.grants: set[tuple[int, int, int]] = set()  # (batch, place, generation)
+        self.held: list[tuple[int, int, int]] = []
+        self.regranted: list[tuple[tuple[int, int], int, int]] = []
         self.rehello: float | None = None
 
     def drain(self, sock: zmq.Socket, timeout_ms: int) -> list:
@@ -44,7 +45,7 @@ class WokenProducer:
             msg, _ = p.decode(sock.recv_multipart())
             out.append(msg)
             if isinstance(msg, p.Grant):
-                self.grants.update(zip(msg.slots, msg.generations, strict=True))
+                self.grants.update((e.batch, e.place, e.generation) for e in msg.entries())
             if isinstance(msg, p.Rehello) and self.rehello is None:
                 self.rehello = time.monotonic()
             timeout_ms = 0
@@ -63,18 +64,21 @@ class WokenProducer:
             wait_for(lambda: self.granted(sock, 2), 10, "two grants", interval_s=0)
             self.held = sorted(self.grants)
             time.sleep(2.0 * self.lease_s)  # the fault: silent past the lease, as if SIGSTOPped
-            (slot0, gen0), queued = self.held[0], self.held[1:]
+            (_, place0, gen0), queued = self.held[0], self.held[1:]
             k = len(self.cfg.sample_fields())
             wrong_item = 10**9  # not the item granted: the stager must revoke this producer
-            sock.send_multipart(p.encode(p.Ready([slot0], [gen0], [wrong_item], [1] * k, [0], [0])))
+            ready = p.Ready(gen0, [place0], [wrong_item], [1] * k, [0], [0])
+            sock.send_multipart(p.encode(ready))
             # Woken, a worker heartbeats on: if the READY itself revoked it (a stager too
             # busy to see the lease run out first), REHELLO answers this.
             sock.send_multipart(p.encode(p.Heartbeat(0, {})))
-            ring = Ring.attach(welcome.ring_name, writable=False)
+            rings = (Ring.attach(welcome.ring_name, writable=False),
+                     Ring.attach(welcome.spares, writable=False))  # fmt: skip
             try:
-                wait_for(lambda: self.settled(sock, ring, queued), 10, "REHELLO", interval_s=0)
+                wait_for(lambda: self.settled(sock, rings, queued), 10, "REHELLO", interval_s=0)
             finally:
-                ring.close()
+                for ring in rings:
+                    ring.close()
             sock.send_multipart(p.encode(p.Bye(0, {})))
 
     def granted(self, sock: zmq.Socket, n: int) -> bool:
@@ -82,18 +86,25 @@ class WokenProducer:
         self.drain(sock, 100)
         return len(self.grants) >= n
 
-    def settled(self, sock: zmq.Socket, ring: Ring, queued: list[tuple[int, int]]) -> bool:
-        """Read what the stager sent and record each queued slot granted to another
+    def settled(
+        self, sock: zmq.Socket, rings: tuple[Ring, Ring], queued: list[tuple[int, int, int]]
+    ) -> bool:
+        """Read what the stager sent and record each queued place granted to another
         producer before any REHELLO; True once REHELLO came or all of them were."""
         self.drain(sock, 10)
-        for slot, gen in queued:
-            h = ring.slots[slot]
+        batches, spares = rings
+        for batch, place, gen in queued:
+            h = (
+                spares.slots[place]
+                if batch < 0
+                else batches.rows[batch * batches.rows_per_slot + place]
+            )
             g = int(h["generation"])
             live = shown_state(h) in (SlotState.GRANTED, SlotState.WRITING)
-            mine = (slot, g) in self.grants
-            seen = any(slot == s for s, _, _ in self.regranted)
-            if g > gen + 1 and live and not mine and self.rehello is None and not seen:
-                self.regranted.append((slot, gen, g))
+            mine = (batch, place, g) in self.grants
+            seen = any((batch, place) == where for where, _, _ in self.regranted)
+            if g != gen and live and not mine and self.rehello is None and not seen:
+                self.regranted.append(((batch, place), gen, g))
         return self.rehello is not None or len(self.regranted) == len(queued)
 
 

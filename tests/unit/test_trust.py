@@ -20,14 +20,15 @@ import pytest
 import zmq
 
 from ringfeed.producer.sources import SyntheticSource
-from ringfeed.shared.memory.ring import Ring, SlotState, rows_checksum
+from ringfeed.shared.memory.places import Places, write_sample
+from ringfeed.shared.memory.ring import SlotState
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.run.run_secret import read_consumer_secret
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import KeysError, generate, load_client, load_server
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import keyed, small, tcp
-from tests.support.liars import receive
+from tests.support.liars import close_places, places_of, receive
 from tests.support.peers import peer_socket
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
@@ -165,53 +166,47 @@ def got(sock: zmq.Socket, kind: type) -> bool:
     return bool(sock.poll(100)) and isinstance(p.decode(sock.recv_multipart())[0], kind)
 
 
-def fill(ring: Ring, cfg, slot: int, generation: int, item: int) -> list[int]:
-    header = ring.slots[slot]
-    header["writing_generation"] = generation
-    rows = stamped_rows(cfg, item)
-    for name, arr in zip(ring.fields, rows, strict=True):
-        ring.view(name)[slot][: len(arr)] = arr
-        ring.view(name)[slot][len(arr) :] = 0
-    header["sealed_generation"] = generation
-    return [len(a) for a in rows]
-
-
-def expected(cfg, item: int) -> int:
-    return rows_checksum(stamped_rows(cfg, item))
+def fill(places: Places, cfg, g: p.GrantEntry) -> p.Ready:
+    """Write g's item into its place, sealed, as a producer does; its READY."""
+    record = places.record(g.batch, g.place)
+    record["writing_generation"] = g.generation
+    dst = places.fields(g.batch, g.shape, g.place)
+    pads = places.pads if g.batch >= 0 else None
+    lengths, checksum = write_sample(dst, stamped_rows(cfg, g.item), pads)
+    record["sealed_generation"] = g.generation
+    return p.Ready.of([p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, 0)])
 
 
 def fill_two_and_scribble(sock: zmq.Socket, cfg) -> None:
     """Say HELLO, take two grants and fill both; after the second's READY is accepted
-    (it waits behind the first: plan order) write into it as a stale writer would;
-    then BYE, and wait for its answer."""
+    (its batch waits for the first) write into its place as a stale writer would; then
+    BYE, and wait for its answer."""
     hello = p.Hello("stale", os.getpid(), "pod-7", False, "t", "", config_fingerprint(cfg))
     sock.send_multipart(p.encode(hello))
     welcome, _ = p.decode(sock.recv_multipart())
     sock.send_multipart(p.encode(p.Request(2)))
     grant, _ = p.decode(sock.recv_multipart())
-    assert isinstance(grant, p.Grant) and len(grant.slots) == 2
-    ring = Ring.attach(welcome.ring_name)
-    entries = sorted(zip(grant.positions, grant.slots, grant.generations, grant.items, strict=True))
+    assert isinstance(grant, p.Grant) and len(grant.places) == 2
+    places = places_of(cfg, welcome)
     try:
-        (_, s0, g0, i0), (_, s1, g1, i1) = entries
-        lengths1 = fill(ring, cfg, s1, g1, i1)
-        sock.send_multipart(p.encode(p.Ready([s1], [g1], [i1], lengths1, [expected(cfg, i1)], [0])))
-        # Accepted (the stager wrote READY into the slot's record); it waits behind
-        # position 0 (plan order), so it is not copied yet.
-        wait_for(lambda: ring.slots[s1]["state"] == SlotState.READY, 10, "READY accepted")
-        ring.view("tokens")[s1][0] = 0  # the stale write
-        lengths0 = fill(ring, cfg, s0, g0, i0)
-        sock.send_multipart(p.encode(p.Ready([s0], [g0], [i0], lengths0, [expected(cfg, i0)], [0])))
+        g0, g1 = sorted(grant.entries(), key=lambda g: g.position)
+        sock.send_multipart(p.encode(fill(places, cfg, g1)))
+        # Accepted (the stager wrote READY into the place's record); its batch waits for
+        # position 0, so it is not checked yet.
+        record = places.record(g1.batch, g1.place)
+        wait_for(lambda: record["state"][0] == SlotState.READY, 10, "READY accepted")
+        places.fields(g1.batch, g1.shape, g1.place)[0][0] = 0  # the stale write, in tokens
+        sock.send_multipart(p.encode(fill(places, cfg, g0)))
         sock.send_multipart(p.encode(p.Bye(0, {})))  # a re-grant to us comes back at once
         # Its answer: both READYs and the BYE were handled before the socket closes
         # (linger 0 drops what has not left).
         wait_for(lambda: got(sock, p.ByeAck), 10, "BYE_ACK", interval_s=0)
     finally:
-        ring.close()
+        close_places(places)
 
 
 def test_a_stale_write_after_ready_is_caught_by_the_check_after_copy(tmp_path: Path) -> None:
-    """Plays a local producer that fills two slots, then, as a stale writer the fence
+    """Plays a local producer that fills two places, then, as a stale writer the fence
     could not see (another PID namespace), scribbles over one after its READY. The
     stager must not deliver those bytes: it re-grants the item and counts it torn."""
     n = 64

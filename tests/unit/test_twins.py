@@ -12,14 +12,12 @@ import threading
 from pathlib import Path
 
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.consumer.stager.producer_book import ProducerBook
-from ringfeed.consumer.stager.slot_manager import SlotManager
 from ringfeed.shared.memory.ring import SlotState
 from ringfeed.shared.wire import protocol as p
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import keyed
+from tests.support.ledger_play import ROWS, Clock, answer, book, run, send_finished, state
 from tests.support.liars import in_thread, slow_walker
 from tests.support.polling import wait_for
 from tests.support.producer_threads import producer_threads
@@ -29,22 +27,13 @@ HOST = "this-host"
 LOCAL = PeerId("pool 1", "uid 0 pid 1", os.getpid())
 FAR = PeerId("key F host h", "key F", owner="key F")
 LEASE_S = 4.0
-WINDOW = 7  # 8 slots: grants stop 7 positions past the oldest open one
+WINDOW = 2 * ROWS  # two batches ahead: grants stop at the end of the second
 
 
-class Clock:
-    t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def book(n_items: int = 40, n_slots: int = 8) -> ProducerBook:
-    """A producer book over its slot manager with a local producer L and a remote one F
+def twins_book(n_items: int = 40) -> ProducerBook:
+    """A producer book over its ledger with a local producer L and a remote one F
     (another account), each with credits to spare."""
-    slots = SlotManager(Plan(Shuffle(n_items, seed=3), epochs=1), n_slots, lease_s=LEASE_S,
-                        max_attempts=3, deterministic=True, clock=Clock())  # fmt: skip
-    m = ProducerBook(slots, HOST, max_credits=16, max_strikes=3, max_per_peer=64)
+    m = book(n_items=n_items, lookahead=2, lease_s=LEASE_S, seed=3, clock=Clock())
     for ident, peer, remote in ((b"L", LOCAL, False), (b"F", FAR, True)):
         hello = p.Hello(ident.decode(), os.getpid(), HOST, remote, ident.decode(), "", {})
         m.hello(ident, hello, remote=remote, peer=peer)
@@ -52,88 +41,91 @@ def book(n_items: int = 40, n_slots: int = 8) -> ProducerBook:
     return m
 
 
+def one(m: ProducerBook, ident: bytes) -> p.GrantEntry | None:
+    """One grant for ident (a run of one), or None."""
+    got = run(m, ident, 1)
+    return got[0] if got else None
+
+
 def hold_the_oldest(m: ProducerBook) -> p.GrantEntry:
     """F takes position 0; L fills the rest of the window: grants stop at 0."""
-    held = m.grant(b"F")
+    held = one(m, b"F")
     assert held is not None and held.position == 0
-    while (g := m.grant(b"L")) is not None and g.position != 0:
-        assert m.slots.ready(b"L", g.slot, g.generation, g.item)
+    while (g := one(m, b"L")) is not None and g.position != 0:
+        assert answer(m, b"L", g)
     assert g is None, "no backup before the position has been out long enough"
     return held
 
 
 def positions(m: ProducerBook) -> list[int]:
-    events = m.slots.pop_events(1000)
-    for e in events:
-        m.slots.release(e.slot)
-    return [e.position for e in events]
+    return [f.position for f in send_finished(m)]
 
 
 def test_the_held_oldest_position_is_backed_up_and_finishes_once() -> None:
-    m = book()
+    m = twins_book()
     held = hold_the_oldest(m)
     m.clock.t += LEASE_S / 2 + 0.1  # no grant timed yet: half a lease
-    backup = m.grant(b"L")
+    backup = one(m, b"L")
     assert backup is not None and (backup.position, backup.item) == (0, held.item)
-    assert m.grant(b"L") is None  # one backup at a time
-    assert m.slots.ready(b"L", backup.slot, backup.generation, backup.item)
+    assert backup.batch == -1  # a second grant: a spare place
+    assert one(m, b"L") is None  # one backup at a time
+    assert answer(m, b"L", backup)
     assert positions(m) == list(range(WINDOW))  # 0 once, then the rest
-    assert m.slots.slots[held.slot].state == SlotState.FREE  # F is remote: not fenced
-    assert not m.slots.ready(b"F", held.slot, held.generation, held.item)  # stale
-    assert m.slots.twins.late(b"F", held.slot, held.generation)  # ... as beaten
+    assert state(m, held) == SlotState.FREE  # F is remote: not fenced
+    assert not answer(m, b"F", held)  # stale ...
+    assert m.slots.twins.late(b"F", m.slots.place_of(held), held.generation)  # ... as beaten
     assert m.trust.limit(FAR.account) == 1  # its share halved (it held one)
     assert m.slots.counters["backups"] == m.slots.counters["backups_won"] == 1
 
 
 def test_the_first_grant_answering_first_beats_the_backup_which_stays_fenced() -> None:
-    m = book()
+    m = twins_book()
     m.producers[b"F"].remote, m.producers[b"L"].peer = False, LOCAL  # both local now
     m.producers[b"F"].peer = PeerId("pool 2", "uid 0 pid 2", os.getpid())
     held = hold_the_oldest(m)
     m.clock.t += LEASE_S
-    backup = m.grant(b"L")
+    backup = one(m, b"L")
     assert backup is not None and backup.position == 0
-    assert m.slots.ready(b"F", held.slot, held.generation, held.item)  # F was first
+    assert answer(m, b"F", held)  # F was first
     assert positions(m)[0] == 0
-    beaten = m.slots.slots[backup.slot]
-    assert beaten.state == SlotState.FENCED  # L may still be writing it
-    assert m.slots.twins.late(b"L", backup.slot, backup.generation)  # its late READY ...
-    assert beaten.state == SlotState.FREE  # ... frees it
+    assert state(m, backup) == SlotState.FENCED  # L may still be writing it
+    assert m.slots.beaten_answer(b"L", m.slots.place_of(backup), backup.generation)  # late
+    assert state(m, backup) == SlotState.FREE  # ... its late READY frees it
     assert m.slots.counters["backups_won"] == 0
 
 
 def test_a_backup_taken_back_leaves_the_position_to_its_first_grant() -> None:
-    m = book()
+    m = twins_book()
     held = hold_the_oldest(m)
     m.clock.t += LEASE_S / 2 + 0.1
-    backup = m.grant(b"L")
+    backup = one(m, b"L")
     assert backup is not None
     m.revoke(b"L", charge=False)  # L's grants come back (a lost link, say)
-    assert m.slots.order.retry == []  # position 0 is still out, at F: not granted again
-    assert m.slots.ready(b"F", held.slot, held.generation, held.item)
+    assert m.slots.retries == []  # position 0 is still out, at F: not granted again
+    assert answer(m, b"F", held)
     assert positions(m) == list(range(WINDOW))
 
 
 def test_no_backup_within_one_account() -> None:
-    m = book()
+    m = twins_book()
     m.producers[b"F"].peer = LOCAL
     hold_the_oldest(m)
     m.clock.t += LEASE_S
-    assert m.grant(b"L") is None
+    assert one(m, b"L") is None
 
 
 def test_a_beaten_grant_never_answered_counts_as_held() -> None:
-    m = book(n_items=400)
+    m = twins_book(n_items=400)
     for _ in range(20):  # F takes the oldest position, is beaten, never answers
         m.touch(b"F"), m.touch(b"L")  # both talk
-        g = m.grant(b"F")
+        g = one(m, b"F")
         assert g is not None and g.position == m.slots.cursor
-        while (b := m.grant(b"L")) is not None:
-            assert m.slots.ready(b"L", b.slot, b.generation, b.item)
+        while (b := one(m, b"L")) is not None:
+            assert answer(m, b"L", b)
         m.clock.t += LEASE_S
-        backup = m.grant(b"L")
+        backup = one(m, b"L")
         assert backup is not None and backup.position == g.position
-        assert m.slots.ready(b"L", backup.slot, backup.generation, backup.item)
+        assert answer(m, b"L", backup)
         positions(m)
         m.clock.t += LEASE_S + 0.1
         m.expire()
@@ -149,21 +141,21 @@ def test_a_local_producer_answering_a_later_grant_is_done_with_its_beaten_one() 
     grants in order: once it answers a later grant, its beaten grant is unfenced and is
     never charged as held. Charged, an honest local producer beaten by a fast remote
     one was revoked 18 times in 1,000 items, with 45 held expiries against its key."""
-    m = book()
-    held = m.grant(b"L")
+    m = twins_book()
+    held = one(m, b"L")
     assert held is not None and held.position == 0
-    while (g := m.grant(b"F")) is not None:  # F fills the window past position 0
-        assert m.slots.ready(b"F", g.slot, g.generation, g.item)
+    while (g := one(m, b"F")) is not None:  # F fills the window past position 0
+        assert answer(m, b"F", g)
     m.clock.t += LEASE_S / 2 + 0.1
-    backup = m.grant(b"F")
+    backup = one(m, b"F")
     assert backup is not None and backup.position == 0
-    assert m.slots.ready(b"F", backup.slot, backup.generation, backup.item)  # F first
-    assert m.slots.slots[held.slot].state == SlotState.FENCED  # L may still be writing
-    assert positions(m) == list(range(WINDOW))
+    assert answer(m, b"F", backup)  # F first
+    assert state(m, held) == SlotState.FENCED  # L may still be writing
+    assert positions(m) == list(range(WINDOW))  # the batch moved to another slot
     m.clock.t += 0.1
-    later = m.grant(b"L")
-    assert later is not None and m.slots.ready(b"L", later.slot, later.generation, later.item)
-    assert m.slots.slots[held.slot].state == SlotState.FREE  # L is done with it
+    later = one(m, b"L")
+    assert later is not None and answer(m, b"L", later)
+    assert state(m, held) == SlotState.FREE  # L is done with it
     m.clock.t += LEASE_S + 0.1
     m.touch(b"L"), m.touch(b"F")
     m.expire()

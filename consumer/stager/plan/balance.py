@@ -147,14 +147,14 @@ def balance_lines(cfg: Config, index: CorpusIndex, tables: IdTables) -> list[str
     head = (f"  balance       by {b.by}, temperature {b.temperature:g}: {index.n_items} "
             f"positions an epoch (as many as clips), epoch 0:")  # fmt: skip
     lines = [head] + [f"    {line}" for line in describe(groups, quota)]
-    return lines + crowded_lines(groups, quota, cfg.ring.slots, b.by)
+    return lines + crowded_lines(groups, quota, cfg.grants_in_flight, b.by)
 
 
 def crowded_lines(groups: Groups, quota: np.ndarray, slots: int, by: str) -> list[str]:
-    """validate's warnings for the groups whose share of the ring.slots grants in flight
-    is more than their clips: a clip has one grant at a time (the stager's order), so
-    their grants wait for earlier copies to be delivered and the ring runs below its
-    depth while they are due."""
+    """validate's warnings for the groups whose share of the grants in flight (the
+    look-ahead's rows, Config.grants_in_flight) is more than their clips: a clip has one
+    grant at a time (the stager's order), so their grants wait for earlier copies to be
+    delivered and the ring runs below its depth while they are due."""
     share = quota / max(1, int(quota.sum()))
     crowded = np.flatnonzero(share * slots > groups.sizes)
     lines = []
@@ -162,7 +162,7 @@ def crowded_lines(groups: Groups, quota: np.ndarray, slots: int, by: str) -> lis
         lines.append(
             f"    warning: {by} {groups.names[g] or '(unnamed)'} has {int(groups.sizes[g])} "
             f"clips but {100 * share[g]:.1f} % of the epoch, about {share[g] * slots:.0f} of "
-            f"the ring.slots={slots} grants in flight: a clip has one grant at a time, so "
+            f"the {slots} grants in flight (ring.lookahead): a clip has one grant at a time, so "
             "its grants wait for earlier copies (the ring runs shallower while it is due); "
             "raise stager.balance.temperature or lower its weight to give it fewer positions"
         )

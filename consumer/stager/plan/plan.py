@@ -17,8 +17,8 @@ The fingerprint (shared/run/fingerprint.py) is given when the plan is made, by
 make.py, and never changes: the stager sends it in its WELCOMEs, and a consumer
 resuming with another is refused (consumer/stager/consumer_side.py).
 
-One object for every part of the stager that needs the plan (the slot manager and
-its order, the intake, delivery, the consumer side, the stats), and for tests and
+One object for every part of the stager that needs the plan (the slot ledger,
+the intake, delivery, the consumer side, the stats), and for tests and
 benchmarks that check what a run delivered.
 """
 
