@@ -109,8 +109,11 @@ def bench_pool(seconds: float, workers: int, chunksize: int) -> float:
     return rate
 
 
-def bench_ring(seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
-    """-> (samples/s, CPU us per sample of the client, stager and producers together)."""
+ROLES = ("stager", "producers", "this process")
+
+
+def bench_ring(seconds: float, workers: int, tmp: Path) -> tuple[float, list[float]]:
+    """-> (samples/s, CPU us per sample of the stager, the producers and the client)."""
     from cpu_meter import CpuMeter  # this checkout's (benchmarks/cpu_meter.py)
     from live_run import live_run  # of the checkout on sys.path (this one or --baseline's)
 
@@ -131,11 +134,11 @@ def bench_ring(seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
             client.free(batch)
             n += batch.meta.n_valid
         meter.read()
-        rate, cpu_us = n / (time.perf_counter() - t0), 1e3 * sum(meter.ms_per_sample(n).values())
-    return rate, cpu_us
+        rate, per_role = n / (time.perf_counter() - t0), meter.ms_per_sample(n)
+    return rate, [1e3 * per_role.get(role, 0.0) for role in ROLES]
 
 
-def ring_in_child(repo: Path, seconds: float, workers: int, tmp: Path) -> tuple[float, float]:
+def ring_in_child(repo: Path, seconds: float, workers: int, tmp: Path) -> tuple[float, list[float]]:
     """bench_ring with `repo`'s stager, producers and client, in a fresh process."""
     cmd = [sys.executable, __file__, "--ring-child", str(repo), "--seconds", str(seconds)]
     cmd += ["--workers", str(workers), "--tmp", str(tmp)]
@@ -144,15 +147,15 @@ def ring_in_child(repo: Path, seconds: float, workers: int, tmp: Path) -> tuple[
     proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=120 + 2 * seconds)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
-            rate, cpu_us = line[len(RESULT_TAG) :].split()
-            return float(rate), float(cpu_us)
+            rate, *cpu_us = line[len(RESULT_TAG) :].split()
+            return float(rate), [float(v) for v in cpu_us]
     raise RuntimeError(
         f"ring run of {repo} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     )
 
 
 def print_table(
-    rates: dict[str, list[float]], cpu: dict[str, list[float]], args: argparse.Namespace
+    rates: dict[str, list[float]], cpu: dict[str, list[list[float]]], args: argparse.Namespace
 ) -> None:
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(
@@ -166,7 +169,10 @@ def print_table(
     print(f"ringfeed / pool-chunk16 = {med['ringfeed'] / med['pool-chunk16']:.1f}x")
     print(f"memcpy / ringfeed       = {med['memcpy'] / med['ringfeed']:.1f}x")
     for name, v in cpu.items():
-        print(f"{name} CPU per sample (client, stager, producers) = {statistics.median(v):.0f} us")
+        by_role = [statistics.median(r[k] for r in v) for k in range(len(ROLES))]
+        parts = ", ".join(f"{role} {us:.0f}" for role, us in zip(ROLES, by_role, strict=True))
+        total = statistics.median(sum(r) for r in v)
+        print(f"{name} CPU per sample = {total:.0f} us ({parts})")
     if args.baseline:
         print(f"ringfeed / baseline     = {med['ringfeed'] / med['ringfeed@baseline']:.2f}x")
 
@@ -197,14 +203,14 @@ def main() -> None:
     if args.ring_child:
         import_from(Path(args.ring_child))
         rate, cpu_us = bench_ring(args.seconds, args.workers, Path(args.tmp))
-        print(f"{RESULT_TAG}{rate} {cpu_us}")
+        print(RESULT_TAG + " ".join(str(v) for v in (rate, *cpu_us)))
         return
     if args.quick:
         args.rounds, args.seconds = 2, 3.0
     rates: dict[str, list[float]] = {"memcpy": [], "pool": [], "pool-chunk16": [], "ringfeed": []}
     if args.baseline:
         rates["ringfeed@baseline"] = []
-    cpu: dict[str, list[float]] = {name: [] for name in rates if name.startswith("ringfeed")}
+    cpu: dict[str, list[list[float]]] = {n: [] for n in rates if n.startswith("ringfeed")}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             rates["memcpy"].append(bench_memcpy(args.seconds))
