@@ -1,6 +1,7 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
 ringfeed validate CONFIG [--deep]        check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
+    [-- COMMAND]                         ... your own training command as the model process
     [--worker K/N --cluster H:P,...]     ... as worker K of N training workers (run id R-wK)
 ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADDRESS: on Ray)
@@ -52,10 +53,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if cmd_validate(args, quiet=True) != 0:
         return 2  # the finding said what to change; nothing was started
-    share, worker_args = _worker(args)
-    if args.worker and (not args.run_id or args.consumer != "trainer"):
-        print("config error: --worker needs --run-id (the same on every worker) and the "
-              "trainer as consumer", file=sys.stderr)  # fmt: skip
+    ours = args.consumer == "trainer" and not args.command  # a trainer of ours: --cluster
+    share, worker_args = _worker(args, needs_cluster=ours)
+    if args.worker and (not args.run_id or args.consumer == "drain"):
+        print(
+            "config error: --worker needs --run-id (the same on every worker) and a "
+            "model process (a trainer, your command, or --consumer none)",
+            file=sys.stderr,
+        )
         return 2
     run_id = share.run_id(args.run_id or new_run_id())
     stop = StopFlag().install()
@@ -74,7 +79,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     new_plan = ["--new-plan"] if args.new_plan else []
     with Run(Path(args.config), run_id) as run:
         run.verb_args = {"stager": worker_args[:2], "trainer": worker_args + new_plan}
-        run.start_all(args.consumer)
+        run.start_all("none" if args.command else args.consumer)
+        if args.command:  # the user's own model process
+            run.start_command(args.command, share)
         code = run.watch(stop)
     if stop.is_set() and code in (0, *STOPPED_CODES):
         print(stopped_line(args, run_id, directory), file=sys.stderr)
@@ -115,12 +122,15 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
         command += f" --worker {args.worker} --cluster {args.cluster}"
     if args.consumer != "trainer":
         command += f" --consumer {args.consumer}"
+    if args.command:
+        command += f" -- {shlex.join(args.command)}"
     return f"launch: stopped run {run_id}; {where}; resume it with: {command}"
 
 
-def _worker(args: argparse.Namespace):
+def _worker(args: argparse.Namespace, needs_cluster: bool = True):
     """(Share, the arguments that pass it on to the stager and the trainer) of
-    --worker K/N and --cluster; exits 2 when they are malformed."""
+    --worker K/N and --cluster; exits 2 when they are malformed (needs_cluster: a
+    trainer of ours joins the others at --cluster's addresses)."""
     from ringfeed.shared.config import ConfigError
     from ringfeed.shared.run.share import ONE_WORKER, Share
 
@@ -132,7 +142,7 @@ def _worker(args: argparse.Namespace):
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
     cluster = [c for c in getattr(args, "cluster", "").split(",") if c]
-    if len(cluster) != share.count and hasattr(args, "cluster"):
+    if len(cluster) != share.count and hasattr(args, "cluster") and needs_cluster:
         print(
             f"config error: --cluster names {len(cluster)} workers but --worker says "
             f"{share.count}: give every worker's host:port, in order",
@@ -356,9 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     from ringfeed.shared.run.process import setup_logging
 
     argv = sys.argv[1:] if argv is None else argv
+    # `ringfeed run CONFIG -- COMMAND...`: the user's command is the model process.
+    split = argv.index("--") if argv[:1] == ["run"] and "--" in argv else len(argv)
+    argv, command = argv[:split], argv[split + 1 :]
     args, unknown = build_parser(argv[0] if argv else None).parse_known_args(argv)
     if unknown:  # refused by the whole command line, whose usage names every verb
         args = build_parser().parse_args(argv)
+    args.command = command
     setup_logging()
     return args.fn(args)
 
