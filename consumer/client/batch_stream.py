@@ -64,14 +64,17 @@ class BatchStream(threading.Thread, Generic[T]):
         depth: int = 2,
         name: str = "loader",
         stop: Callable[[], bool] = lambda: False,
+        new_plan_at: int = 0,
     ) -> None:
         """cursor: where to start, and the plan it must be (its plan {}: any);
-        stop: the caller's stop flag (a signal), checked by every wait."""
+        stop: the caller's stop flag (a signal), checked by every wait; new_plan_at: if
+        the cursor's plan is not the stager's, start a new plan at this epoch (0: be
+        refused)."""
         super().__init__(name=f"{name}-stream", daemon=True)
         # rejoin: a loader iterated again in this process takes the run over from its
         # last stream (dropped, maybe not yet closed): one consumer means one socket.
         self.client = BatchClient(cfg, run_id, name, cursor.position, cursor.batch_index,
-                                  cursor.plan, rejoin=True)  # fmt: skip
+                                  cursor.plan, new_plan_at, rejoin=True)  # fmt: skip
         self.cfg, self.place, self.stop = cfg, place, stop
         self.batches: queue.Queue[tuple[T, p.BatchReady] | _End | BaseException]
         self.batches = queue.Queue(depth)

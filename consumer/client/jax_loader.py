@@ -30,7 +30,7 @@ K/N`), and its rows become its part of the global array
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,7 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         devices: Sequence[str | jax.Device] | None = None,
         worker: tuple[int, int] | None = None,
         prefetch: int = PREFETCH,
+        stop: Callable[[], bool] = lambda: False,
     ) -> None:
         """cfg: a Config or its file; cfg and run_id default to the launcher's
         (RINGFEED_CONFIG, RINGFEED_RUN_ID); sharding: how every field is placed (its
@@ -117,7 +118,7 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         elif devices:
             raise ValueError("give sharding= or devices=, not both (a sharding names its devices)")
         cfg, run_id = resolve_run(cfg, run_id)
-        super().__init__(cfg, run_id, process_share(worker), prefetch)
+        super().__init__(cfg, run_id, process_share(worker), prefetch, stop)
         self.sharding = sharding
         # Each process's rows are split over its devices that hold a shard.
         local = len(sharding.addressable_devices)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -69,10 +69,19 @@ class RingLoaderBase(Generic[T]):
 
     name = "loader"
 
-    def __init__(self, cfg: Config, run_id: str, share: Share, prefetch: int = PREFETCH) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        run_id: str,
+        share: Share,
+        prefetch: int = PREFETCH,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """stop: the caller's stop flag (a signal): when it is set, iteration ends without
+        BYE, so the run is left to the launcher's stop (the example trainers)."""
         if prefetch < 1:
             raise ValueError(f"prefetch={prefetch}: at least one batch is placed ahead")
-        self.cfg, self.share, self.prefetch = cfg, share, prefetch
+        self.cfg, self.share, self.prefetch, self.stop = cfg, share, prefetch, stop
         self.run_id = share.run_id(run_id)  # worker K of N consumes run R-wK
         self.cursor = Cursor.fresh(cfg)
         self.stream: BatchStream | None = None
@@ -82,6 +91,7 @@ class RingLoaderBase(Generic[T]):
         self._handed_at: float | None = None
         self._last: tuple[float, int, int] = (0.0, 0, 0)  # wait s, rows, frames
         self.last_meta: p.BatchReady | None = None  # the BATCH_READY of the last batch
+        self._new_plan_at = 0
 
     # ------------------------------------------------------------ subclasses
     def place(self, arrays: dict[str, np.ndarray]) -> Any:
@@ -101,8 +111,8 @@ class RingLoaderBase(Generic[T]):
         self._report(t0)
         stream = self._open()
         got = stream.get()
-        if got is None:
-            self.close(finished=True)  # the plan ended: BYE, the stager ends the run
+        if got is None:  # the plan ended: BYE, the stager ends the run; or stopped
+            self.close(finished=not self.stop())
             raise StopIteration
         placed, meta = got
         batch = self.hand_out(placed)
@@ -133,26 +143,32 @@ class RingLoaderBase(Generic[T]):
         if self.stream is not None:
             return self.stream
         stream = BatchStream(self.cfg, self.run_id, self.cursor, self.place, self.prefetch,
-                             self.name)  # fmt: skip
+                             self.name, self.stop, self._new_plan_at)  # fmt: skip
         try:
             stream.connect()
         except StagerRefused as exc:
             if self.cursor.plan and "plan changed" in str(exc):
                 raise PlanMismatch(str(exc)) from None
             raise
-        self.cursor.check_plan(stream.plan)  # a stager that took it must have its plan
+        if not self._new_plan_at:
+            self.cursor.check_plan(stream.plan)  # a stager that took it must have its plan
+        self._new_plan_at = 0
         stream.start()
         self.stream = stream
         return stream
 
-    def load_cursor(self, state: Any) -> None:
+    def load_cursor(self, state: Any, new_plan: bool = False) -> None:
         """Resume at a saved cursor: checked at once against the plan of the stager
-        (connecting to it if needed), PlanMismatch naming what differs."""
+        (connecting to it if needed), PlanMismatch naming what differs. new_plan: if the
+        plan changed, start a new one at the epoch after the cursor's instead (the
+        trainers' --new-plan)."""
         cursor = Cursor.from_dict(state, self.cfg)
         if self.stream is not None:
-            cursor.check_plan(self.stream.plan)
+            if not new_plan:
+                cursor.check_plan(self.stream.plan)
             self.close(finished=False)
         self.cursor = cursor
+        self._new_plan_at = cursor.epoch + 1 if new_plan else 0
         self._handed_at = None
         self._open()
 

@@ -30,6 +30,7 @@ starts it); the cursor is global, so rank 0's state_dict resumes every rank.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,13 +147,14 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = PREFETCH,
+        stop: Callable[[], bool] = lambda: False,
     ) -> None:
         """cfg: a Config or its file; cfg and run_id default to the launcher's
         (RINGFEED_CONFIG, RINGFEED_RUN_ID); device: 'cpu' or 'cuda:N', checked here;
         rank, world_size: this training worker (default: torch.distributed's)."""
         self.device = resolve_device(device)
         cfg, run_id = resolve_run(cfg, run_id)
-        super().__init__(cfg, run_id, distributed_share(rank, world_size), prefetch)
+        super().__init__(cfg, run_id, distributed_share(rank, world_size), prefetch, stop)
         self._cuda = self.device.type == "cuda"
         if self._cuda:
             self._side = torch.cuda.Stream(self.device)

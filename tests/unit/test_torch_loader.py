@@ -122,3 +122,33 @@ def test_a_cursor_of_another_plan_is_refused_with_what_differs(tmp_path: Path) -
                 fresh.load_state_dict({"step": 3})
             fresh.load_state_dict(state)  # its own plan: taken
             assert take(fresh, 1)[0]["position"].max() >= state["position"]
+
+
+def test_the_rank_comes_from_torch_distributeds_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun's RANK and WORLD_SIZE make rank K of N consume run R-wK (its share of the
+    global plan: tests/process/test_loader_runs.py); arguments win over them."""
+    cfg = small(tmp_path)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert RingLoader(cfg, "R").run_id == "R-w1"
+    assert RingLoader(cfg, "R", rank=0, world_size=3).run_id == "R-w0"
+    with pytest.raises(ValueError, match="give both, 0 <= rank < world_size"):
+        RingLoader(cfg, "R", rank=2, world_size=2)
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(ValueError, match="RANK='2' WORLD_SIZE='2'"):
+        RingLoader(cfg, "R")
+
+
+def test_a_new_plan_starts_at_the_epoch_after_the_cursors(tmp_path: Path) -> None:
+    """The trainers' --new-plan: a cursor of a changed plan starts a new one at its next
+    epoch instead of being refused."""
+    with stager_thread(config(tmp_path, stager=BUCKETED["stager"] | {"epochs": 3})) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            loader = RingLoader(stager.cfg, stager.run_id)
+            state = loader.state_dict() | {"plan": {"index": "0" * 16}}
+            loader.load_cursor(state, new_plan=True)
+            first = take(loader, 1)[0]
+            loader.close()
+    assert first["position"][first["valid"]].min() >= N, "epoch 1 begins at position N"
