@@ -3,6 +3,7 @@
 #
 #   scripts/launch.sh                                  train on configs/demo.yaml
 #   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain|none] [--inspect]
+#                     [--trainer tf|torch|jax]   the model process: TensorFlow's, or an example
 #                     [-- COMMAND...]  your own training command as the model process
 #                     [--new-plan]     resume after the corpus, seed or buckets changed
 #                     [--worker K/N --cluster HOST:PORT,...]   training worker K of N
@@ -24,15 +25,15 @@ cmd_run() {
   local args=() run_id="" inspect=0
   while [ $# -gt 0 ]; do
     case "$1" in
-      --run-id|--consumer|--worker|--cluster)
+      --run-id|--consumer|--worker|--cluster|--trainer)
         [ $# -ge 2 ] || { echo "launch: run $1 needs a value" >&2; return 2; }
         if [ "$1" = --run-id ]; then run_id=$2; else args+=("$1" "$2"); fi
         shift 2 ;;
       --new-plan) args+=("$1"); shift ;;
       --inspect) inspect=1; shift ;;
       --) args+=("$@"); break ;;  # the model process's command, as it is
-      -*) echo "launch: run has no option $1 (it takes --run-id, --consumer, --worker," \
-            "--cluster, --new-plan, --inspect, -- COMMAND)" >&2; return 2 ;;
+      -*) echo "launch: run has no option $1 (it takes --run-id, --consumer, --trainer," \
+            "--worker, --cluster, --new-plan, --inspect, -- COMMAND)" >&2; return 2 ;;
       *) args+=("$(abspath "$1")"); shift ;;
     esac
   done
@@ -88,6 +89,6 @@ case "$verb" in
     exec "$PY" -m ringfeed.scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
   inspect) exec "$PY" -m ringfeed.scripts.cli inspect "$@" ;;
-  -h|--help|help) sed -n '2,14p' "$0" ;;
+  -h|--help|help) sed -n '2,15p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac
