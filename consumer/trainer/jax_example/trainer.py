@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,26 +59,18 @@ class JaxSide:
         sharding = data_parallel(jax.local_devices())
         self.replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
         self.device = f"{len(jax.local_devices())} x {jax.local_devices()[0].platform}"
-        self.key = jax.random.PRNGKey(cfg.stager.seed)
+        self.key = jax.random.key(cfg.stager.seed)
         params = model.init(self.key, cfg.vocab_size, cfg.features.n_mels, cfg.data.max_speakers,
                             cfg.data.max_languages, self.m)  # fmt: skip
         self.state = jax.device_put((params, model.adam_state(params)), self.replicated)
         self.n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
-        self.trace_count, self.steps, self.lr = 0, 0, cfg.train.learning_rate
-        self._step = jax.jit(self._train_step, donate_argnums=(0,))
+        self.trace_count, self.steps = 0, 0
+        step = train_step(self.m, cfg.train.learning_rate, self._traced)
+        self._step = jax.jit(step, donate_argnums=(0,))
         self.loader = RingLoader(cfg, run_id, sharding=sharding, stop=stop.is_set)
 
-    def _train_step(self, state: tuple, batch: dict, key: Any) -> tuple[tuple, Any]:
-        self.trace_count += 1  # runs when jit traces: once per batch shape
-        params, opt = state
-        model = self.model
-
-        def loss_fn(p: dict) -> Any:
-            pred = model.forward(p, batch, key, self.m)
-            return model.masked_l1(pred, batch["mel"], batch["mel_lens"])
-
-        loss, grads = self.jax.value_and_grad(loss_fn)(params)
-        return model.adam(params, grads, opt, self.lr, GRAD_CLIP_NORM), loss
+    def _traced(self) -> None:
+        self.trace_count += 1  # called when jit traces: once per batch shape
 
     def step(self, batch: dict[str, Any]) -> float:
         self.steps += 1
@@ -104,6 +97,27 @@ class JaxSide:
 
     def host(self, array: Any) -> np.ndarray:
         return np.asarray(array)
+
+
+def train_step(m: Any, lr: float, on_trace: Callable[[], None] = lambda: None) -> Callable:
+    """The pure step (state, batch, key) -> (state, loss) for jax.jit: the loss of
+    model.kwargs `m`'s model, its gradients, one Adam step at lr (the trainer's, and
+    benchmarks/gpu_feed.py's). on_trace runs each time jit traces it."""
+    import jax
+
+    from ringfeed.consumer.trainer.jax_example import model
+
+    def step(state: tuple, batch: dict, key: Any) -> tuple[tuple, Any]:
+        on_trace()
+        params, opt = state
+
+        def loss_fn(p: dict) -> Any:
+            return model.masked_l1(model.forward(p, batch, key, m), batch["mel"], batch["mel_lens"])
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return model.adam(params, grads, opt, lr, GRAD_CLIP_NORM), loss
+
+    return step
 
 
 def main(

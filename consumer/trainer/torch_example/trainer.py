@@ -46,9 +46,8 @@ class TorchSide:
         import torch  # only now: CUDA_VISIBLE_DEVICES is set
 
         from ringfeed.consumer.client.torch_loader import RingLoader
-        from ringfeed.consumer.trainer.torch_example.model import TorchTTS, masked_l1
 
-        self.torch, self.loss_fn, self.mode = torch, masked_l1, plan.mode
+        self.torch, self.mode = torch, plan.mode
         if plan.mode == "cpu":
             torch.set_num_threads(cpu_threads(cfg, os.cpu_count() or 1))
         elif plan.replicas > 1:
@@ -56,11 +55,7 @@ class TorchSide:
                         "torchrun of your own over ringfeed.torch", plan.visible)  # fmt: skip
         self.device = "cpu" if plan.mode == "cpu" else "cuda:0"
         torch.manual_seed(cfg.stager.seed)
-        m = default_model_kwargs(cfg.model.kwargs)
-        self.model = TorchTTS(cfg.vocab_size, cfg.features.n_mels, cfg.text.max_text_len,
-                              cfg.features.max_frames, cfg.data.max_speakers,
-                              cfg.data.max_languages, m).to(self.device)  # fmt: skip
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.learning_rate)
+        self.model, self.optimizer = build_model(cfg, self.device)
         self.n_params = sum(p.numel() for p in self.model.parameters())
         self.loader = RingLoader(cfg, run_id, device=self.device, stop=stop.is_set)
         self.shapes: set[tuple[int, ...]] = set()
@@ -73,14 +68,8 @@ class TorchSide:
 
     def step(self, batch: dict[str, Any]) -> float:
         self.shapes.add(tuple(batch["mel"].shape))
-        self.model.train()
-        pred = self.model({name: batch[name] for name in INPUTS})
-        loss = self.loss_fn(pred, batch["mel"], batch["mel_lens"])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP_NORM)
-        self.optimizer.step()
-        return float(loss.detach())  # waits for the device: the true step time
+        loss = train_step(self.model, self.optimizer, batch)
+        return float(loss)  # waits for the device: the true step time
 
     def save(self, path: Path) -> None:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -93,6 +82,37 @@ class TorchSide:
 
     def host(self, array: Any) -> np.ndarray:
         return array.cpu().numpy()
+
+
+def build_model(cfg: Config, device: str) -> tuple[Any, Any]:
+    """(model, optimizer) on device: TorchTTS of cfg's model.kwargs, Adam at
+    train.learning_rate (the trainer's, and benchmarks/gpu_feed.py's)."""
+    import torch
+
+    from ringfeed.consumer.trainer.torch_example.model import TorchTTS
+
+    m = default_model_kwargs(cfg.model.kwargs)
+    model = TorchTTS(cfg.vocab_size, cfg.features.n_mels, cfg.text.max_text_len,
+                     cfg.features.max_frames, cfg.data.max_speakers, cfg.data.max_languages,
+                     m).to(device)  # fmt: skip
+    return model, torch.optim.Adam(model.parameters(), lr=cfg.train.learning_rate)
+
+
+def train_step(model: Any, optimizer: Any, batch: dict[str, Any]) -> Any:
+    """One optimizer step on a batch of tensors on the model's device; -> the loss, a
+    tensor not yet waited for."""
+    import torch
+
+    from ringfeed.consumer.trainer.torch_example.model import masked_l1
+
+    model.train()
+    pred = model({name: batch[name] for name in INPUTS})
+    loss = masked_l1(pred, batch["mel"], batch["mel_lens"])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP_NORM)
+    optimizer.step()
+    return loss.detach()
 
 
 def main(
