@@ -89,6 +89,6 @@ case "$verb" in
     exec "$PY" -m ringfeed.scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
   inspect) exec "$PY" -m ringfeed.scripts.cli inspect "$@" ;;
-  -h|--help|help) sed -n '2,15p' "$0" ;;
+  -h|--help|help) sed -n '2,16p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac
