@@ -92,6 +92,7 @@ class RingLoaderBase(Generic[T]):
         self._last: tuple[float, int, int] = (0.0, 0, 0)  # wait s, rows, frames
         self.last_meta: p.BatchReady | None = None  # the BATCH_READY of the last batch
         self._new_plan_at = 0
+        self.finished = False  # the plan's end was reached
 
     # ------------------------------------------------------------ subclasses
     def place(self, arrays: dict[str, np.ndarray]) -> Any:
@@ -107,12 +108,15 @@ class RingLoaderBase(Generic[T]):
         return self
 
     def __next__(self) -> T:
+        if self.finished:  # the plan ended (its run with it): an iterator stays exhausted
+            raise StopIteration
         t0 = time.perf_counter()
         self._report(t0)
         stream = self._open()
         got = stream.get()
         if got is None:  # the plan ended: BYE, the stager ends the run; or stopped
-            self.close(finished=not self.stop())
+            self.finished = not self.stop()
+            self.close(finished=self.finished)
             raise StopIteration
         placed, meta = got
         batch = self.hand_out(placed)

@@ -59,6 +59,7 @@ def test_every_row_arrives_as_a_tensor_of_its_item_in_its_buckets_shape(tmp_path
             first = next(iter(loader))
             batches = [{k: t.numpy().copy() for k, t in first.items()}, *take(loader)]
         assert stager.ended() == 0, "the plan's end should have said BYE and ended the run"
+        assert next(loader, None) is None, "once the plan ended, the loader stays exhausted"
     assert set(first) == set(stager.cfg.schema.batch_specs(4, True))
     assert first["valid"].dtype == torch.bool and first["position"].dtype == torch.int64
     assert first["mel"].dtype == torch.float32 and first["tokens"].dtype == torch.int32
