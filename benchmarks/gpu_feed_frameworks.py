@@ -30,18 +30,26 @@ def repeat(batch: dict) -> Iterator[dict]:
     return itertools.repeat(batch)
 
 
+# The DataLoader's epoch is this many passes over the exported clips, as over a corpus
+# 16x larger: no epoch boundary (its workers' refill) falls inside a figure, as none
+# does in ringfeed's endless plan.
+PASSES = 16
+
+
 class CachedMels:
-    """The exported mels and tokens (peer_pipelines.export_cached), one clip per item;
-    a torch Dataset (__len__, __getitem__), picklable for spawned workers."""
+    """The exported mels and tokens (peer_pipelines.export_cached), one clip per item,
+    PASSES times over; a torch Dataset (__len__, __getitem__), picklable for spawned
+    workers."""
 
     def __init__(self, folder: Path, n: int, cfg: Config) -> None:
         self.folder, self.n, self.n_mels = str(folder), n, cfg.features.n_mels
         self.max_frames, self.max_text = cfg.features.max_frames, cfg.text.max_text_len
 
     def __len__(self) -> int:
-        return self.n
+        return self.n * PASSES
 
-    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+    def __getitem__(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        i = k % self.n
         mel = np.fromfile(f"{self.folder}/{i}.mel", np.float32).reshape(-1, self.n_mels)
         return mel[: self.max_frames], np.fromfile(f"{self.folder}/{i}.tok", np.int32)[
             : self.max_text
