@@ -44,10 +44,18 @@ the repository root of the machine that sends the tree:
       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
       --platform manylinux2014_x86_64 -d .whl $(cat benchmarks/gpu_feed_wheels.txt)
 
-and there (`.whl` carried):
+and there, as one command (`.whl` carried; at most 8 files come back from $OUT, this
+writes 7): the wheels, the machine, the GPU-marked loader tests (rows intact through
+the side-stream copy), then the benchmark (~6 min):
 
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site python3 benchmarks/gpu_feed.py --out $OUT
+    mount -o remount,size=16G /dev/shm 2>/dev/null; python3 -m pip install -q --no-index \
+      --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH=/tmp/site || exit; (nvidia-smi --query-gpu=name,memory.total,\
+    driver_version --format=csv,noheader; nproc; df -h /dev/shm | tail -1) > $OUT/machine.txt;
+    timeout 100 python3 -m pytest -q -n 0 -p no:cacheprovider -m gpu \
+      tests/unit/test_torch_loader.py tests/unit/test_jax_loader.py > $OUT/gpu_tests.txt 2>&1;
+    tail -3 $OUT/gpu_tests.txt; set -o pipefail; PYTHONUNBUFFERED=1 timeout 450 python3 \
+      benchmarks/gpu_feed.py --out $OUT 2>&1 | tee $OUT/gpu_feed.out
 """
 
 from __future__ import annotations
@@ -206,8 +214,7 @@ def main() -> int:
         for framework in args.frameworks.split(","):
             results += run_child(framework, args, config, exported, n)
     text = table(results)
-    (Path(args.out) / "gpu_feed.md").write_text(text + "\n")
-    (Path(args.out) / "gpu_feed.json").write_text(json.dumps(results, indent=1))
+    (Path(args.out) / "gpu_feed.md").write_text(text + "\n")  # the figures: gpu_feed.jsonl
     print(text)
     print(f"gpu_feed: {len(results)} figures in {time.perf_counter() - t0:.0f} s; {args.out}")
     return 0 if results else 1

@@ -94,7 +94,8 @@ def test_gpu_feed_benchmark_runs_on_the_cpu(tmp_path) -> None:
         pytest.skip("neither torch nor jax is installed")
     out = bench(["benchmarks/gpu_feed.py", "--quick", "--device", "cpu", "--out", str(tmp_path),
                  "--frameworks", ",".join(frameworks)], timeout_s=300)  # fmt: skip
-    figures = json.loads((tmp_path / "gpu_feed.json").read_text())
+    lines = (tmp_path / "gpu_feed.jsonl").read_text().splitlines()
+    figures = [json.loads(line) for line in lines]
     feeds = {(f["framework"], f["feed"]) for f in figures}
     assert feeds == {
         (fw, feed) for fw in frameworks for feed in ("ideal", "ringfeed", "dataloader")

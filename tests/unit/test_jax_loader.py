@@ -120,3 +120,29 @@ def test_a_device_that_does_not_exist_or_a_cursor_of_another_plan_is_refused(
             other = state | {"plan": state["plan"] | {"buckets": "0" * 16}}
             with pytest.raises(PlanMismatch, match=r"\(buckets\)"):
                 RingLoader(stager.cfg, stager.run_id).set_state(other)
+
+
+@pytest.mark.gpu
+def test_batches_placed_on_a_gpu_hold_their_items(tmp_path: Path) -> None:
+    """On a GPU the loader's thread puts each batch without waiting for the device; a
+    jitted step reads it as it comes, every row its item, one compile per bucket."""
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("no GPU for JAX")
+    traces: list[tuple] = []
+
+    @jax.jit
+    def double(batch: dict) -> dict:
+        traces.append(batch["mel"].shape)
+        return {k: v * 2 if v.dtype == jax.numpy.float32 else v for k, v in batch.items()}
+
+    with stager_thread(config(tmp_path)) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            loader = RingLoader(stager.cfg, stager.run_id, devices=[f"gpu:{gpus[0].id}"])
+            seen = []
+            for batch in loader:
+                out = double(batch)
+                arrays = {k: np.asarray(v) / 2 if v.dtype == jax.numpy.float32 else np.asarray(v)
+                          for k, v in out.items()}  # fmt: skip
+                seen += check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
+    assert sorted(seen) == list(range(N)) and len(traces) == len(set(traces))

@@ -153,3 +153,26 @@ def test_a_new_plan_starts_at_the_epoch_after_the_cursors(tmp_path: Path) -> Non
             first = take(loader, 1)[0]
             loader.close()
     assert first["position"][first["valid"]].min() >= N, "epoch 1 begins at position N"
+
+
+@pytest.mark.gpu
+def test_rows_arrive_intact_on_a_gpu_while_steps_run_on_another_stream(tmp_path: Path) -> None:
+    """On cuda:0 each batch is copied on the loader's side stream while the step's stream
+    is busy (a long matmul after every batch): the step's stream waits for the copy's
+    event, and record_stream keeps the allocator from handing a batch's memory to the
+    next one while the step reads it, so every row is still its item when read back."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    busy = torch.randn(2048, 2048, device="cuda:0")
+    with stager_thread(config(tmp_path, stager=BUCKETED["stager"] | {"epochs": 4})) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            loader, seen = RingLoader(stager.cfg, stager.run_id, device="cuda:0"), []
+            for batch in loader:
+                assert all(t.device == torch.device("cuda:0") for t in batch.values())
+                for _ in range(4):
+                    busy = busy @ busy / busy.norm()  # the step's stream stays busy
+                doubled = {k: (t * 2 if t.is_floating_point() else t) for k, t in batch.items()}
+                arrays = {k: (t / 2 if t.is_floating_point() else t).cpu().numpy()
+                          for k, t in doubled.items()}  # fmt: skip
+                seen += check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
+    assert sorted(seen) == sorted(list(range(N)) * 4), "each item once an epoch, every row its own"
