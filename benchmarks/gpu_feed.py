@@ -98,7 +98,6 @@ def bench_raw(args: argparse.Namespace, corpus: Path, work: Path) -> dict:
         "text": {"max_text_len": 200},
         "stager": {"batch_size": args.batch, "epochs": 0},
         "producers": {"workers": args.workers, "math_threads": 1},
-        "ring": {"slots": max(64, 4 * args.batch)},
         "model": {"kwargs": {"d_model": args.d_model, "n_layers": 1, "dropout": 0.1}},
         "train": {"connect_timeout_s": 30.0},
         "run_root": str(work / "runs"),
