@@ -40,6 +40,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from ringfeed.consumer.client.loader_base import PREFETCH, RingLoaderBase, resolve_run
 from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import torch_worker
 from ringfeed.shared.run.id_tables import padding_ids
 from ringfeed.shared.run.share import Share
 
@@ -86,10 +87,15 @@ def data_parallel(devices: Sequence[jax.Device] | None = None) -> NamedSharding:
 
 
 def process_share(worker: tuple[int, int] | None) -> Share:
-    """This training worker: `worker` (K, N), else jax's process index and count."""
+    """This training worker: `worker` (K, N); else, under multi-host JAX, its process
+    index and count; else RANK and WORLD_SIZE, which the launcher sets for a command it
+    starts as worker K of N (`ringfeed run --worker K/N -- COMMAND`); else the one."""
     if worker is not None:
         return Share(*worker)
-    return Share(jax.process_index(), jax.process_count())
+    if jax.process_count() > 1:
+        return Share(jax.process_index(), jax.process_count())
+    found = torch_worker()
+    return Share(*found) if found else Share()
 
 
 class RingLoader(RingLoaderBase[dict[str, jax.Array]]):

@@ -122,6 +122,18 @@ def test_a_device_that_does_not_exist_or_a_cursor_of_another_plan_is_refused(
                 RingLoader(stager.cfg, stager.run_id).set_state(other)
 
 
+def test_the_worker_comes_from_the_launcher_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JAX command the launcher starts as worker 1 of 2 (RANK, WORLD_SIZE) consumes run
+    R-w1; an explicit worker wins."""
+    cfg = small(tmp_path)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert RingLoader(cfg, "R").run_id == "R-w1"
+    assert RingLoader(cfg, "R", worker=(0, 2)).run_id == "R-w0"
+
+
 @pytest.mark.gpu
 def test_batches_placed_on_a_gpu_hold_their_items(tmp_path: Path) -> None:
     """On a GPU the loader's thread puts each batch without waiting for the device; a
