@@ -37,9 +37,9 @@ model share GPU 0 (the stager does not use it: mels come from the producers).
 
 The GPU machines have PyTorch, JAX, CuPy and NVML but not TensorFlow, and no network:
 the base install's missing packages travel as wheels (x86-64, CPython 3.12). Once, in
-the repository root of the machine that sends the tree:
+the repository root of the machine that sends the tree (.whl/ is in .gitignore; 10
+wheels, 23 MB):
 
-    echo /.whl/ >> .git/info/exclude
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
       --platform manylinux2014_x86_64 -d .whl $(cat benchmarks/gpu_feed_wheels.txt)
