@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ringfeed.shared.config import Config
+from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.environment import cuda_visible_devices, tensorflow_log_level
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,16 @@ def stager_mel_fn(cfg: Config) -> Any:
         return None
     quiet_tensorflow()
     plan = choose_device("stager", cfg)
-    from ringfeed.consumer.stager.gpu_mel import TfLogMel
-
+    try:
+        from ringfeed.consumer.stager.gpu_mel import TfLogMel
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("tensorflow", "keras"):
+            raise
+        raise ConfigError(
+            "features.device: stager computes the batches' mels with TensorFlow "
+            "(consumer/stager/gpu_mel.py), which this host does not have: install "
+            "ringfeed[tf] here, or set features.device: producer (docs/loaders.md#devices)"
+        ) from None
     configure_tensorflow(plan)
     return TfLogMel(cfg)
 

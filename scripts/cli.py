@@ -1,6 +1,7 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
 ringfeed validate CONFIG [--deep]        check a config, print derived sizes and the corpus
 ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
+    [--trainer tf|torch|jax] [-- COMMAND]  ... the example trainer of a framework, or yours
     [--worker K/N --cluster H:P,...]     ... as worker K of N training workers (run id R-wK)
 ringfeed stager CONFIG --run-id R        the data process
 ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADDRESS: on Ray)
@@ -52,10 +53,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if cmd_validate(args, quiet=True) != 0:
         return 2  # the finding said what to change; nothing was started
-    share, worker_args = _worker(args)
-    if args.worker and (not args.run_id or args.consumer != "trainer"):
-        print("config error: --worker needs --run-id (the same on every worker) and the "
-              "trainer as consumer", file=sys.stderr)  # fmt: skip
+    ours = args.consumer == "trainer" and not args.command  # a trainer of ours: --cluster
+    share, worker_args = _worker(args, needs_cluster=ours)
+    if args.worker and (not args.run_id or args.consumer == "drain"):
+        print(
+            "config error: --worker needs --run-id (the same on every worker) and a "
+            "model process (a trainer, your command, or --consumer none)",
+            file=sys.stderr,
+        )
         return 2
     run_id = share.run_id(args.run_id or new_run_id())
     stop = StopFlag().install()
@@ -72,9 +77,12 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
               "of the plan (stager.epochs), or on Ctrl-C")  # fmt: skip
     new_plan = ["--new-plan"] if args.new_plan else []
+    trainer = ["--trainer", args.trainer]
     with Run(Path(args.config), run_id) as run:
-        run.verb_args = {"stager": worker_args[:2], "trainer": worker_args + new_plan}
-        run.start_all(args.consumer)
+        run.verb_args = {"stager": worker_args[:2], "trainer": worker_args + new_plan + trainer}
+        run.start_all("none" if args.command else args.consumer)
+        if args.command:  # the user's own model process (docs/loaders.md)
+            run.start_command(args.command, share)
         code = run.watch(stop)
     if stop.is_set() and code in (0, *STOPPED_CODES):
         print(stopped_line(args, run_id, directory), file=sys.stderr)
@@ -115,12 +123,17 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
         command += f" --worker {args.worker} --cluster {args.cluster}"
     if args.consumer != "trainer":
         command += f" --consumer {args.consumer}"
+    if args.trainer != "tf":
+        command += f" --trainer {args.trainer}"
+    if args.command:
+        command += f" -- {shlex.join(args.command)}"
     return f"launch: stopped run {run_id}; {where}; resume it with: {command}"
 
 
-def _worker(args: argparse.Namespace):
+def _worker(args: argparse.Namespace, needs_cluster: bool = True):
     """(Share, the arguments that pass it on to the stager and the trainer) of
-    --worker K/N and --cluster; exits 2 when they are malformed."""
+    --worker K/N and --cluster; exits 2 when they are malformed (needs_cluster: a
+    trainer of ours joins the others at --cluster's addresses)."""
     from ringfeed.shared.config import ConfigError
     from ringfeed.shared.run.share import ONE_WORKER, Share
 
@@ -132,7 +145,7 @@ def _worker(args: argparse.Namespace):
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
     cluster = [c for c in getattr(args, "cluster", "").split(",") if c]
-    if len(cluster) != share.count and hasattr(args, "cluster"):
+    if len(cluster) != share.count and hasattr(args, "cluster") and needs_cluster:
         print(
             f"config error: --cluster names {len(cluster)} workers but --worker says "
             f"{share.count}: give every worker's host:port, in order",
@@ -163,13 +176,18 @@ def cmd_producers(args: argparse.Namespace) -> int:
 
 
 def cmd_trainer(args: argparse.Namespace) -> int:
+    share, worker_args = _worker(args)
+    cluster = tuple(worker_args[3].split(",")) if worker_args else ()
+    if args.trainer != "tf":  # the PyTorch or JAX example trainer (docs/loaders.md)
+        from importlib import import_module
+
+        trainer = import_module(f"ringfeed.consumer.trainer.{args.trainer}_example.trainer")
+        return trainer.main(_config(args.config), args.run_id, args.new_plan, share, cluster)
     from ringfeed.consumer.devices import quiet_tensorflow
 
     quiet_tensorflow()  # before the trainer's modules import TensorFlow
     from ringfeed.consumer.trainer.trainer import main
 
-    share, worker_args = _worker(args)
-    cluster = tuple(worker_args[3].split(",")) if worker_args else ()
     return main(_config(args.config), args.run_id, args.new_plan, share, cluster)
 
 
@@ -299,6 +317,7 @@ def build_parser(named: str | None = None) -> argparse.ArgumentParser:
         "plan at its next epoch instead of refusing to resume",
     )
     add_worker_options(t)
+    add_trainer_option(t)
     d = verb("drain", cmd_drain)
     d.add_argument("--batches", type=int, default=0, help="0: until the plan ends")
     d.add_argument("--step-s", type=float, default=0.0, help="pretend each batch takes this long")
@@ -326,6 +345,12 @@ def add_run_verb(r: argparse.ArgumentParser) -> None:
         "with a new plan from the checkpoint's next epoch",
     )  # fmt: skip
     add_worker_options(r)
+    add_trainer_option(r)
+
+
+def add_trainer_option(p: argparse.ArgumentParser) -> None:
+    what = "the model process: TensorFlow's, or the PyTorch or JAX example"
+    p.add_argument("--trainer", choices=("tf", "torch", "jax"), default="tf", help=what)
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:
@@ -356,9 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     from ringfeed.shared.run.process import setup_logging
 
     argv = sys.argv[1:] if argv is None else argv
+    # `ringfeed run CONFIG -- COMMAND...`: the user's command is the model process.
+    split = argv.index("--") if argv[:1] == ["run"] and "--" in argv else len(argv)
+    argv, command = argv[:split], argv[split + 1 :]
     args, unknown = build_parser(argv[0] if argv else None).parse_known_args(argv)
     if unknown:  # refused by the whole command line, whose usage names every verb
         args = build_parser().parse_args(argv)
+    args.command = command
     setup_logging()
     return args.fn(args)
 

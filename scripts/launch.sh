@@ -3,6 +3,8 @@
 #
 #   scripts/launch.sh                                  train on configs/demo.yaml
 #   scripts/launch.sh run CONFIG [--run-id ID] [--consumer trainer|drain|none] [--inspect]
+#                     [--trainer tf|torch|jax]   the model process: TensorFlow's, or an example
+#                     [-- COMMAND...]  your own training command as the model process
 #                     [--new-plan]     resume after the corpus, seed or buckets changed
 #                     [--worker K/N --cluster HOST:PORT,...]   training worker K of N
 #   scripts/launch.sh producers CONFIG --connect tcp://HEAD:PORT [--workers N]
@@ -23,21 +25,22 @@ cmd_run() {
   local args=() run_id="" inspect=0
   while [ $# -gt 0 ]; do
     case "$1" in
-      --run-id|--consumer|--worker|--cluster)
+      --run-id|--consumer|--worker|--cluster|--trainer)
         [ $# -ge 2 ] || { echo "launch: run $1 needs a value" >&2; return 2; }
         if [ "$1" = --run-id ]; then run_id=$2; else args+=("$1" "$2"); fi
         shift 2 ;;
       --new-plan) args+=("$1"); shift ;;
       --inspect) inspect=1; shift ;;
-      -*) echo "launch: run has no option $1 (it takes --run-id, --consumer, --worker," \
-            "--cluster, --new-plan, --inspect)" >&2; return 2 ;;
+      --) args+=("$@"); break ;;  # the model process's command, as it is
+      -*) echo "launch: run has no option $1 (it takes --run-id, --consumer, --trainer," \
+            "--worker, --cluster, --new-plan, --inspect, -- COMMAND)" >&2; return 2 ;;
       *) args+=("$(abspath "$1")"); shift ;;
     esac
   done
   # No cd: runs/ and .cache/ land in the working directory
   # (docs/configuration.md#where-files-go).
   if [ "$inspect" = 0 ]; then
-    exec "$PY" -m ringfeed.scripts.cli run "${args[@]}" ${run_id:+--run-id "$run_id"}
+    exec "$PY" -m ringfeed.scripts.cli run ${run_id:+--run-id "$run_id"} "${args[@]}"
   fi
   run_id=${run_id:-$(date +%Y%m%d-%H%M%S)-$$}
   local ring_id=$run_id worker
@@ -49,7 +52,7 @@ cmd_run() {
   local log_dir=${RINGFEED_RUNTIME_DIR:-/tmp}/ringfeed-$(id -u)
   mkdir -p -m 700 "$log_dir"
   local log=$log_dir/$ring_id.log
-  "$PY" -m ringfeed.scripts.cli run "${args[@]}" --run-id "$run_id" >"$log" 2>&1 &
+  "$PY" -m ringfeed.scripts.cli run --run-id "$run_id" "${args[@]}" >"$log" 2>&1 &
   local pid=$! ipid=""
   # Both run in the background, so a TERM or Ctrl-C reaches this trap at once (a
   # foreground child would hold it until the child ends) and stops the run its way.
@@ -86,6 +89,6 @@ case "$verb" in
     exec "$PY" -m ringfeed.scripts.cli producers "$config" --run-id remote --remote "$@"
     ;;
   inspect) exec "$PY" -m ringfeed.scripts.cli inspect "$@" ;;
-  -h|--help|help) sed -n '2,13p' "$0" ;;
+  -h|--help|help) sed -n '2,16p' "$0" ;;
   *) cmd_run "$verb" "$@" ;;
 esac

@@ -5,7 +5,9 @@
         code = run.watch(stop)                        # until done, a failure or stop
 
 Each process is ``python -m ringfeed.scripts.cli VERB CONFIG --run-id RID`` started in the
-repository root. Leaving the block SIGTERMs whatever is still alive, SIGKILLs
+repository root; the model process may instead be a command of the user's own
+(``start_command``: ``ringfeed run CONFIG -- python train.py``), told its run by
+RINGFEED_CONFIG and RINGFEED_RUN_ID. Leaving the block SIGTERMs whatever is still alive, SIGKILLs
 it after the grace (``RINGFEED_GRACE_S``, 8 s), then removes the run's
 segments from /dev/shm and its ipc socket files, so a failing test, benchmark
 or run leaves nothing behind. Used by ``ringfeed run`` (and so by
@@ -27,9 +29,16 @@ from typing import Any
 
 from ringfeed.consumer.client.batch_client import BatchClient
 from ringfeed.shared.config import load_config
-from ringfeed.shared.config.environment import child_environment, launch_grace_s, run_dir
+from ringfeed.shared.config.environment import (
+    CONFIG_ENV,
+    RUN_ID_ENV,
+    child_environment,
+    launch_grace_s,
+    run_dir,
+)
 from ringfeed.shared.memory.segments import list_segments, socket_files
 from ringfeed.shared.run.process import POOL_ORPHANED, StopFlag, die_with_parent
+from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +90,7 @@ class Run:
         self.pool_restarts = 0
         # Extra arguments of some verbs (a training worker's --worker, --cluster).
         self.verb_args: dict[str, list[str]] = {}
+        self.consumer = ""  # the verb that consumes the run (start_all, start_command)
 
     @property
     def dir(self) -> Path:
@@ -90,24 +100,34 @@ class Run:
     def start(self, verb: str, *extra: str) -> subprocess.Popen:
         """Start `ringfeed VERB CONFIG --run-id RID EXTRA...`; a restarted verb replaces
         the earlier process of that name."""
-        self.launches += 1
         cmd = [sys.executable, "-m", "ringfeed.scripts.cli", verb, str(self.config)]
         cmd += ["--run-id", self.run_id, *self.verb_args.get(verb, []), *extra]
+        return self._popen(verb, cmd, child_environment())
+
+    def start_command(self, command: list[str], share: Share = ONE_WORKER) -> subprocess.Popen:
+        """The user's own training command as this run's model process ("trainer"): its
+        loaders find the run in RINGFEED_CONFIG and RINGFEED_RUN_ID (the run's id without
+        the worker's suffix; a training worker also gets RANK and WORLD_SIZE, which the
+        PyTorch loader reads: consumer/client/torch_loader.py)."""
+        env = child_environment() | {CONFIG_ENV: str(self.config),
+                                     RUN_ID_ENV: share.base_run_id(self.run_id)}  # fmt: skip
+        if share.count > 1:
+            env |= {"RANK": str(share.index), "WORLD_SIZE": str(share.count)}
+        self.consumer = "trainer"
+        return self._popen("trainer", command, env)
+
+    def _popen(self, verb: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+        self.launches += 1
         # die_with_parent: a launcher killed with SIGKILL takes its run down with it. The
         # children share the launcher's working directory: outputs (run_root, the cache)
         # are relative to it.
         if self.log_dir is None:
-            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, env=child_environment())
+            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, env=env)
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
-                proc = subprocess.Popen(
-                    cmd,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                    env=child_environment(),
-                )
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                        preexec_fn=die_with_parent, env=env)  # fmt: skip
         self.procs[verb] = proc
         return proc
 
@@ -117,6 +137,7 @@ class Run:
         for verb in ("stager", "producers", consumer):
             if verb != "none":
                 self.start(verb)
+        self.consumer = consumer if consumer != "none" else ""
 
     def wait(self, verb: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
         """The exit code of `verb`; RunError with the logs if it runs past timeout_s."""
@@ -132,9 +153,10 @@ class Run:
 
     def watch(self, stop: StopFlag | None = None) -> int:
         """Wait for every process. The first that fails, or a stop signal, stops the
-        others; once the stager has ended the run, stragglers get the grace. Returns 0
-        if all exited 0, else the first failure's exit code (shell style)."""
-        stager_gone_at: float | None = None
+        others; once the stager has ended the run, or the consumer has ended well (a
+        user's command need not say BYE), stragglers get the grace. Returns 0 if all
+        exited 0, else the first failure's exit code (shell style)."""
+        ended_at: float | None = None
         while True:
             codes = {verb: proc.poll() for verb, proc in self.procs.items()}
             if self._restart_pool(codes, stop):
@@ -148,9 +170,9 @@ class Run:
             if self.failure is not None or (stop is not None and stop.is_set()):
                 self.stop()
                 break
-            if codes.get("stager") is not None:
-                stager_gone_at = stager_gone_at or time.monotonic()
-                if time.monotonic() - stager_gone_at > self.grace_s:
+            if codes.get("stager") is not None or codes.get(self.consumer) == 0:
+                ended_at = ended_at or time.monotonic()
+                if time.monotonic() - ended_at > self.grace_s:
                     self.stop()
                     break
             time.sleep(WATCH_POLL_S)

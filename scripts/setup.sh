@@ -24,11 +24,21 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 echo "setup: installing ringfeed into .venv (the first time downloads TensorFlow, ~600 MB)"
-if ! .venv/bin/python -m pip install -e '.[dev,ray]' >.venv/setup.log 2>&1; then
+if ! .venv/bin/python -m pip install -e '.[dev,ray,tf]' >.venv/setup.log 2>&1; then
   tail -n 30 .venv/setup.log >&2
   echo "setup: pip failed; the whole log is .venv/setup.log" >&2
   exit 1
 fi
+# The PyTorch and JAX model sides (docs/loaders.md), for their loaders' tests, where they
+# can be reached; where not, those tests skip. torch is pinned to the CPU build this
+# project's machines keep on disk: a plain `torch` takes a CUDA build of several GB.
+optional() {
+  echo "setup: installing $1" >>.venv/setup.log
+  .venv/bin/python -m pip install "${@:2}" >>.venv/setup.log 2>&1 \
+    || echo "setup: $1 not installed (.venv/setup.log says why): its tests skip" >&2
+}
+optional "PyTorch (CPU)" torch==2.13.0 -e '.[torch]'
+optional JAX -e '.[jax]'
 # numba caches what it compiles beside the modules: a run's stager then builds a balanced
 # plan in about 0.5 s, not 15 s before its first grant (consumer/stager/plan/make.py).
 echo "setup: compiling the balanced plan's kernels (once per install, ~15 s)"

@@ -17,6 +17,14 @@ from ringfeed.shared.memory.segments import list_segments
 # and however it is started (the editable install maps `ringfeed` to the checkout it was
 # installed from, which may be another worktree).
 os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
+# JAX on the CPU (the JAX loader's and trainer's tests, here and in the processes they
+# start): two host devices, so the default data-parallel sharding really splits a batch,
+# and one thread each, as the 2 cores are shared. Read once, when JAX starts its backend.
+os.environ.setdefault(
+    "XLA_FLAGS",
+    "--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false "
+    "intra_op_parallelism_threads=1",
+)
 
 
 @pytest.fixture(scope="session")

@@ -38,18 +38,15 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from ringfeed.consumer.trainer.checkpoint_files import KEEP_LAST, PREFIX, sidecar
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import run_dir
 from ringfeed.shared.memory.disk import DiskFull, is_full
-from ringfeed.shared.run.id_tables import read_tables
 from ringfeed.shared.run.process import write_json_atomic
-from ringfeed.shared.run.prosody_table import read_run_table
 from ringfeed.shared.run.share import Share
 
 log = logging.getLogger(__name__)
 
-KEEP_LAST = 3
-PREFIX = "ckpt"
 # What reading one damaged checkpoint raises (TF: DataLossError and kin are OpErrors, a
 # cut-short .data file is an IndexError; the sidecar: OSError, ValueError for bad JSON).
 # Not AssertionError: a model that no longer matches is no damage, an older one won't fit.
@@ -96,18 +93,9 @@ class CheckpointManager:
             return ""
 
     def _save(self, step: int, cursor: dict[str, Any], config_yaml: str) -> str:
-        sidecar = {"checkpoint": step, "step": step, "cursor": cursor, "config_yaml": config_yaml}
-        # The run's speaker and language ids (shared/run/id_tables.py): the model's embedding
-        # rows mean these names, so the table travels with the weights.
-        ids = read_tables(self.directory.parent)
-        if ids is not None:
-            sidecar["ids"] = ids.to_dict()
-        # The prosody statistics the pitch field was normalized with (features.pitch_norm;
-        # shared/run/prosody_table.py): inference inverts them to speak in Hz.
-        prosody = read_run_table(self.directory.parent)
-        if prosody is not None:
-            sidecar["prosody"] = prosody
-        write_json_atomic(self._sidecar(step), sidecar)
+        # The same sidecar as the PyTorch and JAX trainers' (checkpoint_files.py).
+        record = sidecar(self.directory.parent, step, cursor, config_yaml)
+        write_json_atomic(self._sidecar(step), record)
         self._step.assign(step)
         path = self._manager.save(checkpoint_number=step)
         self._remove_stale_sidecars()

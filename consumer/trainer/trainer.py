@@ -193,7 +193,7 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
         cursor,
         StepMetrics(),
         RunBoard(directory / "tensorboard", directory, endpoints(cfg, run_id).stats),
-        batch_log=_open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
+        batch_log=open_batch_log(directory / "batches.jsonl") if cfg.train.log_batches else None,
         share=share,
     )
 
@@ -289,7 +289,7 @@ def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | Non
 def summarize(cfg: Config, run_id: str, s: Session, wait_s: float) -> dict[str, Any]:
     """The run's numbers; stager counters come from stager.json, written after our BYE
     (waited for up to wait_s)."""
-    stager = _read_stager_json(run_dir(cfg, run_id) / "stager.json", wait_s)
+    stager = read_stager_json(run_dir(cfg, run_id) / "stager.json", wait_s)
     counters = stager.get("counters", {})
     n_items = stager.get("n_items")
     m = s.metrics.run_summary()
@@ -334,7 +334,7 @@ def replica_summary(s: Session, wait_frac: float | None) -> dict[str, Any]:
     }
 
 
-def _read_stager_json(path: Path, timeout_s: float) -> dict[str, Any]:
+def read_stager_json(path: Path, timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
         if time.monotonic() > deadline:
@@ -344,7 +344,7 @@ def _read_stager_json(path: Path, timeout_s: float) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _open_batch_log(path: Path):
+def open_batch_log(path: Path):
     # A SIGKILLed trainer can leave half a line: start ours on a fresh one.
     torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
     f = path.open("a")

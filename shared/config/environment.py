@@ -110,6 +110,29 @@ def cuda_visible_devices() -> str | None:
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
+# What the launcher tells a model process it starts (`ringfeed run CONFIG -- COMMAND`):
+# the run's config file and run id, which the PyTorch and JAX loaders read when they are
+# given none (consumer/client/loader_base.py).
+CONFIG_ENV, RUN_ID_ENV = "RINGFEED_CONFIG", "RINGFEED_RUN_ID"
+
+
+def model_process_run() -> tuple[str, str] | None:
+    """(config file, run id) the launcher gave this model process, or None."""
+    config, run_id = os.environ.get(CONFIG_ENV, ""), os.environ.get(RUN_ID_ENV, "")
+    return (config, run_id) if config and run_id else None
+
+
+def torch_worker() -> tuple[int, int] | None:
+    """(RANK, WORLD_SIZE) as torchrun (and the launcher's `--worker K/N`) set them for a
+    process of a torch.distributed job, or None; ConfigError when they are not numbers."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    if not (rank.isdigit() and world.isdigit() and int(rank) < int(world)):
+        raise ConfigError(f"RANK={rank!r} WORLD_SIZE={world!r}: want 0 <= RANK < WORLD_SIZE")
+    return int(rank), int(world)
+
+
 def code_root() -> Path:
     """The folder this process imported ringfeed from (a checkout, or site-packages)."""
     import ringfeed

@@ -30,6 +30,7 @@ def test_every_command_a_message_suggests_exists() -> None:
             continue
         assert verb in verbs, f"{where}: `ringfeed {command}`: no verb {verb!r}"
         known = {o for a in verbs[verb]._actions for o in a.option_strings}
+        rest = rest[: rest.index("--")] if "--" in rest else rest  # then the user's command
         for option in (w.split("=")[0] for w in rest if w.startswith("--")):
             assert option in known, f"{where}: `ringfeed {command}`: {verb} has no {option}"
 

@@ -80,3 +80,25 @@ def test_scale_benchmark_runs() -> None:
     """The corpus-index benchmark on 20,000 generated entries (docs/benchmarks.md: 10,000,000)."""
     out = bench(["benchmarks/scale.py", "--items", "20000", "--rounds", "1"], timeout_s=120)
     assert "entries/s" in out and "warm reuse" in out and "above an empty run" in out
+
+
+@pytest.mark.slow
+def test_gpu_feed_benchmark_runs_on_the_cpu(tmp_path) -> None:
+    """benchmarks/gpu_feed.py at --quick on the CPU, for each framework installed: every
+    feed at one size, a figure each, and the table the GPU run writes to $OUT."""
+    import importlib.util
+    import json
+
+    frameworks = [f for f in ("torch", "jax") if importlib.util.find_spec(f) is not None]
+    if not frameworks:
+        pytest.skip("neither torch nor jax is installed")
+    out = bench(["benchmarks/gpu_feed.py", "--quick", "--device", "cpu", "--out", str(tmp_path),
+                 "--frameworks", ",".join(frameworks)], timeout_s=300)  # fmt: skip
+    lines = (tmp_path / "gpu_feed.jsonl").read_text().splitlines()
+    figures = [json.loads(line) for line in lines]
+    feeds = {(f["framework"], f["feed"]) for f in figures}
+    assert feeds == {
+        (fw, feed) for fw in frameworks for feed in ("ideal", "ringfeed", "dataloader")
+    }
+    assert all(f["steps"] >= 5 and 0 <= f["wait_share"] < 1 for f in figures), figures
+    assert "| feed | steps/s | of ideal | data wait | step CV | GPU util |" in out

@@ -125,6 +125,27 @@ def test_the_wheel_holds_one_top_level_package_and_the_demos(wheel: Path) -> Non
 
 
 @pytest.mark.slow
+def test_the_wheels_metadata_puts_each_model_framework_in_its_extra(wheel: Path) -> None:
+    """`pip install ringfeed` (a producer host) pulls no TensorFlow, PyTorch or JAX; the
+    extras tf, torch and jax do (docs/loaders.md#installs-by-role)."""
+    archive = zipfile.ZipFile(wheel)
+    metadata = archive.read(next(n for n in archive.namelist() if n.endswith("/METADATA")))
+    requires = [line.split(":", 1)[1].strip() for line in metadata.decode().splitlines()
+                if line.startswith("Requires-Dist:")]  # fmt: skip
+    by_extra: dict[str, set[str]] = {}
+    for requirement in requires:
+        extra = (
+            requirement.split("extra ==", 1)[1].strip(" '\"") if "extra ==" in requirement else ""
+        )
+        name = requirement.replace(" ", "").split(";")[0]
+        by_extra.setdefault(extra, set()).add(name.split(">")[0].split("=")[0].lower())
+    frameworks = {"tensorflow", "keras", "tensorboard", "torch", "jax", "jaxlib"}
+    assert by_extra[""].isdisjoint(frameworks), by_extra[""] & frameworks
+    assert {"tensorflow", "tensorboard"} <= by_extra["tf"]
+    assert by_extra["torch"] == {"torch"} and by_extra["jax"] == {"jax"}
+
+
+@pytest.mark.slow
 def test_an_installed_wheel_finds_its_demos(installed: Path, tmp_path: Path) -> None:
     """validate, from the install and another directory, reads each shipped config's
     corpus from the package: every clip usable by its header."""

@@ -1,0 +1,190 @@
+"""A BatchClient in a thread of its own that places batches ahead of the step: the
+prefetch under the PyTorch and JAX loaders (consumer/client/torch_loader.py,
+jax_loader.py). No framework here: the loader hands it `place`.
+
+    stream = BatchStream(cfg, run_id, cursor, place, depth=2)
+    stream.connect()                 # caller's thread: WELCOME, or StagerRefused / StagerGone
+    stream.start()
+    while (got := stream.get()) is not None:     # (placed, meta); None at the plan's end
+        ... the step on got[0] ...
+        stream.send_stats(step, step_s, wait_s, loss, rows, frames)
+    stream.close(finished=True)      # BYE: the stager ends the run
+
+The thread, which alone touches the client once started (BatchClient is not
+thread-safe; the caller's thread hands it over before start(), a barrier):
+
+    loop: next() -> place(arrays) -> free() -> queue (`depth` batches ahead)
+          flush queued step stats; check done
+
+`place` makes the one host copy out of the batch slot (into pinned memory, or a
+fresh array) and issues the copy to the device; it must keep no view of the slot,
+since free() hands the slot back and the stager overwrites it at once. With a queue
+of `depth` 2 and the batch the step holds, three batches are in flight: triple
+buffering, as the TensorFlow trainer's feeder does (consumer/trainer/feeder.py).
+Every blocking call has a POLL_S-scale timeout and checks the done flag, so close()
+ends the thread within a few polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from ringfeed.consumer.client.batch_client import WAITING_NOTE_S, BatchClient
+from ringfeed.consumer.client.cursor import Cursor
+from ringfeed.shared.config import Config
+from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
+from ringfeed.shared.wire import protocol as p
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Place = Callable[[dict[str, np.ndarray]], T]
+
+
+class _End:
+    """Put on the queue when a finite plan has no more batches."""
+
+
+class BatchStream(threading.Thread, Generic[T]):
+    """One consumer of a run, prefetching `depth` placed batches in its thread."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        run_id: str,
+        cursor: Cursor,
+        place: Place,
+        depth: int = 2,
+        name: str = "loader",
+        stop: Callable[[], bool] = lambda: False,
+        new_plan_at: int = 0,
+    ) -> None:
+        """cursor: where to start, and the plan it must be (its plan {}: any);
+        stop: the caller's stop flag (a signal), checked by every wait; new_plan_at: if
+        the cursor's plan is not the stager's, start a new plan at this epoch (0: be
+        refused)."""
+        super().__init__(name=f"{name}-stream", daemon=True)
+        # rejoin: a loader iterated again in this process takes the run over from its
+        # last stream (dropped, maybe not yet closed): one consumer means one socket.
+        self.client = BatchClient(cfg, run_id, name, cursor.position, cursor.batch_index,
+                                  cursor.plan, new_plan_at, rejoin=True)  # fmt: skip
+        self.cfg, self.place, self.stop = cfg, place, stop
+        self.batches: queue.Queue[tuple[T, p.BatchReady] | _End | BaseException]
+        self.batches = queue.Queue(depth)
+        self._stats: queue.Queue[tuple[int, float, float, float, int, int]] = queue.Queue()
+        self._done = threading.Event()
+        self._finished = False
+
+    @property
+    def plan(self) -> dict[str, str]:
+        """The stager's plan fingerprint (after connect)."""
+        return dict(self.client.plan)
+
+    # ------------------------------------------------------------ the caller's thread
+    def connect(self) -> None:
+        """Join the run (train.connect_timeout_s); raises StagerRefused (the plan
+        changed, another consumer holds the run) or StagerGone. Before start()."""
+        try:
+            self.client.connect(self.cfg.train.connect_timeout_s, self._stopped)
+        except BaseException:
+            self.client.close(finished=False)
+            raise
+
+    def get(self) -> tuple[T, p.BatchReady] | None:
+        """The next placed batch and its BATCH_READY; None at the end of the plan or
+        when stopped; re-raises what ended the thread (a timeout, a lost stager)."""
+        while not self._stopped():
+            try:
+                item = self.batches.get(timeout=POLL_S)
+            except queue.Empty:
+                if not self.is_alive() and self.batches.empty():
+                    raise RuntimeError("the loader's stream ended without a batch") from None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return None if isinstance(item, _End) else item
+        return None
+
+    def send_stats(
+        self, step: int, step_s: float, wait_s: float, loss: float, rows: int, frames: int
+    ) -> None:
+        """Queue one step's numbers for the stager (the inspector's trainer line)."""
+        self._stats.put((step, step_s, wait_s, loss, rows, frames))
+
+    def close(self, finished: bool) -> None:
+        """End the thread and the client; finished=True says BYE (the stager ends the
+        run and stops the producers), False leaves the run to a later consumer."""
+        self._finished = finished
+        self._done.set()
+        if self.is_alive():
+            self.join(SHUTDOWN_WAIT_S + 1.0)
+            if self.is_alive():
+                log.warning("the loader's stream did not stop within %.0f s", SHUTDOWN_WAIT_S)
+        elif self.ident is None:  # never started: the client is still this thread's
+            self.client.close(finished=finished)
+
+    # ------------------------------------------------------------ the stream's thread
+    def run(self) -> None:
+        try:
+            self._loop()
+            # The plan ended: wait for the caller's verdict so its last stats and BYE go out.
+            while not (self._stopped() or self._done.wait(POLL_S)):
+                self._flush_stats()
+        except Exception as exc:  # whatever ends this thread must reach the caller
+            self._put(exc)
+        finally:
+            self._flush_stats()
+            self.client.close(finished=self._finished)
+
+    def _stopped(self) -> bool:
+        return self._done.is_set() or self.stop()
+
+    def _loop(self) -> None:
+        limit_s = self.cfg.train.data_timeout_s
+        last_batch = last_note = time.monotonic()
+        while not self._stopped():
+            self._flush_stats()
+            try:
+                batch = self.client.next(timeout_s=POLL_S)
+            except TimeoutError:
+                waited = time.monotonic() - last_batch
+                if waited > limit_s:
+                    raise TimeoutError(self.client.stager_verdict(waited)) from None
+                if time.monotonic() - last_note > WAITING_NOTE_S:
+                    last_note = time.monotonic()
+                    log.warning("no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
+                                waited, limit_s, self.client.stager_verdict(waited))  # fmt: skip
+                continue
+            last_batch = last_note = time.monotonic()
+            if batch is None:
+                self._put(_End())
+                return
+            try:
+                placed = self.place(batch.arrays)
+            finally:
+                self.client.free(batch)  # place copied what it keeps out of the slot
+            self._put((placed, batch.meta))
+
+    def _put(self, item: Any) -> None:
+        while not self._stopped():
+            self._flush_stats()
+            try:
+                self.batches.put(item, timeout=POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    def _flush_stats(self) -> None:
+        while True:
+            try:
+                stats = self._stats.get_nowait()
+            except queue.Empty:
+                return
+            self.client.step_stats(*stats)

@@ -1,0 +1,177 @@
+"""The batch ring as an iterator of ``jax.Array`` batches: ``ringfeed.jax.RingLoader``
+(docs/loaders.md).
+
+    loader = RingLoader(cfg, run_id)                 # data-parallel over local devices
+    loader.set_state(saved)                          # optional: resume exactly there
+    for batch in loader:                             # dict of jax.Arrays, sharded
+        state = train_step(state, batch)             # jitted: once per length bucket
+        save(state, loader.get_state())              # plain ints and strings
+
+Each batch is a dict of every field of the declared schema, as the PyTorch loader's
+(consumer/client/torch_loader.py), placed with one ``jax.sharding.Sharding`` whose
+first axis is the batch: by default a 1-D mesh over every device, axis "data", the
+batch split across the local devices. Rows are padded to a multiple of the local
+devices holding a shard (zeros, valid False, items and position -1, the padding
+speaker and language ids: shared/run/id_tables.py padding_ids), so each bucket keeps
+one static shape and a jitted step compiles once per bucket.
+
+Two batches are on their way to the devices while the step runs: the stream's thread
+(consumer/client/batch_stream.py) copies each out of the batch slot into a fresh
+host array (the one host copy; the slot is freed at once) and calls device_put, which
+returns at once; nothing in that thread waits for the device. A thread that
+synchronizes the device breaks the CUDA graphs XLA captures for command buffers
+(docs/loaders.md#jax, FIELD-NOTES: DALI's JAX iterator): this one never does.
+
+Under multi-host JAX, each process is one training worker: process K of N consumes
+run ``R-wK``, its share of the global plan (`ringfeed run CONFIG --run-id R --worker
+K/N`), and its rows become its part of the global array
+(``jax.make_array_from_process_local_data``); the cursor is global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+
+from ringfeed.consumer.client.loader_base import PREFETCH, RingLoaderBase, resolve_run
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import torch_worker
+from ringfeed.shared.run.id_tables import padding_ids
+from ringfeed.shared.run.share import Share
+
+# The mesh axis of the default sharding: the batch dimension.
+DATA_AXIS = "data"
+# What a padding row holds in these fields (every other field: zeros, valid False).
+PLAN_ROW_FIELDS = ("items", "position")
+
+
+def device_name(device: jax.Device) -> str:
+    return f"{device.platform}:{device.id}"
+
+
+def resolve_devices(names: Sequence[str | jax.Device]) -> list[jax.Device]:
+    """jax devices by name ("cpu:0", "gpu:1"; "cuda" is "gpu"), checked to exist here;
+    ValueError naming the device and those this process sees otherwise."""
+    seen = ", ".join(device_name(d) for d in jax.devices())
+    out = []
+    for name in names:
+        if isinstance(name, jax.Device):
+            out.append(name)
+            continue
+        platform, _, index = str(name).partition(":")
+        platform = {"cuda": "gpu"}.get(platform, platform)
+        try:
+            found = {d.id: d for d in jax.devices(platform)}
+        except RuntimeError:
+            found = {}
+        if not index.isdigit() and index:
+            raise ValueError(f"device {name!r} is not a device name: write it as 'cpu:0' or "
+                             f"'gpu:1' (this process sees {seen})")  # fmt: skip
+        key = int(index) if index else min(found, default=-1)
+        if key not in found:
+            raise ValueError(f"device {name!r} does not exist: this process sees {seen}")
+        out.append(found[key])
+    return out
+
+
+def data_parallel(devices: Sequence[jax.Device] | None = None) -> NamedSharding:
+    """The default sharding: a 1-D mesh over `devices` (default every device of every
+    process), the batch's first axis split along it, the other axes whole."""
+    mesh = Mesh(np.array(list(devices) if devices else jax.devices()), (DATA_AXIS,))
+    return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
+def process_share(worker: tuple[int, int] | None) -> Share:
+    """This training worker: `worker` (K, N); else, under multi-host JAX, its process
+    index and count; else RANK and WORLD_SIZE, which the launcher sets for a command it
+    starts as worker K of N (`ringfeed run --worker K/N -- COMMAND`); else the one."""
+    if worker is not None:
+        return Share(*worker)
+    if jax.process_count() > 1:
+        return Share(jax.process_index(), jax.process_count())
+    found = torch_worker()
+    return Share(*found) if found else Share()
+
+
+class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
+    """A run's batches as dicts of jax.Arrays placed with `sharding`, two ahead."""
+
+    name = "jax"
+
+    def __init__(
+        self,
+        cfg: Config | str | Path | None = None,
+        run_id: str | None = None,
+        *,
+        sharding: Sharding | None = None,
+        devices: Sequence[str | jax.Device] | None = None,
+        worker: tuple[int, int] | None = None,
+        prefetch: int = PREFETCH,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """cfg: a Config or its file; cfg and run_id default to the launcher's
+        (RINGFEED_CONFIG, RINGFEED_RUN_ID); sharding: how every field is placed (its
+        first axis is the batch), default data_parallel(devices); devices: names
+        ("gpu:0", "cpu:0") or jax devices, checked here; worker: (K, N), default
+        (jax.process_index(), jax.process_count())."""
+        if sharding is None:
+            sharding = data_parallel(resolve_devices(devices) if devices else None)
+        elif devices:
+            raise ValueError("give sharding= or devices=, not both (a sharding names its devices)")
+        cfg, run_id = resolve_run(cfg, run_id)
+        super().__init__(cfg, run_id, process_share(worker), prefetch, stop)
+        self.sharding = sharding
+        # Each process's rows are split over its devices that hold a shard.
+        local = len(sharding.addressable_devices)
+        self.row_multiple = 1 if sharding.is_fully_replicated else local
+        self._pad = self._pad_values()
+        self._local_only = jax.process_count() == 1
+
+    def _pad_values(self) -> dict[str, Any]:
+        speaker, language = padding_ids(self.cfg)
+        return {"items": -1, "position": -1, "speaker": speaker, "language": language}
+
+    def get_state(self) -> dict[str, Any]:
+        """The cursor after the last batch handed out: plain ints and strings, for any
+        checkpointer (orbax's JSON, a pickle, a sidecar file)."""
+        return self.cursor.to_dict()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Resume at `state` (a get_state(), or a trainer checkpoint's cursor): checked
+        at once against the stager's plan, PlanMismatch naming what differs."""
+        self.load_cursor(state)
+
+    def place(self, arrays: dict[str, np.ndarray]) -> Any:
+        rows = len(arrays["items"])
+        padded = -(-rows // self.row_multiple) * self.row_multiple
+        host = {}
+        for name, array in arrays.items():
+            out = np.empty((padded, *array.shape[1:]), array.dtype)
+            out[:rows] = array  # the one host copy out of the slot
+            if padded > rows:
+                out[rows:] = self._pad.get(name, 0)
+            host[name] = out
+        frames = int(arrays["mel_lens"].sum()) if "mel_lens" in arrays else 0
+        if self._local_only:
+            placed = jax.device_put(host, self.sharding)  # returns at once: no wait here
+        else:
+            placed = {name: jax.make_array_from_process_local_data(self.sharding, a)
+                      for name, a in host.items()}  # fmt: skip
+        return _Placed(placed, frames)
+
+    def hand_out(self, placed: Any) -> dict[str, jax.Array]:
+        return placed.arrays
+
+
+class _Placed:
+    """A batch on its way to the devices, and its true mel frames."""
+
+    __slots__ = ("arrays", "frames")
+
+    def __init__(self, arrays: dict[str, jax.Array], frames: int) -> None:
+        self.arrays, self.frames = arrays, frames

@@ -1,0 +1,197 @@
+"""The batch ring as a PyTorch iterable: ``ringfeed.torch.RingLoader``, where a
+DataLoader was (docs/loaders.md).
+
+    loader = RingLoader(cfg, run_id, device="cuda:0")
+    loader.load_state_dict(ckpt["data"])            # optional: resume exactly there
+    for batch in loader:                             # dict of tensors on the device
+        loss = step(batch)
+        ckpt = {"model": ..., "data": loader.state_dict()}
+
+Each batch is a dict of every field of the declared schema (tokens int32 [B, T],
+text_lens, mel float32 [B, F, n_mels], mel_lens, speaker, language, items and
+position int64, valid bool, the optional fields): with length buckets each batch has
+its bucket's shape, and rows past the plan's (valid False, items and position -1) are
+padding (docs/running.md#what-a-batch-says-about-itself).
+
+On a GPU, batch k + 1 is copied while step k runs (the stream's thread,
+consumer/client/batch_stream.py): out of the batch slot into one of three pinned host
+buffers (the one host copy; the slot is freed at once), then to the device with a
+non-blocking copy on a side CUDA stream, an event recorded after it. When the batch is
+handed out, the step's stream waits for that event (the device waits, not the host)
+and each tensor is marked used on it (record_stream): they were allocated on the side
+stream, and without the mark the caching allocator could give their memory to the next
+batch while the step still reads it. A pinned buffer is refilled only after the
+event of its last copy. On the CPU a batch is one copy out of the slot into tensors.
+
+Under torch.distributed each rank is one training worker: rank K of N consumes run
+``R-wK``, its share of the global plan (`ringfeed run CONFIG --run-id R --worker K/N`
+starts it); the cursor is global, so rank 0's state_dict resumes every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ringfeed.consumer.client.loader_base import PREFETCH, RingLoaderBase, resolve_run
+from ringfeed.shared.config import Config
+from ringfeed.shared.config.environment import cuda_visible_devices, torch_worker
+from ringfeed.shared.run.share import Share
+
+
+def visible_devices() -> list[str]:
+    """The devices this process can place tensors on, named as torch names them."""
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += [f"cuda:{k} ({torch.cuda.get_device_name(k)})"
+                  for k in range(torch.cuda.device_count())]  # fmt: skip
+    return names
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """torch.device(device), checked to exist here; ValueError naming it and the
+    devices this process sees otherwise."""
+    seen = ", ".join(visible_devices())
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device name: use 'cpu' or 'cuda:N' "
+                         f"(this process sees {seen})") from None  # fmt: skip
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device {device!r}: the loader places batches on 'cpu' or 'cuda:N' "
+                         f"(this process sees {seen})")  # fmt: skip
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} does not exist: this process sees no CUDA device "
+                         f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
+                         f"{cuda_visible_devices()!r}); it sees {seen}")  # fmt: skip
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} does not exist: this process sees {seen}")
+    return torch.device("cuda", index)
+
+
+def distributed_share(rank: int | None, world_size: int | None) -> Share:
+    """This process's training worker: the arguments, else torch.distributed's rank
+    and world size once it is initialized, else RANK and WORLD_SIZE (torchrun's), else
+    the one worker."""
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None or not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank}, world_size={world_size}: give both, 0 <= rank < "
+                             "world_size")  # fmt: skip
+        return Share(rank, world_size)
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return Share(dist.get_rank(), dist.get_world_size())
+    found = torch_worker()
+    return Share(*found) if found else Share()
+
+
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype of a numpy one (bool, int32, int64, float16, float32, ...)."""
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
+@dataclass
+class Placed:
+    """A batch on its way to the device: its tensors, the event after their copy (None
+    on the CPU), and its true mel frames (for the step numbers)."""
+
+    tensors: dict[str, torch.Tensor]
+    event: torch.cuda.Event | None = None
+    frames: int = 0
+
+
+@dataclass
+class PinnedBuffer:
+    """One pinned host tensor per field, grown to the largest batch seen (a few times
+    at most, once per larger bucket); `event`: the end of its last copy to the device."""
+
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    event: torch.cuda.Event | None = None
+
+    def fill(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """The one host copy: each array into this buffer, as tensors of its shape."""
+        if self.event is not None:
+            self.event.synchronize()  # its last copy to the device has read it
+        out = {}
+        for name, array in arrays.items():
+            dtype = torch_dtype(array.dtype)
+            held = self.tensors.get(name)
+            if held is None or held.numel() < array.size or held.dtype != dtype:
+                held = torch.empty(max(array.size, 1), dtype=dtype, pin_memory=True)
+                self.tensors[name] = held
+            view = held[: array.size].view(array.shape)
+            np.copyto(view.numpy(), array)
+            out[name] = view
+        return out
+
+
+class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
+    """A run's batches as dicts of tensors on `device`, two placed ahead of the step."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        cfg: Config | str | Path | None = None,
+        run_id: str | None = None,
+        device: str | torch.device = "cpu",
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        prefetch: int = PREFETCH,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """cfg: a Config or its file; cfg and run_id default to the launcher's
+        (RINGFEED_CONFIG, RINGFEED_RUN_ID); device: 'cpu' or 'cuda:N', checked here;
+        rank, world_size: this training worker (default: torch.distributed's)."""
+        self.device = resolve_device(device)
+        cfg, run_id = resolve_run(cfg, run_id)
+        super().__init__(cfg, run_id, distributed_share(rank, world_size), prefetch, stop)
+        self._cuda = self.device.type == "cuda"
+        if self._cuda:
+            self._side = torch.cuda.Stream(self.device)
+            # Each refilled only after its copy's event: the queue holds `prefetch`, the
+            # stream's thread fills one more.
+            self._buffers = [PinnedBuffer() for _ in range(prefetch + 1)]
+            self._filled = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor after the last batch handed out: plain ints and strings."""
+        return self.cursor.to_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at `state` (a state_dict, or a TensorFlow checkpoint's cursor): the next
+        batch is the one after the last batch it had handed out. Checked at once
+        against the stager's plan: PlanMismatch names what differs."""
+        self.load_cursor(state)
+
+    def place(self, arrays: dict[str, np.ndarray]) -> Placed:
+        frames = int(arrays["mel_lens"].sum()) if "mel_lens" in arrays else 0
+        if not self._cuda:
+            return Placed({k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()},
+                          frames=frames)  # fmt: skip
+        buffer = self._buffers[self._filled % len(self._buffers)]
+        self._filled += 1
+        host = buffer.fill(arrays)
+        with torch.cuda.device(self.device), torch.cuda.stream(self._side):
+            tensors = {k: t.to(self.device, non_blocking=True) for k, t in host.items()}
+            event = torch.cuda.Event()
+            event.record(self._side)
+        buffer.event = event
+        return Placed(tensors, event, frames)
+
+    def hand_out(self, placed: Placed) -> dict[str, torch.Tensor]:
+        if placed.event is not None:
+            step_stream = torch.cuda.current_stream(self.device)
+            step_stream.wait_event(placed.event)
+            for tensor in placed.tensors.values():
+                tensor.record_stream(step_stream)
+        return placed.tensors

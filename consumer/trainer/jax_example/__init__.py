@@ -1,0 +1,1 @@
+"""The JAX example trainer: the model process of `ringfeed run CONFIG --trainer jax`."""

@@ -1,0 +1,104 @@
+"""ringfeed.torch's loader against real runs: two ranks of a torch.distributed job each
+consume their worker's share of one global plan (`ringfeed run --worker K/N --consumer
+none`), and a user's loop SIGKILLed mid-step leaves the run to end as it does for any
+consumer of one's own (docs/faults-and-security.md#nothing-waits-for-ever)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.shared.run.share import Share
+from tests.support.configs import BUCKETS, SYNTHETIC, small, write_config
+from tests.support.paths import REPO
+from tests.support.processes import CLI
+from tests.support.runs import rid, shm_segments
+
+torch = pytest.importorskip("torch")
+
+from ringfeed.torch import RingLoader  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+STAGER_NO_CONSUMER = 6  # consumer/stager/stager.py: no consumer for stager.consumer_wait_s
+
+
+def data_side(config: Path, run_id: str, worker: str) -> subprocess.Popen:
+    """`ringfeed run CONFIG --run-id R --worker K/N --consumer none`, its output piped."""
+    argv = [*CLI, "run", str(config), "--run-id", run_id, "--worker", worker, "--consumer", "none"]
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+
+
+def test_two_ranks_take_disjoint_shares_of_every_global_batch(tmp_path: Path) -> None:
+    n = BUCKETS["data"]["synthetic_items"]
+    raw = SYNTHETIC | BUCKETS | {"stager": BUCKETS["stager"] | {"epochs": 1}}
+    config, base = write_config(tmp_path, raw), rid("rank")
+    sides = [data_side(config, base, f"{k}/2") for k in range(2)]
+    try:
+        loaders = [RingLoader(config, base, rank=k, world_size=2) for k in range(2)]
+        assert [loader.run_id for loader in loaders] == [Share(k, 2).run_id(base) for k in (0, 1)]
+        steps: list[list[dict]] = [[], []]
+        for k, loader in enumerate(loaders):
+            for batch in loader:  # to the plan's end: each says BYE, its run ends
+                arrays = {name: t.numpy() for name, t in batch.items()}
+                check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
+                steps[k].append(arrays)
+        outs = [side.communicate(timeout=60)[0] for side in sides]
+    finally:
+        for side in sides:
+            if side.poll() is None:
+                side.kill()
+    assert [side.returncode for side in sides] == [0, 0], outs
+    assert len(steps[0]) == len(steps[1]) > 1, "one batch each per global batch"
+    seen: list[int] = []
+    for zero, one in zip(*steps, strict=True):
+        assert zero["mel"].shape[1] == one["mel"].shape[1], "the same bucket at every step"
+        mine = [set(b["items"][b["valid"]].tolist()) for b in (zero, one)]
+        assert not mine[0] & mine[1], "disjoint shares"
+        seen += [*mine[0], *mine[1]]
+    assert len(seen) == len(set(seen)) and len(seen) > n - 2 * len(steps[0]), "the epoch, once"
+    assert all(shm_segments(Share(k, 2).run_id(base)) == [] for k in (0, 1))
+
+
+# A user's loop over ringfeed.torch that is SIGKILLed in its fourth step.
+KILLED_LOOP = """
+import os, signal, sys
+from ringfeed.torch import RingLoader
+loader = RingLoader(sys.argv[1], sys.argv[2])
+for step, batch in enumerate(loader):
+    if step == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_loop_killed_mid_step_leaves_the_run_to_end_after_consumer_wait_s(
+    tmp_path: Path,
+) -> None:
+    """As for a TensorFlow loop of one's own under --consumer none: the stager ends the
+    run consumer_wait_s (3 s here) later with exit code 6, and nothing is left."""
+    config = small(tmp_path, items=100_000, stager={"epochs": 0, "consumer_wait_s": 3.0})
+    run_id = rid("killed")
+    launcher = subprocess.Popen([*CLI, "run", str(config), "--run-id", run_id, "--consumer",
+                                 "none"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        loop = subprocess.run([sys.executable, "-c", KILLED_LOOP, str(config), run_id],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert loop.returncode == -9, loop.stderr
+        killed = time.monotonic()
+        out, _ = launcher.communicate(timeout=60)
+        took_s = time.monotonic() - killed
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == STAGER_NO_CONSUMER, out
+    assert "none came for 3 s (stager.consumer_wait_s)" in out and took_s < 3 + 15, out
+    assert shm_segments(run_id) == []
+    assert not any(run_id in name for name in os.listdir("/dev/shm"))
