@@ -155,7 +155,7 @@ def rate_bands(cfg: Config, index: CorpusIndex, lengths: Lengths) -> dict[str, R
 def out_of_band(
     cfg: Config, index: CorpusIndex, lengths: Lengths, bands: dict[str, RateBand]
 ) -> list[OutOfBand]:
-    """The clips outside the plausibility bound, or else outside their language's band,
+    """The clips outside their language's band, or else outside the plausibility bound,
     in item order."""
     rate = rates(cfg, lengths)
     language_ids = np.asarray(index.language_ids)
@@ -163,10 +163,10 @@ def out_of_band(
     found = []
     for k, language in enumerate(index.languages):
         mine = (language_ids == k) & known
-        for band in (RateBand.bound(language), bands.get(language)):
+        for band in (bands.get(language), RateBand.bound(language)):
             if band is None:
                 continue
             outside = mine & ((rate < band.low) | (rate > band.high))
             found += [OutOfBand(int(i), float(rate[i]), band) for i in np.flatnonzero(outside)]
-            mine &= ~outside  # a clip is told once: the bound first
+            mine &= ~outside  # a clip is told once: by its band where it has one
     return sorted(found, key=lambda o: o.item)
