@@ -10,13 +10,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from ringfeed.shared.config.environment import child_environment
+from ringfeed.shared.config.environment import child_environment, code_root
 from ringfeed.shared.memory.segments import list_segments
 
 # Every process a test starts runs this checkout's code, whatever its working directory
 # and however it is started (the editable install maps `ringfeed` to the checkout it was
 # installed from, which may be another worktree).
 os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
+# The per-user cache (features.cache_dir's default: the corpus index, feature and text
+# caches, the FFT choice) is this checkout's, as when it was the working directory's:
+# tests of several checkouts on one host never read each other's caches.
+os.environ["XDG_CACHE_HOME"] = str(code_root() / ".cache")
 
 
 @pytest.fixture(scope="session")

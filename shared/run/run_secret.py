@@ -116,9 +116,10 @@ ENTRIES = (b"ringfeed", b"ringfeed.scripts.cli", b"launch.sh")
 
 def run_starting(run_id: str) -> bool:
     """Whether a process of this user is starting run_id's stager before it records the
-    run (imports, the corpus index): `ringfeed stager|run ... --run-id ID`, as the
-    launcher (scripts/runner.py) and launch.sh start it, or a training worker's, whose
-    run id is ID-wK. One read of /proc/<pid>/cmdline for each of this user's processes."""
+    run (imports, the corpus index): `ringfeed stager` or `ringfeed run` with --run-id
+    ID, as the launcher (scripts/runner.py) and launch.sh start it, or a training
+    worker's, whose run id is ID-wK. One read of /proc/<pid>/cmdline for each of this
+    user's processes."""
     uid = os.getuid()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
