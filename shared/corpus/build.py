@@ -24,6 +24,7 @@ import logging
 import sys
 import time
 from array import array
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +85,10 @@ class Builder:
         # What the format adds to the header (the shards' item counts).
         self.header: dict[str, Any] = {"lines_file": "", "setting": 0}
         self._blob: list[bytes] | None = None  # a scanned corpus's stored lines
-        # A scanned corpus's places of its entries, and the ids an earlier rule gave them.
-        self._places: list[tuple[str, int]] | None = None
+        # Where a scanned corpus's entries are, and the ids an earlier rule gave them.
+        self._where: Callable[[int], tuple[str, int]] | None = None
         self._before: list[str] | None = None
+        self._plan_before_all = ""
         # Clips whose audio lies outside the root ('../...'): ids that depend on the mount.
         self.outside, self.outside_example = 0, ""
         self.lines_before = 0  # lines of the blocks merged so far (numbers count on)
@@ -131,7 +133,10 @@ class Builder:
         index keeps, and its unusable files bad lines."""
         entries = scan.entries
         self.bad.extend(scan.bad)
-        self._places, self._before = scan.places, scan.before
+        self._where, self._before = scan.place, scan.before
+        if scan.before is not None:  # the plan hash under the earlier ids, in one pass
+            audio = [e[1] for e in entries]
+            self._plan_before_all = _plan_hash(zip(scan.before, audio, strict=True))
         self._blob = [store(e) for e in entries]
         lengths = [len(raw) for raw in self._blob]
         offsets = list(itertools.accumulate(lengths, initial=0))[:-1]
@@ -230,17 +235,15 @@ class Builder:
         the same plan, so its run resumes (shared/run/fingerprint.py plan_changes)."""
         if self._before is None or self._blob is None:
             return ""
-        plan = hashlib.blake2b(digest_size=8)
-        items = range(len(self._before)) if keep is None else np.flatnonzero(keep)
-        for item in items:
-            audio = self._reparse(int(item))[1]
-            plan.update(f"{self._before[item]}|{audio}\n".encode("utf-8", "surrogatepass"))
-        return plan.hexdigest()
+        if keep is None:
+            return self._plan_before_all
+        before = self._before  # duplicate ids dropped (rare): the items kept, parsed again
+        return _plan_hash((before[k], self._reparse(int(k))[1]) for k in np.flatnonzero(keep))
 
     def _place(self, arrays: dict[str, np.ndarray], item: int) -> tuple[str, int]:
         """(file, 1-based line or row) where a person finds the item."""
-        if self._places is not None:
-            return self._places[item]
+        if self._where is not None:
+            return self._where(item)
         return self.header["lines_file"] or self.root, int(arrays["line"][item])
 
     def _duplicates(self, arrays: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray | None:
@@ -285,6 +288,13 @@ class Builder:
             line = digest_line(f[0], f[2], f[1], f[5], f[6])
             self.digest.update(line.encode("utf-8", "surrogatepass"))
             self.plan.update(f"{f[0]}|{f[1]}\n".encode("utf-8", "surrogatepass"))
+
+
+def _plan_hash(items: Iterable[tuple[str, str]]) -> str:
+    """The plan hash (shared/corpus/block.py summarize's) of (id, audio path) pairs."""
+    plan = hashlib.blake2b(digest_size=8)
+    plan.update("".join([f"{i}|{a}\n" for i, a in items]).encode("utf-8", "surrogatepass"))
+    return plan.hexdigest()
 
 
 def _sorted_ids(table: dict[str, int], ids: array) -> np.ndarray:

@@ -89,11 +89,11 @@ def text_entry(txt: Path, audio: Path, item_id: str, speaker: str, root: str) ->
 def scanned(results: list[tuple[Entry | BadLine, Path, str]]) -> Scan:
     """The Scan of a folder corpus: results are (the clip or why not, its text file, the
     id the rule before this one gave it)."""
-    entries = [(r, str(txt), old) for r, txt, old in results if isinstance(r, Entry)]
+    entries = [(r, txt, old) for r, txt, old in results if isinstance(r, Entry)]
     before = [old for _, _, old in entries]
     changed = any(e.item_id != old for e, _, old in entries)
     return Scan([e for e, _, _ in entries], [r for r, _, _ in results if isinstance(r, BadLine)],
-                [(txt, 1) for _, txt, _ in entries], before if changed else None)  # fmt: skip
+                lambda k: (str(entries[k][1]), 1), before if changed else None)  # fmt: skip
 
 
 class FolderFormat(StoredFormat):

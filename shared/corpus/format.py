@@ -20,6 +20,7 @@ Two kinds share most of their work, so each has a base class here:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
@@ -207,14 +208,15 @@ class LineFormat(BaseFormat):
 
 class Scan(NamedTuple):
     """What a scanned corpus hands the index builder: its entries (audio relative to the
-    root) in a stable order and its unusable lines; where a person finds each entry
-    (file, 1-based line or row: a duplicate id names both places); and the ids the rule
-    before this one gave the entries (docs/corpora.md#item-ids: a checkpoint taken
-    under them resumes), None where every id is what it was."""
+    root) in a stable order and its unusable lines; place(k): where a person finds entry
+    k (file, 1-based line or row: a duplicate id names both places; asked only of
+    duplicates, so nothing a row is kept for it); and the ids the rule before this one
+    gave the entries (docs/corpora.md#item-ids: a checkpoint taken under them resumes),
+    None where every id is what it was."""
 
     entries: list[Entry]
     bad: list[BadLine]
-    places: list[tuple[str, int]] | None = None
+    place: Callable[[int], tuple[str, int]] | None = None
     before: list[str] | None = None
 
 

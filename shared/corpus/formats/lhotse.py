@@ -221,7 +221,7 @@ class Lhotse(StoredFormat):
             if isinstance(found, Entry) and channel != "null":  # no channel: all of them
                 channels.setdefault(recording, set()).add(channel)
         entries: list[Entry] = []
-        places: list[tuple[str, int]] = []
+        numbers: list[int] = []
         for number, item_id, found, (recording, _) in clips:
             if isinstance(found, Entry) and len(channels.get(recording, ())) > 1:
                 found = (f"recording {recording!r} has supervisions on channels "
@@ -230,12 +230,12 @@ class Lhotse(StoredFormat):
                          "split its channels into files of their own")  # fmt: skip
             if isinstance(found, Entry):
                 entries.append(found)
-                places.append((path, number))
+                numbers.append(number)
             else:
                 bad.append(
                     BadLine(path, number, found, item_id if isinstance(item_id, str) else "")
                 )
-        return Scan(entries, bad, places)
+        return Scan(entries, bad, lambda k: (path, numbers[k]))
 
     def _cuts(self, path: str, root: str) -> Iterator[tuple[int, Any, Entry | str, tuple]]:
         """(line, id, the clip or why not, (its recording, its channel)) of each cut."""

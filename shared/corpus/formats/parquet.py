@@ -36,6 +36,7 @@ reads that file only.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -45,6 +46,8 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
+
+import numpy as np
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.data import ColumnsConfig
@@ -313,35 +316,55 @@ class Parquet(StoredFormat):
         for rel, size, stamp in found:
             got.append((rel, rows_of(cfg, root, rel, size, stamp)))
             builder.progress(f"{rel}: {len(got[-1][1]['rows'])} rows")
-        # Every usable row as (file, row), and the same row twice (shared/corpus/repeats.py):
-        # alike in id, name, text, speaker, language and size, and in its audio bytes.
-        usable = [(rel, r) for rel, g in got for r in g["rows"]]
+        usable = [r for _, g in got for r in g["rows"]]  # every file's, in file order
+        file_of = np.repeat(np.arange(len(got)), [len(g["rows"]) for _, g in got])
         read = range_reader(cfg, root)
-        twice = repeats([(*r[1:6], r[7]) for _, r in usable],
-                        lambda k: read(usable[k][0], *usable[k][1][6:8]))  # fmt: skip
-        scan, ids, counts = Scan([], [], [], []), [], []
+        twice = repeats(np.fromiter((hash(_same(r)) for r in usable), np.int64, len(usable)),
+                        lambda k: _same(usable[k]),
+                        lambda k: read(got[file_of[k]][0], *usable[k][6:8]))  # fmt: skip
+        entries: list[Entry] = []
+        bad: list[BadLine] = []
+        before: list[str] = []
+        rows_at: list[np.ndarray] = []  # each file's kept rows' numbers, for a place
+        starts, counts, ids = [], [], {}
+        k = 0
         for rel, g in got:
-            start = len(ids)  # this file's first row in usable
-            kept = [k for k in range(start, start + len(g["rows"])) if k not in twice]
-            ids += [""] * len(g["rows"])
-            made = item_ids(rel, [usable[k][1] for k in kept])
-            before = ids_before(rel, g)
-            for k, item_id in zip(kept, made, strict=True):
-                row, _, _, text, speaker, language, offset, size = usable[k][1]
-                ids[k] = item_id
-                scan.entries.append(Entry(item_id, rel, text, speaker, language, 0.0, 0.0,
-                                          (offset, size)))  # fmt: skip
-                scan.places.append((f"{root}/{rel}", row + 1))
-                scan.before.append(before[k - start])
+            rows = g["rows"]
+            old = ids_before(rel, g)
+            if twice:
+                kept = [j for j in range(len(rows)) if k + j not in twice]
+                rows, old = [rows[j] for j in kept], [old[j] for j in kept]
+            made = item_ids(rel, rows)
+            if twice:  # the ids the repeats' lines name
+                ids |= {k + j: i for j, i in zip(kept, made, strict=True)}
+            starts.append(len(entries))
+            entries += [Entry(i, rel, r[3], r[4], r[5], 0.0, 0.0, (r[6], r[7]))
+                        for i, r in zip(made, rows, strict=True)]  # fmt: skip
+            before += old
+            rows_at.append(np.fromiter((r[0] for r in rows), np.int64, len(rows)))
             stem = rel.removesuffix(SUFFIX)
-            scan.bad.extend(BadLine(f"{root}/{rel}", row + 1, why,
-                                    f"{stem}/{declared or name or f'{row:06d}'}")
-                            for row, why, declared, name in g["bad"])  # fmt: skip
-            counts.append([rel, len(kept)])
-        for k, first in twice.items():
-            (rel, r), (first_rel, f) = usable[k], usable[first]
-            why = (f"duplicate row: the same as {root}/{first_rel}:{f[0] + 1} (its name, text, "
-                   "speaker, language and audio bytes): used once")  # fmt: skip
-            scan.bad.append(BadLine(f"{root}/{rel}", r[0] + 1, why, ids[first]))
-        builder.add_stored(scan)
+            bad += [BadLine(f"{root}/{rel}", row + 1, why,
+                            f"{stem}/{declared or name or f'{row:06d}'}")
+                    for row, why, declared, name in g["bad"]]  # fmt: skip
+            counts.append([rel, len(rows)])
+            k += len(g["rows"])
+        for k, first in twice.items():  # the same row twice: both places
+            rel, first_rel = got[file_of[k]][0], got[file_of[first]][0]
+            why = (f"duplicate row: the same as {root}/{first_rel}:{usable[first][0] + 1} (its "
+                   "name, text, speaker, language and audio bytes): used once")  # fmt: skip
+            bad.append(BadLine(f"{root}/{rel}", usable[k][0] + 1, why, ids[first]))
+
+        rels = [rel for rel, _ in got]  # not the rows: they go once scanned
+
+        def place(item: int) -> tuple[str, int]:
+            n = bisect.bisect_right(starts, item) - 1
+            return f"{root}/{rels[n]}", int(rows_at[n][item - starts[n]]) + 1
+
+        builder.add_stored(Scan(entries, bad, place, before))
         builder.header["shards"] = counts  # dropped by the builder if duplicates break them
+
+
+def _same(row: list) -> tuple:
+    """What makes two rows the same row (shared/corpus/repeats.py): id, name, text,
+    speaker, language and audio size; then their audio bytes."""
+    return row[1], row[2], row[3], row[4], row[5], row[7]

@@ -41,6 +41,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import AUDIO_EXTENSIONS, BadLine, CorpusError, Entry
 from ringfeed.shared.corpus.format import Scan, StoredFormat, data_path
@@ -225,35 +227,44 @@ class Shards(StoredFormat):
         """Every shard's member index into builder, and the shards' item counts into its
         header: items of a shard are consecutive (data.shard_window deals them)."""
         root, shards = shard_names(cfg)
-        samples = []  # (shard, 1-based place in it, its member index's item)
-        scan = Scan([], [], [], [])
+        samples = []  # (shard, 1-based place in it, its member index's item: key, offset, ...)
+        bad: list[BadLine] = []
         for name, size, stamp in shards:
             found = member_index(cfg, root, name, size, stamp)
-            samples += [(name, k, item) for k, item in enumerate(found["items"], 1)]
+            samples += [(name, j, item) for j, item in enumerate(found["items"], 1)]
             where = f"{root}/{name}"
-            scan.bad.extend(BadLine(where, 1, reason, sample_id(name, key) if key else "")
-                            for key, reason in found["bad"])  # fmt: skip
+            bad += [BadLine(where, 1, reason, sample_id(name, key) if key else "")
+                    for key, reason in found["bad"]]  # fmt: skip
         read = range_reader(cfg, root)
-        twice = repeats([(i[0], *i[3:], i[2]) for _, _, i in samples],
+        twice = repeats(np.fromiter((hash(_same(i)) for *_, i in samples), np.int64, len(samples)),
+                        lambda k: _same(samples[k][2]),
                         lambda k: read(samples[k][0], *samples[k][2][1:3]))  # fmt: skip
-        counts: dict[str, int] = {name: 0 for name, _, _ in shards}
-        for k, (name, place, (key, offset, length, text, speaker, language)) in enumerate(samples):
+        entries, kept = [], []  # kept: each entry's place in samples
+        counts: dict[str, int] = dict.fromkeys((name for name, _, _ in shards), 0)
+        for k, (name, at, (key, offset, length, text, speaker, language)) in enumerate(samples):
             if k in twice:
-                first, at, _ = samples[twice[k]]
-                scan.bad.append(BadLine(f"{root}/{name}", place, f"duplicate sample {key!r}: "
-                                        f"the same as in {root}/{first} (its text, speaker, "
-                                        "language and audio bytes): used once",
-                                        sample_id(first, key)))  # fmt: skip
+                first = samples[twice[k]][0]
+                why = (f"duplicate sample {key!r}: the same as in {root}/{first} (its text, "
+                       "speaker, language and audio bytes): used once")  # fmt: skip
+                bad.append(BadLine(f"{root}/{name}", at, why, sample_id(first, key)))
                 continue
-            scan.entries.append(Entry(sample_id(name, key), name, text, speaker, language, 0.0,
-                                      0.0, (offset, length)))  # fmt: skip
-            scan.places.append((f"{root}/{name}", place))
-            scan.before.append(key)
+            entries.append(Entry(sample_id(name, key), name, text, speaker, language, 0.0, 0.0,
+                                 (offset, length)))  # fmt: skip
+            kept.append(k)
             counts[name] += 1
-        log.info("shards: %d shards, %d clips, %d unusable", len(shards), len(scan.entries),
-                 len(scan.bad))  # fmt: skip
-        builder.add_stored(scan)
+        log.info("shards: %d shards, %d clips, %d unusable", len(shards), len(entries), len(bad))
+        before = [samples[k][2][0] for k in kept]  # the ids before: the keys alone
+        shard_of = [samples[k][0] for k in kept]  # not the samples: they go once scanned
+        at = np.fromiter((samples[k][1] for k in kept), np.int64, len(kept))
+        place = lambda item: (f"{root}/{shard_of[item]}", int(at[item]))  # noqa: E731
+        builder.add_stored(Scan(entries, bad, place, before))
         builder.header["shards"] = [[name, n] for name, n in counts.items()]
+
+
+def _same(item: list) -> tuple:
+    """What makes two samples the same (shared/corpus/repeats.py): key, text, speaker,
+    language and audio size; then their audio bytes."""
+    return item[0], item[3], item[4], item[5], item[2]
 
 
 def sample_id(shard: str, key: str) -> str:
