@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.consumer.client.batch_client import BatchClient, StagerGone
 from ringfeed.shared.config import load_config
 from ringfeed.shared.run.run_secret import run_record
 from tests.support.checks import assert_exactly_once, consume
@@ -59,3 +59,21 @@ def test_a_consumer_started_by_hand_for_a_run_nobody_starts_says_so_within_secon
     assert time.monotonic() - started < 20, out.stderr
     assert f"drain: no run '{run_id}' is known on this host" in out.stderr, out.stderr
     assert f"--run-id {run_id} --consumer none" in out.stderr
+
+
+def test_a_consumer_of_a_stager_that_failed_at_start_is_told_within_seconds(
+    tmp_path: Path,
+) -> None:
+    """The stager exits 2 at start (no corpus there): the launcher's consumer in this
+    process stops waiting once no process starts the run any more, and its socket is
+    closed (left open, its context's collection waited for it for ever)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"data": {"path": str(tmp_path / "none")},
+                                      "run_root": str(tmp_path / "runs")}))  # fmt: skip
+    with Run(config, rid("failed"), tmp_path) as run:
+        run.start("stager")
+        started = time.monotonic()
+        with pytest.raises(StagerGone, match="is known on this host"):
+            run.client(timeout_s=60)
+        assert time.monotonic() - started < 30
+        assert run.wait("stager", 10) == 2
