@@ -322,46 +322,52 @@ class Parquet(StoredFormat):
         twice = repeats(np.fromiter((hash(_same(r)) for r in usable), np.int64, len(usable)),
                         lambda k: _same(usable[k]),
                         lambda k: read(got[file_of[k]][0], *usable[k][6:8]))  # fmt: skip
-        entries: list[Entry] = []
-        bad: list[BadLine] = []
-        before: list[str] = []
-        rows_at: list[np.ndarray] = []  # each file's kept rows' numbers, for a place
-        starts, counts, ids = [], [], {}
-        k = 0
+        scan, places, counts, ids = Scan([], [], None, []), _Places(root), [], {}
+        k = 0  # the file's first row in usable
         for rel, g in got:
-            rows = g["rows"]
-            old = ids_before(rel, g)
+            rows, old, kept = g["rows"], ids_before(rel, g), range(len(g["rows"]))
             if twice:
-                kept = [j for j in range(len(rows)) if k + j not in twice]
+                kept = [j for j in kept if k + j not in twice]
                 rows, old = [rows[j] for j in kept], [old[j] for j in kept]
             made = item_ids(rel, rows)
-            if twice:  # the ids the repeats' lines name
-                ids |= {k + j: i for j, i in zip(kept, made, strict=True)}
-            starts.append(len(entries))
-            entries += [Entry(i, rel, r[3], r[4], r[5], 0.0, 0.0, (r[6], r[7]))
-                        for i, r in zip(made, rows, strict=True)]  # fmt: skip
-            before += old
-            rows_at.append(np.fromiter((r[0] for r in rows), np.int64, len(rows)))
+            ids |= {k + j: i for j, i in zip(kept, made, strict=True)} if twice else {}
+            places.add(rel, len(scan.entries), rows)
+            scan.entries.extend(Entry(i, rel, r[3], r[4], r[5], 0.0, 0.0, (r[6], r[7]))
+                                for i, r in zip(made, rows, strict=True))  # fmt: skip
+            scan.before.extend(old)
             stem = rel.removesuffix(SUFFIX)
-            bad += [BadLine(f"{root}/{rel}", row + 1, why,
-                            f"{stem}/{declared or name or f'{row:06d}'}")
-                    for row, why, declared, name in g["bad"]]  # fmt: skip
+            scan.bad.extend(BadLine(f"{root}/{rel}", row + 1, why,
+                                    f"{stem}/{declared or name or f'{row:06d}'}")
+                            for row, why, declared, name in g["bad"])  # fmt: skip
             counts.append([rel, len(rows)])
             k += len(g["rows"])
         for k, first in twice.items():  # the same row twice: both places
             rel, first_rel = got[file_of[k]][0], got[file_of[first]][0]
             why = (f"duplicate row: the same as {root}/{first_rel}:{usable[first][0] + 1} (its "
                    "name, text, speaker, language and audio bytes): used once")  # fmt: skip
-            bad.append(BadLine(f"{root}/{rel}", usable[k][0] + 1, why, ids[first]))
-
-        rels = [rel for rel, _ in got]  # not the rows: they go once scanned
-
-        def place(item: int) -> tuple[str, int]:
-            n = bisect.bisect_right(starts, item) - 1
-            return f"{root}/{rels[n]}", int(rows_at[n][item - starts[n]]) + 1
-
-        builder.add_stored(Scan(entries, bad, place, before))
+            scan.bad.append(BadLine(f"{root}/{rel}", usable[k][0] + 1, why, ids[first]))
+        builder.add_stored(scan._replace(place=places))
         builder.header["shards"] = counts  # dropped by the builder if duplicates break them
+
+
+class _Places:
+    """Where a person finds each item (Scan.place): its file and row, kept as a file's
+    first item and its rows' numbers (not the rows: they go once scanned)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.files: list[str] = []
+        self.starts: list[int] = []
+        self.rows: list[np.ndarray] = []
+
+    def add(self, rel: str, first: int, rows: list[list]) -> None:
+        self.files.append(rel)
+        self.starts.append(first)
+        self.rows.append(np.fromiter((r[0] for r in rows), np.int64, len(rows)))
+
+    def __call__(self, item: int) -> tuple[str, int]:
+        n = bisect.bisect_right(self.starts, item) - 1
+        return f"{self.root}/{self.files[n]}", int(self.rows[n][item - self.starts[n]]) + 1
 
 
 def _same(row: list) -> tuple:
