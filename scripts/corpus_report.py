@@ -32,6 +32,7 @@ from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.members import MemberReader
 from ringfeed.shared.corpus.object_store import is_remote
 from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.fingerprint import corpus_digest
 from ringfeed.shared.run.id_tables import corpus_tables
 
@@ -215,6 +216,9 @@ def corpus_check(cfg: Config) -> CorpusReport:
     tables = corpus_tables(cfg, index)
     tally = read_headers(cfg, index)
     lines = [f"  corpus        {index.n_items} clips, {len(index.bad_lines)} bad entries"]
+    splits = format_of(cfg).splits(cfg)  # a folder of splits: which one the run reads
+    if splits is not None and splits.named:
+        lines.append(f"  splits        {splits.describe()}")
     same = "`ringfeed validate CONFIG --role producer` on a producer host must print the same"
     lines.append(f"  corpus digest {corpus_digest(cfg, index)} ({same})")
     names = [f"{n or '(unnamed)'} ({tally.per_speaker[n]})" for n in tables.speakers]

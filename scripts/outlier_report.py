@@ -28,7 +28,9 @@ from ringfeed.shared.corpus.lengths import load_lengths
 from ringfeed.shared.corpus.object_store import is_remote
 from ringfeed.shared.corpus.speaking_rate import (
     BAND_K,
+    MAX_RATE,
     MIN_CLIPS,
+    MIN_RATE,
     MIN_SPREAD,
     out_of_band,
     rate_bands,
@@ -61,11 +63,14 @@ def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int]) -> tuple[list[s
     spread = f"{BAND_K:g} x max(1.4826 MAD, {MIN_SPREAD:g})"
     lines = [f"  speaking rate tokens per second by the audio header; band: the log rate's "
              f"median +- {spread} (data.outliers: {policy})"]  # fmt: skip
+    lines.append(f"                plausibility bound of every language, from the first clip: "
+                 f"{MIN_RATE:g} .. {MAX_RATE:g}")  # fmt: skip
     outside = collections.Counter(o.band.language for o in found)
     for language in index.languages:
         band = bands.get(language)
         if band is None:
-            lines.append(f"    {language:10s} no band: fewer than {MIN_CLIPS} clips with a rate")
+            lines.append(f"    {language:10s} no band: fewer than {MIN_CLIPS} clips with a rate; "
+                         f"the bound alone, {outside[language]} outside")  # fmt: skip
             continue
         edges = f"{band.low:5.1f} .. {band.high:5.1f}"
         lines.append(f"    {language:10s} {band.clips:8d} clips  median {band.median:5.1f}  "
@@ -73,9 +78,11 @@ def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int]) -> tuple[list[s
     if found:
         fix = {"skip": "quarantined (stage outlier)", "flag": "delivered, listed in "
                "outliers.jsonl", "keep": "delivered (data.outliers: keep)"}[policy]  # fmt: skip
-        lines.append(f"    {VERB[policy]} {len(found):8d} outside their language's band: {fix}")
+        lines.append(f"    {VERB[policy]} {len(found):8d} outside their language's band or "
+                     f"the bound: {fix}")  # fmt: skip
         for o in found[:EXAMPLES]:
-            lines.append(f"      e.g. {index.item_id(o.item)}: {o.rate:.1f} tokens/s, band "
+            what = "bound" if o.band.fixed else "band"
+            lines.append(f"      e.g. {index.item_id(o.item)}: {o.rate:.1f} tokens/s, {what} "
                          f"{o.band.low:.1f} .. {o.band.high:.1f} ({o.band.language})")  # fmt: skip
     skipped = sum(o.item in clean for o in found) if policy == "skip" else 0
     return lines, skipped

@@ -220,7 +220,13 @@ class Run:
         """A connected consumer of this run in this process (closed on exit); start:
         where it starts (BatchClient's position, batch_index, plan)."""
         client = BatchClient(self.cfg, self.run_id, name, **start)
-        client.connect(timeout_s=timeout_s)
+        try:
+            client.connect(timeout_s=timeout_s)
+        except BaseException:
+            # Its socket open, its context's collection would wait for it for ever (a
+            # stager that failed at start hung the test that started it).
+            client.close(finished=False)
+            raise
         self.clients.append(client)
         return client
 

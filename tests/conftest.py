@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ringfeed.shared.config.environment import child_environment
+from ringfeed.shared.config.environment import child_environment, code_root
 from ringfeed.shared.memory.segments import list_segments
 
 # Every process a test starts runs this checkout's code, whatever its working directory
@@ -25,6 +25,10 @@ os.environ.setdefault(
     "--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false "
     "intra_op_parallelism_threads=1",
 )
+# The per-user cache (features.cache_dir's default: the corpus index, feature and text
+# caches, the FFT choice) is this checkout's, as when it was the working directory's:
+# tests of several checkouts on one host never read each other's caches.
+os.environ["XDG_CACHE_HOME"] = str(code_root() / ".cache")
 
 
 @pytest.fixture(scope="session")

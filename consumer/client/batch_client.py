@@ -28,8 +28,10 @@ from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
 from ringfeed.shared.run.run_secret import (
     consumer_identity,
     find_run_dir,
+    live_runs,
     read_consumer_secret,
     run_record,
+    run_starting,
 )
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.sockets import connect, make_socket, recv, send
@@ -44,6 +46,9 @@ HELLO_RETRY_S = 1.0
 # How often a client started with its stager looks for the stager's secret: POLL_S (50
 # ms) was a tenth of a ~0.5 s first batch (benchmarks/first_batch.py); a stat is cheap.
 SECRET_POLL_S = 0.01
+# How long a client waits before it asks whether anyone runs or starts its run (a
+# mistyped run id used to wait out connect's whole timeout, 60 s), and how often after.
+KNOWN_RUN_S = 2.0
 
 
 class StagerGone(RuntimeError):
@@ -100,7 +105,12 @@ class BatchClient:
         """Say hello until the stager answers with the batch ring's name; raises
         StagerGone after timeout_s, or at once when stop() says so (a signal)."""
         deadline = time.monotonic() + timeout_s
+        ask_at = time.monotonic() + KNOWN_RUN_S
         while time.monotonic() < deadline and not stop():
+            if time.monotonic() > ask_at:  # a run nobody starts: say so now
+                ask_at = time.monotonic() + KNOWN_RUN_S
+                if find_run_dir(self.run_id) is None and not run_starting(self.run_id):
+                    raise StagerGone(self.no_run())
             hello = self.hello(self.rejoin)
             if not hello.secret:  # the stager writes it before it binds: not started yet
                 time.sleep(SECRET_POLL_S)
@@ -131,17 +141,31 @@ class BatchClient:
             f"{timeout_s:.0f} s: {looked}; {hint}"
         )
 
+    def no_run(self) -> str:
+        """No live stager recorded this run id and no process is starting one."""
+        runs = ", ".join(live_runs()) or "none"
+        return (
+            f"no run {self.run_id!r} is known on this host: no live stager recorded it in "
+            f"{run_record(self.run_id).parent} and no process is starting one; the live "
+            f"runs here: {runs}. Check the run id, or start the run first (`ringfeed run "
+            f"CONFIG --run-id {self.run_id} --consumer none`)"
+        )
+
     def hello(self, rejoin: bool = False) -> p.ConsumerHello:
         """A hello at the client's position, with the run's secret as it is now (a
-        restarted stager draws a new one): from the configured run directory, or, when
-        that has none, from the one a live stager of the run recorded (a client started
-        in another working directory). rejoin only when connecting: a client another
-        one of its process took over from is refused when it says hello again, never
-        takes the run back (the two would take it from each other forever)."""
+        restarted stager draws a new one): the one a live stager of the run recorded
+        where that differs from the configured run directory's (none there: a client
+        started in another working directory; another one there: a copy of an earlier
+        run's folder, which the stager would refuse), else the configured one's. rejoin
+        only when connecting: a client another one of its process took over from is
+        refused when it says hello again, never takes the run back (the two would take
+        it from each other forever)."""
         secret = read_consumer_secret(self.configured_dir)
         self.run_dir = self.configured_dir
-        if not secret and (found := find_run_dir(self.run_id)) is not None:
-            self.run_dir, secret = found, read_consumer_secret(found)
+        found = find_run_dir(self.run_id)
+        live = read_consumer_secret(found) if found is not None else ""
+        if live and live != secret:
+            self.run_dir, secret = found, live
         return p.ConsumerHello(self.name, self.position, self.batch_index, secret, self.plan,
                                self.new_plan_at, rejoin)  # fmt: skip
 

@@ -78,7 +78,9 @@ def _batches(cfg: Config, run_id: str, position: int) -> Iterator[dict[str, np.n
 def ring_dataset(cfg: Config, run_id: str, position: int = 0) -> tf.data.Dataset:
     """Batches of run `run_id` from plan `position` on, as a tf.data.Dataset of dicts.
 
-    The stager must be running (or start within train.connect_timeout_s). Only one
+    The stager must be running or starting (a `ringfeed run` or `stager` process of that
+    run id; it has train.connect_timeout_s to answer): a run id nobody starts is an error
+    within seconds (docs/running.md#the-data-side-alone). Only one
     consumer is served at a time: iterating a second dataset of the same run in this
     process takes the run over (rejoin) and restarts the plan at its position for that
     one; a consumer of another process is refused while this one lives.

@@ -3,7 +3,8 @@
 At start (:func:`out_of_band_clips`, from consumer/stager/stager.py build), with
 data.outliers not keep and a corpus with audio: the length table (measured as for
 length buckets, plan/buckets.py length_table), each language's speaking-rate
-band and the clips outside it (shared/corpus/speaking_rate.py). Then
+band and the clips outside it or outside the plausibility bound that holds for every
+language, however few its clips (shared/corpus/speaking_rate.py). Then
 :meth:`OutlierReport.start`: with skip each is marked bad in the slot ledger
 before any grant, and becomes a quarantine line (stage "outlier", with its rate
 and band) when the plan reaches it; with flag each is listed in outliers.jsonl
@@ -34,7 +35,13 @@ from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.lengths import load_lengths
 from ringfeed.shared.corpus.object_store import is_remote
-from ringfeed.shared.corpus.speaking_rate import OutOfBand, out_of_band, rate_bands
+from ringfeed.shared.corpus.speaking_rate import (
+    MIN_CLIPS,
+    OutOfBand,
+    RateBand,
+    out_of_band,
+    rate_bands,
+)
 from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.run.stats_record import OutlierStats
 from ringfeed.shared.sample import marks as m
@@ -68,7 +75,9 @@ def out_of_band_clips(
                  band.clips)  # fmt: skip
     unbanded = sorted(set(index.languages) - set(bands))
     if unbanded:
-        log.info("no speaking-rate band (fewer than 10 clips): %s", ", ".join(unbanded))
+        log.info("no speaking-rate band (fewer than %d clips): %s; the plausibility bound "
+                 "%s holds for them too", MIN_CLIPS, ", ".join(unbanded),
+                 RateBand.bound("").describe())  # fmt: skip
     return out_of_band(cfg, index, lengths, bands)
 
 

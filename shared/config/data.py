@@ -26,8 +26,10 @@ class ColumnsConfig:
     speaker: str = ""
     # "" = language where the files have it, else data.language; a name: that column.
     language: str = ""
-    # "" = id where the files have it, else the audio's file name without its extension,
-    # else <file>-<row>; a name: that column.
+    # The row's name in its file, which its item id is made of (<file>/<name>,
+    # docs/corpora.md#item-ids): "" = id where the files have it, else the audio's file name
+    # without its extension, whichever names each row of a file once, else the row's
+    # number; a name: that column.
     id: str = ""
 
     def __post_init__(self) -> None:
@@ -66,6 +68,12 @@ class DataConfig:
     root: str = ""
     # The columns of a Parquet corpus (data.format: parquet).
     columns: ColumnsConfig = field(default_factory=ColumnsConfig)
+    # The split to read of a folder laid out as the Hugging Face Hub lays out splits
+    # (parquet, shards: train-00000-of-00002.parquet beside test-00000-of-00001.parquet,
+    # or train/ beside test/; docs/corpora.md#splits): "" = train where the folder holds
+    # several, else every file; a name: that split's files only (`ringfeed validate`
+    # lists the splits found). Test and validation files are never read unasked.
+    split: str = ""
     # Items of format: synthetic.
     synthetic_items: int = 256
     # Lengths of synthetic items: "uniform" (max/2..max, exercises padding) or
@@ -125,5 +133,7 @@ class DataConfig:
         for code in self.detect_languages:
             check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
         check(self.shard_window >= 0, "data.shard_window", "must be >= 0 (0 = off)")
+        check("/" not in self.split and self.split == self.split.strip(), "data.split",
+              f"must be a split's name such as train or test, got {self.split!r}")  # fmt: skip
         # What a format can serve (shard windows, object-store URLs) is the format's to
         # check, when the corpus opens: shared/corpus/format.py.

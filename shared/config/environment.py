@@ -60,6 +60,19 @@ def ensure_runtime_dir() -> Path:
     return path
 
 
+def user_cache_dir() -> Path:
+    """This user's cache folder for ringfeed: $XDG_CACHE_HOME/ringfeed, else
+    ~/.cache/ringfeed (the XDG base directory rule), else, with no home to find, beside
+    the runtime directory. features.cache_dir's default lives in it."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset, or relative: the spec says to ignore it
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no HOME and no passwd entry
+            return runtime_dir().parent / f"{USER_PREFIX}cache"
+    return Path(base) / "ringfeed"
+
+
 @dataclass(frozen=True)
 class Endpoints:
     """ZeroMQ addresses of one run: control (ROUTER on ipc: local producers and the

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ringfeed.shared.config.environment import user_cache_dir
 from ringfeed.shared.config.loader import at_least_one, check
 from ringfeed.shared.sample.schema import MAX_SAMPLE_FIELDS, RESERVED, FieldDecl
 
@@ -57,8 +58,11 @@ class FeaturesConfig:
     # producer: producers compute the mel; stager: producers write the waveform and
     # the stager computes mels for the whole batch on its device.
     device: Literal["producer", "stager"] = "producer"
-    # The feature cache and the length table live here.
-    cache_dir: str = ".cache/features"
+    # Where the feature cache, the corpus index, the length table, the text cache and the
+    # host's FFT choice live. "" = the per-user cache, $XDG_CACHE_HOME/ringfeed/features
+    # (~/.cache/ringfeed/features), whatever the working directory; a relative path (a
+    # run's own cache) is relative to the working directory, as run_root.
+    cache_dir: str = ""
     # Keep each clip's features on disk, so later epochs skip decode and mel.
     cache: bool = True
     # Sample field ref_mel (docs/sample-fields.md#the-built-in-fields): the log-mel of another
@@ -96,6 +100,9 @@ class FeaturesConfig:
     durations_dir: str = ""
 
     def __post_init__(self) -> None:
+        if not self.cache_dir:  # never the working directory unasked: a mel computed
+            # through the API from another folder wrote its FFT choice there
+            object.__setattr__(self, "cache_dir", str(user_cache_dir() / "features"))
         validate_features(self)
 
 

@@ -24,6 +24,7 @@ import logging
 import sys
 import time
 from array import array
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from ringfeed.shared.corpus.entry import (
     digest_tables,
     store,
 )
-from ringfeed.shared.corpus.format import Context, CorpusFormat, StoredFormat
+from ringfeed.shared.corpus.format import Context, CorpusFormat, Scan, StoredFormat
 from ringfeed.shared.corpus.index import (
     INDEX_VERSION,
     BuiltIndex,
@@ -84,6 +85,10 @@ class Builder:
         # What the format adds to the header (the shards' item counts).
         self.header: dict[str, Any] = {"lines_file": "", "setting": 0}
         self._blob: list[bytes] | None = None  # a scanned corpus's stored lines
+        # Where a scanned corpus's entries are, and the ids an earlier rule gave them.
+        self._where: Callable[[int], tuple[str, int]] | None = None
+        self._before: list[str] | None = None
+        self._plan_before_all = ""
         # Clips whose audio lies outside the root ('../...'): ids that depend on the mount.
         self.outside, self.outside_example = 0, ""
         self.lines_before = 0  # lines of the blocks merged so far (numbers count on)
@@ -123,10 +128,15 @@ class Builder:
         if len(self.pending) >= DETECT_BATCH:
             self._detect()
 
-    def add_stored(self, entries: list[Entry], bad: list[BadLine]) -> None:
+    def add_stored(self, scan: Scan) -> None:
         """A scanned corpus: its entries (audio relative to the root) become lines the
         index keeps, and its unusable files bad lines."""
-        self.bad.extend(bad)
+        entries = scan.entries
+        self.bad.extend(scan.bad)
+        self._where, self._before = scan.place, scan.before
+        if scan.before is not None:  # the plan hash under the earlier ids, in one pass
+            audio = [e[1] for e in entries]
+            self._plan_before_all = _plan_hash(zip(scan.before, audio, strict=True))
         self._blob = [store(e) for e in entries]
         lengths = [len(raw) for raw in self._blob]
         offsets = list(itertools.accumulate(lengths, initial=0))[:-1]
@@ -172,6 +182,7 @@ class Builder:
         }
         order = np.argsort(arrays["id_hash"], kind="stable")  # 3 s at 10**7 items here: once
         keep = self._duplicates(arrays, order)
+        before = self._plan_before(keep)
         if keep is not None:  # duplicates drop out: the digests are taken again
             arrays = {k: a[keep] for k, a in arrays.items()}
             order = np.argsort(arrays["id_hash"], kind="stable")
@@ -197,6 +208,8 @@ class Builder:
             ),  # fmt: skip
             "plan_hash": self.plan.hexdigest(),
         }
+        if before:
+            header["plan_hash_before"] = before
         small = np.uint32 if len(order) < 2**32 else np.uint64
         arrays["id_order"] = order.astype(small)
         arrays["id_hash"] = arrays["id_hash"][order]
@@ -216,9 +229,26 @@ class Builder:
                 self.outside_example,
             )  # fmt: skip
 
+    def _plan_before(self, keep: np.ndarray | None) -> str:
+        """The plan hash of the items kept under the ids the format's earlier rule gave
+        them ("" where the ids are what they were): a cursor saved under those ids names
+        the same plan, so its run resumes (shared/run/fingerprint.py plan_changes)."""
+        if self._before is None or self._blob is None:
+            return ""
+        if keep is None:
+            return self._plan_before_all
+        before = self._before  # duplicate ids dropped (rare): the items kept, parsed again
+        return _plan_hash((before[k], self._reparse(int(k))[1]) for k in np.flatnonzero(keep))
+
+    def _place(self, arrays: dict[str, np.ndarray], item: int) -> tuple[str, int]:
+        """(file, 1-based line or row) where a person finds the item."""
+        if self._where is not None:
+            return self._where(item)
+        return self.header["lines_file"] or self.root, int(arrays["line"][item])
+
     def _duplicates(self, arrays: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray | None:
         """None when every id is unique, else the mask of items to keep (the first of each
-        id, in corpus order); the others become bad lines."""
+        id, in corpus order); the others become bad lines naming both places."""
         hashes = arrays["id_hash"]  # order: their stable argsort
         ranked = hashes[order]
         same = np.flatnonzero(ranked[1:] == ranked[:-1])
@@ -230,16 +260,18 @@ class Builder:
                 (int(order[k]), int(order[k + 1]))
             )
         keep = np.ones(len(hashes), bool)
-        where = self.header["lines_file"] or self.root
         for group in groups.values():
             seen: dict[str, int] = {}
             for item in sorted(group):  # corpus order: the first of an id is kept
                 item_id = self._reparse(item)[0]
                 if item_id in seen:
                     keep[item] = False
-                    first_line = int(arrays["line"][seen[item_id]])
-                    reason = f"duplicate item id {item_id!r} (first on line {first_line})"
-                    self.bad.append(BadLine(where, int(arrays["line"][item]), reason, item_id))
+                    (file, line), (first_file, first) = (
+                        self._place(arrays, k) for k in (item, seen[item_id])
+                    )
+                    at = f"on line {first}" if first_file == file else f"at {first_file}:{first}"
+                    reason = f"duplicate item id {item_id!r} (first {at})"
+                    self.bad.append(BadLine(file, line, reason, item_id))
                 else:
                     seen[item_id] = item
         if keep.all():
@@ -256,6 +288,13 @@ class Builder:
             line = digest_line(f[0], f[2], f[1], f[5], f[6])
             self.digest.update(line.encode("utf-8", "surrogatepass"))
             self.plan.update(f"{f[0]}|{f[1]}\n".encode("utf-8", "surrogatepass"))
+
+
+def _plan_hash(items: Iterable[tuple[str, str]]) -> str:
+    """The plan hash (shared/corpus/block.py summarize's) of (id, audio path) pairs."""
+    plan = hashlib.blake2b(digest_size=8)
+    plan.update("".join([f"{i}|{a}\n" for i, a in items]).encode("utf-8", "surrogatepass"))
+    return plan.hexdigest()
 
 
 def _sorted_ids(table: dict[str, int], ids: array) -> np.ndarray:
@@ -287,7 +326,7 @@ def build_entries(cfg: Config, entries: list[Entry], bad: list[BadLine] = ()) ->
     builder makes a scanned corpus's: for tests and tools that make a corpus up."""
     fmt = StoredFormat()
     builder = Builder(cfg, fmt, "")
-    builder.add_stored(list(entries), list(bad))
+    builder.add_stored(Scan(list(entries), list(bad)))
     header, arrays = builder.finish()
     header.update(version=INDEX_VERSION)
     return BuiltIndex(MemoryStore(header, arrays), fmt)

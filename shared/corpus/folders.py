@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry, relative
-from ringfeed.shared.corpus.format import StoredFormat, data_path
+from ringfeed.shared.corpus.format import Scan, StoredFormat, data_path
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,14 @@ def text_entry(txt: Path, audio: Path, item_id: str, speaker: str, root: str) ->
     return Entry(item_id, relative(root, str(audio)), text, speaker)
 
 
-def split(results: list[Entry | BadLine]) -> tuple[list[Entry], list[BadLine]]:
-    return [r for r in results if isinstance(r, Entry)], [
-        r for r in results if isinstance(r, BadLine)
-    ]
+def scanned(results: list[tuple[Entry | BadLine, Path, str]]) -> Scan:
+    """The Scan of a folder corpus: results are (the clip or why not, its text file, the
+    id the rule before this one gave it)."""
+    entries = [(r, txt, old) for r, txt, old in results if isinstance(r, Entry)]
+    before = [old for _, _, old in entries]
+    changed = any(e.item_id != old for e, _, old in entries)
+    return Scan([e for e, _, _ in entries], [r for r, _, _ in results if isinstance(r, BadLine)],
+                lambda k: (str(entries[k][1]), 1), before if changed else None)  # fmt: skip
 
 
 class FolderFormat(StoredFormat):

@@ -20,16 +20,18 @@ Two kinds share most of their work, so each has a base class here:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from ringfeed.shared.config import Config, ConfigError
-from ringfeed.shared.corpus.entry import CorpusError, Entry, stored
+from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry, stored
 from ringfeed.shared.corpus.lines import decode_block, scan_lines
 
 if TYPE_CHECKING:
     from ringfeed.shared.corpus.build import Builder
     from ringfeed.shared.corpus.index import CorpusIndex
+    from ringfeed.shared.corpus.splits import Splits
 
 # Where a corpus error sends the user for what each format expects.
 FORMATS_DOC = "every format: docs/corpora.md#bring-your-own-data"
@@ -86,6 +88,11 @@ class CorpusFormat(Protocol):
         """An index that needs no build (synthetic items are computed), or None."""
         ...
 
+    def splits(self, cfg: Config) -> Splits | None:
+        """The splits its folder holds and the one read (shared/corpus/splits.py), or
+        None for a format whose corpus has none to choose."""
+        ...
+
 
 def data_path(cfg: Config) -> Path:
     """data.path, relative to the working directory when it is relative."""
@@ -112,6 +119,8 @@ class BaseFormat:
     # On object storage its clips are read by one ranged read each, not by copying the
     # file into the shard cache (shared/corpus/object_store.py).
     ranged_reads: ClassVar[bool] = False
+    # Its corpus is a folder of files that may name splits (data.split chooses one).
+    has_splits: ClassVar[bool] = False
 
     def check(self, cfg: Config) -> None:
         d = cfg.data
@@ -124,12 +133,19 @@ class BaseFormat:
         if d.root and not self.free_paths:
             raise ConfigError(f"data.root: only data.format jsonl and csv name audio paths "
                               f"that a root applies to, not {self.name}: remove it")  # fmt: skip
+        if d.split and not self.has_splits:
+            raise ConfigError(f"data.split: only data.format parquet and shards read a folder "
+                              f"of splits, not {self.name}: remove it (a {self.name} corpus is "
+                              "the split data.path names)")  # fmt: skip
         if "://" in d.path and not self.remote:
             raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format "
                               "shards and parquet read one (pack the corpus into tar shards, "
                               "or copy it to a local folder)")  # fmt: skip
 
     def computed_index(self, cfg: Config) -> CorpusIndex | None:
+        return None
+
+    def splits(self, cfg: Config) -> Splits | None:
         return None
 
 
@@ -190,6 +206,20 @@ class LineFormat(BaseFormat):
         return out
 
 
+class Scan(NamedTuple):
+    """What a scanned corpus hands the index builder: its entries (audio relative to the
+    root) in a stable order and its unusable lines; place(k): where a person finds entry
+    k (file, 1-based line or row: a duplicate id names both places; asked only of
+    duplicates, so nothing a row is kept for it); and the ids the rule before this one
+    gave the entries (docs/corpora.md#item-ids: a checkpoint taken under them resumes),
+    None where every id is what it was."""
+
+    entries: list[Entry]
+    bad: list[BadLine]
+    place: Callable[[int], tuple[str, int]] | None = None
+    before: list[str] | None = None
+
+
 class StoredFormat(BaseFormat):
     """A corpus found by scanning (module docstring): the index keeps its entries, as
     lines it parses itself."""
@@ -198,10 +228,8 @@ class StoredFormat(BaseFormat):
         return [stored(line.decode("utf-8")) for line in lines]
 
     def scan(self, cfg: Config, builder: Builder) -> None:
-        root = self.root(cfg)
-        entries, bad = self.read(cfg, root)
-        builder.add_stored(entries, bad)
+        builder.add_stored(self.read(cfg, self.root(cfg)))
 
-    def read(self, cfg: Config, root: str) -> tuple[list[Entry], list]:
-        """(entries with audio relative to root, bad lines), in a stable order."""
+    def read(self, cfg: Config, root: str) -> Scan:
+        """The corpus under root, scanned (Scan)."""
         raise NotImplementedError

@@ -40,7 +40,9 @@ from ringfeed.shared.corpus.format import Context, CorpusFormat
 from ringfeed.shared.corpus.index_file import IndexFile, IndexFileError, write_index
 from ringfeed.shared.corpus.registry import format_named
 
-INDEX_VERSION = 3  # 3: the header names the format; one builder for every format
+# 3: the header names the format; one builder for every format. 4: item ids unique by
+# construction (docs/corpora.md#item-ids), data.split.
+INDEX_VERSION = 4
 
 
 class CorpusIndex(Protocol):
@@ -53,6 +55,9 @@ class CorpusIndex(Protocol):
     root: str  # the folder or object-store prefix audio paths are relative to
     digest: str  # ids, texts, relative audio paths, segments, speakers, languages
     plan_hash: str  # ids and relative audio paths in item order (the plan's part)
+    # plan_hash under the ids an earlier rule gave the same items ("": the same ids;
+    # docs/corpora.md#item-ids), so a checkpoint taken under them resumes
+    plan_hash_before: str
     bad_lines: tuple[BadLine, ...]
     speakers: tuple[str, ...]
     languages: tuple[str, ...]
@@ -85,8 +90,8 @@ def index_key(cfg: Config) -> str:
     """A hash of every setting that decides the index's items."""
     d = cfg.data
     where = d.path if "://" in d.path else str(Path(d.path).absolute())
-    settings = [where, d.format, d.text_column, d.language,
-                list(d.detect_languages), INDEX_VERSION]  # fmt: skip
+    settings = [where, d.format, d.text_column, d.language, list(d.detect_languages),
+                INDEX_VERSION, d.split, sorted(vars(d.columns).items())]  # fmt: skip
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 
 
@@ -175,6 +180,7 @@ class BuiltIndex:
         self.root: str = h["root"]
         self.digest: str = h["digest"]
         self.plan_hash: str = h["plan_hash"]
+        self.plan_hash_before: str = h.get("plan_hash_before", "")
         self.speakers: tuple[str, ...] = tuple(h["speakers"])
         self.languages: tuple[str, ...] = tuple(h["languages"])
         self.format = fmt or format_named(h["format"])

@@ -31,6 +31,24 @@ are dragged by the very outliers they must find.
   is known to ~1.5 s, still well inside the 5 s of a text twice too long; below it,
   a few wrong clips are a large part of what the band is learnt from.
 A clip without a known duration or with no tokens (the producers skip it) has no rate.
+
+Bound: besides its language's band, every clip's rate must lie within a fixed
+plausibility bound, MIN_RATE..MAX_RATE tokens per second, which holds from the first
+clip on, whatever the corpus's size: a 1 s clip with a 400-character text is no clip
+of speech, whether its language has ten clips or one.
+- MAX_RATE = 60: the fastest speakers on record talk about 600 words a minute, 10 words
+  and some 60 characters a second; read speech runs 12-18 (LJSpeech's shipped clips
+  13.2-18.1, the demo's 8.7-16.8 characters a second). Phoneme strings (IPA with stress
+  marks) are about as long as the text's characters. A text four times too long for a
+  normal clip (~60) is at the edge: the band finds those, the bound what no one says.
+- MIN_RATE = 0.5: a character every 2 s of audio, say "yes" in a 6 s clip. The header's
+  duration counts silence, so speech itself may be slower than its clip's rate only
+  where the clip is mostly silence.
+A language with fewer than MIN_CLIPS clips has the bound alone, not a band pooled over
+the corpus: languages speak at rates apart by more than a band is wide (the demo's
+Persian at 9.9 tokens a second, English at 14.8: log 1.5 = 0.40, 3-4 of English's
+spreads), so a pooled band would skip a small language's sound clips, or, widened to
+hold them all, find nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +65,7 @@ from ringfeed.shared.corpus.lengths import Lengths
 BAND_K = 3.0
 MIN_SPREAD = 0.10
 MIN_CLIPS = 10
+MIN_RATE, MAX_RATE = 0.5, 60.0
 # The MAD of a normal distribution is 0.6745 of its standard deviation.
 MAD_TO_SIGMA = 1.4826
 
@@ -63,7 +82,19 @@ class RateBand:
     high: float
     spread: float
 
+    @classmethod
+    def bound(cls, language: str) -> RateBand:
+        """The plausibility bound (module docstring), as a band of no clips."""
+        return cls(language, 0, math.nan, MIN_RATE, MAX_RATE, 0.0)
+
+    @property
+    def fixed(self) -> bool:
+        """The plausibility bound, not a band learnt from clips."""
+        return self.clips == 0
+
     def describe(self) -> str:
+        if self.fixed:
+            return f"{self.low:.1f}..{self.high:.1f} tokens/s (the bound of every language)"
         return f"{self.low:.1f}..{self.high:.1f} tokens/s (median {self.median:.1f})"
 
 
@@ -78,8 +109,9 @@ class OutOfBand:
     def reason(self) -> str:
         """One line: what is wrong and what to do about it."""
         side = "fast" if self.rate > self.band.high else "slow"
+        what = "the plausibility bound" if self.band.fixed else "its language's band"
         return (
-            f"speaking rate {self.rate:.1f} tokens/s outside its language's band "
+            f"speaking rate {self.rate:.1f} tokens/s outside {what} "
             f"{self.band.describe()} ({side}: the text is not what the audio says, or the "
             "audio is cut): fix the text or the clip, or set data.outliers: flag or keep"
         )
@@ -123,15 +155,18 @@ def rate_bands(cfg: Config, index: CorpusIndex, lengths: Lengths) -> dict[str, R
 def out_of_band(
     cfg: Config, index: CorpusIndex, lengths: Lengths, bands: dict[str, RateBand]
 ) -> list[OutOfBand]:
-    """The clips outside their language's band, in item order."""
+    """The clips outside their language's band, or else outside the plausibility bound,
+    in item order."""
     rate = rates(cfg, lengths)
     language_ids = np.asarray(index.language_ids)
+    known = np.isfinite(rate)
     found = []
     for k, language in enumerate(index.languages):
-        band = bands.get(language)
-        if band is None:
-            continue
-        mine = language_ids == k
-        outside = mine & np.isfinite(rate) & ((rate < band.low) | (rate > band.high))
-        found += [OutOfBand(int(i), float(rate[i]), band) for i in np.flatnonzero(outside)]
+        mine = (language_ids == k) & known
+        for band in (bands.get(language), RateBand.bound(language)):
+            if band is None:
+                continue
+            outside = mine & ((rate < band.low) | (rate > band.high))
+            found += [OutOfBand(int(i), float(rate[i]), band) for i in np.flatnonzero(outside)]
+            mine &= ~outside  # a clip is told once: by its band where it has one
     return sorted(found, key=lambda o: o.item)

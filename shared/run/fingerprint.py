@@ -51,6 +51,9 @@ PLAN_PARTS = {
 # Parts by an earlier key, as older checkpoints' cursors hold them: read as the new key,
 # so a run saved before the rename still resumes.
 RENAMED_PARTS = {"manifest": "lengths"}
+# The index part under the item ids an earlier rule gave the same items, where the ids
+# changed (docs/corpora.md#item-ids): a cursor that holds it names this plan, and resumes.
+INDEX_BEFORE = "index_before"
 # Config sections whose keys shape a sample, less the keys that do not.
 SAMPLE_SECTIONS = ("data", "text", "audio", "features")
 # Where the corpus and the caches live: a producer host keeps them anywhere.
@@ -85,19 +88,33 @@ def plan_fingerprint(
     """Per part (PLAN_PARTS), the hash of what decides the plan; called once by the stager.
     buckets: each bucket's (frames, text, rows); lengths: the length table's arrays
     (shared/corpus/lengths.py; [] without buckets: then neither part decides anything)."""
-    return {
+    parts = {
         "index": index.plan_hash,
         "seed": _digest([str(cfg.stager.seed).encode()], PLAN_HASH_HEX),
         "buckets": _digest([json.dumps([list(b) for b in buckets]).encode()], PLAN_HASH_HEX),
         "lengths": _digest((np.ascontiguousarray(a).tobytes() for a in lengths), PLAN_HASH_HEX),
     }
+    if index.plan_hash_before:
+        parts[INDEX_BEFORE] = index.plan_hash_before
+    return parts
 
 
 def plan_changes(ours: dict[str, str], theirs: dict[str, Any]) -> list[str]:
     """The names of the plan parts that differ ([] if none); `theirs` may name a part by
-    its earlier key (RENAMED_PARTS)."""
+    its earlier key (RENAMED_PARTS), and the index by the ids before the present rule
+    (INDEX_BEFORE): a checkpoint taken before item ids changed resumes where its items
+    are the same. A changed index of a corpus whose ids changed says so."""
     theirs = {RENAMED_PARTS.get(part, part): value for part, value in theirs.items()}
-    return [name for part, name in PLAN_PARTS.items() if theirs.get(part) != ours.get(part)]
+    if ours.get(INDEX_BEFORE) and theirs.get("index") == ours[INDEX_BEFORE]:
+        theirs["index"] = ours["index"]
+    changed = [name for part, name in PLAN_PARTS.items() if theirs.get(part) != ours.get(part)]
+    if ours.get(INDEX_BEFORE) and INDEX_BEFORE not in theirs and PLAN_PARTS["index"] in changed:
+        changed[changed.index(PLAN_PARTS["index"])] += (
+            ": its item ids are made by a new rule since the checkpoint "
+            "(docs/corpora.md#item-ids), and the old rule had lost rows as duplicates, or "
+            "its files changed"
+        )
+    return changed
 
 
 def config_fingerprint(cfg: Config, corpus: str | None = None) -> dict[str, str]:

@@ -18,12 +18,18 @@ folder. The stager also records its run directory (absolute) and pid in the
 user's private runtime directory, by run id (:func:`write_run_record`); a
 client whose config does not lead to the secret finds the live run there
 (:func:`find_run_dir`). The record goes when the stager ends.
+
+A run nobody starts: a client of a run id that no live stager recorded and no process
+is starting (:func:`run_starting`: the launcher starts the stager before its clients,
+so a client it starts finds its stager's process) is told so within seconds, with the
+runs there are (:func:`live_runs`), instead of waiting out its connect timeout.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -91,3 +97,53 @@ def find_run_dir(run_id: str) -> Path | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return run_dir if pid_alive(pid) else None
+
+
+def live_runs() -> list[str]:
+    """The run ids this user's live stagers recorded here, sorted."""
+    suffix = ".run"
+    ids = [
+        p.name[len(USER_PREFIX) : -len(suffix)]
+        for p in runtime_dir().glob(f"{USER_PREFIX}*{suffix}")
+    ]
+    return sorted(run_id for run_id in ids if find_run_dir(run_id) is not None)
+
+
+# Verbs whose process starts a run's stager, and the entries a command line runs them by.
+STARTING_VERBS = (b"stager", b"run")
+ENTRIES = (b"ringfeed", b"ringfeed.scripts.cli", b"launch.sh")
+
+
+def run_starting(run_id: str) -> bool:
+    """Whether a process of this user is starting run_id's stager before it records the
+    run (imports, the corpus index): `ringfeed stager` or `ringfeed run` with --run-id
+    ID, as the launcher (scripts/runner.py) and launch.sh start it, or a training
+    worker's, whose run id is ID-wK. One read of /proc/<pid>/cmdline for each of this
+    user's processes."""
+    uid = os.getuid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if _starts(argv, run_id.encode()):
+            return True
+    return False
+
+
+def _starts(argv: list[bytes], run_id: bytes) -> bool:
+    """Does this command line start the stager of run_id (run_starting)?"""
+    if not any(os.path.basename(a) in ENTRIES for a in argv):
+        return False
+    if not any(a in STARTING_VERBS for a in argv):
+        return False
+    for k, arg in enumerate(argv):
+        value = argv[k + 1] if arg == b"--run-id" and k + 1 < len(argv) else b""
+        value = arg.removeprefix(b"--run-id=") if arg.startswith(b"--run-id=") else value
+        if value and (run_id == value or re.fullmatch(re.escape(value) + rb"-w\d+", run_id)):
+            return True
+    return False

@@ -196,6 +196,32 @@ def test_validate_reads_the_headers_of_clips_inside_tar_shards(tmp_path: Path) -
     assert "skip        1 header unreadable" in out.stdout
 
 
+def test_validate_says_which_split_of_a_hub_folder_it_reads(tmp_path: Path) -> None:
+    """A dataset folder with train and test shards (tests/data/hub, as push_to_hub writes
+    them) and no data.split: train is read, and validate says so, with what it found;
+    data.split: test reads the test shard alone; a split it lacks lists the ones it has."""
+    from tests.support.published import HUB
+
+    def validate(**data: str) -> subprocess.CompletedProcess:
+        cfg = tmp_path / "c.yaml"
+        features = {"cache": False, "max_frames": 1000, "cache_dir": str(tmp_path / "cache")}
+        cfg.write_text(yaml.safe_dump({"data": {"format": "parquet", "path": str(HUB), **data},
+                                       "audio": {"sample_rate": 16000},
+                                       "features": features}))  # fmt: skip
+        return ringfeed("validate", str(cfg))
+
+    out = validate()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ("  splits        test (1 file), train (2 files): reads train (the default where a "
+            "folder holds several; data.split chooses)") in out.stdout  # fmt: skip
+    assert "corpus        8 clips" in out.stdout and "spk_a (4), spk_b (4)" in out.stdout
+    out = validate(split="test")
+    assert "reads test (data.split)" in out.stdout and "corpus        2 clips" in out.stdout
+    out = validate(split="dev")
+    assert out.returncode == 2 and "data.split: no split 'dev' under" in out.stderr
+    assert "(its splits: test, train)" in out.stderr
+
+
 def test_a_producer_host_missing_some_of_the_corpus_files_is_told_before_it_starts(
     tmp_path: Path,
 ) -> None:

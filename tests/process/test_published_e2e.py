@@ -13,8 +13,10 @@ from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.open import open_corpus
 from tests.support.published import (
+    HUB,
     LHOTSE,
     PARQUET,
+    hub_reference,
     lhotse_reference,
     parquet_reference,
     write_commonvoice,
@@ -55,6 +57,16 @@ def test_parquet_files_as_datasets_wrote_them(tmp_path: Path) -> None:
         "speakers": ["ava", "ben", "cyrus"],
         "languages": ["de", "en", "fa", "ru"],
     }
+
+
+def test_a_hub_dataset_of_per_speaker_folders(tmp_path: Path) -> None:
+    """push_to_hub's shards of spk_a/0001.flac ... spk_b/0004.flac (datasets keeps only
+    the base names, which repeat across the shards): every row delivered once an epoch
+    under its own id, checked against its source file; the test split is not read."""
+    reference = hub_reference()
+    got = two_epochs(tmp_path, {"path": str(HUB), "format": "parquet"}, reference)
+    assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
+    assert got["ids"] == {"speakers": ["spk_a", "spk_b"], "languages": ["de", "en"]}
 
 
 def test_parquet_files_on_object_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

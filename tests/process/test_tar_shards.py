@@ -136,7 +136,9 @@ def epoch(
             ):
                 a, n = batch.arrays, batch.meta.n_valid
                 for row in range(n):
-                    item_id = index.item_id(int(a["items"][row]))
+                    # a shard's item id is <shard>/<key> (docs/corpora.md#item-ids); the
+                    # keys are the loose files' LJSpeech ids
+                    item_id = clip_of(index.item_id(int(a["items"][row])))
                     want, t, f = (
                         expected[item_id],
                         int(a["text_lens"][row]),
@@ -159,6 +161,11 @@ def epoch(
     return {"ids": ids, "quarantine": quarantine, "first": first} | (
         {"board": written} if board else {}
     )
+
+
+def clip_of(item_id: str) -> str:
+    """The clip (LJSpeech id) an item id names, whether loose (itself) or in a shard."""
+    return item_id.rsplit("/", 1)[-1]
 
 
 def shard_cache_board(run: Run, log_dir: Path) -> dict[str, float]:
@@ -194,7 +201,7 @@ def test_loose_files_local_shards_and_s3_shards_deliver_the_same_rows(
                   expected, resume_after=2)  # fmt: skip
     good = collections.Counter(i for i in expected if i != CORRUPT)
     assert collections.Counter(local["ids"]) == good, "each good clip exactly once"
-    bad = [r for r in local["quarantine"] if r["item_id"] == CORRUPT]
+    bad = [r for r in local["quarantine"] if clip_of(r["item_id"]) == CORRUPT]
     assert len(bad) == 1 and "unreadable audio file" in bad[0]["reason"], local["quarantine"]
 
     with S3Server(tmp_path) as s3:
@@ -210,7 +217,7 @@ def test_loose_files_local_shards_and_s3_shards_deliver_the_same_rows(
                        expected, resume_after=2, board=True)  # fmt: skip
         assert s3.broken == 1
     assert collections.Counter(remote["ids"]) == good
-    assert [r["item_id"] for r in remote["quarantine"]] == [CORRUPT]
+    assert [r["item_id"] for r in remote["quarantine"]] == [f"part-00001/{CORRUPT}"]
     work = [p["work"] for p in remote["first"]["producers"]]
     assert sum(w.get("store_retries", 0) for w in work) >= 1, work
     assert sum(w.get("shards_fetched", 0) for w in work) >= 1, work

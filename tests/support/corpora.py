@@ -49,7 +49,8 @@ def make_libritts(root: Path) -> None:
 def make_shards(dst: Path, n_shards: int = 4, corrupt: str = "") -> list[str]:
     """The 16 shipped clips packed into n_shards WebDataset-style tars in dst: per clip
     <id>.wav and <id>.txt (odd shards: <id>.json with the text and a speaker). corrupt:
-    the id of a clip whose audio bytes are garbage. Returns the ids in shard order."""
+    the clip name (LJSpeech id) of a clip whose audio bytes are garbage. Returns the item
+    ids in shard order: part-0000s/<clip> (docs/corpora.md#item-ids)."""
     import io
     import tarfile
 
@@ -72,5 +73,5 @@ def make_shards(dst: Path, n_shards: int = 4, corrupt: str = "") -> list[str]:
                     info = tarfile.TarInfo(name)
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
-                ids.append(item_id)
+                ids.append(f"part-{s:05d}/{item_id}")
     return ids

@@ -110,9 +110,32 @@ PARQUET = REPO / "tests" / "data" / "parquet"  # written by datasets itself: wri
 def parquet_reference() -> dict[str, Entry]:
     """What the Parquet files in PARQUET hold (their script's rule): the first three clips
     of each language, whole, each with its demo manifest line's text, speaker and
-    language; their row without audio is no clip."""
-    return {
-        k: e._replace(offset_s=0.0, duration_s=0.0)
-        for k, e in lhotse_reference().items()
-        if not k.endswith("-part")
-    }
+    language, every other one in the second file; their row without audio is no clip.
+    Item ids: the file's path and the clip's name (docs/corpora.md#item-ids)."""
+    clips = [e for k, e in lhotse_reference().items() if not k.endswith("-part")]
+    out = {}
+    for k, e in enumerate(clips):
+        item_id = f"data/train-{k % 2:05d}-of-00002/{e.item_id}"
+        out[item_id] = e._replace(item_id=item_id, offset_s=0.0, duration_s=0.0)
+    return out
+
+
+HUB = REPO / "tests" / "data" / "hub"  # written as push_to_hub writes: write_hub.py there
+
+
+def hub_reference(split: str = "train") -> dict[str, Entry]:
+    """What the dataset in HUB holds of a split (its script's rule): per-speaker folders
+    spk_a (the first five English clips of the demo) and spk_b (the first five German),
+    files 0001-0004 in train (spk_a's in its first shard, spk_b's in its second), 0005 in
+    test (one file: their names repeat there, so its ids are its rows)."""
+    out = {}
+    for shard, (speaker, language) in enumerate((("spk_a", "en"), ("spk_b", "de"))):
+        for n, row in enumerate(demo_rows(language)[:5], 1):
+            if split == "train" and n < 5:
+                item_id = f"data/train-{shard:05d}-of-00002/{n:04d}"
+            elif split == "test" and n == 5:
+                item_id = f"data/test-00000-of-00001/{shard:06d}"
+            else:
+                continue
+            out[item_id] = Entry(item_id, row["audio"], row["text"], speaker, language)
+    return out

@@ -1,18 +1,27 @@
-"""A client of no live run says where it looked and why nothing answered (issue 34; a
-client started in another folder finding its live run: tests/process/test_client_finds_run.py)."""
+"""A client of no live run says where it looked and why nothing answered (issue 34); one
+whose folder holds a copy of an earlier run's still finds the live run; one of a run
+nobody starts says so within seconds, one beside a stager that is starting waits (a client
+started in another folder finding its live run: tests/process/test_client_finds_run.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ringfeed.consumer.client.batch_client import BatchClient, StagerGone
-from ringfeed.shared.config import load_config
-from ringfeed.shared.run.run_secret import run_record
+from ringfeed.consumer.client.batch_client import KNOWN_RUN_S, BatchClient, StagerGone
+from ringfeed.shared.config import load_config, replace
+from ringfeed.shared.config.environment import child_environment
+from ringfeed.shared.run.run_secret import run_record, write_consumer_secret
 from tests.support.configs import SYNTHETIC
 from tests.support.runs import rid
+from tests.support.stager_thread import remove_files, stager_thread
 
 
 def test_a_client_of_no_live_run_says_where_it_looked(
@@ -33,3 +42,66 @@ def _config(folder: Path) -> Path:
     path = folder / "c.yaml"
     path.write_text(yaml.safe_dump(SYNTHETIC | {"run_root": "runs"}))
     return path
+
+
+def test_a_copy_of_an_earlier_run_folder_does_not_keep_the_client_from_the_live_run(
+    tmp_path: Path,
+) -> None:
+    """The working folder holds runs/<id>/consumer.secret of an earlier run (an
+    experiment folder copied); the live stager of that id runs elsewhere. The client
+    takes the live stager's record over the stale secret, which it would refuse."""
+    cfg = replace(load_config(_config(tmp_path)), run_root=str(tmp_path / "live"))
+    with stager_thread(cfg) as stager:
+        copied = tmp_path / "copy" / "runs" / stager.run_id
+        copied.mkdir(parents=True)
+        write_consumer_secret(copied)  # what the earlier run's stager left there
+        client = BatchClient(replace(cfg, run_root=str(copied.parent)), stager.run_id)
+        client.connect(timeout_s=20)
+        assert client.run_dir == stager.dir
+        client.close(finished=False)
+
+
+def test_a_client_of_a_run_nobody_starts_says_so_within_seconds(tmp_path: Path) -> None:
+    """A mistyped run id used to wait out the connect timeout (60 s): no live stager
+    recorded it and no process is starting one, so the client says so after
+    KNOWN_RUN_S, naming the runs there are."""
+    cfg = load_config(_config(tmp_path))
+    with stager_thread(cfg) as stager:
+        client = BatchClient(cfg, f"{stager.run_id}x")
+        started = time.monotonic()
+        with pytest.raises(StagerGone) as gone:
+            client.connect(timeout_s=60)
+        waited = time.monotonic() - started
+        client.close(finished=False)
+    assert KNOWN_RUN_S <= waited < KNOWN_RUN_S + 5, waited
+    why = str(gone.value)
+    assert why.startswith(f"no run '{stager.run_id}x' is known on this host: no live stager")
+    assert stager.run_id in why.split("the live runs here: ")[1]
+
+
+def test_a_client_beside_a_stager_that_is_starting_keeps_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher starts the stager, then its clients (scripts/runner.py): a client
+    whose stager process is there but has not recorded the run yet (stopped here before
+    it could) waits out its timeout as before."""
+    config, run_id = _config(tmp_path), rid("starting")
+    monkeypatch.chdir(tmp_path)
+    stager = subprocess.Popen(
+        [sys.executable, "-m", "ringfeed.scripts.cli", "stager", str(config), "--run-id", run_id],
+        env=child_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.kill(stager.pid, signal.SIGSTOP)
+    try:
+        client = BatchClient(load_config(config), run_id)
+        started = time.monotonic()
+        with pytest.raises(StagerGone) as gone:
+            client.connect(timeout_s=KNOWN_RUN_S + 2)
+        client.close(finished=False)
+        assert time.monotonic() - started >= KNOWN_RUN_S + 2
+        assert str(gone.value).startswith("no stager answered on ipc://")
+    finally:
+        stager.kill()
+        stager.wait()
+        run_record(run_id).unlink(missing_ok=True)
+        remove_files(run_id)

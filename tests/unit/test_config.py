@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from ringfeed.shared.config import Config, ConfigError, config_from_dict, load_config, replace
-from ringfeed.shared.config.environment import run_dir
+from ringfeed.shared.config.environment import run_dir, user_cache_dir
 from ringfeed.shared.config.moved import MOVED_KEYS
 from ringfeed.shared.memory.ring import check_rings_fit, slot_bytes
 from tests.support.paths import REPO
@@ -183,12 +184,36 @@ def test_input_paths_are_relative_to_the_config_file_outputs_to_the_working_dire
     cfg = load_config(path)
     assert cfg.data.path == str(tmp_path / "configs" / ".." / "corpus")
     assert cfg.transport.keys_dir == str(tmp_path / "configs" / "keys")
-    assert cfg.run_root == "runs" and cfg.features.cache_dir == ".cache/features"
+    assert cfg.run_root == "runs" and cfg.features.cache_dir == str(user_cache_dir() / "features")
     path.write_text("transport: {kind: tcp, keys_dir: ~/.ringfeed/keys}\n")
     assert load_config(path).transport.keys_dir == str(Path.home() / ".ringfeed" / "keys")
     again = tmp_path / "again.yaml"
     again.write_text(cfg.to_yaml())
     assert load_config(again) == cfg
+
+
+def test_a_mel_through_the_api_writes_nothing_into_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """features.cache_dir was `.cache/features` from the working directory: a mel computed
+    by a script's own Config() left the host's FFT choice in ./.cache/features/fft/. The
+    default is now the per-user cache ($XDG_CACHE_HOME/ringfeed, else ~/.cache/ringfeed);
+    a relative cache_dir written in a config stays the working directory's, as run_root."""
+    from ringfeed.producer.features import log_mel
+
+    work, xdg = tmp_path / "work", tmp_path / "xdg"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    cfg = Config()
+    assert cfg.features.cache_dir == str(xdg / "ringfeed" / "features")
+    log_mel(np.zeros(4000, np.float32), cfg)
+    assert list(work.iterdir()) == []
+    assert len(list((xdg / "ringfeed" / "features" / "fft").glob("*.json"))) == 1
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # not absolute: ignored, as XDG says
+    assert Config().features.cache_dir == str(Path.home() / ".cache" / "ringfeed" / "features")
+    assert config_from_dict({"features": {"cache_dir": "mine"}}).features.cache_dir == "mine"
+    assert config_from_dict(Config().to_dict()) == Config()  # the resolved path round-trips
 
 
 def test_only_ringfeeds_own_old_factory_name_is_renamed() -> None:

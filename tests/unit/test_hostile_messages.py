@@ -111,7 +111,9 @@ def test_a_ready_that_misnames_its_run_is_refused_whole_and_counted_by_why(
     with stager_thread(config) as stager:
         cfg, client = stager.cfg, stager.client()
         tally = Tally()
-        with producer_threads(cfg, stager.control), zmq.Context() as ctx:
+        # The rogue first, alone: the honest producers would fill the look-ahead before
+        # a consumer frees it, leaving no grant for a late rogue.
+        with zmq.Context() as ctx:
             for lie in ("not-granted", "repeated", "wrong-item"):
                 with connect(ctx, stager.control) as sock:
                     assert join(sock, cfg, f"rogue-{lie}", False, tally) is not None, lie
@@ -131,6 +133,7 @@ def test_a_ready_that_misnames_its_run_is_refused_whole_and_counted_by_why(
                         entries = [first._replace(item=first.item + 1)]
                     sock.send_multipart(p.encode(p.Ready.of(entries)))
                     wait_for(lambda lie=lie: stager.stager.drop.counts[lie], 10, f"the {lie} drop")
+        with producer_threads(cfg, stager.control):
             items = consume(client)
             client.close()
         summary = stager.summary()

@@ -94,30 +94,36 @@ def test_a_json_lines_manifest_under_another_format_says_to_set_jsonl(tmp_path: 
     assert all(b.reason.endswith("(the line looks like JSON: set data.format: jsonl)") for b in bad)
 
 
-@pytest.mark.parametrize("fmt", ["commonvoice", "parquet", "lhotse"])
+@pytest.mark.parametrize("fmt", ["commonvoice", "parquet", "hub", "lhotse"])
 def test_a_published_corpus_moved_is_the_same_corpus(tmp_path: Path, fmt: str) -> None:
-    """A Common Voice release, a folder of Parquet files or Lhotse cuts with the audio
-    they name (by relative paths that leave the manifest's folder) copied elsewhere: the
-    same ids, speakers, digest and plan; each copy's entries point into their own tree."""
-    from tests.support.published import LHOTSE, PARQUET, write_commonvoice
+    """A Common Voice release, a folder of Parquet files (one whose base names repeat
+    across shards: ids by file and name, docs/corpora.md#item-ids) or Lhotse cuts with the
+    audio they name (by relative paths that leave the manifest's folder) copied elsewhere:
+    the same ids, speakers, digest and plan; each copy's entries point into their own
+    tree."""
+    from tests.support.published import HUB, LHOTSE, PARQUET, write_commonvoice
 
     sides = []
     for side in ("here", "there"):
         if fmt == "commonvoice":
             write_commonvoice(tmp_path / side, "fa")
             path = tmp_path / side / "fa"
-        elif fmt == "parquet":
-            path = Path(shutil.copytree(PARQUET, tmp_path / side / "hf"))
+        elif fmt in ("parquet", "hub"):
+            path = Path(shutil.copytree(PARQUET if fmt == "parquet" else HUB,
+                                        tmp_path / side / "hf",
+                                        ignore=shutil.ignore_patterns("*.py")))  # fmt: skip
         else:  # its sources are ../../../data/multilingual-demo/clips/*.flac
             manifests = tmp_path / side / "tests" / "data" / "lhotse"
             shutil.copytree(LHOTSE, manifests, ignore=shutil.ignore_patterns("*.py", "__py*"))
             clips = REPO / "data" / "multilingual-demo" / "clips"
             shutil.copytree(clips, tmp_path / side / "data" / "multilingual-demo" / "clips")
             path = manifests / "demo_cuts_train.jsonl"
-        sides.append(replace(Config(), data={"path": str(path), "format": fmt},
+        fmt_name = "parquet" if fmt == "hub" else fmt
+        sides.append(replace(Config(), data={"path": str(path), "format": fmt_name},
                              features={"cache_dir": str(tmp_path / side / "cache")}))  # fmt: skip
     a, b = (open_corpus(cfg, in_subprocess=False) for cfg in sides)
     assert [a.item_id(k) for k in range(a.n_items)] == [b.item_id(k) for k in range(b.n_items)]
     assert a.digest == b.digest and a.speakers == b.speakers and a.n_items > 0
     assert plan_fingerprint(sides[0], a, [], []) == plan_fingerprint(sides[1], b, [], [])
     assert b.entry(0).audio_path.startswith(str(tmp_path / "there"))
+    assert fmt != "hub" or a.n_items == 8  # every row of both shards, each under its own id

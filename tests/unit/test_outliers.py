@@ -77,6 +77,27 @@ def test_the_band_is_learnt_per_language_and_finds_what_is_planted() -> None:
     assert len(found - want) <= 3  # a normal sample has 0.27 % past 3 sigma by chance
 
 
+def test_the_plausibility_bound_holds_from_the_first_clip_whatever_the_band() -> None:
+    """A language of 8 clips has no band; a 1 s clip with a 400-character text in it is
+    found all the same, by the bound; a clip a band learnt from fast clips would let
+    through, but no one speaks, is told by the bound too; one outside both, by its band."""
+    en = np.array([14.0, 15.0, 16.0, 13.0, 17.0, 15.5, 14.5, 400.0])
+    de = np.array([12.0] * 11 + [0.25])
+    fast = np.array([45.0] * 20 + [60.5])  # its band reaches 60.7 (median 45 x e^0.3)
+    seconds = np.array([3.0] * 7 + [1.0] + [4.0] * 12 + [3.0] * 21)
+    index, lengths = corpus_of({"de": de, "en": en, "xx": fast}, seconds)
+    bands = rate_bands(CFG, index, lengths)
+    assert "en" not in bands and bands["xx"].high > 60.0
+    found = out_of_band(CFG, index, lengths, bands)
+    assert [(o.item, o.band.language, o.band.fixed) for o in found] == [
+        (11, "de", False), (19, "en", True), (40, "xx", True),
+    ]  # fmt: skip
+    assert found[1].rate == pytest.approx(400.0, rel=0.02)
+    why = found[1].reason()
+    assert "outside the plausibility bound 0.5..60.0 tokens/s" in why and "(fast:" in why
+    assert "(slow:" in found[0].reason() and "its language's band" in found[0].reason()
+
+
 def test_a_corpus_of_one_rate_gets_the_minimum_spread_not_a_band_of_zero_width() -> None:
     index, lengths = corpus_of({"ru": np.full(40, 14.9)}, np.linspace(2, 8, 40))
     band = rate_bands(CFG, index, lengths)["ru"]

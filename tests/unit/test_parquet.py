@@ -92,7 +92,7 @@ def test_columns_named_by_data_columns(tmp_path: Path) -> None:
     named = {"text": "sentence", "speaker": "client_id", "language": "locale"}
     entries, bad = read_corpus(pq_cfg(tmp_path / "cv.parquet", tmp_path, columns=named))
     assert [(e.item_id, e.speaker, e.language) for e in entries][:2] == [
-        ("ru-00-ava", "ava", "ru"), ("ru-01-ben", "ben", "ru"),
+        ("cv/ru-00-ava", "ava", "ru"), ("cv/ru-01-ben", "ben", "ru"),
     ]  # fmt: skip
     assert len(entries) == 5 and [b.line for b in bad] == [3]
     with pytest.raises(CorpusError, match=r"cv.parquet: no column data.columns.text: 'text'; "
@@ -140,10 +140,10 @@ def test_a_length_that_does_not_add_up_is_refused_never_a_misread_clip(tmp_path:
 
 def test_ids_from_file_names_only_when_they_name_one_clip_each(tmp_path: Path) -> None:
     """datasets keeps the name a clip was given: "audio.wav" for every clip of a corpus
-    laid out a folder a clip. Names that repeat give <file>-<row> ids, never duplicates."""
+    laid out a folder a clip. Names that repeat give <file>/<row> ids, never duplicates."""
     table = hub_table(4, nulls=False)
     same = [{"bytes": a["bytes"], "path": "/data/x/audio.wav"} for a in table["audio"].to_pylist()]
     pq.write_table(table.set_column(0, "audio", pa.array(same, AUDIO)), tmp_path / "a.parquet",
                    compression="none", use_dictionary=False)  # fmt: skip
     entries, bad = read_corpus(pq_cfg(tmp_path, tmp_path, columns={"text": "sentence"}))
-    assert bad == [] and [e.item_id for e in entries] == [f"a-{k:06d}" for k in range(4)]
+    assert bad == [] and [e.item_id for e in entries] == [f"a/{k:06d}" for k in range(4)]

@@ -12,7 +12,8 @@ with "recordings" for "supervisions"), a cuts manifest, or a folder holding one 
 or one supervisions manifest. A supervision is a clip: its recording's file from
 ``start`` for ``duration`` seconds. A cut is a clip: its recording from the cut's
 ``start`` for its ``duration``, the text its supervisions' texts joined (one speaker
-and one language). The item id is the supervision's or the cut's id; speaker and
+and one language). The item id is the supervision's or the cut's id (one manifest,
+whose ids lhotse keeps unique: a repeat is reported with both lines); speaker and
 language come from the supervision (a code, or an English name as lhotse's recipes
 write it: "English"; none: data.language). A recording's file is relative to the
 manifest's folder, or absolute (lhotse writes the path it was given: write
@@ -37,7 +38,7 @@ from typing import Any, ClassVar
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry, in_corpus
-from ringfeed.shared.corpus.format import FORMATS_DOC, StoredFormat, data_path
+from ringfeed.shared.corpus.format import FORMATS_DOC, Scan, StoredFormat, data_path
 from ringfeed.shared.language.codes import code_or_name
 
 SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -208,7 +209,7 @@ class Lhotse(StoredFormat):
         files = [path] if first_kind(path) == "cut" else [path, self._recordings(path)]
         return [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
-    def read(self, cfg: Config, root: str) -> tuple[list[Entry], list[BadLine]]:
+    def read(self, cfg: Config, root: str) -> Scan:
         path = self.locate(cfg)
         bad: list[BadLine] = []
         if first_kind(Path(path)) == "cut":
@@ -220,6 +221,7 @@ class Lhotse(StoredFormat):
             if isinstance(found, Entry) and channel != "null":  # no channel: all of them
                 channels.setdefault(recording, set()).add(channel)
         entries: list[Entry] = []
+        numbers: list[int] = []
         for number, item_id, found, (recording, _) in clips:
             if isinstance(found, Entry) and len(channels.get(recording, ())) > 1:
                 found = (f"recording {recording!r} has supervisions on channels "
@@ -228,11 +230,12 @@ class Lhotse(StoredFormat):
                          "split its channels into files of their own")  # fmt: skip
             if isinstance(found, Entry):
                 entries.append(found)
+                numbers.append(number)
             else:
                 bad.append(
                     BadLine(path, number, found, item_id if isinstance(item_id, str) else "")
                 )
-        return entries, bad
+        return Scan(entries, bad, lambda k: (path, numbers[k]))
 
     def _cuts(self, path: str, root: str) -> Iterator[tuple[int, Any, Entry | str, tuple]]:
         """(line, id, the clip or why not, (its recording, its channel)) of each cut."""

@@ -13,10 +13,18 @@ producer reads that range alone, as it reads a tar member (shared/corpus/members
 never the file, nor the row group. The build reads the small columns and a few bytes
 a clip. A file whose audio column is compressed (an older writer) or has no
 embedded bytes is one unusable line naming how to rewrite it; a row without audio
-bytes or text is one unusable line. Item ids are the id column, else the audio's file
-name without its extension (datasets keeps the name it was given) when no two rows of
-the file share one, else ``<file>-<row>``; files count from data.path, so ids do not
-depend on where it lives. The files are dealt as shards by data.shard_window.
+bytes or text is one unusable line. The files are dealt as shards by
+data.shard_window. A folder laid out as the Hub lays out splits is read a split at a
+time (data.split, shared/corpus/splits.py).
+
+Item ids (docs/corpora.md#item-ids) are ``<file>/<name>``: the file's path under
+data.path without ``.parquet``, and the row's name in it: its id column, else the
+audio's file name without its extension, whichever names every row of the file once,
+else the row (``000003``). datasets embeds only an audio file's base name (``0001.wav``
+of ``spk_b/0001.wav``), which repeats across shards; the file makes it unique by
+construction, and ids do not depend on where data.path lives. The same row twice (the
+same name, text, speaker, language and audio bytes) is used once
+(shared/corpus/repeats.py).
 
 data.path may be an object-store prefix (s3://bucket/dataset, shared/corpus/object_store.py):
 the build reads footers, page headers and length prefixes by ranged reads, and a
@@ -28,6 +36,7 @@ reads that file only.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -38,13 +47,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.data import ColumnsConfig
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry
 from ringfeed.shared.corpus.folders import walk
-from ringfeed.shared.corpus.format import FORMATS_DOC, StoredFormat, data_path
+from ringfeed.shared.corpus.format import FORMATS_DOC, Scan, StoredFormat, data_path
 from ringfeed.shared.corpus.object_store import StoreError, is_remote, list_shards, scan_remote
 from ringfeed.shared.corpus.parquet_pages import NotAddressable, ReadAt, value_ranges
+from ringfeed.shared.corpus.repeats import range_reader, repeats
+from ringfeed.shared.corpus.splits import Splits, choose_split
 from ringfeed.shared.language.codes import code_or_name
 
 log = logging.getLogger(__name__)
@@ -53,7 +66,7 @@ SUFFIX = ".parquet"
 # A corpus has a few languages and a million rows: each value's code found once.
 _code = functools.lru_cache(maxsize=1024)(code_or_name)
 # The cached rows of a file are read again when this changes (what a scan keeps).
-ROWS_VERSION = 2
+ROWS_VERSION = 3
 # The optional columns' names when data.columns leaves them "" (datasets' usual names).
 DEFAULT_NAMES = {"speaker": "speaker_id", "language": "language", "id": "id"}
 REWRITE = ("rewrite it with the audio column uncompressed, as datasets >= 3 writes it "
@@ -63,7 +76,13 @@ REWRITE = ("rewrite it with the audio column uncompressed, as datasets >= 3 writ
 
 def files(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
     """(the folder or prefix ids count from, [(file relative to it, size, version)] in
-    sorted order): one stat (or one listing) a file, never a read."""
+    sorted order, of data.split's split): one stat (or one listing) a file, never a read."""
+    root, found = every_file(cfg)
+    return root, choose_split(found, cfg.data.split, root)[0]
+
+
+def every_file(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
+    """files(), of every split."""
     if is_remote(cfg.data.path):
         return list_shards(cfg, SUFFIX, recursive=True)
     path = data_path(cfg)
@@ -113,10 +132,11 @@ def _strings(table: Any, name: str | None) -> list[Any]:
     return table.column(name).to_pylist()
 
 
-def scan_file(source: Any, read_at: ReadAt, where: str, rel: str,
-              columns: ColumnsConfig) -> dict[str, list]:  # fmt: skip
-    """One Parquet file's rows: {"rows": [[id, text, speaker, language, offset, size]],
-    "bad": [[row, reason, id]]}; source: its path or an open file, read_at its bytes;
+def scan_file(source: Any, read_at: ReadAt, where: str, columns: ColumnsConfig) -> dict[str, Any]:
+    """One Parquet file's rows: {"rows": [[row, id, name, text, speaker, language, offset,
+    size]], "bad": [[row, reason, id, name]], "names_once": whether no two rows share an
+    audio file name}, id the id column's ("" without one) and name the audio's file name
+    without its extension (""); source: its path or an open file, read_at its bytes;
     CorpusError when a column is not there."""
     import pyarrow.parquet as pq  # deferred: only a parquet corpus's build needs it
 
@@ -134,22 +154,24 @@ def scan_file(source: Any, read_at: ReadAt, where: str, rel: str,
     paths = (
         table.column(chosen["audio"]).combine_chunks().field("path").to_pylist() if named else []
     )
-    names = _names(paths)
+    names = [_stem(p) for p in paths] or [""] * pf.metadata.num_rows
+    given = [n for n in names if n]
+    once = len(set(given)) == len(given)
     try:
         ranges = _ranges(pf, read_at, leaf, column.max_definition_level)
     except (NotAddressable, IndexError, KeyError, ValueError, struct.error) as exc:
-        return {"rows": [], "bad": [[0, f"its audio column cannot be read a clip at a time "
-                                        f"({exc}): {REWRITE}", ""]]}  # fmt: skip
+        why = f"its audio column cannot be read a clip at a time ({exc}): {REWRITE}"
+        return {"rows": [], "bad": [[0, why, "", ""]], "names_once": once}
     rows, bad = [], []
     for row, place in enumerate(ranges):
-        item_id = _item_id(ids, names, row, rel)
+        declared = "" if not ids or ids[row] is None else str(ids[row]).strip()
         fields = _row(texts[row], speakers[row] if speakers else "",
                       languages[row] if languages else "", place)  # fmt: skip
         if isinstance(fields, str):
-            bad.append([row, fields, item_id])
+            bad.append([row, fields, declared, names[row]])
         else:
-            rows.append([item_id, *fields, *place])
-    return {"rows": rows, "bad": bad}
+            rows.append([row, declared, names[row], *fields, *place])
+    return {"rows": rows, "bad": bad, "names_once": once}
 
 
 def _ranges(pf: Any, read_at: ReadAt, leaf: int, max_def: int) -> list[tuple[int, int] | None]:
@@ -165,7 +187,7 @@ def _ranges(pf: Any, read_at: ReadAt, leaf: int, max_def: int) -> list[tuple[int
     return out
 
 
-def rows_of(cfg: Config, root: str, rel: str, size: int, stamp: str) -> dict[str, list]:
+def rows_of(cfg: Config, root: str, rel: str, size: int, stamp: str) -> dict[str, Any]:
     """One file's rows (scan_file), from its cache file or scanned (then cached)."""
     ident = json.dumps([ROWS_VERSION, root, rel, size, stamp, list(vars(cfg.data.columns).items())])
     digest = hashlib.blake2b(ident.encode(), digest_size=12).hexdigest()
@@ -176,12 +198,11 @@ def rows_of(cfg: Config, root: str, rel: str, size: int, stamp: str) -> dict[str
         pass
     where = f"{root}/{rel}"
     if is_remote(root):
-        found = _scan_remote(cfg, where, rel)
+        found = _scan_remote(cfg, where)
     else:
         fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            found = scan_file(where, lambda at, n: os.pread(fd, n, at), where, rel,
-                              cfg.data.columns)  # fmt: skip
+            found = scan_file(where, lambda at, n: os.pread(fd, n, at), where, cfg.data.columns)
         finally:
             os.close(fd)
     try:
@@ -194,13 +215,13 @@ def rows_of(cfg: Config, root: str, rel: str, size: int, stamp: str) -> dict[str
     return found
 
 
-def _scan_remote(cfg: Config, url: str, rel: str) -> dict[str, list]:
+def _scan_remote(cfg: Config, url: str) -> dict[str, Any]:
     """scan_file over ranged reads of the store, retried on a transient error; a file
     that lacks a column is the user's to fix, never retried."""
 
-    def scan(f: Any) -> dict[str, list] | CorpusError:
+    def scan(f: Any) -> dict[str, Any] | CorpusError:
         try:
-            return scan_file(f, _file_reader(f), url, rel, cfg.data.columns)
+            return scan_file(f, _file_reader(f), url, cfg.data.columns)
         except CorpusError as exc:
             return exc
 
@@ -221,20 +242,33 @@ def _file_reader(f: Any) -> Callable[[int, int], bytes]:
     return read_at
 
 
-def _names(paths: list[Any]) -> list[str]:
-    """The audio's file names without their extensions, one a row ("" where a row names
-    none), when no two are the same (datasets keeps the name a clip was given, which may
-    be "audio.wav" for every clip of a corpus laid out a folder a clip); else []."""
-    names = [os.path.basename(p).rpartition(".")[0] or os.path.basename(p) if p else ""
-             for p in paths]  # fmt: skip
-    given = [n for n in names if n]
-    return names if len(set(given)) == len(given) else []
+def _stem(path: Any) -> str:
+    """An audio file's name without its extension ("" for none): datasets keeps the base
+    name a clip was given, which may be "audio.wav" for every clip of a corpus laid out
+    a folder a clip."""
+    base = os.path.basename(path) if path else ""
+    return base.rpartition(".")[0] or base
 
 
-def _item_id(ids: list[Any], names: list[str], row: int, rel: str) -> str:
-    if ids and ids[row] is not None and str(ids[row]).strip():
-        return str(ids[row]).strip()
-    return (names[row] if names else "") or f"{rel.removesuffix(SUFFIX)}-{row:06d}"
+def item_ids(rel: str, rows: list[list]) -> list[str]:
+    """The ids of a file's rows as scan_file gives them (module docstring): its id
+    column's, else its audio names, whichever names every one of these rows once, else
+    the rows' numbers; each after the file's path without .parquet."""
+    stem = rel.removesuffix(SUFFIX)
+    for names in ([r[1] for r in rows], [r[2] for r in rows]):
+        if all(names) and len(set(names)) == len(names):
+            return [f"{stem}/{name}" for name in names]
+    return [f"{stem}/{r[0]:06d}" for r in rows]
+
+
+def ids_before(rel: str, found: dict[str, Any]) -> list[str]:
+    """The ids a ringfeed before docs/corpora.md#item-ids gave a file's usable rows: the
+    id column's, else the audio name where no two rows of the file share one, else
+    <file>-<row>; never unique across files."""
+    stem = rel.removesuffix(SUFFIX)
+    once = found["names_once"]
+    return [declared or (name if once else "") or f"{stem}-{row:06d}"
+            for row, declared, name, *_ in found["rows"]]  # fmt: skip
 
 
 def _row(text: Any, speaker: Any, language: Any, place: Any) -> tuple[str, str, str] | str:
@@ -255,6 +289,7 @@ class Parquet(StoredFormat):
     columns: ClassVar[bool] = True
     remote: ClassVar[bool] = True
     ranged_reads: ClassVar[bool] = True
+    has_splits: ClassVar[bool] = True
     # Every process building it in memory would scan a whole store.
     in_memory_ok: ClassVar[bool] = False
 
@@ -269,19 +304,73 @@ class Parquet(StoredFormat):
         root, found = files(cfg)
         return [root, [list(f) for f in found]]  # as the index header keeps it: JSON lists
 
+    def splits(self, cfg: Config) -> Splits:
+        root, found = every_file(cfg)
+        return choose_split(found, cfg.data.split, root)[1]
+
     def scan(self, cfg: Config, builder: Any) -> None:
         """Every file's rows into builder, and each file's row count into its header (a
         file's items are consecutive: data.shard_window deals them)."""
         root, found = files(cfg)
-        entries: list[Entry] = []
-        bad: list[BadLine] = []
-        counts = []
+        got = []
         for rel, size, stamp in found:
-            got = rows_of(cfg, root, rel, size, stamp)
-            entries += [Entry(i, rel, t, s, lang, 0.0, 0.0, (o, n))
-                        for i, t, s, lang, o, n in got["rows"]]  # fmt: skip
-            bad += [BadLine(f"{root}/{rel}", row + 1, why, i) for row, why, i in got["bad"]]
-            counts.append([rel, len(got["rows"])])
-            builder.progress(f"{rel}: {len(got['rows'])} rows")
-        builder.add_stored(entries, bad)
+            got.append((rel, rows_of(cfg, root, rel, size, stamp)))
+            builder.progress(f"{rel}: {len(got[-1][1]['rows'])} rows")
+        usable = [r for _, g in got for r in g["rows"]]  # every file's, in file order
+        file_of = np.repeat(np.arange(len(got)), [len(g["rows"]) for _, g in got])
+        read = range_reader(cfg, root)
+        twice = repeats(np.fromiter((hash(_same(r)) for r in usable), np.int64, len(usable)),
+                        lambda k: _same(usable[k]),
+                        lambda k: read(got[file_of[k]][0], *usable[k][6:8]))  # fmt: skip
+        scan, places, counts, ids = Scan([], [], None, []), _Places(root), [], {}
+        k = 0  # the file's first row in usable
+        for rel, g in got:
+            rows, old, kept = g["rows"], ids_before(rel, g), range(len(g["rows"]))
+            if twice:
+                kept = [j for j in kept if k + j not in twice]
+                rows, old = [rows[j] for j in kept], [old[j] for j in kept]
+            made = item_ids(rel, rows)
+            ids |= {k + j: i for j, i in zip(kept, made, strict=True)} if twice else {}
+            places.add(rel, len(scan.entries), rows)
+            scan.entries.extend(Entry(i, rel, r[3], r[4], r[5], 0.0, 0.0, (r[6], r[7]))
+                                for i, r in zip(made, rows, strict=True))  # fmt: skip
+            scan.before.extend(old)
+            stem = rel.removesuffix(SUFFIX)
+            scan.bad.extend(BadLine(f"{root}/{rel}", row + 1, why,
+                                    f"{stem}/{declared or name or f'{row:06d}'}")
+                            for row, why, declared, name in g["bad"])  # fmt: skip
+            counts.append([rel, len(rows)])
+            k += len(g["rows"])
+        for k, first in twice.items():  # the same row twice: both places
+            rel, first_rel = got[file_of[k]][0], got[file_of[first]][0]
+            why = (f"duplicate row: the same as {root}/{first_rel}:{usable[first][0] + 1} (its "
+                   "name, text, speaker, language and audio bytes): used once")  # fmt: skip
+            scan.bad.append(BadLine(f"{root}/{rel}", usable[k][0] + 1, why, ids[first]))
+        builder.add_stored(scan._replace(place=places))
         builder.header["shards"] = counts  # dropped by the builder if duplicates break them
+
+
+class _Places:
+    """Where a person finds each item (Scan.place): its file and row, kept as a file's
+    first item and its rows' numbers (not the rows: they go once scanned)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.files: list[str] = []
+        self.starts: list[int] = []
+        self.rows: list[np.ndarray] = []
+
+    def add(self, rel: str, first: int, rows: list[list]) -> None:
+        self.files.append(rel)
+        self.starts.append(first)
+        self.rows.append(np.fromiter((r[0] for r in rows), np.int64, len(rows)))
+
+    def __call__(self, item: int) -> tuple[str, int]:
+        n = bisect.bisect_right(self.starts, item) - 1
+        return f"{self.root}/{self.files[n]}", int(self.rows[n][item - self.starts[n]]) + 1
+
+
+def _same(row: list) -> tuple:
+    """What makes two rows the same row (shared/corpus/repeats.py): id, name, text,
+    speaker, language and audio size; then their audio bytes."""
+    return row[1], row[2], row[3], row[4], row[5], row[7]

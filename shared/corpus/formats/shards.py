@@ -19,6 +19,14 @@ work across shards as for loose files: a producer reads one clip with one ranged
 read (:func:`read_member`). A clip whose member is corrupt fails its decode and is
 quarantined with the reason; a tar header that cannot be read ends that shard's
 scan there, counted as an unusable line naming the shard and the byte.
+
+A clip's item id (docs/corpora.md#item-ids) is ``<shard>/<key>``: the shard's name
+without ``.tar``, and the key, which a tar holds once; shards written a speaker each,
+each with its ``0001``, give distinct ids by construction. The same sample twice
+(the same key, text, speaker, language and audio bytes) is used once
+(shared/corpus/repeats.py). A folder whose shards name splits the Hub's way
+(``train-0000.tar``, ``test-0000.tar``) is read a split at a time (data.split,
+shared/corpus/splits.py).
 """
 
 from __future__ import annotations
@@ -33,10 +41,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import AUDIO_EXTENSIONS, BadLine, CorpusError, Entry
-from ringfeed.shared.corpus.format import StoredFormat, data_path
+from ringfeed.shared.corpus.format import Scan, StoredFormat, data_path
 from ringfeed.shared.corpus.object_store import is_remote, list_shards, scan_remote
+from ringfeed.shared.corpus.repeats import range_reader, repeats
+from ringfeed.shared.corpus.splits import Splits, choose_split
 from ringfeed.shared.language.codes import language_code, valid_code
 
 log = logging.getLogger(__name__)
@@ -56,7 +68,14 @@ def split_key(name: str) -> tuple[str, str]:
 
 
 def shard_names(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
-    """(root, [(shard name relative to root, size, version stamp)]) in sorted name order."""
+    """(root, [(shard name relative to root, size, version stamp)]) in sorted name order,
+    of data.split's split."""
+    root, found = every_shard(cfg)
+    return root, choose_split(found, cfg.data.split, root)[0]
+
+
+def every_shard(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
+    """shard_names(), of every split."""
     if is_remote(cfg.data.path):
         return list_shards(cfg)
     root = data_path(cfg)
@@ -187,6 +206,7 @@ class Shards(StoredFormat):
     name: ClassVar[str] = "shards"
     remote: ClassVar[bool] = True
     shards: ClassVar[bool] = True
+    has_splits: ClassVar[bool] = True
     in_memory_ok: ClassVar[bool] = False
 
     def locate(self, cfg: Config) -> str:
@@ -199,21 +219,54 @@ class Shards(StoredFormat):
     def stamp(self, cfg: Config) -> list:
         return ["shards", shards_stamp(cfg)]
 
+    def splits(self, cfg: Config) -> Splits:
+        root, found = every_shard(cfg)
+        return choose_split(found, cfg.data.split, root)[1]
+
     def scan(self, cfg: Config, builder: Any) -> None:
         """Every shard's member index into builder, and the shards' item counts into its
         header: items of a shard are consecutive (data.shard_window deals them)."""
         root, shards = shard_names(cfg)
-        entries: list[Entry] = []
+        samples = []  # (shard, 1-based place in it, its member index's item: key, offset, ...)
         bad: list[BadLine] = []
-        counts = []
         for name, size, stamp in shards:
             found = member_index(cfg, root, name, size, stamp)
-            for key, offset, length, text, speaker, language in found["items"]:
-                entries.append(Entry(key, name, text, speaker, language, 0.0, 0.0,
-                                     (offset, length)))  # fmt: skip
-            counts.append([name, len(found["items"])])
+            samples += [(name, j, item) for j, item in enumerate(found["items"], 1)]
             where = f"{root}/{name}"
-            bad.extend(BadLine(where, 1, reason, key) for key, reason in found["bad"])
+            bad += [BadLine(where, 1, reason, sample_id(name, key) if key else "")
+                    for key, reason in found["bad"]]  # fmt: skip
+        read = range_reader(cfg, root)
+        twice = repeats(np.fromiter((hash(_same(i)) for *_, i in samples), np.int64, len(samples)),
+                        lambda k: _same(samples[k][2]),
+                        lambda k: read(samples[k][0], *samples[k][2][1:3]))  # fmt: skip
+        entries, kept = [], []  # kept: each entry's place in samples
+        counts: dict[str, int] = dict.fromkeys((name for name, _, _ in shards), 0)
+        for k, (name, at, (key, offset, length, text, speaker, language)) in enumerate(samples):
+            if k in twice:
+                first = samples[twice[k]][0]
+                why = (f"duplicate sample {key!r}: the same as in {root}/{first} (its text, "
+                       "speaker, language and audio bytes): used once")  # fmt: skip
+                bad.append(BadLine(f"{root}/{name}", at, why, sample_id(first, key)))
+                continue
+            entries.append(Entry(sample_id(name, key), name, text, speaker, language, 0.0, 0.0,
+                                 (offset, length)))  # fmt: skip
+            kept.append(k)
+            counts[name] += 1
         log.info("shards: %d shards, %d clips, %d unusable", len(shards), len(entries), len(bad))
-        builder.add_stored(entries, bad)
-        builder.header["shards"] = counts  # dropped by the builder if duplicates break them
+        before = [samples[k][2][0] for k in kept]  # the ids before: the keys alone
+        shard_of = [samples[k][0] for k in kept]  # not the samples: they go once scanned
+        at = np.fromiter((samples[k][1] for k in kept), np.int64, len(kept))
+        place = lambda item: (f"{root}/{shard_of[item]}", int(at[item]))  # noqa: E731
+        builder.add_stored(Scan(entries, bad, place, before))
+        builder.header["shards"] = [[name, n] for name, n in counts.items()]
+
+
+def _same(item: list) -> tuple:
+    """What makes two samples the same (shared/corpus/repeats.py): key, text, speaker,
+    language and audio size; then their audio bytes."""
+    return item[0], item[3], item[4], item[5], item[2]
+
+
+def sample_id(shard: str, key: str) -> str:
+    """A sample's item id: its shard without .tar, and its key (module docstring)."""
+    return f"{shard.removesuffix(SHARD_SUFFIX)}/{posixpath.normpath(key).lstrip('/')}"

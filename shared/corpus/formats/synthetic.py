@@ -63,6 +63,7 @@ class SyntheticIndex:
     bad_lines: tuple[BadLine, ...] = ()
     shard_starts = None
     root = ""
+    plan_hash_before = ""
     location = "(computed: data.format synthetic)"
 
     def __init__(self, cfg: Config) -> None:
