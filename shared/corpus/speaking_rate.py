@@ -118,9 +118,14 @@ class OutOfBand:
 
 
 def rates(cfg: Config, lengths: Lengths) -> np.ndarray:
-    """float64 [n_items] tokens per second by the length table; NaN where unknown."""
+    """float64 [n_items] tokens per second by the length table; NaN where unknown, and
+    where the clip is shorter than audio.min_duration_s or longer than
+    audio.max_duration_s: a producer skips those with that reason, more precise than a
+    rate (a 20 ms clip of two words is too short before it is too fast)."""
     seconds = lengths.frames.astype(np.float64) * cfg.features.hop_length / cfg.audio.sample_rate
+    a = cfg.audio
     known = (lengths.frames > 0) & (lengths.text > 0)
+    known &= (seconds >= a.min_duration_s) & (seconds <= a.max_duration_s)
     out = np.full(len(seconds), np.nan)
     out[known] = lengths.text[known] / seconds[known]
     return out

@@ -116,7 +116,7 @@ def test_a_clip_no_one_could_say_is_found_in_a_corpus_too_small_for_a_band(
     cfg_path = write_config(tmp_path, {
         "data": {"path": str(manifest), "format": "jsonl"}, **SMALL,
         "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
-        "text": {"max_text_len": 420}, "ring": {"slots": 8},
+        "text": {"max_text_len": 420},
         "stager": {"batch_size": 4, "epochs": 1}, "producers": {"workers": 2},
     })  # fmt: skip
     command = [sys.executable, "-m", "ringfeed.scripts.cli", "validate", str(cfg_path)]

@@ -63,11 +63,15 @@ def test_real_run_on_ljspeech_mini_learns(tmp_path: Path) -> None:
         # A CPU trainer uses every core by default; the OS shares them with producers.
         logs = run.logs(tail=1_000_000)
         assert f"(cpu, {os.cpu_count()} CPU threads," in logs
-        # A host without a GPU (CI's) says so, and prints no CUDA error: TensorFlow's failed
-        # probe ("failed call to cuInit", cuda_platform.cc) is expected there, not an error.
+        # A host without a GPU (CI's) says so, and prints no CUDA error. TensorFlow's failed
+        # probe ("failed call to cuInit", cuda_platform.cc) is expected there: quieted by
+        # TF_CPP_MIN_LOG_LEVEL once absl's log is set up, but on a loaded host the probe
+        # can come first, and absl prints every line before its set-up (TensorFlow's race,
+        # not ours): that one line may show, no other.
         if count_gpus()[0] == 0:
             assert "no GPU found" in logs
-            assert not CUDA_ERROR.findall(logs), CUDA_ERROR.findall(logs)
+            errors = [e for e in CUDA_ERROR.findall(logs) if "failed call to cuInit" not in e]
+            assert not errors, errors
 
 
 def resumable_config(tmp_path: Path, lengths: str) -> Path:

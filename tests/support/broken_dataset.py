@@ -82,7 +82,10 @@ def _write_bad_audio(ds: BrokenDataset, src: Path, wavs: Path, lines: list[str])
         "has-nan": "NaN",
     })  # fmt: skip
     for item_id in ds.bad_samples:
-        lines.append(f"{item_id}|Some words.|Some words.")
+        # long-30s says enough for 30 s (data.outliers would skip a clip of two words
+        # that long before a producer sees it), and is too long for a slot.
+        text = "Some words, said again and again. " * 8 if item_id == "long-30s" else "Some words."
+        lines.append(f"{item_id}|{text.strip()}|{text.strip()}")
 
 
 def make_broken_dataset(dst: Path, src: Path = MINI) -> BrokenDataset:
