@@ -225,7 +225,7 @@ def spawn_tfdata(cfg_path: Path, shapes: list[list[int]]) -> dict[str, Any]:
 def time_lengths(n_items: int, tmp: Path) -> None:
     """Build the length table of an LJSpeech-size dataset: n_items entries over the
     shipped clips (hard links, so every entry is its own file), cold then current."""
-    from ringfeed.producer.lengths import measure_lengths
+    from ringfeed.producer.prepare.lengths import measure_lengths
     from ringfeed.shared.config import config_from_dict
 
     shipped = REPO / "data" / "ljspeech-mini"

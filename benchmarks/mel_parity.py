@@ -41,7 +41,7 @@ CALLS = 5  # timed calls per process (the best one counts: scheduler noise only 
 
 def _corpora():
     """[(name, cfg, waves)] of the parity corpora, whole clips, as producers load them."""
-    from ringfeed.producer.audio import load_audio
+    from ringfeed.producer.audio.decode import load_audio
     from ringfeed.shared.config import Config, load_config, replace
 
     lj = replace(Config(), features={"max_frames": 1200})
@@ -107,7 +107,7 @@ def parity(stager: bool) -> dict:
             "near_floor": sum(int((r < np.log(LOG_FLOOR) + 1.5).sum()) for r in refs),
         }
         if not stager:
-            from ringfeed.producer.features import log_mel
+            from ringfeed.producer.features.mel import log_mel
             from ringfeed.producer.fft import fastest
 
             row["producer"] = max(
@@ -126,8 +126,8 @@ def parity(stager: bool) -> dict:
 
 
 def _demo_batch():
-    from ringfeed.producer.audio import load_audio
-    from ringfeed.producer.features import fit_length
+    from ringfeed.producer.audio.decode import load_audio
+    from ringfeed.producer.features.mel import fit_length
     from ringfeed.shared.config import load_config
 
     cfg = load_config(REPO / "configs" / "demo.yaml")
@@ -150,7 +150,7 @@ def cost(what: str) -> float:
     """ms of one demo batch's log-mels by `what` ("stager" or "producer"), one thread."""
     cfg, waves = _demo_batch()
     if what == "producer":
-        from ringfeed.producer.features import log_mel
+        from ringfeed.producer.features.mel import log_mel
 
         return _best_ms(lambda: [log_mel(w, cfg) for w in waves])
     from ringfeed.consumer.stager.gpu_mel import TfLogMel

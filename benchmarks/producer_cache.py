@@ -9,7 +9,7 @@ thread (``pin_math_threads(1)``) in this process and every child, as in a
 producer. Measured:
 
 - raw: ``soundfile.read`` + ``librosa.feature.melspectrogram`` (the settings
-  of producer/features.py) + ``np.log``, per clip, cut to the same length the
+  of producer/features/mel.py) + ``np.log``, per clip, cut to the same length the
   pipeline keeps (three clips are truncated to 800 frames), librosa warmed up;
 - cold: one ``SamplePipeline`` per pass on an empty cache in a fresh directory
   (tokenize, decode, normalize, mel, cache write): the producer's first epoch;
@@ -46,11 +46,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-from ringfeed.producer.audio import RESAMPLE_QUALITY, load_audio  # noqa: E402
-from ringfeed.producer.cache import FeatureCache  # noqa: E402
-from ringfeed.producer.features import fit_length, log_mel  # noqa: E402
+from ringfeed.producer.audio.decode import RESAMPLE_QUALITY, load_audio  # noqa: E402
+from ringfeed.producer.features.cache import FeatureCache  # noqa: E402
+from ringfeed.producer.features.mel import fit_length, log_mel  # noqa: E402
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
-from ringfeed.producer.text import TextEncoder  # noqa: E402
+from ringfeed.producer.text.encoder import TextEncoder  # noqa: E402
 from ringfeed.producer.threads import pin_math_threads  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
 from ringfeed.shared.corpus.entry import Entry  # noqa: E402

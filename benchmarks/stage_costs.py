@@ -3,9 +3,9 @@ ringfeed producer and for tfdata-ops, on the same clips.
 
 - ringfeed: each stage of a producer's cold sample called in turn on every clip, in
   one process on one thread, its CPU time summed per stage: reading and judging the
-  audio (producer/audio.py load_judged: decode, the truncation and NaN checks, the
+  audio (producer/audio/decode.py load_judged: decode, the truncation and NaN checks, the
   marks, normalization), the STFT magnitude and the mel with its log
-  (producer/features.py), the tokens (texts cleaned for real), the feature-cache
+  (producer/features/mel.py), the tokens (texts cleaned for real), the feature-cache
   write, and the copy into a slot with the READY's checksum; and the whole
   SamplePipeline on an empty cache.
 - tfdata-ops: tf.data cannot be stopped between ops, so the pipeline of
@@ -42,9 +42,9 @@ def _cpu_s() -> float:
 
 def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]:
     """CPU ms per clip of each stage of a producer's cold sample (module docstring)."""
-    from ringfeed.producer.cache import FeatureCache
+    from ringfeed.producer.features.cache import FeatureCache
     from ringfeed.producer.sources import DatasetSource
-    from ringfeed.producer.text import TextEncoder
+    from ringfeed.producer.text.encoder import TextEncoder
     from ringfeed.producer.threads import pin_math_threads
     from ringfeed.shared.config import replace
 
@@ -70,8 +70,8 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
 
 def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> dict[str, float]:
     """CPU seconds of each stage over every clip (the encoder's caches emptied first)."""
-    from ringfeed.producer import features as F
-    from ringfeed.producer.audio import load_judged
+    from ringfeed.producer.audio.decode import load_judged
+    from ringfeed.producer.features import mel as F
     from ringfeed.shared.memory.ring import rows_checksum
 
     bins = F._used_bins(cfg.audio.sample_rate, cfg.features)
@@ -124,7 +124,7 @@ def _tf_cuts(cfg, paths: list[str], texts: list[str]) -> dict:
     """Stage name -> tfdata-ops's pipeline cut after that stage (the last: all of it)."""
     import peer_pipelines as pp
 
-    from ringfeed.producer.features import mel_filterbank
+    from ringfeed.producer.features.mel import mel_filterbank
     from ringfeed.shared.sample.content import LOG_FLOOR
 
     tf, options = pp.tf_setup()

@@ -9,7 +9,7 @@ Called in producer processes by the worker loop::
 Text goes first because it is cheap and may reject the sample before any
 audio is decoded. On a feature-cache hit no audio is decoded and no mel is
 computed; ``counters`` says how often each stage really ran. A clip whose audio the
-decode marked near-silent or clipped (producer/audio.py judge_audio; the marks are
+decode marked near-silent or clipped (producer/audio/decode.py judge_audio; the marks are
 cached with its features, so a hit knows them too) is skipped with stage "outlier"
 under data.outliers: skip, and delivered with its marks in its READY under flag.
 """
@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.audio import Segment, load_judged
-from ringfeed.producer.cache import FeatureCache
-from ringfeed.producer.durations import read_durations
-from ringfeed.producer.extra_fields import ExtraFields
-from ringfeed.producer.features import fit_length, log_mel, log_mel_energy
-from ringfeed.producer.prosody import PROSODY_VERSION, pitch
-from ringfeed.producer.references import SpeakerClips, cut_reference, reference_candidates
+from ringfeed.producer.audio.decode import Segment, load_judged
+from ringfeed.producer.features.cache import FeatureCache
+from ringfeed.producer.features.durations import read_durations
+from ringfeed.producer.features.extra_fields import ExtraFields
+from ringfeed.producer.features.mel import fit_length, log_mel, log_mel_energy
+from ringfeed.producer.features.prosody import PROSODY_VERSION, pitch
+from ringfeed.producer.features.references import SpeakerClips, cut_reference, reference_candidates
 from ringfeed.producer.sample import Sample, SkipSample
 from ringfeed.producer.start_check import (
     FieldsRefused,
@@ -36,7 +36,7 @@ from ringfeed.producer.start_check import (
     first_clip_problem,
     probe_overrides,
 )
-from ringfeed.producer.text import TextEncoder
+from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.members import MemberReader
@@ -123,7 +123,7 @@ class SamplePipeline:
         try the configured fields on a real clip (producer/start_check.py): FieldsRefused
         when one would fail every clip.
 
-        The mel is numpy (producer/features.py) and costs milliseconds here; only
+        The mel is numpy (producer/features/mel.py) and costs milliseconds here; only
         audio.trim_silence needs librosa, whose first call costs ~2 s on a 2-core
         host (scipy.signal and numba imports): paying it here keeps it out of the
         first grant's lease.
@@ -232,7 +232,7 @@ class SamplePipeline:
 
     def _reference(self, item: int, epoch: int) -> np.ndarray:
         """The log-mel of another clip of item's speaker, cut to reference_frames: the
-        first candidate that reads (producer/references.py), from the feature cache when
+        first candidate that reads (producer/features/references.py), from the feature cache when
         there; a candidate that does not read costs itself, never this item."""
         if self.clips is None or self.index is None or item < 0:
             raise ValueError("features.reference needs the dataset index and the item")
@@ -359,7 +359,7 @@ class SamplePipeline:
         self.counters.cache_errors += 1
         n = self.counters.cache_errors
         if isinstance(exc, DiskFull) and what == "cannot write":
-            return  # the cache said so, once, and writes no more (producer/cache.py)
+            return  # the cache said so, once, and writes no more (producer/features/cache.py)
         if n <= 3 or n % 1000 == 0:  # one per sample on a full disk: keep the log short
             log.warning("feature cache %s (%d so far): %s; samples go on without it",
                         what, n, exc)  # fmt: skip

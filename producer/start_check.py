@@ -16,7 +16,7 @@ Which fields, and why those:
   a wrong shape quarantined all 72 items of a corpus, and `validate` exited 0.
 - features.durations_dir: a path that is not a directory fails every clip.
 
-The per-sample checks stay (producer/extra_fields.py): a function may still fail on
+The per-sample checks stay (producer/features/extra_fields.py): a function may still fail on
 one odd clip, which costs that clip. Built-in fields are not tried: ringfeed computes
 them, and the settings that skip many clips (too long, unknown characters) are what
 `ringfeed validate`'s corpus report counts.

@@ -52,7 +52,7 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
             f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
         )
     if cfg.text.tokens == "phonemes":
-        from ringfeed.producer.phonemes import espeak_problem
+        from ringfeed.producer.text.phonemes import espeak_problem
 
         if problem := espeak_problem():
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
@@ -135,7 +135,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_lengths(args: argparse.Namespace) -> int:
     """Measure what the length table lacks (shared/corpus/lengths.py); the stager calls it."""
-    from ringfeed.producer.lengths import measure_lengths
+    from ringfeed.producer.prepare.lengths import measure_lengths
     from ringfeed.shared.corpus.entry import CorpusError
     from ringfeed.shared.corpus.open import open_corpus
 
@@ -153,8 +153,8 @@ def cmd_lengths(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Per-speaker prosody statistics (producer/prosody_pass.py), kept beside the index."""
-    from ringfeed.producer.prosody_pass import compute_table
+    """Per-speaker prosody statistics (producer/prepare/prosody_pass.py), kept beside the index."""
+    from ringfeed.producer.prepare.prosody_pass import compute_table
     from ringfeed.shared.corpus.entry import CorpusError
 
     cfg = _config(args.config)
@@ -173,10 +173,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_vocab(args: argparse.Namespace) -> int:
-    """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
+    """The corpus's token vocabulary as a text.alphabet line (producer/prepare/vocabulary.py)."""
     import yaml
 
-    from ringfeed.producer.vocabulary import build_vocabulary
+    from ringfeed.producer.prepare.vocabulary import build_vocabulary
     from ringfeed.shared.corpus.entry import CorpusError
 
     cfg = _config(args.config)
@@ -196,9 +196,9 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 def cmd_text(args: argparse.Namespace) -> int:
     """What the producers make of a text: its language, normalized form and tokens."""
-    from ringfeed.producer.normalize import has_number_rules
     from ringfeed.producer.sample import SkipSample
-    from ringfeed.producer.text import TextEncoder
+    from ringfeed.producer.text.encoder import TextEncoder
+    from ringfeed.producer.text.normalize import has_number_rules
     from ringfeed.shared.config import replace
 
     cfg = replace(_config(args.config), features={"cache": False})  # a preview writes nothing
@@ -211,8 +211,8 @@ def cmd_text(args: argparse.Namespace) -> int:
             language, why = detector(cfg.data.detect_languages).detect(args.text), "detected"
     print(f"language   {language} ({why})")
     if not has_number_rules(language):
-        print(f"numbers    kept as digits: {language!r} has no number rules here (a typo "
-              "of a code? see producer/normalize.py LANGUAGES, NUM2WORDS_CHECKED)")  # fmt: skip
+        print(f"numbers    kept as digits: {language!r} has no number rules here (a typo of "
+              "a code? see producer/text/normalize.py LANGUAGES, NUM2WORDS_CHECKED)")  # fmt: skip
     encoder = TextEncoder(cfg)
     try:
         cleaned = encoder.clean(args.text, language)

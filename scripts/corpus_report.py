@@ -23,8 +23,8 @@ from typing import Any
 import soundfile as sf
 
 from ringfeed.consumer.stager.plan.balance import balance_lines
-from ringfeed.producer.audio import SEGMENT_SLACK_S, file_shortfall
-from ringfeed.producer.containers import shortfall
+from ringfeed.producer.audio.containers import shortfall
+from ringfeed.producer.audio.decode import SEGMENT_SLACK_S, file_shortfall
 from ringfeed.scripts.outlier_report import rate_lines
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
@@ -102,7 +102,7 @@ def _header(entry: Entry, members: MemberReader) -> Any:
 
 
 def _truncated(entry: Entry, members: MemberReader) -> bool:
-    """Is the clip's sample data shorter than its header says (producer/containers.py,
+    """Is the clip's sample data shorter than its header says (producer/audio/containers.py,
     which the producers apply before they decode)?"""
     if entry.member is None:
         return file_shortfall(entry.audio_path) is not None
@@ -117,7 +117,7 @@ def _truncated(entry: Entry, members: MemberReader) -> bool:
 
 def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str, float, int]:
     """(the rule that skips the clip, "" if none, "remote" if not checked; its seconds,
-    0.0 if unknown; its channels, 0 if unknown) from its header, as producer/audio.py
+    0.0 if unknown; its channels, 0 if unknown) from its header, as producer/audio/decode.py
     judges it. Object storage is not read here: validate would fetch the corpus."""
     if is_remote(entry.audio_path):
         return "remote", entry.duration_s, 0
@@ -136,7 +136,7 @@ def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str
     if _truncated(entry, members):
         return "truncated", 0.0, info.channels
     file_s = info.frames / info.samplerate
-    # As the producers judge it (producer/audio.py check_duration): a segment that starts
+    # As the producers judge it (producer/audio/decode.py check_duration): a segment that starts
     # past the end, or ends more than SEGMENT_SLACK_S after it.
     end_s = entry.offset_s + entry.duration_s if entry.duration_s else entry.offset_s
     if (entry.offset_s and entry.offset_s >= file_s) or end_s > file_s + SEGMENT_SLACK_S:
@@ -251,7 +251,7 @@ def vocabulary_check(cfg: Config, entries: tuple[Entry, ...]) -> list[str]:
     skip (and why), then whether the sample, normalized as the producers will, has
     characters outside text.alphabet (those tokens would be 'unknown')."""
     from ringfeed.producer.sample import SkipSample
-    from ringfeed.producer.text import TextEncoder  # the producers' own normalizer
+    from ringfeed.producer.text.encoder import TextEncoder  # the producers' own normalizer
 
     step = max(1, len(entries) // VOCAB_SAMPLE)
     sample = entries[::step]

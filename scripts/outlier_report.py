@@ -47,7 +47,7 @@ VERB = {"skip": "skip", "flag": "flag", "keep": "note"}
 def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int]) -> tuple[list[str], int]:
     """(validate's speaking-rate lines, how many clips no header rule skips that the band
     will skip: 0 unless data.outliers is skip). clean: the items no header rule skips."""
-    from ringfeed.producer.lengths import measure_lengths  # the producers' own tokens
+    from ringfeed.producer.prepare.lengths import measure_lengths  # the producers' own tokens
 
     if is_remote(cfg.data.path) and load_lengths(cfg, index)[1].any():  # as the stager does
         return [
@@ -135,8 +135,8 @@ def _open(cfg: Config) -> None:
 def _judge(items: list[int]) -> list[tuple[str, str, str]]:
     """(item id, kind, reason) of each of `items` whose decode finds something: kind
     "audio" (a producer would skip it whatever data.outliers says) or "outlier"."""
-    from ringfeed.producer.audio import load_judged
-    from ringfeed.producer.features import fit_length
+    from ringfeed.producer.audio.decode import load_judged
+    from ringfeed.producer.features.mel import fit_length
     from ringfeed.producer.sample import SkipSample
     from ringfeed.shared.corpus.members import MemberReader
     from ringfeed.shared.sample.marks import describe_audio

@@ -158,7 +158,7 @@ def _fields(cfg: Config) -> list[Finding]:
     fields do not fail the first clip that reads (producer/start_check.py)."""
     if not cfg.features.user_function and not cfg.features.durations_dir:
         return []
-    from ringfeed.producer.extra_fields import load_user_function
+    from ringfeed.producer.features.extra_fields import load_user_function
     from ringfeed.producer.pipeline import fields_problem
     from ringfeed.shared.corpus.open import open_corpus
     from ringfeed.shared.corpus.registry import format_of

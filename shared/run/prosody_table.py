@@ -2,11 +2,11 @@
 frames and of energy, per speaker and over the whole corpus (FastPitch-style pitch
 normalization; one pass over the corpus, NeMo PR#5455).
 
-`ringfeed stats CONFIG` computes the table (producer/prosody_pass.py) and keeps it beside
+`ringfeed stats CONFIG` computes the table (producer/prepare/prosody_pass.py) and keeps it beside
 the corpus index as ``prosody-<key>.json``: the key hashes the corpus digest and every
 setting that shapes a clip's pitch and energy (audio section; the STFT and frame keys
 of the features section), so a table made from another corpus or other settings is
-never found; the table also names the pitch estimator's version (producer/prosody.py
+never found; the table also names the pitch estimator's version (producer/features/prosody.py
 PROSODY_VERSION), checked by whoever applies it. With ``features.pitch_norm: speaker``
 (or ``global``) the producers apply it to the pitch field, and the stager keeps a copy
 in the run directory, which every checkpoint's sidecar carries

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ringfeed.producer.cache import MAX_WRITE_FAILURES, FeatureCache
+from ringfeed.producer.features.cache import MAX_WRITE_FAILURES, FeatureCache
 from ringfeed.shared.config import Config
 from tests.support.configs import clips_cfg
 from tests.support.paths import REPO

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.prosody_pass import compute_table
+from ringfeed.producer.prepare.prosody_pass import compute_table
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.prosody_table import RUN_FILE

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.plan.make import make_plan
-from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prepare.lengths import measure_lengths
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.process import StopFlag

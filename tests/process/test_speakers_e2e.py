@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.vocabulary import build_vocabulary
+from ringfeed.producer.prepare.vocabulary import build_vocabulary
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE, padding_ids

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from ringfeed.producer.audio import decode, load_audio
-from ringfeed.producer.features import fit_length, log_mel, mel_filterbank
+from ringfeed.producer.audio.decode import decode, load_audio
+from ringfeed.producer.features.mel import fit_length, log_mel, mel_filterbank
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.sample.content import LOG_FLOOR
@@ -93,7 +93,7 @@ def test_loader_resamples_mixes_and_normalizes(tmp_path: Path) -> None:
 def test_decode_gives_libsndfiles_own_float_samples(
     tmp_path: Path, suffix: str, subtype: str
 ) -> None:
-    """16-bit PCM is read as int16 and scaled in numpy (producer/audio.py _read_frames):
+    """16-bit PCM is read as int16 and scaled in numpy (producer/audio/decode.py _read_frames):
     the same float32 samples, bit for bit, as libsndfile's conversion, full scale and
     stereo included; a segment too."""
     speech, _ = sf.read(CLIP, dtype="float32")
@@ -146,7 +146,7 @@ def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
 def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int, hop: int) -> None:
     """The producer's STFT is librosa's definition, to the float32 rounding of its
     magnitude (bounded by 1e-6 of the clip's largest bin), with no librosa import."""
-    from ringfeed.producer.features import stft_magnitude
+    from ringfeed.producer.features.mel import stft_magnitude
 
     cfg = replace(Config(), features={"n_fft": n_fft, "win_length": win_length, "hop_length": hop})
     wave, _ = sf.read(CLIP, dtype="float32")
@@ -169,7 +169,7 @@ def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int
 def test_filterbank_is_librosa_for_other_rates(
     sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float
 ) -> None:
-    from ringfeed.producer.features import mel_filterbank
+    from ringfeed.producer.features.mel import mel_filterbank
 
     raw = {
         "audio": {"sample_rate": sr},

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ringfeed.producer.features.references import reference_candidates
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.references import reference_candidates
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import build_in_memory

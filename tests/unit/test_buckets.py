@@ -21,8 +21,8 @@ from ringfeed.consumer.stager.plan.buckets import (
 from ringfeed.consumer.stager.plan.layout import KEPT_EPOCHS, kept_epochs
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
-from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prepare.lengths import measure_lengths
 from ringfeed.shared.config import config_from_dict, load_config
 from ringfeed.shared.corpus.lengths import Lengths, lengths_key, load_lengths
 from ringfeed.shared.corpus.open import open_corpus

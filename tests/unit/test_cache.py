@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.cache import FeatureCache, settings_hash
+from ringfeed.producer.features.cache import FeatureCache, settings_hash
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus

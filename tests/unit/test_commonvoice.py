@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.audio import load_audio
+from ringfeed.producer.audio.decode import load_audio
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus

@@ -55,7 +55,7 @@ def test_errors_name_the_key(raw: dict, needle: str) -> None:
         ({"run": {"root": "runs"}}, "run.root: moved to run_root"),
         (
             {"text": {"cache_size": 10}},
-            "text.cache_size: no longer a setting (a constant in producer/text.py)",
+            "text.cache_size: no longer a setting (a constant in producer/text/encoder.py)",
         ),
         ({"train": {"cv_window": 50}}, "train.cv_window: no longer a setting (a constant in"),
         (

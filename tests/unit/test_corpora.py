@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer import phonemes
-from ringfeed.producer.audio import load_audio
+from ringfeed.producer.audio.decode import load_audio
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.text import phonemes
 from ringfeed.scripts import cli
 from ringfeed.scripts.corpus_report import corpus_report
 from ringfeed.shared.config import Config, load_config, replace

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.producer.audio import decode
-from ringfeed.producer.lengths import header_frames
+from ringfeed.producer.audio.decode import decode
+from ringfeed.producer.prepare.lengths import header_frames
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
 from ringfeed.shared.language.text_cache import TextCache, text_key

@@ -18,9 +18,9 @@ import pytest
 import zmq
 
 from ringfeed.producer import pipeline
-from ringfeed.producer.cache import FeatureCache
+from ringfeed.producer.features.cache import FeatureCache
 from ringfeed.producer.sources import DatasetSource
-from ringfeed.producer.text import TextEncoder
+from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.producer.worker import Worker
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.memory.ring import Ring, segment_name

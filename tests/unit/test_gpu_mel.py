@@ -9,7 +9,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from ringfeed.consumer.stager.gpu_mel import MEL_ATOL, TfLogMel  # noqa: E402
-from ringfeed.producer.audio import load_audio  # noqa: E402
+from ringfeed.producer.audio.decode import load_audio  # noqa: E402
 from ringfeed.shared.config import Config, load_config, replace  # noqa: E402
 from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
 from tests.support.paths import REPO, WAVS  # noqa: E402

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ringfeed.producer.prepare.vocabulary import build_vocabulary
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder, clean_text
-from ringfeed.producer.vocabulary import build_vocabulary
+from ringfeed.producer.text.encoder import TextEncoder, clean_text
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
 from ringfeed.shared.language import detect as language_id

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from ringfeed.producer.audio import load_judged
+from ringfeed.producer.audio.decode import load_judged
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace

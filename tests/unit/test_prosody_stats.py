@@ -1,4 +1,4 @@
-"""Per-speaker prosody statistics (producer/prosody_pass.py, shared/run/prosody_table.py) on
+"""Per-speaker prosody statistics (producer/prepare/prosody_pass.py, shared/run/prosody_table.py) on
 the multilingual demo: the table against a direct computation from the producers' own
 pitch and energy fields, features.pitch_norm giving zero-mean unit-variance voiced
 log-f0 per speaker (and over the corpus), a pass that stops resumes where it stopped,
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from ringfeed.producer import prosody_pass
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prepare import prosody_pass
 from ringfeed.scripts import cli
 from ringfeed.shared.config import Config, ConfigError, load_config, replace
 from ringfeed.shared.corpus.open import open_corpus

@@ -12,7 +12,7 @@ import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.text.encoder import TextEncoder, clean_text
 from ringfeed.producer.worker import describe
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.extra_fields import ExtraFields
-from ringfeed.producer.features import log_mel, log_mel_energy
+from ringfeed.producer.features.extra_fields import ExtraFields
+from ringfeed.producer.features.mel import log_mel, log_mel_energy
+from ringfeed.producer.features.prosody import pitch
+from ringfeed.producer.features.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.prosody import pitch
-from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.open import open_corpus, read_corpus

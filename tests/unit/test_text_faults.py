@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.producer import normalize, number_words, vocabulary
-from ringfeed.producer.lengths import text_tokens
+from ringfeed.producer.prepare import vocabulary
+from ringfeed.producer.prepare.lengths import text_tokens
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.text import normalize, number_words
+from ringfeed.producer.text.encoder import TextEncoder, clean_text
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.language import detect as language_id
 from ringfeed.shared.language import text_cache
@@ -64,7 +65,7 @@ def test_any_cleaner_error_is_a_skip_and_costs_one_text(tmp_path: Path, monkeypa
             raise AttributeError("'NoneType' object has no attribute 'x'")
         return text
 
-    monkeypatch.setattr("ringfeed.producer.text.clean_text", broken)
+    monkeypatch.setattr("ringfeed.producer.text.encoder.clean_text", broken)
     with pytest.raises(SkipSample, match="AttributeError") as info:
         encoder.encode("a bad text", "x.wav", "vi")
     assert info.value.stage == "text"

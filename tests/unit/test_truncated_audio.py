@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.audio import decode, load_audio, load_judged
-from ringfeed.producer.containers import shortfall
+from ringfeed.producer.audio.containers import shortfall
+from ringfeed.producer.audio.decode import decode, load_audio, load_judged
 from ringfeed.producer.sample import SkipSample
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import Config, replace

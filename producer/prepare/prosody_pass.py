@@ -2,8 +2,8 @@
 CONFIG` (the table: shared/run/prosody_table.py).
 
 Each clip is decoded as a producer decodes it (its segment, its tar or Parquet member,
-cut to the slot: producer/features.py fit_length), its pitch and energy computed as
-the sample fields are (producer/prosody.py pitch, producer/features.py
+cut to the slot: producer/features/mel.py fit_length), its pitch and energy computed as
+the sample fields are (producer/features/prosody.py pitch, producer/features/mel.py
 log_mel_energy), and its moments summed in float64: log-f0 over voiced frames, energy
 over every frame. A clip that does not decode counts in no speaker's moments (the
 table says how many). Chunks of CHUNK items go to `workers` spawned processes, each
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.audio import load_audio
-from ringfeed.producer.features import fit_length, log_mel_energy
-from ringfeed.producer.prosody import PROSODY_VERSION, pitch
+from ringfeed.producer.audio.decode import load_audio
+from ringfeed.producer.features.mel import fit_length, log_mel_energy
+from ringfeed.producer.features.prosody import PROSODY_VERSION, pitch
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.threads import pin_math_threads
 from ringfeed.shared.config import Config

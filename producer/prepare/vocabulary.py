@@ -17,7 +17,7 @@ import collections
 import logging
 from dataclasses import dataclass
 
-from ringfeed.producer.text import TextEncoder
+from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.open import open_corpus
 

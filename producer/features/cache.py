@@ -50,8 +50,8 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from ringfeed.producer.audio import RESAMPLE_QUALITY
-from ringfeed.producer.features import STFT_DTYPE
+from ringfeed.producer.audio.decode import RESAMPLE_QUALITY
+from ringfeed.producer.features.mel import STFT_DTYPE
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.disk import disk_error, is_full
 from ringfeed.shared.sample.content import LOG_FLOOR
@@ -93,7 +93,7 @@ def settings_hash(cfg: Config) -> str:
 def _settings_json(cfg: Config) -> str:
     features = dataclasses.asdict(cfg.features)
     del features["cache_dir"], features["cache"]  # where and whether: not what
-    # The optional fields are cached under keys of their own (producer/extra_fields.py):
+    # The optional fields are cached under keys of their own (producer/features/extra_fields.py):
     # turning one on or off keeps the mels.
     for key in ("pitch", "energy", "user_function", "user_version", "user_fields",
                 "reference", "reference_frames", "single_clip", "durations_dir"):  # fmt: skip

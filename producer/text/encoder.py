@@ -2,8 +2,8 @@
 
 Called in producer processes, once per sample (:class:`TextEncoder`). English
 (language en, en-*) keeps the rule set below; every other language goes through
-producer/normalize.py (its own words and script, never transliterated). With
-text.tokens: phonemes the normalized text is phonemized (producer/phonemes.py).
+producer/text/normalize.py (its own words and script, never transliterated). With
+text.tokens: phonemes the normalized text is phonemized (producer/text/phonemes.py).
 The result (normalized or phonemized text) is kept in an LRU per process and in
 the persistent text cache (shared/language/text_cache.py), so a text seen before costs
 neither normalization nor phonemization.
@@ -31,14 +31,14 @@ import unicodedata
 import numpy as np
 from unidecode import unidecode
 
-from ringfeed.producer.normalize import (
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text.normalize import (
     NORMALIZER_VERSION,
     PHONE_RE,
     TIME_RE,
     drop_controls,
     normalize,
 )
-from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.language.codes import primary
 from ringfeed.shared.language.text_cache import TextCache
@@ -264,7 +264,7 @@ class TextEncoder:
         self.normalized += 1
         if self.cfg.text.tokens == "phonemes" and has_speech(out):
             if self._phonemizer is None:
-                from ringfeed.producer.phonemes import Phonemizer
+                from ringfeed.producer.text.phonemes import Phonemizer
 
                 self._phonemizer = Phonemizer()
             out = self._phonemizer(out, language)

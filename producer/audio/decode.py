@@ -18,7 +18,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from ringfeed.producer.containers import shortfall
+from ringfeed.producer.audio.containers import shortfall
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.sample import marks as m
@@ -74,7 +74,7 @@ def check_duration(duration_s: float, path: str, cfg: Config, segment: Segment =
 
 
 def file_shortfall(path: str) -> tuple[float, float] | None:
-    """producer/containers.py shortfall of a file on disk (a few small preads)."""
+    """producer/audio/containers.py shortfall of a file on disk (a few small preads)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return shortfall(lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size)
@@ -99,7 +99,7 @@ def decode(
     With cfg, the header's duration is judged before anything is decoded (check_duration).
 
     A file is opened once: its header, the check of its chunks against its length
-    (producer/containers.py) and the decode share one descriptor. Opening it three
+    (producer/audio/containers.py) and the decode share one descriptor. Opening it three
     times (header, chunks, decode) cost ~0.15 ms a clip here, 3 % of a cold sample."""
     if member is not None:
         return _decode_from(member, len(member), path, segment, cfg)
@@ -138,7 +138,7 @@ def _decode_from(
 
 def _check_whole(source: int | bytes, size: int, path: str) -> None:
     """SkipSample for a RIFF/RF64/Wave64/AIFF file (a descriptor, or a member's bytes)
-    whose sample data is cut short (producer/containers.py); any other file passes here
+    whose sample data is cut short (producer/audio/containers.py); any other file passes here
     (decode judges the rest)."""
     if isinstance(source, bytes):
         short = shortfall(lambda at, n: source[at : at + n], size)

@@ -19,9 +19,9 @@ import time
 import numpy as np
 import soundfile as sf
 
-from ringfeed.producer.audio import Segment
+from ringfeed.producer.audio.decode import Segment
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder
+from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex
