@@ -70,19 +70,23 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
 
 def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> dict[str, float]:
     """CPU seconds of each stage over every clip (the encoder's caches emptied first)."""
-    from ringfeed.producer.audio.decode import load_judged
+    from ringfeed.producer.audio.decode import load_clip
     from ringfeed.producer.features import mel as F
+    from ringfeed.shared.corpus.clips import ClipReader
+    from ringfeed.shared.corpus.entry import Entry
     from ringfeed.shared.memory.ring import rows_checksum
 
     bins = F._used_bins(cfg.audio.sample_rate, cfg.features)
     slot = np.zeros((cfg.features.max_frames, cfg.features.n_mels), np.float32)
+    clips = ClipReader(cfg)
     encoder.clean.cache_clear()
     encoder._encoded.cache_clear()
     spent = dict.fromkeys(("audio read, decode, normalize", "STFT |X|", "mel + log", "tokens",
                            "cache write", "slot copy + checksum"), 0.0)  # fmt: skip
     for path, text in zip(paths, texts, strict=True):
         t0 = _cpu_s()
-        wave, _ = F.fit_length(load_judged(path, cfg)[0], cfg, path)
+        entry = Entry("", path, text)
+        wave, _ = F.fit_length(load_clip(clips, entry, cfg)[0], cfg, path)
         t1 = _cpu_s()
         magnitude = F._magnitude(wave, cfg.features, bins)
         t2 = _cpu_s()
@@ -90,7 +94,7 @@ def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> d
         t3 = _cpu_s()
         tokens, _ = encoder.encode(text, path)
         t4 = _cpu_s()
-        cache.put(cache.key(path), mel, 0)
+        cache.put(cache.key(entry), mel, 0)
         t5 = _cpu_s()
         slot[: len(mel)] = mel
         rows_checksum([tokens, mel])

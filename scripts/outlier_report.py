@@ -135,19 +135,18 @@ def _open(cfg: Config) -> None:
 def _judge(items: list[int]) -> list[tuple[str, str, str]]:
     """(item id, kind, reason) of each of `items` whose decode finds something: kind
     "audio" (a producer would skip it whatever data.outliers says) or "outlier"."""
-    from ringfeed.producer.audio.decode import load_judged
+    from ringfeed.producer.audio.decode import load_clip
     from ringfeed.producer.features.mel import fit_length
     from ringfeed.producer.sample import SkipSample
-    from ringfeed.shared.corpus.members import MemberReader
+    from ringfeed.shared.corpus.clips import ClipReader
     from ringfeed.shared.sample.marks import describe_audio
 
     index, cfg = _WORKER["index"], _WORKER["cfg"]
-    members, out = MemberReader(cfg), []
+    clips, out = ClipReader(cfg), []
     for item in items:
         entry = index.entry(item)
         try:
-            data = members.read(entry.audio_path, *entry.member) if entry.member else None
-            wave, marks = load_judged(entry.audio_path, cfg, entry.segment, data)
+            wave, marks = load_clip(clips, entry, cfg)
             fit_length(wave, cfg, entry.audio_path)
         except (SkipSample, OSError) as exc:
             out.append((entry.item_id, "audio", getattr(exc, "reason", str(exc))))

@@ -124,21 +124,19 @@ def _balance(cfg: Config, index: object) -> list[Finding]:
 
 
 def _audio_sample(index, cfg: Config) -> list[Finding]:
-    import io
-
-    import soundfile as sf
-
-    from ringfeed.shared.corpus.members import MemberReader
+    from ringfeed.producer.audio.decode import read_header
+    from ringfeed.shared.corpus.clips import ClipReader
 
     step = max(1, index.n_items // AUDIO_SAMPLE)
     picked = list(range(0, index.n_items, step))[:AUDIO_SAMPLE]
     bad = []
-    members = MemberReader(cfg)  # a clip in a tar shard: its own bytes (shared/corpus/members.py)
+    clips = ClipReader(cfg)  # a file, a tar member, a Parquet byte range, an object
     for item in picked:
         entry = index.entry(item)
         path = entry.audio_path
         try:
-            sf.info(io.BytesIO(members.read(path, *entry.member)) if entry.member else path)
+            with clips.read_clip(entry) as clip:
+                read_header(clip)
         except Exception as exc:  # soundfile raises several types on a bad file
             if not path.lower().endswith((".mp3", ".m4a", ".ogg", ".opus")):
                 bad.append(f"{path}: {exc}")

@@ -11,18 +11,17 @@ table is missing or stale.
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import time
 
 import numpy as np
-import soundfile as sf
 
-from ringfeed.producer.audio.decode import Segment
+from ringfeed.producer.audio.decode import read_header
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.clips import ClipReader
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.lengths import (
@@ -31,7 +30,6 @@ from ringfeed.shared.corpus.lengths import (
     load_lengths,
     save_lengths,
 )
-from ringfeed.shared.corpus.members import MemberReader
 from ringfeed.shared.corpus.open import open_corpus
 
 log = logging.getLogger(__name__)
@@ -39,19 +37,19 @@ log = logging.getLogger(__name__)
 PROGRESS_S = 2.0
 
 
-def header_frames(
-    path: str, cfg: Config, segment: Segment = None, data: bytes | None = None
-) -> int:
-    """Mel frames of the clip (or its segment: offset_s, duration_s) at audio.sample_rate,
-    from its header (data: the clip's bytes when it is a tar shard member); UNKNOWN if
-    unreadable."""
+def header_frames(clips: ClipReader, entry: Entry, cfg: Config) -> int:
+    """Mel frames of the entry's clip (or its segment) at audio.sample_rate, from its
+    header (shared/corpus/clips.py read_clip; a member read whole, as libsndfile takes a
+    WAV's length from its header only while the bytes hold it: never a decode); UNKNOWN
+    if unreadable."""
     try:
-        info = sf.info(io.BytesIO(data) if data is not None else path)
+        with clips.read_clip(entry) as clip:
+            info = read_header(clip)
     except Exception:  # noqa: BLE001 - any reader failure means "not known from the header"
         return UNKNOWN
     if info.frames <= 0 or info.samplerate <= 0:
         return UNKNOWN
-    frames = info.frames
+    frames, segment = info.frames, entry.segment
     if segment is not None:
         start = round(segment[0] * info.samplerate)
         frames = max(0, frames - start)
@@ -76,17 +74,6 @@ def text_tokens(encoder: TextEncoder, text: str, language: str = "en") -> int:
     return len(tokens)
 
 
-def _member(reader: MemberReader, entry: Entry) -> bytes | None:
-    """A tar shard member's bytes (None for a file of its own, or an unreadable member:
-    its frames are then UNKNOWN, as for an unreadable file)."""
-    if entry.member is None:
-        return None
-    try:
-        return reader.read(entry.audio_path, *entry.member)
-    except OSError:
-        return b""
-
-
 def measure_lengths(cfg: Config, index: CorpusIndex | None = None) -> Lengths:
     """Measure the items the index's length table lacks, keep them in it, return the
     whole table."""
@@ -99,12 +86,11 @@ def measure_lengths(cfg: Config, index: CorpusIndex | None = None) -> Lengths:
     log.info("length table: measuring %d items (%d reused) -> %s",
              len(todo), index.n_items - len(todo), index.location)  # fmt: skip
     encoder = TextEncoder(cfg)
-    reader = MemberReader(cfg)
+    clips = ClipReader(cfg)
     t0 = last = time.monotonic()
     for done, i in enumerate(todo, 1):
         entry = index.entry(int(i))
-        data = _member(reader, entry)
-        frames[i] = header_frames(entry.audio_path, cfg, entry.segment, data)
+        frames[i] = header_frames(clips, entry, cfg)
         text[i] = text_tokens(encoder, entry.text, entry.language)
         if time.monotonic() - last > PROGRESS_S:
             last = time.monotonic()

@@ -23,15 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.audio.decode import load_audio
+from ringfeed.producer.audio.decode import load_clip
 from ringfeed.producer.features.mel import fit_length, log_mel_energy
 from ringfeed.producer.features.prosody import PROSODY_VERSION, pitch
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.threads import pin_math_threads
 from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.clips import ClipReader
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.members import MemberReader
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.prosody_table import (
     moments,
@@ -49,13 +49,9 @@ PROGRESS_S = 2.0
 N_SUMS = 7  # shared/run/prosody_table.py moments: the order of a clip's sums
 
 
-def clip_sums(entry: Entry, cfg: Config, reader: MemberReader) -> np.ndarray:
-    """float64 [N_SUMS] of one clip; SkipSample when it does not decode."""
-    try:
-        data = reader.read(entry.audio_path, *entry.member) if entry.member else None
-    except OSError as exc:
-        raise SkipSample(f"unreadable member ({exc})", entry.audio_path) from None
-    wave = load_audio(entry.audio_path, cfg, entry.segment, data)
+def clip_sums(entry: Entry, cfg: Config, clips: ClipReader) -> np.ndarray:
+    """float64 [N_SUMS] of one clip; SkipSample when it does not read or decode."""
+    wave, _ = load_clip(clips, entry, cfg)
     wave, _ = fit_length(wave, cfg, entry.audio_path)
     _, energy = log_mel_energy(wave, cfg)
     f0, _ = pitch(wave, len(energy), cfg)
@@ -66,17 +62,17 @@ def clip_sums(entry: Entry, cfg: Config, reader: MemberReader) -> np.ndarray:
 
 
 class _Worker:
-    """A pass worker's state (one per process): the index, a member reader."""
+    """A pass worker's state (one per process): the index, a clip reader."""
 
     cfg: Config
     index: CorpusIndex
-    reader: MemberReader
+    clips: ClipReader
 
 
 def _start(cfg: Config) -> None:
     pin_math_threads(cfg.producers.math_threads)
     _Worker.cfg, _Worker.index = cfg, open_corpus(cfg)
-    _Worker.reader = MemberReader(cfg)
+    _Worker.clips = ClipReader(cfg)
 
 
 def _chunk(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +80,7 @@ def _chunk(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out = np.zeros((len(items), N_SUMS), np.float64)
     for k, item in enumerate(items):
         try:
-            out[k] = clip_sums(_Worker.index.entry(int(item)), _Worker.cfg, _Worker.reader)
+            out[k] = clip_sums(_Worker.index.entry(int(item)), _Worker.cfg, _Worker.clips)
         except SkipSample:
             continue  # counted in the table's "skipped": a clip that trains nobody's pitch
     return items, out

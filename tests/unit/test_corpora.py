@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.audio.decode import load_audio
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.text import phonemes
 from ringfeed.scripts import cli
@@ -19,7 +18,7 @@ from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE, read_tables, settle_tables
-from tests.support.audio import copy_clip, write_audio
+from tests.support.audio import copy_clip, load_file, write_audio
 from tests.support.configs import jsonl_cfg
 from tests.support.corpora import make_libritts, write_manifest
 from tests.support.paths import REPO, WAVS
@@ -64,8 +63,8 @@ def test_jsonl_manifest_entries_segments_and_bad_lines(tmp_path: Path) -> None:
 
 def test_a_segment_is_decoded_alone_and_cached_apart(tmp_path: Path) -> None:
     cfg = replace(Config(), features={"cache_dir": str(tmp_path / "cache"), "max_frames": 1000})
-    whole = load_audio(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}))
-    part = load_audio(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}),
+    whole = load_file(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}))
+    part = load_file(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}),
                       (2.0, 1.5))  # fmt: skip
     start = 2 * cfg.audio.sample_rate
     assert np.array_equal(part, whole[start : start + len(part)]) and len(part) == 33075

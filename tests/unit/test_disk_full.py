@@ -61,10 +61,10 @@ def test_a_full_disk_turns_the_feature_cache_off_at_once_and_samples_go_on(
     with caplog.at_level(logging.WARNING):
         samples = [pipe(entry) for entry in entries]
     assert all(s.mel.shape[0] > 0 for s in samples)  # every sample made, none skipped
-    assert not pipe.cache.writing and pipe.cache.stats.write_failures == 1
+    assert not pipe.features.cache.writing and pipe.features.cache.stats.write_failures == 1
     warnings = [r.getMessage() for r in caplog.records if FULL_LINE in r.getMessage()]
     assert len(warnings) == 1 and "features.cache_dir elsewhere" in warnings[0], caplog.text
-    assert str(pipe.cache.directory) in warnings[0]
+    assert str(pipe.features.cache.directory) in warnings[0]
 
 
 def test_a_full_shard_cache_reads_each_clip_from_the_store(

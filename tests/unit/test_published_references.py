@@ -47,7 +47,7 @@ def test_each_clips_reference_is_a_cut_of_its_speakers_first_usable_candidate(
     for epoch in range(2):
         for k in sorted(mels):
             ref = pipe(index.entry(k), k, epoch).fields["ref_mel"]
-            order = reference_candidates(pipe.clips, k, epoch, cfg)[0]
+            order = reference_candidates(pipe.references.speakers, k, epoch, cfg)[0]
             first = next((j for j in order if j in mels), None)
             if first is None:  # its speaker's only clip: its own (features.single_clip)
                 continue
