@@ -2,8 +2,8 @@
 
 A source maps an item index (0..n_items-1, the order of the dataset file) to a
 :class:`producer.sample.Sample` or raises :class:`producer.sample.SkipSample`.
-The stager reads the same item list through shared.corpus.open.open_corpus,
-without any audio code.
+The stager reads the same item list through shared.corpus.open.open_prepared,
+without any audio code: the index preparation built (producer/prepare/prepare.py).
 
 Tests and benchmarks may wrap the source with a hook (RINGFEED_SOURCE_HOOK,
 shared/config/config.py source_hook), e.g. to inject faults (tests/support/fault_sources.py);
@@ -27,7 +27,7 @@ from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import SOURCE_HOOK_ENV, source_hook
 from ringfeed.shared.corpus.formats import synthetic
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.corpus.open import open_prepared
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.id_tables import padding_ids
 
@@ -214,7 +214,7 @@ class DatasetSource:
         from ringfeed.producer.pipeline import SamplePipeline
 
         self.cfg = cfg
-        self.index = index if index is not None else open_corpus(cfg)
+        self.index = index if index is not None else open_prepared(cfg)
         self.n_items = self.index.n_items
         self._pipeline = SamplePipeline(cfg, index=self.index)
 

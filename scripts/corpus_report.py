@@ -22,12 +22,12 @@ import soundfile as sf
 from ringfeed.consumer.stager.plan.balance import balance_lines
 from ringfeed.producer.audio.containers import shortfall
 from ringfeed.producer.audio.decode import SEGMENT_SLACK_S, read_header
+from ringfeed.producer.prepare.prepare import Prepared
 from ringfeed.scripts.outlier_report import rate_lines
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.clips import Clip, ClipError, ClipMissing, ClipReader, in_a_store
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.fingerprint import corpus_digest
 from ringfeed.shared.run.id_tables import corpus_tables
 
@@ -144,8 +144,8 @@ class CorpusReport:
     missing: int = 0  # clips whose audio file is not on this host
 
 
-def corpus_report(cfg: Config) -> list[str]:
-    return corpus_check(cfg).lines
+def corpus_report(cfg: Config, prepared: Prepared) -> list[str]:
+    return corpus_check(cfg, prepared).lines
 
 
 @dataclass
@@ -186,11 +186,12 @@ def read_headers(cfg: Config, index: CorpusIndex) -> HeaderTally:
     return tally
 
 
-def corpus_check(cfg: Config) -> CorpusReport:
-    """validate's corpus section: the id tables as the stager would build them on a fresh
-    run, clips and hours per language, the clips each skip rule will cost, and each
-    language's speaking-rate band with the clips outside it."""
-    index = open_corpus(cfg)
+def corpus_check(cfg: Config, prepared: Prepared) -> CorpusReport:
+    """validate's corpus section, from what preparation wrote (producer/prepare/prepare.py):
+    the id tables as the stager would settle them on a fresh run, clips and hours per
+    language, the clips each skip rule will cost, and each language's speaking-rate band
+    with the clips outside it."""
+    index = prepared.index
     tables = corpus_tables(cfg, index)
     tally = read_headers(cfg, index)
     lines = [f"  corpus        {index.n_items} clips, {len(index.bad_lines)} bad entries"]
@@ -206,7 +207,7 @@ def corpus_check(cfg: Config) -> CorpusReport:
         hours = tally.seconds[language] / 3600
         lines.append(f"    {language:10s} {tally.clips[language]:8d} clips {hours:9.3f} h")
     skips = tally.skips
-    rate, outside = rate_lines(cfg, index, tally.clean)
+    rate, outside = rate_lines(cfg, index, tally.clean, prepared.lengths)
     usable = skips.pop("", 0) + skips.get("remote", 0) - outside  # unchecked: counted usable
     lines.append(f"  usable        {usable} of {index.n_items} clips by their audio headers "
                  "and speaking rates")  # fmt: skip

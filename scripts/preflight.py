@@ -1,4 +1,5 @@
-"""What `ringfeed validate` and `ringfeed run` check before any process starts.
+"""What `ringfeed validate` and `ringfeed run` check before any process starts, once the
+corpus is prepared (producer/prepare/prepare.py: they prepare it first).
 
 Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
 free /dev/shm, the dataset's path, format and lines, a sample of the audio
@@ -70,10 +71,10 @@ def _model(cfg: Config) -> list[Finding]:
 
 def _dataset(cfg: Config) -> list[Finding]:
     from ringfeed.shared.corpus.entry import CorpusError
-    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.corpus.open import open_prepared
 
     try:
-        index = open_corpus(cfg)
+        index = open_prepared(cfg)
     except (CorpusError, ConfigError) as exc:  # ConfigError: what the format cannot serve
         return [Finding(True, str(exc))]
     out = _balance(cfg, index) + _prosody(cfg, index)
@@ -158,13 +159,13 @@ def _fields(cfg: Config) -> list[Finding]:
         return []
     from ringfeed.producer.features.extra_fields import load_user_function
     from ringfeed.producer.pipeline import fields_problem
-    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.corpus.open import open_prepared
     from ringfeed.shared.corpus.registry import format_of
 
     try:
         if cfg.features.user_function:
             load_user_function(cfg.features.user_function)
-        index = open_corpus(cfg) if format_of(cfg).has_audio else None
+        index = open_prepared(cfg) if format_of(cfg).has_audio else None
     except ConfigError as exc:
         return [Finding(True, str(exc))]
     problem = fields_problem(cfg, index) if index is not None else ""

@@ -1,23 +1,22 @@
-"""The one pass over the corpus for the per-speaker prosody statistics: `ringfeed stats
-CONFIG` (the table: shared/run/prosody_table.py).
+"""The prosody pass of preparation: the per-speaker prosody statistics (the table:
+shared/run/prosody_table.py), when features.pitch_norm asks (`ringfeed prepare`), or
+alone (`ringfeed stats CONFIG`).
 
-Each clip is decoded as a producer decodes it (its segment, its tar or Parquet member,
-cut to the slot: producer/features/mel.py fit_length), its pitch and energy computed as
-the sample fields are (producer/features/prosody.py pitch, producer/features/mel.py
-log_mel_energy), and its moments summed in float64: log-f0 over voiced frames, energy
-over every frame. A clip that does not decode counts in no speaker's moments (the
-table says how many). Chunks of CHUNK items go to `workers` spawned processes, each
-with its math libraries on producers.math_threads; what is done is saved beside the
-table every SAVE_S (``prosody-<key>.partial.npz``), so an interrupted pass resumes
-where it stopped. Progress is logged every PROGRESS_S.
+Each clip is read and decoded as a producer decodes it (read_clip: its file, segment,
+tar or Parquet member; cut to the slot: producer/features/mel.py fit_length), its pitch
+and energy computed as the sample fields are (producer/features/prosody.py pitch,
+producer/features/mel.py log_mel_energy), and its moments summed in float64: log-f0
+over voiced frames, energy over every frame. A clip that does not decode counts in no
+speaker's moments (the table says how many). Chunks of CHUNK items go to a process per
+core (producer/prepare/passes.py: progress lines, resumable), and what is done is saved
+beside the table (``prosody-<key>.partial.npz``), so an interrupted pass resumes where
+it stopped.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,26 +25,25 @@ import numpy as np
 from ringfeed.producer.audio.decode import load_clip
 from ringfeed.producer.features.mel import fit_length, log_mel_energy
 from ringfeed.producer.features.prosody import PROSODY_VERSION, pitch
+from ringfeed.producer.prepare.passes import Pass, run_pass
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.threads import pin_math_threads
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.clips import ClipReader
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.corpus.open import open_prepared
+from ringfeed.shared.memory.disk import disk_error, is_full
 from ringfeed.shared.run.prosody_table import (
+    keep_table,
     moments,
     read_table,
     table_key,
     table_path,
-    write_table,
 )
 
 log = logging.getLogger(__name__)
 
 CHUNK = 32
-SAVE_S = 10.0
-PROGRESS_S = 2.0
 N_SUMS = 7  # shared/run/prosody_table.py moments: the order of a clip's sums
 
 
@@ -61,8 +59,8 @@ def clip_sums(entry: Entry, cfg: Config, clips: ClipReader) -> np.ndarray:
                      np.square(e).sum(), len(e), 1.0])  # fmt: skip
 
 
-class _Worker:
-    """A pass worker's state (one per process): the index, a clip reader."""
+class _Part:
+    """A pass process's state (one per process): its config, index and clip reader."""
 
     cfg: Config
     index: CorpusIndex
@@ -70,9 +68,7 @@ class _Worker:
 
 
 def _start(cfg: Config) -> None:
-    pin_math_threads(cfg.producers.math_threads)
-    _Worker.cfg, _Worker.index = cfg, open_corpus(cfg)
-    _Worker.clips = ClipReader(cfg)
+    _Part.cfg, _Part.index, _Part.clips = cfg, open_prepared(cfg), ClipReader(cfg)
 
 
 def _chunk(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -80,73 +76,73 @@ def _chunk(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out = np.zeros((len(items), N_SUMS), np.float64)
     for k, item in enumerate(items):
         try:
-            out[k] = clip_sums(_Worker.index.entry(int(item)), _Worker.cfg, _Worker.clips)
+            out[k] = clip_sums(_Part.index.entry(int(item)), _Part.cfg, _Part.clips)
         except SkipSample:
             continue  # counted in the table's "skipped": a clip that trains nobody's pitch
     return items, out
 
 
-def _load_partial(path: Path, n_items: int) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        with np.load(path) as saved:
-            sums, done = saved["sums"], saved["done"]
-        if sums.shape == (n_items, N_SUMS) and done.shape == (n_items,):
-            log.info("prosody statistics: resuming, %d of %d clips done", done.sum(), n_items)
-            return sums.copy(), done.copy()
-    except (OSError, ValueError, KeyError):
-        pass
-    return np.zeros((n_items, N_SUMS), np.float64), np.zeros(n_items, bool)
+class _Sums:
+    """The pass's merged state: every clip's sums, the clips done, the partial file."""
+
+    def __init__(self, path: Path, n_items: int) -> None:
+        self.path, self.saving = path, True
+        self.sums, self.done = np.zeros((n_items, N_SUMS), np.float64), np.zeros(n_items, bool)
+        try:
+            with np.load(path) as saved:
+                if saved["sums"].shape == self.sums.shape and saved["done"].shape == (n_items,):
+                    self.sums[:], self.done[:] = saved["sums"], saved["done"]
+                    log.info("prosody statistics: resuming, %d of %d clips done",
+                             self.done.sum(), n_items)  # fmt: skip
+        except (OSError, ValueError, KeyError):
+            pass
+
+    def merge(self, result: tuple[np.ndarray, np.ndarray]) -> None:
+        items, sums = result
+        self.sums[items], self.done[items] = sums, True
+
+    def save(self) -> None:
+        if not self.saving:
+            return
+        tmp = self.path.with_name(f".{self.path.name}")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, sums=self.sums, done=self.done)
+            tmp.replace(self.path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if not is_full(exc):
+                raise
+            self.saving = False
+            log.warning("%s: the pass goes on, but cannot resume if it stops",
+                        disk_error(exc, self.path.parent))  # fmt: skip
 
 
-def _save_partial(path: Path, sums: np.ndarray, done: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}")
-    with open(tmp, "wb") as f:
-        np.savez(f, sums=sums, done=done)
-    tmp.replace(path)
+def current_table(cfg: Config, index: CorpusIndex) -> dict[str, Any] | None:
+    """The corpus's table when it is current (its key, this pitch estimator), or None."""
+    table = read_table(table_path(cfg, index.digest))
+    return table if table is not None and table.get("prosody_version") == PROSODY_VERSION else None
 
 
-def _results(cfg: Config, chunks: list[np.ndarray], workers: int) -> Iterator[tuple]:
-    if workers <= 1:  # in this process (tests, one core): no spawn
-        _start(cfg)
-        yield from map(_chunk, chunks)
-        return
-    with mp.get_context("spawn").Pool(workers, _start, (cfg,)) as pool:
-        yield from pool.imap_unordered(_chunk, chunks)
-
-
-def compute_table(cfg: Config, workers: int = 0) -> tuple[Path, dict[str, Any]]:
+def compute_table(cfg: Config, index: CorpusIndex, workers: int = 0) -> tuple[Path, dict[str, Any]]:
     """The prosody table of cfg's corpus: read when current, else computed (resuming a
-    pass that stopped) and written. workers: processes (0: producers.workers)."""
-    index = open_corpus(cfg)
+    pass that stopped) and kept (in memory on a full disk). workers: processes (0: one
+    per core)."""
     path = table_path(cfg, index.digest)
-    table = read_table(path)
-    if table is not None and table.get("prosody_version") == PROSODY_VERSION:
+    table = current_table(cfg, index)
+    if table is not None:
         return path, table
-    partial = path.with_name(path.name.replace(".json", ".partial.npz"))
-    sums, done = _load_partial(partial, index.n_items)
-    todo = np.flatnonzero(~done)
-    chunks = [todo[k : k + CHUNK] for k in range(0, len(todo), CHUNK)]
-    t0 = last_log = last_save = time.monotonic()
-    try:
-        for items, got in _results(cfg, chunks, workers or cfg.producers.workers):
-            sums[items], done[items] = got, True
-            now = time.monotonic()
-            if now - last_log > PROGRESS_S:
-                last_log = now
-                rate = (done.sum() - index.n_items + len(todo)) / (now - t0)
-                log.info("prosody statistics: %d/%d clips, %.0f clips/s", done.sum(),
-                         index.n_items, rate)  # fmt: skip
-            if now - last_save > SAVE_S:
-                last_save = now
-                _save_partial(partial, sums, done)
-    finally:
-        if not done.all():
-            _save_partial(partial, sums, done)
-    table = tabulate(cfg, index, sums)
-    write_table(path, table)
-    partial.unlink(missing_ok=True)
-    log.info("prosody statistics: %d clips in %.1f s -> %s", len(todo), time.monotonic() - t0, path)
-    return path, table
+    state = _Sums(path.with_name(path.name.replace(".json", ".partial.npz")), index.n_items)
+    todo = np.flatnonzero(~state.done)
+    t0 = time.monotonic()
+    run_pass(Pass("prosody statistics", _start, _chunk, state.merge, state.save, CHUNK, 64),
+             cfg, todo, workers)  # fmt: skip
+    table = tabulate(cfg, index, state.sums)
+    where = keep_table(path, table)
+    state.path.unlink(missing_ok=True)
+    log.info("prosody statistics: %d clips in %.1f s -> %s", len(todo), time.monotonic() - t0,
+             where)  # fmt: skip
+    return where, table
 
 
 def tabulate(cfg: Config, index: CorpusIndex, sums: np.ndarray) -> dict[str, Any]:

@@ -277,6 +277,12 @@ class TextEncoder:
         """Token ids -> the text they stand for (pad, unknown and end of text dropped)."""
         return "".join(self._alphabet[i - FIRST_CHAR_ID] for i in ids if i >= FIRST_CHAR_ID)
 
+    def flush(self) -> None:
+        """The texts this process cleaned, written to the persistent text cache now (a
+        pass of preparation, whose processes end without closing)."""
+        if self.store is not None:
+            self.store.flush()
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()

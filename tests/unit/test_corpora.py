@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prepare.prepare import prepare
 from ringfeed.producer.text import phonemes
 from ringfeed.scripts import cli
 from ringfeed.scripts.corpus_report import corpus_report
@@ -158,7 +159,7 @@ def test_id_tables_stable_kept_on_resume_and_new_names_refused_or_appended(
 
 def test_validate_report_names_speakers_languages_and_hours(tmp_path: Path) -> None:
     cfg = corpus(tmp_path, [("zoe", "fa"), ("ann", "de"), ("zoe", "fa")])
-    text = "\n".join(corpus_report(cfg))
+    text = "\n".join(corpus_report(cfg, prepare(cfg)))
     assert "3 clips" in text and "speakers      2 (id order): ann (1), zoe (2)" in text
     hours_fa = (9.66 + 9.67) / 3600  # LJ001-0001 and -0003
     assert "languages     2 (id order): de, fa" in text
@@ -178,7 +179,7 @@ def test_validate_on_the_demo_corpus(
     assert "    fa               10 clips     0.006 h" in out and "vocabulary    89 ids" in out
     assert "all characters of 40 sampled texts are in text.alphabet" in out
     english_only = replace(load_config("configs/multilingual.yaml"), text={"alphabet": "ab c"})
-    warning = corpus_report(english_only)[-1]
+    warning = corpus_report(english_only, prepare(english_only))[-1]
     assert "40 of 40 sampled texts have characters outside" in warning and "ж" in warning
     monkeypatch.setattr(phonemes, "espeak_problem", lambda: "run `apt-get install espeak-ng`")
     raw = (REPO / "configs" / "multilingual.yaml").read_text()

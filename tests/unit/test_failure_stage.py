@@ -25,6 +25,7 @@ from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.producer.watchdog import SampleTimeout
 from ringfeed.producer.worker import Worker
 from ringfeed.shared.config import Config, replace
+from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.ring import Ring, segment_name
 from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.wire import protocol as p
@@ -70,11 +71,14 @@ def next_message(sock: zmq.Socket, kind: type) -> tuple[bytes, p.Message]:
 
 
 def make_cfg(tmp_path: Path) -> Config:
-    return replace(
+    """The shipped clips, their index prepared (a producer only maps it)."""
+    cfg = replace(
         Config(),
         data={"path": str(MINI)},
         features={"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
     )
+    open_corpus(cfg, in_subprocess=False)
+    return cfg
 
 
 @pytest.fixture

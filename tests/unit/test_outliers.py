@@ -7,7 +7,6 @@ tests/process/test_outliers.py)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -151,7 +150,7 @@ def test_a_corpus_on_object_storage_gets_no_band_until_its_lengths_are_measured(
 
     cfg = replace(Config(), data={"path": "s3://bucket/shards", "format": "shards"})
     index = SimpleNamespace(has_audio=True, n_items=3, stored_lengths=lambda key: None)
-    assert out_of_band_clips(cfg, index, Path("unused.yaml"), None) == []  # nothing fetched
+    assert out_of_band_clips(cfg, index) == []  # nothing fetched
 
 
 @settings(max_examples=200, deadline=None)

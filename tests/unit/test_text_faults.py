@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.producer.prepare import vocabulary
 from ringfeed.producer.prepare.lengths import text_tokens
+from ringfeed.producer.prepare.prepare import corpus_vocabulary
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text import normalize, number_words
 from ringfeed.producer.text.encoder import TextEncoder, clean_text
@@ -85,7 +85,7 @@ def test_vocabulary_counts_a_text_that_fails_and_goes_on(tmp_path: Path, monkeyp
         return text
 
     monkeypatch.setattr(TextEncoder, "_clean", broken)
-    vocab = vocabulary.build_vocabulary(cfg)
+    vocab = corpus_vocabulary(cfg)
     assert vocab.alphabet == "efin" and vocab.texts == 2
     assert vocab.failed == (("i2", "RecursionError: deep"),)
 

@@ -14,6 +14,7 @@ import pytest
 
 from ringfeed.producer.audio.containers import shortfall
 from ringfeed.producer.audio.decode import load_audio
+from ringfeed.producer.prepare.prepare import prepare
 from ringfeed.producer.sample import SkipSample
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import Config, replace
@@ -58,7 +59,7 @@ def test_validate_counts_truncated_files_as_unusable(tmp_path: Path) -> None:
         (data / "wavs" / f"{name}.wav").write_bytes(raw[: len(raw) // 2])
     cfg = replace(Config(), data={"path": str(data)}, features={"on_too_long": "truncate",
                   "cache_dir": str(tmp_path / "cache")})  # fmt: skip
-    report = corpus_check(cfg)
+    report = corpus_check(cfg, prepare(cfg))
     assert report.usable == 14, report.lines
     assert any("skip        2 shorter than its header says" in line for line in report.lines)
 
@@ -117,6 +118,6 @@ def test_validate_counts_a_segment_past_its_files_end_as_the_producers_do(tmp_pa
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
     cfg = replace(Config(), data={"path": str(manifest), "format": "jsonl"},
                   features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
-    report = corpus_check(cfg)
+    report = corpus_check(cfg, prepare(cfg))
     assert report.usable == 2, report.lines
     assert any("segment runs past its file's end" in line for line in report.lines)
