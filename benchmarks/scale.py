@@ -258,14 +258,14 @@ def report_builds(config: Path, n_items: int, against: Path | None) -> None:
               f"CPU {cpu:.1f} s; ratio {old / header['build_s']:.2f}x", flush=True)  # fmt: skip
 
 
-def timed(argv: list[str], repo: Path) -> float:
-    """Wall seconds of `python -m ringfeed.scripts.cli ARGV` run with repo's code, in a
-    fresh process."""
+def timed(argv: list[str], repo: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds with its processes') of `python -m ringfeed.scripts.cli
+    ARGV` run with repo's code, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(repo)}  # that checkout's code, whatever is installed
-    t0 = time.perf_counter()
+    t0, cpu = time.perf_counter(), children_cpu_s()
     subprocess.run([sys.executable, "-m", "ringfeed.scripts.cli", *argv], cwd=repo, env=env,
                    check=True, capture_output=True)  # fmt: skip
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, children_cpu_s() - cpu
 
 
 def compare_prepare(config: Path, n_items: int, against: Path, rounds: int) -> None:
@@ -273,24 +273,28 @@ def compare_prepare(config: Path, n_items: int, against: Path, rounds: int) -> N
     reads_lengths = yaml.safe_load(config.read_text())["data"]["outliers"] != "keep"
     cache = Path(yaml.safe_load(config.read_text())["features"]["cache_dir"])
     walls: dict[str, list[float]] = {"before": [], "prepare": []}
+    cpus: dict[str, list[float]] = {"before": [], "prepare": []}
     for r in range(rounds):
         for name in ("before", "prepare"):
             shutil.rmtree(cache, ignore_errors=True)  # cold: nothing prepared
             load = os.getloadavg()[0]
             if name == "before":
-                wall = timed(["index", str(config)], against)
+                wall, cpu = timed(["index", str(config)], against)
                 if reads_lengths:
-                    wall += timed(["lengths", str(config)], against)
+                    more = timed(["lengths", str(config)], against)
+                    wall, cpu = wall + more[0], cpu + more[1]
             else:
-                wall = timed(["prepare", str(config)], REPO)
+                wall, cpu = timed(["prepare", str(config)], REPO)
             walls[name].append(wall)
-            print(f"round {r + 1} {name}: {wall:.1f} s, {n_items / wall:,.0f} lines/s "
-                  f"(load average {load:.1f} before)", flush=True)  # fmt: skip
+            cpus[name].append(cpu)
+            print(f"round {r + 1} {name}: {wall:.1f} s, {n_items / wall:,.0f} lines/s, CPU "
+                  f"{cpu / n_items * 1e6:.2f} us a line (load average {load:.1f} before)",
+                  flush=True)  # fmt: skip
     what = "index and length table" if reads_lengths else "index"
     for name, got in walls.items():
-        median = statistics.median(got)
-        print(f"{name} ({what}): median {median:.1f} s, {n_items / median:,.0f} lines/s "
-              f"of {rounds}")  # fmt: skip
+        median, cpu = statistics.median(got), statistics.median(cpus[name])
+        print(f"{name} ({what}): median {median:.1f} s, {n_items / median:,.0f} lines/s, CPU "
+              f"{cpu / n_items * 1e6:.2f} us a line, of {rounds}")  # fmt: skip
     shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -49,7 +49,7 @@ class Pass:
     merge: Callable[[Any], None]
     save: Callable[[], None]
     chunk: int = 256
-    min_parallel: int = 4096
+    min_parallel: int = 20_000
 
 
 def host_cores() -> int:
