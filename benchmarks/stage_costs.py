@@ -47,6 +47,7 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
     from ringfeed.producer.text.encoder import TextEncoder
     from ringfeed.producer.threads import pin_math_threads
     from ringfeed.shared.config import replace
+    from ringfeed.shared.corpus.open import open_corpus
 
     pin_math_threads(1)
     # No persistent text cache: the tokens' cost is a cold run's, in every pass.
@@ -59,7 +60,7 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
     whole = []
     for k in range(PASSES):
         empty = replace(cfg, features={"cache_dir": f"{cfg.features.cache_dir}-{k}"})
-        fresh = DatasetSource(empty)
+        fresh = DatasetSource(empty, open_corpus(empty))  # its index prepared, cold cache
         fresh.warm_up()
         t0 = _cpu_s()
         for item in range(fresh.n_items):
