@@ -225,8 +225,9 @@ def spawn_tfdata(cfg_path: Path, shapes: list[list[int]]) -> dict[str, Any]:
 def time_lengths(n_items: int, tmp: Path) -> None:
     """Build the length table of an LJSpeech-size dataset: n_items entries over the
     shipped clips (hard links, so every entry is its own file), cold then current."""
-    from ringfeed.producer.lengths import measure_lengths
+    from ringfeed.producer.prepare.lengths import measure_lengths
     from ringfeed.shared.config import config_from_dict
+    from ringfeed.shared.corpus.open import open_corpus
 
     shipped = REPO / "data" / "ljspeech-mini"
     lines = (shipped / "metadata.csv").read_text().splitlines()
@@ -242,7 +243,7 @@ def time_lengths(n_items: int, tmp: Path) -> None:
                             "features": {"cache_dir": str(tmp / "lengths-cache")}})  # fmt: skip
     for what in ("cold", "current"):
         t0 = time.perf_counter()
-        measure_lengths(cfg)
+        measure_lengths(cfg, open_corpus(cfg))
         print(f"length table of {n_items} items, {what}: {time.perf_counter() - t0:.2f} s")
 
 

@@ -41,8 +41,10 @@ CALLS = 5  # timed calls per process (the best one counts: scheduler noise only 
 
 def _corpora():
     """[(name, cfg, waves)] of the parity corpora, whole clips, as producers load them."""
-    from ringfeed.producer.audio import load_audio
+    from ringfeed.producer.audio.decode import load_clip
     from ringfeed.shared.config import Config, load_config, replace
+    from ringfeed.shared.corpus.clips import ClipReader
+    from ringfeed.shared.corpus.entry import Entry
 
     lj = replace(Config(), features={"max_frames": 1200})
     ml = replace(load_config(REPO / "configs" / "multilingual.yaml"), features={"max_frames": 400})
@@ -52,7 +54,8 @@ def _corpora():
         ("multilingual-demo", ml, "multilingual-demo/clips/*.flac"),
     ]:
         paths = sorted((REPO / "data").glob(pattern))
-        out.append((name, cfg, [load_audio(str(p), cfg) for p in paths]))
+        clips = ClipReader(cfg)
+        out.append((name, cfg, [load_clip(clips, Entry("", str(p), ""), cfg)[0] for p in paths]))
     return out
 
 
@@ -107,7 +110,7 @@ def parity(stager: bool) -> dict:
             "near_floor": sum(int((r < np.log(LOG_FLOOR) + 1.5).sum()) for r in refs),
         }
         if not stager:
-            from ringfeed.producer.features import log_mel
+            from ringfeed.producer.features.mel import log_mel
             from ringfeed.producer.fft import fastest
 
             row["producer"] = max(
@@ -126,13 +129,17 @@ def parity(stager: bool) -> dict:
 
 
 def _demo_batch():
-    from ringfeed.producer.audio import load_audio
-    from ringfeed.producer.features import fit_length
+    from ringfeed.producer.audio.decode import load_clip
+    from ringfeed.producer.features.mel import fit_length
     from ringfeed.shared.config import load_config
+    from ringfeed.shared.corpus.clips import ClipReader
+    from ringfeed.shared.corpus.entry import Entry
 
     cfg = load_config(REPO / "configs" / "demo.yaml")
     paths = sorted((REPO / "data" / "ljspeech-mini" / "wavs").glob("*.wav"))
-    waves = [fit_length(load_audio(str(p), cfg), cfg)[0] for p in paths[: cfg.stager.batch_size]]
+    clips = ClipReader(cfg)
+    waves = [fit_length(load_clip(clips, Entry("", str(p), ""), cfg)[0], cfg)[0]
+             for p in paths[: cfg.stager.batch_size]]  # fmt: skip
     return cfg, waves
 
 
@@ -150,7 +157,7 @@ def cost(what: str) -> float:
     """ms of one demo batch's log-mels by `what` ("stager" or "producer"), one thread."""
     cfg, waves = _demo_batch()
     if what == "producer":
-        from ringfeed.producer.features import log_mel
+        from ringfeed.producer.features.mel import log_mel
 
         return _best_ms(lambda: [log_mel(w, cfg) for w in waves])
     from ringfeed.consumer.stager.gpu_mel import TfLogMel

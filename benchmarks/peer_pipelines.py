@@ -46,7 +46,7 @@ def _batched(ds, cfg, tf):
 
 def tf_ops_dataset(cfg, paths: list[str], texts: list[str]):
     """decode_wav -> peak normalize -> tf.signal.stft -> mel matrix -> log, padded batches."""
-    from ringfeed.producer.features import mel_filterbank
+    from ringfeed.producer.features.mel import mel_filterbank
     from ringfeed.shared.sample.content import LOG_FLOOR
 
     tf, options = tf_setup()
@@ -73,7 +73,7 @@ def tf_librosa_dataset(cfg, paths: list[str], texts: list[str]):
     """tf.numpy_function around soundfile + librosa (the old pipeline), padded batches."""
     from producer_cache import raw_mel
 
-    from ringfeed.producer.text import TextEncoder
+    from ringfeed.producer.text.encoder import TextEncoder
 
     tf, options = tf_setup()
     f, encoder = cfg.features, TextEncoder(cfg)
@@ -102,14 +102,15 @@ def export_cached(cfg, paths: list[str], texts: list[str], out: Path) -> list[np
     skipped (outside the speaking-rate band) is not in the cache, nor delivered by
     ringfeed-cached, so it is left out here too. Not timed: it stands for computing
     the mels once."""
-    from ringfeed.producer.cache import FeatureCache
-    from ringfeed.producer.text import TextEncoder
+    from ringfeed.producer.features.cache import FeatureCache
+    from ringfeed.producer.text.encoder import TextEncoder
+    from ringfeed.shared.corpus.entry import Entry
 
     cache, encoder = FeatureCache(cfg), TextEncoder(cfg)
     out.mkdir(parents=True, exist_ok=True)
     mels = []
     for path, text in zip(paths, texts, strict=True):
-        hit = cache.get(cache.key(path))
+        hit = cache.get(cache.key(Entry("", path, "")))
         if hit is None:
             continue
         stem = out / str(len(mels))
@@ -141,10 +142,12 @@ def tf_cached_dataset(cfg, folder: Path, n: int, epochs: int):
 def tf_parity(cfg, path: str) -> float:
     """Largest |log-mel difference| of tfdata-ops against the producer where the mel is
     above 2e-4 (the two really compute the same thing)."""
-    from ringfeed.producer.audio import load_audio
-    from ringfeed.producer.features import fit_length, log_mel
+    from ringfeed.producer.audio.decode import load_clip
+    from ringfeed.producer.features.mel import fit_length, log_mel
+    from ringfeed.shared.corpus.clips import ClipReader
+    from ringfeed.shared.corpus.entry import Entry
 
-    wave, _ = fit_length(load_audio(path, cfg), cfg)
+    wave, _ = fit_length(load_clip(ClipReader(cfg), Entry("", path, ""), cfg)[0], cfg)
     ours = log_mel(wave, cfg)
     theirs = next(iter(tf_ops_dataset(cfg, [path], ["a"])))["mel"].numpy()[0, : len(ours)]
     above = ours > -8.5

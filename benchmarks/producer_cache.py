@@ -9,7 +9,7 @@ thread (``pin_math_threads(1)``) in this process and every child, as in a
 producer. Measured:
 
 - raw: ``soundfile.read`` + ``librosa.feature.melspectrogram`` (the settings
-  of producer/features.py) + ``np.log``, per clip, cut to the same length the
+  of producer/features/mel.py) + ``np.log``, per clip, cut to the same length the
   pipeline keeps (three clips are truncated to 800 frames), librosa warmed up;
 - cold: one ``SamplePipeline`` per pass on an empty cache in a fresh directory
   (tokenize, decode, normalize, mel, cache write): the producer's first epoch;
@@ -46,13 +46,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-from ringfeed.producer.audio import RESAMPLE_QUALITY, load_audio  # noqa: E402
-from ringfeed.producer.cache import FeatureCache  # noqa: E402
-from ringfeed.producer.features import fit_length, log_mel  # noqa: E402
+from ringfeed.producer.audio.decode import RESAMPLE_QUALITY, load_clip  # noqa: E402
+from ringfeed.producer.features.cache import FeatureCache  # noqa: E402
+from ringfeed.producer.features.mel import fit_length, log_mel  # noqa: E402
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
-from ringfeed.producer.text import TextEncoder  # noqa: E402
+from ringfeed.producer.text.encoder import TextEncoder  # noqa: E402
 from ringfeed.producer.threads import pin_math_threads  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
+from ringfeed.shared.corpus.clips import ClipReader  # noqa: E402
 from ringfeed.shared.corpus.entry import Entry  # noqa: E402
 from ringfeed.shared.corpus.open import read_corpus  # noqa: E402
 from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
@@ -144,17 +145,17 @@ def bench_warm(cfg: Config, entries: list[Entry], passes: int) -> float:
 def cold_stages(entries: list[Entry], tmp: Path) -> dict[str, float]:
     """ms per sample of each cold-path stage, calling what the pipeline calls."""
     cfg = config_from_dict(make_raw(tmp / f"stages-{uuid.uuid4().hex[:8]}"))
-    text, cache = TextEncoder(cfg), FeatureCache(cfg)
+    text, cache, clips = TextEncoder(cfg), FeatureCache(cfg), ClipReader(cfg)
     times = dict.fromkeys(("text", "load_audio", "log_mel", "cache key+put"), 0.0)
     for entry in entries:
         t0 = time.perf_counter()
         text.encode(entry.text, entry.audio_path)
         t1 = time.perf_counter()
-        wave, truncated = fit_length(load_audio(entry.audio_path, cfg), cfg)
+        wave, truncated = fit_length(load_clip(clips, entry, cfg)[0], cfg)
         t2 = time.perf_counter()
         mel = log_mel(wave, cfg)
         t3 = time.perf_counter()
-        cache.put(cache.key(entry.audio_path), mel, truncated)
+        cache.put(cache.key(entry), mel, truncated)
         t4 = time.perf_counter()
         for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
             times[name] += dt

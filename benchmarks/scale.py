@@ -25,6 +25,13 @@ Targets (issue 21): build >= 200,000 entries/s, warm reuse <= 1 s, first batch
 <= 2 s with a warm index, stager and each producer <= 100 MB above an empty run;
 (issue 32) 10,000,000 JSON lines built at >= 250,000 lines/s. --build-only stops
 after the builds.
+
+--prepare-against DIR (issue 43) times `ringfeed prepare` (a fresh process, cold) in
+--rounds rounds alternated with what the checkout DIR (e.g. a git worktree of main)
+ran for the same corpus before preparation existed, `ringfeed index`, and prints each
+round and the medians: with --lengths the config reads the length table (data.outliers:
+skip, the default), so prepare measures it and DIR runs `ringfeed lengths` after its
+index; without, the index is all a run of the config reads (data.outliers: keep).
 """
 
 from __future__ import annotations
@@ -84,9 +91,9 @@ def _line(k: int, fmt: str) -> str:
     return f"{audio}|{text}|s{k % 500}\n"
 
 
-def write_config(tmp: Path, data: Path, fmt: str, name: str) -> Path:
+def write_config(tmp: Path, data: Path, fmt: str, name: str, outliers: str = "skip") -> Path:
     raw = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
-    raw["data"] = {**raw.get("data", {}), "path": str(data), "format": fmt}
+    raw["data"] = {**raw.get("data", {}), "path": str(data), "format": fmt, "outliers": outliers}
     raw["features"] = {**raw.get("features", {}), "cache_dir": str(tmp / f"cache-{name}")}
     raw["stager"] = {**raw.get("stager", {}), "seed": SEED}
     raw["run_root"] = str(tmp / "runs")
@@ -188,6 +195,10 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true", help="stop after the builds")
     parser.add_argument("--against", type=Path, help="also build in one process with the "
                         "code of this checkout (e.g. a git worktree of main)")  # fmt: skip
+    parser.add_argument("--prepare-against", type=Path, help="time `ringfeed prepare` "
+                        "alternated with this checkout's index (and lengths)")  # fmt: skip
+    parser.add_argument("--lengths", action="store_true", help="with --prepare-against: a "
+                        "config whose runs read the length table")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.items, args.rounds = 200_000, 1
@@ -200,6 +211,11 @@ def main() -> None:
               f"made in {time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
         big = write_config(tmp, metadata, args.format, "big")
         empty = write_config(tmp, MINI, "ljspeech", "empty")
+        if args.prepare_against is not None:
+            outliers = "skip" if args.lengths else "keep"
+            compare_prepare(write_config(tmp, metadata, args.format, "prep", outliers),
+                            args.items, args.prepare_against.resolve(), args.rounds)  # fmt: skip
+            return
         report_builds(big, args.items, args.against)
         if args.build_only:
             return
@@ -241,6 +257,46 @@ def report_builds(config: Path, n_items: int, against: Path | None) -> None:
         old, cpu = one_process_build_s(config, against.resolve())
         print(f"one process, {against}'s code: {old:.2f} s, {n_items / old:,.0f} entries/s; "
               f"CPU {cpu:.1f} s; ratio {old / header['build_s']:.2f}x", flush=True)  # fmt: skip
+
+
+def timed(argv: list[str], repo: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds with its processes') of `python -m ringfeed.scripts.cli
+    ARGV` run with repo's code, in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}  # that checkout's code, whatever is installed
+    t0, cpu = time.perf_counter(), children_cpu_s()
+    subprocess.run([sys.executable, "-m", "ringfeed.scripts.cli", *argv], cwd=repo, env=env,
+                   check=True, capture_output=True)  # fmt: skip
+    return time.perf_counter() - t0, children_cpu_s() - cpu
+
+
+def compare_prepare(config: Path, n_items: int, against: Path, rounds: int) -> None:
+    """`ringfeed prepare` against `against`'s index (and lengths), cold, alternated."""
+    reads_lengths = yaml.safe_load(config.read_text())["data"]["outliers"] != "keep"
+    cache = Path(yaml.safe_load(config.read_text())["features"]["cache_dir"])
+    walls: dict[str, list[float]] = {"before": [], "prepare": []}
+    cpus: dict[str, list[float]] = {"before": [], "prepare": []}
+    for r in range(rounds):
+        for name in ("before", "prepare"):
+            shutil.rmtree(cache, ignore_errors=True)  # cold: nothing prepared
+            load = os.getloadavg()[0]
+            if name == "before":
+                wall, cpu = timed(["index", str(config)], against)
+                if reads_lengths:
+                    more = timed(["lengths", str(config)], against)
+                    wall, cpu = wall + more[0], cpu + more[1]
+            else:
+                wall, cpu = timed(["prepare", str(config)], REPO)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+            print(f"round {r + 1} {name}: {wall:.1f} s, {n_items / wall:,.0f} lines/s, CPU "
+                  f"{cpu / n_items * 1e6:.2f} us a line (load average {load:.1f} before)",
+                  flush=True)  # fmt: skip
+    what = "index and length table" if reads_lengths else "index"
+    for name, got in walls.items():
+        median, cpu = statistics.median(got), statistics.median(cpus[name])
+        print(f"{name} ({what}): median {median:.1f} s, {n_items / median:,.0f} lines/s, CPU "
+              f"{cpu / n_items * 1e6:.2f} us a line, of {rounds}")  # fmt: skip
+    shutil.rmtree(cache, ignore_errors=True)
 
 
 def report(runs: dict[str, list[dict]]) -> None:

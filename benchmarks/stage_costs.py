@@ -3,9 +3,9 @@ ringfeed producer and for tfdata-ops, on the same clips.
 
 - ringfeed: each stage of a producer's cold sample called in turn on every clip, in
   one process on one thread, its CPU time summed per stage: reading and judging the
-  audio (producer/audio.py load_judged: decode, the truncation and NaN checks, the
+  audio (producer/audio/decode.py load_judged: decode, the truncation and NaN checks, the
   marks, normalization), the STFT magnitude and the mel with its log
-  (producer/features.py), the tokens (texts cleaned for real), the feature-cache
+  (producer/features/mel.py), the tokens (texts cleaned for real), the feature-cache
   write, and the copy into a slot with the READY's checksum; and the whole
   SamplePipeline on an empty cache.
 - tfdata-ops: tf.data cannot be stopped between ops, so the pipeline of
@@ -42,11 +42,12 @@ def _cpu_s() -> float:
 
 def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]:
     """CPU ms per clip of each stage of a producer's cold sample (module docstring)."""
-    from ringfeed.producer.cache import FeatureCache
+    from ringfeed.producer.features.cache import FeatureCache
     from ringfeed.producer.sources import DatasetSource
-    from ringfeed.producer.text import TextEncoder
+    from ringfeed.producer.text.encoder import TextEncoder
     from ringfeed.producer.threads import pin_math_threads
     from ringfeed.shared.config import replace
+    from ringfeed.shared.corpus.open import open_corpus
 
     pin_math_threads(1)
     # No persistent text cache: the tokens' cost is a cold run's, in every pass.
@@ -59,7 +60,7 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
     whole = []
     for k in range(PASSES):
         empty = replace(cfg, features={"cache_dir": f"{cfg.features.cache_dir}-{k}"})
-        fresh = DatasetSource(empty)
+        fresh = DatasetSource(empty, open_corpus(empty))  # its index prepared, cold cache
         fresh.warm_up()
         t0 = _cpu_s()
         for item in range(fresh.n_items):
@@ -70,19 +71,23 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
 
 def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> dict[str, float]:
     """CPU seconds of each stage over every clip (the encoder's caches emptied first)."""
-    from ringfeed.producer import features as F
-    from ringfeed.producer.audio import load_judged
+    from ringfeed.producer.audio.decode import load_clip
+    from ringfeed.producer.features import mel as F
+    from ringfeed.shared.corpus.clips import ClipReader
+    from ringfeed.shared.corpus.entry import Entry
     from ringfeed.shared.memory.ring import rows_checksum
 
     bins = F._used_bins(cfg.audio.sample_rate, cfg.features)
     slot = np.zeros((cfg.features.max_frames, cfg.features.n_mels), np.float32)
+    clips = ClipReader(cfg)
     encoder.clean.cache_clear()
     encoder._encoded.cache_clear()
     spent = dict.fromkeys(("audio read, decode, normalize", "STFT |X|", "mel + log", "tokens",
                            "cache write", "slot copy + checksum"), 0.0)  # fmt: skip
     for path, text in zip(paths, texts, strict=True):
         t0 = _cpu_s()
-        wave, _ = F.fit_length(load_judged(path, cfg)[0], cfg, path)
+        entry = Entry("", path, text)
+        wave, _ = F.fit_length(load_clip(clips, entry, cfg)[0], cfg, path)
         t1 = _cpu_s()
         magnitude = F._magnitude(wave, cfg.features, bins)
         t2 = _cpu_s()
@@ -90,7 +95,7 @@ def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> d
         t3 = _cpu_s()
         tokens, _ = encoder.encode(text, path)
         t4 = _cpu_s()
-        cache.put(cache.key(path), mel, 0)
+        cache.put(cache.key(entry), mel, 0)
         t5 = _cpu_s()
         slot[: len(mel)] = mel
         rows_checksum([tokens, mel])
@@ -124,7 +129,7 @@ def _tf_cuts(cfg, paths: list[str], texts: list[str]) -> dict:
     """Stage name -> tfdata-ops's pipeline cut after that stage (the last: all of it)."""
     import peer_pipelines as pp
 
-    from ringfeed.producer.features import mel_filterbank
+    from ringfeed.producer.features.mel import mel_filterbank
     from ringfeed.shared.sample.content import LOG_FLOOR
 
     tf, options = pp.tf_setup()

@@ -10,8 +10,8 @@ what a producer does to a text before tokenizing (``TextEncoder.encode``):
 
 - en chars: today's path, the English cleaners;
 - multilingual chars + detection: the language detected (data.language: auto,
-  shared/language/detect.py) and the language's normalizer (producer/normalize.py);
-- phonemes: the same, then espeak-ng per language (producer/phonemes.py);
+  shared/language/detect.py) and the language's normalizer (producer/text/normalize.py);
+- phonemes: the same, then espeak-ng per language (producer/text/phonemes.py);
 
 each cold (a fresh cache directory: detection, normalization, phonemization, cache
 writes; the detector's model and the espeak voices loaded once before, as a producer
@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ringfeed.producer.text import TextEncoder  # noqa: E402
+from ringfeed.producer.text.encoder import TextEncoder  # noqa: E402
 from ringfeed.shared.config import load_config, replace  # noqa: E402
 from ringfeed.shared.language.detect import detect_languages  # noqa: E402
 

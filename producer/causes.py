@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import hashlib
 
-from ringfeed.producer.audio import RESAMPLE_QUALITY
-from ringfeed.producer.cache import CACHE_FORMAT_VERSION
-from ringfeed.producer.features import STFT_DTYPE
-from ringfeed.producer.normalize import NORMALIZER_VERSION
-from ringfeed.producer.prosody import PROSODY_VERSION
+from ringfeed.producer.audio.decode import RESAMPLE_QUALITY
+from ringfeed.producer.features.cache import CACHE_FORMAT_VERSION
+from ringfeed.producer.features.mel import STFT_DTYPE
+from ringfeed.producer.features.prosody import PROSODY_VERSION
+from ringfeed.producer.text.normalize import NORMALIZER_VERSION
 from ringfeed.shared.config import Config
 from ringfeed.shared.run.fingerprint import SAMPLE_SECTIONS, config_fingerprint
 from ringfeed.shared.wire.bounds import MAX_DIGEST_KEY

@@ -46,7 +46,7 @@ CHOICE_VERSION = 1
 
 # rfft(frames float64 [k, n_fft], out complex128 [k, n_fft // 2 + 1]) -> the spectrum,
 # over the last axis, one thread; out is where it goes when the library can write there
-# (a fresh multi-MB array per clip costs page faults: producer/features.py).
+# (a fresh multi-MB array per clip costs page faults: producer/features/mel.py).
 Rfft = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 

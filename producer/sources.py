@@ -2,8 +2,8 @@
 
 A source maps an item index (0..n_items-1, the order of the dataset file) to a
 :class:`producer.sample.Sample` or raises :class:`producer.sample.SkipSample`.
-The stager reads the same item list through shared.corpus.open.open_corpus,
-without any audio code.
+The stager reads the same item list through shared.corpus.open.open_prepared,
+without any audio code: the index preparation built (producer/prepare/prepare.py).
 
 Tests and benchmarks may wrap the source with a hook (RINGFEED_SOURCE_HOOK,
 shared/config/config.py source_hook), e.g. to inject faults (tests/support/fault_sources.py);
@@ -22,26 +22,22 @@ from typing import Protocol
 
 import numpy as np
 
-from ringfeed.producer.sample import Sample
+from ringfeed.producer.sample import Sample, run_stage
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import SOURCE_HOOK_ENV, source_hook
 from ringfeed.shared.corpus.formats import synthetic
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.corpus.open import open_prepared
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.id_tables import padding_ids
 
 
 class Source(Protocol):
-    """Per-sample work of one producer process (called by producer/worker.py).
-
-    stage: where the sample in progress is ("text", "audio", "features", "cache",
-    ...): the stage of the quarantine entry when prepare raises unexpectedly."""
+    """Per-sample work of one producer process (called by producer/worker.py). prepare
+    raises what producer/sample.py run_stage names: SkipSample, StageFailed or
+    StageTimeout, each carrying the stage it came from."""
 
     n_items: int
-
-    @property
-    def stage(self) -> str: ...
 
     def item_id(self, item: int) -> str: ...
 
@@ -113,7 +109,6 @@ class SyntheticSource:
         self._cycle = synthetic_tokens(0, self._span + cfg.text.max_text_len, cfg)
         self._cycle.setflags(write=False)  # shared by every item: an edit in place raises
         self._extras = bool(cfg.schema.extras)
-        self.stage = "synthetic"
 
     def item_id(self, item: int) -> str:
         return synthetic.item_id(item)
@@ -131,6 +126,9 @@ class SyntheticSource:
         return synthetic.lengths(item, self.cfg)
 
     def prepare(self, item: int, epoch: int = 0) -> Sample:
+        return run_stage("synthetic", self._sample, item)
+
+    def _sample(self, item: int) -> Sample:
         text_len, n = self.lengths(item)
         start = item % self._span
         sample = Sample(item_id=self.item_id(item), tokens=self._cycle[start : start + text_len])
@@ -216,7 +214,7 @@ class DatasetSource:
         from ringfeed.producer.pipeline import SamplePipeline
 
         self.cfg = cfg
-        self.index = index if index is not None else open_corpus(cfg)
+        self.index = index if index is not None else open_prepared(cfg)
         self.n_items = self.index.n_items
         self._pipeline = SamplePipeline(cfg, index=self.index)
 
@@ -229,16 +227,9 @@ class DatasetSource:
     def warm_up(self) -> None:
         self._pipeline.warm_up()
 
-    @property
-    def stage(self) -> str:
-        """Where the pipeline is with the sample in progress (SamplePipeline.stage)."""
-        return self._pipeline.stage
-
     def prepare(self, item: int, epoch: int = 0) -> Sample:
-        # The stage starts over with each item: a failure before the pipeline's first
-        # stage (reading the item's entry) must not carry the last item's stage.
-        self._pipeline.stage = "metadata"
-        return self._pipeline(self.index.entry(item), item, epoch)
+        entry = run_stage("metadata", self.index.entry, item)
+        return self._pipeline(entry, item, epoch)
 
     def work(self) -> dict[str, int]:
         """How often each stage ran in this process: decoded, mels, cache_hits, ...; texts
@@ -247,7 +238,7 @@ class DatasetSource:
         return dataclasses.asdict(self._pipeline.counters) | {
             "normalized": text.normalized,
             "phonemized": text.phonemized,
-            **self._pipeline.member_counters(),
+            **self._pipeline.read_counters(),
         }
 
 

@@ -16,7 +16,7 @@ Which fields, and why those:
   a wrong shape quarantined all 72 items of a corpus, and `validate` exited 0.
 - features.durations_dir: a path that is not a directory fails every clip.
 
-The per-sample checks stay (producer/extra_fields.py): a function may still fail on
+The per-sample checks stay (producer/features/extra_fields.py): a function may still fail on
 one odd clip, which costs that clip. Built-in fields are not tried: ringfeed computes
 them, and the settings that skip many clips (too long, unknown characters) are what
 `ringfeed validate`'s corpus report counts.
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.sample import SkipSample, StageFailed, error_of, run_stage, stage_of
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.sample.content import MAX_ABS, content_error
 
@@ -69,15 +69,13 @@ def first_clip_problem(probe: SamplePipeline, index: CorpusIndex, cfg: Config) -
     that reads, through `probe` (a SamplePipeline of cfg with probe_overrides)."""
     spec = cfg.features.user_function
     for item in range(min(index.n_items, MAX_CLIPS_TRIED)):
-        probe.stage = "metadata"
         try:
-            entry = index.entry(item)
+            entry = run_stage("metadata", index.entry, item)
             sample = probe(entry, item)
-        except Exception as exc:  # noqa: BLE001 - whatever it is: the function's, or the clip's
-            stage = exc.stage if isinstance(exc, SkipSample) and exc.stage else probe.stage
-            if stage != "user":
+        except (SkipSample, StageFailed) as exc:  # the function's, or the clip's
+            if stage_of(exc) != "user":
                 continue  # the clip's audio or text: the next clip's turn
-            return _one_line(_refusal(spec, exc), entry.item_id)
+            return _one_line(_refusal(spec, error_of(exc)), entry.item_id)
         users = [d.name for d in cfg.schema.extras if d.origin == "user"]
         why = content_error({name: sample.fields[name] for name in users}, cfg.vocab_size)
         if why:
@@ -87,7 +85,7 @@ def first_clip_problem(probe: SamplePipeline, index: CorpusIndex, cfg: Config) -
     return ""
 
 
-def _refusal(spec: str, exc: Exception) -> str:
+def _refusal(spec: str, exc: BaseException) -> str:
     """What failed and what to change."""
     if isinstance(exc, SkipSample):  # extra_fields.check_user_output: names, shapes, dtypes
         return (f"{exc.reason}; return what features.user_fields declares, or declare "

@@ -18,7 +18,7 @@ a remote one (``remote=True``, another host) sends the used rows of each field a
 raw ZeroMQ frames and the stager copies them in.
 
 An unexpected exception in a sample's work is that sample's SKIP, with the
-stage the source was in (``Source.stage``: text, audio, features, cache, ...)
+stage it failed in (producer/sample.py ``stage_of``: text, audio, features, cache, ...)
 or "write" when writing it failed; a sample longer than its batch's length bucket
 is skipped with stage "bucket".
 """
@@ -38,7 +38,7 @@ from typing import Any
 import zmq
 
 from ringfeed.producer.causes import stage_causes
-from ringfeed.producer.sample import Sample, SkipSample
+from ringfeed.producer.sample import Sample, SkipSample, error_of, stage_of
 from ringfeed.producer.session import EXIT_REFUSED, Action, Join, NewSocket, Rules, Session
 from ringfeed.producer.slot_writer import LocalSlotWriter, Misfit, RemoteSlotWriter, SlotWriter
 from ringfeed.producer.sources import Source, base_source, make_source
@@ -224,11 +224,11 @@ class Worker:
             return sample
         except SampleTimeout as late:  # producer/watchdog.py: a hang costs its sample
             self.skip(grant, f"{late}: raise it if samples take that long", "",
-                      self.source.stage)  # fmt: skip
+                      stage_of(late))  # fmt: skip
         except SkipSample as skip:
-            self.skip(grant, skip.reason, skip.path, skip.stage or self.source.stage)
+            self.skip(grant, skip.reason, skip.path, stage_of(skip))
         except Exception as exc:  # one sample's failure, whatever it is, costs that sample
-            self.fail(grant, exc, self.source.stage)
+            self.fail(grant, error_of(exc), stage_of(exc))
         return None
 
     def write(self, writer: SlotWriter, grant: p.GrantEntry, sample: Sample) -> bool:

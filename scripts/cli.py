@@ -1,6 +1,7 @@
 """`ringfeed`: the command-line entries. Thin: each verb calls one process entry.
-ringfeed validate CONFIG [--deep]        check a config, print derived sizes and the corpus
-ringfeed run [CONFIG] [--run-id R]       stager + producers + trainer (or --consumer drain)
+ringfeed prepare CONFIG                  write all a run reads about its corpus (run does first)
+ringfeed validate CONFIG [--deep]        prepare, check a config, print derived sizes and the corpus
+ringfeed run [CONFIG] [--run-id R]       prepare, then stager + producers + trainer (or drain)
     [--trainer tf|torch|jax] [-- COMMAND]  ... the example trainer of a framework, or yours
     [--worker K/N --cluster H:P,...]     ... as worker K of N training workers (run id R-wK)
 ringfeed stager CONFIG --run-id R        the data process
@@ -8,9 +9,9 @@ ringfeed producers CONFIG --run-id R     a pool of producer processes (--ray ADD
 ringfeed trainer CONFIG --run-id R       the model process (--new-plan: resume a changed plan)
 ringfeed drain CONFIG --run-id R         a consumer without a model (transport runs)
 ringfeed inspect [--run-id R] [--json]   the ring inspector (--record F, --plot P --from F)
-ringfeed index CONFIG                    build the corpus index (the stager does if missing)
-ringfeed lengths CONFIG                  measure every item's length (buckets, rate bands)
-ringfeed stats CONFIG [--workers N]      per-speaker pitch and energy statistics (pitch_norm)
+ringfeed index CONFIG                    prepare's index alone (with its id tables)
+ringfeed lengths CONFIG                  prepare's lengths alone (buckets, rate bands)
+ringfeed stats CONFIG [--workers N]      prepare's per-speaker pitch and energy statistics alone
 ringfeed vocab CONFIG [--min-count N]    the corpus's characters (or phonemes): text.alphabet
 ringfeed text CONFIG "TEXT" [--language L]  what the producers make of a text
 ringfeed config [--write]                every config key: type, default, meaning
@@ -79,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     new_plan = ["--new-plan"] if args.new_plan else []
     trainer = ["--trainer", args.trainer]
     with Run(Path(args.config), run_id) as run:
+        run.prepares = False  # validate, above, prepared the corpus
         run.verb_args = {"stager": worker_args[:2], "trainer": worker_args + new_plan + trainer}
         run.start_all("none" if args.command else args.consumer)
         if args.command:  # the user's own model process (docs/loaders.md)
@@ -166,6 +168,8 @@ def cmd_producers(args: argparse.Namespace) -> int:
     from ringfeed.shared.config.environment import endpoints
 
     cfg = _config(args.config)
+    if (refused := _unprepared(cfg)) is not None:
+        return refused
     if args.ray:
         from ringfeed.producer.ray_pool import main as ray_main
 
@@ -173,6 +177,20 @@ def cmd_producers(args: argparse.Namespace) -> int:
     endpoint = args.connect or endpoints(cfg, args.run_id).control
     workers = args.workers or cfg.producers.workers
     return main(cfg, endpoint, workers, remote=args.remote, prefix=args.name)
+
+
+def _unprepared(cfg) -> int | None:
+    """2, with the line that says what to run, when this host's corpus is not prepared:
+    no producer prepares it (each would fail alike); None when it is."""
+    from ringfeed.shared.config import ConfigError
+    from ringfeed.shared.corpus.open import open_prepared
+
+    try:
+        open_prepared(cfg)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    return None
 
 
 def cmd_trainer(args: argparse.Namespace) -> int:
@@ -261,6 +279,11 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
     removed = remove_stale_segments(args.run_id or None)
     sockets = remove_dead_sockets(args.run_id or None)
+    if not args.run_id:  # what preparation kept in memory when its disk was full
+        from ringfeed.shared.corpus.memory_copies import memory_folder, remove_memory_copies
+
+        if kept := remove_memory_copies():
+            print(f"removed {len(kept)} prepared file(s) kept in {memory_folder()}")
     print(
         f"removed {len(removed)} stale segment(s)" + (f": {' '.join(removed)}" if removed else "")
     )

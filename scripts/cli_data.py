@@ -1,7 +1,7 @@
 """The `ringfeed` verbs that look at a config and its corpus without starting a run:
-validate (its producer-host role too), index, lengths, stats, vocab, text and config, and
-quarantine (a run's quarantine, listed or cleared). Thin, as scripts/cli.py is: each
-calls the module that does the work."""
+prepare (and its steps alone: index, lengths, stats, vocab), validate (its producer-host
+role too), text and config, and quarantine (a run's quarantine, listed or cleared).
+Thin, as scripts/cli.py is: each calls the module that does the work."""
 
 from __future__ import annotations
 
@@ -46,24 +46,25 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
 
     cfg = _config(args.config)
     role = getattr(args, "role", "head")
-    findings = preflight(cfg, role)
-    for finding in findings:
-        print(
-            f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
-        )
-    if cfg.text.tokens == "phonemes":
-        from ringfeed.producer.phonemes import espeak_problem
+    if cfg.text.tokens == "phonemes":  # before preparation, whose text pass phonemizes
+        from ringfeed.producer.text.phonemes import espeak_problem
 
         if problem := espeak_problem():
             print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
                   file=sys.stderr)  # fmt: skip
             return 2
+    prepared = prepared_or_exit(cfg, getattr(args, "workers", 0), role)
+    findings = preflight(cfg, role)
+    for finding in findings:
+        print(
+            f"{'config error' if finding.fatal else 'warning'}: {finding.message}", file=sys.stderr
+        )
     if any(f.fatal for f in findings):
         return 2
     if quiet:
         return 0
     if role == "producer":
-        return _validate_producer_host(args.config, cfg)
+        return _validate_producer_host(args.config, cfg, prepared)
     mib = 2**20
     print(f"{args.config}: the config is valid; what it makes:")
     _print_schema(cfg)
@@ -76,10 +77,32 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
         f"(/dev/shm free: {free_shm_bytes() / mib:.0f} MiB)"
     )
-    return _validate_corpus(args, cfg) if format_of(cfg).has_audio else 0
+    print("  prepared (`ringfeed prepare`):")
+    print("\n".join(prepared.lines))
+    return _validate_corpus(args, cfg, prepared) if format_of(cfg).has_audio else 0
 
 
-def _validate_corpus(args: argparse.Namespace, cfg) -> int:
+def prepared_or_exit(cfg, workers: int = 0, role: str = "head", in_subprocess: bool = True):
+    """What `ringfeed run` and `validate` run first: the corpus prepared
+    (producer/prepare/prepare.py), each step skipped when current; an error is one line
+    and exit code 2, an interruption exit code 130 (what was done is kept). in_subprocess:
+    the index built in a child (a launcher that lives on keeps none of its memory)."""
+    from ringfeed.producer.prepare.prepare import prepare
+    from ringfeed.shared.config import ConfigError
+    from ringfeed.shared.corpus.entry import CorpusError
+
+    try:
+        return prepare(cfg, workers, role, in_subprocess)
+    except (CorpusError, ConfigError, OSError) as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("prepare: interrupted; what was done is kept: run it again to go on",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(130)
+
+
+def _validate_corpus(args: argparse.Namespace, cfg, prepared) -> int:
     """validate's corpus section (the STFT the producers will run; with --deep, every clip
     decoded); 2 if no clip is usable."""
     from ringfeed.producer.fft import fastest
@@ -88,7 +111,7 @@ def _validate_corpus(args: argparse.Namespace, cfg) -> int:
     if cfg.features.device == "producer":  # the library this host's producers will use
         name, _ = fastest(cfg.features.n_fft, cfg.features.cache_dir)
         print(f"  STFT          float64, FFT by {name} here")
-    report = corpus_check(cfg)
+    report = corpus_check(cfg, prepared)
     print("\n".join(report.lines))
     if getattr(args, "deep", False):
         from ringfeed.scripts.outlier_report import deep_lines
@@ -101,13 +124,13 @@ def _validate_corpus(args: argparse.Namespace, cfg) -> int:
     return 0
 
 
-def _validate_producer_host(path: str, cfg) -> int:
+def _validate_producer_host(path: str, cfg, prepared) -> int:
     """What a producer host needs to know: whether it holds every file of the corpus
     (one it lacks would be quarantined for the whole run, though the head has it), and
     the corpus digest, which the head's `ringfeed validate CONFIG` prints too."""
     from ringfeed.scripts.corpus_report import corpus_check
 
-    report = corpus_check(cfg)
+    report = corpus_check(cfg, prepared)
     print(f"{path}: checked for a producer host")
     print("\n".join(report.lines))
     if report.missing:
@@ -118,8 +141,18 @@ def _validate_producer_host(path: str, cfg) -> int:
     return 0
 
 
+def cmd_prepare(args: argparse.Namespace) -> int:
+    """Everything a run reads about the corpus, written once (producer/prepare/prepare.py)."""
+    cfg = _config(args.config)
+    t0 = time.monotonic()
+    prepared = prepared_or_exit(cfg, args.workers, in_subprocess=False)  # its own process
+    print(f"{args.config}: prepared in {time.monotonic() - t0:.1f} s")
+    print("\n".join(prepared.lines))
+    return 0
+
+
 def cmd_index(args: argparse.Namespace) -> int:
-    """Build the corpus index if missing or stale (shared/corpus/index.py) and describe it."""
+    """The index step of preparation alone: built if missing or stale, and described."""
     from ringfeed.shared.corpus.entry import CorpusError
     from ringfeed.shared.corpus.open import open_corpus
 
@@ -136,32 +169,34 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_lengths(args: argparse.Namespace) -> int:
-    """Measure what the length table lacks (shared/corpus/lengths.py); the stager calls it."""
-    from ringfeed.producer.lengths import measure_lengths
+    """The lengths step of preparation alone, whatever the config reads (a corpus on
+    object storage: it fetches every clip's header)."""
+    from ringfeed.producer.prepare.lengths import measure_lengths
     from ringfeed.shared.corpus.entry import CorpusError
     from ringfeed.shared.corpus.open import open_corpus
 
     cfg = _config(args.config)
     try:
         index = open_corpus(cfg)
-        lengths = measure_lengths(cfg, index)
+        lengths, _, where = measure_lengths(cfg, index)
     except CorpusError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     known = lengths.frames[lengths.frames >= 0]
     spread = f"{known.min()}..{known.max()} frames" if known.size else "no readable headers"
-    print(f"{index.location}: {len(lengths.frames)} items, {spread}")
+    print(f"{where}: {len(lengths.frames)} items, {spread}")
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Per-speaker prosody statistics (producer/prosody_pass.py), kept beside the index."""
-    from ringfeed.producer.prosody_pass import compute_table
+    """The prosody step of preparation alone (producer/prepare/prosody_pass.py)."""
+    from ringfeed.producer.prepare.prosody_pass import compute_table
     from ringfeed.shared.corpus.entry import CorpusError
+    from ringfeed.shared.corpus.open import open_corpus
 
     cfg = _config(args.config)
     try:
-        path, table = compute_table(cfg, args.workers)
+        path, table = compute_table(cfg, open_corpus(cfg), args.workers)
     except CorpusError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
@@ -175,15 +210,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_vocab(args: argparse.Namespace) -> int:
-    """The corpus's token vocabulary as a text.alphabet line (producer/vocabulary.py)."""
+    """The corpus's token vocabulary as a text.alphabet line (producer/prepare/vocabulary.py),
+    counted by the text pass of preparation when it is not current."""
     import yaml
 
-    from ringfeed.producer.vocabulary import build_vocabulary
+    from ringfeed.producer.prepare.prepare import corpus_vocabulary
     from ringfeed.shared.corpus.entry import CorpusError
 
     cfg = _config(args.config)
     try:
-        vocab = build_vocabulary(cfg, args.min_count)
+        vocab = corpus_vocabulary(cfg, args.min_count)
     except CorpusError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
@@ -198,9 +234,9 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 def cmd_text(args: argparse.Namespace) -> int:
     """What the producers make of a text: its language, normalized form and tokens."""
-    from ringfeed.producer.normalize import has_number_rules
     from ringfeed.producer.sample import SkipSample
-    from ringfeed.producer.text import TextEncoder
+    from ringfeed.producer.text.encoder import TextEncoder
+    from ringfeed.producer.text.normalize import has_number_rules
     from ringfeed.shared.config import replace
 
     cfg = replace(_config(args.config), features={"cache": False})  # a preview writes nothing
@@ -213,8 +249,8 @@ def cmd_text(args: argparse.Namespace) -> int:
             language, why = detector(cfg.data.detect_languages).detect(args.text), "detected"
     print(f"language   {language} ({why})")
     if not has_number_rules(language):
-        print(f"numbers    kept as digits: {language!r} has no number rules here (a typo "
-              "of a code? see producer/normalize.py LANGUAGES, NUM2WORDS_CHECKED)")  # fmt: skip
+        print(f"numbers    kept as digits: {language!r} has no number rules here (a typo of "
+              "a code? see producer/text/normalize.py LANGUAGES, NUM2WORDS_CHECKED)")  # fmt: skip
     encoder = TextEncoder(cfg)
     try:
         cleaned = encoder.clean(args.text, language)
@@ -330,12 +366,16 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
     )
     validate.add_argument("--workers", type=int, default=0,
                           help="--deep's processes (default: one per core)")  # fmt: skip
+    prepare = verb("prepare", cmd_prepare)
+    prepare.add_argument("config")
+    prepare.add_argument("--workers", type=int, default=0,
+                         help="processes of its passes (default: one per core)")  # fmt: skip
     verb("index", cmd_index).add_argument("config")
     verb("lengths", cmd_lengths).add_argument("config")
     stats = verb("stats", cmd_stats)
     stats.add_argument("config")
     stats.add_argument("--workers", type=int, default=0,
-                       help="processes (default: producers.workers)")  # fmt: skip
+                       help="processes (default: one per core)")  # fmt: skip
     vocab = verb("vocab", cmd_vocab)
     vocab.add_argument("config")
     vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")

@@ -1,9 +1,9 @@
 """What `ringfeed validate` says about a corpus: speakers, languages, clips and hours,
 and how many clips each of the producers' rules will skip.
 
-Reads the dataset index as the stager will (shared/corpus/dataset.py) and the audio
-headers (never decodes): a segment's hours are its duration, a whole file's
-its header's. Costs one stat and one header read per clip; a header read
+Reads the corpus index as the stager will (shared/corpus/index.py) and the audio
+headers by read_clip (shared/corpus/clips.py; never decodes): a segment's hours are its
+duration, a whole file's its header's. Costs one stat and one header read per clip; a header read
 cannot see what only a decode finds (a corrupt body, silence, a clip that
 trimming makes too short), so "usable" is an upper bound. Text rules are
 judged on an even sample of the texts, normalized as the producers will.
@@ -12,26 +12,22 @@ judged on an even sample of the texts, normalized as the producers will.
 from __future__ import annotations
 
 import collections
-import io
-import os
 import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import soundfile as sf
 
 from ringfeed.consumer.stager.plan.balance import balance_lines
-from ringfeed.producer.audio import SEGMENT_SLACK_S, file_shortfall
-from ringfeed.producer.containers import shortfall
+from ringfeed.producer.audio.containers import shortfall
+from ringfeed.producer.audio.decode import SEGMENT_SLACK_S, read_header
+from ringfeed.producer.prepare.prepare import Prepared
 from ringfeed.scripts.outlier_report import rate_lines
 from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.clips import Clip, ClipError, ClipMissing, ClipReader, in_a_store
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.members import MemberReader
-from ringfeed.shared.corpus.object_store import is_remote
-from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.fingerprint import corpus_digest
 from ringfeed.shared.run.id_tables import corpus_tables
@@ -89,55 +85,38 @@ def audio_rules(cfg: Config) -> dict[str, Rule]:
     }
 
 
-def _header(entry: Entry, members: MemberReader) -> Any:
-    """soundfile's view of the clip's header: of its file, or of its tar member's first
-    HEADER_BYTES (a header read, never the whole clip). Raises as the readers do."""
-    if entry.member is None:
-        if os.stat(entry.audio_path).st_size == 0:
-            raise EOFError
-        return sf.info(entry.audio_path)
-    offset, size = entry.member
-    if size == 0:
-        raise EOFError
-    return sf.info(io.BytesIO(members.read(entry.audio_path, offset, min(size, HEADER_BYTES))))
-
-
-def _truncated(entry: Entry, members: MemberReader) -> bool:
-    """Is the clip's sample data shorter than its header says (producer/containers.py,
-    which the producers apply before they decode)?"""
-    if entry.member is None:
-        return file_shortfall(entry.audio_path) is not None
-    offset, size = entry.member
-
-    def read_at(at: int, n: int) -> bytes:
-        n = max(0, min(n, size - at))
-        return members.read(entry.audio_path, offset + at, n) if n else b""
-
-    return shortfall(read_at, size) is not None
-
-
-def audio_verdict(entry: Entry, cfg: Config, members: MemberReader) -> tuple[str, float, int]:
+def audio_verdict(entry: Entry, cfg: Config, clips: ClipReader) -> tuple[str, float, int]:
     """(the rule that skips the clip, "" if none, "remote" if not checked; its seconds,
-    0.0 if unknown; its channels, 0 if unknown) from its header, as producer/audio.py
-    judges it. Object storage is not read here: validate would fetch the corpus."""
-    if is_remote(entry.audio_path):
+    0.0 if unknown; its channels, 0 if unknown) from its header (HEADER_BYTES of a member:
+    never the whole clip), as producer/audio/decode.py judges it. Object storage is not
+    read here: validate would fetch the corpus."""
+    if in_a_store(entry):
         return "remote", entry.duration_s, 0
     try:
-        info = _header(entry, members)
-    except FileNotFoundError:
+        clip = clips.read_clip(entry, head=HEADER_BYTES)
+    except ClipMissing:
         return "missing", 0.0, 0
-    except EOFError:
+    except ClipError:
+        return "unreadable", 0.0, 0
+    with clip:
+        return _verdict(entry, cfg, clip)
+
+
+def _verdict(entry: Entry, cfg: Config, clip: Clip) -> tuple[str, float, int]:
+    if clip.size == 0:
         return "empty", 0.0, 0
+    try:
+        info = read_header(clip)
     except (OSError, sf.LibsndfileError, RuntimeError):
         if entry.audio_path.lower().endswith(FALLBACK_EXTENSIONS):
             return "", entry.duration_s, 0  # another decoder may read it: decode decides
         return "unreadable", 0.0, 0
     if info.samplerate <= 0:
         return "unreadable", 0.0, 0
-    if _truncated(entry, members):
+    if shortfall(clip.read_at, clip.size) is not None:  # as the producers check it
         return "truncated", 0.0, info.channels
     file_s = info.frames / info.samplerate
-    # As the producers judge it (producer/audio.py check_duration): a segment that starts
+    # As the producers judge it (producer/audio/decode.py check_duration): a segment that starts
     # past the end, or ends more than SEGMENT_SLACK_S after it.
     end_s = entry.offset_s + entry.duration_s if entry.duration_s else entry.offset_s
     if (entry.offset_s and entry.offset_s >= file_s) or end_s > file_s + SEGMENT_SLACK_S:
@@ -166,8 +145,8 @@ class CorpusReport:
     missing: int = 0  # clips whose audio file is not on this host
 
 
-def corpus_report(cfg: Config) -> list[str]:
-    return corpus_check(cfg).lines
+def corpus_report(cfg: Config, prepared: Prepared) -> list[str]:
+    return corpus_check(cfg, prepared).lines
 
 
 @dataclass
@@ -190,9 +169,9 @@ def read_headers(cfg: Config, index: CorpusIndex) -> HeaderTally:
     c = collections.Counter
     tally = HeaderTally(c(), c(), c(), c(), 0, set())
     started = shown = time.monotonic()
-    members = MemberReader(cfg)
+    clips = ClipReader(cfg)
     for i, entry in enumerate(index.entries):
-        rule, clip_s, channels = audio_verdict(entry, cfg, members)
+        rule, clip_s, channels = audio_verdict(entry, cfg, clips)
         tally.skips[rule] += 1
         if rule in ("", "remote"):
             tally.clean.add(i)
@@ -208,11 +187,12 @@ def read_headers(cfg: Config, index: CorpusIndex) -> HeaderTally:
     return tally
 
 
-def corpus_check(cfg: Config) -> CorpusReport:
-    """validate's corpus section: the id tables as the stager would build them on a fresh
-    run, clips and hours per language, the clips each skip rule will cost, and each
-    language's speaking-rate band with the clips outside it."""
-    index = open_corpus(cfg)
+def corpus_check(cfg: Config, prepared: Prepared) -> CorpusReport:
+    """validate's corpus section, from what preparation wrote (producer/prepare/prepare.py):
+    the id tables as the stager would settle them on a fresh run, clips and hours per
+    language, the clips each skip rule will cost, and each language's speaking-rate band
+    with the clips outside it."""
+    index = prepared.index
     tables = corpus_tables(cfg, index)
     tally = read_headers(cfg, index)
     lines = [f"  corpus        {index.n_items} clips, {len(index.bad_lines)} bad entries"]
@@ -231,7 +211,7 @@ def corpus_check(cfg: Config) -> CorpusReport:
         hours = tally.seconds[language] / 3600
         lines.append(f"    {language:10s} {tally.clips[language]:8d} clips {hours:9.3f} h")
     skips = tally.skips
-    rate, outside = rate_lines(cfg, index, tally.clean)
+    rate, outside = rate_lines(cfg, index, tally.clean, prepared.lengths)
     usable = skips.pop("", 0) + skips.get("remote", 0) - outside  # unchecked: counted usable
     lines.append(f"  usable        {usable} of {index.n_items} clips by their audio headers "
                  "and speaking rates")  # fmt: skip
@@ -255,7 +235,7 @@ def vocabulary_check(cfg: Config, entries: tuple[Entry, ...]) -> list[str]:
     skip (and why), then whether the sample, normalized as the producers will, has
     characters outside text.alphabet (those tokens would be 'unknown')."""
     from ringfeed.producer.sample import SkipSample
-    from ringfeed.producer.text import TextEncoder  # the producers' own normalizer
+    from ringfeed.producer.text.encoder import TextEncoder  # the producers' own normalizer
 
     step = max(1, len(entries) // VOCAB_SAMPLE)
     sample = entries[::step]

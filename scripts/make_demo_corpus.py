@@ -23,8 +23,8 @@ from pathlib import Path
 import soundfile as sf
 import soxr
 
-from ringfeed.producer.normalize import normalize
-from ringfeed.producer.text import english_cleaners
+from ringfeed.producer.text.encoder import english_cleaners
+from ringfeed.producer.text.normalize import normalize
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "multilingual-demo"
 RATE_HZ = 16_000

@@ -2,14 +2,14 @@
 
 :func:`rate_lines`: each language's speaking-rate band and the clips outside it, as
 the stager will find them at start (shared/corpus/speaking_rate.py, from the length
-table: headers and the producers' tokens; measured here when missing, so the run
-then finds it). :func:`deep_lines` (`validate CONFIG --deep`): every clip decoded as
-a producer decodes it, in parallel processes with a progress line, for what no
-header shows: a body cut short or undecodable past its header, NaNs, clips too
-short after trimming or too long after decoding, near-silent and clipped audio
-(shared/sample/marks.py). A header read cost 0.3 ms a clip and a decode 3-5 ms on the
-shipped clips (none resampled; docs/corpora.md#audio-that-is-not-its-text), so the deep
-check is asked for, not the default, for corpora of many hours.
+table that preparation measured: headers and the producers' tokens).
+:func:`deep_lines` (`validate CONFIG --deep`): every clip decoded as a producer decodes
+it, in parallel processes with a progress line, for what no header shows: a body cut
+short or undecodable past its header, NaNs, clips too short after trimming or too long
+after decoding, near-silent and clipped audio (shared/sample/marks.py). A header read
+cost 0.3 ms a clip and a decode 3-5 ms on the shipped clips (none resampled;
+docs/corpora.md#audio-that-is-not-its-text), so the deep check is asked for, not the
+default, for corpora of many hours.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.lengths import load_lengths
+from ringfeed.shared.corpus.lengths import Lengths
 from ringfeed.shared.corpus.object_store import is_remote
 from ringfeed.shared.corpus.speaking_rate import (
     BAND_K,
@@ -46,17 +46,19 @@ CHUNK = 32
 VERB = {"skip": "skip", "flag": "flag", "keep": "note"}
 
 
-def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int]) -> tuple[list[str], int]:
+def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int],
+               lengths: Lengths | None) -> tuple[list[str], int]:  # fmt: skip
     """(validate's speaking-rate lines, how many clips no header rule skips that the band
-    will skip: 0 unless data.outliers is skip). clean: the items no header rule skips."""
-    from ringfeed.producer.lengths import measure_lengths  # the producers' own tokens
-
-    if is_remote(cfg.data.path) and load_lengths(cfg, index)[1].any():  # as the stager does
+    will skip: 0 unless data.outliers is skip), from the length table preparation
+    measured (None: not measured, as no run of this config reads it). clean: the items no
+    header rule skips."""
+    if lengths is None and is_remote(cfg.data.path):  # as the stager finds it
         return [
             "  speaking rate no band: the length table of a corpus on object storage is "
             "not measured (`ringfeed lengths CONFIG` measures it, fetching every shard)"
         ], 0
-    lengths = measure_lengths(cfg, index)
+    if lengths is None:
+        return ["  speaking rate not judged (data.outliers: keep)"], 0
     bands = rate_bands(cfg, index, lengths)
     found = out_of_band(cfg, index, lengths, bands)
     policy = cfg.data.outliers
@@ -91,9 +93,9 @@ def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int]) -> tuple[list[s
 def deep_lines(cfg: Config, workers: int = 0) -> list[str]:
     """validate --deep's lines: every clip decoded by `workers` processes (0: one per
     core), findings counted by kind with examples."""
-    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.corpus.open import open_prepared
 
-    index = open_corpus(cfg)
+    index = open_prepared(cfg)
     workers = workers or len(os.sched_getaffinity(0))
     chunks = [range(k, min(k + CHUNK, index.n_items)) for k in range(0, index.n_items, CHUNK)]
     found: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
@@ -134,27 +136,26 @@ _WORKER: dict[str, Any] = {}
 
 
 def _open(cfg: Config) -> None:
-    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.corpus.open import open_prepared
 
-    _WORKER.update(index=open_corpus(cfg), cfg=cfg)
+    _WORKER.update(index=open_prepared(cfg), cfg=cfg)
 
 
 def _judge(items: list[int]) -> list[tuple[str, str, str]]:
     """(item id, kind, reason) of each of `items` whose decode finds something: kind
     "audio" (a producer would skip it whatever data.outliers says) or "outlier"."""
-    from ringfeed.producer.audio import load_judged
-    from ringfeed.producer.features import fit_length
+    from ringfeed.producer.audio.decode import load_clip
+    from ringfeed.producer.features.mel import fit_length
     from ringfeed.producer.sample import SkipSample
-    from ringfeed.shared.corpus.members import MemberReader
+    from ringfeed.shared.corpus.clips import ClipReader
     from ringfeed.shared.sample.marks import describe_audio
 
     index, cfg = _WORKER["index"], _WORKER["cfg"]
-    members, out = MemberReader(cfg), []
+    clips, out = ClipReader(cfg), []
     for item in items:
         entry = index.entry(item)
         try:
-            data = members.read(entry.audio_path, *entry.member) if entry.member else None
-            wave, marks = load_judged(entry.audio_path, cfg, entry.segment, data)
+            wave, marks = load_clip(clips, entry, cfg)
             fit_length(wave, cfg, entry.audio_path)
         except (SkipSample, OSError) as exc:
             out.append((entry.item_id, "audio", getattr(exc, "reason", str(exc))))

@@ -1,4 +1,5 @@
-"""What `ringfeed validate` and `ringfeed run` check before any process starts.
+"""What `ringfeed validate` and `ringfeed run` check before any process starts, once the
+corpus is prepared (producer/prepare/prepare.py: they prepare it first).
 
 Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
 free /dev/shm, the dataset's path, format and lines, a sample of the audio
@@ -70,10 +71,10 @@ def _model(cfg: Config) -> list[Finding]:
 
 def _dataset(cfg: Config) -> list[Finding]:
     from ringfeed.shared.corpus.entry import CorpusError
-    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.corpus.open import open_prepared
 
     try:
-        index = open_corpus(cfg)
+        index = open_prepared(cfg)
     except (CorpusError, ConfigError) as exc:  # ConfigError: what the format cannot serve
         return [Finding(True, str(exc))]
     out = _balance(cfg, index) + _prosody(cfg, index)
@@ -124,21 +125,19 @@ def _balance(cfg: Config, index: object) -> list[Finding]:
 
 
 def _audio_sample(index, cfg: Config) -> list[Finding]:
-    import io
-
-    import soundfile as sf
-
-    from ringfeed.shared.corpus.members import MemberReader
+    from ringfeed.producer.audio.decode import read_header
+    from ringfeed.shared.corpus.clips import ClipReader
 
     step = max(1, index.n_items // AUDIO_SAMPLE)
     picked = list(range(0, index.n_items, step))[:AUDIO_SAMPLE]
     bad = []
-    members = MemberReader(cfg)  # a clip in a tar shard: its own bytes (shared/corpus/members.py)
+    clips = ClipReader(cfg)  # a file, a tar member, a Parquet byte range, an object
     for item in picked:
         entry = index.entry(item)
         path = entry.audio_path
         try:
-            sf.info(io.BytesIO(members.read(path, *entry.member)) if entry.member else path)
+            with clips.read_clip(entry) as clip:
+                read_header(clip)
         except Exception as exc:  # soundfile raises several types on a bad file
             if not path.lower().endswith((".mp3", ".m4a", ".ogg", ".opus")):
                 bad.append(f"{path}: {exc}")
@@ -158,15 +157,15 @@ def _fields(cfg: Config) -> list[Finding]:
     fields do not fail the first clip that reads (producer/start_check.py)."""
     if not cfg.features.user_function and not cfg.features.durations_dir:
         return []
-    from ringfeed.producer.extra_fields import load_user_function
+    from ringfeed.producer.features.extra_fields import load_user_function
     from ringfeed.producer.pipeline import fields_problem
-    from ringfeed.shared.corpus.open import open_corpus
+    from ringfeed.shared.corpus.open import open_prepared
     from ringfeed.shared.corpus.registry import format_of
 
     try:
         if cfg.features.user_function:
             load_user_function(cfg.features.user_function)
-        index = open_corpus(cfg) if format_of(cfg).has_audio else None
+        index = open_prepared(cfg) if format_of(cfg).has_audio else None
     except ConfigError as exc:
         return [Finding(True, str(exc))]
     problem = fields_problem(cfg, index) if index is not None else ""

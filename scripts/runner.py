@@ -7,8 +7,11 @@
 Each process is ``python -m ringfeed.scripts.cli VERB CONFIG --run-id RID`` started in the
 repository root; the model process may instead be a command of the user's own
 (``start_command``: ``ringfeed run CONFIG -- python train.py``), told its run by
-RINGFEED_CONFIG and RINGFEED_RUN_ID. Leaving the block SIGTERMs whatever is still alive, SIGKILLs
-it after the grace (``RINGFEED_GRACE_S``, 8 s), then removes the run's
+RINGFEED_CONFIG and RINGFEED_RUN_ID. Before the first stager the corpus is prepared, in
+this process, by the code `ringfeed prepare` runs (producer/prepare/prepare.py: what is
+current is skipped), as no process of a run prepares it. Leaving the block SIGTERMs
+whatever is still alive, SIGKILLs it after the grace (``RINGFEED_GRACE_S``, 8 s), then
+removes the run's
 segments from /dev/shm and its ipc socket files, so a failing test, benchmark
 or run leaves nothing behind. Used by ``ringfeed run`` (and so by
 scripts/launch.sh), the tests and every benchmark; what only tests need (waiting
@@ -91,15 +94,29 @@ class Run:
         # Extra arguments of some verbs (a training worker's --worker, --cluster).
         self.verb_args: dict[str, list[str]] = {}
         self.consumer = ""  # the verb that consumes the run (start_all, start_command)
+        # Whether the first stager is started after the corpus is prepared here (False: it
+        # was, by the launcher's validate; or a stager is to be started alone).
+        self.prepares = True
 
     @property
     def dir(self) -> Path:
         return run_dir(self.cfg, self.run_id)
 
     # ------------------------------------------------------------ processes
+    def prepare(self) -> None:
+        """The corpus prepared for this run (once; what is current is skipped); raises
+        as `ringfeed prepare` fails (CorpusError, ConfigError)."""
+        if self.prepares:
+            from ringfeed.producer.prepare.prepare import prepare
+
+            prepare(self.cfg)
+            self.prepares = False
+
     def start(self, verb: str, *extra: str) -> subprocess.Popen:
-        """Start `ringfeed VERB CONFIG --run-id RID EXTRA...`; a restarted verb replaces
-        the earlier process of that name."""
+        """Start `ringfeed VERB CONFIG --run-id RID EXTRA...` (a stager after the corpus is
+        prepared); a restarted verb replaces the earlier process of that name."""
+        if verb == "stager" and self.prepares:
+            self.prepare()
         cmd = [sys.executable, "-m", "ringfeed.scripts.cli", verb, str(self.config)]
         cmd += ["--run-id", self.run_id, *self.verb_args.get(verb, []), *extra]
         return self._popen(verb, cmd, child_environment())

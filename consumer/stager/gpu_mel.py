@@ -4,7 +4,7 @@ With ``features.device: stager`` producers write resampled waveforms and the
 stager turns a whole batch into log-mels in one TensorFlow call on GPU:0. The
 result must match what producers compute (librosa's
 ``melspectrogram(center=True, pad_mode="constant", power=1.0, htk=False,
-norm="slaney")`` then ``log(max(mel, LOG_FLOOR))``: producer/features.py), so
+norm="slaney")`` then ``log(max(mel, LOG_FLOOR))``: producer/features/mel.py), so
 the two modes train the same model. How it matches:
 
 - center=True is emulated by padding n_fft // 2 zeros on both sides

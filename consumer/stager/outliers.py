@@ -1,8 +1,8 @@
 """Audio that is not its text, at the stager: data.outliers, and the run's outliers.jsonl.
 
 At start (:func:`out_of_band_clips`, from consumer/stager/stager.py build), with
-data.outliers not keep and a corpus with audio: the length table (measured as for
-length buckets, plan/buckets.py length_table), each language's speaking-rate
+data.outliers not keep and a corpus with audio: the length table (as preparation
+measured it, plan/buckets.py length_table), each language's speaking-rate
 band and the clips outside it or outside the plausibility bound that holds for every
 language, however few its clips (shared/corpus/speaking_rate.py). Then
 :meth:`OutlierReport.start`: with skip each is marked bad in the slot ledger
@@ -42,7 +42,6 @@ from ringfeed.shared.corpus.speaking_rate import (
     out_of_band,
     rate_bands,
 )
-from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.run.stats_record import OutlierStats
 from ringfeed.shared.sample import marks as m
 
@@ -53,11 +52,9 @@ REPORT_FILE = "outliers.jsonl"
 LOGGED = 5
 
 
-def out_of_band_clips(
-    cfg: Config, index: CorpusIndex, config_file: Path, stop: StopFlag
-) -> list[OutOfBand]:
+def out_of_band_clips(cfg: Config, index: CorpusIndex) -> list[OutOfBand]:
     """The clips outside their language's speaking-rate band ([] with data.outliers:
-    keep, or a corpus without audio). config_file: the run's, for `ringfeed lengths`."""
+    keep, or a corpus without audio), by the length table preparation measured."""
     if cfg.data.outliers == "keep" or not index.has_audio:
         return []
     if is_remote(cfg.data.path) and load_lengths(cfg, index)[1].any():
@@ -68,7 +65,7 @@ def out_of_band_clips(
                     "it, fetching every shard); near-silent and clipped clips are still "
                     "found")  # fmt: skip
         return []
-    lengths = length_table(cfg, index, config_file, stop.is_set, "data.outliers")
+    lengths = length_table(cfg, index, "data.outliers")
     bands = rate_bands(cfg, index, lengths)
     for band in bands.values():
         log.info("speaking-rate band %s: %s, %d clips", band.language, band.describe(),

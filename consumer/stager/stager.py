@@ -66,7 +66,7 @@ from ringfeed.shared.config.environment import (
 )
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.corpus.open import open_prepared
 from ringfeed.shared.memory.disk import DiskFull, disk_error, is_full
 from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slot_bytes
@@ -218,7 +218,7 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
 
 
 def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> CorpusIndex:
-    index = open_corpus(cfg)
+    index = open_prepared(cfg)  # preparation built it: nothing is built here
     for bad in index.bad_lines:
         quarantine.write(bad.item_id, f"{bad.file}:{bad.line}", bad.reason, "metadata")
     log.info("dataset: %d usable items, %d bad metadata lines (see %s)",
@@ -260,10 +260,10 @@ def build(
              len(tables.languages), directory / IDS_FILE)  # fmt: skip
     ends = endpoints(cfg, run_id)
     spares, batches = open_rings(cfg, run_id, ends.stats, cleanup)
-    plan = make_plan(cfg, index, directory, stop, share, tables)
+    plan = make_plan(cfg, index, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
     slots = slot_ledger(cfg, plan, spares, batches, cleanup)
-    outliers = outlier_report(cfg, index, directory, stop, slots, cleanup)
+    outliers = outlier_report(cfg, index, directory, slots, cleanup)
     drop = Drops()
     book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
                         cfg.ring.max_strikes, cfg.ring.max_producers_per_peer,
@@ -318,13 +318,13 @@ def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: P
         book.strike(ident, f"{MALFORMED_PER_STRIKE} undecodable messages, the last: {why}", peer)
 
 
-def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
-                   slots: Ledger, cleanup: contextlib.ExitStack) -> OutlierReport:  # fmt: skip
+def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, slots: Ledger,
+                   cleanup: contextlib.ExitStack) -> OutlierReport:  # fmt: skip
     """data.outliers at start: the report (closed at cleanup), and the clips outside their
     speaking-rate band skipped before any grant or listed (consumer/stager/outliers.py)."""
     report = OutlierReport(cfg, directory, index)
     cleanup.callback(report.close)
-    report.start(out_of_band_clips(cfg, index, directory / "config.yaml", stop), slots)
+    report.start(out_of_band_clips(cfg, index), slots)
     return report
 
 

@@ -79,7 +79,7 @@ class FeaturesConfig:
     pitch: bool = False
     # The pitch field as FastPitch trains on it: none (Hz); speaker or global: log-f0 minus
     # its mean over voiced frames, over its standard deviation, per speaker or over the
-    # corpus (0 on unvoiced frames), from the table `ringfeed stats CONFIG` computes
+    # corpus (0 on unvoiced frames), from the table `ringfeed prepare CONFIG` computes
     # (shared/run/prosody_table.py; in every checkpoint, so inference can invert it).
     pitch_norm: Literal["none", "global", "speaker"] = "none"
     # Sample field energy: the L2 norm of each mel frame's STFT magnitude (bins <= fmax).

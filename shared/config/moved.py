@@ -20,7 +20,7 @@ MOVED_KEYS = {
     "model.dropout": "moved to model.kwargs.dropout",
     "run.root": "moved to run_root",
     "devices.trainer_gpu": "moved to devices.model (a list of GPU indices, one per replica)",
-    "text.cache_size": "no longer a setting (a constant in producer/text.py)",
+    "text.cache_size": "no longer a setting (a constant in producer/text/encoder.py)",
     "train.cv_window": "no longer a setting (a constant in consumer/trainer/metrics.py)",
     "features.log_floor": "no longer a setting (LOG_FLOOR in shared/sample/content.py)",
     "ring.slots": (

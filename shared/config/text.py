@@ -17,7 +17,7 @@ DEFAULT_ALPHABET = string.ascii_lowercase + " !'(),-.:;?\""
 @dataclass(frozen=True)
 class TextConfig:
     # chars: the characters of the normalized text (any script); phonemes: its IPA from
-    # espeak-ng (producer/phonemes.py).
+    # espeak-ng (producer/text/phonemes.py).
     tokens: Literal["chars", "phonemes"] = "chars"
     # The vocabulary: ids 3.. in this order. `ringfeed vocab CONFIG` builds it from the
     # normalized (or phonemized) corpus and reports rare characters.

@@ -11,9 +11,9 @@ and relative audio paths into the corpus digest. Nothing is statted: a missing
 audio file is found when a producer reads it (quarantined with "audio file not
 found"), or by `ringfeed validate`.
 
-Run by the stager in a subprocess (its memory stays the run's) when the index is
-missing or stale: ``python -m ringfeed.shared.corpus.build`` with the config YAML
-on stdin.
+Run by the index step of preparation (producer/prepare/prepare.py, through
+shared/corpus/open.py open_corpus) in a subprocess, so the preparing process keeps none
+of its memory: ``python -m ringfeed.shared.corpus.build`` with the config YAML on stdin.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from ringfeed.shared.corpus.index import (
 from ringfeed.shared.corpus.index_file import IndexFileError, write_index
 from ringfeed.shared.corpus.lengths import NOT_MEASURED
 from ringfeed.shared.corpus.lines import BLOCK_BYTES
+from ringfeed.shared.corpus.memory_copies import places, write_kept
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.language.codes import language_code
 from ringfeed.shared.memory.disk import disk_error, is_full
@@ -59,7 +60,8 @@ log = logging.getLogger(__name__)
 
 DETECT_BATCH = 50_000
 DIGEST_BYTES = 16
-# The build's exit code when the index's disk is full: the parent builds in memory.
+# The build's exit code when neither the index's disk nor /dev/shm can hold it: the parent
+# reads the corpus in memory.
 DISK_FULL_EXIT = 3
 
 
@@ -335,26 +337,31 @@ def build_entries(cfg: Config, entries: list[Entry], bad: list[BadLine] = ()) ->
 def write_built(cfg: Config) -> Path:
     """Build cfg.data's index, by a process per core where its metadata file is large,
     and write it (lengths measured before are kept for the items whose id they were
-    measured for); returns its path. Called by the build's entry (main) and by
-    `ringfeed index`."""
+    measured for); returns where it is: beside the feature cache, or in memory when that
+    disk is full (shared/corpus/memory_copies.py). Called by the build's entry (main) and
+    by the index step of preparation."""
     stamp = format_of(cfg).stamp(cfg)
     header, arrays = build(cfg, workers=0)
     path = index_path(cfg)
     old = _old(path)
     _keep_lengths(old, arrays)
-    header.update(source=stamp, key=index_key(cfg),
+    header.update(source=stamp, key=index_key(cfg), home=str(path),
                   lengths_key=old.store.header.get("lengths_key", "") if old else "")  # fmt: skip
-    write_index(path, header, arrays)
+    where = write_kept(path, lambda there: write_index(there, header, arrays))
     log.info("corpus index: %d items, %d unusable lines, %.1f s -> %s", header["n_items"],
-             len(header["bad_lines"]), header["build_s"], path)  # fmt: skip
-    return path
+             len(header["bad_lines"]), header["build_s"], where)  # fmt: skip
+    return where
 
 
 def _old(path: Path) -> BuiltIndex | None:
-    try:
-        return BuiltIndex.mapped(path)
-    except (OSError, IndexFileError, KeyError, ValueError):
-        return None
+    """The index written last for these settings (its memory copy first), whatever
+    corpus it was built from: the lengths it holds are kept by id."""
+    for place in places(path):
+        try:
+            return BuiltIndex.mapped(place)
+        except (OSError, IndexFileError, KeyError, ValueError):
+            continue
+    return None
 
 
 def _keep_lengths(old: BuiltIndex | None, arrays: dict[str, np.ndarray]) -> None:

@@ -38,6 +38,7 @@ from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry, absolute
 from ringfeed.shared.corpus.format import Context, CorpusFormat
 from ringfeed.shared.corpus.index_file import IndexFile, IndexFileError, write_index
+from ringfeed.shared.corpus.memory_copies import places, write_kept
 from ringfeed.shared.corpus.registry import format_named
 
 # 3: the header names the format; one builder for every format. 4: item ids unique by
@@ -267,15 +268,19 @@ class BuiltIndex:
         return None
 
     def newest(self) -> BuiltIndex:
-        """This index as its file holds it now: `ringfeed lengths` writes the file again
-        with the lengths it measured, beside the one this process mapped."""
+        """This index as its file holds it now: preparation writes the file again with
+        the lengths it measured (or, on a full disk, its memory copy:
+        shared/corpus/memory_copies.py), beside the one this process mapped."""
         if self.store.path is None:
             return self
-        try:
-            again = BuiltIndex.mapped(self.store.path)
-        except (OSError, ValueError, KeyError):
-            return self
-        return again if again.digest == self.digest else self
+        for place in places(self.store.path):
+            try:
+                again = BuiltIndex.mapped(place)
+            except (OSError, ValueError, KeyError):
+                continue
+            if again.digest == self.digest:
+                return again
+        return self
 
     def stored_lengths(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
         store = self.newest().store
@@ -296,5 +301,6 @@ class BuiltIndex:
             self.store = MemoryStore(header, arrays)
             self.speaker_ids = ItemArray(self.store, "speaker")
             self.language_ids = ItemArray(self.store, "language")
-        else:
-            write_index(store.path, header, arrays)
+        else:  # its home beside the cache; on a full disk its memory copy (memory_copies.py)
+            home = Path(header.get("home") or store.path)
+            write_kept(home, lambda there: write_index(there, header, arrays))

@@ -1,6 +1,6 @@
 """The length table: each item's mel frames and token count, for length buckets.
 
-Measured by the producer side (producer/lengths.py, ``ringfeed lengths CONFIG``):
+Measured by the producer side (producer/prepare/lengths.py, ``ringfeed lengths CONFIG``):
 mel frames from each audio file's header (never a decode) as an upper bound of
 what the producer will compute, tokens from the same text encoder the producers
 use. Read by the stager (consumer/stager/plan/buckets.py) to plan batches by length.
@@ -56,7 +56,7 @@ def lengths_key(cfg: Config) -> str:
         "audio": [a.sample_rate],
         "features": [f.hop_length, f.max_frames, f.device],
         "text": cfg.to_dict()["text"],
-        # 3: producer/normalize.py NORMALIZER_VERSION 4 (years, ordinals, decimals, money
+        # 3: producer/text/normalize.py NORMALIZER_VERSION 4 (years, ordinals, decimals, money
         # as said) changed token counts; bump it with every text rule that changes them.
         "version": 3,
     }  # fmt: skip

@@ -1,10 +1,10 @@
 """One clip's bytes from inside a tar shard (shared/corpus/formats/shards.py) or a Parquet
 file (shared/corpus/formats/parquet.py), by the (offset, size) its entry carries: one
-pread, the file kept open for the next.
+pread, the file kept open for the next; or a whole object of a store.
 
-Used by producers (the audio of a granted item) and by the tools that read audio
-headers (validate, the length table). Remote shards come through the local shard
-cache (shared/corpus/object_store.py ShardCache) first.
+Used by read_clip (shared/corpus/clips.py), the one way every reader of audio reads a
+clip. Remote shards come through the local shard cache (shared/corpus/object_store.py
+ShardCache) first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections import OrderedDict
 from typing import Any
 
 from ringfeed.shared.config import Config
-from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.object_store import ShardCache, is_remote
 from ringfeed.shared.corpus.registry import format_of
 
@@ -63,6 +62,10 @@ class MemberReader:
             raise OSError(f"{shard}: {len(data)} of {size} bytes at {offset} (truncated shard)")
         return data
 
-    def entry_bytes(self, entry: Entry) -> bytes | None:
-        """The clip's own bytes when it is a shard member, None for a file of its own."""
-        return self.read(entry.audio_path, *entry.member) if entry.member else None
+    def read_object(self, url: str) -> bytes:
+        """The whole object at url (a clip stored as an object of its own), with the
+        store's retries; never copied into the shard cache (one clip, read once)."""
+        if self._store is None:
+            self._store = ShardCache(self.cfg)
+        self.reads += 1
+        return self._store.read_object(url)

@@ -246,6 +246,16 @@ class ShardCache:
         self.fetched_bytes += size
         return data
 
+    def read_object(self, url: str) -> bytes:
+        """The whole object at url: one read, with retries (read_range's client)."""
+        if self._client is None:
+            self._client = _filesystem(url)[0]
+        remote = url.split("://", 1)[1]
+        data = with_retries(self.cfg, f"reading {url}", lambda: self._client.cat_file(remote),
+                            self._retried)  # fmt: skip
+        self.fetched_bytes += len(data)
+        return data
+
     def _retried(self) -> None:
         self.retries += 1
 

@@ -1,15 +1,22 @@
-"""Opening the corpus: the index that is current, built first when it is not.
+"""Opening the corpus: the index that is current, mapped; built only by preparation.
 
 Current or stale: the index file's header keeps the format's stamp of the corpus
 (a metadata file's size and mtime; a hash of every folder's or shard's stamp),
 and its file name hashes every setting that decides the items (path, format,
-text column, language). A stale or missing index is built by one process at a
-time (a lock file beside it), in a subprocess (``python -m
-ringfeed.shared.corpus.build``), so no process keeps the build's memory; the
-others wait for it and map the result. A cache folder that cannot be written,
-or whose disk is full (shared/memory/disk.py), falls back to the corpus built in
-memory, with a warning naming the folder and the space left, where the format
-allows it.
+text column, language).
+
+- :func:`open_prepared`: what the processes of a run call (the stager, producers):
+  the current index, mapped, from the cache folder or its memory copy
+  (shared/corpus/memory_copies.py); a missing or stale one is a ConfigError that says
+  what to run. No process of a run builds it.
+- :func:`open_corpus`: the index step of preparation (`ringfeed prepare`,
+  `ringfeed index`; tools and tests): the current index, built first when it is
+  missing or stale, by one process at a time (a lock file beside it), in a subprocess
+  (``python -m ringfeed.shared.corpus.build``) unless asked otherwise, so no process
+  keeps the build's memory. On a full disk the index is kept in memory, in /dev/shm,
+  for every process of the host (memory_copies.py); where even that fails, or the
+  cache folder cannot be written at all, this process reads the corpus in memory, with
+  a warning naming the folder and the space left, where the format allows it.
 """
 
 from __future__ import annotations
@@ -21,24 +28,50 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ringfeed.shared.config import Config
+from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.environment import child_environment
 from ringfeed.shared.corpus.build import DISK_FULL_EXIT, build, write_built
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry
 from ringfeed.shared.corpus.format import CorpusFormat
 from ringfeed.shared.corpus.index import BuiltIndex, CorpusIndex, MemoryStore, index_path
 from ringfeed.shared.corpus.index_file import IndexFileError
+from ringfeed.shared.corpus.memory_copies import places
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.memory.disk import DiskFull, disk_error, is_full
 
 log = logging.getLogger(__name__)
 
 
+class NotPrepared(ConfigError):
+    """The corpus has no current index (never prepared, or changed since): the message
+    says what to run."""
+
+
+def open_prepared(cfg: Config) -> CorpusIndex:
+    """cfg.data's index as preparation left it: computed (synthetic), or the current one
+    mapped. NotPrepared when there is none (never prepared, or the corpus or a setting
+    that decides its items changed since): nothing is built here."""
+    fmt = format_of(cfg)
+    fmt.check(cfg)
+    computed = fmt.computed_index(cfg)
+    if computed is not None:
+        return computed
+    path = index_path(cfg)
+    index = _current(cfg, fmt, path)
+    if index is not None:
+        return index
+    stale = any(p.exists() for p in places(path))
+    why = "changed since it was prepared" if stale else "not prepared"
+    raise NotPrepared(f"data.path: the corpus {cfg.data.path} is {why} (no current index in "
+                      f"{path.parent}): run `ringfeed prepare CONFIG` first (`ringfeed run` "
+                      "and `ringfeed validate` do)")  # fmt: skip
+
+
 def open_corpus(cfg: Config, in_subprocess: bool = True) -> CorpusIndex:
     """cfg.data's index: computed (synthetic), mapped (built first if missing or stale:
-    one builder at a time, in a subprocess unless in_subprocess is False), or built in
-    memory when the cache folder cannot be written. ConfigError for a setting the
-    format cannot serve, CorpusError for a corpus that cannot be read."""
+    one builder at a time, in a subprocess unless in_subprocess is False), or read in
+    memory when neither the cache folder nor /dev/shm can hold it. ConfigError for a
+    setting the format cannot serve, CorpusError for a corpus that cannot be read."""
     fmt = format_of(cfg)
     fmt.check(cfg)
     computed = fmt.computed_index(cfg)
@@ -83,7 +116,7 @@ def read_corpus(cfg: Config) -> tuple[list[Entry], list[BadLine]]:
     """The whole corpus in memory: (its entries whose audio file exists, in corpus order;
     its unusable lines and a line for each entry whose local audio file is missing, in
     file and line order).
-    For tests and tools: a run maps the index instead (open_corpus)."""
+    For tests and tools: a run maps the index instead (open_prepared)."""
     index = build_in_memory(cfg)
     entries, bad = [], list(index.bad_lines)
     for item, entry in enumerate(index.entries):
@@ -98,15 +131,20 @@ def read_corpus(cfg: Config) -> tuple[list[Entry], list[BadLine]]:
 
 
 def _current(cfg: Config, fmt: CorpusFormat, path: Path) -> BuiltIndex | None:
-    try:
-        index = BuiltIndex.mapped(path)
-    except (OSError, IndexFileError, KeyError, ValueError):
-        return None
+    """The current index at path's memory copy or at path (shared/corpus/memory_copies.py),
+    or None."""
     try:
         stamp = fmt.stamp(cfg)
     except OSError:
         return None
-    return index if index.store.header.get("source") == stamp else None
+    for place in places(path):
+        try:
+            index = BuiltIndex.mapped(place)
+        except (OSError, IndexFileError, KeyError, ValueError):
+            continue
+        if index.store.header.get("source") == stamp:
+            return index
+    return None
 
 
 def _in_memory_instead(cfg: Config, fmt: CorpusFormat, folder: Path, exc: OSError) -> BuiltIndex:
@@ -114,15 +152,15 @@ def _in_memory_instead(cfg: Config, fmt: CorpusFormat, folder: Path, exc: OSErro
         raise CorpusError(f"features.cache_dir: cannot write the corpus index in {folder} "
                           f"({exc}): free space there or point it at a writable folder"
                           ) from None  # fmt: skip
-    log.warning("features.cache_dir: cannot keep the corpus index in %s (%s): every "
-                "process reads the corpus in memory; free space there or point it at a "
-                "writable folder", folder, exc)  # fmt: skip
+    log.warning("features.cache_dir: cannot keep the corpus index in %s (%s): this process "
+                "reads the corpus in memory; free space there or point it at a writable "
+                "folder", folder, exc)  # fmt: skip
     return build_in_memory(cfg)
 
 
 def _build_in_subprocess(cfg: Config, path: Path) -> None:
-    """Build the index at path in a child; DiskFull when its disk is full (the child
-    says so by its exit code), CorpusError for anything else."""
+    """Build the index at path in a child; DiskFull when neither its disk nor /dev/shm
+    can hold it (the child says so by its exit code), CorpusError for anything else."""
     argv = [sys.executable, "-m", "ringfeed.shared.corpus.build"]
     done = subprocess.run(argv, input=cfg.to_yaml(), text=True, check=False,
                           env=child_environment())  # fmt: skip

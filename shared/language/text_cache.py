@@ -4,7 +4,7 @@ One SQLite file, ``<features.cache_dir>/text-cache.sqlite``, shared by every
 process on the host (WAL mode: readers never wait for a writer). Keys hash the
 kind of work (with its version), the language and the text, so a changed rule
 or another language is another entry. Used by shared/language/detect.py (the
-stager and each producer, reading the index) and producer/text.py (each
+stager and each producer, reading the index) and producer/text/encoder.py (each
 producer, per sample).
 
 A cache is an optimization, never a reason to lose a sample: every SQLite error

@@ -34,7 +34,7 @@ import numpy as np
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.index import CorpusIndex
-from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.corpus.open import open_prepared
 
 # Hex characters of each part's hash: 64 bits, enough to tell two versions apart.
 PLAN_HASH_HEX = 16
@@ -122,7 +122,7 @@ def config_fingerprint(cfg: Config, corpus: str | None = None) -> dict[str, str]
     the corpus digest under CORPUS_KEY (None: read the index to compute it); every
     producer sends it in its HELLO."""
     if corpus is None:
-        corpus = corpus_digest(cfg, open_corpus(cfg))
+        corpus = corpus_digest(cfg, open_prepared(cfg))
     raw = cfg.to_dict()
     keys = {
         f"{section}.{key}": value

@@ -2,11 +2,13 @@
 frames and of energy, per speaker and over the whole corpus (FastPitch-style pitch
 normalization; one pass over the corpus, NeMo PR#5455).
 
-`ringfeed stats CONFIG` computes the table (producer/prosody_pass.py) and keeps it beside
-the corpus index as ``prosody-<key>.json``: the key hashes the corpus digest and every
+Preparation computes the table (`ringfeed prepare CONFIG` when features.pitch_norm asks,
+or `ringfeed stats CONFIG`; producer/prepare/prosody_pass.py) and keeps it beside the
+corpus index as ``prosody-<key>.json`` (in memory on a full disk:
+shared/corpus/memory_copies.py): the key hashes the corpus digest and every
 setting that shapes a clip's pitch and energy (audio section; the STFT and frame keys
 of the features section), so a table made from another corpus or other settings is
-never found; the table also names the pitch estimator's version (producer/prosody.py
+never found; the table also names the pitch estimator's version (producer/features/prosody.py
 PROSODY_VERSION), checked by whoever applies it. With ``features.pitch_norm: speaker``
 (or ``global``) the producers apply it to the pitch field, and the stager keeps a copy
 in the run directory, which every checkpoint's sidecar carries
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.corpus.memory_copies import places, write_kept
 
 # The run directory's copy, which checkpoints carry.
 RUN_FILE = "prosody.json"
@@ -59,18 +62,33 @@ def moments(sums: np.ndarray) -> dict[str, float]:
 
 
 def write_table(path: Path, table: dict[str, Any]) -> None:
+    """The table at path, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(table, ensure_ascii=False, indent=1), "utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(table, ensure_ascii=False, indent=1), "utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def keep_table(path: Path, table: dict[str, Any]) -> Path:
+    """Preparation's copy of the table: at path, or in memory when its disk is full
+    (shared/corpus/memory_copies.py); returns where."""
+    return write_kept(path, lambda there: write_table(there, table))
 
 
 def read_table(path: Path) -> dict[str, Any] | None:
-    try:
-        table = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return table if isinstance(table, dict) and "speakers" in table else None
+    """The table at path (its memory copy first), or None."""
+    for place in places(path):
+        try:
+            table = json.loads(place.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(table, dict) and "speakers" in table:
+            return table
+    return None
 
 
 def required_table(cfg: Config, digest: str, version: str = "") -> dict[str, Any]:
@@ -81,8 +99,8 @@ def required_table(cfg: Config, digest: str, version: str = "") -> dict[str, Any
     if table is None or (version and table.get("prosody_version") != version):
         why = "none" if table is None else f"one of {table.get('prosody_version')}"
         raise ConfigError(f"features.pitch_norm: {cfg.features.pitch_norm} needs this corpus's "
-                          f"prosody statistics ({why} at {path}): run `ringfeed stats CONFIG` "
-                          "first")  # fmt: skip
+                          f"prosody statistics ({why} at {path}): run `ringfeed prepare CONFIG` "
+                          "first (`ringfeed run` and `ringfeed validate` do)")  # fmt: skip
     return table
 
 

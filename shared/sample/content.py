@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 # Floor of the mel power before its log: log(max(mel, LOG_FLOOR)), so silence is
-# log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features.py)
+# log(1e-5) = -11.5 and never log(0). One constant for producers (producer/features/mel.py)
 # and the stager's GPU mels (consumer/stager/gpu_mel.py), which must agree.
 LOG_FLOOR = 1e-5
 

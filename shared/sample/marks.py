@@ -1,10 +1,10 @@
 """What a sample's marks say of it: one small integer of bits, set by the producer that
-made it, kept with its features in the feature cache (producer/cache.py) and sent in
+made it, kept with its features in the feature cache (producer/features/cache.py) and sent in
 its READY (shared/wire/grants.py), so the stager can list a clip it delivers
 (consumer/stager/outliers.py) without decoding it.
 
 The audio marks are the producers' verdict on the decoded clip before it is
-normalized (producer/audio.py judge_audio): near-silent or clipped speech, which
+normalized (producer/audio/decode.py judge_audio): near-silent or clipped speech, which
 peak normalization would otherwise hide (a clip of room tone scaled up to
 audio.peak_level trains as loud noise). What a marked clip costs is data.outliers'
 (keep, flag, skip; docs/corpora.md#audio-that-is-not-its-text).

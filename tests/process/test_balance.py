@@ -11,7 +11,6 @@ from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.shared.config import load_config
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.id_tables import corpus_tables
-from ringfeed.shared.run.process import StopFlag
 from tests.support.configs import lopsided_config
 from tests.support.runs import Run, batch_records, rid, shm_segments, workers
 
@@ -23,7 +22,7 @@ def test_killed_on_two_workers_resumed_on_one_gives_the_uninterrupted_global_bat
     config = lopsided_config(tmp_path)
     cfg = load_config(config)
     index = open_corpus(cfg)
-    plan = make_plan(cfg, index, tmp_path, StopFlag())
+    plan = make_plan(cfg, index)
     expected = {s: sorted(plan.item_at(p) for p in range(4 * (s - 1), 4 * s)) for s in range(1, 17)}
     base = rid("bal")
     (tmp_path / "two").mkdir()

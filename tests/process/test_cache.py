@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ringfeed.producer.cache import MAX_WRITE_FAILURES, FeatureCache
+from ringfeed.producer.features.cache import MAX_WRITE_FAILURES, FeatureCache
 from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.entry import Entry
 from tests.support.configs import clips_cfg
 from tests.support.paths import REPO
 from tests.support.processes import run_on_small_tmpfs
@@ -37,7 +38,7 @@ def test_processes_share_one_cache_dir(tmp_path: Path) -> None:
     assert len(list(reader.directory.glob("shard-*.idx"))) == 2
     for k in range(2):
         for i, path in enumerate(files[k::2]):
-            hit = reader.get(FeatureCache.key(path))
+            hit = reader.get(FeatureCache.key(Entry("", path, "")))
             assert hit is not None, path
             array, truncated = hit
             assert array.shape == (10 + i, 8) and not truncated
@@ -80,7 +81,8 @@ def _write_entries(cfg: Config, files: list[str], tag: float) -> None:
     """Runs in a spawned process: cache one synthetic array per file."""
     cache = FeatureCache(cfg)
     for i, path in enumerate(files):
-        cache.put(FeatureCache.key(path), np.full((10 + i, 8), tag + i, np.float32), False)
+        key = FeatureCache.key(Entry("", path, ""))
+        cache.put(key, np.full((10 + i, 8), tag + i, np.float32), False)
     cache.close()
 
 
@@ -99,12 +101,13 @@ if fsize:
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 cfg = replace(Config(), data={"path": data}, features={"cache_dir": cache_dir})
 pipe = SamplePipeline(cfg)
+cache = pipe.features.cache
 big = np.ones((400, 80), np.float32)  # 125 KiB
 for i in range(100):
-    if not pipe.cache.writing:
+    if not cache.writing:
         break
     try:
-        pipe.cache.put(i.to_bytes(16, "little"), big, False)
+        cache.put(i.to_bytes(16, "little"), big, False)
     except OSError:
         pass
 entries = [e for e in read_corpus(cfg)[0] if os.path.getsize(e.audio_path) < 250_000]
@@ -112,9 +115,9 @@ for entry in entries[:4]:
     pipe(entry)
 t = time.perf_counter()
 for i in range(2000):
-    pipe.cache.put((1000 + i).to_bytes(16, "little"), big, False)
-print(json.dumps({"stats": vars(pipe.cache.stats), "work": vars(pipe.counters),
-                  "puts_s": time.perf_counter() - t, "files": os.listdir(pipe.cache.directory)}))
+    cache.put((1000 + i).to_bytes(16, "little"), big, False)
+print(json.dumps({"stats": vars(cache.stats), "work": vars(pipe.counters),
+                  "puts_s": time.perf_counter() - t, "files": os.listdir(cache.directory)}))
 """
 
 

@@ -37,6 +37,7 @@ def test_a_producer_from_another_path_joins_and_a_moved_corpus_resumes(tmp_path:
     with Run(configs["head"], run_id, tmp_path) as run:
         run.start("stager")
         with Launcher(configs["elsewhere"], run_id, tmp_path) as producers:
+            producers.prepare()  # a producer host prepares its own copy (validate --role producer)
             producers.start("producers")
             client = run.client()
             got, plan = [], dict(client.plan)

@@ -30,7 +30,7 @@ def test_producer_features_never_import_librosa() -> None:
     code = (
         "import sys, numpy as np\n"
         "from ringfeed.shared.config import Config\n"
-        "from ringfeed.producer.features import log_mel\n"
+        "from ringfeed.producer.features.mel import log_mel\n"
         "log_mel(np.zeros(22050, np.float32), Config())\n"
         "sys.exit('librosa' in sys.modules)\n"
     )
@@ -48,7 +48,7 @@ def test_a_producer_reading_its_hosts_fft_choice_never_imports_scipy(tmp_path) -
     code = (
         "import sys, numpy as np\n"
         "from ringfeed.shared.config import Config, replace\n"
-        "from ringfeed.producer.features import log_mel\n"
+        "from ringfeed.producer.features.mel import log_mel\n"
         f"cfg = replace(Config(), features={{'cache_dir': {str(tmp_path)!r}}})\n"
         "log_mel(np.zeros(22050, np.float32), cfg)\n"
         "sys.exit('scipy' in sys.modules)\n"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.prosody_pass import compute_table
+from ringfeed.producer.prepare.prosody_pass import compute_table
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.prosody_table import RUN_FILE
@@ -41,10 +41,12 @@ def test_rows_carry_pitch_normalized_by_their_speaker(tmp_path: Path) -> None:
     })  # fmt: skip
     cfg = load_config(cfg_path)
     with Run(cfg_path, rid(), tmp_path) as refused:
+        refused.prepares = False  # the stager alone, as a user may start it: it prepares nothing
         refused.start("stager")
         assert refused.wait("stager", 60) == 2
-        assert "run `ringfeed stats CONFIG` first" in refused.logs()
-    _, table = compute_table(cfg, workers=1)
+        assert "is not prepared" in refused.logs() and "run `ringfeed prepare CONFIG`" in (
+            refused.logs())  # fmt: skip
+    _, table = compute_table(cfg, open_corpus(cfg), workers=1)
     index = open_corpus(cfg)
     pipe = SamplePipeline(replace(cfg, features={"cache": False}), index=index)
     expected = [pipe(e, k) for k, e in enumerate(index.entries)]

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ringfeed.producer.features.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from tests.support import user_fields

@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.plan.make import make_plan
-from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prepare.lengths import measure_lengths
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
-from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.run.share import Share
 from tests.support.checks import same_rows
 from tests.support.configs import write_config
@@ -118,7 +117,7 @@ def test_s3_shards_bucketed_balanced_on_two_workers_killed_and_resumed(
         cfg = load_config(config)
         index = open_corpus(cfg, in_subprocess=False)
         measure_lengths(cfg, index)  # here: the stagers find the length table current
-        plan = make_plan(cfg, index, tmp_path, StopFlag())
+        plan = make_plan(cfg, index)
         fetched_before, fetches_before = s3.tar_bytes, len(s3.tar_fetches)
         got = two_workers_killed_and_resumed(tmp_path, rid("s3w"), index, expected)
         fetched, fetches = s3.tar_bytes - fetched_before, s3.tar_fetches[fetches_before:]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.vocabulary import build_vocabulary
+from ringfeed.producer.prepare.prepare import corpus_vocabulary
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE, padding_ids
@@ -45,7 +45,7 @@ def config(tmp_path: Path, data: Path, tokens: str) -> Path:
     """The run's config, its alphabet built from the corpus (the numbers in each text are
     spelled out in its language: Persian and Russian letters among them, or phonemes)."""
     path = _config(tmp_path, data, {"tokens": tokens})
-    alphabet = build_vocabulary(load_config(path)).alphabet
+    alphabet = corpus_vocabulary(load_config(path)).alphabet
     return _config(tmp_path, data, {"tokens": tokens, "alphabet": alphabet})
 
 

@@ -29,7 +29,6 @@ from ringfeed.producer.sample import Sample
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.places import Places, write_sample
-from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.wire import protocol as p
 from tests.support.runs import rid
 
@@ -57,7 +56,7 @@ def first_batch(cfg: Config, sample_of: Callable[[int], Sample], tmp_dir) -> Ite
     with contextlib.ExitStack() as cleanup:
         spares, batches = open_rings(cfg, run_id, "", cleanup)
         index = open_corpus(cfg)
-        plan = make_plan(cfg, index, tmp_dir, StopFlag())
+        plan = make_plan(cfg, index)
         ledger = slot_ledger(cfg, plan, spares, batches, cleanup)
         places = Places(batches, spares, cfg.schema)
         cleanup.callback(places.forget)

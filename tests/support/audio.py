@@ -1,6 +1,7 @@
 """Audio files for tests: a file of a given length, rate, channels and content (silence,
 noise, a tone, a shipped clip's speech, or samples of the test's own), in any format
-soundfile writes, or its bytes; and the shipped clips themselves (data/ljspeech-mini/wavs)."""
+soundfile writes, or its bytes; the shipped clips themselves (data/ljspeech-mini/wavs);
+and a file read and decoded as the producers read and decode a clip."""
 
 from __future__ import annotations
 
@@ -12,15 +13,41 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from ringfeed.producer.audio.decode import decode, load_audio, load_judged
+from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.clips import Clip, ClipReader
+from ringfeed.shared.corpus.entry import Entry
 from tests.support.paths import WAVS
 
 TONE_HZ, TONE_PEAK = 220.0, 0.3  # "tone": a sine a corpus's loudness check accepts
 
 
-def read_clip(name: str = "LJ001-0002") -> tuple[np.ndarray, int]:
-    """A shipped clip's samples (float32, mono) and its sample rate (22050)."""
-    wave, sr = sf.read(WAVS / f"{name}.wav", dtype="float32")
-    return wave, sr
+def file_clip(path: str | Path, segment: tuple[float, float] | None = None) -> Clip:
+    """A file's clip, opened as read_clip opens it (shared/corpus/clips.py); close it."""
+    offset_s, duration_s = segment or (0.0, 0.0)
+    entry = Entry("", str(path), "", offset_s=offset_s, duration_s=duration_s)
+    return ClipReader(Config()).read_clip(entry)
+
+
+def load_file(path: str | Path, cfg: Config, segment: tuple[float, float] | None = None
+              ) -> np.ndarray:  # fmt: skip
+    """producer/audio/decode.py load_audio of a file (or its segment)."""
+    with file_clip(path, segment) as clip:
+        return load_audio(clip, cfg)
+
+
+def judge_file(path: str | Path, cfg: Config, segment: tuple[float, float] | None = None
+               ) -> tuple[np.ndarray, int]:  # fmt: skip
+    """producer/audio/decode.py load_judged of a file (or its segment): (wave, marks)."""
+    with file_clip(path, segment) as clip:
+        return load_judged(clip, cfg)
+
+
+def decode_file(path: str | Path, segment: tuple[float, float] | None = None
+                ) -> tuple[np.ndarray, int]:  # fmt: skip
+    """producer/audio/decode.py decode of a file (or its segment), its header unjudged."""
+    with file_clip(path, segment) as clip:
+        return decode(clip)
 
 
 def copy_clip(dst: Path, name: str = "LJ001-0001") -> Path:

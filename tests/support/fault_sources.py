@@ -94,10 +94,6 @@ class FaultySource:
         self.source, self.faults = source, faults
         self.n_items = source.n_items
 
-    @property
-    def stage(self) -> str:
-        return self.source.stage
-
     def item_id(self, item: int) -> str:
         return self.source.item_id(item)
 

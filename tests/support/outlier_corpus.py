@@ -7,7 +7,7 @@ clips with their own texts, and one of each kind data.outliers must find.
     quiet       a clip 45 dB down (RMS about -66 dBFS): near-silent
     clipped     a clip driven 12 dB into full scale: clipped
     cut-header  a clip cut to 40 % of its bytes under its old header: refused by the
-                producers whatever data.outliers says (producer/audio.py check_whole),
+                producers whatever data.outliers says (producer/audio/decode.py check_whole),
                 and out of band too (a header read gives what the file holds: rate x 2.5)
 """
 

@@ -54,7 +54,7 @@ def too_wide(wave: np.ndarray, mel: np.ndarray | None, text: str, entry: Any) ->
 
 
 def write_durations(directory: Path, item_id: str, n_tokens: int, n_frames: int) -> Path:
-    """A durations file (producer/durations.py) spreading n_frames over n_tokens, uneven."""
+    """A durations file (producer/features/durations.py): n_frames over n_tokens, uneven."""
     durations = np.full(n_tokens, n_frames // n_tokens)
     durations[: n_frames % n_tokens] += 1
     directory.mkdir(parents=True, exist_ok=True)

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from ringfeed.producer.audio import decode, load_audio
-from ringfeed.producer.features import fit_length, log_mel, mel_filterbank
+from ringfeed.producer.features.mel import fit_length, log_mel, mel_filterbank
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.sample.content import LOG_FLOOR
-from tests.support.audio import write_audio
+from tests.support.audio import decode_file, load_file, write_audio
 from tests.support.paths import WAVS
 
 CLIP = WAVS / "LJ001-0002.wav"
@@ -44,7 +43,7 @@ def _copies(tmp_path: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("kind", ["wav", "flac", "16k"])
 def test_log_mel_matches_librosa(tmp_path: Path, kind: str) -> None:
     cfg = Config()
-    wave = load_audio(str(_copies(tmp_path)[kind]), cfg)
+    wave = load_file(str(_copies(tmp_path)[kind]), cfg)
     mel = log_mel(wave, cfg)
     assert mel.dtype == np.float32 and mel.shape == (1 + len(wave) // 256, cfg.features.n_mels)
     _assert_parity(mel, _librosa_log_mel(wave, cfg))
@@ -61,7 +60,7 @@ def test_log_mel_matches_librosa_on_every_shipped_clip() -> None:
     cfg = replace(Config(), features={"on_too_long": "truncate"})
     near_floor = 0
     for path in sorted(WAVS.glob("*.wav")):
-        wave, _ = fit_length(load_audio(str(path), cfg), cfg)
+        wave, _ = fit_length(load_file(str(path), cfg), cfg)
         near_floor += _assert_parity(log_mel(wave, cfg), _librosa_log_mel(wave, cfg))
     assert near_floor > 1000, "the clips must hold values next to the floor to test them"
 
@@ -79,10 +78,10 @@ def test_loader_resamples_mixes_and_normalizes(tmp_path: Path) -> None:
     cfg = Config()
     wave, _ = sf.read(CLIP, dtype="float32")
     stereo = write_audio(tmp_path / "stereo.wav", CLIP, channels=2, subtype="PCM_24")
-    out = load_audio(str(stereo), cfg)
+    out = load_file(str(stereo), cfg)
     assert out.ndim == 1 and out.dtype == np.float32 and len(out) == len(wave)
     assert np.max(np.abs(out)) == pytest.approx(cfg.audio.peak_level, rel=1e-6)
-    trimmed = load_audio(str(CLIP), replace(cfg, audio={"trim_silence": True, "trim_top_db": 30.0}))
+    trimmed = load_file(str(CLIP), replace(cfg, audio={"trim_silence": True, "trim_top_db": 30.0}))
     assert len(trimmed) < len(out)
 
 
@@ -93,17 +92,17 @@ def test_loader_resamples_mixes_and_normalizes(tmp_path: Path) -> None:
 def test_decode_gives_libsndfiles_own_float_samples(
     tmp_path: Path, suffix: str, subtype: str
 ) -> None:
-    """16-bit PCM is read as int16 and scaled in numpy (producer/audio.py _read_frames):
+    """16-bit PCM is read as int16 and scaled in numpy (producer/audio/decode.py _read_frames):
     the same float32 samples, bit for bit, as libsndfile's conversion, full scale and
     stereo included; a segment too."""
     speech, _ = sf.read(CLIP, dtype="float32")
     edges = np.array([-1.0, 32767 / 32768, 0.0, 2**-15, -(2**-15)], np.float32)
     both = np.stack([np.concatenate([speech, edges]), np.concatenate([edges, speech])], 1)
     path = write_audio(tmp_path / f"clip.{suffix}", both, subtype=subtype)
-    data, sr = decode(str(path))
+    data, sr = decode_file(str(path))
     assert data.dtype == np.float32 and sr == 22050
     np.testing.assert_array_equal(data, sf.read(path, dtype="float32", always_2d=True)[0])
-    part, _ = decode(str(path), (0.5, 1.0))
+    part, _ = decode_file(str(path), (0.5, 1.0))
     np.testing.assert_array_equal(part, data[11025 : 11025 + 22050])
 
 
@@ -121,18 +120,18 @@ def test_fit_length_skip_and_truncate() -> None:
 def test_silent_audio_is_skipped(tmp_path: Path) -> None:
     path = write_audio(tmp_path / "silent.wav", "silence", 1.0)
     with pytest.raises(SkipSample, match="silent"):
-        load_audio(str(path), Config())
+        load_file(str(path), Config())
 
 
 def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
     cfg = Config()
     wave, sr = sf.read(CLIP, dtype="float32")
     mp3 = write_audio(tmp_path / "clip.mp3", CLIP, format="MP3", subtype="MPEG_LAYER_III")
-    out = load_audio(str(mp3), cfg)
+    out = load_file(str(mp3), cfg)
     assert out.ndim == 1 and out.dtype == np.float32
     # An MP3 encoder adds some padding at the ends: compare durations, then the speech.
     assert abs(len(out) - len(wave)) < 0.1 * sr
-    ref = load_audio(str(CLIP), cfg)
+    ref = load_file(str(CLIP), cfg)
     n = min(len(out), len(ref))
     lag = int(np.argmax(np.correlate(out[:4096], ref[:2048], mode="valid")))
     corr = np.corrcoef(out[lag : lag + n - 4096], ref[: n - 4096])[0, 1]
@@ -146,7 +145,7 @@ def test_mp3_loads_as_the_same_speech(tmp_path: Path) -> None:
 def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int, hop: int) -> None:
     """The producer's STFT is librosa's definition, to the float32 rounding of its
     magnitude (bounded by 1e-6 of the clip's largest bin), with no librosa import."""
-    from ringfeed.producer.features import stft_magnitude
+    from ringfeed.producer.features.mel import stft_magnitude
 
     cfg = replace(Config(), features={"n_fft": n_fft, "win_length": win_length, "hop_length": hop})
     wave, _ = sf.read(CLIP, dtype="float32")
@@ -169,7 +168,7 @@ def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int
 def test_filterbank_is_librosa_for_other_rates(
     sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float
 ) -> None:
-    from ringfeed.producer.features import mel_filterbank
+    from ringfeed.producer.features.mel import mel_filterbank
 
     raw = {
         "audio": {"sample_rate": sr},

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ringfeed.producer.features.references import reference_candidates
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.references import reference_candidates
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import build_in_memory
@@ -34,10 +34,10 @@ def test_a_bad_candidate_costs_itself_and_the_next_good_one_is_the_reference(tmp
                 j for j in good - {k} if index.entry(j).speaker == index.entry(k).speaker
             ]
             assert any(_is_cut_of(ref, mels[j]) for j in same_speaker), (epoch, k)
-            first_good = next(j for j in reference_candidates(pipe.clips, k, epoch, cfg)[0]
-                              if j in good)  # fmt: skip
+            candidates = reference_candidates(pipe.references.speakers, k, epoch, cfg)[0]
+            first_good = next(j for j in candidates if j in good)
             assert _is_cut_of(ref, mels[first_good]), (epoch, k)
-    assert pipe.counters.reference_failed == len(pipe.bad_references) == 8  # each tried once
+    assert pipe.counters.reference_failed == len(pipe.references.bad) == 8  # each tried once
     assert pipe.counters.reference_own == 0
     for k in set(range(index.n_items)) - good:  # a bad clip as an item is its own skip
         with pytest.raises(SkipSample):

@@ -25,12 +25,12 @@ from ringfeed.consumer.stager.plan.group_walk import arrivals
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
+from ringfeed.producer.prepare.prepare import prepare
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.fingerprint import PLAN_PARTS, plan_changes
-from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.run.share import Share
 from tests.support.corpora import write_manifest
 from tests.support.lopsided import early_repeats, lopsided_corpus
@@ -235,27 +235,27 @@ def manifest_config(tmp_path, **balance):
 def test_the_stager_plan_balances_and_its_fingerprint_names_the_balance(tmp_path) -> None:
     plain = manifest_config(tmp_path)
     index = open_corpus(plain)
-    base_plan = make_plan(plain, index, tmp_path, StopFlag())
+    base_plan = make_plan(plain, index)
     base = base_plan.fingerprint
     assert type(base_plan.source) is Shuffle and "balance" not in base  # the default: as before
     cfg = manifest_config(tmp_path, by="speaker", temperature=0.0)
-    plan = make_plan(cfg, index, tmp_path, StopFlag())
+    plan = make_plan(cfg, index)
     ours = plan.fingerprint
     assert isinstance(plan.source, BalancedBatches) and [b.rows for b in plan.buckets] == [4]
     assert plan.source.quotas(0).tolist() == [4, 4, 4]  # ann, bob, cy: uniform
     epoch = [index.item_id(plan.item_at(p)) for p in range(12)]
     assert sorted(epoch.count(f"c{k}") for k in (9, 10, 11)) == [2, 2, 4]
-    two_workers = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2)).fingerprint
+    two_workers = make_plan(cfg, index, Share(1, 2)).fingerprint
     assert two_workers == ours, "the number of workers is no part of the plan"
     warmer = manifest_config(tmp_path, by="speaker", temperature=0.5)
-    theirs = make_plan(warmer, index, tmp_path, StopFlag()).fingerprint
+    theirs = make_plan(warmer, index).fingerprint
     assert plan_changes(ours, theirs) == [PLAN_PARTS["balance"]]
     assert plan_changes(ours, base) == [PLAN_PARTS["buckets"], PLAN_PARTS["balance"]]
     with pytest.raises(TypeError):  # made with the plan, never changed after
         plan.fingerprint["balance"] = "another"
     wrong = manifest_config(tmp_path, by="speaker", weights={"anne": 2.0})
     with pytest.raises(ConfigError, match="stager.balance.weights.anne: no speaker"):
-        make_plan(wrong, index, tmp_path, StopFlag())
+        make_plan(wrong, index)
 
 
 @pytest.mark.parametrize(
@@ -274,7 +274,7 @@ def test_a_bad_balance_key_is_named(balance: dict, key: str) -> None:
 
 def test_validate_prints_the_epoch_and_every_groups_quota(tmp_path) -> None:
     cfg = manifest_config(tmp_path, by="speaker", temperature=0.0, weights={"cy": 2.0})
-    lines = corpus_check(cfg).lines
+    lines = corpus_check(cfg, prepare(cfg)).lines
     at = next(k for k, line in enumerate(lines) if line.startswith("  balance"))
     assert "by speaker, temperature 0: 12 positions an epoch" in lines[at]
     assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 4]] == [
@@ -300,16 +300,16 @@ def test_clips_whose_text_fits_no_longer_bucket_wait_and_still_come_in_pass_orde
 
 def test_validate_warns_of_a_group_upsampled_beyond_the_rings_depth(tmp_path) -> None:
     cfg = manifest_config(tmp_path, by="speaker", temperature=0.0)  # cy: 1 clip, a third
-    lines = corpus_check(cfg).lines
-    warned = [line for line in lines if "warning: speaker" in line]
     deep = config_from_dict(cfg.to_dict() | {"ring": {"lookahead": 16}})  # 16 x 4 rows in flight
-    warned = [line for line in corpus_check(deep).lines if "warning: speaker" in line]
+    lines = corpus_check(deep, prepare(deep)).lines
+    warned = [line for line in lines if "warning: speaker" in line]
     assert len(warned) == 3, warned  # ann 9, bob 2, cy 1 clips; each ~21 of 64 grants
     assert any("speaker cy has 1 clips but 33.3 % of the epoch" in line for line in warned)
     assert all("64 grants in flight (ring.lookahead)" in line for line in warned)
     assert all("stager.balance.temperature" in line for line in warned)
     shallow = config_from_dict(cfg.to_dict() | {"ring": {"lookahead": 1}})  # 4 in flight: 4/3 each
-    warned = [line for line in corpus_check(shallow).lines if "warning: speaker" in line]
+    lines = corpus_check(shallow, prepare(shallow)).lines
+    warned = [line for line in lines if "warning: speaker" in line]
     assert len(warned) == 1 and "speaker cy has 1 clips" in warned[0]
 
 

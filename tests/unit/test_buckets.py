@@ -21,13 +21,11 @@ from ringfeed.consumer.stager.plan.buckets import (
 from ringfeed.consumer.stager.plan.layout import KEPT_EPOCHS, kept_epochs
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
-from ringfeed.producer.lengths import measure_lengths
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.shared.config import config_from_dict, load_config
+from ringfeed.producer.prepare.lengths import measure_lengths
+from ringfeed.shared.config import ConfigError, config_from_dict
 from ringfeed.shared.corpus.lengths import Lengths, lengths_key, load_lengths
 from ringfeed.shared.corpus.open import open_corpus
-from ringfeed.shared.run.process import Stopped
-from tests.support.configs import write_config
 from tests.support.paths import REPO
 
 SHIPPED = REPO / "data" / "ljspeech-mini"
@@ -112,8 +110,8 @@ def test_measured_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
                      "on_too_long": "truncate", "max_frames": 2000},
         "stager": {"auto_buckets": 2},
     })  # fmt: skip
-    table = measure_lengths(cfg)
     index = open_corpus(cfg)
+    table = measure_lengths(cfg, index)[0]
     pipeline = SamplePipeline(cfg)
     for item, entry in enumerate(index.entries):
         sample = pipeline(entry)
@@ -128,7 +126,7 @@ def test_measured_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
     index = open_corpus(cfg)
     current, stale = load_lengths(cfg, index)
     assert np.flatnonzero(stale).tolist() == [16] and current.frames[16] == -1
-    again = measure_lengths(cfg)
+    again = measure_lengths(cfg, index)[0]
     assert (again.frames[:16] == table.frames).all() and again.frames[16] == table.frames[2]
     assert not load_lengths(cfg, open_corpus(cfg))[1].any()
     # Another setting that changes lengths is another key: every item measured again.
@@ -160,16 +158,20 @@ def test_a_large_corpus_keeps_two_epochs_of_int32_order_a_small_one_five() -> No
     assert sorted(layout.order.tolist()) == list(range(5000))
 
 
-def test_a_stop_while_the_length_table_is_measured_is_a_stop_not_a_config_error(
-    tmp_path: Path,
-) -> None:
-    """SIGTERM to a stager still measuring lengths once ended it with exit 2 and "config
-    error" (tests/process/test_causes_e2e.py hit it): a stop at start is a stop."""
-    path = write_config(tmp_path, {
+def test_the_stager_reads_the_length_table_and_never_measures_it(tmp_path: Path) -> None:
+    """No process of a run prepares the corpus: the stager's length table is what
+    preparation measured, and a table it lacks is a config error naming what to run
+    (it once started `ringfeed lengths` in a subprocess, round the rule that consumer
+    code never runs producer code)."""
+    cfg = config_from_dict({
         "data": {"path": str(SHIPPED)},
         "features": {"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
         "stager": {"auto_buckets": 2},
     })  # fmt: skip
-    cfg = load_config(path)
-    with pytest.raises(Stopped, match="stopped while measuring the length table"):
-        length_table(cfg, open_corpus(cfg), path, lambda: True)
+    index = open_corpus(cfg)
+    with pytest.raises(ConfigError, match=r"^stager.buckets: the length table of .* lacks 16 "
+                       r"of 16 items .*: run `ringfeed prepare CONFIG` first"):  # fmt: skip
+        length_table(cfg, index)
+    measured = measure_lengths(cfg, index)[0]
+    table = length_table(cfg, index)
+    assert (table.frames == measured.frames).all() and (table.text == measured.text).all()

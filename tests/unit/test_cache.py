@@ -3,15 +3,17 @@ recompute, changed settings or files miss (several processes: tests/process/test
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ringfeed.producer.cache import FeatureCache, settings_hash
+from ringfeed.producer.features.cache import FeatureCache, settings_hash
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
+from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.open import read_corpus
 from tests.support.configs import clips_cfg
 
@@ -34,7 +36,7 @@ def test_second_pass_skips_decode_and_mel(tmp_path: Path) -> None:
     for entry, mel in zip(entries, mels, strict=True):
         np.testing.assert_array_equal(second(entry).mel, mel)
     assert (second.counters.decoded, second.counters.mels) == (0, 0)
-    assert second.cache.stats.hits == N_CLIPS
+    assert second.features.cache.stats.hits == N_CLIPS
 
 
 def test_corrupt_and_truncated_entries_recompute(tmp_path: Path) -> None:
@@ -44,14 +46,14 @@ def test_corrupt_and_truncated_entries_recompute(tmp_path: Path) -> None:
     for entry in entries:
         pipe(entry)
     pipe.close()
-    (shard,) = pipe.cache.directory.glob("*.bin")
+    (shard,) = pipe.features.cache.directory.glob("*.bin")
     data = bytearray(shard.read_bytes())
     data[100] ^= 0xFF  # flip a byte of the first entry
     shard.write_bytes(bytes(data[: len(data) - 8]))  # and cut the second one short
     again = SamplePipeline(cfg)
     for entry in entries:
         assert again(entry).mel.shape[1] == cfg.features.n_mels
-    assert again.counters.decoded == 2 and again.cache.stats.corrupt == 2
+    assert again.counters.decoded == 2 and again.features.cache.stats.corrupt == 2
     third = SamplePipeline(cfg)  # the recomputed copies are found next time
     for entry in entries:
         third(entry)
@@ -74,8 +76,30 @@ def test_settings_change_misses(tmp_path: Path) -> None:
 def test_edited_file_misses(tmp_path: Path) -> None:
     path = tmp_path / "a.wav"
     path.write_bytes(b"abc")
-    key = FeatureCache.key(str(path))
+    key = FeatureCache.key(Entry("a", str(path), ""))
     path.write_bytes(b"abcd")
-    assert FeatureCache.key(str(path)) != key
+    assert FeatureCache.key(Entry("a", str(path), "")) != key
     with pytest.raises(FileNotFoundError):
-        FeatureCache.key(str(tmp_path / "missing.wav"))
+        FeatureCache.key(Entry("m", str(tmp_path / "missing.wav"), ""))
+
+
+def test_the_keys_are_those_every_cache_was_written_under(tmp_path: Path) -> None:
+    """The key of a clip is the hash it always was (a changed key silently invalidates
+    every user's cache): a file's path, size and mtime_ns; a store's URL; the member's
+    place; the segment."""
+    path = tmp_path / "a.wav"
+    path.write_bytes(b"abc")
+    st = path.stat()
+
+    def old(identity: str) -> bytes:
+        return hashlib.blake2b(identity.encode(), digest_size=16).digest()
+
+    file = f"{path}\0{st.st_size}\0{st.st_mtime_ns}"
+    assert FeatureCache.key(Entry("a", str(path), "")) == old(file)
+    segment = Entry("a", str(path), "", offset_s=0.5, duration_s=1.25)
+    assert FeatureCache.key(segment) == old(f"{file}\0{0.5!r}\0{1.25!r}")
+    member = Entry("a", str(path), "", member=(1536, 40960))
+    assert FeatureCache.key(member) == old(f"{file}\0member 1536 40960")
+    url = "s3://bucket/shard-0.tar"
+    remote = Entry("a", url, "", member=(512, 1024))
+    assert FeatureCache.key(remote) == old(f"{url}\0remote\0member 512 1024")

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.audio import load_audio
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
+from tests.support.audio import load_file
 from tests.support.published import CV5_COLUMNS, client_id, demo_rows, write_commonvoice
 
 
@@ -62,8 +62,8 @@ def test_the_mp3_decodes_to_the_clip_it_was_made_from(tmp_path: Path) -> None:
     reference = write_commonvoice(tmp_path / "cv", "fa")
     cfg = replace(cv_cfg(tmp_path / "cv" / "fa"), audio={"normalize": "none"})
     entry = open_corpus(cfg, in_subprocess=False).entry(0)
-    mp3 = load_audio(entry.audio_path, cfg)
-    flac = load_audio(demo_rows("fa")[0]["audio"], cfg)
+    mp3 = load_file(entry.audio_path, cfg)
+    flac = load_file(demo_rows("fa")[0]["audio"], cfg)
     assert entry.audio_path == reference[entry.item_id].audio_path
     assert abs(len(mp3) - len(flac)) < 0.05 * len(flac)  # an encoder's padding, no more
     n = min(len(mp3), len(flac)) - 4000

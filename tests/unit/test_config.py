@@ -56,7 +56,7 @@ def test_errors_name_the_key(raw: dict, needle: str) -> None:
         ({"run": {"root": "runs"}}, "run.root: moved to run_root"),
         (
             {"text": {"cache_size": 10}},
-            "text.cache_size: no longer a setting (a constant in producer/text.py)",
+            "text.cache_size: no longer a setting (a constant in producer/text/encoder.py)",
         ),
         ({"train": {"cv_window": 50}}, "train.cv_window: no longer a setting (a constant in"),
         (
@@ -199,7 +199,7 @@ def test_a_mel_through_the_api_writes_nothing_into_the_working_directory(
     by a script's own Config() left the host's FFT choice in ./.cache/features/fft/. The
     default is now the per-user cache ($XDG_CACHE_HOME/ringfeed, else ~/.cache/ringfeed);
     a relative cache_dir written in a config stays the working directory's, as run_root."""
-    from ringfeed.producer.features import log_mel
+    from ringfeed.producer.features.mel import log_mel
 
     work, xdg = tmp_path / "work", tmp_path / "xdg"
     work.mkdir()

@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer import phonemes
-from ringfeed.producer.audio import load_audio
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prepare.prepare import prepare
+from ringfeed.producer.text import phonemes
 from ringfeed.scripts import cli
 from ringfeed.scripts.corpus_report import corpus_report
 from ringfeed.shared.config import Config, load_config, replace
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE, read_tables, settle_tables
-from tests.support.audio import copy_clip, write_audio
+from tests.support.audio import copy_clip, load_file, write_audio
 from tests.support.configs import jsonl_cfg
 from tests.support.corpora import make_libritts, write_manifest
 from tests.support.paths import REPO, WAVS
@@ -64,8 +64,8 @@ def test_jsonl_manifest_entries_segments_and_bad_lines(tmp_path: Path) -> None:
 
 def test_a_segment_is_decoded_alone_and_cached_apart(tmp_path: Path) -> None:
     cfg = replace(Config(), features={"cache_dir": str(tmp_path / "cache"), "max_frames": 1000})
-    whole = load_audio(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}))
-    part = load_audio(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}),
+    whole = load_file(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}))
+    part = load_file(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}),
                       (2.0, 1.5))  # fmt: skip
     start = 2 * cfg.audio.sample_rate
     assert np.array_equal(part, whole[start : start + len(part)]) and len(part) == 33075
@@ -159,7 +159,7 @@ def test_id_tables_stable_kept_on_resume_and_new_names_refused_or_appended(
 
 def test_validate_report_names_speakers_languages_and_hours(tmp_path: Path) -> None:
     cfg = corpus(tmp_path, [("zoe", "fa"), ("ann", "de"), ("zoe", "fa")])
-    text = "\n".join(corpus_report(cfg))
+    text = "\n".join(corpus_report(cfg, prepare(cfg)))
     assert "3 clips" in text and "speakers      2 (id order): ann (1), zoe (2)" in text
     hours_fa = (9.66 + 9.67) / 3600  # LJ001-0001 and -0003
     assert "languages     2 (id order): de, fa" in text
@@ -179,7 +179,7 @@ def test_validate_on_the_demo_corpus(
     assert "    fa               10 clips     0.006 h" in out and "vocabulary    89 ids" in out
     assert "all characters of 40 sampled texts are in text.alphabet" in out
     english_only = replace(load_config("configs/multilingual.yaml"), text={"alphabet": "ab c"})
-    warning = corpus_report(english_only)[-1]
+    warning = corpus_report(english_only, prepare(english_only))[-1]
     assert "40 of 40 sampled texts have characters outside" in warning and "ж" in warning
     monkeypatch.setattr(phonemes, "espeak_problem", lambda: "run `apt-get install espeak-ng`")
     raw = (REPO / "configs" / "multilingual.yaml").read_text()

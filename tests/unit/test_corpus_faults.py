@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.producer.audio import decode
-from ringfeed.producer.lengths import header_frames
+from ringfeed.producer.prepare.lengths import header_frames
 from ringfeed.shared.config import Config, replace
+from ringfeed.shared.corpus.clips import ClipReader
+from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.open import read_corpus
 from ringfeed.shared.language.text_cache import TextCache, text_key
 from ringfeed.shared.run.id_tables import IdTables, settle_tables
-from tests.support.audio import copy_clip, write_audio
+from tests.support.audio import copy_clip, decode_file, write_audio
 from tests.support.configs import jsonl_cfg
 from tests.support.corpora import make_libritts
 
@@ -112,8 +113,13 @@ def test_a_segment_shorter_than_half_a_sample_is_one_sample_not_the_file(
 ) -> None:
     path = tmp_path / "a.wav"
     write_audio(path, "silence", 1.0)
-    data, _ = decode(str(path), (0.5, 1e-6))
+    data, _ = decode_file(str(path), (0.5, 1e-6))
     assert data.shape[0] == 1
-    cfg = Config()
-    assert header_frames(str(path), cfg, (0.5, 1e-6)) == header_frames(str(path), cfg, (0.5, 1e-4))
-    assert header_frames(str(path), cfg, (0.5, 1e-6)) < header_frames(str(path), cfg, (0.5, 0.0))
+    cfg, clips = Config(), ClipReader(Config())
+
+    def frames(duration_s: float) -> int:
+        return header_frames(clips, Entry("a", str(path), "", offset_s=0.5, duration_s=duration_s),
+                             cfg)  # fmt: skip
+
+    assert frames(1e-6) == frames(1e-4)
+    assert frames(1e-6) < frames(0.0)

@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
-from ringfeed.producer import cache as cache_module
+from ringfeed.producer.features import cache as cache_module
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.corpus import build as build_module
 from ringfeed.shared.corpus import object_store
-from ringfeed.shared.corpus.open import open_corpus, read_corpus
+from ringfeed.shared.corpus.index import BuiltIndex
+from ringfeed.shared.corpus.memory_copies import memory_folder
+from ringfeed.shared.corpus.open import NotPrepared, open_corpus, open_prepared, read_corpus
 from ringfeed.shared.memory.disk import DiskFull, disk_error, space_left
 from tests.support.configs import clips_cfg
 from tests.support.full_disk import no_space, raising_after
@@ -39,16 +41,18 @@ def test_the_line_names_the_path_and_the_space_left(tmp_path: Path) -> None:
     assert disk_error(other, tmp_path) is other  # any other error stays itself
 
 
-def test_a_full_cache_disk_builds_the_index_in_memory(
+def test_a_cache_disk_and_a_dev_shm_both_full_read_the_index_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = clips_cfg(tmp_path)
-    monkeypatch.setattr(build_module, "write_index", no_space)
+    monkeypatch.setattr(build_module, "write_index", no_space)  # both refuse it
     with caplog.at_level(logging.WARNING):
         index = open_corpus(cfg, in_subprocess=False)
-    assert index.n_items == len(read_corpus(cfg)[0])
+    assert index.n_items == len(read_corpus(cfg)[0]) and index.location == "(in memory)"
     assert f"{FULL_LINE} {tmp_path / 'cache'}" in caplog.text
-    assert "every process reads the corpus in memory" in caplog.text
+    assert "this process reads the corpus in memory" in caplog.text
+    with pytest.raises(NotPrepared, match="is not prepared"):  # no other process has it
+        open_prepared(cfg)
 
 
 def test_a_full_disk_turns_the_feature_cache_off_at_once_and_samples_go_on(
@@ -61,10 +65,10 @@ def test_a_full_disk_turns_the_feature_cache_off_at_once_and_samples_go_on(
     with caplog.at_level(logging.WARNING):
         samples = [pipe(entry) for entry in entries]
     assert all(s.mel.shape[0] > 0 for s in samples)  # every sample made, none skipped
-    assert not pipe.cache.writing and pipe.cache.stats.write_failures == 1
+    assert not pipe.features.cache.writing and pipe.features.cache.stats.write_failures == 1
     warnings = [r.getMessage() for r in caplog.records if FULL_LINE in r.getMessage()]
     assert len(warnings) == 1 and "features.cache_dir elsewhere" in warnings[0], caplog.text
-    assert str(pipe.cache.directory) in warnings[0]
+    assert str(pipe.features.cache.directory) in warnings[0]
 
 
 def test_a_full_shard_cache_reads_each_clip_from_the_store(
@@ -100,7 +104,7 @@ import json, sys
 from ringfeed.shared.config import replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.disk import DiskFull
-from ringfeed.producer.cache import FeatureCache
+from ringfeed.producer.features.cache import FeatureCache
 from tests.support.configs import clips_cfg
 from pathlib import Path
 full = Path(sys.argv[1])
@@ -111,26 +115,33 @@ try:
 except OSError:
     pass
 cfg = replace(clips_cfg(full), features={"cache_dir": str(full / "cache")})
-n_items = open_corpus(cfg).n_items
+index = open_corpus(cfg)
+n_items, where = index.n_items, index.location
 try:
     FeatureCache(cfg)
     cache = "opened"
 except DiskFull as exc:
     cache = str(exc)
-print(json.dumps({"n_items": n_items, "cache": cache}))
+print(json.dumps({"n_items": n_items, "where": where, "cache": cache}))
 """
 
 
 def test_a_real_full_disk_under_the_cache(tmp_path: Path) -> None:
     """The index build in its subprocess and the feature cache, on a full 256 KiB tmpfs
-    of a child's own (tests/support/processes.py)."""
+    of a child's own (tests/support/processes.py): the index is kept in memory, in
+    /dev/shm, where every process of the host maps it."""
     full = tmp_path / "full"
     full.mkdir()
     argv = [sys.executable, "-c", ON_A_FULL_DISK, str(full)]
     proc = run_on_small_tmpfs(str(full), "256k", argv)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["n_items"] == len(read_corpus(clips_cfg(tmp_path))[0])
-    assert f"{FULL_LINE} {full / 'cache'}" in proc.stderr  # the index, built in memory
-    assert "every process reads the corpus in memory" in proc.stderr
+    kept = Path(out["where"])
+    try:
+        assert out["n_items"] == len(read_corpus(clips_cfg(tmp_path))[0])
+        assert f"{FULL_LINE} {full / 'cache'}" in proc.stderr
+        assert "kept in memory instead" in proc.stderr and kept.parent == memory_folder()
+        assert BuiltIndex.mapped(kept).n_items == out["n_items"]  # another process maps it
+    finally:
+        kept.unlink(missing_ok=True)
     assert out["cache"].startswith(f"{FULL_LINE} {full / 'cache'}/"), out

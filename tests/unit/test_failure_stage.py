@@ -19,12 +19,15 @@ import pytest
 import zmq
 
 from ringfeed.consumer.stager.stager import open_rings
-from ringfeed.producer import pipeline
-from ringfeed.producer.cache import FeatureCache
+from ringfeed.producer.features import clip_features
+from ringfeed.producer.features.cache import FeatureCache
+from ringfeed.producer.sample import StageFailed, StageTimeout, run_stage
 from ringfeed.producer.sources import DatasetSource
-from ringfeed.producer.text import TextEncoder
+from ringfeed.producer.text.encoder import TextEncoder
+from ringfeed.producer.watchdog import SampleTimeout
 from ringfeed.producer.worker import Worker
 from ringfeed.shared.config import Config, replace
+from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.wire import protocol as p
@@ -46,8 +49,8 @@ def boom(*args: object, **kwargs: object) -> None:
 # stage -> (owner of the function that stage calls, its name)
 STAGE_FUNCTIONS = {
     "text": (TextEncoder, "encode"),
-    "audio": (pipeline, "load_judged"),
-    "features": (pipeline, "log_mel"),
+    "audio": (clip_features, "load_clip"),
+    "features": (clip_features, "log_mel"),
     "cache": (FeatureCache, "put"),  # the last stage: every other one ran first
 }
 
@@ -70,11 +73,14 @@ def next_message(sock: zmq.Socket, kind: type) -> tuple[bytes, p.Message]:
 
 
 def make_cfg(tmp_path: Path) -> Config:
-    return replace(
+    """The shipped clips, their index prepared (a producer only maps it)."""
+    cfg = replace(
         Config(),
         data={"path": str(MINI)},
         features={"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
     )
+    open_corpus(cfg, in_subprocess=False)
+    return cfg
 
 
 @pytest.fixture
@@ -135,13 +141,13 @@ def test_a_sample_that_does_not_fit_its_place_is_quarantined_at_write(
     tmp_path: Path, stager_socket: tuple[zmq.Socket, str], rings: tuple[Ring, Ring], monkeypatch
 ) -> None:
     cfg = make_cfg(tmp_path)
-    real_log_mel = pipeline.log_mel
+    real_log_mel = clip_features.log_mel
 
     def one_band_too_many(wave: np.ndarray, c: Config) -> np.ndarray:
         mel = real_log_mel(wave, c)
         return np.concatenate([mel, mel[:, :1]], axis=1)
 
-    monkeypatch.setattr(pipeline, "log_mel", one_band_too_many)
+    monkeypatch.setattr(clip_features, "log_mel", one_band_too_many)
     skip, _ = fill_one(cfg, stager_socket, rings)
     assert int(rings[0].slots[0]["sealed_generation"]) != GENERATION
     assert skip.stage == "write" and skip.reason.startswith("unexpected ValueError in write")
@@ -150,11 +156,30 @@ def test_a_sample_that_does_not_fit_its_place_is_quarantined_at_write(
 def test_a_failure_before_the_first_stage_does_not_carry_the_last_items_stage(
     tmp_path: Path,
 ) -> None:
-    """The stage starts over with each item: after a whole sample (its stage ends at
-    cache), a failure reading the next item's entry is a metadata failure."""
+    """Each failure carries its own stage (producer/sample.py run_stage): after a whole
+    sample, a failure reading the next item's entry is a metadata failure."""
     source = DatasetSource(make_cfg(tmp_path))
     source.prepare(ITEM)
-    assert source.stage == "cache"
-    with pytest.raises(IndexError):
+    with pytest.raises(StageFailed) as failed:
         source.prepare(source.n_items)  # no such entry
-    assert source.stage == "metadata"
+    assert failed.value.stage == "metadata" and isinstance(failed.value.error, IndexError)
+
+
+def test_a_timeout_names_the_stage_it_ran_out_in_and_no_stage_swallows_it() -> None:
+    """The alarm's SampleTimeout in a stage is a StageTimeout of that stage, still a
+    SampleTimeout (a BaseException): an ``except Exception`` of an outer stage (a
+    reference candidate's) cannot swallow it."""
+
+    def late() -> None:
+        raise SampleTimeout("its work took more than ring.lease_s=1 s")
+
+    def outer() -> None:
+        try:
+            run_stage("audio", late)
+        except Exception:  # noqa: BLE001 - what a candidate's reader does
+            raise AssertionError("swallowed") from None
+
+    with pytest.raises(StageTimeout) as caught:
+        run_stage("reference", outer)
+    assert caught.value.stage == "audio" and isinstance(caught.value, SampleTimeout)
+    assert str(caught.value) == "its work took more than ring.lease_s=1 s"

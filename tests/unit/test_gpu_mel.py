@@ -9,9 +9,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from ringfeed.consumer.stager.gpu_mel import MEL_ATOL, TfLogMel  # noqa: E402
-from ringfeed.producer.audio import load_audio  # noqa: E402
 from ringfeed.shared.config import Config, load_config, replace  # noqa: E402
 from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
+from tests.support.audio import load_file  # noqa: E402
 from tests.support.paths import REPO, WAVS  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
@@ -55,7 +55,7 @@ def _assert_batch_matches_librosa(cfg: Config, clips: list[np.ndarray]) -> int:
 @pytest.mark.parametrize("win_length", [1024, 800])
 def test_tf_log_mel_matches_librosa(win_length: int) -> None:
     cfg = replace(Config(), features={"win_length": win_length, "max_frames": 1200})
-    clips = [load_audio(str(p), cfg) for p in sorted(WAVS.glob("*.wav"))[:2]]
+    clips = [load_file(str(p), cfg) for p in sorted(WAVS.glob("*.wav"))[:2]]
     _assert_batch_matches_librosa(cfg, clips)
 
 
@@ -66,5 +66,5 @@ def test_tf_log_mel_matches_librosa_next_to_the_floor_on_the_multilingual_clips(
     paths = sorted((REPO / "data" / "multilingual-demo" / "clips").glob("*.flac"))
     near_floor = 0
     for batch in (paths[:20], paths[20:]):
-        near_floor += _assert_batch_matches_librosa(cfg, [load_audio(str(p), cfg) for p in batch])
+        near_floor += _assert_batch_matches_librosa(cfg, [load_file(str(p), cfg) for p in batch])
     assert near_floor > 10_000, "the clips must hold values next to the floor to test them"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ringfeed.producer.prepare.prepare import corpus_vocabulary
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder, clean_text
-from ringfeed.producer.vocabulary import build_vocabulary
+from ringfeed.producer.text.encoder import TextEncoder, clean_text
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
 from ringfeed.shared.language import detect as language_id
@@ -85,7 +85,7 @@ def manifest_config(tmp_path: Path, texts: dict[str, str], **text) -> Config:
 
 def test_tokens_decode_to_the_normalized_text_in_every_language(tmp_path: Path) -> None:
     cfg = manifest_config(tmp_path, TEXTS)
-    vocab = build_vocabulary(cfg)
+    vocab = corpus_vocabulary(cfg)
     assert {"\u200c", "ж", "ß", "ی"} <= set(vocab.alphabet)  # every script's letters
     assert ("j", 1, "fr-2") in vocab.rare  # "juillet": one j in the whole corpus
     cfg = replace(cfg, text={"alphabet": vocab.alphabet})
@@ -124,7 +124,7 @@ def test_phonemes_per_language_alternating_in_one_process_and_cached(tmp_path: P
     texts = {"en": "The train leaves at seven.", "fa": "قطار ساعت ۷ حرکت می‌کند.",
              "de": "Der Zug fährt um 7 Uhr.", "ru": "Поезд уходит в 7 часов."}  # fmt: skip
     cfg = manifest_config(tmp_path, texts, tokens="phonemes")
-    vocab = build_vocabulary(cfg)
+    vocab = corpus_vocabulary(cfg)
     cfg = replace(cfg, text={"alphabet": vocab.alphabet})
     first = TextEncoder(cfg)
     out = {lang: first.clean(t, lang) for lang, t in texts.items()}  # cached by vocab's pass

@@ -159,6 +159,18 @@ def test_consumer_never_imports_producer_and_shared_imports_neither() -> None:
     assert arrows == []
 
 
+def test_the_consumer_never_starts_a_process_of_ours() -> None:
+    """The stager once ran `python -m ringfeed.scripts.cli lengths` in a subprocess,
+    round the rule above: producer code ran for it. Preparation is `ringfeed prepare`'s
+    (producer/prepare/), before the run; the consumer reads what it wrote."""
+    found = []
+    for path in sorted((REPO / "consumer").rglob("*.py")):
+        text = path.read_text()
+        if "subprocess" in imported_modules(path) or "ringfeed.scripts" in text:
+            found.append(str(path.relative_to(REPO)))
+    assert found == [], found
+
+
 def test_each_consumer_role_is_a_folder() -> None:
     roles = {p.name for p in (REPO / "consumer").iterdir() if p.is_dir() and p.name[0] != "_"}
     assert roles == {"stager", "trainer", "tools", "client"}

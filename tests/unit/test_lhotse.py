@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.audio import load_audio
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
+from tests.support.audio import load_file
 from tests.support.published import LHOTSE, lhotse_reference
 
 SUPERVISIONS = LHOTSE / "demo_supervisions_train.jsonl.gz"
@@ -47,8 +47,8 @@ def test_a_segment_is_the_part_of_its_recording(tmp_path: Path) -> None:
     cfg = replace(lhotse_cfg(SUPERVISIONS, tmp_path), audio={"normalize": "none"})
     index = open_corpus(cfg, in_subprocess=False)
     part = index.entry(index.find("de-00-ava-part"))
-    whole = load_audio(part.audio_path, cfg)
-    assert np.array_equal(load_audio(part.audio_path, cfg, part.segment), whole[8000:24000])
+    whole = load_file(part.audio_path, cfg)
+    assert np.array_equal(load_file(part.audio_path, cfg, part.segment), whole[8000:24000])
 
 
 def lines_of(path: Path) -> list[dict]:

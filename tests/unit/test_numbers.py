@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.producer.lengths import text_tokens
-from ringfeed.producer.number_rules import LANGUAGES
+from ringfeed.producer.prepare.lengths import text_tokens
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.text.encoder import TextEncoder, clean_text
+from ringfeed.producer.text.number_rules import LANGUAGES
 from ringfeed.shared.config import Config, replace
 
 # The examples: what the producers made of them, and what speakers say.

@@ -7,7 +7,6 @@ tests/process/test_outliers.py)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from ringfeed.producer.audio import load_judged
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
@@ -32,7 +30,7 @@ from ringfeed.shared.corpus.speaking_rate import (
     rate_bands,
 )
 from ringfeed.shared.sample import marks as m
-from tests.support.audio import write_audio
+from tests.support.audio import judge_file, write_audio
 from tests.support.outlier_corpus import SMALL, make_outlier_corpus
 from tests.support.paths import REPO
 
@@ -110,7 +108,7 @@ def test_every_shipped_clip_passes_and_near_silent_and_clipped_ones_are_marked(t
     assert len(shipped) == 56
     whole = replace(CFG, features={"on_too_long": "truncate"})  # judged whatever their length
     for path in shipped:
-        assert load_judged(str(path), whole)[1] == 0, path
+        assert judge_file(str(path), whole)[1] == 0, path
     speech, sr = sf.read(shipped[1], dtype="float32")
     t = np.arange(sr) / sr
     cases = {
@@ -123,7 +121,7 @@ def test_every_shipped_clip_passes_and_near_silent_and_clipped_ones_are_marked(t
     }
     for name, (wave, want) in cases.items():
         clip = write_audio(tmp_path / f"{name}.wav", wave, sample_rate=sr, subtype="PCM_16")
-        marks = load_judged(str(clip), CFG)[1]
+        marks = judge_file(str(clip), CFG)[1]
         assert marks == want, name
 
 
@@ -173,7 +171,7 @@ def test_a_corpus_on_object_storage_gets_no_band_until_its_lengths_are_measured(
 
     cfg = replace(Config(), data={"path": "s3://bucket/shards", "format": "shards"})
     index = SimpleNamespace(has_audio=True, n_items=3, stored_lengths=lambda key: None)
-    assert out_of_band_clips(cfg, index, Path("unused.yaml"), None) == []  # nothing fetched
+    assert out_of_band_clips(cfg, index) == []  # nothing fetched
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,4 +1,4 @@
-"""Per-speaker prosody statistics (producer/prosody_pass.py, shared/run/prosody_table.py) on
+"""Per-speaker prosody statistics (producer/prepare/prosody_pass.py, shared/run/prosody_table.py) on
 the multilingual demo: the table against a direct computation from the producers' own
 pitch and energy fields, features.pitch_norm giving zero-mean unit-variance voiced
 log-f0 per speaker (and over the corpus), a pass that stops resumes where it stopped,
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from ringfeed.producer import prosody_pass
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.prepare import prosody_pass
 from ringfeed.scripts import cli
 from ringfeed.shared.config import Config, ConfigError, load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
@@ -67,8 +67,8 @@ def test_the_table_is_what_a_direct_computation_gives(
 @pytest.mark.parametrize("mode", ["speaker", "global"])
 def test_pitch_norm_gives_zero_mean_unit_variance_voiced_log_f0(tmp_path: Path, mode: str) -> None:
     cfg = demo_cfg(tmp_path, pitch_norm=mode)
-    prosody_pass.compute_table(replace(cfg, features={"pitch_norm": "none"}), workers=1)
     index = open_corpus(cfg, in_subprocess=False)
+    prosody_pass.compute_table(cfg, index, workers=1)
     pipe = SamplePipeline(cfg, index=index)
     groups: dict[str, list[np.ndarray]] = {}
     for k, entry in enumerate(index.entries):
@@ -103,14 +103,15 @@ def test_a_pass_that_stops_resumes_where_it_stopped(
     monkeypatch.setattr(prosody_pass, "CHUNK", 4)
     monkeypatch.setattr(prosody_pass, "clip_sums", counted)
     with pytest.raises(Stopped):
-        prosody_pass.compute_table(cfg, workers=1)
+        prosody_pass.compute_table(cfg, open_corpus(cfg), workers=1)
     path = table_path(cfg, open_corpus(cfg).digest)
     assert not path.exists() and path.with_name(path.name.replace(".json", ".partial.npz")).exists()
     calls.clear()
-    _, table = prosody_pass.compute_table(cfg, workers=1)
+    _, table = prosody_pass.compute_table(cfg, open_corpus(cfg), workers=1)
     assert len(calls) == 40 - 8, "the two chunks done before the stop are not done again"
     monkeypatch.setattr(prosody_pass, "clip_sums", real)
-    _, whole = prosody_pass.compute_table(demo_cfg(tmp_path / "again"), workers=1)
+    again = demo_cfg(tmp_path / "again")
+    _, whole = prosody_pass.compute_table(again, open_corpus(again), workers=1)
     assert table["speakers"] == whole["speakers"] and table["global"] == whole["global"]
 
 
@@ -119,13 +120,14 @@ def test_a_missing_table_is_refused_with_what_to_run(tmp_path: Path) -> None:
     index = open_corpus(cfg, in_subprocess=False)
     refusal = (
         r"^features.pitch_norm: speaker needs this corpus's prosody statistics "
-        r"\(none at .*\): run `ringfeed stats CONFIG` first$"
+        r"\(none at .*\): run `ringfeed prepare CONFIG` first \(`ringfeed run` and "
+        r"`ringfeed validate` do\)$"
     )
     with pytest.raises(ConfigError, match=refusal):
         SamplePipeline(cfg, index=index)
-    prosody_pass.compute_table(cfg, workers=1)
+    prosody_pass.compute_table(cfg, open_corpus(cfg), workers=1)
     other = replace(cfg, features={"hop_length": 200})  # other frames: another table
-    with pytest.raises(ConfigError, match="ringfeed stats"):
+    with pytest.raises(ConfigError, match="ringfeed prepare"):
         SamplePipeline(other, index=open_corpus(other, in_subprocess=False))
     with pytest.raises(ConfigError, match="^features.pitch_norm: normalizes the pitch field"):
         replace(Config(), features={"pitch_norm": "global"})
@@ -137,7 +139,7 @@ def test_every_checkpoint_carries_the_table(tmp_path: Path) -> None:
     from ringfeed.consumer.trainer.checkpoint import CheckpointManager
 
     cfg = demo_cfg(tmp_path, pitch_norm="speaker")
-    _, table = prosody_pass.compute_table(cfg, workers=1)
+    _, table = prosody_pass.compute_table(cfg, open_corpus(cfg), workers=1)
     run = tmp_path / "run"
     keep_in_run(cfg, open_corpus(cfg).digest, run)  # what the stager does at start
     assert json.loads((run / RUN_FILE).read_text()) == table

@@ -1,8 +1,9 @@
 """A speaker's reference clip from each published format (shared/corpus/formats/): a
 Parquet row read by its byte range, a Lhotse cut (a segment of its recording), a
 Common Voice mp3. Each clip's reference is a cut of the first usable candidate of its
-own speaker (producer/references.py), as for loose files (tests/unit/test_bad_references.py),
-and the row of the Parquet fixture that has no audio is never one."""
+own speaker (producer/features/references.py), as for loose files
+(tests/unit/test_bad_references.py), and the row of the Parquet fixture that has no audio
+is never one."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ringfeed.producer.features.references import reference_candidates
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.references import reference_candidates
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.corpus.open import open_corpus
@@ -46,7 +47,7 @@ def test_each_clips_reference_is_a_cut_of_its_speakers_first_usable_candidate(
     for epoch in range(2):
         for k in sorted(mels):
             ref = pipe(index.entry(k), k, epoch).fields["ref_mel"]
-            order = reference_candidates(pipe.clips, k, epoch, cfg)[0]
+            order = reference_candidates(pipe.references.speakers, k, epoch, cfg)[0]
             first = next((j for j in order if j in mels), None)
             if first is None:  # its speaker's only clip: its own (features.single_clip)
                 continue

@@ -12,7 +12,7 @@ import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.text.encoder import TextEncoder, clean_text
 from ringfeed.producer.worker import describe
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry
@@ -92,7 +92,7 @@ def test_a_failing_cache_write_costs_the_cache_not_the_sample(tmp_path: Path) ->
     def full_disk(*args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    pipe.cache.put = full_disk  # the disk's answer, not a mock of our logic
+    pipe.features.cache.put = full_disk  # the disk's answer, not a mock of our logic
     sample = pipe(Entry("a", str(clip), "hello"))
     assert sample.mel is not None and pipe.counters.cache_errors == 1
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.extra_fields import ExtraFields
-from ringfeed.producer.features import log_mel, log_mel_energy
+from ringfeed.producer.features.extra_fields import ExtraFields
+from ringfeed.producer.features.mel import log_mel, log_mel_energy
+from ringfeed.producer.features.prosody import pitch
+from ringfeed.producer.features.references import SpeakerClips, choose_reference, cut_reference
 from ringfeed.producer.pipeline import SamplePipeline
-from ringfeed.producer.prosody import pitch
-from ringfeed.producer.references import SpeakerClips, choose_reference, cut_reference
-from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.sample import SkipSample, StageFailed, stage_of
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.open import open_corpus, read_corpus
 from ringfeed.shared.memory.batch_ring import batch_views
@@ -143,8 +143,9 @@ def test_user_function_that_raises_costs_that_item(tmp_path: Path) -> None:
         try:
             pipe(e)
             ok.append(e.item_id)
-        except KeyError:
-            assert pipe.stage == "user" and e.item_id == "LJ001-0008"
+        except StageFailed as failed:
+            assert isinstance(failed.error, KeyError)
+            assert failed.stage == "user" and e.item_id == "LJ001-0008"
     assert ok == [e.item_id for e in entries if e.item_id != "LJ001-0008"]
 
 
@@ -168,9 +169,9 @@ def test_a_function_that_edits_its_input_or_overflows_costs_its_clip(
         tmp_path, **{**USER, "user_function": f"tests.support.user_fields:{function}"}
     )
     pipe = SamplePipeline(cfg)
-    with pytest.raises(SkipSample if function == "too_wide" else ValueError) as caught:
+    with pytest.raises(SkipSample if function == "too_wide" else StageFailed) as caught:
         pipe(entries[0])
-    assert pipe.stage == "user"
+    assert stage_of(caught.value) == "user"
     assert ("beyond int32" if function == "too_wide" else "read-only") in str(caught.value)
     good = replace(cfg, features={"user_function": "tests.support.user_fields:fields"})
     fresh = replace(good, features={"cache_dir": str(tmp_path / "fresh")})

@@ -100,7 +100,7 @@ def test_every_counter_a_producer_can_have_fits_the_protocol() -> None:
     is cut off by MAX_WORK_KEYS or MAX_WORK_KEY."""
     import dataclasses
 
-    from ringfeed.producer.pipeline import PipelineCounters
+    from ringfeed.producer.sample import PipelineCounters
     from ringfeed.shared.corpus.object_store import ShardCache
 
     shard_cache = ShardCache.__new__(ShardCache)

@@ -18,7 +18,6 @@ from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.corpus.open import open_corpus
-from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.run.share import Share
 from tests.support.plan_walk import batches
 
@@ -98,13 +97,13 @@ def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -
     cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
                             "stager": {"batch_size": 2}})  # fmt: skip
     index = open_corpus(cfg)
-    plan = make_plan(cfg, index, tmp_path, StopFlag(), Share(1, 2))
+    plan = make_plan(cfg, index, Share(1, 2))
     assert plan.lockstep and plan.batched and [b.rows for b in plan.buckets] == [1]
     with pytest.raises(ConfigError, match="stager.batch_size"):
-        make_plan(cfg, index, tmp_path, StopFlag(), Share(0, 3))
+        make_plan(cfg, index, Share(0, 3))
     unordered = config_from_dict(cfg.to_dict() | {"stager": {"deterministic": False}})
     with pytest.raises(ConfigError, match="stager.deterministic"):
-        make_plan(unordered, index, tmp_path, StopFlag(), Share(0, 2))
+        make_plan(unordered, index, Share(0, 2))
 
 
 def test_the_plan_fingerprint_is_the_same_for_any_number_of_workers(tmp_path) -> None:
@@ -114,7 +113,7 @@ def test_the_plan_fingerprint_is_the_same_for_any_number_of_workers(tmp_path) ->
         cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 60},
                                 "stager": {"batch_size": 6, **stager}})  # fmt: skip
         index = open_corpus(cfg)
-        prints = [make_plan(cfg, index, tmp_path, StopFlag(), Share(0, n)).fingerprint
+        prints = [make_plan(cfg, index, Share(0, n)).fingerprint
                   for n in (1, 2, 3)]  # fmt: skip
         assert prints[0] == prints[1] == prints[2], stager
 

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import EOS_ID, FIRST_CHAR_ID, UNKNOWN_ID, TextEncoder, clean_text
+from ringfeed.producer.text.encoder import (
+    EOS_ID,
+    FIRST_CHAR_ID,
+    UNKNOWN_ID,
+    TextEncoder,
+    clean_text,
+)
 from ringfeed.shared.config import Config, replace
 
 

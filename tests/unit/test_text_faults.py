@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.producer import normalize, number_words, vocabulary
-from ringfeed.producer.lengths import text_tokens
+from ringfeed.producer.prepare.lengths import text_tokens
+from ringfeed.producer.prepare.prepare import corpus_vocabulary
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.text import TextEncoder, clean_text
+from ringfeed.producer.text import normalize, number_words
+from ringfeed.producer.text.encoder import TextEncoder, clean_text
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.language import detect as language_id
 from ringfeed.shared.language import text_cache
@@ -64,7 +65,7 @@ def test_any_cleaner_error_is_a_skip_and_costs_one_text(tmp_path: Path, monkeypa
             raise AttributeError("'NoneType' object has no attribute 'x'")
         return text
 
-    monkeypatch.setattr("ringfeed.producer.text.clean_text", broken)
+    monkeypatch.setattr("ringfeed.producer.text.encoder.clean_text", broken)
     with pytest.raises(SkipSample, match="AttributeError") as info:
         encoder.encode("a bad text", "x.wav", "vi")
     assert info.value.stage == "text"
@@ -84,7 +85,7 @@ def test_vocabulary_counts_a_text_that_fails_and_goes_on(tmp_path: Path, monkeyp
         return text
 
     monkeypatch.setattr(TextEncoder, "_clean", broken)
-    vocab = vocabulary.build_vocabulary(cfg)
+    vocab = corpus_vocabulary(cfg)
     assert vocab.alphabet == "efin" and vocab.texts == 2
     assert vocab.failed == (("i2", "RecursionError: deep"),)
 

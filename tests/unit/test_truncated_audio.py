@@ -12,12 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.audio import decode, load_audio, load_judged
-from ringfeed.producer.containers import shortfall
+from ringfeed.producer.audio.containers import shortfall
+from ringfeed.producer.audio.decode import load_audio
+from ringfeed.producer.prepare.prepare import prepare
 from ringfeed.producer.sample import SkipSample
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import Config, replace
-from tests.support.audio import audio_bytes
+from ringfeed.shared.corpus.clips import Clip
+from tests.support.audio import audio_bytes, decode_file, judge_file, load_file
 from tests.support.paths import WAVS
 
 
@@ -43,10 +45,10 @@ def test_a_truncated_wav_is_skipped_with_its_reason(tmp_path: Path, how: str) ->
     path = tmp_path / "short.wav"
     path.write_bytes(body)
     with pytest.raises(SkipSample, match="^truncated audio file: its header says"):
-        load_audio(str(path), Config())
+        load_file(str(path), Config())
     with pytest.raises(SkipSample, match="^truncated audio file"):  # as a tar shard member
-        load_audio(str(tmp_path / "shard.tar"), Config(), member=body)
-    assert len(load_audio(str(WAVS / "LJ001-0002.wav"), Config())) > 0
+        load_audio(Clip(str(tmp_path / "shard.tar"), None, len(body), data=body), Config())
+    assert len(load_file(str(WAVS / "LJ001-0002.wav"), Config())) > 0
 
 
 def test_validate_counts_truncated_files_as_unusable(tmp_path: Path) -> None:
@@ -57,7 +59,7 @@ def test_validate_counts_truncated_files_as_unusable(tmp_path: Path) -> None:
         (data / "wavs" / f"{name}.wav").write_bytes(raw[: len(raw) // 2])
     cfg = replace(Config(), data={"path": str(data)}, features={"on_too_long": "truncate",
                   "cache_dir": str(tmp_path / "cache")})  # fmt: skip
-    report = corpus_check(cfg)
+    report = corpus_check(cfg, prepare(cfg))
     assert report.usable == 14, report.lines
     assert any("skip        2 shorter than its header says" in line for line in report.lines)
 
@@ -86,10 +88,10 @@ def test_every_container_cut_short_is_refused_and_whole_it_reads(
     whole = with_chunk_first(encoded("WAV", subtype)) if fmt == "LIST" else encoded(fmt, subtype)
     path = tmp_path / f"clip.{fmt.lower()}"
     path.write_bytes(whole)
-    assert len(load_audio(str(path), Config())) > 2.5 * 22050
+    assert len(load_file(str(path), Config())) > 2.5 * 22050
     path.write_bytes(whole[: int(len(whole) * 0.8)])
     with pytest.raises(SkipSample, match=r"^truncated audio file: its header says 3\.00 s"):
-        load_audio(str(path), Config())
+        load_file(str(path), Config())
 
 
 def test_a_segment_past_its_files_end_is_refused(tmp_path: Path) -> None:
@@ -98,11 +100,11 @@ def test_a_segment_past_its_files_end_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "clip.wav"
     path.write_bytes(encoded("WAV", "PCM_16"))
     with pytest.raises(SkipSample, match=r"segment 1\.00-3\.50 s runs past the end"):
-        load_judged(str(path), Config(), segment=(1.0, 2.5))
-    wave, _ = load_judged(str(path), Config(), segment=(1.0, 2.004))
+        judge_file(str(path), Config(), (1.0, 2.5))
+    wave, _ = judge_file(str(path), Config(), (1.0, 2.004))
     assert abs(len(wave) - 2.0 * 22050) <= 1
     with pytest.raises(SkipSample, match="runs past the end"):  # decode's own check
-        decode(str(path), (1.0, 2.5))
+        decode_file(str(path), (1.0, 2.5))
 
 
 def test_validate_counts_a_segment_past_its_files_end_as_the_producers_do(tmp_path: Path) -> None:
@@ -116,6 +118,6 @@ def test_validate_counts_a_segment_past_its_files_end_as_the_producers_do(tmp_pa
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
     cfg = replace(Config(), data={"path": str(manifest), "format": "jsonl"},
                   features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
-    report = corpus_check(cfg)
+    report = corpus_check(cfg, prepare(cfg))
     assert report.usable == 2, report.lines
     assert any("segment runs past its file's end" in line for line in report.lines)

@@ -20,22 +20,15 @@ and O(1) resume work as without buckets. Producers never know about buckets.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ringfeed.consumer.stager.plan.layout import KEPT_EPOCHS, EpochLayout, EpochSource
 from ringfeed.shared.config import Config, ConfigError
-from ringfeed.shared.config.environment import child_environment
 from ringfeed.shared.config.stager import MIN_BUCKET_FRACTION
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.lengths import Lengths, load_lengths
-from ringfeed.shared.run.process import Stopped, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -210,34 +203,16 @@ def leftover_batches(rest: list[np.ndarray], buckets: list[Bucket], text: np.nda
     return starts, kinds
 
 
-def length_table(
-    cfg: Config,
-    index: CorpusIndex,
-    config_file: Path,
-    stop: Callable[[], bool],
-    needed_by: str = "stager.buckets",
-) -> Lengths:
-    """The current length table; if it is missing or stale, `ringfeed lengths` (producer
-    code, so a subprocess: the stager never imports it) measures what is missing,
-    with its progress on our stderr. Raises ConfigError (naming needed_by, the key that
-    asked for it: buckets, or data.outliers' band) if that fails."""
+def length_table(cfg: Config, index: CorpusIndex, needed_by: str = "stager.buckets") -> Lengths:
+    """The length table preparation measured (producer/prepare/prepare.py); ConfigError,
+    naming needed_by (the key that asked for it: buckets, or data.outliers' band) and
+    what to run, when it is missing or stale. Nothing is measured here: the stager never
+    starts preparation."""
     table, stale = load_lengths(cfg, index)
-    if not stale.any():
-        return table
-    log.info("length table: %d of %d items to measure", int(stale.sum()), index.n_items)
-    cmd = [sys.executable, "-m", "ringfeed.scripts.cli", "lengths", str(config_file)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent,
-                            env=child_environment())  # fmt: skip
-    while proc.poll() is None:
-        if stop():
-            proc.terminate()
-            proc.wait()
-            raise Stopped("stopped while measuring the length table")
-        time.sleep(0.1)
-    table, stale = load_lengths(cfg, index)
-    if proc.returncode != 0 or stale.any():
+    if stale.any():
         raise ConfigError(
-            f"{needed_by}: `{' '.join(cmd[2:])}` failed (exit {proc.returncode}); "
-            "run it by hand to see why"
+            f"{needed_by}: the length table of {index.location} lacks {int(stale.sum())} of "
+            f"{index.n_items} items (the corpus is not prepared, or it or a length setting "
+            "changed since): run `ringfeed prepare CONFIG` first (`ringfeed run` does)"
         )
     return table

@@ -12,7 +12,6 @@ exists, and is the same for any number of workers.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 
@@ -31,18 +30,17 @@ from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.run.fingerprint import plan_fingerprint
 from ringfeed.shared.run.id_tables import IdTables, corpus_tables
-from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
 
 
-def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
-              share: Share = ONE_WORKER, tables: IdTables | None = None) -> Plan:  # fmt: skip
-    """The stager's plan. directory: the run's (its config.yaml measures a stale length
-    table); tables: the run's id tables (balance groups; read from the corpus when
-    None); share: this worker's, of one global plan whose batches are fixed ranges of
-    positions, whose buckets have this worker's rows of each global batch."""
+def make_plan(cfg: Config, index: CorpusIndex, share: Share = ONE_WORKER,
+              tables: IdTables | None = None) -> Plan:  # fmt: skip
+    """The stager's plan. tables: the run's id tables (balance groups; read from the
+    corpus when None); share: this worker's, of one global plan whose batches are fixed
+    ranges of positions, whose buckets have this worker's rows of each global batch. The
+    length table is the one preparation measured (buckets.py length_table)."""
     st = cfg.stager
     windows = shard_windows(cfg, index) if cfg.data.shard_window else None
     # the window decides the order: a resume with another is refused
@@ -52,8 +50,7 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
         return Plan(windows or Shuffle(index.n_items, st.seed), st.epochs, share, fingerprint)
     grouping = balance_groups(cfg, index, tables) if st.balance.on else None
     drawn = balance.drawn(*grouping) if grouping else None
-    buckets, of_item, lengths, text = length_buckets(cfg, index, directory / "config.yaml",
-                                                     stop, drawn)  # fmt: skip
+    buckets, of_item, lengths, text = length_buckets(cfg, index, drawn)
     # Buckets off and no balance: the positions are the shuffle's whatever the workers, so
     # the fixed shape the shares are cut from is no part of the plan, as with one worker.
     shapes = [(b.frames, b.text, b.rows) for b in buckets] if st.bucketed or st.balance.on else []
@@ -77,16 +74,15 @@ def make_plan(cfg: Config, index: CorpusIndex, directory: Path, stop: StopFlag,
 
 
 def length_buckets(
-    cfg: Config, index: CorpusIndex, config_file: Path, stop: StopFlag,
-    drawn: np.ndarray | None = None,
-) -> tuple[list[Bucket], np.ndarray, list[np.ndarray], np.ndarray | None]:  # fmt: skip
+    cfg: Config, index: CorpusIndex, drawn: np.ndarray | None = None
+) -> tuple[list[Bucket], np.ndarray, list[np.ndarray], np.ndarray | None]:
     """(the buckets, each item's bucket index, the length arrays the fingerprint hashes,
     each item's tokens or None): by the length table with stager.buckets or
     auto_buckets (drawn: each item's expected positions an epoch, for auto_buckets of a
     balanced plan), else one bucket of the fixed shape that every item is in."""
     st = cfg.stager
     if st.bucketed:
-        table = length_table(cfg, index, config_file, stop.is_set)
+        table = length_table(cfg, index)
         buckets, of_item = make_buckets(cfg, table, drawn)
         lengths, text = [table.frames, table.text], table.text
     else:
@@ -148,14 +144,10 @@ def compile_kernels() -> None:
     """Build a small balanced, bucketed plan, so that numba compiles and caches the
     balanced plan's kernels now (scripts/setup.sh): about 15 s once per install, which
     a run's stager would otherwise spend before its first grant."""
-    import tempfile
-
     from ringfeed.shared.config import config_from_dict
-    from ringfeed.shared.corpus.open import open_corpus
-    from ringfeed.shared.run.process import StopFlag
+    from ringfeed.shared.corpus.open import open_prepared
 
     stager = {"batch_size": 4, "balance": {"by": "language"}}
     cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 64},
                             "stager": stager})  # fmt: skip
-    with tempfile.TemporaryDirectory() as directory:
-        make_plan(cfg, open_corpus(cfg), Path(directory), StopFlag()).item_at(0)
+    make_plan(cfg, open_prepared(cfg)).item_at(0)

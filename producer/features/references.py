@@ -28,11 +28,20 @@ otherwise.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ringfeed.producer.features.mel import log_mel
+from ringfeed.producer.sample import PipelineCounters, SkipSample, Work, error_of
 from ringfeed.shared.config import Config
+from ringfeed.shared.sample import marks as m
+
+if TYPE_CHECKING:
+    from ringfeed.producer.features.clip_features import ClipFeatures
+
+log = logging.getLogger(__name__)
 
 
 class SpeakerClips:
@@ -92,3 +101,61 @@ def cut_reference(mel: np.ndarray, frames: int, rng: np.random.Generator) -> np.
         return mel
     offset = int(rng.integers(n - frames + 1))
     return mel[offset : offset + frames]
+
+
+class References:
+    """The reference stage (features.reference): the log-mel of another clip of the
+    item's speaker, cut to reference_frames: the first candidate that reads, its mel by
+    the same path as any clip's (producer/features/clip_features.py, from the feature
+    cache when there); a candidate that does not read costs itself, never this item."""
+
+    name = "reference"
+
+    def __init__(self, cfg: Config, index: Any, features: ClipFeatures,
+                 counters: PipelineCounters) -> None:  # fmt: skip
+        """index: the corpus index (entries, speaker ids); features: the clip path of
+        the pipeline it is a stage of; counters: that pipeline's."""
+        self.cfg, self.index, self.features, self.counters = cfg, index, features, counters
+        self.speakers = SpeakerClips(index)
+        self.bad: set[int] = set()  # candidates that did not read, this process
+
+    def __call__(self, work: Work) -> None:
+        if work.item < 0:
+            raise ValueError("features.reference needs the dataset index and the item")
+        candidates, rng = reference_candidates(self.speakers, work.item, work.epoch, self.cfg)
+        for ref in candidates:
+            array = self._candidate(ref) if ref not in self.bad else None
+            if array is not None:
+                work.fields["ref_mel"] = self._cut(array, rng)
+                return
+        if self.cfg.features.single_clip == "skip":
+            tried = f" that reads (tried {len(candidates)})" if candidates else ""
+            raise SkipSample(f"its speaker has no other clip{tried} for a reference "
+                             "(features.single_clip: skip; own uses the clip itself)")  # fmt: skip
+        self.counters.reference_own += 1
+        assert work.array is not None
+        work.fields["ref_mel"] = self._cut(work.array, rng)
+
+    def _candidate(self, ref: int) -> np.ndarray | None:
+        """Candidate ref's mel (or wave), or None when it does not read, whatever the
+        reason (remembered and counted; the plan quarantines it when it reaches ref)."""
+        try:
+            array, marks, _ = self.features.arrays(self.index.entry(ref), extras=False)
+            if marks & (m.NEAR_SILENT | m.CLIPPED) and self.cfg.data.outliers != "keep":
+                # Its audio is no example of the voice (a near-silent clip normalized up is
+                # loud hiss). A speaking-rate outlier is: the rate judges its text, not it.
+                raise SkipSample(f"its audio is {m.describe_audio(marks)} (data.outliers)")
+            return array
+        except Exception as exc:  # noqa: BLE001 - one candidate's failure costs that candidate
+            self.bad.add(ref)
+            self.counters.reference_failed += 1
+            error = error_of(exc)
+            why = error.reason if isinstance(error, SkipSample) else (
+                f"{type(error).__name__}: {error}")  # fmt: skip
+            log.warning("reference candidate %d does not read (%s): the next one is tried",
+                        ref, why[:200])  # fmt: skip
+            return None
+
+    def _cut(self, array: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        mel = array if self.cfg.features.device == "producer" else log_mel(array, self.cfg)
+        return cut_reference(mel, self.cfg.features.reference_frames, rng)

@@ -2,10 +2,10 @@
 number, a clock time, a date, an amount of money, a percentage, a year, an ordinal,
 a decimal or a count, as the language's speakers say it.
 
-Called in producer processes by producer/normalize.py (:class:`NumberReader`, one
+Called in producer processes by producer/text/normalize.py (:class:`NumberReader`, one
 per language, made once), after NFKC and the script fixes and before lower-casing
 (German capitals say which words are nouns). The words of one number come from
-producer/number_words.py, each language's table from producer/number_rules.py.
+producer/text/number_words.py, each language's table from producer/text/number_rules.py.
 Order matters: a date or a price is read whole before its parts could be read as
 plain numbers. docs/languages.md has the table of what each language reads.
 
@@ -33,7 +33,7 @@ generic rules (a cardinal), which is never worse than before them.
 Every regex here is linear (no nested quantifiers; a number starts only where its
 digit run starts, so a pattern that fails at the end of a long run is not retried
 from each of its digits; the words before an ordinal are matched from a word
-boundary); the caller bounds the raw length (producer/text.py MAX_RAW_FACTOR x
+boundary); the caller bounds the raw length (producer/text/encoder.py MAX_RAW_FACTOR x
 text.max_text_len).
 """
 
@@ -42,8 +42,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from ringfeed.producer import number_words as say
-from ringfeed.producer.number_rules import (
+from ringfeed.producer.text import number_words as say
+from ringfeed.producer.text.number_rules import (
     CURRENCY_CODES,
     CURRENCY_SYMBOLS,
     GREGORIAN_MONTHS_FA,

@@ -1,6 +1,6 @@
 """Phonemes (text.tokens: phonemes): normalized text -> IPA with espeak-ng.
 
-Called in producer processes by producer/text.py, once per text on a cache miss
+Called in producer processes by producer/text/encoder.py, once per text on a cache miss
 (the persistent text cache keeps the result, so a text phonemized once costs a
 lookup afterwards, in every process and run on the host).
 

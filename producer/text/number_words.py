@@ -1,8 +1,8 @@
 """One number in a language's words: cardinal, ordinal, year, decimal, amount of money.
 
-Called in producer processes by producer/numbers.py, which finds the numbers in a
+Called in producer processes by producer/text/numbers.py, which finds the numbers in a
 text and says what each one is. Every num2words call is guarded: its converters
-raise errors of any type (producer/number_rules.py NUM2WORDS_CHECKED), and a
+raise errors of any type (producer/text/number_rules.py NUM2WORDS_CHECKED), and a
 number it fails on keeps its digits, never costs the text. num2words' hyphens
 ("trente-quatre") become spaces: the alphabet's "-" is a prosody mark.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from decimal import Decimal
 
-from ringfeed.producer.number_rules import Rules
+from ringfeed.producer.text.number_rules import Rules
 
 # Longer digit runs are read digit by digit (num2words overflows past ~10**27).
 MAX_NUMBER_DIGITS = 15
@@ -100,7 +100,7 @@ def fraction(frac: str, rules: Rules) -> str:
 def ordinal(n: int, form: str, rules: Rules) -> str:
     """n as an ordinal of form "m", "f", "apocope" (es: "primer", "tercer") or French
     "second"/"seconde", or for Russian a case and options ("g", "n f", "p plural":
-    producer/number_rules.py)."""
+    producer/text/number_rules.py)."""
     if rules.code == "ru":
         case, *rest = form.split()
         gender = next((g for g in rest if g in ("f", "n")), "m")

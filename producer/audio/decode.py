@@ -10,17 +10,18 @@ decide (data.outliers, producer/pipeline.py).
 
 from __future__ import annotations
 
-import io
 import logging
-import os
+from typing import NamedTuple
 
 import numpy as np
 import soundfile as sf
 import soxr
 
-from ringfeed.producer.containers import shortfall
+from ringfeed.producer.audio.containers import shortfall
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.clips import Clip, ClipError, ClipReader, Segment
+from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.sample import marks as m
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,6 @@ SHORT_FRAMES, SHORT_SHARE = 2048, 0.02
 # A segment may end this far past its file's end (durations written rounded): more is
 # refused, never delivered shorter than its text.
 SEGMENT_SLACK_S = 0.05
-# A clip that is part of its file: (offset_s, duration_s; 0 = to the end), or None.
-Segment = tuple[float, float] | None
 
 
 def check_duration(duration_s: float, path: str, cfg: Config, segment: Segment = None) -> None:
@@ -73,15 +72,6 @@ def check_duration(duration_s: float, path: str, cfg: Config, segment: Segment =
         )
 
 
-def file_shortfall(path: str) -> tuple[float, float] | None:
-    """producer/containers.py shortfall of a file on disk (a few small preads)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return shortfall(lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-
-
 def _truncated(path: str, declared_s: float, held_s: float) -> SkipSample:
     return SkipSample(
         f"truncated audio file: its header says {declared_s:.2f} s, the file holds "
@@ -90,62 +80,54 @@ def _truncated(path: str, declared_s: float, held_s: float) -> SkipSample:
     )
 
 
-def decode(
-    path: str, segment: Segment = None, member: bytes | None = None, cfg: Config | None = None
-) -> tuple[np.ndarray, int]:
-    """Read any supported file -> (float32 [n_samples, n_channels], sample_rate in Hz);
-    only the segment (offset_s, duration_s; duration 0: to the end) when one is given.
-    member: the clip's bytes when it is a member of a tar shard (path is the shard).
-    With cfg, the header's duration is judged before anything is decoded (check_duration).
+class Header(NamedTuple):
+    """What a clip's header says: frames and samplerate (Hz) of the whole file, channels."""
+
+    frames: int
+    samplerate: int
+    channels: int
+
+
+def read_header(clip: Clip) -> Header:
+    """The clip's header, nothing decoded (a clip read with a head of a few KiB will do);
+    raises as soundfile does on a file it cannot open."""
+    with sf.SoundFile(clip.source(), closefd=False) as f:
+        return Header(f.frames, f.samplerate, f.channels)
+
+
+def decode(clip: Clip, cfg: Config | None = None) -> tuple[np.ndarray, int]:
+    """The clip (shared/corpus/clips.py read_clip) -> (float32 [n_samples, n_channels],
+    sample_rate in Hz); only its segment (offset_s, duration_s; duration 0: to the end)
+    when it has one. With cfg, the header's duration is judged before anything is
+    decoded (check_duration).
 
     A file is opened once: its header, the check of its chunks against its length
-    (producer/containers.py) and the decode share one descriptor. Opening it three
+    (producer/audio/containers.py) and the decode share one descriptor. Opening it three
     times (header, chunks, decode) cost ~0.15 ms a clip here, 3 % of a cold sample."""
-    if member is not None:
-        return _decode_from(member, len(member), path, segment, cfg)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise SkipSample("audio file not found", path) from None
-    try:
-        return _decode_from(fd, os.fstat(fd).st_size, path, segment, cfg)
-    finally:
-        os.close(fd)
-
-
-def _decode_from(
-    source: int | bytes, size: int, path: str, segment: Segment, cfg: Config | None
-) -> tuple[np.ndarray, int]:
-    """decode() of an open file (a descriptor, which libsndfile reads as it is) or of a
-    member's bytes, `size` bytes long."""
-    if size == 0:
+    path, segment = clip.path, clip.segment
+    if clip.size == 0:
         raise SkipSample("zero-byte audio file", path)
     try:
-        opened = io.BytesIO(source) if isinstance(source, bytes) else source
-        with sf.SoundFile(opened, closefd=False) as f:
+        with sf.SoundFile(clip.source(), closefd=False) as f:
             if cfg is not None and f.samplerate > 0:
                 check_duration(f.frames / f.samplerate, path, cfg, segment)
-            _check_whole(source, size, path)
+            _check_whole(clip)
             return _read_whole(f, path) if segment is None else _read_segment(f, segment, path)
     except sf.LibsndfileError as exc:
-        _check_whole(source, size, path)  # a cut-short WAV that libsndfile refuses: say so
-        if isinstance(source, bytes) or not path.lower().endswith(_FALLBACK_EXTENSIONS):
+        _check_whole(clip)  # a cut-short WAV that libsndfile refuses: say so
+        if not clip.is_file or not path.lower().endswith(_FALLBACK_EXTENSIONS):
             raise SkipSample(
                 f"unreadable audio file (soundfile: {exc.error_string})", path
             ) from None
         return _decode_fallback(path, exc, segment)
 
 
-def _check_whole(source: int | bytes, size: int, path: str) -> None:
-    """SkipSample for a RIFF/RF64/Wave64/AIFF file (a descriptor, or a member's bytes)
-    whose sample data is cut short (producer/containers.py); any other file passes here
-    (decode judges the rest)."""
-    if isinstance(source, bytes):
-        short = shortfall(lambda at, n: source[at : at + n], size)
-    else:
-        short = shortfall(lambda at, n: os.pread(source, n, at), size)
+def _check_whole(clip: Clip) -> None:
+    """SkipSample for a RIFF/RF64/Wave64/AIFF clip whose sample data is cut short
+    (producer/audio/containers.py); any other clip passes here (decode judges the rest)."""
+    short = shortfall(clip.read_at, clip.size)
     if short is not None:
-        raise _truncated(path, *short)
+        raise _truncated(clip.path, *short)
 
 
 def _read_whole(f: sf.SoundFile, path: str) -> tuple[np.ndarray, int]:
@@ -251,24 +233,32 @@ def _peak(a: np.ndarray) -> float:
     return max(float(a.max()), -float(a.min()))
 
 
-def load_audio(
-    path: str, cfg: Config, segment: Segment = None, member: bytes | None = None
-) -> np.ndarray:
-    """Decode path (or its segment, (offset_s, duration_s); or the bytes of its member when
-    path is a tar shard) -> float32 [n_samples] mono at audio.sample_rate, trimmed and
+def load_clip(clips: ClipReader, entry: Entry, cfg: Config) -> tuple[np.ndarray, int]:
+    """The entry's clip read (shared/corpus/clips.py read_clip: a file, a tar member, a
+    Parquet byte range, an object, a segment of any) and loaded: load_judged's (wave,
+    marks). A clip that cannot be read is a SkipSample with the reader's reason."""
+    try:
+        clip = clips.read_clip(entry)
+    except ClipError as exc:
+        raise SkipSample(exc.reason, exc.path) from None
+    with clip:
+        return load_judged(clip, cfg)
+
+
+def load_audio(clip: Clip, cfg: Config) -> np.ndarray:
+    """Decode the clip -> float32 [n_samples] mono at audio.sample_rate, trimmed and
     normalized.
 
     Raises SkipSample for unreadable, empty, non-finite, silent or too-short audio.
     """
-    return load_judged(path, cfg, segment, member)[0]
+    return load_judged(clip, cfg)[0]
 
 
-def load_judged(
-    path: str, cfg: Config, segment: Segment = None, member: bytes | None = None
-) -> tuple[np.ndarray, int]:
+def load_judged(clip: Clip, cfg: Config) -> tuple[np.ndarray, int]:
     """(load_audio's wave, the clip's audio marks: judge_audio before normalization)."""
+    path = clip.path
     a = cfg.audio
-    data, sr = decode(path, segment, member, cfg)
+    data, sr = decode(clip, cfg)
     if data.size == 0:
         raise SkipSample("audio file has no samples", path)
     wave = to_mono(data)

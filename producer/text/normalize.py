@@ -1,8 +1,8 @@
 """Text normalization for any language: each language's own words, in its own script.
 
-Called in producer processes through producer/text.py (``clean_text(text,
+Called in producer processes through producer/text/encoder.py (``clean_text(text,
 language)``), once per text (then cached). English keeps its Tacotron rule set
-(producer/text.py ``english_cleaners``); every other language goes through
+(producer/text/encoder.py ``english_cleaners``); every other language goes through
 :func:`normalize`:
 
 1. Control and format characters dropped (:func:`drop_controls`), then Unicode
@@ -12,9 +12,9 @@ language)``), once per text (then cached). English keeps its Tacotron rule set
    Arabic yeh and kaf become Persian yeh and keheh; Persian and Arabic-Indic
    digits (and Devanagari's) become 0-9 for the number rules.
 2. Numbers in the language's words, as its speakers say them
-   (producer/numbers.py): phone numbers, clock times, dates, money, percentages,
+   (producer/text/numbers.py): phone numbers, clock times, dates, money, percentages,
    years, ordinals, decimals and counts, by the language's rules
-   (producer/number_rules.py LANGUAGES, and grammar in producer/numbers.py) with
+   (producer/text/number_rules.py LANGUAGES, and grammar in producer/text/numbers.py) with
    num2words. A run of more than MAX_NUMBER_DIGITS digits (number_words.py) is
    read digit by digit, so the cost is linear in the text whatever its numbers. A
    language off the checked allowlist (LANGUAGES, NUM2WORDS_CHECKED), or a number
@@ -27,7 +27,7 @@ language)``), once per text (then cached). English keeps its Tacotron rule set
 Every regex here and in the number modules is linear (no nested quantifiers; a
 number starts only where its digit run starts, so a pattern that fails at the end
 of a long run is not retried from each of its digits); the caller bounds the raw length
-(producer/text.py MAX_RAW_FACTOR x text.max_text_len, 1,600 characters by
+(producer/text/encoder.py MAX_RAW_FACTOR x text.max_text_len, 1,600 characters by
 default). Measured here: 0.2-0.4 ms a sentence with a date, a price and a
 percentage, at most ~0.05 s for 1,600 characters of nothing but numbers, dates,
 currency and their context words, in any language.
@@ -39,7 +39,7 @@ import functools
 import re
 import unicodedata
 
-from ringfeed.producer.number_rules import (
+from ringfeed.producer.text.number_rules import (
     FEMININE_MARK,
     LANGUAGES,
     MASCULINE_MARK,
@@ -47,11 +47,11 @@ from ringfeed.producer.number_rules import (
     has_number_rules,
     rules_for,
 )
-from ringfeed.producer.numbers import PHONE_RE, TIME_RE, NumberReader
+from ringfeed.producer.text.numbers import PHONE_RE, TIME_RE, NumberReader
 
 # Bumped when a rule changes: the persistent caches key on it (and bump the length
 # table's version in shared/corpus/lengths.py settings_key when token counts change).
-# 4: years, ordinals, decimals and money as speakers say them (producer/numbers.py).
+# 4: years, ordinals, decimals and money as speakers say them (producer/text/numbers.py).
 NORMALIZER_VERSION = 4
 
 _DIGITS = {}

@@ -11,7 +11,7 @@ last unvoiced value, 0) to the mel's exactly. f0 is in Hz, 0 where unvoiced;
 voiced is 1 where f0 > 0.
 
 F0 extraction dominates uncached producers (coqui-ai/TTS#2665): the feature
-cache keeps the pitch of each whole utterance (producer/extra_fields.py).
+cache keeps the pitch of each whole utterance (producer/features/extra_fields.py).
 """
 
 from __future__ import annotations

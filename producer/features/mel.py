@@ -34,7 +34,7 @@ from ringfeed.shared.config import Config
 from ringfeed.shared.config.features import FeaturesConfig
 from ringfeed.shared.sample.content import LOG_FLOOR
 
-# The STFT's arithmetic: part of the feature cache's settings (producer/cache.py), so
+# The STFT's arithmetic: part of the feature cache's settings (producer/features/cache.py), so
 # mels of another arithmetic (the float32 FFT that was 1e-3 off next to the floor) are
 # not mixed with these.
 STFT_DTYPE = "float64"

@@ -50,9 +50,11 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from ringfeed.producer.audio import RESAMPLE_QUALITY
-from ringfeed.producer.features import STFT_DTYPE
+from ringfeed.producer.audio.decode import RESAMPLE_QUALITY
+from ringfeed.producer.features.mel import STFT_DTYPE
 from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.clips import clip_identity
+from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.memory.disk import disk_error, is_full
 from ringfeed.shared.sample.content import LOG_FLOOR
 from ringfeed.shared.sample.marks import ALL as ALL_MARKS
@@ -93,7 +95,7 @@ def settings_hash(cfg: Config) -> str:
 def _settings_json(cfg: Config) -> str:
     features = dataclasses.asdict(cfg.features)
     del features["cache_dir"], features["cache"]  # where and whether: not what
-    # The optional fields are cached under keys of their own (producer/extra_fields.py):
+    # The optional fields are cached under keys of their own (producer/features/extra_fields.py):
     # turning one on or off keeps the mels.
     for key in ("pitch", "energy", "user_function", "user_version", "user_fields",
                 "reference", "reference_frames", "single_clip", "durations_dir"):  # fmt: skip
@@ -230,26 +232,12 @@ class FeatureCache:
         return len(self._index)
 
     @staticmethod
-    def key(
-        audio_path: str,
-        segment: tuple[float, float] | None = None,
-        member: tuple[int, int] | None = None,
-    ) -> bytes:
-        """16-byte key from the file's absolute path, size and mtime_ns (one stat call),
-        and the segment (offset_s, duration_s) when the clip is part of the file, and the
-        member (offset, size) when the file is a tar shard. A shard on object storage is
-        not statted: its URL and the member's place name it."""
-        if "://" in audio_path:
-            identity = f"{audio_path}\0remote".encode()
-        else:
-            path = os.path.abspath(audio_path)
-            st = os.stat(path)
-            identity = f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()
-        if member is not None:
-            identity += f"\0member {member[0]} {member[1]}".encode()
-        if segment is not None:
-            identity += f"\0{segment[0]!r}\0{segment[1]!r}".encode()
-        return hashlib.blake2b(identity, digest_size=16).digest()
+    def key(entry: Entry) -> bytes:
+        """16-byte key of the entry's clip: a hash of shared/corpus/clips.py clip_identity
+        (a file's absolute path, size and mtime_ns by one stat; a store's URL, never
+        statted; the member's place in a tar shard or Parquet file; the segment).
+        FileNotFoundError when the file is gone."""
+        return hashlib.blake2b(clip_identity(entry), digest_size=16).digest()
 
     def get(self, key: bytes) -> tuple[np.ndarray, int] | None:
         """-> (read-only float32 array, its marks) or None on a miss or a corrupt entry."""

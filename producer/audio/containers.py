@@ -7,7 +7,7 @@ short clip against its whole text. shortfall() walks the container's chunks (a f
 small reads, wherever the data chunk starts: LIST, bext, iXML or id3 chunks may come
 first) and compares the sample data the header declares with the bytes the file
 holds. Compressed streams (MP3, FLAC, Ogg) are judged after decoding instead
-(producer/audio.py decode: the frames their header declares against the frames
+(producer/audio/decode.py decode: the frames their header declares against the frames
 decoded); a stream cut at a page boundary that is a valid shorter stream can only be
 caught by its speaking rate (data.outliers).
 """

@@ -9,7 +9,7 @@ them in the feature cache beside the mel, each group under its own key:
     blake2b(mel key, group name, version[, the entry's id, text, speaker, language])
 
 where a group is "pitch" (f0 and voiced, one [n, 2] entry), "energy", or one user
-field, and the version is PROSODY_VERSION (producer/prosody.py) or
+field, and the version is PROSODY_VERSION (producer/features/prosody.py) or
 features.user_version. So turning a field on or off never invalidates the
 mels, and a new user_version recomputes only the user's fields. A user field's
 key also holds the entry: the function sees the text and the entry, and two
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.prosody import PROSODY_VERSION
+from ringfeed.producer.features.prosody import PROSODY_VERSION
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.loader import ConfigError

@@ -1,7 +1,7 @@
-"""Each language's number rules: what producer/numbers.py needs to read its numbers
+"""Each language's number rules: what producer/text/numbers.py needs to read its numbers
 as its speakers say them.
 
-Called through producer/normalize.py in producer processes. LANGUAGES is the
+Called through producer/text/normalize.py in producer processes. LANGUAGES is the
 allowlist of languages whose rules were written and checked here (docs/languages.md
 has the table of what each reads); NUM2WORDS_CHECKED the languages whose num2words
 converter was checked but that have no rules of their own (plain cardinals, digits
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ringfeed.shared.language.codes import language_code
 
 # º and ª (Spanish, Italian, Portuguese ordinals) become o and a under NFKC: marked first
-# with private-use characters that NFKC keeps (producer/normalize.py).
+# with private-use characters that NFKC keeps (producer/text/normalize.py).
 MASCULINE_MARK, FEMININE_MARK = "\ue000", "\ue001"
 
 
@@ -77,7 +77,7 @@ _MONTHS = {
     "ru": "января февраля марта апреля мая июня июля августа сентября октября ноября декабря",
 }
 _M = {code: tuple(names.split()) for code, names in _MONTHS.items()}
-# Persian dates (producer/numbers.py): the months of the Solar Hijri calendar,
+# Persian dates (producer/text/numbers.py): the months of the Solar Hijri calendar,
 # which Iran dates by (۱۴۰۲/۰۵/۱۲, year first), and the Persian names of the Gregorian
 # months. Not in Rules.months: "مه" (May) is also "fog", so a day before a month name is
 # not read as a date in Persian.

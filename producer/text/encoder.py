@@ -2,8 +2,8 @@
 
 Called in producer processes, once per sample (:class:`TextEncoder`). English
 (language en, en-*) keeps the rule set below; every other language goes through
-producer/normalize.py (its own words and script, never transliterated). With
-text.tokens: phonemes the normalized text is phonemized (producer/phonemes.py).
+producer/text/normalize.py (its own words and script, never transliterated). With
+text.tokens: phonemes the normalized text is phonemized (producer/text/phonemes.py).
 The result (normalized or phonemized text) is kept in an LRU per process and in
 the persistent text cache (shared/language/text_cache.py), so a text seen before costs
 neither normalization nor phonemization.
@@ -31,14 +31,14 @@ import unicodedata
 import numpy as np
 from unidecode import unidecode
 
-from ringfeed.producer.normalize import (
+from ringfeed.producer.sample import SkipSample
+from ringfeed.producer.text.normalize import (
     NORMALIZER_VERSION,
     PHONE_RE,
     TIME_RE,
     drop_controls,
     normalize,
 )
-from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.language.codes import primary
 from ringfeed.shared.language.text_cache import TextCache
@@ -264,7 +264,7 @@ class TextEncoder:
         self.normalized += 1
         if self.cfg.text.tokens == "phonemes" and has_speech(out):
             if self._phonemizer is None:
-                from ringfeed.producer.phonemes import Phonemizer
+                from ringfeed.producer.text.phonemes import Phonemizer
 
                 self._phonemizer = Phonemizer()
             out = self._phonemizer(out, language)
@@ -276,6 +276,12 @@ class TextEncoder:
     def decode(self, ids: np.ndarray) -> str:
         """Token ids -> the text they stand for (pad, unknown and end of text dropped)."""
         return "".join(self._alphabet[i - FIRST_CHAR_ID] for i in ids if i >= FIRST_CHAR_ID)
+
+    def flush(self) -> None:
+        """The texts this process cleaned, written to the persistent text cache now (a
+        pass of preparation, whose processes end without closing)."""
+        if self.store is not None:
+            self.store.flush()
 
     def close(self) -> None:
         if self.store is not None:

@@ -1,0 +1,163 @@
+"""A clip's arrays: its mel (or wave), its audio marks and its optional fields, by one
+path for plain and optional fields alike.
+
+Called in producer processes, by the sample pipeline (producer/pipeline.py) for each
+sample's own clip and by the reference stage (producer/features/references.py) for a
+candidate's mel. Its steps are stages of their own, each named as a quarantine line
+names it (producer/sample.py run_stage):
+
+    cache     the feature cache looked up (producer/features/cache.py): with every
+              part there (the mel or wave with its marks, and each optional field's
+              group, producer/features/extra_fields.py) nothing below runs
+    audio     the clip read where it lives (shared/corpus/clips.py read_clip) and
+              decoded, resampled, judged and normalized (producer/audio/decode.py)
+    features  fitted to the slot and its log-mel computed, with its energy when asked
+              (producer/features/mel.py)
+    pitch     f0 and voicing (producer/features/prosody.py)
+    user      the user's fields (producer/features/extra_fields.py)
+    cache     what was computed kept; a full or read-only disk costs the cache, never
+              the sample
+
+The optional fields are cached under keys of their own beside the mel's, so turning
+one on or off keeps the mels; a hit of the mel with a group missing decodes once and
+computes everything again, keeping only what was missing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ringfeed.producer.audio.decode import load_clip
+from ringfeed.producer.features.cache import FeatureCache
+from ringfeed.producer.features.extra_fields import ExtraFields
+from ringfeed.producer.features.mel import fit_length, log_mel, log_mel_energy
+from ringfeed.producer.features.prosody import pitch
+from ringfeed.producer.sample import PipelineCounters, SkipSample, Work, run_stage
+from ringfeed.shared.config import Config
+from ringfeed.shared.corpus.clips import ClipReader
+from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.memory.disk import DiskFull
+from ringfeed.shared.sample import marks as m
+
+log = logging.getLogger(__name__)
+
+# (mel [n_frames, n_mels] or wave [n_samples], its marks, the optional fields by name)
+Arrays = tuple[np.ndarray, int, dict[str, np.ndarray]]
+
+
+class ClipFeatures:
+    """The stages from the feature cache to the feature cache (module docstring), for one
+    producer process: its cache, its clip reader, its optional fields."""
+
+    name = "features"
+
+    def __init__(self, cfg: Config, counters: PipelineCounters,
+                 cache: FeatureCache | None = None) -> None:  # fmt: skip
+        self.cfg, self.counters = cfg, counters
+        if cache is None and cfg.features.cache:
+            try:
+                cache = FeatureCache(cfg)
+            except OSError as exc:
+                self._cache_error("cannot open", exc)
+        self.cache = cache
+        self.extras = ExtraFields(cfg)
+        self.clips = ClipReader(cfg)
+
+    def __call__(self, work: Work) -> None:
+        """The sample's own clip, with every optional field."""
+        assert work.tokens is not None
+        work.array, work.marks, work.fields = self.arrays(work.entry, len(work.tokens))
+
+    def arrays(self, entry: Entry, n_tokens: int = 0, extras: bool = True) -> Arrays:
+        """The clip's arrays; extras False: the mel (or wave) and its marks alone (a
+        reference candidate). n_tokens: the sample's, for the user's fields."""
+        extras = extras and self.extras.active
+        key, hit, fields = run_stage("cache", self._look_up, entry, extras)
+        if hit is not None and fields is not None:
+            return hit[0], hit[1], fields
+        wave, marks = run_stage("audio", load_clip, self.clips, entry, self.cfg)
+        self.counters.decoded += 1
+        wave, truncated = run_stage("features", fit_length, wave, self.cfg, entry.audio_path)
+        marks |= m.TRUNCATED if truncated else 0
+        array, fields = run_stage("features", self._mel, wave, extras)
+        if extras:
+            frames = 1 + len(wave) // self.cfg.features.hop_length
+            if self.extras.pitch:
+                fields["pitch"], fields["voiced"] = run_stage("pitch", pitch, wave, frames,
+                                                              self.cfg)  # fmt: skip
+            if self.extras.user is not None:  # an exception of the user's: stage user
+                mel = array if self.cfg.features.device == "producer" else None
+                fields.update(run_stage("user", self.extras.call_user, wave, mel, frames,
+                                        n_tokens, entry))  # fmt: skip
+            self.counters.extras += 1
+        if key is not None:
+            run_stage("cache", self._keep, key, entry, (array, marks, fields), hit is None,
+                      truncated)  # fmt: skip
+        return array, marks, fields
+
+    def _look_up(self, entry: Entry, extras: bool) -> tuple[bytes | None, tuple | None,
+                                                           dict | None]:  # fmt: skip
+        """(cache key, hit (array, marks) or None, the optional fields when every group is
+        cached, else None); a cache that cannot be read is a miss."""
+        if self.cache is None:
+            return None, None, None
+        try:
+            key = self.cache.key(entry)
+        except FileNotFoundError:
+            raise SkipSample("audio file not found", entry.audio_path, "audio") from None
+        try:
+            hit = self.cache.get(key)
+        except OSError as exc:
+            self._cache_error("cannot read", exc)
+            return key, None, None
+        if hit is None:
+            return key, None, None
+        self.counters.cache_hits += 1
+        fields = self.extras.from_cache(self.cache.get, key, entry) if extras else {}
+        return key, hit, fields
+
+    def _mel(self, wave: np.ndarray, extras: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(the log-mel of the fitted wave, or the wave itself with features.device:
+        stager; energy among the fields when asked)."""
+        fields: dict[str, np.ndarray] = {}
+        if self.cfg.features.device != "producer":
+            return wave, fields
+        if extras and self.extras.energy:
+            mel, fields["energy"] = log_mel_energy(wave, self.cfg)
+        else:
+            mel = log_mel(wave, self.cfg)
+        self.counters.mels += 1
+        return mel, fields
+
+    def _keep(self, key: bytes, entry: Entry, arrays: Arrays, fresh: bool,
+              truncated: bool) -> None:  # fmt: skip
+        """What was computed into the cache: the mel (or wave) when it was not there
+        (fresh), and every optional field's group."""
+        array, marks, fields = arrays
+        assert self.cache is not None
+        try:
+            if fresh and not self.cache.put(key, array, marks):
+                self.counters.cache_writes_off += 1
+            if fields:
+                self.extras.to_cache(self.cache.put, key, entry, fields, truncated)
+        except OSError as exc:  # a full or read-only disk costs the cache, not the sample
+            self._cache_error("cannot write", exc)
+
+    def _cache_error(self, what: str, exc: OSError) -> None:
+        self.counters.cache_errors += 1
+        n = self.counters.cache_errors
+        if isinstance(exc, DiskFull) and what == "cannot write":
+            return  # the cache said so, once, and writes no more (producer/features/cache.py)
+        if n <= 3 or n % 1000 == 0:  # one per sample on a full disk: keep the log short
+            log.warning("feature cache %s (%d so far): %s; samples go on without it",
+                        what, n, exc)  # fmt: skip
+
+    def counters_of_reads(self) -> dict[str, int]:
+        """Tar shard and object reads of this process (ClipReader.counters)."""
+        return self.clips.counters()
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()

@@ -1,0 +1,1 @@
+"""Corpus preparation: everything a run reads about its corpus, written once."""
