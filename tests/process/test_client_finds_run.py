@@ -71,6 +71,7 @@ def test_a_consumer_of_a_stager_that_failed_at_start_is_told_within_seconds(
     config.write_text(yaml.safe_dump({"data": {"path": str(tmp_path / "none")},
                                       "run_root": str(tmp_path / "runs")}))  # fmt: skip
     with Run(config, rid("failed"), tmp_path) as run:
+        run.prepares = False  # the stager itself meets the missing corpus
         run.start("stager")
         started = time.monotonic()
         with pytest.raises(StagerGone, match="is known on this host"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ringfeed.producer.prepare.prepare import prepare
 from ringfeed.producer.session import EXIT_REFUSED
 from ringfeed.scripts.runner import worker_pids
 from ringfeed.shared.config import load_config
@@ -42,7 +43,9 @@ def tcp_config(folder: Path, port: int, **over: dict) -> Path:
 
 
 def start_remote_pool(run: Run, config: Path, port: int, name: str) -> subprocess.Popen:
-    """`ringfeed producers CONFIG --remote --connect tcp://...` under the run, as `name`."""
+    """`ringfeed producers CONFIG --remote --connect tcp://...` under the run, as `name`,
+    its host's corpus prepared first (as `ringfeed validate --role producer` does)."""
+    prepare(load_config(config))
     cmd = [*CLI, "producers", str(config), "--run-id", run.run_id]
     cmd += ["--remote", "--connect", f"tcp://127.0.0.1:{port}", "--name", name]
     with (run.log_dir / f"{run.run_id}-{name}.log").open("w") as out:

@@ -102,7 +102,7 @@ def lj_config(tmp_path: Path, folder: Path) -> Path:
     return write_config(tmp_path, {
         "data": {"path": str(folder)},
         "features": {"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
-        "ring": {"slots": 8, "heartbeat_s": 0.1},
+        "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": 1},
         "producers": {"workers": 2},
     })  # fmt: skip
@@ -170,7 +170,7 @@ def test_a_full_disk_under_the_cache_is_one_line_and_the_run_goes_on(tmp_path: P
     config = write_config(tmp_path, {
         "data": {"path": str(REPO / "data" / "ljspeech-mini")},
         "features": {"cache_dir": str(full / "cache"), "on_too_long": "truncate"},
-        "ring": {"slots": 8}, "stager": {"batch_size": 4, "epochs": 1},
+        "stager": {"batch_size": 4, "epochs": 1},
         "producers": {"workers": 1},
     })  # fmt: skip
     kept = memory_copy(index_path(load_config(config)))
