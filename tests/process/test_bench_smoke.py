@@ -102,3 +102,20 @@ def test_gpu_feed_benchmark_runs_on_the_cpu(tmp_path) -> None:
     }
     assert all(f["steps"] >= 5 and 0 <= f["wait_share"] < 1 for f in figures), figures
     assert "| feed | steps/s | of ideal | data wait | step CV | GPU util |" in out
+
+
+@pytest.mark.slow
+def test_scaling_benchmark_runs(tmp_path) -> None:
+    """benchmarks/scaling.py at --quick: both feeds at 1 and 2 workers, and the table."""
+    import importlib.util
+    import json
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed: the DataLoader feed needs it")
+    out = bench(["benchmarks/scaling.py", "--quick", "--out", str(tmp_path)], timeout_s=240)
+    figures = [json.loads(line) for line in (tmp_path / "scaling.jsonl").read_text().splitlines()]
+    assert {(f["workers"], f["feed"]) for f in figures} == {
+        (w, feed) for w in (1, 2) for feed in ("ringfeed", "dataloader")
+    }
+    assert all(f["samples_per_s"] > 0 for f in figures), figures
+    assert "| workers | ringfeed samples/s | DataLoader samples/s | ratio |" in out
