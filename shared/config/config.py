@@ -103,14 +103,14 @@ class Config:
 
     @property
     def lookahead_batches(self) -> int:
-        """Batches the producers fill ahead of the consumer: ring.lookahead, or (0) enough
-        that every local producer holds its producers.credits rows while the oldest batch
-        finishes, plus that batch: ceil(workers x credits / rows) + 1, at least 2
-        (docs/design.md#the-look-ahead)."""
+        """Batches the producers fill ahead of the consumer: ring.lookahead, or (0) twice
+        the batches every local producer's producers.credits rows fill, so they hold them
+        while answered rows wait for the oldest batch, plus that batch:
+        2 x ceil(workers x credits / rows) + 1 (docs/design.md#the-look-ahead)."""
         if self.ring.lookahead:
             return self.ring.lookahead
         p = self.producers
-        return max(2, -(-p.workers * p.credits // self.typical_batch_rows) + 1)
+        return 2 * -(-p.workers * p.credits // self.typical_batch_rows) + 1
 
     @property
     def grants_in_flight(self) -> int:
