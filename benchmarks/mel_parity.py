@@ -7,7 +7,7 @@ Parity: the largest |log-mel - librosa's log-mel| (natural log, LOG_FLOOR applie
 both) over every frame of every shipped clip, whole clips (max_frames raised so none is
 cut): the 16 clips of data/ljspeech-mini at the default features (22.05 kHz) and the 40
 of data/multilingual-demo at configs/multilingual.yaml's (16 kHz). For the producers'
-``log_mel`` (with the float64 FFT library the host picks, producer/fft.py) and for the
+``log_mel`` (with the float64 FFT library the host picks, producer/features/fft.py) and for the
 stager's ``TfLogMel`` (features.device: stager), all clips of a corpus in one batch.
 "Near floor" counts values within a factor 4.5 of LOG_FLOOR, where float32 STFTs drift.
 
@@ -110,8 +110,8 @@ def parity(stager: bool) -> dict:
             "near_floor": sum(int((r < np.log(LOG_FLOOR) + 1.5).sum()) for r in refs),
         }
         if not stager:
+            from ringfeed.producer.features.fft import fastest
             from ringfeed.producer.features.mel import log_mel
-            from ringfeed.producer.fft import fastest
 
             row["producer"] = max(
                 float(np.abs(log_mel(w, cfg) - r).max()) for w, r in zip(waves, refs, strict=True)
@@ -168,7 +168,7 @@ def cost(what: str) -> float:
 
 def worker(what: str) -> None:
     """In a child whose sys.path starts at the checkout measured: print one JSON line."""
-    from ringfeed.producer.threads import pin_math_threads
+    from ringfeed.producer.process.threads import pin_math_threads
 
     pin_math_threads(1)
     if what != "producer":

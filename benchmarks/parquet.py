@@ -35,7 +35,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
-from ringfeed.producer.threads import pin_math_threads  # noqa: E402
+from ringfeed.producer.process.threads import pin_math_threads  # noqa: E402
 from ringfeed.shared.config import Config, load_config, replace  # noqa: E402
 from ringfeed.shared.corpus.build import build  # noqa: E402
 from ringfeed.shared.corpus.open import open_corpus  # noqa: E402

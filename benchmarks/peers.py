@@ -207,7 +207,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def spawn(variant: str, repo: Path, corpus: Path, cache_dir: Path) -> dict:
-    from ringfeed.producer.threads import math_thread_env
+    from ringfeed.producer.process.threads import math_thread_env
 
     env = (
         os.environ | math_thread_env(1) | {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}

@@ -50,8 +50,8 @@ from ringfeed.producer.audio.decode import RESAMPLE_QUALITY, load_clip  # noqa: 
 from ringfeed.producer.features.cache import FeatureCache  # noqa: E402
 from ringfeed.producer.features.mel import fit_length, log_mel  # noqa: E402
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
+from ringfeed.producer.process.threads import pin_math_threads  # noqa: E402
 from ringfeed.producer.text.encoder import TextEncoder  # noqa: E402
-from ringfeed.producer.threads import pin_math_threads  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
 from ringfeed.shared.corpus.clips import ClipReader  # noqa: E402
 from ringfeed.shared.corpus.entry import Entry  # noqa: E402

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
-from ringfeed.producer.threads import pin_math_threads  # noqa: E402
+from ringfeed.producer.process.threads import pin_math_threads  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
 from ringfeed.shared.corpus.index import CorpusIndex  # noqa: E402
 from ringfeed.shared.corpus.open import open_corpus  # noqa: E402

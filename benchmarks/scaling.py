@@ -102,8 +102,8 @@ class Prepared:
 
     def __getitem__(self, item: int) -> dict[str, np.ndarray]:
         if self.source is None:  # in the worker: each builds its own
+            from ringfeed.producer.process.threads import pin_math_threads
             from ringfeed.producer.sources import make_source
-            from ringfeed.producer.threads import pin_math_threads
 
             pin_math_threads(self.cfg.producers.math_threads)
             self.source = make_source(self.cfg)

@@ -77,7 +77,7 @@ def warm_up_wave(cfg: Config) -> np.ndarray:
 def warm_up_shared(cfg: Config) -> None:
     """The part of every producer's warm-up that is the same in all of a host's: the
     mel's filterbank, window and FFT library, for a pool to build once before it forks
-    (producer/pool.py)."""
+    (producer/process/pool.py)."""
     if cfg.features.device == "producer":
         log_mel(warm_up_wave(cfg), cfg)
 

@@ -9,7 +9,7 @@ the stage, so the worker never asks where the work was: :class:`SkipSample` (the
 cannot be used: a verdict with its reason), :class:`StageFailed` (an exception nobody
 expected: the stage and the exception, whose traceback says where) and
 :class:`StageTimeout` (the sample's time ran out in that stage: a
-producer/watchdog.py SampleTimeout, so that no ``except Exception`` in the work can
+producer/process/watchdog.py SampleTimeout, so that no ``except Exception`` in the work can
 swallow it). :func:`run_stage` is the one place that names them.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ringfeed.producer.watchdog import SampleTimeout
+from ringfeed.producer.process.watchdog import SampleTimeout
 from ringfeed.shared.corpus.entry import Entry
 
 # The stage of a failure that came from no stage of ours (a source hook around a source).

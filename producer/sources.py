@@ -33,7 +33,7 @@ from ringfeed.shared.run.id_tables import padding_ids
 
 
 class Source(Protocol):
-    """Per-sample work of one producer process (called by producer/worker.py). prepare
+    """Per-sample work of one producer process (called by producer/process/worker.py). prepare
     raises what producer/sample.py run_stage names: SkipSample, StageFailed or
     StageTimeout, each carrying the stage it came from."""
 

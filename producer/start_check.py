@@ -2,7 +2,7 @@
 every clip refuses the run at start, instead of quarantining the whole corpus.
 
 Called by every producer's warm-up (SamplePipeline.warm_up, before its first HELLO:
-a refusal exits with producer/session.py EXIT_REFUSED, which no pool restarts) and by
+a refusal exits with producer/process/session.py EXIT_REFUSED, which no pool restarts) and by
 scripts/preflight.py (`ringfeed validate` exits 2, `ringfeed run` starts nothing).
 
 Which fields, and why those:

@@ -30,9 +30,9 @@ import time
 import uuid
 from pathlib import Path
 
-from ringfeed.producer.threads import math_thread_env
+from ringfeed.producer.process.threads import math_thread_env
 
-if sys.argv[1:2] in (["producers"], ["stager"]):  # the pool forks workers (producer/pool.py);
+if sys.argv[1:2] in (["producers"], ["stager"]):  # the pool forks workers (producer/process/pool.py);
     os.environ.update(math_thread_env(1))  # the stager has no BLAS work: pools only cost CPU
 
 from ringfeed.scripts.cli_data import (  # noqa: E402 - after the environment above
@@ -164,14 +164,14 @@ def cmd_stager(args: argparse.Namespace) -> int:
 
 
 def cmd_producers(args: argparse.Namespace) -> int:
-    from ringfeed.producer.pool import main
+    from ringfeed.producer.process.pool import main
     from ringfeed.shared.config.environment import endpoints
 
     cfg = _config(args.config)
     if (refused := _unprepared(cfg)) is not None:
         return refused
     if args.ray:
-        from ringfeed.producer.ray_pool import main as ray_main
+        from ringfeed.producer.process.ray_pool import main as ray_main
 
         return ray_main(cfg, args.ray, args.connect)
     endpoint = args.connect or endpoints(cfg, args.run_id).control

@@ -105,7 +105,7 @@ def prepared_or_exit(cfg, workers: int = 0, role: str = "head", in_subprocess: b
 def _validate_corpus(args: argparse.Namespace, cfg, prepared) -> int:
     """validate's corpus section (the STFT the producers will run; with --deep, every clip
     decoded); 2 if no clip is usable."""
-    from ringfeed.producer.fft import fastest
+    from ringfeed.producer.features.fft import fastest
     from ringfeed.scripts.corpus_report import corpus_check
 
     if cfg.features.device == "producer":  # the library this host's producers will use

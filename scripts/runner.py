@@ -60,7 +60,7 @@ class RunError(RuntimeError):
 
 def worker_pids(pool_pid: int) -> list[int]:
     """A producer pool's live worker processes: its children (forked or spawned:
-    producer/pool.py) but multiprocessing's resource tracker; a process that exits while
+    producer/process/pool.py) but multiprocessing's resource tracker; a process that exits while
     /proc is read is left out."""
     workers = []
     with contextlib.suppress(FileNotFoundError, ProcessLookupError):

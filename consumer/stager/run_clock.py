@@ -7,7 +7,7 @@ and strike windows read this clock, which leaves out every gap longer than
 ``pause_s`` (ring.lease_s) between two readings. The stager's loop reads it at
 least every LEASE_CHECK_S (consumer/stager/stager.py), so a gap that long means
 the stager itself stood still; the first reading after it logs the pause once.
-The same rule holds for producers (producer/session.py): only time a process ran
+The same rule holds for producers (producer/process/session.py): only time a process ran
 counts against its peers.
 """
 

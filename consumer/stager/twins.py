@@ -283,8 +283,8 @@ class TwinSlots:
 
     def passed(self, ident: bytes, t_granted: float) -> None:
         """A local producer answered its grant made at t_granted. It works its grants in
-        the order they came (producer/session.py), and drops a grant taken back without
-        a word (producer/slot_writer.py taken_back): so it is done with each beaten grant
+        the order they came (producer/process/session.py), and drops a grant taken back without
+        a word (producer/process/slot_writer.py taken_back): so it is done with each beaten grant
         made before this one. Each is unfenced and never charged as held (an honest
         local producer, beaten by a faster remote one, would otherwise be revoked, and
         struck, for grants it gave up as told)."""

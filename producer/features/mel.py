@@ -14,7 +14,7 @@ Here the STFT and the filterbank are librosa's definitions written in numpy
 filterbank built once per process and applied as float32 matmuls in
 [frames, bins] layout, one per group of neighbouring bands over the bins they
 weigh. The frames are windowed and transformed in float64, as librosa does, by
-the fastest FFT library of the host (producer/fft.py), a block of frames at a
+the fastest FFT library of the host (producer/features/fft.py), a block of frames at a
 time; only the magnitude is float32. The log-mel is within 1e-4 of
 librosa's everywhere, next to LOG_FLOOR included (9.5e-7 on every shipped clip:
 tests/unit/test_audio_features.py); mels of another arithmetic never share a feature
@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from ringfeed.producer.fft import fastest
+from ringfeed.producer.features.fft import fastest
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.features import FeaturesConfig
@@ -160,7 +160,7 @@ def stft_magnitude(wave: np.ndarray, f: FeaturesConfig, bins: int | None = None)
 
     librosa.stft's definition (center=True, zero padding of n_fft // 2 on both
     sides, periodic Hann), windowed and transformed in float64 as librosa does, by
-    the host's fastest FFT (producer/fft.py), without librosa's ~2 s first-call
+    the host's fastest FFT (producer/features/fft.py), without librosa's ~2 s first-call
     import of scipy.signal and numba, which set the first batch's latency
     (benchmarks/first_batch.py). Only the magnitude is rounded to float32.
     """
@@ -174,7 +174,7 @@ def _magnitude(wave: np.ndarray, f: FeaturesConfig, bins: int | None) -> np.ndar
     rounded to complex64 before its magnitude: rounding the real and imaginary parts
     moves |X| by ~1 float32 ulp of |X| itself (2e-7 relative at most on the shipped
     clips), unlike a float32 FFT, whose error is relative to the whole frame's energy."""
-    _, rfft = fastest(f.n_fft, f.cache_dir)  # this host's library: producer/fft.py
+    _, rfft = fastest(f.n_fft, f.cache_dir)  # this host's library: producer/features/fft.py
     half, n = f.n_fft // 2, len(wave)
     n_out, bins = 1 + n // f.hop_length, bins or half + 1
     padded = _work.get("padded", (n + 2 * half,))

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.threads import pin_math_threads
+from ringfeed.producer.process.threads import pin_math_threads
 from ringfeed.shared.config import Config
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 A place is a row of a batch-ring slot (the sample is written straight into the batch it
 will be delivered in: docs/design.md#rows-written-once) or a slot of the spare ring (for
 what cannot be written where it is delivered: the stager copies it in). Producers write
-their samples here (producer/slot_writer.py) and so does the stager for a remote
+their samples here (producer/process/slot_writer.py) and so does the stager for a remote
 producer's rows and for each copy (consumer/stager/intake.py, consumer/stager/assembly.py):
 one definition of where a place's fields lie and of how a sample is written into them.
 

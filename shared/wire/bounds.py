@@ -26,7 +26,7 @@ from typing import Any
 # Control frames are small (place indices, lengths, a traceback at most).
 MAX_HEADER_BYTES = 65536
 # A remote producer's READY carries its entries' rows as payload frames, one per field:
-# at most this many bytes in all (producer/slot_writer.py sends them so; the stager's
+# at most this many bytes in all (producer/process/slot_writer.py sends them so; the stager's
 # frame limit follows, consumer/stager/control.py).
 MAX_READY_PAYLOAD_BYTES = 4 << 20
 # Every integer on the wire is a count, index, position, pid, generation or checksum:

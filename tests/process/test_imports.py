@@ -14,7 +14,7 @@ from tests.support.paths import REPO
 def test_cpu_side_modules_leave_tensorflow_unimported() -> None:
     code = (
         "import sys\n"
-        "import ringfeed.producer.pool, ringfeed.producer.worker, ringfeed.producer.pipeline\n"
+        "import ringfeed.producer.process.pool, ringfeed.producer.process.worker, ringfeed.producer.pipeline\n"
         "import ringfeed.consumer.stager.stager, ringfeed.consumer.tools.inspector\n"
         "import ringfeed.consumer.client.batch_client, ringfeed.scripts.cli\n"
         "sys.exit(1 if 'tensorflow' in sys.modules else 0)\n"
@@ -38,9 +38,9 @@ def test_producer_features_never_import_librosa() -> None:
 
 
 def test_a_producer_reading_its_hosts_fft_choice_never_imports_scipy(tmp_path) -> None:
-    """The FFT library is timed once per host and kept (producer/fft.py): a producer that
+    """The FFT library is timed once per host and kept (producer/features/fft.py): a producer that
     reads the choice pays no scipy.fft import (0.5 s of CPU) before its first grant."""
-    from ringfeed.producer import fft
+    from ringfeed.producer.features import fft
 
     path = fft.choice_path(1024, str(tmp_path))
     path.parent.mkdir(parents=True)
@@ -67,7 +67,7 @@ STAGER_LATE = (*LATE, "multiprocessing", "concurrent.futures")
 
 def test_a_start_imports_nothing_only_later_work_needs() -> None:
     for entry, late in (("ringfeed.consumer.stager.stager", STAGER_LATE),
-                        ("ringfeed.producer.pool, ringfeed.producer.pipeline", LATE)):  # fmt: skip
+                        ("ringfeed.producer.process.pool, ringfeed.producer.pipeline", LATE)):  # fmt: skip
         code = (
             f"import sys, numpy as np, ringfeed.scripts.cli, {entry}\n"
             "from ringfeed.shared.corpus.speaking_rate import median\n"

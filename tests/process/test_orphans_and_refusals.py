@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ringfeed.producer.prepare.prepare import prepare
-from ringfeed.producer.session import EXIT_REFUSED
+from ringfeed.producer.process.session import EXIT_REFUSED
 from ringfeed.scripts.runner import worker_pids
 from ringfeed.shared.config import load_config
 from ringfeed.shared.config.environment import endpoints

@@ -116,7 +116,7 @@ def test_the_wheel_holds_one_top_level_package_and_the_demos(wheel: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"ringfeed", f"{wheel.name.split('-py')[0]}.dist-info"}, tops
-    for module in ("shared/config/config.py", "producer/worker.py", "consumer/stager/stager.py",
+    for module in ("shared/config/config.py", "producer/process/worker.py", "consumer/stager/stager.py",
                    "consumer/client/tf_dataset.py", "scripts/cli.py", "client.py",
                    "configs/demo.yaml"):  # fmt: skip
         assert f"ringfeed/{module}" in names

@@ -22,7 +22,7 @@ every producer of a run of that config wraps its source in :class:`FaultySource`
 
 How the faults reach the producers: inject_faults sets RINGFEED_SOURCE_HOOK in
 this process's environment, which every process it starts inherits (Ray actors
-get it from producer/ray_pool.py), and writes the faults to FAULTS_FILE in the
+get it from producer/process/ray_pool.py), and writes the faults to FAULTS_FILE in the
 config's run_root, where the hook reads them. So faults belong to the runs of
 one config: a later test's runs (another run_root) see none, although the hook
 stays set, and two configs of one test may have different faults.

@@ -2,7 +2,7 @@
 
     python tests/support/old_producer.py CONFIG ENDPOINT VERSION
 
-runs one worker (producer/worker.py) whose shared.wire.protocol.VERSION is VERSION, as a
+runs one worker (producer/process/worker.py) whose shared.wire.protocol.VERSION is VERSION, as a
 producer of an older or newer ringfeed would, and exits with its exit code.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from ringfeed.producer.worker import run_worker
+from ringfeed.producer.process.worker import run_worker
 from ringfeed.shared.config import load_config
 from ringfeed.shared.run.process import setup_logging
 from ringfeed.shared.wire import protocol as p

@@ -1,12 +1,12 @@
 """Honest producers in threads of the test process: the real producer loop
-(producer/worker.py Worker) against a stager, without a process of its own.
+(producer/process/worker.py Worker) against a stager, without a process of its own.
 
     with producer_threads(cfg, stager.control, n=2) as workers:   # local: write the ring
         ...
     with producer_threads(cfg, stager.tcp, keys=load_client(bundle)):  # remote, keyed
 
 Each Worker is made in its own thread (its per-sample alarm needs the main thread, so
-in a thread it runs unbounded, as producer/watchdog.py says) and runs until the
+in a thread it runs unbounded, as producer/process/watchdog.py says) and runs until the
 stager ends its session (SHUTDOWN at the plan's end) or the block ends. Faults
 injected for the config (tests/support/fault_sources.py) reach it through the same
 source hook a producer process reads.
@@ -18,8 +18,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from ringfeed.producer.session import ENDINGS, EXIT_FINISHED
-from ringfeed.producer.worker import Worker
+from ringfeed.producer.process.session import ENDINGS, EXIT_FINISHED
+from ringfeed.producer.process.worker import Worker
 from ringfeed.shared.config import Config
 from ringfeed.shared.run.process import StopFlag
 from ringfeed.shared.wire.keys import ClientKeys

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ringfeed.producer.session import NEW_SOCKET, Action, Join, Rules, Session
+from ringfeed.producer.process.session import NEW_SOCKET, Action, Join, Rules, Session
 from ringfeed.shared.wire import protocol as p
 
 N_ITEMS = 8

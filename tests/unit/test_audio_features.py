@@ -19,7 +19,7 @@ from tests.support.paths import WAVS
 
 CLIP = WAVS / "LJ001-0002.wav"
 # Absolute, in log space, everywhere: next to LOG_FLOOR (log -11.5) in the quietest bands
-# of loud frames too, where a float32 window or FFT was 1e-3 off (producer/fft.py). The
+# of loud frames too, where a float32 window or FFT was 1e-3 off (producer/features/fft.py). The
 # float64 STFT keeps 9.5e-7 on every shipped clip; the float32 magnitude and matmul remain.
 TOLERANCE = 1e-4
 
@@ -202,8 +202,8 @@ def test_reused_work_buffers_never_leak_between_clips() -> None:
 
 def test_every_fft_the_host_may_choose_gives_the_same_transform() -> None:
     """The producer times the float64 FFT libraries it can import and keeps the fastest
-    (producer/fft.py): each must compute the same transform, to float64 rounding."""
-    from ringfeed.producer import fft
+    (producer/features/fft.py): each must compute the same transform, to float64 rounding."""
+    from ringfeed.producer.features import fft
 
     frames = np.random.default_rng(1).standard_normal((40, 1024))
     ref = np.fft.rfft(frames, axis=-1)
@@ -221,7 +221,7 @@ def test_the_host_key_names_each_fft_librarys_installed_version() -> None:
     pool's start), the same version importlib.metadata reads."""
     import importlib.metadata
 
-    from ringfeed.producer import fft
+    from ringfeed.producer.features import fft
 
     for name in fft.available():
         assert fft._version(name) == importlib.metadata.version(name)
@@ -232,7 +232,7 @@ def test_the_fft_choice_is_timed_once_per_host_and_kept(tmp_path: Path) -> None:
     """The first process of a host times the candidates and keeps its choice under
     features.cache_dir; the next one reads it (no timing: no scipy.fft import in every
     producer); a choice naming no candidate is timed again."""
-    from ringfeed.producer import fft
+    from ringfeed.producer.features import fft
 
     path = fft.choice_path(512, str(tmp_path))
     name, _ = fft.choose(512, str(tmp_path))

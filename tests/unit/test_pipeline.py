@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.process.threads import math_thread_env, pin_math_threads
 from ringfeed.producer.sample import SkipSample
-from ringfeed.producer.threads import math_thread_env, pin_math_threads
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.open import read_corpus
 from tests.support.broken_dataset import make_broken_dataset

@@ -1,4 +1,4 @@
-"""The producer pool forks its workers (producer/pool.py) only while it runs one
+"""The producer pool forks its workers (producer/process/pool.py) only while it runs one
 thread: a lock another thread holds would stay held in the child, and a math
 library's thread pool would start again there."""
 
@@ -10,7 +10,7 @@ import sys
 import threading
 from unittest.mock import patch
 
-from ringfeed.producer.pool import ProducerPool, os_threads
+from ringfeed.producer.process.pool import ProducerPool, os_threads
 from ringfeed.shared.config import Config
 from tests.support.paths import REPO
 
@@ -42,7 +42,7 @@ def test_ringfeed_producers_loads_its_math_libraries_without_thread_pools() -> N
     """What `ringfeed producers` has imported before its pool starts runs one thread,
     so the pool forks; numpy's OpenBLAS alone starts one more without the limits."""
     code = (
-        "import ringfeed.producer.pool as pool, numpy as np\n"
+        "import ringfeed.producer.process.pool as pool, numpy as np\n"
         "np.ones((64, 64)) @ np.ones((64, 64))\n"
         "print(pool.os_threads())\n"
     )
@@ -55,7 +55,7 @@ def test_a_pool_forks_whatever_its_workers_math_threads() -> None:
     producers.math_threads 1 or more (a limit above 1 started OpenBLAS's threads in the
     pool, which then spawned every worker); a worker raises its own limit."""
     code = (
-        "import ringfeed.producer.pool as pool\n"
+        "import ringfeed.producer.process.pool as pool\n"
         "from ringfeed.shared.config import Config, replace\n"
         "for n in (1, 2):\n"
         "    cfg = replace(Config(), producers={'math_threads': n})\n"
@@ -70,7 +70,8 @@ def test_a_failed_warm_up_before_the_fork_is_left_to_the_workers(caplog) -> None
     """The pool's warm-up for its workers is only a head start: a failure there (any
     exception) must not end the pool, whose workers' own warm-up reports it to the
     stager as a crash, as before."""
-    from ringfeed.producer import pipeline, pool
+    from ringfeed.producer import pipeline
+    from ringfeed.producer.process import pool
 
     def broken(cfg: Config) -> None:
         raise ValueError("no mel for this config")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ringfeed.producer.pipeline import SamplePipeline
+from ringfeed.producer.process.worker import describe
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text.encoder import TextEncoder, clean_text
-from ringfeed.producer.worker import describe
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry
 from tests.support.audio import write_audio

@@ -1,4 +1,4 @@
-"""A producer's session (producer/session.py) on a fake clock: no processes, no sockets.
+"""A producer's session (producer/process/session.py) on a fake clock: no processes, no sockets.
 
 Each rule of the session's docstring, driven turn by turn as the worker's loop drives
 it (a tick every turn), with plain protocol messages in and out; the process tests
@@ -14,7 +14,7 @@ import random
 import msgpack
 import pytest
 
-from ringfeed.producer.session import (
+from ringfeed.producer.process.session import (
     EXIT_FINISHED,
     EXIT_ORPHANED,
     EXIT_REFUSED,

@@ -1,4 +1,4 @@
-"""Unanswered HELLOs back off (producer/session.py): a stager that binds minutes late
+"""Unanswered HELLOs back off (producer/process/session.py): a stager that binds minutes late
 or stands still for an hour is asked about once RETRY_MAX_S, and its WELCOME rejoins;
 on the fake clock of tests/unit/test_session.py."""
 
@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from ringfeed.producer.session import RETRY_MAX_S, Rules
+from ringfeed.producer.process.session import RETRY_MAX_S, Rules
 from ringfeed.shared.wire import protocol as p
 from tests.support.session_loop import RULES, Loop, grants
 

@@ -113,7 +113,7 @@ def test_a_woken_producer_keeps_its_queued_grants_until_told_otherwise(tmp_path:
 
     When it speaks again its fenced slots are unfenced at once, but nothing tells it
     that the grants still queued in it are void: a real worker goes on to write them
-    (producer/worker.py fills its queue in order). So none of those slots may be
+    (producer/process/worker.py fills its queue in order). So none of those slots may be
     granted to another producer unless the stager first told this one to drop its
     grants (REHELLO). This test plays that producer by hand and watches the ring."""
     n, lease_s = 400, 1.0

@@ -137,7 +137,7 @@ def test_a_beaten_grant_never_answered_counts_as_held() -> None:
 
 def test_a_local_producer_answering_a_later_grant_is_done_with_its_beaten_one() -> None:
     """A faster remote producer wins the backup of a local producer's grant. The local
-    one drops a grant taken back without a word (producer/slot_writer.py) and works its
+    one drops a grant taken back without a word (producer/process/slot_writer.py) and works its
     grants in order: once it answers a later grant, its beaten grant is unfenced and is
     never charged as held. Charged, an honest local producer beaten by a fast remote
     one was revoked 18 times in 1,000 items, with 45 held expiries against its key."""

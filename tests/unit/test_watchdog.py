@@ -1,4 +1,4 @@
-"""The per-sample bound (producer/watchdog.py): raises in a body that runs too long,
+"""The per-sample bound (producer/process/watchdog.py): raises in a body that runs too long,
 only there, and keeps working when something else took SIGALRM meanwhile."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ringfeed.producer.watchdog import SampleTimeout, TimeLimit
+from ringfeed.producer.process.watchdog import SampleTimeout, TimeLimit
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ actor on the cluster's nodes (``producers.per_node`` per node, or one per CPU
 the node offers), restarts an actor whose process dies or whose node is lost
 (on another node: the placement is a soft affinity), and this driver gives
 nodes that join while the run goes on their producers too. ringfeed keeps its
-own data plane: each actor is a remote producer (producer/worker.py) that
+own data plane: each actor is a remote producer (producer/process/worker.py) that
 connects to the stager's tcp endpoint with CURVE and sends its samples as
 payload frames; nothing of a sample passes through Ray's object store.
 
@@ -20,8 +20,8 @@ encrypted unless the cluster runs with TLS (RAY_USE_TLS=1 and its
 certificates); docs/scaling-out.md#on-a-ray-cluster says which set-ups are safe.
 
 The driver ends when every actor's producer has ended for good (the stager said
-the run is over, went silent, or refused it: producer/session.py ENDINGS; such an
-actor is not replaced), with producer/session.py pool_exit_code's code, and
+the run is over, went silent, or refused it: producer/process/session.py ENDINGS; such an
+actor is not replaced), with producer/process/session.py pool_exit_code's code, and
 stops its actors on SIGTERM or Ctrl-C.
 """
 
@@ -33,7 +33,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ringfeed.producer.session import ENDINGS, EXIT_FINISHED, pool_exit_code
+from ringfeed.producer.process.session import ENDINGS, EXIT_FINISHED, pool_exit_code
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import source_hook_env
 from ringfeed.shared.run.process import POLL_S, StopFlag
@@ -53,7 +53,7 @@ class ProducerActor:
     def run(self, cfg_yaml: str, endpoint: str, keys: dict[str, bytes] | None) -> int:
         import ray
 
-        from ringfeed.producer.worker import run_worker
+        from ringfeed.producer.process.worker import run_worker
         from ringfeed.shared.config import config_from_yaml
         from ringfeed.shared.run.process import setup_logging
 

@@ -11,12 +11,12 @@ ring.lease_s (the stager gives up on the grant then anyway):
   :class:`SampleTimeout` where the work is, the sample is skipped with the stage it
   was in, and the worker goes on. It interrupts Python code only (the alarm's
   handler runs between bytecodes), and needs the process's main thread;
-- hard, in the pool (producer/pool.py): a worker whose sample has run for
+- hard, in the pool (producer/process/pool.py): a worker whose sample has run for
   HARD_FACTOR leases (a hang inside C code the alarm cannot break) is SIGKILLed and
   restarted; the stager charges the item for that death and skips it after
   ring.max_item_attempts. Time the worker spent stopped (SIGSTOP, a debugger) does
   not count: a paused worker is not a stuck one, and comes back by itself
-  (producer/session.py).
+  (producer/process/session.py).
 
 SampleTimeout is a BaseException, so that an ``except Exception`` inside the work
 (ours or a library's) cannot swallow it and carry on looping.

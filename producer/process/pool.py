@@ -22,7 +22,7 @@ memory before it exits: code in a sample may exit with 3, 4 or 5 too); the pool 
 ends with pool_exit_code's code. Tracebacks
 are logged and sent to the stager by the worker itself.
 A worker stuck in one sample for watchdog.HARD_FACTOR leases (a hang the
-worker's own alarm cannot break: producer/watchdog.py) is SIGKILLed, and so
+worker's own alarm cannot break: producer/process/watchdog.py) is SIGKILLed, and so
 restarted like any worker that died at work.
 On SIGTERM or Ctrl-C the pool stops its workers with SIGTERM, then SIGKILL
 after TERM_GRACE_S.
@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ringfeed.producer.fft import fastest
-from ringfeed.producer.session import ENDINGS, EXIT_FINISHED, pool_exit_code
-from ringfeed.producer.threads import pin_math_threads
-from ringfeed.producer.watchdog import HARD_FACTOR, stuck_for
-from ringfeed.producer.worker import run_worker
+from ringfeed.producer.features.fft import fastest
+from ringfeed.producer.process.session import ENDINGS, EXIT_FINISHED, pool_exit_code
+from ringfeed.producer.process.threads import pin_math_threads
+from ringfeed.producer.process.watchdog import HARD_FACTOR, stuck_for
+from ringfeed.producer.process.worker import run_worker
 from ringfeed.shared.config import Config, config_from_yaml
 from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.run.process import (
@@ -100,7 +100,7 @@ class ProducerPool:
     """Starts, watches and stops the workers of one host."""
 
     def __init__(self, cfg: Config, endpoint: str, workers: int, remote: bool, prefix: str):
-        from ringfeed.producer.threads import math_thread_env
+        from ringfeed.producer.process.threads import math_thread_env
 
         # For what a worker loads (all of it, spawned); what the pool loaded is pinned
         # (load_before_fork, or run_worker in a spawned worker).
@@ -221,7 +221,7 @@ class ProducerPool:
         slot.restart_at = now + delay
 
     def kill_if_stuck(self, slot: Slot, now: float) -> None:
-        """The hard bound on one sample's work (producer/watchdog.py)."""
+        """The hard bound on one sample's work (producer/process/watchdog.py)."""
         stuck = stuck_for(slot.busy, slot.proc.pid if slot.proc is not None else None, now)
         if slot.proc is not None and stuck > HARD_FACTOR * self.cfg.ring.lease_s:
             log.error("%s has been stuck in one sample for %.0f s; killing it (the stager "

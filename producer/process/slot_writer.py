@@ -1,6 +1,6 @@
 """How a producer hands a prepared sample to the stager: one SlotWriter per WELCOME.
 
-The worker (producer/worker.py) picks the writer once, when the stager welcomes
+The worker (producer/process/worker.py) picks the writer once, when the stager welcomes
 it, and from then on only calls ``claim``, ``write`` and ``flush``:
 
 - :class:`LocalSlotWriter` (same host): writes the sample into its granted place

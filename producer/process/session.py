@@ -1,7 +1,7 @@
 """A producer's side of its session with the stager, as a state machine.
 
 It owns no socket, reads no clock and does no sample work: the worker
-(producer/worker.py) tells it what it heard and when, ticks it once a loop turn,
+(producer/process/worker.py) tells it what it heard and when, ticks it once a loop turn,
 and does what it returns, in order: send a protocol message, NEW_SOCKET (close
 the control socket and open another: the HELLO that follows goes out on it), or
 :class:`Join` (the stager welcomed us onto that ring). It keeps the grants the
@@ -43,7 +43,7 @@ its first WELCOME it waits for its stager as long as it takes (a stager
 measuring a length table may take minutes to bind). A REFUSED from the stager
 (another protocol version, another config: the reason says what to change), or
 any message in another protocol version, ends it with EXIT_REFUSED. The pools
-restart neither (producer/pool.py).
+restart neither (producer/process/pool.py).
 
 Goodbyes: on stop the worker sends BYE and waits up to SHUTDOWN_WAIT_S for
 BYE_ACK, because ZeroMQ may drop the last messages of a process that exits
@@ -115,7 +115,7 @@ class NewSocket:
 @dataclass(frozen=True)
 class Join:
     """The stager welcomed us: send what the current slot writer holds, then write into
-    these rings (the batch ring and the spare ring: producer/slot_writer.py), and tell
+    these rings (the batch ring and the spare ring: producer/process/slot_writer.py), and tell
     the pool this worker joined."""
 
     ring_name: str
@@ -301,6 +301,6 @@ class Session:
         return [Join(msg.ring_name, msg.spares), p.Request(self.rules.credits)]
 
     def _end(self, code: int, why: str) -> None:
-        """End for good with this exit code (never restarted: producer/pool.py)."""
+        """End for good with this exit code (never restarted: producer/process/pool.py)."""
         log.error("%s: %s; exiting", self.hello.name, why)
         self.ending = code

@@ -16,7 +16,7 @@ import sys
 
 log = logging.getLogger(__name__)
 
-# The limit this process set, or the pool it was forked from (producer/pool.py pins
+# The limit this process set, or the pool it was forked from (producer/process/pool.py pins
 # before it forks): each worker's threadpoolctl scan of its loaded libraries took ~10
 # ms of its start.
 _pinned: int | None = None

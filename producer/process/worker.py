@@ -7,12 +7,12 @@ filled, check the stop flag.
 TensorFlow is never imported here.
 
 The protocol's rules (HELLO and WELCOME, heartbeats, the orphan rule, REFUSED,
-goodbyes) are the session's (producer/session.py), a state machine that owns no
+goodbyes) are the session's (producer/process/session.py), a state machine that owns no
 socket and reads no clock; this module owns the socket, the slot writer and the
 sample work, and does what the session says.
 
 How a sample reaches the stager is the SlotWriter's business
-(producer/slot_writer.py), chosen at WELCOME: a local producer writes straight
+(producer/process/slot_writer.py), chosen at WELCOME: a local producer writes straight
 into its granted place (a row of the batch the sample is delivered in, or a spare);
 a remote one (``remote=True``, another host) sends the used rows of each field as
 raw ZeroMQ frames and the stager copies them in.
@@ -38,12 +38,17 @@ from typing import Any
 import zmq
 
 from ringfeed.producer.causes import stage_causes
+from ringfeed.producer.process.session import EXIT_REFUSED, Action, Join, NewSocket, Rules, Session
+from ringfeed.producer.process.slot_writer import (
+    LocalSlotWriter,
+    Misfit,
+    RemoteSlotWriter,
+    SlotWriter,
+)
+from ringfeed.producer.process.watchdog import SampleTimeout, TimeLimit
 from ringfeed.producer.sample import Sample, SkipSample, error_of, stage_of
-from ringfeed.producer.session import EXIT_REFUSED, Action, Join, NewSocket, Rules, Session
-from ringfeed.producer.slot_writer import LocalSlotWriter, Misfit, RemoteSlotWriter, SlotWriter
 from ringfeed.producer.sources import Source, base_source, make_source
 from ringfeed.producer.start_check import FieldsRefused
-from ringfeed.producer.watchdog import SampleTimeout, TimeLimit
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.ring import Ring
@@ -72,9 +77,9 @@ def describe(exc: BaseException, stage: str) -> str:
 class Worker:
     """One producer process between setup and teardown: its socket, its slot writer and
     its sample work. on_welcome: called at each WELCOME (the pool's "joined"); keys and
-    place: set by a cluster engine (producer/ray_pool.py), the keys handed over and
+    place: set by a cluster engine (producer/process/ray_pool.py), the keys handed over and
     where it runs; busy: a shared double the worker sets while it works on a sample
-    (producer/watchdog.py), for its pool's hard bound."""
+    (producer/process/watchdog.py), for its pool's hard bound."""
 
     def __init__(
         self,
@@ -222,7 +227,7 @@ class Worker:
             if why:
                 raise SkipSample(why, stage="check")
             return sample
-        except SampleTimeout as late:  # producer/watchdog.py: a hang costs its sample
+        except SampleTimeout as late:  # producer/process/watchdog.py: a hang costs its sample
             self.skip(grant, f"{late}: raise it if samples take that long", "",
                       stage_of(late))  # fmt: skip
         except SkipSample as skip:
@@ -295,12 +300,12 @@ def run_worker(
     stop: StopFlag | None = None,
     busy: Any = None,
 ) -> int:
-    """Process entry of one producer (spawned by producer/pool.py, or run in a Ray actor
-    by producer/ray_pool.py with its keys, its place and its own stop flag); returns
-    the exit code (producer/session.py ENDINGS, or 1 after a crash): EXIT_REFUSED too
+    """Process entry of one producer (spawned by producer/process/pool.py, or run in a Ray actor
+    by producer/process/ray_pool.py with its keys, its place and its own stop flag); returns
+    the exit code (producer/process/session.py ENDINGS, or 1 after a crash): EXIT_REFUSED too
     when its warm-up finds a configured field that would fail every clip
     (producer/start_check.py). on_welcome, keys, place, busy: as in :class:`Worker`."""
-    from ringfeed.producer.threads import pin_math_threads
+    from ringfeed.producer.process.threads import pin_math_threads
 
     pin_math_threads(cfg.producers.math_threads)
     stop = stop or StopFlag().install()
