@@ -100,8 +100,9 @@ def write_config(tmp: Path, items: int, max_strikes: int) -> tuple[Path, str, st
     return path, str(bundle), f"tcp://127.0.0.1:{port}"
 
 
-def all_at_once(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-                args: argparse.Namespace) -> list:  # fmt: skip
+def all_at_once(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     """Every producer strategy of the one key; returns their (thread, tally) pairs."""
     return [
         in_thread(lie_per_grant, cfg, endpoint, key, stop, "malformed"),
@@ -111,46 +112,54 @@ def all_at_once(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event
     ]
 
 
-def second_consumer(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-                    args: argparse.Namespace) -> list:  # fmt: skip
+def second_consumer(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     return [in_thread(second_consumers, cfg, run_id, stop)]
 
 
-def name_squatting(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-                   args: argparse.Namespace) -> list:  # fmt: skip
+def name_squatting(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     names = [f"{HONEST}-{k}" for k in range(cfg.producers.workers)]
     return [in_thread(name_squatter, cfg, endpoint, key, stop, names)]
 
 
-def flood(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-          args: argparse.Namespace) -> list:  # fmt: skip
+def flood(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     return [in_thread(undecodable_flood, cfg, endpoint, key, stop)]
 
 
-def mute(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-         args: argparse.Namespace) -> list:  # fmt: skip
+def mute(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     return [in_thread(silent_identities, cfg, endpoint, key, stop, 30)]
 
 
-def laundering(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-               args: argparse.Namespace) -> list:  # fmt: skip
+def laundering(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     pairs = [in_thread(silent_holders, cfg, endpoint, key, stop, 4)]
     time.sleep(3 * 2.5 * cfg.ring.lease_s)  # alone: three rounds of silent leases
     return pairs
 
 
-def walker(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-           args: argparse.Namespace) -> list:  # fmt: skip
+def walker(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     return [in_thread(slow_walker, cfg, endpoint, key, stop)]
 
 
-def making_up(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-              args: argparse.Namespace) -> list:  # fmt: skip
+def making_up(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     return [in_thread(made_up, cfg, endpoint, key, stop, "another")]
 
 
-def skipping(cfg, run_id: str, endpoint: str, key: str, stop: threading.Event,
-             args: argparse.Namespace) -> list:  # fmt: skip
+def skipping(
+    cfg, run_id: str, endpoint: str, key: str, stop: threading.Event, args: argparse.Namespace
+) -> list:
     return [in_thread(skips_all, cfg, endpoint, key, stop)]
 
 
@@ -232,20 +241,24 @@ def main() -> int:
             results[kind].append(one_run(kind, args))
             print(f"repeat {r} {kind}: {results[kind][-1]}", flush=True)
     base = statistics.median(x["items_per_s"] for x in results["baseline"])
-    print(f"\n{'run':22} {'items/s':>8} {'ratio':>6} {'quarantined':>11} {'log MiB':>8} "
-          f"{'strikes':>7} {'banned':>6} {'lies':>8} {'refused':>8} {'cpu s':>6}")  # fmt: skip
+    print(
+        f"\n{'run':22} {'items/s':>8} {'ratio':>6} {'quarantined':>11} {'log MiB':>8} "
+        f"{'strikes':>7} {'banned':>6} {'lies':>8} {'refused':>8} {'cpu s':>6}"
+    )
     failed = False
     for kind in kinds:
         runs = results[kind]
         rate = statistics.median(x["items_per_s"] for x in runs)
         worst_log = max(x["log_mib"] for x in runs)
         quarantined = max(x["quarantined"] for x in runs)
-        print(f"{kind:22} {rate:8.1f} {rate / base:6.2f} {quarantined:11d} {worst_log:8.2f} "
-              f"{statistics.median(x['strikes'] for x in runs):7.0f} "
-              f"{statistics.median(x['banned'] for x in runs):6.0f} "
-              f"{statistics.median(x['lies'] for x in runs):8.0f} "
-              f"{statistics.median(x['refusals'] for x in runs):8.0f} "
-              f"{statistics.median(x['stager_cpu_s'] for x in runs):6.1f}")  # fmt: skip
+        print(
+            f"{kind:22} {rate:8.1f} {rate / base:6.2f} {quarantined:11d} {worst_log:8.2f} "
+            f"{statistics.median(x['strikes'] for x in runs):7.0f} "
+            f"{statistics.median(x['banned'] for x in runs):6.0f} "
+            f"{statistics.median(x['lies'] for x in runs):8.0f} "
+            f"{statistics.median(x['refusals'] for x in runs):8.0f} "
+            f"{statistics.median(x['stager_cpu_s'] for x in runs):6.1f}"
+        )
         # Without bans nothing bounds a key that lies: its row is shown, not a target.
         failed |= kind != NO_BANS and (rate / base < 0.8 or quarantined > 0 or worst_log > 10)
         failed |= any(x["errors"] for x in runs)

@@ -119,11 +119,13 @@ def model_step(n_shapes: int):
     from ringfeed.consumer.trainer.train_step import TrainStep, make_optimizer
     from ringfeed.shared.config import config_from_dict
 
-    cfg = config_from_dict({
-        "stager": {"batch_size": 8, "buckets": [200, 300, 450, 800][-n_shapes:]},
-        "model": {"kwargs": {"d_model": 64, "n_layers": 2}},
-        "train": {"mixed_precision": False},
-    })  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "stager": {"batch_size": 8, "buckets": [200, 300, 450, 800][-n_shapes:]},
+            "model": {"kwargs": {"d_model": 64, "n_layers": 2}},
+            "train": {"mixed_precision": False},
+        }
+    )
     configure_tensorflow(plan_device("trainer", cfg, 0))
     model, loss_fn = model_module.load_model_factory(cfg)
     return cfg, TrainStep(model, make_optimizer(cfg), loss_fn, True, max_shapes=4)
@@ -176,13 +178,23 @@ def compare(items: int, rounds: int, steps: int, plot_path: str | None) -> None:
         pads[name] = padding(batches[name], corpus)
         frames[name] = statistics.median(rates[name])
         rounds_shown = " / ".join(f"{r:,.0f}" for r in rates[name])
-        print(f"| {name} | {len(batches[name])} | {pads[name]:.3f} | "
-              f"{gaps[name]:.3f} | {frames[name]:,.0f} ({rounds_shown}) |")  # fmt: skip
+        print(
+            f"| {name} | {len(batches[name])} | {pads[name]:.3f} | "
+            f"{gaps[name]:.3f} | {frames[name]:,.0f} ({rounds_shown}) |"
+        )
     if plot_path:
-        panels = [("padding efficiency", pads), ("worst 10-batch share gap", gaps),
-                  ("useful mel frames/s (median)", frames)]  # fmt: skip
-        draw_bars(plot_path, f"Balanced epochs on {items:,} lopsided clips", panels,
-                  run_label("balance.py"), ours=["balanced+buckets"])  # fmt: skip
+        panels = [
+            ("padding efficiency", pads),
+            ("worst 10-batch share gap", gaps),
+            ("useful mel frames/s (median)", frames),
+        ]
+        draw_bars(
+            plot_path,
+            f"Balanced epochs on {items:,} lopsided clips",
+            panels,
+            run_label("balance.py"),
+            ours=["balanced+buckets"],
+        )
 
 
 def many_speakers(items: int, k: int) -> Groups:
@@ -202,8 +214,9 @@ def build(items: int, rounds: int, speakers: int) -> None:
     for epoch in range(rounds + 1):  # round 0 loads numba's compiled code: not counted
         for by, groups in cases:
             weights = group_weights(groups.sizes, TEMPERATURE, [1.0] * len(groups.names))
-            part = BalancedBatches(SEED, corpus.buckets, corpus.of_bucket, groups, weights,
-                                   corpus.text)  # fmt: skip
+            part = BalancedBatches(
+                SEED, corpus.buckets, corpus.of_bucket, groups, weights, corpus.text
+            )
             measured = measure(part, epoch, items)
             if epoch:
                 results.setdefault(f"balanced by {by} ({len(groups.names)} groups)", []).append(
@@ -215,9 +228,11 @@ def build(items: int, rounds: int, speakers: int) -> None:
             )
     for name, runs in results.items():
         each = ", ".join(f"{t:.2f}" for t, _, _ in runs)
-        print(f"{name}, {items:,} items: build {statistics.median(t for t, _, _ in runs):.2f} s "
-              f"(each: {each}), peak {max(p for _, p, _ in runs):.1f} B/item above the start, "
-              f"kept {max(k for _, _, k in runs):.1f} B/item")  # fmt: skip
+        print(
+            f"{name}, {items:,} items: build {statistics.median(t for t, _, _ in runs):.2f} s "
+            f"(each: {each}), peak {max(p for _, p, _ in runs):.1f} B/item above the start, "
+            f"kept {max(k for _, _, k in runs):.1f} B/item"
+        )
     inputs = corpus.languages.of_item.nbytes + corpus.of_bucket.nbytes + corpus.text.nbytes
     print(f"the plan's inputs (group, bucket, text of each item): {inputs / items:.0f} B/item")
 

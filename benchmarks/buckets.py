@@ -151,12 +151,26 @@ def tf_bucketed(cfg: Config, shapes: list[list[int]]):
         tokens.set_shape([None])
         mel.set_shape([None, n_mels])
         text_len.set_shape([]), mel_len.set_shape([]), item.set_shape([])
-        return {"tokens": tokens, "text_lens": text_len, "mel": mel, "mel_lens": mel_len,
-                "items": item, "speaker": 0, "language": 0}  # fmt: skip
+        return {
+            "tokens": tokens,
+            "text_lens": text_len,
+            "mel": mel,
+            "mel_lens": mel_len,
+            "items": item,
+            "speaker": 0,
+            "language": 0,
+        }
 
     lengths = [frames for _, frames, _ in shapes]
-    padded = {"tokens": [t_max], "text_lens": [], "mel": [None, n_mels], "mel_lens": [],
-              "items": [], "speaker": [], "language": []}  # fmt: skip
+    padded = {
+        "tokens": [t_max],
+        "text_lens": [],
+        "mel": [None, n_mels],
+        "mel_lens": [],
+        "items": [],
+        "speaker": [],
+        "language": [],
+    }
     return (
         tf.data.Dataset.from_tensor_slices(np.arange(source.n_items, dtype=np.int64))
         .shuffle(source.n_items, seed=cfg.stager.seed, reshuffle_each_iteration=True)
@@ -193,8 +207,14 @@ def run_tfdata(cfg: Config, shapes: list[list[int]]) -> dict[str, Any]:
         mel_lens, text_lens = batch["mel_lens"].numpy(), batch["text_lens"].numpy()
         rows, frames = batch["mel"].shape[:2]
         seen.add((rows, frames, batch["tokens"].shape[1]))
-        metrics.fill((int(mel_lens.sum()), rows * frames, int(text_lens.sum()),
-                      int(np.prod(batch["tokens"].shape))))  # fmt: skip
+        metrics.fill(
+            (
+                int(mel_lens.sum()),
+                rows * frames,
+                int(text_lens.sum()),
+                int(np.prod(batch["tokens"].shape)),
+            )
+        )
         if step_fn.trace_count == traces:
             metrics.record(step_s, wait_s, rows, int(mel_lens.sum()))
     m = metrics.run_summary()
@@ -239,8 +259,13 @@ def time_lengths(n_items: int, tmp: Path) -> None:
         (data / "wavs" / f"x{i:05d}.wav").hardlink_to(shipped / "wavs" / f"{item_id}.wav")
         out.append("|".join([f"x{i:05d}", *rest]))
     (data / "metadata.csv").write_text("\n".join(out) + "\n")
-    cfg = config_from_dict({"data": {"path": str(data)}, "stager": {"auto_buckets": 4},
-                            "features": {"cache_dir": str(tmp / "lengths-cache")}})  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "data": {"path": str(data)},
+            "stager": {"auto_buckets": 4},
+            "features": {"cache_dir": str(tmp / "lengths-cache")},
+        }
+    )
     for what in ("cold", "current"):
         t0 = time.perf_counter()
         measure_lengths(cfg, open_corpus(cfg))
@@ -255,8 +280,10 @@ def print_table(dataset: str, results: dict[str, list[dict]], rounds: int) -> No
         return statistics.median(r[key] for r in results[variant])
 
     print(f"\n{dataset}: median of {rounds} round(s)")
-    print(f"{'':9s} {'pad mel':>8s} {'pad text':>8s} {'frames/s':>9s} {'samples/s':>9s} "
-          f"{'cv':>5s} {'compiles':>8s} {'batch MiB':>9s}")  # fmt: skip
+    print(
+        f"{'':9s} {'pad mel':>8s} {'pad text':>8s} {'frames/s':>9s} {'samples/s':>9s} "
+        f"{'cv':>5s} {'compiles':>8s} {'batch MiB':>9s}"
+    )
     for v in results:
         print(
             f"{v:9s} {med(v, 'pad_frames'):8.3f} {med(v, 'pad_text'):8.3f} "
@@ -279,8 +306,10 @@ def plot(by_dataset: dict[str, dict[str, list[dict]]], path: str) -> None:
     names = {"fixed": "ringfeed fixed", "buckets": "ringfeed buckets", "tfdata": "tf.data"}
     panels = []
     for dataset, results in by_dataset.items():
-        for key, what in (("useful_frames_per_s", "useful mel frames/s"),
-                          ("pad_frames", "padding efficiency")):  # fmt: skip
+        for key, what in (
+            ("useful_frames_per_s", "useful mel frames/s"),
+            ("pad_frames", "padding efficiency"),
+        ):
             panels.append(
                 (f"{dataset}: {what}", {names[v]: med(rows, key) for v, rows in results.items()})
             )
@@ -324,9 +353,11 @@ def main() -> None:
                     else:
                         result = run_ringfeed(paths[variant], tmp)
                     results[variant].append(result)
-                    print(f"{dataset} round {r + 1} {variant}: "
-                          f"{json.dumps({k: v for k, v in result.items() if k != 'shapes'})}",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"{dataset} round {r + 1} {variant}: "
+                        f"{json.dumps({k: v for k, v in result.items() if k != 'shapes'})}",
+                        flush=True,
+                    )
             print_table(dataset, results, args.rounds)
         if args.plot:
             plot(by_dataset, args.plot)

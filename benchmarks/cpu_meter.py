@@ -39,8 +39,9 @@ class CpuMeter:
                 found[pid] = "this process"
             elif top > 1:
                 argv = table[top][1].split(b"\0")
-                found[pid] = next((v.decode() for v in (b"stager", b"producers") if v in argv),
-                                  "other")  # fmt: skip
+                found[pid] = next(
+                    (v.decode() for v in (b"stager", b"producers") if v in argv), "other"
+                )
         return {pid: (role, cpu) for pid, role in found.items() if (cpu := cpu_s(pid)) >= 0}
 
     def totals_s(self) -> dict[str, float]:

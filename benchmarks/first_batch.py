@@ -72,9 +72,15 @@ def first_batch_s(cache_dir: Path, tmp: Path) -> tuple[float, dict[str, float]]:
 def baseline_round(repo: Path) -> tuple[float, float]:
     """(cold, warm) seconds of one round of `repo`'s own first_batch.py, in its directory."""
     env = os.environ | {"PYTHONPATH": str(repo)}
-    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "first_batch.py"),
-                          "--rounds", "1"], cwd=repo, env=env, capture_output=True, text=True,
-                         timeout=4 * TIMEOUT_S, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(repo / "benchmarks" / "first_batch.py"), "--rounds", "1"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=4 * TIMEOUT_S,
+        check=True,
+    ).stdout
     found = re.search(r"cold ([\d.]+) s, warm ([\d.]+) s", out)
     if found is None:
         raise RuntimeError(f"{repo}: no round in its output:\n{out[-2000:]}")
@@ -110,8 +116,12 @@ def main() -> None:
                 line += f"; baseline cold {cold:.2f} s, warm {warm:.2f} s"
             print(line, flush=True)
     print(f"\nfirst full batch, median of {args.rounds}:")
-    for key, label in (("cold", "cold cache"), ("warm", "warm cache"), ("base cold",
-                       "baseline, cold cache"), ("base warm", "baseline, warm cache")):  # fmt: skip
+    for key, label in (
+        ("cold", "cold cache"),
+        ("warm", "warm cache"),
+        ("base cold", "baseline, cold cache"),
+        ("base warm", "baseline, warm cache"),
+    ):
         if runs[key]:
             print("  " + show(label, [s for s, _ in runs[key]], [c for _, c in runs[key]]))
 

@@ -84,8 +84,16 @@ RESULT_TAG = "GPU_FEED_RESULT "
 # feeds, JAX's compiles); the GPU run's whole budget is ~8 minutes.
 CHILD_TIMEOUT_S = 330.0
 # What --quick shrinks to: a CPU smoke of every path in about a minute on 2 cores.
-QUICK = {"clips": 48, "batch": 4, "max_frames": 128, "workers": 1, "seconds": 0.5,
-         "warmup": 2, "d_model": 16, "targets_ms": "10"}  # fmt: skip
+QUICK = {
+    "clips": 48,
+    "batch": 4,
+    "max_frames": 128,
+    "workers": 1,
+    "seconds": 0.5,
+    "warmup": 2,
+    "d_model": 16,
+    "targets_ms": "10",
+}
 
 
 def bench_raw(args: argparse.Namespace, corpus: Path, work: Path) -> dict:
@@ -93,15 +101,19 @@ def bench_raw(args: argparse.Namespace, corpus: Path, work: Path) -> dict:
     (the loader says BYE when the measurements are done), --workers producers."""
     return {
         "data": {"path": str(corpus)},
-        "features": {"cache": True, "cache_dir": str(work / "cache"), "on_too_long": "truncate",
-                     "max_frames": args.max_frames},
+        "features": {
+            "cache": True,
+            "cache_dir": str(work / "cache"),
+            "on_too_long": "truncate",
+            "max_frames": args.max_frames,
+        },
         "text": {"max_text_len": 200},
         "stager": {"batch_size": args.batch, "epochs": 0},
         "producers": {"workers": args.workers, "math_threads": 1},
         "model": {"kwargs": {"d_model": args.d_model, "n_layers": 1, "dropout": 0.1}},
         "train": {"connect_timeout_s": 30.0},
         "run_root": str(work / "runs"),
-    }  # fmt: skip
+    }
 
 
 def warm_cache(raw: dict, work: Path) -> int:
@@ -130,23 +142,49 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[Path, Path, int]:
     delivered = warm_cache(raw, work)
     rows = [line.split("|") for line in (corpus / "metadata.csv").read_text().splitlines()]
     cfg = config_from_dict(raw)
-    mels = export_cached(cfg, [str(corpus / "wavs" / f"{r[0]}.wav") for r in rows],
-                         [r[1] for r in rows], work / "exported")  # fmt: skip
+    mels = export_cached(
+        cfg,
+        [str(corpus / "wavs" / f"{r[0]}.wav") for r in rows],
+        [r[1] for r in rows],
+        work / "exported",
+    )
     config = work / "bench.yaml"
     config.write_text(json.dumps(raw))
-    print(f"data: {args.clips} clips, {delivered} delivered warm, {len(mels)} exported, "
-          f"in {time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+    print(
+        f"data: {args.clips} clips, {delivered} delivered warm, {len(mels)} exported, "
+        f"in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     return config, work / "exported", len(mels)
 
 
-def run_child(framework: str, args: argparse.Namespace, config: Path, exported: Path,
-              n: int) -> list[dict]:  # fmt: skip
+def run_child(
+    framework: str, args: argparse.Namespace, config: Path, exported: Path, n: int
+) -> list[dict]:
     """One framework's measurements in a process of its own; its result lines."""
-    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu_feed_child.py"), framework,
-           "--config", str(config), "--exported", str(exported), "--n", str(n),
-           "--out", str(args.out), "--device", args.device, "--seconds", str(args.seconds),
-           "--warmup", str(args.warmup), "--targets-ms", args.targets_ms,
-           "--workers", str(args.workers)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "gpu_feed_child.py"),
+        framework,
+        "--config",
+        str(config),
+        "--exported",
+        str(exported),
+        "--n",
+        str(n),
+        "--out",
+        str(args.out),
+        "--device",
+        args.device,
+        "--seconds",
+        str(args.seconds),
+        "--warmup",
+        str(args.warmup),
+        "--targets-ms",
+        args.targets_ms,
+        "--workers",
+        str(args.workers),
+    ]
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout)
@@ -154,30 +192,42 @@ def run_child(framework: str, args: argparse.Namespace, config: Path, exported: 
     except subprocess.TimeoutExpired as exc:
         out, code = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out", -1
     if code != 0:  # the run's own logs (stager, producers) say why a ringfeed feed failed
-        out = str(out) + "".join(f"\n--- {log.name}\n{log.read_text()[-3000:]}"
-                                 for log in sorted(config.parent.glob("gpu-*.log")))  # fmt: skip
+        out = str(out) + "".join(
+            f"\n--- {log.name}\n{log.read_text()[-3000:]}"
+            for log in sorted(config.parent.glob("gpu-*.log"))
+        )
     (Path(args.out) / f"gpu_feed_{framework}.log").write_text(str(out))
-    results = [json.loads(line[len(RESULT_TAG) :]) for line in str(out).splitlines()
-               if line.startswith(RESULT_TAG)]  # fmt: skip
-    print(f"{framework}: {len(results)} figures in {time.perf_counter() - t0:.0f} s, "
-          f"exit {code}" + ("" if code == 0 else f"; last lines:\n{str(out)[-2000:]}"),
-          flush=True)  # fmt: skip
+    results = [
+        json.loads(line[len(RESULT_TAG) :])
+        for line in str(out).splitlines()
+        if line.startswith(RESULT_TAG)
+    ]
+    print(
+        f"{framework}: {len(results)} figures in {time.perf_counter() - t0:.0f} s, "
+        f"exit {code}" + ("" if code == 0 else f"; last lines:\n{str(out)[-2000:]}"),
+        flush=True,
+    )
     return results
 
 
 def table(results: list[dict]) -> str:
     """The results as a markdown table, with each feed's share of its ideal."""
-    ideal = {(r["framework"], r["target_ms"]): r["steps_per_s"] for r in results
-             if r["feed"] == "ideal"}  # fmt: skip
-    lines = ["| framework | step (ideal) | feed | steps/s | of ideal | data wait | step CV "
-             "| GPU util |", "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    ideal = {
+        (r["framework"], r["target_ms"]): r["steps_per_s"] for r in results if r["feed"] == "ideal"
+    }
+    lines = [
+        "| framework | step (ideal) | feed | steps/s | of ideal | data wait | step CV | GPU util |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         base = ideal.get((r["framework"], r["target_ms"]))
         share = f"{r['steps_per_s'] / base:.3f}" if base else "-"
         util = f"{r['gpu_util_pct']:.0f} %" if r.get("gpu_util_pct") is not None else "-"
-        lines.append(f"| {r['framework']} | ~{r['target_ms']} ms ({r['ideal_step_ms']:.1f} ms, "
-                     f"{r['n_layers']} layers) | {r['feed']} | {r['steps_per_s']:.1f} | {share} | "
-                     f"{r['wait_share']:.1%} | {r['step_cv']:.1%} | {util} |")  # fmt: skip
+        lines.append(
+            f"| {r['framework']} | ~{r['target_ms']} ms ({r['ideal_step_ms']:.1f} ms, "
+            f"{r['n_layers']} layers) | {r['feed']} | {r['steps_per_s']:.1f} | {share} | "
+            f"{r['wait_share']:.1%} | {r['step_cv']:.1%} | {util} |"
+        )
     return "\n".join(lines)
 
 
@@ -198,8 +248,11 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=6.0, help="timed per feed and size")
     p.add_argument("--warmup", type=int, default=15, help="steps before the timing")
     p.add_argument("--child-timeout", type=float, default=CHILD_TIMEOUT_S)
-    p.add_argument("--work", default="", help="keep the corpus, cache and logs here (an "
-                   "empty folder; default: a temporary one)")  # fmt: skip
+    p.add_argument(
+        "--work",
+        default="",
+        help="keep the corpus, cache and logs here (an empty folder; default: a temporary one)",
+    )
     args = p.parse_args()
     if args.quick:
         for key, value in QUICK.items():

@@ -88,9 +88,14 @@ def measure(step: Callable, batches: Iterator, warmup: int, seconds: float) -> d
         steps.append(time.perf_counter() - t1)
     wall = time.perf_counter() - start
     mean = statistics.fmean(steps)
-    return {"steps": len(steps), "steps_per_s": len(steps) / wall,
-            "wait_share": sum(waits) / wall, "step_ms": mean * 1e3,
-            "step_cv": statistics.pstdev(steps) / mean, "gpu_util_pct": util.stop()}  # fmt: skip
+    return {
+        "steps": len(steps),
+        "steps_per_s": len(steps) / wall,
+        "wait_share": sum(waits) / wall,
+        "step_ms": mean * 1e3,
+        "step_cv": statistics.pstdev(steps) / mean,
+        "gpu_util_pct": util.stop(),
+    }
 
 
 class Steps(dict):
@@ -116,8 +121,7 @@ def calibrate(steps: Steps, batch: dict, targets_ms: list[float]) -> list[int]:
         print(f"calibration: {layers} layers, {ms:.2f} ms a step", flush=True)
     (l0, l1), (t0, t1) = PROBE_LAYERS, timed
     per_layer = max((t1 - t0) / (l1 - l0), 1e-3)
-    return [min(MAX_LAYERS, max(1, round(l0 + (target - t0) / per_layer)))
-            for target in targets_ms]  # fmt: skip
+    return [min(MAX_LAYERS, max(1, round(l0 + (target - t0) / per_layer))) for target in targets_ms]
 
 
 def main() -> int:
@@ -139,8 +143,10 @@ def main() -> int:
         run.start("stager")
         run.start("producers")
         exported = Path(args.exported)
-        feeds = {"ringfeed": fw.ringfeed(run.run_id),
-                 "dataloader": fw.dataloader(exported, args.n, args.workers)}  # fmt: skip
+        feeds = {
+            "ringfeed": fw.ringfeed(run.run_id),
+            "dataloader": fw.dataloader(exported, args.n, args.workers),
+        }
         resident = fw.resident(next(feeds["ringfeed"]))
         feeds["ideal"] = frameworks.repeat(resident)
         steps = Steps(fw)
@@ -151,23 +157,40 @@ def main() -> int:
                 size(args, fw, steps[layers], feeds, resident, target, layers, k)
             except Exception as exc:  # reported; the next size runs
                 failed += 1
-                print(f"size ~{target} ms ({layers} layers) failed: {type(exc).__name__}: "
-                      f"{exc}", flush=True)  # fmt: skip
+                print(
+                    f"size ~{target} ms ({layers} layers) failed: {type(exc).__name__}: {exc}",
+                    flush=True,
+                )
             steps.pop(layers, None)  # its model's memory goes back before the next
         fw.close()
     return 1 if failed else 0
 
 
-def size(args: argparse.Namespace, fw: Any, step: Callable, feeds: dict, resident: dict,
-         target: float, layers: int, k: int) -> None:  # fmt: skip
+def size(
+    args: argparse.Namespace,
+    fw: Any,
+    step: Callable,
+    feeds: dict,
+    resident: dict,
+    target: float,
+    layers: int,
+    k: int,
+) -> None:
     """The three feeds at one model size, each figure printed and appended to the
     jsonl file as it is measured."""
     ideal_ms = measure(step, frameworks.repeat(resident), args.warmup, 0.0)["step_ms"]
     for feed in FEEDS[k % 3 :] + FEEDS[: k % 3]:  # each size in another order
         figure = measure(step, feeds[feed], args.warmup, args.seconds)
-        figure |= {"framework": args.framework, "device": fw.device_name, "target_ms": target,
-                   "n_layers": layers, "ideal_step_ms": ideal_ms, "feed": feed,
-                   "batch": fw.cfg.stager.batch_size, "workers": args.workers}  # fmt: skip
+        figure |= {
+            "framework": args.framework,
+            "device": fw.device_name,
+            "target_ms": target,
+            "n_layers": layers,
+            "ideal_step_ms": ideal_ms,
+            "feed": feed,
+            "batch": fw.cfg.stager.batch_size,
+            "workers": args.workers,
+        }
         print(RESULT_TAG + json.dumps(figure), flush=True)
         with (Path(args.out) / "gpu_feed.jsonl").open("a") as lines:
             lines.write(json.dumps(figure) + "\n")

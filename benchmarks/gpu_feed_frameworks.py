@@ -65,11 +65,14 @@ class Collate:
 
     def __call__(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> dict:
         b = len(rows)
-        batch = {"mel": np.zeros((b, self.max_frames, self.n_mels), np.float32),
-                 "tokens": np.zeros((b, self.max_text), np.int32),
-                 "mel_lens": np.array([len(m) for m, _ in rows], np.int32),
-                 "text_lens": np.array([len(t) for _, t in rows], np.int32),
-                 "speaker": np.zeros(b, np.int32), "language": np.zeros(b, np.int32)}  # fmt: skip
+        batch = {
+            "mel": np.zeros((b, self.max_frames, self.n_mels), np.float32),
+            "tokens": np.zeros((b, self.max_text), np.int32),
+            "mel_lens": np.array([len(m) for m, _ in rows], np.int32),
+            "text_lens": np.array([len(t) for _, t in rows], np.int32),
+            "speaker": np.zeros(b, np.int32),
+            "language": np.zeros(b, np.int32),
+        }
         for row, (mel, tokens) in enumerate(rows):
             batch["mel"][row, : len(mel)] = mel
             batch["tokens"][row, : len(tokens)] = tokens
@@ -84,10 +87,17 @@ def data_loader(cfg: Config, folder: Path, n: int, workers: int, pin: bool, **kw
     """torch's DataLoader over the exported mels as a PyTorch user sets it up."""
     from torch.utils.data import DataLoader
 
-    return DataLoader(CachedMels(folder, n, cfg), batch_size=cfg.stager.batch_size, shuffle=True,
-                      drop_last=True, num_workers=workers, pin_memory=pin,
-                      persistent_workers=workers > 0, prefetch_factor=2 if workers else None,
-                      **kw)  # fmt: skip
+    return DataLoader(
+        CachedMels(folder, n, cfg),
+        batch_size=cfg.stager.batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=pin,
+        persistent_workers=workers > 0,
+        prefetch_factor=2 if workers else None,
+        **kw,
+    )
 
 
 def forever(loader: Any) -> Iterator[dict]:
@@ -128,10 +138,13 @@ class TorchFramework:
 
     def dataloader(self, folder: Path, n: int, workers: int) -> Iterator[dict]:
         cuda = self.device != "cpu"
-        loader = data_loader(self.cfg, folder, n, workers, pin=cuda,
-                             collate_fn=Collate(self.cfg, as_torch=True))  # fmt: skip
-        return ({k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-                for batch in forever(loader))  # fmt: skip
+        loader = data_loader(
+            self.cfg, folder, n, workers, pin=cuda, collate_fn=Collate(self.cfg, as_torch=True)
+        )
+        return (
+            {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+            for batch in forever(loader)
+        )
 
     def resident(self, batch: dict) -> dict:
         return {k: v.clone() for k, v in batch.items()}
@@ -154,8 +167,9 @@ class JaxFramework:
 
         self.jax, self.cfg = jax, cfg
         self.sharding = data_parallel(jax.local_devices())
-        self.replicated = jax.sharding.NamedSharding(self.sharding.mesh,
-                                                     jax.sharding.PartitionSpec())  # fmt: skip
+        self.replicated = jax.sharding.NamedSharding(
+            self.sharding.mesh, jax.sharding.PartitionSpec()
+        )
         first = jax.local_devices()[0]
         self.device_name = getattr(first, "device_kind", first.platform)
         self.loader: Any = None
@@ -167,8 +181,14 @@ class JaxFramework:
         jax, cfg = self.jax, self.cfg
         m = default_model_kwargs(cfg.model.kwargs | {"n_layers": n_layers})
         key = jax.random.key(cfg.stager.seed)
-        params = model.init(key, cfg.vocab_size, cfg.features.n_mels, cfg.data.max_speakers,
-                            cfg.data.max_languages, m)  # fmt: skip
+        params = model.init(
+            key,
+            cfg.vocab_size,
+            cfg.features.n_mels,
+            cfg.data.max_speakers,
+            cfg.data.max_languages,
+            m,
+        )
         state = [jax.device_put((params, model.adam_state(params)), self.replicated)]
         jitted = jax.jit(train_step(m, cfg.train.learning_rate), donate_argnums=(0,))
 
@@ -187,9 +207,15 @@ class JaxFramework:
     def dataloader(self, folder: Path, n: int, workers: int) -> Iterator[dict]:
         # Spawned workers: a fork of a process running JAX's threads can deadlock.
         context = "spawn" if workers else None
-        loader = data_loader(self.cfg, folder, n, workers, pin=False,
-                             collate_fn=Collate(self.cfg, as_torch=False),
-                             multiprocessing_context=context)  # fmt: skip
+        loader = data_loader(
+            self.cfg,
+            folder,
+            n,
+            workers,
+            pin=False,
+            collate_fn=Collate(self.cfg, as_torch=False),
+            multiprocessing_context=context,
+        )
         return self._ahead(forever(loader), 2)
 
     def _ahead(self, batches: Iterator[dict], size: int) -> Iterator[dict]:

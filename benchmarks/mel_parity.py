@@ -138,8 +138,10 @@ def _demo_batch():
     cfg = load_config(REPO / "configs" / "demo.yaml")
     paths = sorted((REPO / "data" / "ljspeech-mini" / "wavs").glob("*.wav"))
     clips = ClipReader(cfg)
-    waves = [fit_length(load_clip(clips, Entry("", str(p), ""), cfg)[0], cfg)[0]
-             for p in paths[: cfg.stager.batch_size]]  # fmt: skip
+    waves = [
+        fit_length(load_clip(clips, Entry("", str(p), ""), cfg)[0], cfg)[0]
+        for p in paths[: cfg.stager.batch_size]
+    ]
     return cfg, waves
 
 

@@ -43,10 +43,17 @@ from ringfeed.shared.corpus.open import open_corpus  # noqa: E402
 DEMO = REPO / "data" / "multilingual-demo"
 AUDIO = pa.struct({"bytes": pa.binary(), "path": pa.string()})
 # As datasets writes an Audio column (datasets/arrow_writer.py get_parquet_column_options).
-WRITE = {"compression": {"audio.bytes": "none", "audio.path": "snappy", "text": "snappy",
-                         "speaker_id": "snappy", "language": "snappy"},
-         "use_dictionary": ["audio.path", "text", "speaker_id", "language"],
-         "column_encoding": {"audio.bytes": "PLAIN"}}  # fmt: skip
+WRITE = {
+    "compression": {
+        "audio.bytes": "none",
+        "audio.path": "snappy",
+        "text": "snappy",
+        "speaker_id": "snappy",
+        "language": "snappy",
+    },
+    "use_dictionary": ["audio.path", "text", "speaker_id", "language"],
+    "column_encoding": {"audio.bytes": "PLAIN"},
+}
 
 
 def demo_rows() -> list[dict]:
@@ -61,17 +68,26 @@ def corpora(folder: Path) -> tuple[Config, Config]:
     demo = load_config(REPO / "configs" / "multilingual.yaml")
     rows = demo_rows()
     manifest = folder / "loose.jsonl"
-    manifest.write_text("\n".join(json.dumps({**r, "audio": str(DEMO / r["audio"])})
-                                  for r in rows) + "\n")  # fmt: skip
-    audio = [{"bytes": (DEMO / r["audio"]).read_bytes(), "path": Path(r["audio"]).name}
-             for r in rows]  # fmt: skip
-    table = pa.table({"audio": pa.array(audio, AUDIO), "text": [r["text"] for r in rows],
-                      "speaker_id": [r["speaker"] for r in rows],
-                      "language": [r["language"] for r in rows]})  # fmt: skip
+    manifest.write_text(
+        "\n".join(json.dumps({**r, "audio": str(DEMO / r["audio"])}) for r in rows) + "\n"
+    )
+    audio = [
+        {"bytes": (DEMO / r["audio"]).read_bytes(), "path": Path(r["audio"]).name} for r in rows
+    ]
+    table = pa.table(
+        {
+            "audio": pa.array(audio, AUDIO),
+            "text": [r["text"] for r in rows],
+            "speaker_id": [r["speaker"] for r in rows],
+            "language": [r["language"] for r in rows],
+        }
+    )
     (folder / "hf").mkdir()
     pq.write_table(table, folder / "hf" / "train-00000-of-00001.parquet", **WRITE)
-    common = {"features": {"cache": False, "cache_dir": str(folder / "cache")},
-              "data": {"language": "en", "outliers": "keep"}}  # fmt: skip
+    common = {
+        "features": {"cache": False, "cache_dir": str(folder / "cache")},
+        "data": {"language": "en", "outliers": "keep"},
+    }
     loose = replace(demo, **common)
     loose = replace(loose, data={"path": str(manifest), "format": "jsonl"})
     parquet = replace(demo, **common)
@@ -100,20 +116,32 @@ def million(folder: Path, rows: int, files: int = 10) -> Path:
     for f in range(files):
         base = f * per
         numbers = range(base, base + per)
-        audio = pa.array([{"bytes": b"RIFF" + n.to_bytes(8, "little"), "path": f"c{n:07d}.wav"}
-                          for n in numbers], AUDIO)  # fmt: skip
-        table = pa.table({"audio": audio,
-                          "text": [f"Sentence number {n} of the benchmark." for n in numbers],
-                          "speaker_id": [f"spk{n % 1000}" for n in numbers],
-                          "language": ["en"] * per})  # fmt: skip
+        audio = pa.array(
+            [
+                {"bytes": b"RIFF" + n.to_bytes(8, "little"), "path": f"c{n:07d}.wav"}
+                for n in numbers
+            ],
+            AUDIO,
+        )
+        table = pa.table(
+            {
+                "audio": audio,
+                "text": [f"Sentence number {n} of the benchmark." for n in numbers],
+                "speaker_id": [f"spk{n % 1000}" for n in numbers],
+                "language": ["en"] * per,
+            }
+        )
         pq.write_table(table, out / f"train-{f:05d}-of-{files:05d}.parquet", **WRITE)
     return out
 
 
 def index_build(folder: Path, rows: int) -> dict[str, float]:
     data = million(folder, rows)
-    cfg = replace(Config(), data={"path": str(data), "format": "parquet"},
-                  features={"cache_dir": str(folder / "index-cache")})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(data), "format": "parquet"},
+        features={"cache_dir": str(folder / "index-cache")},
+    )
     t0 = time.perf_counter()
     header, _ = build(cfg)
     first = time.perf_counter() - t0
@@ -139,15 +167,21 @@ def main() -> None:
             order = [("loose", loose), ("parquet", parquet)]
             for name, cfg in order if r % 2 == 0 else order[::-1]:
                 rates[name].append(cold_rate(cfg, args.passes))
-            print(f"round {r + 1}: loose {rates['loose'][-1]:.1f}, "
-                  f"parquet {rates['parquet'][-1]:.1f} samples/s")  # fmt: skip
+            print(
+                f"round {r + 1}: loose {rates['loose'][-1]:.1f}, "
+                f"parquet {rates['parquet'][-1]:.1f} samples/s"
+            )
         med = {k: statistics.median(v) for k, v in rates.items()}
-        print(f"cold path, median samples/s: loose {med['loose']:.1f}, parquet "
-              f"{med['parquet']:.1f} ({med['parquet'] / med['loose']:.2f}x loose)")  # fmt: skip
+        print(
+            f"cold path, median samples/s: loose {med['loose']:.1f}, parquet "
+            f"{med['parquet']:.1f} ({med['parquet'] / med['loose']:.2f}x loose)"
+        )
         built = index_build(Path(tmp), args.rows)
-        print(f"index build, {args.rows:,} rows in 10 files: {built['first_s']:.1f} s "
-              f"({args.rows / built['first_s']:,.0f} rows/s); again with one file changed: "
-              f"{built['one_file_changed_s']:.1f} s")  # fmt: skip
+        print(
+            f"index build, {args.rows:,} rows in 10 files: {built['first_s']:.1f} s "
+            f"({args.rows / built['first_s']:,.0f} rows/s); again with one file changed: "
+            f"{built['one_file_changed_s']:.1f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -65,8 +65,14 @@ CLIPS = REPO / "data" / "ljspeech-mini"
 VARIANTS = ("tfdata-ops", "ringfeed-cold", "tfdata-librosa", "ringfeed-cached", "tfdata-cached")
 # The order of odd rounds: every variant moves, the cached ones still follow the
 # ringfeed-cold that fills their cache.
-ODD_ORDER = ("ringfeed-cold@baseline", "ringfeed-cold", "tfdata-cached", "tfdata-ops",
-             "ringfeed-cached", "tfdata-librosa")  # fmt: skip
+ODD_ORDER = (
+    "ringfeed-cold@baseline",
+    "ringfeed-cold",
+    "tfdata-cached",
+    "tfdata-ops",
+    "ringfeed-cached",
+    "tfdata-librosa",
+)
 # Epochs of the cached run: one epoch of 512 cached samples is ~0.1 s, too short to time.
 CACHED_EPOCHS = 4
 MIN_S, MAX_S = 1.0, 9.5
@@ -178,9 +184,11 @@ def import_from(repo: Path) -> None:
 
     where = Path(ringfeed.__file__).resolve().parent.parent
     if where != repo.resolve():
-        raise SystemExit(f"{repo}: imports ringfeed from {where}; a checkout from before "
-                         "ringfeed/ linked its folders needs the links: cd ringfeed && ln -s "
-                         "../shared ../producer ../consumer ../scripts .")  # fmt: skip
+        raise SystemExit(
+            f"{repo}: imports ringfeed from {where}; a checkout from before "
+            "ringfeed/ linked its folders needs the links: cd ringfeed && ln -s "
+            "../shared ../producer ../consumer ../scripts ."
+        )
 
 
 def child(args: argparse.Namespace) -> None:
@@ -192,8 +200,11 @@ def child(args: argparse.Namespace) -> None:
         from ringfeed.shared.config import config_from_dict
 
         cfg = config_from_dict(bench_raw(corpus, cache_dir, 1))
-        which = stage_costs.ringfeed_stages if args.child == "stages-ringfeed" else (
-            stage_costs.tf_stages)  # fmt: skip
+        which = (
+            stage_costs.ringfeed_stages
+            if args.child == "stages-ringfeed"
+            else (stage_costs.tf_stages)
+        )
         out = which(cfg, *stage_costs.clips(corpus))
     elif args.child.startswith("ringfeed"):
         epochs = CACHED_EPOCHS if args.child == "ringfeed-cached" else 1
@@ -254,11 +265,15 @@ def print_table(results: dict[str, list[dict]], args: argparse.Namespace) -> Non
         "cold / tfdata-ops CPU per sample": [r[1]["cpu_ms"] / r[0]["cpu_ms"] for r in rounds],
         "cached / tfdata-cached samples/s": [r[3]["rate"] / r[4]["rate"] for r in rounds],
     }
-    print("\neach round: " + "; ".join(
-        f"{k} {', '.join(f'{x:.2f}' for x in v)}" for k, v in ratios.items()))  # fmt: skip
+    print(
+        "\neach round: "
+        + "; ".join(f"{k} {', '.join(f'{x:.2f}' for x in v)}" for k, v in ratios.items())
+    )
     ops, cached = results["tfdata-ops"][-1]["check"], results["tfdata-cached"][-1]["check"]
-    print(f"tfdata-ops log-mel against the producer's (values above 2e-4): max diff {ops:.1e}; "
-          f"tfdata-cached rows are the cached mels: {bool(cached)}")  # fmt: skip
+    print(
+        f"tfdata-ops log-mel against the producer's (values above 2e-4): max diff {ops:.1e}; "
+        f"tfdata-cached rows are the cached mels: {bool(cached)}"
+    )
 
 
 def print_roles(results: dict[str, list[dict]]) -> None:
@@ -291,9 +306,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 round of 256 clips")
     parser.add_argument("--baseline", help="a checkout whose ringfeed-cold to run alongside")
     parser.add_argument("--plot", help="also draw the medians into this PNG")
-    parser.add_argument("--stages", action="store_true",
-                        help="also each pipeline's CPU by process, and a producer's by stage "
-                             "against tf.data's ops (benchmarks/stage_costs.py)")  # fmt: skip
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also each pipeline's CPU by process, and a producer's by stage "
+        "against tf.data's ops (benchmarks/stage_costs.py)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--repo", default=str(REPO), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
@@ -317,8 +335,11 @@ def main() -> None:
                 cache_dir.parent.mkdir(exist_ok=True)
                 out = spawn(v, repo, corpus, cache_dir)
                 results[v].append(out)
-                print(f"round {r + 1}: {v} {out['rate']:,.0f} samples/s, "
-                      f"{out['cpu_ms']:.2f} CPU ms/sample", flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1}: {v} {out['rate']:,.0f} samples/s, "
+                    f"{out['cpu_ms']:.2f} CPU ms/sample",
+                    flush=True,
+                )
         if args.stages:
             stage_table(corpus, Path(tmp) / "stages")
     print_table(results, args)

@@ -103,10 +103,21 @@ def raw_mel(path: str, cfg: Config) -> np.ndarray:
         wave = soxr.resample(wave, sr, sr_out, quality=RESAMPLE_QUALITY)
     wave = wave[: cfg.max_samples - 1]  # the pipeline's truncation: same frames
     mel = librosa.feature.melspectrogram(
-        y=wave, sr=sr_out, n_fft=f.n_fft, hop_length=f.hop_length, win_length=f.win_length,
-        window="hann", center=True, pad_mode="constant", power=1.0, n_mels=f.n_mels,
-        fmin=f.fmin, fmax=f.fmax, htk=False, norm="slaney",
-    )  # fmt: skip
+        y=wave,
+        sr=sr_out,
+        n_fft=f.n_fft,
+        hop_length=f.hop_length,
+        win_length=f.win_length,
+        window="hann",
+        center=True,
+        pad_mode="constant",
+        power=1.0,
+        n_mels=f.n_mels,
+        fmin=f.fmin,
+        fmax=f.fmax,
+        htk=False,
+        norm="slaney",
+    )
     return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 

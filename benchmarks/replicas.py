@@ -170,11 +170,15 @@ def main() -> None:
                     rate = sum(o["samples_per_s"] for o in out)
                     rates.setdefault((name, feed), []).append(rate)
                     waits = " ".join(f"{o['data_wait_fraction']:.1%}" for o in out)
-                    print(f"round {r + 1} {name:10s} {feed:8s} {rate:6.1f} samples/s "
-                          f"wait {waits} ({time.perf_counter() - t0:.0f} s wall)",
-                          flush=True)  # fmt: skip
-    print(f"\nmedian of {args.rounds} rounds, {args.steps} steps after {args.warmup}, "
-          f"global batch {args.batch}")  # fmt: skip
+                    print(
+                        f"round {r + 1} {name:10s} {feed:8s} {rate:6.1f} samples/s "
+                        f"wait {waits} ({time.perf_counter() - t0:.0f} s wall)",
+                        flush=True,
+                    )
+    print(
+        f"\nmedian of {args.rounds} rounds, {args.steps} steps after {args.warmup}, "
+        f"global batch {args.batch}"
+    )
     for name in SETUPS:
         tfd = statistics.median(rates[(name, "tfdata")])
         ours = statistics.median(rates[(name, "ringfeed")])

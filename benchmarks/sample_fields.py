@@ -51,10 +51,12 @@ SCHEMAS: dict[str, dict] = {
 
 
 def config(cache_dir: Path, features: dict) -> Config:
-    return config_from_dict({
-        "data": {"path": str(REPO / "data" / "ljspeech-mini")},
-        "features": {"cache_dir": str(cache_dir), "on_too_long": "truncate", **features},
-    })  # fmt: skip
+    return config_from_dict(
+        {
+            "data": {"path": str(REPO / "data" / "ljspeech-mini")},
+            "features": {"cache_dir": str(cache_dir), "on_too_long": "truncate", **features},
+        }
+    )
 
 
 def one_pass(pipe: SamplePipeline, index: CorpusIndex) -> float:
@@ -112,12 +114,16 @@ def main() -> None:
             rates.setdefault("all three, cached", []).append(
                 cached(all_fields, 10 * args.passes, tmp / "warm")
             )
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.1f}" for k, v in rates.items()),
-                  flush=True)  # fmt: skip
+            print(
+                f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.1f}" for k, v in rates.items()),
+                flush=True,
+            )
     base = statistics.median(rates["mel only"])
     print(f"\nmedian of {args.rounds} rounds, {args.passes} passes x 16 clips, math threads 1")
-    print(f"{'schema':22s} {'samples/s':>10s} {'ms/sample':>10s} {'vs mel':>7s} "
-          f"{'batch B/sample':>15s}")  # fmt: skip
+    print(
+        f"{'schema':22s} {'samples/s':>10s} {'ms/sample':>10s} {'vs mel':>7s} "
+        f"{'batch B/sample':>15s}"
+    )
     for label, values in rates.items():
         med = statistics.median(values)
         features = SCHEMAS.get(label, SCHEMAS["all three"])

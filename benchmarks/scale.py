@@ -86,8 +86,10 @@ def make_corpus(root: Path, n_items: int, fmt: str = "csv") -> Path:
 def _line(k: int, fmt: str) -> str:
     audio, text = f"d{k % 1000:03d}/c{k:08d}.wav", f"Printing, in the only sense {k}."
     if fmt == "jsonl":
-        return (f'{{"audio": "{audio}", "text": "{text}", "speaker": "s{k % 500}", '
-                f'"duration": {2 + k % 700 / 100}}}\n')  # fmt: skip
+        return (
+            f'{{"audio": "{audio}", "text": "{text}", "speaker": "s{k % 500}", '
+            f'"duration": {2 + k % 700 / 100}}}\n'
+        )
     return f"{audio}|{text}|s{k % 500}\n"
 
 
@@ -113,8 +115,12 @@ def build_s(config: Path) -> tuple[float, dict, float]:
     """Wall seconds of `ringfeed index CONFIG` in a fresh process, the index header, and
     the CPU seconds of that process and its pool."""
     t0, cpu = time.perf_counter(), children_cpu_s()
-    subprocess.run([sys.executable, "-m", "ringfeed.scripts.cli", "index", str(config)], cwd=REPO,
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "ringfeed.scripts.cli", "index", str(config)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
     wall, cpu = time.perf_counter() - t0, children_cpu_s() - cpu
     return wall, header_of(config), cpu
 
@@ -123,37 +129,59 @@ def one_process_build_s(config: Path, repo: Path = REPO) -> tuple[float, float]:
     """Seconds of the same build in one process (a fresh one; imports excluded), and the
     CPU seconds of that process (imports included); repo: whose code builds (another
     checkout's, whose build may predate the workers argument)."""
-    code = ("import sys, time; from ringfeed.shared.config import load_config; "
-            "from ringfeed.shared.corpus.build import build; cfg = load_config(sys.argv[1]); "
-            "t = time.perf_counter(); "
-            "build(cfg, **({'workers': 1} if 'workers' in build.__code__.co_varnames else {})); "
-            "print(time.perf_counter() - t)")  # fmt: skip
+    code = (
+        "import sys, time; from ringfeed.shared.config import load_config; "
+        "from ringfeed.shared.corpus.build import build; cfg = load_config(sys.argv[1]); "
+        "t = time.perf_counter(); "
+        "build(cfg, **({'workers': 1} if 'workers' in build.__code__.co_varnames else {})); "
+        "print(time.perf_counter() - t)"
+    )
     path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
     cpu, env = children_cpu_s(), {**os.environ, "PYTHONPATH": path}  # repo's code first
-    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=repo, check=True,
-                         capture_output=True, text=True, env=env).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(config)],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout
     return float(out.strip().splitlines()[-1]), children_cpu_s() - cpu
 
 
 def header_of(config: Path) -> dict:
-    code = ("import json, sys; from ringfeed.shared.config import load_config; "
-            "from ringfeed.shared.corpus.index import index_path; "
-            "from ringfeed.shared.corpus.index_file import IndexFile; "
-            "h = IndexFile(index_path(load_config(sys.argv[1]))).header; h.pop('bad_lines'); "
-            "print(json.dumps({k: h[k] for k in ('n_items', 'build_s', 'digest')}))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    code = (
+        "import json, sys; from ringfeed.shared.config import load_config; "
+        "from ringfeed.shared.corpus.index import index_path; "
+        "from ringfeed.shared.corpus.index_file import IndexFile; "
+        "h = IndexFile(index_path(load_config(sys.argv[1]))).header; h.pop('bad_lines'); "
+        "print(json.dumps({k: h[k] for k in ('n_items', 'build_s', 'digest')}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(config)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)
 
 
 def reuse_s(config: Path) -> float:
     """Seconds a fresh process takes to open the current index (imports excluded)."""
-    code = ("import sys, time; from ringfeed.shared.config import load_config; "
-            "from ringfeed.shared.corpus.open import open_corpus; cfg = load_config(sys.argv[1]); "
-            "t = time.perf_counter(); ix = open_corpus(cfg); ix.entry(ix.n_items - 1); "
-            "print(time.perf_counter() - t)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    code = (
+        "import sys, time; from ringfeed.shared.config import load_config; "
+        "from ringfeed.shared.corpus.open import open_corpus; cfg = load_config(sys.argv[1]); "
+        "t = time.perf_counter(); ix = open_corpus(cfg); ix.entry(ix.n_items - 1); "
+        "print(time.perf_counter() - t)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(config)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return float(out.strip().splitlines()[-1])
 
 
@@ -193,12 +221,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="200,000 items, one round")
     parser.add_argument("--format", choices=["csv", "jsonl"], default="csv")
     parser.add_argument("--build-only", action="store_true", help="stop after the builds")
-    parser.add_argument("--against", type=Path, help="also build in one process with the "
-                        "code of this checkout (e.g. a git worktree of main)")  # fmt: skip
-    parser.add_argument("--prepare-against", type=Path, help="time `ringfeed prepare` "
-                        "alternated with this checkout's index (and lengths)")  # fmt: skip
-    parser.add_argument("--lengths", action="store_true", help="with --prepare-against: a "
-                        "config whose runs read the length table")  # fmt: skip
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="also build in one process with the "
+        "code of this checkout (e.g. a git worktree of main)",
+    )
+    parser.add_argument(
+        "--prepare-against",
+        type=Path,
+        help="time `ringfeed prepare` alternated with this checkout's index (and lengths)",
+    )
+    parser.add_argument(
+        "--lengths",
+        action="store_true",
+        help="with --prepare-against: a config whose runs read the length table",
+    )
     args = parser.parse_args()
     if args.quick:
         args.items, args.rounds = 200_000, 1
@@ -207,14 +245,21 @@ def main() -> None:
         t0 = time.perf_counter()
         metadata = make_corpus(tmp / "corpus", args.items, args.format)
         size_mb = metadata.stat().st_size / 2**20
-        print(f"corpus: {args.items:,} {args.format} entries, {size_mb:.0f} MB of metadata, "
-              f"made in {time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"corpus: {args.items:,} {args.format} entries, {size_mb:.0f} MB of metadata, "
+            f"made in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         big = write_config(tmp, metadata, args.format, "big")
         empty = write_config(tmp, MINI, "ljspeech", "empty")
         if args.prepare_against is not None:
             outliers = "skip" if args.lengths else "keep"
-            compare_prepare(write_config(tmp, metadata, args.format, "prep", outliers),
-                            args.items, args.prepare_against.resolve(), args.rounds)  # fmt: skip
+            compare_prepare(
+                write_config(tmp, metadata, args.format, "prep", outliers),
+                args.items,
+                args.prepare_against.resolve(),
+                args.rounds,
+            )
             return
         report_builds(big, args.items, args.against)
         if args.build_only:
@@ -228,9 +273,11 @@ def main() -> None:
                 runs[name].append(first_batch(config, tmp))
                 got = runs[name][-1]
                 producers = ", ".join(f"{p[0]:.0f}" for p in got["producers"])
-                print(f"round {r + 1} {name}: first batch {got['first_batch_s']:.2f} s, "
-                      f"stager RSS {got['stager'][0]:.0f} MB, producers {producers} MB",
-                      flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1} {name}: first batch {got['first_batch_s']:.2f} s, "
+                    f"stager RSS {got['stager'][0]:.0f} MB, producers {producers} MB",
+                    flush=True,
+                )
         report(runs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -243,20 +290,28 @@ def report_builds(config: Path, n_items: int, against: Path | None) -> None:
     wall, header, cpu = build_s(config)
     assert header["n_items"] == n_items, header
     rate = n_items / header["build_s"]
-    print(f"build: {header['build_s']:.2f} s ({wall:.2f} s with the process), "
-          f"{rate:,.0f} entries/s on {len(os.sched_getaffinity(0))} cores "
-          f"(targets: csv >= 200,000, jsonl >= 250,000); CPU {cpu:.1f} s, "
-          f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before",
-          flush=True)  # fmt: skip
+    print(
+        f"build: {header['build_s']:.2f} s ({wall:.2f} s with the process), "
+        f"{rate:,.0f} entries/s on {len(os.sched_getaffinity(0))} cores "
+        f"(targets: csv >= 200,000, jsonl >= 250,000); CPU {cpu:.1f} s, "
+        f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before",
+        flush=True,
+    )
     load = os.getloadavg()[0]
     one, cpu = one_process_build_s(config)
-    print(f"one process: {one:.2f} s, {n_items / one:,.0f} entries/s; CPU {cpu:.1f} s, "
-          f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before; "
-          f"ratio {one / header['build_s']:.2f}x", flush=True)  # fmt: skip
+    print(
+        f"one process: {one:.2f} s, {n_items / one:,.0f} entries/s; CPU {cpu:.1f} s, "
+        f"{cpu / n_items * 1e6:.2f} us an entry; load average {load:.1f} before; "
+        f"ratio {one / header['build_s']:.2f}x",
+        flush=True,
+    )
     if against is not None:
         old, cpu = one_process_build_s(config, against.resolve())
-        print(f"one process, {against}'s code: {old:.2f} s, {n_items / old:,.0f} entries/s; "
-              f"CPU {cpu:.1f} s; ratio {old / header['build_s']:.2f}x", flush=True)  # fmt: skip
+        print(
+            f"one process, {against}'s code: {old:.2f} s, {n_items / old:,.0f} entries/s; "
+            f"CPU {cpu:.1f} s; ratio {old / header['build_s']:.2f}x",
+            flush=True,
+        )
 
 
 def timed(argv: list[str], repo: Path) -> tuple[float, float]:
@@ -264,8 +319,13 @@ def timed(argv: list[str], repo: Path) -> tuple[float, float]:
     ARGV` run with repo's code, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(repo)}  # that checkout's code, whatever is installed
     t0, cpu = time.perf_counter(), children_cpu_s()
-    subprocess.run([sys.executable, "-m", "ringfeed.scripts.cli", *argv], cwd=repo, env=env,
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "ringfeed.scripts.cli", *argv],
+        cwd=repo,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - t0, children_cpu_s() - cpu
 
 
@@ -288,14 +348,18 @@ def compare_prepare(config: Path, n_items: int, against: Path, rounds: int) -> N
                 wall, cpu = timed(["prepare", str(config)], REPO)
             walls[name].append(wall)
             cpus[name].append(cpu)
-            print(f"round {r + 1} {name}: {wall:.1f} s, {n_items / wall:,.0f} lines/s, CPU "
-                  f"{cpu / n_items * 1e6:.2f} us a line (load average {load:.1f} before)",
-                  flush=True)  # fmt: skip
+            print(
+                f"round {r + 1} {name}: {wall:.1f} s, {n_items / wall:,.0f} lines/s, CPU "
+                f"{cpu / n_items * 1e6:.2f} us a line (load average {load:.1f} before)",
+                flush=True,
+            )
     what = "index and length table" if reads_lengths else "index"
     for name, got in walls.items():
         median, cpu = statistics.median(got), statistics.median(cpus[name])
-        print(f"{name} ({what}): median {median:.1f} s, {n_items / median:,.0f} lines/s, CPU "
-              f"{cpu / n_items * 1e6:.2f} us a line, of {rounds}")  # fmt: skip
+        print(
+            f"{name} ({what}): median {median:.1f} s, {n_items / median:,.0f} lines/s, CPU "
+            f"{cpu / n_items * 1e6:.2f} us a line, of {rounds}"
+        )
     shutil.rmtree(cache, ignore_errors=True)
 
 
@@ -304,8 +368,10 @@ def report(runs: dict[str, list[dict]]) -> None:
         return statistics.median(pick(got) for got in runs[name])
 
     first = med("big", lambda g: g["first_batch_s"])
-    print(f"\nfirst full batch, warm index (median): {first:.2f} s (target <= 2 s); "
-          f"empty run {med('empty', lambda g: g['first_batch_s']):.2f} s")  # fmt: skip
+    print(
+        f"\nfirst full batch, warm index (median): {first:.2f} s (target <= 2 s); "
+        f"empty run {med('empty', lambda g: g['first_batch_s']):.2f} s"
+    )
     for what, k in (("RSS", 0), ("anonymous RSS", 1)):
 
         def stager(g: dict, k: int = k) -> float:
@@ -316,8 +382,10 @@ def report(runs: dict[str, list[dict]]) -> None:
 
         above_s = med("big", stager) - med("empty", stager)
         above_p = med("big", producer) - med("empty", producer)
-        print(f"{what} above an empty run: stager {above_s:+.0f} MB, each producer "
-              f"{above_p:+.0f} MB (largest; target <= 100 MB)")  # fmt: skip
+        print(
+            f"{what} above an empty run: stager {above_s:+.0f} MB, each producer "
+            f"{above_p:+.0f} MB (largest; target <= 100 MB)"
+        )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,10 @@ def pack(folder: Path, n_shards: int) -> int:
     for s in range(n_shards):
         with tarfile.open(folder / f"part-{s:05d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
             for item_id, _, text in rows:
-                for name, data in ((f"s{s}-{item_id}.wav", (WAVS / f"{item_id}.wav").read_bytes()),
-                                   (f"s{s}-{item_id}.txt", text.encode())):  # fmt: skip
+                for name, data in (
+                    (f"s{s}-{item_id}.wav", (WAVS / f"{item_id}.wav").read_bytes()),
+                    (f"s{s}-{item_id}.txt", text.encode()),
+                ):
                     info = tarfile.TarInfo(name)
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
@@ -83,24 +85,33 @@ def main() -> None:
                 ("random order", 0),
                 (f"shard window {args.window}", args.window),
             ):
-                cfg = replace(Config(), data={"path": "s3://bench/c", "format": "shards",
-                                              "shard_cache_mb": cache_mb},
-                              features={"cache_dir": str(tmp / f"cache-{window}")})  # fmt: skip
+                cfg = replace(
+                    Config(),
+                    data={"path": "s3://bench/c", "format": "shards", "shard_cache_mb": cache_mb},
+                    features={"cache_dir": str(tmp / f"cache-{window}")},
+                )
                 index = open_corpus(cfg, in_subprocess=False)
-                order = (ShardWindows(0, index.shard_starts, window) if window
-                         else Shuffle(index.n_items, 0))  # fmt: skip
+                order = (
+                    ShardWindows(0, index.shard_starts, window)
+                    if window
+                    else Shuffle(index.n_items, 0)
+                )
                 plan = Plan(order, epochs=1)
                 t0 = time.perf_counter()
                 results[label] = (epoch_bytes(cfg, plan, index), time.perf_counter() - t0)
     cache = f"shard cache {cache_mb} MB ({args.cache_shards} shards)"
-    print(f"{args.shards} shards of {shard_mb:.1f} MB ({index.n_items} clips, "
-          f"{total / 2**20:.0f} MB), {cache}")  # fmt: skip
+    print(
+        f"{args.shards} shards of {shard_mb:.1f} MB ({index.n_items} clips, "
+        f"{total / 2**20:.0f} MB), {cache}"
+    )
     print("| plan | bytes fetched per epoch | x the corpus | shards fetched | cache hits | s |")
     print("|---|---:|---:|---:|---:|---:|")
     for label, (c, seconds) in results.items():
-        print(f"| {label} | {c['shard_bytes_fetched'] / 2**20:,.0f} MB | "
-              f"{c['shard_bytes_fetched'] / total:.2f} | {c['shards_fetched']} | "
-              f"{c['shard_hits']} | {seconds:.1f} |")  # fmt: skip
+        print(
+            f"| {label} | {c['shard_bytes_fetched'] / 2**20:,.0f} MB | "
+            f"{c['shard_bytes_fetched'] / total:.2f} | {c['shards_fetched']} | "
+            f"{c['shard_hits']} | {seconds:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -84,14 +84,19 @@ def free_port() -> int:
 
 # --fields: every kind of optional field (synthesized: the user function is never called).
 FIELDS = {
-    "reference": True, "reference_frames": 16, "pitch": True, "energy": True,
-    "durations_dir": "unused-with-synthetic-data", "user_function": "unused:synthetic",
-    "user_version": "soak", "user_fields": [
+    "reference": True,
+    "reference_frames": 16,
+    "pitch": True,
+    "energy": True,
+    "durations_dir": "unused-with-synthetic-data",
+    "user_function": "unused:synthetic",
+    "user_version": "soak",
+    "user_fields": [
         {"name": "emotion", "dtype": "int32", "shape": [2], "length": "none"},
         {"name": "style", "dtype": "float32", "shape": [4, 3], "length": "own", "pad": -1.0},
         {"name": "loudness", "dtype": "float32", "shape": [], "length": "frames"},
     ],
-}  # fmt: skip
+}
 
 
 def soak_config(root: Path, workers: int, port: int, fields: bool = False) -> dict:

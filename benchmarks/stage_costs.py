@@ -55,8 +55,9 @@ def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]
     cache = FeatureCache(cfg)
     _ringfeed_pass(cfg, paths, texts, encoder, cache)  # grows the work buffers: untimed
     passes = [_ringfeed_pass(cfg, paths, texts, encoder, cache) for _ in range(PASSES)]
-    out = {stage: 1e3 * statistics.median(p[stage] for p in passes) / len(paths)
-           for stage in passes[0]}  # fmt: skip
+    out = {
+        stage: 1e3 * statistics.median(p[stage] for p in passes) / len(paths) for stage in passes[0]
+    }
     whole = []
     for k in range(PASSES):
         empty = replace(cfg, features={"cache_dir": f"{cfg.features.cache_dir}-{k}"})
@@ -82,8 +83,17 @@ def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> d
     clips = ClipReader(cfg)
     encoder.clean.cache_clear()
     encoder._encoded.cache_clear()
-    spent = dict.fromkeys(("audio read, decode, normalize", "STFT |X|", "mel + log", "tokens",
-                           "cache write", "slot copy + checksum"), 0.0)  # fmt: skip
+    spent = dict.fromkeys(
+        (
+            "audio read, decode, normalize",
+            "STFT |X|",
+            "mel + log",
+            "tokens",
+            "cache write",
+            "slot copy + checksum",
+        ),
+        0.0,
+    )
     for path, text in zip(paths, texts, strict=True):
         t0 = _cpu_s()
         entry = Entry("", path, text)
@@ -151,8 +161,11 @@ def _tf_cuts(cfg, paths: list[str], texts: list[str]) -> dict:
     def with_tokens(path, text):
         chars = tf.strings.unicode_decode(tf.strings.lower(text), "UTF-8")
         m = mel(path)
-        return {"tokens": tf.minimum(chars[: cfg.text.max_text_len], 255), "mel": m,
-                "mel_lens": tf.shape(m)[0]}  # fmt: skip
+        return {
+            "tokens": tf.minimum(chars[: cfg.text.max_text_len], 255),
+            "mel": m,
+            "mel_lens": tf.shape(m)[0],
+        }
 
     def first(x):  # one value of x, which needs all of it computed, at no cost of its own
         return tf.cast(tf.reshape(x, [-1])[0], tf.float32)

@@ -46,12 +46,19 @@ DEMO = REPO / "configs" / "multilingual.yaml"
 
 def sentences(n: int) -> tuple[list[str], list[str]]:
     """(n English texts, n multilingual texts), each distinct."""
-    lj = [line.split("|")[2] for line in (REPO / "data/ljspeech-mini/metadata.csv").read_text()
-          .splitlines() if line.strip()]  # fmt: skip
-    demo = [json.loads(x)["text"] for x in (REPO / "data/multilingual-demo/train.jsonl")
-            .read_text().splitlines()]  # fmt: skip
-    return ([f"{lj[k % len(lj)]} {k + 1}" for k in range(n)],
-            [f"{demo[k % len(demo)]} {k + 1}" for k in range(n)])  # fmt: skip
+    lj = [
+        line.split("|")[2]
+        for line in (REPO / "data/ljspeech-mini/metadata.csv").read_text().splitlines()
+        if line.strip()
+    ]
+    demo = [
+        json.loads(x)["text"]
+        for x in (REPO / "data/multilingual-demo/train.jsonl").read_text().splitlines()
+    ]
+    return (
+        [f"{lj[k % len(lj)]} {k + 1}" for k in range(n)],
+        [f"{demo[k % len(demo)]} {k + 1}" for k in range(n)],
+    )
 
 
 def timed(path: str, texts: list[str], cache_dir: str) -> float:
@@ -96,8 +103,9 @@ def main() -> int:
     for path in paths:
         cold = statistics.median(rates[f"{path} cold"])
         cached = statistics.median(rates[f"{path} cached"])
-        print(f"| {path} | {cold:,.0f} | {cached:,.0f} | {cached / cold:.1f}x | "
-              f"{cold / base:.2f}x |")  # fmt: skip
+        print(
+            f"| {path} | {cold:,.0f} | {cached:,.0f} | {cached / cold:.1f}x | {cold / base:.2f}x |"
+        )
     return 0
 
 

@@ -75,8 +75,11 @@ def count_gpus_for(cfg: Config) -> int:
     """count_gpus, and a warning when features.device: stager has no GPU to run on."""
     n, why = count_gpus()
     if n == 0 and cfg.features.device == "stager":
-        log.warning("features.device: stager on a host without GPU (%s): stager-side mels "
-                    "run on the CPU, about 5x slower than producer mels", why)  # fmt: skip
+        log.warning(
+            "features.device: stager on a host without GPU (%s): stager-side mels "
+            "run on the CPU, about 5x slower than producer mels",
+            why,
+        )
     return n
 
 

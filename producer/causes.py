@@ -41,11 +41,22 @@ HASH_HEX = 8
 # The config keys whose values decide each stage's verdict ("section." is the whole
 # section). audio: the slot's length bounds what is decoded (features.max_frames).
 _AUDIO = ("audio.", "features.max_frames", "features.hop_length", "features.on_too_long")
-_FEATURES = (*_AUDIO, "features.n_fft", "features.win_length", "features.n_mels",
-             "features.fmin", "features.fmax", "features.device")  # fmt: skip
+_FEATURES = (
+    *_AUDIO,
+    "features.n_fft",
+    "features.win_length",
+    "features.n_mels",
+    "features.fmin",
+    "features.fmax",
+    "features.device",
+)
 _TEXT = ("text.", "data.language", "data.detect_languages", "features.on_too_long")
-_USER = ("features.user_function", "features.user_version", "features.user_fields",
-         "features.device")  # fmt: skip
+_USER = (
+    "features.user_function",
+    "features.user_version",
+    "features.user_fields",
+    "features.device",
+)
 _EVERYTHING = tuple(f"{section}." for section in SAMPLE_SECTIONS)
 STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "text": _TEXT,
@@ -68,8 +79,12 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
 # own, which its label shows (the hash covers them all).
 _NORMALIZER = {"normalizer": str(NORMALIZER_VERSION)}
 _STFT = {"stft": STFT_DTYPE, "resampler": RESAMPLE_QUALITY}
-_EVERY_VERSION = {**_NORMALIZER, **_STFT, "prosody": PROSODY_VERSION,
-                  "cache": str(CACHE_FORMAT_VERSION)}  # fmt: skip
+_EVERY_VERSION = {
+    **_NORMALIZER,
+    **_STFT,
+    "prosody": PROSODY_VERSION,
+    "cache": str(CACHE_FORMAT_VERSION),
+}
 STAGE_CODE: dict[str, dict[str, str]] = {
     "text": _NORMALIZER,
     "audio": {"resampler": RESAMPLE_QUALITY},
@@ -93,8 +108,9 @@ def stage_causes(cfg: Config) -> dict[str, str]:
     for stage, prefixes in STAGE_KEYS.items():
         picked = sorted((k, v) for k, v in keys.items() if k.startswith(prefixes))
         versions = STAGE_CODE[stage]
-        h = hashlib.blake2b(repr((picked, sorted(versions.items()))).encode(),
-                            digest_size=HASH_HEX // 2)  # fmt: skip
+        h = hashlib.blake2b(
+            repr((picked, sorted(versions.items()))).encode(), digest_size=HASH_HEX // 2
+        )
         if stage == "user":
             f = cfg.features
             label = f"{f.user_function} {f.user_version}" if f.user_function else "none"

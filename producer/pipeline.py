@@ -94,8 +94,11 @@ class SamplePipeline:
         self.text = TextEncoder(cfg)
         self.features = ClipFeatures(cfg, self.counters, cache)
         self.prosody = prosody_table(cfg, index)
-        self.references = (References(cfg, index, self.features, self.counters)
-                           if cfg.features.reference and index else None)  # fmt: skip
+        self.references = (
+            References(cfg, index, self.features, self.counters)
+            if cfg.features.reference and index
+            else None
+        )
         self.stages: tuple[Stage, ...] = (
             ("text", self._tokens),
             ("features", self.features),
@@ -146,8 +149,13 @@ class SamplePipeline:
     def _sample(self, work: Work) -> Sample:
         assert work.tokens is not None and work.array is not None
         truncated = work.text_truncated or bool(work.marks & m.TRUNCATED)
-        sample = Sample(work.entry.item_id, work.tokens, truncated=truncated,
-                        marks=work.marks & m.AUDIO, fields=work.fields)  # fmt: skip
+        sample = Sample(
+            work.entry.item_id,
+            work.tokens,
+            truncated=truncated,
+            marks=work.marks & m.AUDIO,
+            fields=work.fields,
+        )
         if self.cfg.features.device == "producer":
             sample.mel = work.array
         else:
@@ -168,24 +176,31 @@ class SamplePipeline:
         if policy == "keep":
             work.marks &= ~m.AUDIO
         elif work.marks & m.AUDIO and policy == "skip":
-            raise SkipSample(f"audio {m.describe_audio(work.marks)}: check the recording, or "
-                             "set data.outliers: flag or keep", work.entry.audio_path)  # fmt: skip
+            raise SkipSample(
+                f"audio {m.describe_audio(work.marks)}: check the recording, or "
+                "set data.outliers: flag or keep",
+                work.entry.audio_path,
+            )
 
     def _normalize_pitch(self, work: Work) -> None:
         assert self.prosody is not None
         if "pitch" not in work.fields:
             return
         mode = self.cfg.features.pitch_norm
-        moments = self.prosody["global"] if mode == "global" else (
-            self.prosody["speakers"][work.entry.speaker])  # fmt: skip
+        moments = (
+            self.prosody["global"]
+            if mode == "global"
+            else (self.prosody["speakers"][work.entry.speaker])
+        )
         work.fields["pitch"] = normalized_pitch(work.fields["pitch"], moments)
 
     def _durations(self, work: Work) -> None:
         assert work.tokens is not None and work.array is not None
         f = self.cfg.features
         frames = len(work.array) if f.device == "producer" else 1 + len(work.array) // f.hop_length
-        work.fields["durations"] = read_durations(f.durations_dir, work.entry.item_id,
-                                                  len(work.tokens), frames)  # fmt: skip
+        work.fields["durations"] = read_durations(
+            f.durations_dir, work.entry.item_id, len(work.tokens), frames
+        )
 
     def read_counters(self) -> dict[str, int]:
         """Tar shard and object reads of this process (shared/corpus/clips.py)."""

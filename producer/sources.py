@@ -75,7 +75,8 @@ def synthetic_fields(item: int, text_len: int, n_frames: int, cfg: Config) -> di
     low = item % synthetic.STAMP_BASE
     for f in cfg.schema.extras:
         n = {"frames": n_frames, "tokens": text_len, "own": 1 + item % f.shape[0]}.get(
-            f.length, f.shape[0])  # fmt: skip
+            f.length, f.shape[0]
+        )
         shape = f.shape if f.length == "none" else (n, *f.inner)
         k = np.arange(int(np.prod(shape)), dtype=np.int64)
         out[f.name] = (low + k % 97).reshape(shape).astype(f.dtype)

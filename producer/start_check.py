@@ -50,8 +50,13 @@ def probe_overrides() -> dict[str, object]:
     """The features keys of the pipeline that tries the user's function: no cache (the
     function must run), no other optional field (not its input; a reference costs a pass
     over the corpus's speakers, durations are checked by durations_problem)."""
-    return {"cache": False, "reference": False, "pitch": False, "energy": False,
-            "durations_dir": ""}  # fmt: skip
+    return {
+        "cache": False,
+        "reference": False,
+        "pitch": False,
+        "energy": False,
+        "durations_dir": "",
+    }
 
 
 def durations_problem(cfg: Config) -> str:
@@ -59,9 +64,11 @@ def durations_problem(cfg: Config) -> str:
     directory = cfg.features.durations_dir
     if not directory or Path(directory).is_dir():
         return ""
-    return (f"features.durations_dir={directory!r} is not a directory: every clip would be "
-            "quarantined (stage durations); point it at the aligner's <item_id>.durations "
-            "files")  # fmt: skip
+    return (
+        f"features.durations_dir={directory!r} is not a directory: every clip would be "
+        "quarantined (stage durations); point it at the aligner's <item_id>.durations "
+        "files"
+    )
 
 
 def first_clip_problem(probe: SamplePipeline, index: CorpusIndex, cfg: Config) -> str:
@@ -79,8 +86,11 @@ def first_clip_problem(probe: SamplePipeline, index: CorpusIndex, cfg: Config) -
         users = [d.name for d in cfg.schema.extras if d.origin == "user"]
         why = content_error({name: sample.fields[name] for name in users}, cfg.vocab_size)
         if why:
-            return _one_line(f"features.user_function {spec}: {why}; return finite values "
-                             f"within +-{MAX_ABS:g} (scale them)", entry.item_id)  # fmt: skip
+            return _one_line(
+                f"features.user_function {spec}: {why}; return finite values "
+                f"within +-{MAX_ABS:g} (scale them)",
+                entry.item_id,
+            )
         return ""
     return ""
 
@@ -88,18 +98,23 @@ def first_clip_problem(probe: SamplePipeline, index: CorpusIndex, cfg: Config) -
 def _refusal(spec: str, exc: BaseException) -> str:
     """What failed and what to change."""
     if isinstance(exc, SkipSample):  # extra_fields.check_user_output: names, shapes, dtypes
-        return (f"{exc.reason}; return what features.user_fields declares, or declare "
-                "what it returns")  # fmt: skip
+        return (
+            f"{exc.reason}; return what features.user_fields declares, or declare what it returns"
+        )
     fix = "fix the function"
     if isinstance(exc, TypeError) and "tuple indices" in str(exc):
-        fix = ("entry is a NamedTuple (shared/corpus/entry.py Entry, "
-               "docs/sample-fields.md#fields-of-your-own): use entry.item_id, not "
-               "entry['item_id']")  # fmt: skip
+        fix = (
+            "entry is a NamedTuple (shared/corpus/entry.py Entry, "
+            "docs/sample-fields.md#fields-of-your-own): use entry.item_id, not "
+            "entry['item_id']"
+        )
     said = str(exc)[:MAX_EXCEPTION_CHARS]
     return f"features.user_function {spec} raised {type(exc).__name__}: {said}; {fix}"
 
 
 def _one_line(why: str, item_id: str) -> str:
-    text = (f"{why} (on {item_id}, the first clip that reads: every clip would be "
-            "quarantined; change features.user_version with the function)")  # fmt: skip
+    text = (
+        f"{why} (on {item_id}, the first clip that reads: every clip would be "
+        "quarantined; change features.user_version with the function)"
+    )
     return " ".join(text.split())

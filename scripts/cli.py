@@ -32,7 +32,10 @@ from pathlib import Path
 
 from ringfeed.producer.process.threads import math_thread_env
 
-if sys.argv[1:2] in (["producers"], ["stager"]):  # the pool forks workers (producer/process/pool.py);
+if sys.argv[1:2] in (
+    ["producers"],
+    ["stager"],
+):  # the pool forks workers (producer/process/pool.py);
     os.environ.update(math_thread_env(1))  # the stager has no BLAS work: pools only cost CPU
 
 from ringfeed.scripts.cli_data import (  # noqa: E402 - after the environment above
@@ -70,13 +73,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     directory = run_dir(load_config(args.config), run_id).absolute()
     resumes = directory.is_dir()  # a relaunch with its run id resumes it
-    print(f"launch: run {run_id} with {args.config}, in {directory}"
-          + (" (exists: this run resumes)" if resumes else ""))  # fmt: skip
+    print(
+        f"launch: run {run_id} with {args.config}, in {directory}"
+        + (" (exists: this run resumes)" if resumes else "")
+    )
     print(f"launch: watch it with {ringfeed_command()} inspect --run-id {run_id}")
     if args.consumer == "none":
-        print(f"launch: the data side only: consume it with ring_dataset(load_config("
-              f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
-              "of the plan (stager.epochs), or on Ctrl-C")  # fmt: skip
+        print(
+            f"launch: the data side only: consume it with ring_dataset(load_config("
+            f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
+            "of the plan (stager.epochs), or on Ctrl-C"
+        )
     new_plan = ["--new-plan"] if args.new_plan else []
     trainer = ["--trainer", args.trainer]
     with Run(Path(args.config), run_id) as run:
@@ -90,8 +97,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(stopped_line(args, run_id, directory), file=sys.stderr)
         return 0  # stopped as asked, the steps kept: not a failure
     if stop.is_set():
-        print(f"launch: stopped run {run_id}, but {run.failure[0]} exited with code {code}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"launch: stopped run {run_id}, but {run.failure[0]} exited with code {code}",
+            file=sys.stderr,
+        )
     elif run.failure is not None:
         print(f"launch: {run.failure[0]} exited with code {code}", file=sys.stderr)
     return code
@@ -114,13 +123,16 @@ def ringfeed_command() -> str:
 def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
     """What a stop says: where the run's last checkpoint is and the command that resumes
     it (the same command with the run id: a relaunch resumes, docs/running.md)."""
-    steps = sorted((int(p.stem.split("-")[-1]), p) for p in
-                   (directory / "checkpoints").glob("ckpt-*.json"))  # fmt: skip
+    steps = sorted(
+        (int(p.stem.split("-")[-1]), p) for p in (directory / "checkpoints").glob("ckpt-*.json")
+    )
     where = f"its last checkpoint is {steps[-1][1].with_suffix('')}" if steps else "no checkpoint"
     # From where it was started: runs/ is found from the working directory.
     config = shlex.quote(str(Path(args.config).absolute()))
-    command = (f"cd {shlex.quote(os.getcwd())} && {ringfeed_command()} run {config} "
-               f"--run-id {args.run_id or run_id}")  # fmt: skip
+    command = (
+        f"cd {shlex.quote(os.getcwd())} && {ringfeed_command()} run {config} "
+        f"--run-id {args.run_id or run_id}"
+    )
     if args.worker:
         command += f" --worker {args.worker} --cluster {args.cluster}"
     if args.consumer != "trainer":
@@ -356,17 +368,21 @@ def build_parser(named: str | None = None) -> argparse.ArgumentParser:
 def add_run_verb(r: argparse.ArgumentParser) -> None:
     """`ringfeed run`: the whole run on this host (scripts/launch.sh run calls it)."""
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
-    r.add_argument("--run-id", default="", type=run_id_arg,
-                   help="default: a new id; an old id resumes it")  # fmt: skip
     r.add_argument(
-        "--consumer", choices=("trainer", "drain", "none"), default="trainer",
+        "--run-id", default="", type=run_id_arg, help="default: a new id; an old id resumes it"
+    )
+    r.add_argument(
+        "--consumer",
+        choices=("trainer", "drain", "none"),
+        default="trainer",
         help="none: only the data side, for your own loop (docs/running.md#the-data-side-alone)",
-    )  # fmt: skip
+    )
     r.add_argument(
-        "--new-plan", action="store_true",
+        "--new-plan",
+        action="store_true",
         help="the trainer's --new-plan: resume after the corpus, seed or buckets changed, "
         "with a new plan from the checkpoint's next epoch",
-    )  # fmt: skip
+    )
     add_worker_options(r)
     add_trainer_option(r)
 
@@ -377,10 +393,18 @@ def add_trainer_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--worker", default="", metavar="K/N", help="this host is training "
-                   "worker K of N (MultiWorkerMirroredStrategy)")  # fmt: skip
-    p.add_argument("--cluster", default="", metavar="HOST:PORT,...", help="every worker's "
-                   "trainer address, in worker order (with --worker)")  # fmt: skip
+    p.add_argument(
+        "--worker",
+        default="",
+        metavar="K/N",
+        help="this host is training worker K of N (MultiWorkerMirroredStrategy)",
+    )
+    p.add_argument(
+        "--cluster",
+        default="",
+        metavar="HOST:PORT,...",
+        help="every worker's trainer address, in worker order (with --worker)",
+    )
 
 
 def add_inspect_options(i: argparse.ArgumentParser) -> None:
@@ -390,10 +414,16 @@ def add_inspect_options(i: argparse.ArgumentParser) -> None:
     i.add_argument("--record", default="", help="append one JSON snapshot per refresh (jsonl)")
     i.add_argument("--plot", default="", help="render a timeline PNG of --from RECORDING")
     i.add_argument("--from", dest="recording", default="", help="a --record jsonl file")
-    i.add_argument("--config", default="", help="the run's config (ring.lease_s); default: "
-                   "runs/<run-id>/config.yaml")  # fmt: skip
-    i.add_argument("--log", default="", help="show the last lines of this log file under "
-                   "the screen (launch.sh run --inspect)")  # fmt: skip
+    i.add_argument(
+        "--config",
+        default="",
+        help="the run's config (ring.lease_s); default: runs/<run-id>/config.yaml",
+    )
+    i.add_argument(
+        "--log",
+        default="",
+        help="show the last lines of this log file under the screen (launch.sh run --inspect)",
+    )
 
 
 def new_run_id() -> str:

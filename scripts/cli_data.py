@@ -33,8 +33,10 @@ def _print_schema(cfg) -> None:
         print(f"    {line}")
     fixed = cfg.batch_fields()
     per_batch = sum(int(np.prod(s)) * d.itemsize for s, d in fixed.values())
-    print(f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
-          f"{per_batch // cfg.stager.batch_size:,} B per sample")  # fmt: skip
+    print(
+        f"  batch of {cfg.stager.batch_size} at the fixed shape: {per_batch / mib:.3f} MiB, "
+        f"{per_batch // cfg.stager.batch_size:,} B per sample"
+    )
 
 
 def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
@@ -50,8 +52,9 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
         from ringfeed.producer.text.phonemes import espeak_problem
 
         if problem := espeak_problem():
-            print(f"config error: text.tokens: phonemes needs espeak-ng: {problem}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"config error: text.tokens: phonemes needs espeak-ng: {problem}", file=sys.stderr
+            )
             return 2
     prepared = prepared_or_exit(cfg, getattr(args, "workers", 0), role)
     findings = preflight(cfg, role)
@@ -70,8 +73,10 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
     _print_schema(cfg)
     sample, batch = slot_bytes(cfg.sample_fields()), slot_bytes(cfg.batch_ring_fields())
     ahead, held = cfg.lookahead_batches, cfg.stager.batch_slots
-    print(f"  batch slot    {batch / mib:8.3f} MiB x {cfg.batch_ring_slots} slots "
-          f"({ahead} filled ahead, {held} for the consumer, 1 to move a batch)")  # fmt: skip
+    print(
+        f"  batch slot    {batch / mib:8.3f} MiB x {cfg.batch_ring_slots} slots "
+        f"({ahead} filled ahead, {held} for the consumer, 1 to move a batch)"
+    )
     print(f"  spare place   {sample / mib:8.3f} MiB x {cfg.spare_slots}")
     print(
         f"  rings total   {rings_bytes(cfg) / mib:8.1f} MiB "
@@ -97,8 +102,7 @@ def prepared_or_exit(cfg, workers: int = 0, role: str = "head", in_subprocess: b
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("prepare: interrupted; what was done is kept: run it again to go on",
-              file=sys.stderr)  # fmt: skip
+        print("prepare: interrupted; what was done is kept: run it again to go on", file=sys.stderr)
         sys.exit(130)
 
 
@@ -118,8 +122,11 @@ def _validate_corpus(args: argparse.Namespace, cfg, prepared) -> int:
 
         print("\n".join(deep_lines(cfg, args.workers)))
     if report.usable == 0:
-        print(f"config error: none of the {report.n_items} clips is usable (the skip "
-              "lines above say which key changes each rule)", file=sys.stderr)  # fmt: skip
+        print(
+            f"config error: none of the {report.n_items} clips is usable (the skip "
+            "lines above say which key changes each rule)",
+            file=sys.stderr,
+        )
         return 2
     return 0
 
@@ -134,9 +141,12 @@ def _validate_producer_host(path: str, cfg, prepared) -> int:
     print(f"{path}: checked for a producer host")
     print("\n".join(report.lines))
     if report.missing:
-        print(f"config error: this host lacks {report.missing} of the corpus's "
-              f"{report.n_items} audio files: copy them here (a producer would have each "
-              "one quarantined for the run)", file=sys.stderr)  # fmt: skip
+        print(
+            f"config error: this host lacks {report.missing} of the corpus's "
+            f"{report.n_items} audio files: copy them here (a producer would have each "
+            "one quarantined for the run)",
+            file=sys.stderr,
+        )
         return 2
     return 0
 
@@ -163,8 +173,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     except (CorpusError, OSError) as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    print(f"{index.location}: {index.n_items} items, {len(index.bad_lines)} unusable lines, "
-          f"digest {index.digest}, {time.monotonic() - t0:.2f} s")  # fmt: skip
+    print(
+        f"{index.location}: {index.n_items} items, {len(index.bad_lines)} unusable lines, "
+        f"digest {index.digest}, {time.monotonic() - t0:.2f} s"
+    )
     return 0
 
 
@@ -204,8 +216,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     head = ("speaker", "clips", "log-f0 mean", "std", "energy mean", "std")
     print("{:<24} {:>6} {:>12} {:>7} {:>12} {:>9}".format(*head))
     for name, s in [*table["speakers"].items(), ("(all)", table["global"])]:
-        print(f"{name[:24]:<24} {s['clips']:>6} {s['log_f0_mean']:>12.4f} {s['log_f0_std']:>7.4f} "
-              f"{s['energy_mean']:>12.3f} {s['energy_std']:>9.3f}")  # fmt: skip
+        print(
+            f"{name[:24]:<24} {s['clips']:>6} {s['log_f0_mean']:>12.4f} {s['log_f0_std']:>7.4f} "
+            f"{s['energy_mean']:>12.3f} {s['energy_std']:>9.3f}"
+        )
     return 0
 
 
@@ -249,8 +263,10 @@ def cmd_text(args: argparse.Namespace) -> int:
             language, why = detector(cfg.data.detect_languages).detect(args.text), "detected"
     print(f"language   {language} ({why})")
     if not has_number_rules(language):
-        print(f"numbers    kept as digits: {language!r} has no number rules here (a typo of "
-              "a code? see producer/text/normalize.py LANGUAGES, NUM2WORDS_CHECKED)")  # fmt: skip
+        print(
+            f"numbers    kept as digits: {language!r} has no number rules here (a typo of "
+            "a code? see producer/text/normalize.py LANGUAGES, NUM2WORDS_CHECKED)"
+        )
     encoder = TextEncoder(cfg)
     try:
         cleaned = encoder.clean(args.text, language)
@@ -261,8 +277,10 @@ def cmd_text(args: argparse.Namespace) -> int:
     finally:
         encoder.close()
     print(f"{cfg.text.tokens:10s} {cleaned!r}")
-    print(f"tokens     {len(ids)} of text.max_text_len={cfg.text.max_text_len}"
-          + (" (cut: features.on_too_long: truncate)" if truncated else ""))  # fmt: skip
+    print(
+        f"tokens     {len(ids)} of text.max_text_len={cfg.text.max_text_len}"
+        + (" (cut: features.on_too_long: truncate)" if truncated else "")
+    )
     print(f"ids        {' '.join(map(str, ids.tolist()))}")
     print(f"read back  {encoder.decode(ids)!r} (0 pad, 1 unknown, 2 end of text)")
     return 0
@@ -287,8 +305,11 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     cfg = _config(args.config)
     path = run_dir(cfg, args.run_id) / "quarantine.jsonl"
     if not path.parent.is_dir():
-        print(f"config error: no run {args.run_id!r} in run_root={cfg.run_root}: give the "
-              "run id `ringfeed run` printed, with the run's config", file=sys.stderr)  # fmt: skip
+        print(
+            f"config error: no run {args.run_id!r} in run_root={cfg.run_root}: give the "
+            "run id `ringfeed run` printed, with the run's config",
+            file=sys.stderr,
+        )
         return 2
     if args.clear:
         try:
@@ -296,8 +317,10 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         except QuarantineBusy as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        print(f"{path}: removed {n} lines of stage {args.clear!r}; the run's next start "
-              "tries those items again")  # fmt: skip
+        print(
+            f"{path}: removed {n} lines of stage {args.clear!r}; the run's next start "
+            "tries those items again"
+        )
         return 0
     _print_quarantine(path, latest(read_quarantine(path)), stage_causes(cfg))
     return 0
@@ -356,26 +379,29 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
     validate = verb("validate", cmd_validate)
     validate.add_argument("config")
     validate.add_argument(
-        "--role", choices=("head", "producer"), default="head",
+        "--role",
+        choices=("head", "producer"),
+        default="head",
         help="producer: check a host that only runs `ringfeed producers --connect`",
-    )  # fmt: skip
+    )
     validate.add_argument(
         "--deep",
         action="store_true",
         help="decode every clip (in parallel) for what headers cannot show",
     )
-    validate.add_argument("--workers", type=int, default=0,
-                          help="--deep's processes (default: one per core)")  # fmt: skip
+    validate.add_argument(
+        "--workers", type=int, default=0, help="--deep's processes (default: one per core)"
+    )
     prepare = verb("prepare", cmd_prepare)
     prepare.add_argument("config")
-    prepare.add_argument("--workers", type=int, default=0,
-                         help="processes of its passes (default: one per core)")  # fmt: skip
+    prepare.add_argument(
+        "--workers", type=int, default=0, help="processes of its passes (default: one per core)"
+    )
     verb("index", cmd_index).add_argument("config")
     verb("lengths", cmd_lengths).add_argument("config")
     stats = verb("stats", cmd_stats)
     stats.add_argument("config")
-    stats.add_argument("--workers", type=int, default=0,
-                       help="processes (default: one per core)")  # fmt: skip
+    stats.add_argument("--workers", type=int, default=0, help="processes (default: one per core)")
     vocab = verb("vocab", cmd_vocab)
     vocab.add_argument("config")
     vocab.add_argument("--min-count", type=int, default=1, help="drop rarer ones")
@@ -388,6 +414,9 @@ def add_data_verbs(verb: Callable[[str, Callable], argparse.ArgumentParser]) -> 
     quarantine = verb("quarantine", cmd_quarantine)
     quarantine.add_argument("config")
     quarantine.add_argument("--run-id", required=True, type=run_id_arg)
-    quarantine.add_argument("--clear", default="", metavar="STAGE",
-                            help="remove that stage's lines (the run stopped): its next "
-                            "start retries them")  # fmt: skip
+    quarantine.add_argument(
+        "--clear",
+        default="",
+        metavar="STAGE",
+        help="remove that stage's lines (the run stopped): its next start retries them",
+    )

@@ -182,8 +182,10 @@ def read_headers(cfg: Config, index: CorpusIndex) -> HeaderTally:
         if time.monotonic() - shown > PROGRESS_EVERY_S:
             shown = time.monotonic()
             rate = (i + 1) / (shown - started)
-            print(f"validate: read {i + 1} of {index.n_items} audio headers "
-                  f"({rate:.0f}/s)", file=sys.stderr)  # fmt: skip
+            print(
+                f"validate: read {i + 1} of {index.n_items} audio headers ({rate:.0f}/s)",
+                file=sys.stderr,
+            )
     return tally
 
 
@@ -213,19 +215,24 @@ def corpus_check(cfg: Config, prepared: Prepared) -> CorpusReport:
     skips = tally.skips
     rate, outside = rate_lines(cfg, index, tally.clean, prepared.lengths)
     usable = skips.pop("", 0) + skips.get("remote", 0) - outside  # unchecked: counted usable
-    lines.append(f"  usable        {usable} of {index.n_items} clips by their audio headers "
-                 "and speaking rates")  # fmt: skip
+    lines.append(
+        f"  usable        {usable} of {index.n_items} clips by their audio headers "
+        "and speaking rates"
+    )
     rules = audio_rules(cfg)
     for rule, n in skips.most_common():
         verb = "note" if rule == "remote" else "skip"
         lines.append(f"    {verb} {n:8d} {rules[rule].name}: {rules[rule].fix}")
     if tally.multichannel:
-        lines.append(f"    {tally.multichannel} clips have more than one channel (mixed down to "
-                     "mono)")  # fmt: skip
+        lines.append(
+            f"    {tally.multichannel} clips have more than one channel (mixed down to mono)"
+        )
     lines += rate + balance_lines(cfg, index, tables)
     alphabet = cfg.text.alphabet
-    lines.append(f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
-                 f"{cfg.text.tokens} (text.alphabet) {alphabet!r}")  # fmt: skip
+    lines.append(
+        f"  vocabulary    {cfg.vocab_size} ids: pad, unknown, end and {len(alphabet)} "
+        f"{cfg.text.tokens} (text.alphabet) {alphabet!r}"
+    )
     lines += vocabulary_check(cfg, index.entries)
     return CorpusReport(lines, usable, index.n_items, skips.get("missing", 0))
 

@@ -32,24 +32,55 @@ RATE_HZ = 16_000
 SPEAKERS = {"ava": ("f2", 160, 60), "ben": ("m3", 150, 35), "cyrus": ("m1", 170, 50)}
 VOICES = {"en": "en-us", "de": "de", "ru": "ru", "fa": "fa"}
 SENTENCES = {
-    "en": ["The train leaves at 7 o'clock.", "A ticket costs $12.50 today.",
-           "We met on 5 May 1999.", "Prices rose by 30% this year.", "Call me at 9.",
-           "She read 3 books in 2 days.", "The 2nd door is on the left.",
-           "It is 21 degrees outside.", "He paid £40 for the coat.", "Open the window, please."],
-    "de": ["Der Zug fährt um 7 Uhr ab.", "Das Ticket kostet 12,50 €.",
-           "Wir trafen uns am 23.11.2026.", "Die Preise stiegen um 30 %.",
-           "Ich habe 3 Katzen und 2 Hunde.", "Das Haus hat 12 Fenster.",
-           "Es ist 21 Grad warm.", "Bitte schließ die Tür.", "Er kaufte 40 Äpfel.",
-           "Guten Morgen, wie geht es dir?"],
-    "ru": ["Поезд отправляется в 7 часов.", "Билет стоит 500 ₽.", "Мы встретились 23.11.2026.",
-           "Цены выросли на 30 %.", "У меня 3 кошки и 2 собаки.", "В доме 12 окон.",
-           "На улице 21 градус.", "Закрой, пожалуйста, дверь.", "Он купил 40 яблок.",
-           "Доброе утро, как дела?"],
-    "fa": ["قطار ساعت ۷ حرکت می‌کند.", "بلیت ۱۲ یورو است.", "ما ۳ کتاب خریدیم.",
-           "قیمت‌ها ۳۰٪ بالا رفت.", "خانه ۱۲ پنجره دارد.", "هوا ۲۱ درجه است.",
-           "لطفاً در را ببند.", "او ۴۰ سیب خرید.", "صبح بخیر، حالت چطور است؟",
-           "من ۲ برادر دارم."],
-}  # fmt: skip
+    "en": [
+        "The train leaves at 7 o'clock.",
+        "A ticket costs $12.50 today.",
+        "We met on 5 May 1999.",
+        "Prices rose by 30% this year.",
+        "Call me at 9.",
+        "She read 3 books in 2 days.",
+        "The 2nd door is on the left.",
+        "It is 21 degrees outside.",
+        "He paid £40 for the coat.",
+        "Open the window, please.",
+    ],
+    "de": [
+        "Der Zug fährt um 7 Uhr ab.",
+        "Das Ticket kostet 12,50 €.",
+        "Wir trafen uns am 23.11.2026.",
+        "Die Preise stiegen um 30 %.",
+        "Ich habe 3 Katzen und 2 Hunde.",
+        "Das Haus hat 12 Fenster.",
+        "Es ist 21 Grad warm.",
+        "Bitte schließ die Tür.",
+        "Er kaufte 40 Äpfel.",
+        "Guten Morgen, wie geht es dir?",
+    ],
+    "ru": [
+        "Поезд отправляется в 7 часов.",
+        "Билет стоит 500 ₽.",
+        "Мы встретились 23.11.2026.",
+        "Цены выросли на 30 %.",
+        "У меня 3 кошки и 2 собаки.",
+        "В доме 12 окон.",
+        "На улице 21 градус.",
+        "Закрой, пожалуйста, дверь.",
+        "Он купил 40 яблок.",
+        "Доброе утро, как дела?",
+    ],
+    "fa": [
+        "قطار ساعت ۷ حرکت می‌کند.",
+        "بلیت ۱۲ یورو است.",
+        "ما ۳ کتاب خریدیم.",
+        "قیمت‌ها ۳۰٪ بالا رفت.",
+        "خانه ۱۲ پنجره دارد.",
+        "هوا ۲۱ درجه است.",
+        "لطفاً در را ببند.",
+        "او ۴۰ سیب خرید.",
+        "صبح بخیر، حالت چطور است؟",
+        "من ۲ برادر دارم.",
+    ],
+}
 
 
 def spoken(text: str, language: str) -> str:
@@ -61,10 +92,21 @@ def spoken(text: str, language: str) -> str:
 def speak(text: str, voice: str, variant: str, speed: int, pitch: int, out: Path) -> None:
     with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
         subprocess.run(
-            ["espeak-ng", "-v", f"{voice}+{variant}", "-s", str(speed), "-p", str(pitch),
-             "-w", tmp.name, text],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [
+                "espeak-ng",
+                "-v",
+                f"{voice}+{variant}",
+                "-s",
+                str(speed),
+                "-p",
+                str(pitch),
+                "-w",
+                tmp.name,
+                text,
+            ],
+            check=True,
+            capture_output=True,
+        )
         wave, rate = sf.read(tmp.name, dtype="float32")
     sf.write(out, soxr.resample(wave, rate, RATE_HZ), RATE_HZ, format="FLAC")
 

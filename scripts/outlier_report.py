@@ -46,8 +46,9 @@ CHUNK = 32
 VERB = {"skip": "skip", "flag": "flag", "keep": "note"}
 
 
-def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int],
-               lengths: Lengths | None) -> tuple[list[str], int]:  # fmt: skip
+def rate_lines(
+    cfg: Config, index: CorpusIndex, clean: set[int], lengths: Lengths | None
+) -> tuple[list[str], int]:
     """(validate's speaking-rate lines, how many clips no header rule skips that the band
     will skip: 0 unless data.outliers is skip), from the length table preparation
     measured (None: not measured, as no run of this config reads it). clean: the items no
@@ -63,29 +64,43 @@ def rate_lines(cfg: Config, index: CorpusIndex, clean: set[int],
     found = out_of_band(cfg, index, lengths, bands)
     policy = cfg.data.outliers
     spread = f"{BAND_K:g} x max(1.4826 MAD, {MIN_SPREAD:g})"
-    lines = [f"  speaking rate tokens per second by the audio header; band: the log rate's "
-             f"median +- {spread} (data.outliers: {policy})"]  # fmt: skip
-    lines.append(f"                plausibility bound of every language, from the first clip: "
-                 f"{MIN_RATE:g} .. {MAX_RATE:g}")  # fmt: skip
+    lines = [
+        f"  speaking rate tokens per second by the audio header; band: the log rate's "
+        f"median +- {spread} (data.outliers: {policy})"
+    ]
+    lines.append(
+        f"                plausibility bound of every language, from the first clip: "
+        f"{MIN_RATE:g} .. {MAX_RATE:g}"
+    )
     outside = collections.Counter(o.band.language for o in found)
     for language in index.languages:
         band = bands.get(language)
         if band is None:
-            lines.append(f"    {language:10s} no band: fewer than {MIN_CLIPS} clips with a rate; "
-                         f"the bound alone, {outside[language]} outside")  # fmt: skip
+            lines.append(
+                f"    {language:10s} no band: fewer than {MIN_CLIPS} clips with a rate; "
+                f"the bound alone, {outside[language]} outside"
+            )
             continue
         edges = f"{band.low:5.1f} .. {band.high:5.1f}"
-        lines.append(f"    {language:10s} {band.clips:8d} clips  median {band.median:5.1f}  "
-                     f"band {edges}  {outside[language]} outside")  # fmt: skip
+        lines.append(
+            f"    {language:10s} {band.clips:8d} clips  median {band.median:5.1f}  "
+            f"band {edges}  {outside[language]} outside"
+        )
     if found:
-        fix = {"skip": "quarantined (stage outlier)", "flag": "delivered, listed in "
-               "outliers.jsonl", "keep": "delivered (data.outliers: keep)"}[policy]  # fmt: skip
-        lines.append(f"    {VERB[policy]} {len(found):8d} outside their language's band or "
-                     f"the bound: {fix}")  # fmt: skip
+        fix = {
+            "skip": "quarantined (stage outlier)",
+            "flag": "delivered, listed in outliers.jsonl",
+            "keep": "delivered (data.outliers: keep)",
+        }[policy]
+        lines.append(
+            f"    {VERB[policy]} {len(found):8d} outside their language's band or the bound: {fix}"
+        )
         for o in found[:EXAMPLES]:
             what = "bound" if o.band.fixed else "band"
-            lines.append(f"      e.g. {index.item_id(o.item)}: {o.rate:.1f} tokens/s, {what} "
-                         f"{o.band.low:.1f} .. {o.band.high:.1f} ({o.band.language})")  # fmt: skip
+            lines.append(
+                f"      e.g. {index.item_id(o.item)}: {o.rate:.1f} tokens/s, {what} "
+                f"{o.band.low:.1f} .. {o.band.high:.1f} ({o.band.language})"
+            )
     skipped = sum(o.item in clean for o in found) if policy == "skip" else 0
     return lines, skipped
 
@@ -110,16 +125,22 @@ def deep_lines(cfg: Config, workers: int = 0) -> list[str]:
                 shown = time.monotonic()
                 done_now, rate = min(done, index.n_items), done / (shown - t0)
                 left = (index.n_items - done_now) / max(rate, 1e-9)
-                print(f"validate --deep: decoded {done_now} of {index.n_items} clips "
-                      f"({rate:.0f}/s, ~{left:.0f} s left)", file=sys.stderr)  # fmt: skip
+                print(
+                    f"validate --deep: decoded {done_now} of {index.n_items} clips "
+                    f"({rate:.0f}/s, ~{left:.0f} s left)",
+                    file=sys.stderr,
+                )
     return _deep_summary(cfg, index.n_items, found, time.monotonic() - t0, workers)
 
 
-def _deep_summary(cfg: Config, n_items: int, found: dict[str, list[tuple[str, str]]],
-                  seconds: float, workers: int) -> list[str]:  # fmt: skip
+def _deep_summary(
+    cfg: Config, n_items: int, found: dict[str, list[tuple[str, str]]], seconds: float, workers: int
+) -> list[str]:
     bad = sum(len(v) for k, v in found.items() if k != "outlier" or cfg.data.outliers == "skip")
-    lines = [f"  deep check    {n_items} clips decoded in {seconds:.1f} s by {workers} "
-             f"processes: {n_items - bad} usable"]  # fmt: skip
+    lines = [
+        f"  deep check    {n_items} clips decoded in {seconds:.1f} s by {workers} "
+        f"processes: {n_items - bad} usable"
+    ]
     for kind, hits in sorted(found.items(), key=lambda kv: -len(kv[1])):
         verb = VERB[cfg.data.outliers] if kind == "outlier" else "skip"
         groups = collections.defaultdict(list)

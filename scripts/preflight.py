@@ -211,8 +211,13 @@ def _client_keys(cfg: Config) -> list[Finding]:
 
     t = cfg.transport
     if t.kind != "tcp":
-        return [Finding(True, "transport.kind: a producer host connects over tcp: set "
-                              "transport.kind: tcp (and the head's host and port)")]  # fmt: skip
+        return [
+            Finding(
+                True,
+                "transport.kind: a producer host connects over tcp: set "
+                "transport.kind: tcp (and the head's host and port)",
+            )
+        ]
     if not t.keys_dir:
         return []
     try:

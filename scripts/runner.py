@@ -126,8 +126,10 @@ class Run:
         loaders find the run in RINGFEED_CONFIG and RINGFEED_RUN_ID (the run's id without
         the worker's suffix; a training worker also gets RANK and WORLD_SIZE, which the
         PyTorch loader reads: consumer/client/torch_loader.py)."""
-        env = child_environment() | {CONFIG_ENV: str(self.config),
-                                     RUN_ID_ENV: share.base_run_id(self.run_id)}  # fmt: skip
+        env = child_environment() | {
+            CONFIG_ENV: str(self.config),
+            RUN_ID_ENV: share.base_run_id(self.run_id),
+        }
         if share.count > 1:
             env |= {"RANK": str(share.index), "WORLD_SIZE": str(share.count)}
         self.consumer = "trainer"
@@ -143,8 +145,9 @@ class Run:
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                        preexec_fn=die_with_parent, env=env)  # fmt: skip
+                proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=env
+                )
         self.procs[verb] = proc
         return proc
 
@@ -207,13 +210,18 @@ class Run:
             return False
         if (stop is not None and stop.is_set()) or self.pool_restarts >= POOL_RESTARTS:
             if self.pool_restarts >= POOL_RESTARTS:
-                log.error("the producer pool lost its stager %d times; ending the run",
-                          self.pool_restarts + 1)  # fmt: skip
+                log.error(
+                    "the producer pool lost its stager %d times; ending the run",
+                    self.pool_restarts + 1,
+                )
             return False
         self.pool_restarts += 1
-        log.warning("the producer pool exited: its workers lost the stager, which still "
-                    "runs (paused?); starting it again (%d/%d)", self.pool_restarts,
-                    POOL_RESTARTS)  # fmt: skip
+        log.warning(
+            "the producer pool exited: its workers lost the stager, which still "
+            "runs (paused?); starting it again (%d/%d)",
+            self.pool_restarts,
+            POOL_RESTARTS,
+        )
         self.start("producers")
         return True
 

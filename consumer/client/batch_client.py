@@ -126,9 +126,11 @@ class BatchClient:
 
     def no_stager(self, timeout_s: float) -> str:
         """Why no stager answered: where this client looked, and the likely cause."""
-        looked = (f"looked for run {self.run_id}'s secret in {self.configured_dir} (run_root "
-                  f"{self.cfg.run_root!r} from the working directory {Path.cwd()}) and for a "
-                  f"live stager's record in {run_record(self.run_id)}")  # fmt: skip
+        looked = (
+            f"looked for run {self.run_id}'s secret in {self.configured_dir} (run_root "
+            f"{self.cfg.run_root!r} from the working directory {Path.cwd()}) and for a "
+            f"live stager's record in {run_record(self.run_id)}"
+        )
         if not read_consumer_secret(self.run_dir):
             hint = (
                 "no stager of that run id is running on this host: start it first "
@@ -166,8 +168,9 @@ class BatchClient:
         live = read_consumer_secret(found) if found is not None else ""
         if live and live != secret:
             self.run_dir, secret = found, live
-        return p.ConsumerHello(self.name, self.position, self.batch_index, secret, self.plan,
-                               self.new_plan_at, rejoin)  # fmt: skip
+        return p.ConsumerHello(
+            self.name, self.position, self.batch_index, secret, self.plan, self.new_plan_at, rejoin
+        )
 
     def _attach(self, welcome: p.Welcome) -> None:
         """Joined: the stager's plan is ours from now on (a restarted stager with another
@@ -209,8 +212,11 @@ class BatchClient:
             if isinstance(msg, kinds):
                 return msg
             if isinstance(msg, p.Rehello) and self.ring is not None:
-                log.warning("the stager restarted; rejoining at plan position %d (batch %d)",
-                            self.position, self.batch_index)  # fmt: skip
+                log.warning(
+                    "the stager restarted; rejoining at plan position %d (batch %d)",
+                    self.position,
+                    self.batch_index,
+                )
                 send(self.sock, self.hello())
             elif isinstance(msg, p.Welcome) and self.ring is not None:
                 self._attach(msg)  # the restarted stager's rings

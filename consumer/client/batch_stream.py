@@ -73,8 +73,16 @@ class BatchStream(threading.Thread, Generic[T]):
         super().__init__(name=f"{name}-stream", daemon=True)
         # rejoin: a loader iterated again in this process takes the run over from its
         # last stream (dropped, maybe not yet closed): one consumer means one socket.
-        self.client = BatchClient(cfg, run_id, name, cursor.position, cursor.batch_index,
-                                  cursor.plan, new_plan_at, rejoin=True)  # fmt: skip
+        self.client = BatchClient(
+            cfg,
+            run_id,
+            name,
+            cursor.position,
+            cursor.batch_index,
+            cursor.plan,
+            new_plan_at,
+            rejoin=True,
+        )
         self.cfg, self.place, self.stop = cfg, place, stop
         self.batches: queue.Queue[tuple[T, p.BatchReady] | _End | BaseException]
         self.batches = queue.Queue(depth)
@@ -159,8 +167,12 @@ class BatchStream(threading.Thread, Generic[T]):
                     raise TimeoutError(self.client.stager_verdict(waited)) from None
                 if time.monotonic() - last_note > WAITING_NOTE_S:
                     last_note = time.monotonic()
-                    log.warning("no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
-                                waited, limit_s, self.client.stager_verdict(waited))  # fmt: skip
+                    log.warning(
+                        "no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
+                        waited,
+                        limit_s,
+                        self.client.stager_verdict(waited),
+                    )
                 continue
             last_batch = last_note = time.monotonic()
             if batch is None:

@@ -53,8 +53,13 @@ class Cursor:
 
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint's record: JSON scalars and a dict of strings."""
-        return {"position": self.position, "batch_index": self.batch_index,
-                "epoch": self.epoch, "seed": self.seed, "plan": dict(self.plan)}  # fmt: skip
+        return {
+            "position": self.position,
+            "batch_index": self.batch_index,
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "plan": dict(self.plan),
+        }
 
     @classmethod
     def from_dict(cls, state: Any, cfg: Config) -> Cursor:
@@ -80,8 +85,9 @@ class Cursor:
                 f"{cfg.stager.seed}: resuming it would give items twice or never; load the "
                 "cursor into a run of its own config"
             )
-        return cls(state["position"], state.get("batch_index", 0), state.get("epoch", 0),
-                   seed, dict(plan))  # fmt: skip
+        return cls(
+            state["position"], state.get("batch_index", 0), state.get("epoch", 0), seed, dict(plan)
+        )
 
     def check_plan(self, ours: dict[str, str]) -> None:
         """PlanMismatch naming the parts (dataset index, seed, buckets, length table,

@@ -70,8 +70,10 @@ def resolve_devices(names: Sequence[str | jax.Device]) -> list[jax.Device]:
         except RuntimeError:
             found = {}
         if not index.isdigit() and index:
-            raise ValueError(f"device {name!r} is not a device name: write it as 'cpu:0' or "
-                             f"'gpu:1' (this process sees {seen})")  # fmt: skip
+            raise ValueError(
+                f"device {name!r} is not a device name: write it as 'cpu:0' or "
+                f"'gpu:1' (this process sees {seen})"
+            )
         key = int(index) if index else min(found, default=-1)
         if key not in found:
             raise ValueError(f"device {name!r} does not exist: this process sees {seen}")
@@ -160,8 +162,10 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         if self._local_only:
             placed = jax.device_put(host, self.sharding)  # returns at once: no wait here
         else:
-            placed = {name: jax.make_array_from_process_local_data(self.sharding, a)
-                      for name, a in host.items()}  # fmt: skip
+            placed = {
+                name: jax.make_array_from_process_local_data(self.sharding, a)
+                for name, a in host.items()
+            }
         return _Placed(placed, frames)
 
     def hand_out(self, placed: Any) -> dict[str, jax.Array]:

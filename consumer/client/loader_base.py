@@ -146,8 +146,16 @@ class RingLoaderBase(Generic[T]):
         """The open stream, or a new one at the cursor (connected: refusals raise here)."""
         if self.stream is not None:
             return self.stream
-        stream = BatchStream(self.cfg, self.run_id, self.cursor, self.place, self.prefetch,
-                             self.name, self.stop, self._new_plan_at)  # fmt: skip
+        stream = BatchStream(
+            self.cfg,
+            self.run_id,
+            self.cursor,
+            self.place,
+            self.prefetch,
+            self.name,
+            self.stop,
+            self._new_plan_at,
+        )
         try:
             stream.connect()
         except StagerRefused as exc:

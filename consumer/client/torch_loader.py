@@ -48,8 +48,9 @@ def visible_devices() -> list[str]:
     """The devices this process can place tensors on, named as torch names them."""
     names = ["cpu"]
     if torch.cuda.is_available():
-        names += [f"cuda:{k} ({torch.cuda.get_device_name(k)})"
-                  for k in range(torch.cuda.device_count())]  # fmt: skip
+        names += [
+            f"cuda:{k} ({torch.cuda.get_device_name(k)})" for k in range(torch.cuda.device_count())
+        ]
     return names
 
 
@@ -60,17 +61,23 @@ def resolve_device(device: str | torch.device) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device {device!r} is not a device name: use 'cpu' or 'cuda:N' "
-                         f"(this process sees {seen})") from None  # fmt: skip
+        raise ValueError(
+            f"device {device!r} is not a device name: use 'cpu' or 'cuda:N' "
+            f"(this process sees {seen})"
+        ) from None
     if dev.type == "cpu":
         return dev
     if dev.type != "cuda":
-        raise ValueError(f"device {device!r}: the loader places batches on 'cpu' or 'cuda:N' "
-                         f"(this process sees {seen})")  # fmt: skip
+        raise ValueError(
+            f"device {device!r}: the loader places batches on 'cpu' or 'cuda:N' "
+            f"(this process sees {seen})"
+        )
     if not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} does not exist: this process sees no CUDA device "
-                         f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
-                         f"{cuda_visible_devices()!r}); it sees {seen}")  # fmt: skip
+        raise ValueError(
+            f"device {device!r} does not exist: this process sees no CUDA device "
+            f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
+            f"{cuda_visible_devices()!r}); it sees {seen}"
+        )
     index = torch.cuda.current_device() if dev.index is None else dev.index
     if index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r} does not exist: this process sees {seen}")
@@ -83,8 +90,9 @@ def distributed_share(rank: int | None, world_size: int | None) -> Share:
     the one worker."""
     if rank is not None or world_size is not None:
         if rank is None or world_size is None or not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank}, world_size={world_size}: give both, 0 <= rank < "
-                             "world_size")  # fmt: skip
+            raise ValueError(
+                f"rank={rank}, world_size={world_size}: give both, 0 <= rank < world_size"
+            )
         return Share(rank, world_size)
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -176,8 +184,10 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
     def place(self, arrays: dict[str, np.ndarray]) -> Placed:
         frames = int(arrays["mel_lens"].sum()) if "mel_lens" in arrays else 0
         if not self._cuda:
-            return Placed({k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()},
-                          frames=frames)  # fmt: skip
+            return Placed(
+                {k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()},
+                frames=frames,
+            )
         buffer = self._buffers[self._filled % len(self._buffers)]
         self._filled += 1
         host = buffer.fill(arrays)

@@ -116,11 +116,15 @@ class ConsumerSide:
         if not alive or (rejoin and pid is not None and pid == self.pid):
             return ""
         pid_shown = "unknown" if self.pid is None else self.pid
-        held = (f"run {self.welcome.run_id} is held by consumer {self.name!r} (pid"
-                f" {pid_shown}), alive: one consumer at a time")  # fmt: skip
+        held = (
+            f"run {self.welcome.run_id} is held by consumer {self.name!r} (pid"
+            f" {pid_shown}), alive: one consumer at a time"
+        )
         if pid is not None and pid == self.pid:
-            return (f"{held}, a client of this same process: close it and make the new one"
-                    " with BatchClient(..., rejoin=True) to take the run over")  # fmt: skip
+            return (
+                f"{held}, a client of this same process: close it and make the new one"
+                " with BatchClient(..., rejoin=True) to take the run over"
+            )
         return f"{held}; stop that one or wait for it to finish"
 
     def present(self, now: float) -> bool:
@@ -139,12 +143,19 @@ class ConsumerSide:
             return
         if self.absent_since is None:
             self.absent_since = now
-            log.warning("consumer %s (pid %s) is gone; the run ends in %.0f s unless one "
-                        "connects (stager.consumer_wait_s)", self.name, self.pid,
-                        wait_s)  # fmt: skip
+            log.warning(
+                "consumer %s (pid %s) is gone; the run ends in %.0f s unless one "
+                "connects (stager.consumer_wait_s)",
+                self.name,
+                self.pid,
+                wait_s,
+            )
         if wait_s and now - self.absent_since > wait_s:
-            who = (f"consumer {self.name!r} (pid {self.pid}) is gone" if self.ident else
-                   "no consumer connected")  # fmt: skip
+            who = (
+                f"consumer {self.name!r} (pid {self.pid}) is gone"
+                if self.ident
+                else "no consumer connected"
+            )
             raise ConsumerGone(
                 f"{who} and none came for {wait_s:.0f} s (stager.consumer_wait_s): ending "
                 "the run; if a loop of your own consumed it, its log says why it stopped"
@@ -171,19 +182,31 @@ class ConsumerSide:
             self.net.reply(ident, self.welcome)
             return
         if self.ident is not None:
-            log.warning("consumer %s replaces %s (pid %s, gone, or rejoined by its own"
-                        " process): restarting the plan at %d", msg.name, self.name,
-                        self.pid, msg.position)  # fmt: skip
+            log.warning(
+                "consumer %s replaces %s (pid %s, gone, or rejoined by its own"
+                " process): restarting the plan at %d",
+                msg.name,
+                self.name,
+                self.pid,
+                msg.position,
+            )
             # Told at once (a client taken over from stops, and never reads on from here).
-            self.net.reply(self.ident, p.Refused(f"consumer {msg.name!r} (pid {pid}) took"
-                                                 " the run over from this one"))  # fmt: skip
+            self.net.reply(
+                self.ident,
+                p.Refused(f"consumer {msg.name!r} (pid {pid}) took the run over from this one"),
+            )
         self.ident, self.at = ident, (msg.position, msg.batch_index)
         self.name, self.pid = msg.name, pid
         self.book.reset(position)
         self.delivery.reset(msg.batch_index, position)
         epoch = self.plan.epoch_of(position)
-        log.info("consumer %s starts at plan position %d (epoch %d), batch %d",
-                 msg.name, position, epoch, msg.batch_index)  # fmt: skip
+        log.info(
+            "consumer %s starts at plan position %d (epoch %d), batch %d",
+            msg.name,
+            position,
+            epoch,
+            msg.batch_index,
+        )
         self.net.reply(ident, self.welcome)
 
     def resume_at(self, ident: bytes, msg: p.ConsumerHello) -> int | None:
@@ -196,13 +219,19 @@ class ConsumerSide:
         what = ", ".join(changed)
         if msg.new_plan_at:
             position = msg.new_plan_at * self.plan.n_items
-            log.warning("the plan changed (%s); a new plan starts at epoch %d (position %d)",
-                        what, msg.new_plan_at, position)  # fmt: skip
+            log.warning(
+                "the plan changed (%s); a new plan starts at epoch %d (position %d)",
+                what,
+                msg.new_plan_at,
+                position,
+            )
             return position
-        why = (f"the plan changed since the consumer's checkpoint ({what}): resuming it would "
-               "give items twice or never; restore the old one, or relaunch with --new-plan "
-               "(`ringfeed run CONFIG --run-id R --new-plan`) to begin a new plan at "
-               "the next epoch")  # fmt: skip
+        why = (
+            f"the plan changed since the consumer's checkpoint ({what}): resuming it would "
+            "give items twice or never; restore the old one, or relaunch with --new-plan "
+            "(`ringfeed run CONFIG --run-id R --new-plan`) to begin a new plan at "
+            "the next epoch"
+        )
         self.drop("refused-plan", why)
         self.net.reply(ident, p.Refused(why))
         return None
@@ -220,12 +249,12 @@ class ConsumerSide:
             self.drop("stale", f"BATCH_FREE of slot {msg.slot} generation {msg.generation}")
 
     def on_step_stats(self, msg: p.StepStats) -> None:
-        self.trainer = TrainerReport(msg.step, msg.step_s, msg.wait_s, msg.loss, msg.rows,
-                                     msg.frames, time.time())  # fmt: skip
+        self.trainer = TrainerReport(
+            msg.step, msg.step_s, msg.wait_s, msg.loss, msg.rows, msg.frames, time.time()
+        )
 
     def on_bye(self, msg: p.Bye) -> None:
-        log.info("consumer finished after %d batches; stopping the run",
-                 self.delivery.batches_sent)  # fmt: skip
+        log.info("consumer finished after %d batches; stopping the run", self.delivery.batches_sent)
         self.done = True
         self.net.reply(self.ident, p.ByeAck())
 

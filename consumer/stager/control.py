@@ -191,8 +191,11 @@ class ControlSockets:
             shown = zmq.utils.z85.encode(key).decode() if len(key) == 32 else "(none)"
             if not ok:
                 where = f"{self.cfg.transport.keys_dir}/authorized"
-                self._refuse(address.decode(errors="replace"), f"key {shown} is not in {where}",
-                             "unknown key")  # fmt: skip
+                self._refuse(
+                    address.decode(errors="replace"),
+                    f"key {shown} is not in {where}",
+                    "unknown key",
+                )
             elif f"key {shown}" in self.bans:  # banned for the run: it connects no more
                 ok = False
                 self._refuse(address.decode(errors="replace"), f"key {shown} is banned", "banned")

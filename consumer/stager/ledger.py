@@ -303,8 +303,16 @@ class Ledger:
         cols["epoch"][i] = self.plan.epoch_of(pl.position) if pl.position >= 0 else 0
         cols["producer"][i], cols["t_granted"][i] = pl.owner_index, pl.t_granted_wall
 
-    def _record_run(self, slot: int, index: list[int], positions: list[int], g: int,
-                    items: list[int], owner: int, wall: float) -> None:  # fmt: skip
+    def _record_run(
+        self,
+        slot: int,
+        index: list[int],
+        positions: list[int],
+        g: int,
+        items: list[int],
+        owner: int,
+        wall: float,
+    ) -> None:
         """The records of a run's places (rows of batch slot `slot`, or spares: their
         indices there), GRANTED, in one write per field: a run is granted at once."""
         cols = self._rows if slot >= 0 else self._spares
@@ -758,17 +766,25 @@ class Ledger:
                 self._lift(k)
         fenced_slots = [b for b, n in enumerate(self.slot_fences) if n]
         if self.n_batch_slots - len(fenced_slots) < self.min_usable:
-            rows = [k for b in fenced_slots for k in self._rows_of(b)
-                    if self.places[k].state == SlotState.FENCED
-                    and now - self.places[k].t_fenced > old]  # fmt: skip
+            rows = [
+                k
+                for b in fenced_slots
+                for k in self._rows_of(b)
+                if self.places[k].state == SlotState.FENCED and now - self.places[k].t_fenced > old
+            ]
             if rows:
                 oldest = min(rows, key=lambda k: self.places[k].t_fenced)
                 b = oldest // self.rows_per_slot
-                log.error("batch slot %d: lifting fences older than %d leases on its rows, as "
-                          "%d of %d batch slots are fenced by producers that neither answer "
-                          "nor die (stop them: their pids are in the inspector); a write they "
-                          "still make is caught only until its batch is sent", b, FENCE_LEASES,
-                          len(fenced_slots), self.n_batch_slots)  # fmt: skip
+                log.error(
+                    "batch slot %d: lifting fences older than %d leases on its rows, as "
+                    "%d of %d batch slots are fenced by producers that neither answer "
+                    "nor die (stop them: their pids are in the inspector); a write they "
+                    "still make is caught only until its batch is sent",
+                    b,
+                    FENCE_LEASES,
+                    len(fenced_slots),
+                    self.n_batch_slots,
+                )
                 for k in self._rows_of(b):
                     if self.places[k].state == SlotState.FENCED:
                         self._lift(k)

@@ -60,21 +60,26 @@ def out_of_band_clips(cfg: Config, index: CorpusIndex) -> list[OutOfBand]:
     if is_remote(cfg.data.path) and load_lengths(cfg, index)[1].any():
         # Measuring reads every clip's header, so every shard from object storage: the
         # user asks for that (`ringfeed lengths CONFIG`, or length buckets), not a default.
-        log.warning("data.outliers: no speaking-rate band: the length table of a corpus "
-                    "on object storage is not measured (`ringfeed lengths CONFIG` measures "
-                    "it, fetching every shard); near-silent and clipped clips are still "
-                    "found")  # fmt: skip
+        log.warning(
+            "data.outliers: no speaking-rate band: the length table of a corpus "
+            "on object storage is not measured (`ringfeed lengths CONFIG` measures "
+            "it, fetching every shard); near-silent and clipped clips are still "
+            "found"
+        )
         return []
     lengths = length_table(cfg, index, "data.outliers")
     bands = rate_bands(cfg, index, lengths)
     for band in bands.values():
-        log.info("speaking-rate band %s: %s, %d clips", band.language, band.describe(),
-                 band.clips)  # fmt: skip
+        log.info("speaking-rate band %s: %s, %d clips", band.language, band.describe(), band.clips)
     unbanded = sorted(set(index.languages) - set(bands))
     if unbanded:
-        log.info("no speaking-rate band (fewer than %d clips): %s; the plausibility bound "
-                 "%s holds for them too", MIN_CLIPS, ", ".join(unbanded),
-                 RateBand.bound("").describe())  # fmt: skip
+        log.info(
+            "no speaking-rate band (fewer than %d clips): %s; the plausibility bound "
+            "%s holds for them too",
+            MIN_CLIPS,
+            ", ".join(unbanded),
+            RateBand.bound("").describe(),
+        )
     return out_of_band(cfg, index, lengths, bands)
 
 
@@ -112,13 +117,22 @@ class OutlierReport:
         more = f" ({len(found) - LOGGED} more)" if len(found) > LOGGED else ""
         if self.policy == "skip":
             slots.mark_bad({o.item: (o.reason(), OUTLIER_STAGE) for o in found})
-            log.warning("data.outliers: skip: %d clips outside their speaking-rate band%s are "
-                        "skipped (quarantine.jsonl, stage outlier)", len(found), more)  # fmt: skip
+            log.warning(
+                "data.outliers: skip: %d clips outside their speaking-rate band%s are "
+                "skipped (quarantine.jsonl, stage outlier)",
+                len(found),
+                more,
+            )
             return
         for o in found:
             self.write(o.item, "rate", o.reason())
-        log.warning("data.outliers: flag: %d clips outside their speaking-rate band%s are "
-                    "delivered and listed in %s", len(found), more, self.path)  # fmt: skip
+        log.warning(
+            "data.outliers: flag: %d clips outside their speaking-rate band%s are "
+            "delivered and listed in %s",
+            len(found),
+            more,
+            self.path,
+        )
 
     def delivered(self, item: int, marks: int) -> None:
         """A clip a producer marked near-silent or clipped went into a batch: listed and
@@ -136,8 +150,13 @@ class OutlierReport:
         if self._file is None or item_id in self._listed:
             return False
         self._listed.add(item_id)
-        record = {"item_id": item_id, "path": self.index.path(item), "kind": kind, "why": why,
-                  "time": time.time()}  # fmt: skip
+        record = {
+            "item_id": item_id,
+            "path": self.index.path(item),
+            "kind": kind,
+            "why": why,
+            "time": time.time(),
+        }
         self._file.write(json.dumps(record) + "\n")
         self.counts["listed"] += 1
         return True

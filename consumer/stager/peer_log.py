@@ -92,7 +92,12 @@ class PeerLog:
                 self._tell(peer, bucket)
 
     def _tell(self, peer: str, bucket: Bucket) -> None:
-        self.log.warning("%d log lines about %s were suppressed (over %d per %.0f s)",
-                         bucket.suppressed, peer, PEER_BURST, PEER_REFILL_S)  # fmt: skip
+        self.log.warning(
+            "%d log lines about %s were suppressed (over %d per %.0f s)",
+            bucket.suppressed,
+            peer,
+            PEER_BURST,
+            PEER_REFILL_S,
+        )
         bucket.suppressed = 0
         self.untold.discard(peer)

@@ -183,13 +183,18 @@ class PeerTrust:
         """n grants of this peer expired: '' or why that is a strike now."""
         h = self._hold(peer)
         h.expired += n
-        if (self.clock() - h.since < HOLD_MIN_LEASES * self.lease_s
-                or h.expired < h.next_strike or 4 * h.samples >= h.expired):  # fmt: skip
+        if (
+            self.clock() - h.since < HOLD_MIN_LEASES * self.lease_s
+            or h.expired < h.next_strike
+            or 4 * h.samples >= h.expired
+        ):
             return ""
         h.next_strike = h.expired + HOLD_MORE_EXPIRIES
-        return (f"{h.expired} of its grants expired, {h.samples} samples delivered: it"
-                " holds grants it does not fill (raise ring.lease_s if its samples take"
-                " that long)")  # fmt: skip
+        return (
+            f"{h.expired} of its grants expired, {h.samples} samples delivered: it"
+            " holds grants it does not fill (raise ring.lease_s if its samples take"
+            " that long)"
+        )
 
     def testifies(self, peer: PeerId) -> bool:
         """Does this peer's failure count against an item? Only once it has delivered

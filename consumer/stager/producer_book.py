@@ -126,8 +126,10 @@ class ProducerBook:
                 continue
             dead = self.local(old) and not self.alive(old)
             if not dead and self.clock() - old.last_seen <= self.lease_s:
-                return (f"name {name!r} of {peer.owner} is taken by its live producer"
-                        f" (pid {old.pid} on {old.host}, {old.peer.account})")  # fmt: skip
+                return (
+                    f"name {name!r} of {peer.owner} is taken by its live producer"
+                    f" (pid {old.pid} on {old.host}, {old.peer.account})"
+                )
         return ""
 
     def hello(self, ident: bytes, msg: p.Hello, remote: bool, peer: PeerId) -> Producer:
@@ -155,9 +157,19 @@ class ProducerBook:
         self.n_joined += 1
         if self.first_local_at is None and not remote and msg.host == self.hostname:
             self.first_local_at = self.clock()
-        producer = Producer(ident, msg.name, msg.pid, msg.host, remote, self.clock(),
-                            self.n_joined - 1, msg.token, msg.place, peer=peer,
-                            causes=dict(msg.causes))  # fmt: skip
+        producer = Producer(
+            ident,
+            msg.name,
+            msg.pid,
+            msg.host,
+            remote,
+            self.clock(),
+            self.n_joined - 1,
+            msg.token,
+            msg.place,
+            peer=peer,
+            causes=dict(msg.causes),
+        )
         self.producers[ident] = producer
         return producer
 
@@ -247,8 +259,12 @@ class ProducerBook:
                 continue
             own = min(self.max_credits, -(-allowance[account] // working[account]))
             while True:
-                n = min(self.run_size, producer.credits, own - self.slots.holding(ident),
-                        allowance[account] - held[account])  # fmt: skip
+                n = min(
+                    self.run_size,
+                    producer.credits,
+                    own - self.slots.holding(ident),
+                    allowance[account] - held[account],
+                )
                 run = self.grant(producer, n, others=len(allowance) > 1)
                 if not run:
                     break
@@ -266,8 +282,15 @@ class ProducerBook:
         if n <= 0 or producer.stalled:
             return []
         local = self.local(producer)
-        who = Grantee(producer.ident, producer.index, producer.peer,
-                      self.rows_for(producer), others, local, local)  # fmt: skip
+        who = Grantee(
+            producer.ident,
+            producer.index,
+            producer.peer,
+            self.rows_for(producer),
+            others,
+            local,
+            local,
+        )
         run = self.slots.grant(who, n)
         producer.credits -= len(run)
         return run
@@ -397,8 +420,9 @@ class ProducerBook:
 
     def account_holding(self, account: str) -> int:
         """Grants the producers of this account hold now."""
-        return sum(self.slots.holding(i) for i, pr in self.producers.items()
-                   if pr.peer.account == account)  # fmt: skip
+        return sum(
+            self.slots.holding(i) for i, pr in self.producers.items() if pr.peer.account == account
+        )
 
     def delivered(self, producer: Producer) -> None:
         """A sample of this producer was accepted."""
@@ -428,13 +452,28 @@ class ProducerBook:
             grants=sum(holding(pr.ident) for pr in rest),
         )
         now = self.clock()
-        counters = {"joined": self.n_joined, "restarts": self.restarts, "pauses": self.pauses,
-                    "forgotten": self.n_forgotten, "strikes": self.trust.n_strikes,
-                    "peers_banned": self.n_banned}  # fmt: skip
+        counters = {
+            "joined": self.n_joined,
+            "restarts": self.restarts,
+            "pauses": self.pauses,
+            "forgotten": self.n_forgotten,
+            "strikes": self.trust.n_strikes,
+            "peers_banned": self.n_banned,
+        }
         rows = tuple(
-            ProducerStats(pr.name, pr.pid, pr.host, pr.place, pr.remote, pr.samples,
-                          holding(pr.ident), self.slots.fences(pr.ident),
-                          round(now - pr.last_seen, 3), pr.stalled, dict(pr.work))
+            ProducerStats(
+                pr.name,
+                pr.pid,
+                pr.host,
+                pr.place,
+                pr.remote,
+                pr.samples,
+                holding(pr.ident),
+                self.slots.fences(pr.ident),
+                round(now - pr.last_seen, 3),
+                pr.stalled,
+                dict(pr.work),
+            )
             for pr in shown
-        )  # fmt: skip
+        )
         return BookStats(rows, unlisted, counters)

@@ -100,8 +100,15 @@ class ProducerDesk:
         if self.on_join is not None:
             self.on_join(msg.causes)
         where = ", remote" if remote else ""
-        self.say(msg.name, logging.INFO, "producer %s joined (pid %d on %s%s)", msg.name, msg.pid,
-                 msg.host, where)  # fmt: skip
+        self.say(
+            msg.name,
+            logging.INFO,
+            "producer %s joined (pid %d on %s%s)",
+            msg.name,
+            msg.pid,
+            msg.host,
+            where,
+        )
         self.net.reply(ident, self.welcome)
 
     def handle(self, producer: Producer, msg: p.Message, payload: list[bytes]) -> None:
@@ -128,8 +135,9 @@ class ProducerDesk:
     def on_crash(self, msg: p.Crash, producer: Producer, payload: list[bytes]) -> None:
         """Logged and kept for the stats unless this peer's crashes come too fast (then
         counted "rate-limited"): a worker sends one CRASH before it exits."""
-        if self.say(producer.name, logging.ERROR, "producer %s crashed:\n%s", msg.name,
-                    msg.traceback):  # fmt: skip
+        if self.say(
+            producer.name, logging.ERROR, "producer %s crashed:\n%s", msg.name, msg.traceback
+        ):
             self.crashes.append(CrashReport(msg.name, msg.traceback[-2000:]))
 
     def on_bye(self, msg: p.Bye, producer: Producer, payload: list[bytes]) -> None:
@@ -155,8 +163,13 @@ class ProducerDesk:
 
     def expire(self, lease_s: float) -> None:
         for name in self.book.expire():
-            self.say(name, logging.WARNING, "took back grants of %s: no READY within"
-                     " ring.lease_s=%.1f s (or its process died)", name, lease_s)  # fmt: skip
+            self.say(
+                name,
+                logging.WARNING,
+                "took back grants of %s: no READY within ring.lease_s=%.1f s (or its process died)",
+                name,
+                lease_s,
+            )
         self.book.reap_zombies()
         self.intake.expire_audits()
         self.say.summarize()

@@ -101,8 +101,14 @@ class QuarantineWriter:
         # carry the cause the producers of this start judge that stage by.
         cause = cause or self.causes.get(stage, "")
         self._seen.add(key)
-        record = {"item_id": item_id, "path": path, "reason": reason, "stage": stage,
-                  "cause": cause, "time": time.time()}  # fmt: skip
+        record = {
+            "item_id": item_id,
+            "path": path,
+            "reason": reason,
+            "stage": stage,
+            "cause": cause,
+            "time": time.time(),
+        }
         try:
             self._file.write(json.dumps(record) + "\n")
             if stage != "metadata":
@@ -172,9 +178,11 @@ class QuarantineWriter:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.close()
 
 
@@ -193,8 +201,13 @@ def run_quarantine(directory: Path, run_directory: Path) -> Path:
     if mine.exists() and not mine.is_symlink():
         with QuarantineWriter(path) as run:
             for r in latest(read_quarantine(mine)):
-                run.write(r["item_id"], r["path"], str(r.get("reason", "")), r["stage"],
-                          str(r.get("cause", "")))  # fmt: skip
+                run.write(
+                    r["item_id"],
+                    r["path"],
+                    str(r.get("reason", "")),
+                    r["stage"],
+                    str(r.get("cause", "")),
+                )
     mine.unlink(missing_ok=True)
     mine.symlink_to(path)
     return path

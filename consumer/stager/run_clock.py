@@ -33,6 +33,9 @@ class RunClock:
         gap, self.last = now - self.last, now
         if gap > self.pause_s:
             self.paused_s += gap
-            log.warning("the stager did not run for %.0f s (stopped, or suspended); that "
-                        "time counts against no lease and no producer", gap)  # fmt: skip
+            log.warning(
+                "the stager did not run for %.0f s (stopped, or suspended); that "
+                "time counts against no lease and no producer",
+                gap,
+            )
         return now - self.paused_s

@@ -154,11 +154,13 @@ class Stager:
             self.producers.hello(ident, msg, peer)
         elif producer is None:
             if name := self.book.was_forgotten(ident):
-                self.drop("late", f"{type(msg).__name__} from {name}, given up for its silence"
-                          " (paused, or its link was cut); it says HELLO again")  # fmt: skip
+                self.drop(
+                    "late",
+                    f"{type(msg).__name__} from {name}, given up for its silence"
+                    " (paused, or its link was cut); it says HELLO again",
+                )
             else:
-                self.drop("unknown-peer",
-                          f"{type(msg).__name__} from a peer that never said HELLO")  # fmt: skip
+                self.drop("unknown-peer", f"{type(msg).__name__} from a peer that never said HELLO")
             self.net.reply(ident, p.Rehello())  # a producer of a previous stager
         else:
             self.producers.handle(producer, msg, payload)
@@ -177,10 +179,17 @@ class Stager:
             lease_s=self.cfg.ring.lease_s,
         )
         return StagerStats.compose(
-            run, self.slots.stats(), self.book.stats(), self.assembly.stats(),
-            self.delivery.stats(), self.consumer.stats(), self.producers.stats(),
-            self.net.stats(), self.drop.stats(), self.outliers.stats(),
-        )  # fmt: skip
+            run,
+            self.slots.stats(),
+            self.book.stats(),
+            self.assembly.stats(),
+            self.delivery.stats(),
+            self.consumer.stats(),
+            self.producers.stats(),
+            self.net.stats(),
+            self.drop.stats(),
+            self.outliers.stats(),
+        )
 
     def finish(self, why: str = "stager stopping") -> None:
         """Stop the peers and record the run (stager.json); the rings are unlinked by
@@ -209,8 +218,7 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
         ("spares", cfg.sample_fields(), cfg.spare_slots, 0),
         ("batches", cfg.batch_ring_fields(), cfg.batch_ring_slots, cfg.max_batch_rows),
     ):
-        ring = Ring.create(segment_name(run_id, kind), fields, n_slots, run_id, kind, stats,
-                           rows)  # fmt: skip
+        ring = Ring.create(segment_name(run_id, kind), fields, n_slots, run_id, kind, stats, rows)
         cleanup.callback(ring.unlink)
         cleanup.callback(ring.close)
         rings.append(ring)
@@ -221,8 +229,12 @@ def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> CorpusIn
     index = open_prepared(cfg)  # preparation built it: nothing is built here
     for bad in index.bad_lines:
         quarantine.write(bad.item_id, f"{bad.file}:{bad.line}", bad.reason, "metadata")
-    log.info("dataset: %d usable items, %d bad metadata lines (see %s)",
-             index.n_items, len(index.bad_lines), directory / "quarantine.jsonl")  # fmt: skip
+    log.info(
+        "dataset: %d usable items, %d bad metadata lines (see %s)",
+        index.n_items,
+        len(index.bad_lines),
+        directory / "quarantine.jsonl",
+    )
     if cfg.features.pitch_norm != "none":  # what the producers apply, kept for inference
         keep_in_run(cfg, index.digest, directory)
     return index
@@ -256,8 +268,12 @@ def build(
     quarantine = cleanup.enter_context(QuarantineWriter(quarantine_file))
     index = open_index(cfg, quarantine, directory)
     tables = settle_tables(cfg, index, directory)  # a refused resume stops here, first
-    log.info("id tables: %d speakers, %d languages (%s)", len(tables.speakers),
-             len(tables.languages), directory / IDS_FILE)  # fmt: skip
+    log.info(
+        "id tables: %d speakers, %d languages (%s)",
+        len(tables.speakers),
+        len(tables.languages),
+        directory / IDS_FILE,
+    )
     ends = endpoints(cfg, run_id)
     spares, batches = open_rings(cfg, run_id, ends.stats, cleanup)
     plan = make_plan(cfg, index, share, tables)
@@ -265,39 +281,96 @@ def build(
     slots = slot_ledger(cfg, plan, spares, batches, cleanup)
     outliers = outlier_report(cfg, index, directory, slots, cleanup)
     drop = Drops()
-    book = ProducerBook(slots, socket.gethostname(), cfg.producers.credits,
-                        cfg.ring.max_strikes, cfg.ring.max_producers_per_peer,
-                        cfg.features.device == "producer")  # fmt: skip
+    book = ProducerBook(
+        slots,
+        socket.gethostname(),
+        cfg.producers.credits,
+        cfg.ring.max_strikes,
+        cfg.ring.max_producers_per_peer,
+        cfg.features.device == "producer",
+    )
     places = Places(batches, spares, cfg.schema)
-    assembly = Assembly(cfg, places, slots, drop, stager_mel_fn(cfg),
-                        tables.item_ids(index), outliers.delivered)  # fmt: skip
+    assembly = Assembly(
+        cfg, places, slots, drop, stager_mel_fn(cfg), tables.item_ids(index), outliers.delivered
+    )
     cleanup.callback(assembly.forget)  # and the places' views: before the rings unmap
-    intake = Intake(places, slots, book, cfg.schema, drop,
-                    AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
-                    cfg.vocab_size)  # fmt: skip
+    intake = Intake(
+        places,
+        slots,
+        book,
+        cfg.schema,
+        drop,
+        AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
+        cfg.vocab_size,
+    )
     book.on_death = intake.salvage
     net = control_sockets(cfg, ends, spares, drop, book, cleanup)
     delivery = Delivery(plan, slots, assembly, quarantine, index, net)
     fingerprint = dict(plan.fingerprint)
     settle = functools.partial(settle_earlier, cfg, quarantine, index, slots)
-    desk = ProducerDesk(book, slots, intake,
-                        p.Welcome(run_id, batches.name, index.n_items, fingerprint, spares.name),
-                        net, drop, config_fingerprint(cfg, corpus_digest(cfg, index)),
-                        settle)  # fmt: skip
-    consumer = ConsumerSide(plan, write_consumer_secret(directory),
-                            p.Welcome(run_id, batches.name, index.n_items, fingerprint),
-                            book, delivery, slots, net, drop)  # fmt: skip
-    log.info("stager ready: %s (%d batch slots of %.2f MiB, %d batches ahead), %s (%d spare "
-             "places), control %s", batches.name, cfg.batch_ring_slots,
-             slot_bytes(batches.fields) / 2**20, cfg.lookahead_batches, spares.name,
-             cfg.spare_slots, ends.control)  # fmt: skip
-    return Stager(cfg, run_id, stop, index, plan, spares, batches, quarantine, net, drop,
-                  slots, book, assembly, intake, delivery, desk, consumer, outliers,
-                  GpuProbe(cfg), time.monotonic())  # fmt: skip
+    desk = ProducerDesk(
+        book,
+        slots,
+        intake,
+        p.Welcome(run_id, batches.name, index.n_items, fingerprint, spares.name),
+        net,
+        drop,
+        config_fingerprint(cfg, corpus_digest(cfg, index)),
+        settle,
+    )
+    consumer = ConsumerSide(
+        plan,
+        write_consumer_secret(directory),
+        p.Welcome(run_id, batches.name, index.n_items, fingerprint),
+        book,
+        delivery,
+        slots,
+        net,
+        drop,
+    )
+    log.info(
+        "stager ready: %s (%d batch slots of %.2f MiB, %d batches ahead), %s (%d spare "
+        "places), control %s",
+        batches.name,
+        cfg.batch_ring_slots,
+        slot_bytes(batches.fields) / 2**20,
+        cfg.lookahead_batches,
+        spares.name,
+        cfg.spare_slots,
+        ends.control,
+    )
+    return Stager(
+        cfg,
+        run_id,
+        stop,
+        index,
+        plan,
+        spares,
+        batches,
+        quarantine,
+        net,
+        drop,
+        slots,
+        book,
+        assembly,
+        intake,
+        delivery,
+        desk,
+        consumer,
+        outliers,
+        GpuProbe(cfg),
+        time.monotonic(),
+    )
 
 
-def control_sockets(cfg: Config, ends: Endpoints, spares: Ring, drop: Drops, book: ProducerBook,
-                    cleanup: contextlib.ExitStack) -> ControlSockets:  # fmt: skip
+def control_sockets(
+    cfg: Config,
+    ends: Endpoints,
+    spares: Ring,
+    drop: Drops,
+    book: ProducerBook,
+    cleanup: contextlib.ExitStack,
+) -> ControlSockets:
     """The stager's sockets, bound: a remote frame at most a sample's largest field, or a
     remote READY's payload (shared/wire/bounds.py MAX_READY_PAYLOAD_BYTES); what does not
     decode is charged to its sender, and a banned remote peer is read no more."""
@@ -318,8 +391,9 @@ def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: P
         book.strike(ident, f"{MALFORMED_PER_STRIKE} undecodable messages, the last: {why}", peer)
 
 
-def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, slots: Ledger,
-                   cleanup: contextlib.ExitStack) -> OutlierReport:  # fmt: skip
+def outlier_report(
+    cfg: Config, index: CorpusIndex, directory: Path, slots: Ledger, cleanup: contextlib.ExitStack
+) -> OutlierReport:
     """data.outliers at start: the report (closed at cleanup), and the clips outside their
     speaking-rate band skipped before any grant or listed (consumer/stager/outliers.py)."""
     report = OutlierReport(cfg, directory, index)
@@ -328,23 +402,39 @@ def outlier_report(cfg: Config, index: CorpusIndex, directory: Path, slots: Ledg
     return report
 
 
-def slot_ledger(cfg: Config, plan: Plan, spares: Ring, batches: Ring,
-                cleanup: contextlib.ExitStack) -> Ledger:  # fmt: skip
+def slot_ledger(
+    cfg: Config, plan: Plan, spares: Ring, batches: Ring, cleanup: contextlib.ExitStack
+) -> Ledger:
     """The slot ledger, writing into the rings' records until cleanup swaps in copies
     (before the rings are unmapped)."""
     s, f = cfg.stager, cfg.features
-    slots = Ledger(plan, cfg.batch_ring_slots, cfg.max_batch_rows, cfg.spare_slots,
-                   cfg.lookahead_batches, s.batch_size, cfg.ring.lease_s,
-                   cfg.ring.max_item_attempts, s.deterministic, RunClock(cfg.ring.lease_s),
-                   (s.batch_size, f.max_frames, cfg.text.max_text_len),
-                   cfg.grants_in_flight, s.batch_slots + 2)  # fmt: skip
+    slots = Ledger(
+        plan,
+        cfg.batch_ring_slots,
+        cfg.max_batch_rows,
+        cfg.spare_slots,
+        cfg.lookahead_batches,
+        s.batch_size,
+        cfg.ring.lease_s,
+        cfg.ring.max_item_attempts,
+        s.deterministic,
+        RunClock(cfg.ring.lease_s),
+        (s.batch_size, f.max_frames, cfg.text.max_text_len),
+        cfg.grants_in_flight,
+        s.batch_slots + 2,
+    )
     slots.attach_records(batches.rows, spares.slots, batches.slots)
     cleanup.callback(lambda: slots.attach_records(*(r.copy() for r in slots.all_records())))
     return slots
 
 
-def settle_earlier(cfg: Config, quarantine: QuarantineWriter, index: CorpusIndex,
-                   slots: Ledger, causes: dict[str, str]) -> None:  # fmt: skip
+def settle_earlier(
+    cfg: Config,
+    quarantine: QuarantineWriter,
+    index: CorpusIndex,
+    slots: Ledger,
+    causes: dict[str, str],
+) -> None:
     """When the first producer of this start joins (causes: its HELLO's), before any
     grant: items quarantined earlier in this run (a restarted stager, a resumed run)
     for a cause that still holds are skipped without a try, as part of where a resumed
@@ -357,8 +447,11 @@ def settle_earlier(cfg: Config, quarantine: QuarantineWriter, index: CorpusIndex
     if skips:
         log.info("%d items quarantined earlier in this run are skipped", len(skips))
     if retried:
-        log.info("%d items quarantined earlier in this run are tried again, their cause "
-                 "changed: %s", retried.total(), dict(retried))  # fmt: skip
+        log.info(
+            "%d items quarantined earlier in this run are tried again, their cause changed: %s",
+            retried.total(),
+            dict(retried),
+        )
 
 
 def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:

@@ -153,18 +153,23 @@ def _not_running(snap: InspectorSnapshot, stats: StagerStats, ring_line: str) ->
     if not stats.consumer_connected and not stats.batches:
         return Diagnosis(
             "starting",
-            ["no trainer has connected yet (it may still be importing TensorFlow or "
-             "building its model)", ring_line],
-            "wait; scripts/launch.sh starts one. Without it: "
-            "`ringfeed trainer CONFIG --run-id R`",
-        )  # fmt: skip
+            [
+                "no trainer has connected yet (it may still be importing TensorFlow or "
+                "building its model)",
+                ring_line,
+            ],
+            "wait; scripts/launch.sh starts one. Without it: `ringfeed trainer CONFIG --run-id R`",
+        )
     if not stats.consumer_connected:
         return Diagnosis(
             "no-consumer",
-            [f"the consumer left after {stats.batches} batches: the stager grants nothing "
-             "until one says hello", ring_line],
+            [
+                f"the consumer left after {stats.batches} batches: the stager grants nothing "
+                "until one says hello",
+                ring_line,
+            ],
             "look at the trainer's log; resume it with `ringfeed trainer CONFIG --run-id R`",
-        )  # fmt: skip
+        )
     stuck = _stuck(snap)
     if not snap.producers:
         crashes = len(stats.crashes)
@@ -215,26 +220,35 @@ def _trainer_advice(gpus: int | None) -> str:
     """What makes the step cheaper on this host (stats "gpus": None when not counted)."""
     goal = "this is the goal; spare producers cost CPU only. To go faster: "
     if gpus == 0:
-        return goal + ("this host has no GPU, so the step runs on the CPU (mixed precision "
-                       "is off there): a smaller model or batch, train.cpu_threads, or a host "
-                       "with a GPU")  # fmt: skip
+        return goal + (
+            "this host has no GPU, so the step runs on the CPU (mixed precision "
+            "is off there): a smaller model or batch, train.cpu_threads, or a host "
+            "with a GPU"
+        )
     if gpus == 1:
-        return goal + ("the model shares the one GPU with the stager: train.mixed_precision, "
-                       "a smaller batch or model, or a second GPU (devices.model)")  # fmt: skip
+        return goal + (
+            "the model shares the one GPU with the stager: train.mixed_precision, "
+            "a smaller batch or model, or a second GPU (devices.model)"
+        )
     if gpus is None:
         return goal + "make the step cheaper (mixed precision on a GPU, a smaller batch or model)"
-    return goal + (f"{gpus} GPUs here: spread the model over those the stager does not use "
-                   "(devices.model, a replica each), and train.mixed_precision")  # fmt: skip
+    return goal + (
+        f"{gpus} GPUs here: spread the model over those the stager does not use "
+        "(devices.model, a replica each), and train.mixed_precision"
+    )
 
 
 def _stuck_trainer(age_s: float, batch_ready: int, ring_line: str) -> Diagnosis:
     return Diagnosis(
         "trainer",
-        [f"no trainer step for {age_s:.0f} s while {batch_ready} batch(es) wait for it: "
-         "it is stuck in a step, compiling, or stopped", ring_line],
+        [
+            f"no trainer step for {age_s:.0f} s while {batch_ready} batch(es) wait for it: "
+            "it is stuck in a step, compiling, or stopped",
+            ring_line,
+        ],
         "read the trainer's log (XLA compiles each new batch shape once: a long first "
         "step of a bucket is normal)",
-    )  # fmt: skip
+    )
 
 
 def diagnose(snap: InspectorSnapshot) -> Diagnosis:
@@ -252,10 +266,13 @@ def diagnose(snap: InspectorSnapshot) -> Diagnosis:
     if snap.stats_age_s is not None and snap.stats_age_s > STATS_STALE_S:
         return Diagnosis(
             "stale",
-            [f"the stager's last stats are {snap.stats_age_s:.0f} s old: it is stuck, "
-             "stopped or gone (what follows is from then)", ring_line],
+            [
+                f"the stager's last stats are {snap.stats_age_s:.0f} s old: it is stuck, "
+                "stopped or gone (what follows is from then)",
+                ring_line,
+            ],
             "read the stager's log; after a crash `ringfeed cleanup` removes what it left",
-        )  # fmt: skip
+        )
     wait = _wait_fraction(stats.trainer)
     wait_line = f"trainer waits for data {wait:.0%} of the time" if wait is not None else None
     early = _not_running(snap, stats, ring_line)
@@ -269,12 +286,14 @@ def diagnose(snap: InspectorSnapshot) -> Diagnosis:
     elif stats.trainer is None:
         return Diagnosis(
             "compiling",
-            ["the trainer connected and has not finished its first step: TensorFlow is "
-             "building it and XLA compiling it (tens of seconds, once per batch shape)",
-             ring_line],
-            "wait: no stage is the limit yet" + (
-                f"; {batch_ready} batch(es) are ready for it" if batch_ready else ""),
-        )  # fmt: skip
+            [
+                "the trainer connected and has not finished its first step: TensorFlow is "
+                "building it and XLA compiling it (tens of seconds, once per batch shape)",
+                ring_line,
+            ],
+            "wait: no stage is the limit yet"
+            + (f"; {batch_ready} batch(es) are ready for it" if batch_ready else ""),
+        )
     if (wait is not None and wait < WAIT_LOW) or batch_ready >= batch_slots:
         if wait is not None and wait < WAIT_LOW:
             where = {0: "the trainer's CPU step", None: "the train step"}.get(stats.gpus, "the GPU")

@@ -25,8 +25,10 @@ def _padding_text(stats: StagerStats | None) -> str:
         return ""
     pad = stats.padding_efficiency
     shapes = len(stats.buckets) or 1
-    return (f"  padding: {pad.frames:.0%} of frames, {_fmt(pad.text, '.0%')} of tokens real "
-            f"({shapes} shape{'s' if shapes > 1 else ''})")  # fmt: skip
+    return (
+        f"  padding: {pad.frames:.0%} of frames, {_fmt(pad.text, '.0%')} of tokens real "
+        f"({shapes} shape{'s' if shapes > 1 else ''})"
+    )
 
 
 def _title(snap: InspectorSnapshot) -> str:
@@ -41,8 +43,7 @@ def _title(snap: InspectorSnapshot) -> str:
         if 0 <= within <= s.n_items
         else f"epoch {s.epoch}, plan position {s.cursor}"
     )
-    return (f"ringfeed inspect  run {snap.run_id}  uptime {s.uptime_s:.0f} s  "
-            f"{where}{stale}")  # fmt: skip
+    return f"ringfeed inspect  run {snap.run_id}  uptime {s.uptime_s:.0f} s  {where}{stale}"
 
 
 def _ring_lines(snap: InspectorSnapshot) -> list[str]:
@@ -116,9 +117,11 @@ def _shard_lines(stats: StagerStats) -> list[str]:
         return []
     reads = shards["hits"] + shards["fetched"]
     hit = f"{shards['hits'] / reads:.0%}" if reads else "-"
-    return [f"shard cache: {shards['hits']} hits, {shards['fetched']} shards fetched "
-            f"({shards['bytes_fetched'] / 2**20:.1f} MiB), hit rate {hit}, "
-            f"{shards['retries']} retries"]  # fmt: skip
+    return [
+        f"shard cache: {shards['hits']} hits, {shards['fetched']} shards fetched "
+        f"({shards['bytes_fetched'] / 2**20:.1f} MiB), hit rate {hit}, "
+        f"{shards['retries']} retries"
+    ]
 
 
 def render(snap: InspectorSnapshot, log_tail: list[str] | None = None) -> str:

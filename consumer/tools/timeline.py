@@ -100,8 +100,9 @@ def _occupancy(ax: Axes, t: np.ndarray, points: list[TimelinePoint]) -> None:
     """Sample slots per state, stacked, and the batch slots ready as a line."""
     stacks = [[pt.slots.get(state, 0) for pt in points] for state in OCCUPANCY]
     ax.stackplot(t, stacks, labels=list(OCCUPANCY), colors=list(OCCUPANCY.values()), step="post")
-    ax.plot(t, [pt.batch_ready for pt in points], "k-", drawstyle="steps-post",
-            label="batch ring ready")  # fmt: skip
+    ax.plot(
+        t, [pt.batch_ready for pt in points], "k-", drawstyle="steps-post", label="batch ring ready"
+    )
     ax.set_ylabel("slots")
     ax.set_title(f"ringfeed run {points[0].run_id}: places (rows being filled, spares)")
     ax.legend(loc="upper left", fontsize=8, ncol=6)

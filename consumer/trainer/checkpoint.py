@@ -87,9 +87,12 @@ class CheckpointManager:
             # What this save left (TF's temp folder, its sidecar) would hold space for nothing.
             shutil.rmtree(self.directory / f"{PREFIX}-{step}_temp", ignore_errors=True)
             self._sidecar(step).unlink(missing_ok=True)
-            log.warning("checkpoint %d not saved: %s; training goes on and the next checkpoint"
-                        " tries again (train.checkpoint_every): free space there",
-                        step, DiskFull(self.directory))  # fmt: skip
+            log.warning(
+                "checkpoint %d not saved: %s; training goes on and the next checkpoint"
+                " tries again (train.checkpoint_every): free space there",
+                step,
+                DiskFull(self.directory),
+            )
             return ""
 
     def _save(self, step: int, cursor: dict[str, Any], config_yaml: str) -> str:
@@ -112,12 +115,17 @@ class CheckpointManager:
                 restored = self._restore(path)
             except UNREADABLE as exc:
                 failures.append(f"{Path(path).name}: {type(exc).__name__}: {exc}")
-                log.warning("checkpoint %s cannot be restored (%s: %s); trying the one before",
-                            path, type(exc).__name__, exc)  # fmt: skip
+                log.warning(
+                    "checkpoint %s cannot be restored (%s: %s); trying the one before",
+                    path,
+                    type(exc).__name__,
+                    exc,
+                )
                 continue
             if failures:
-                log.warning("resumed from %s: newer checkpoints unreadable (%s)",
-                            path, "; ".join(failures))  # fmt: skip
+                log.warning(
+                    "resumed from %s: newer checkpoints unreadable (%s)", path, "; ".join(failures)
+                )
             return restored
         if not candidates:
             return None
@@ -156,8 +164,11 @@ class CheckpointManager:
         indexes = self.directory.glob(f"{PREFIX}-*.index")
         on_disk = sorted((str(p.with_suffix("")) for p in indexes), key=_number, reverse=True)
         if on_disk:
-            log.warning("%s names no checkpoint, %d are on disk: trying them newest first",
-                        self.directory / "checkpoint", len(on_disk))  # fmt: skip
+            log.warning(
+                "%s names no checkpoint, %d are on disk: trying them newest first",
+                self.directory / "checkpoint",
+                len(on_disk),
+            )
         return on_disk
 
     def config_yaml(self, step: int) -> str:

@@ -81,9 +81,12 @@ class FileCheckpoints:
                 raise
             tmp.unlink(missing_ok=True)
             self._sidecar(step).unlink(missing_ok=True)
-            log.warning("checkpoint %d not saved: %s; training goes on and the next checkpoint"
-                        " tries again (train.checkpoint_every): free space there",
-                        step, DiskFull(self.directory))  # fmt: skip
+            log.warning(
+                "checkpoint %d not saved: %s; training goes on and the next checkpoint"
+                " tries again (train.checkpoint_every): free space there",
+                step,
+                DiskFull(self.directory),
+            )
             return ""
         self._prune()
         log.info("saved checkpoint %s", weights)
@@ -101,8 +104,12 @@ class FileCheckpoints:
                 self.load_weights(self._weights(number))
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 failures.append(f"{PREFIX}-{number}: {type(exc).__name__}: {exc}")
-                log.warning("checkpoint %d cannot be restored (%s: %s); trying the one before",
-                            number, type(exc).__name__, exc)  # fmt: skip
+                log.warning(
+                    "checkpoint %d cannot be restored (%s: %s); trying the one before",
+                    number,
+                    type(exc).__name__,
+                    exc,
+                )
                 continue
             log.info("restored checkpoint %d, cursor %s", number, record["cursor"])
             return int(record["step"]), record["cursor"]
@@ -116,8 +123,10 @@ class FileCheckpoints:
 
     def numbers(self) -> list[int]:
         """The complete checkpoints' numbers (their weights file exists), oldest first."""
-        found = (p.name[len(PREFIX) + 1 : -len(self.suffix)] for p in
-                 self.directory.glob(f"{PREFIX}-*{self.suffix}"))  # fmt: skip
+        found = (
+            p.name[len(PREFIX) + 1 : -len(self.suffix)]
+            for p in self.directory.glob(f"{PREFIX}-*{self.suffix}")
+        )
         return sorted(int(n) for n in found if n.isdigit())
 
     def _weights(self, number: int) -> Path:

@@ -151,8 +151,12 @@ class Feeder(threading.Thread):
                     raise TimeoutError(self.client.stager_verdict(waited)) from None
                 if time.monotonic() - last_note > WAITING_NOTE_S:
                     last_note = time.monotonic()
-                    log.warning("no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
-                                waited, limit_s, self.client.stager_verdict(waited))  # fmt: skip
+                    log.warning(
+                        "no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
+                        waited,
+                        limit_s,
+                        self.client.stager_verdict(waited),
+                    )
                 continue
             last_batch = last_note = time.monotonic()
             if batch is None:
@@ -174,8 +178,12 @@ class Feeder(threading.Thread):
             }
         items = np.array(batch.arrays["items"][: batch.meta.n_valid], copy=True)
         a = batch.arrays
-        fill = (int(a["mel_lens"].sum()), a["mel"].shape[0] * a["mel"].shape[1],
-                int(a["text_lens"].sum()), a["tokens"].size)  # fmt: skip
+        fill = (
+            int(a["mel_lens"].sum()),
+            a["mel"].shape[0] * a["mel"].shape[1],
+            int(a["text_lens"].sum()),
+            a["tokens"].size,
+        )
         n = batch.meta.n_valid
         ids = [np.array(a[k][:n], copy=True) if k in a else None for k in ("speaker", "language")]
         return FedBatch(batch.meta, tensors, items, fill, *ids)

@@ -78,10 +78,21 @@ class StepMetrics:
         """
         n = len(self._step_s)
         if n == 0:
-            return dict.fromkeys(
-                ("step_time_s", "wait_s", "wait_frac", "step_time_cv", "samples_per_s",
-                 "useful_frames_per_s"), 0.0
-            ) | {"steps": 0} | self._efficiency(self._fills)  # fmt: skip
+            return (
+                dict.fromkeys(
+                    (
+                        "step_time_s",
+                        "wait_s",
+                        "wait_frac",
+                        "step_time_cv",
+                        "samples_per_s",
+                        "useful_frames_per_s",
+                    ),
+                    0.0,
+                )
+                | {"steps": 0}
+                | self._efficiency(self._fills)
+            )
         step_total, wait_total = sum(self._step_s), sum(self._wait_s)
         mean = step_total / n
         var = sum((s - mean) ** 2 for s in self._step_s) / n

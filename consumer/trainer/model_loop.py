@@ -100,8 +100,15 @@ def setup(cfg: Config, run_id: str, side: ModelSide, new_plan: bool) -> Loop:
         side.loader.load_cursor(cursor, new_plan=new_plan)
     if cfg.train.log_batches:
         loop.batch_log = open_batch_log(directory / "batches.jsonl")
-    log.info("%s trainer on %s (%s): %d params, step %d of %d", type(side).__name__,
-             side.device, side.mode, side.n_params, loop.step, cfg.train.steps)  # fmt: skip
+    log.info(
+        "%s trainer on %s (%s): %d params, step %d of %d",
+        type(side).__name__,
+        side.device,
+        side.mode,
+        side.n_params,
+        loop.step,
+        cfg.train.steps,
+    )
     return loop
 
 
@@ -140,11 +147,14 @@ def train(loop: Loop, stop: StopFlag) -> None:
 def log_batch(loop: Loop, batch: dict[str, Any]) -> None:
     """batches.jsonl: the step's batch, as the TensorFlow trainer writes it."""
     meta, host = loop.side.loader.last_meta, loop.side.host
-    record = {"step": loop.step, "batch_index": meta.batch_index,
-              "epochs": [meta.first_epoch, meta.epoch],
-              "shape": [meta.rows, meta.frames, meta.text_len],
-              "items": host(batch["items"])[: meta.n_valid].tolist(),
-              "text_lens": host(batch["text_lens"])[: meta.n_valid].tolist()}  # fmt: skip
+    record = {
+        "step": loop.step,
+        "batch_index": meta.batch_index,
+        "epochs": [meta.first_epoch, meta.epoch],
+        "shape": [meta.rows, meta.frames, meta.text_len],
+        "items": host(batch["items"])[: meta.n_valid].tolist(),
+        "text_lens": host(batch["text_lens"])[: meta.n_valid].tolist(),
+    }
     loop.batch_log.write(json.dumps(record) + "\n")
     loop.batch_log.flush()
 
@@ -168,8 +178,9 @@ def teardown(loop: Loop, run_id: str, stop: StopFlag) -> None:
         return
     path = run_dir(cfg, run_id) / "summary.json"
     wait_s = STAGER_SUMMARY_WAIT_S if finished else STOPPED_SUMMARY_WAIT_S
-    write_json_atomic(path, summarize(loop, read_stager_json(path.with_name("stager.json"),
-                                                             wait_s), cursor))  # fmt: skip
+    write_json_atomic(
+        path, summarize(loop, read_stager_json(path.with_name("stager.json"), wait_s), cursor)
+    )
     log.info("trainer done (%s) at step %d; summary %s", loop.ended, loop.step, path)
 
 
@@ -178,18 +189,27 @@ def summarize(loop: Loop, stager: dict[str, Any], cursor: dict[str, Any]) -> dic
     m, counters = loop.metrics.run_summary(), stager.get("counters", {})
     n_items = stager.get("n_items")
     return {
-        "steps": loop.step, "steps_this_run": len(loop.losses), "samples": loop.samples,
+        "steps": loop.step,
+        "steps_this_run": len(loop.losses),
+        "samples": loop.samples,
         "epochs": cursor["position"] / n_items if n_items else None,
-        "delivered": counters.get("delivered"), "skipped": counters.get("skipped"),
-        "data_wait_fraction": m["wait_frac"], "step_time_s": m["step_time_s"],
-        "step_time_cv": m["step_time_cv"], "step_time_median_s": m["step_time_median_s"],
-        "samples_per_s": m["samples_per_s"], "useful_frames_per_s": m["useful_frames_per_s"],
+        "delivered": counters.get("delivered"),
+        "skipped": counters.get("skipped"),
+        "data_wait_fraction": m["wait_frac"],
+        "step_time_s": m["step_time_s"],
+        "step_time_cv": m["step_time_cv"],
+        "step_time_median_s": m["step_time_median_s"],
+        "samples_per_s": m["samples_per_s"],
+        "useful_frames_per_s": m["useful_frames_per_s"],
         "first_loss": loop.losses[0] if loop.losses else None,
         "final_loss": loop.losses[-1] if loop.losses else None,
-        "trace_count": loop.side.trace_count, "first_step_s": loop.first_step_s,
-        "device_mode": loop.side.mode, "framework": type(loop.side).__name__,
-        "ended": loop.ended, "cursor": cursor,
-    }  # fmt: skip
+        "trace_count": loop.side.trace_count,
+        "first_step_s": loop.first_step_s,
+        "device_mode": loop.side.mode,
+        "framework": type(loop.side).__name__,
+        "ended": loop.ended,
+        "cursor": cursor,
+    }
 
 
 def run(cfg: Config, run_id: str, side: ModelSide, new_plan: bool, stop: StopFlag) -> int:

@@ -86,9 +86,14 @@ def make_strategy(
         strategy = tf.distribute.MirroredStrategy(devices)
     else:
         return None
-    log.info("%s: %d replicas in sync, %d here, worker %d of %d",
-             type(strategy).__name__, strategy.num_replicas_in_sync, local_replicas(strategy),
-             share.index, share.count)  # fmt: skip
+    log.info(
+        "%s: %d replicas in sync, %d here, worker %d of %d",
+        type(strategy).__name__,
+        strategy.num_replicas_in_sync,
+        local_replicas(strategy),
+        share.index,
+        share.count,
+    )
     return strategy
 
 

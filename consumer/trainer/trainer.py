@@ -104,9 +104,12 @@ def restore(cfg: Config, checkpoints: Any) -> tuple[int, dict[str, Any]]:
     restored = checkpoints.restore_latest()
     step, cursor = restored if restored else (0, {})
     if restored and "plan" not in cursor:
-        log.warning("checkpoint of step %d has no plan fingerprint (written before ringfeed "
-                    "had them): resuming without checking that the dataset, seed and buckets "
-                    "are those it was trained on", step)  # fmt: skip
+        log.warning(
+            "checkpoint of step %d has no plan fingerprint (written before ringfeed "
+            "had them): resuming without checking that the dataset, seed and buckets "
+            "are those it was trained on",
+            step,
+        )
     fresh = {"position": 0, "batch_index": 0, "epoch": 0, "seed": cfg.stager.seed, "plan": {}}
     return step, fresh | cursor
 
@@ -135,19 +138,32 @@ def build_step(
     if strategy is None:
         model, loss_fn = load_model_factory(cfg)
         optimizer = make_optimizer(cfg)
-        step_fn = TrainStep(model, optimizer, loss_fn, cfg.train.jit_compile,
-                            max_shapes=cfg.stager.n_shapes)  # fmt: skip
+        step_fn = TrainStep(
+            model, optimizer, loss_fn, cfg.train.jit_compile, max_shapes=cfg.stager.n_shapes
+        )
         return plan, policy, model, optimizer, step_fn
     with strategy.scope():
         model, loss_fn = load_model_factory(cfg)
         optimizer = make_optimizer(cfg, clip=False)  # DistributedStep clips the sum
-        step_fn = DistributedStep(strategy, model, optimizer, loss_fn, cfg.train.jit_compile,
-                                  max_shapes=cfg.stager.n_shapes)  # fmt: skip
+        step_fn = DistributedStep(
+            strategy,
+            model,
+            optimizer,
+            loss_fn,
+            cfg.train.jit_compile,
+            max_shapes=cfg.stager.n_shapes,
+        )
     return plan, policy, model, optimizer, step_fn
 
 
-def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
-          share: Share = ONE_WORKER, cluster: tuple[str, ...] = ()) -> Session:  # fmt: skip
+def setup(
+    cfg: Config,
+    run_id: str,
+    stop: StopFlag,
+    new_plan: bool = False,
+    share: Share = ONE_WORKER,
+    cluster: tuple[str, ...] = (),
+) -> Session:
     """Build everything the loop needs; called once by main. new_plan: if the plan
     changed since the checkpoint, start a new one at its next epoch (else: refused).
     share, cluster: this worker of several and every worker's host:port."""
@@ -168,8 +184,16 @@ def setup(cfg: Config, run_id: str, stop: StopFlag, new_plan: bool = False,
     # Replicas take their rows from host memory (replicas.py): the feeder copies there.
     device = "/CPU:0" if plan.mode == "cpu" or replicated else "/GPU:0"
     new_plan_at = cursor["epoch"] + 1 if new_plan else 0
-    feeder = Feeder(cfg, run_id, cursor["position"], cursor["batch_index"], device, stop,
-                    cursor["plan"], new_plan_at)  # fmt: skip
+    feeder = Feeder(
+        cfg,
+        run_id,
+        cursor["position"],
+        cursor["batch_index"],
+        device,
+        stop,
+        cursor["plan"],
+        new_plan_at,
+    )
     log.info(
         "trainer on %s (%s%s, %s, jit %s): %d params, step %d of %d",
         plan.visible and f"GPU {plan.visible}" or device,
@@ -232,9 +256,12 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             "plan": s.feeder.plan,  # what a resume must find again (shared/run/fingerprint.py)
         }
         if s.batch_log is not None:
-            record = {"step": s.step, "batch_index": meta.batch_index,
-                      "epochs": [meta.first_epoch, meta.epoch],
-                      "shape": [meta.rows, meta.frames, meta.text_len]}  # fmt: skip
+            record = {
+                "step": s.step,
+                "batch_index": meta.batch_index,
+                "epochs": [meta.first_epoch, meta.epoch],
+                "shape": [meta.rows, meta.frames, meta.text_len],
+            }
             rows = {
                 "items": batch.items.tolist(),  # and their true text lengths: a row check
                 "text_lens": batch.tensors["text_lens"].numpy()[: meta.n_valid].tolist(),

@@ -185,8 +185,14 @@ def _decode_fallback(
 
     offset_s, duration_s = segment or (0.0, 0.0)
     try:
-        data, sr = librosa.load(path, sr=None, mono=False, dtype=np.float32,
-                                offset=offset_s, duration=duration_s or None)  # fmt: skip
+        data, sr = librosa.load(
+            path,
+            sr=None,
+            mono=False,
+            dtype=np.float32,
+            offset=offset_s,
+            duration=duration_s or None,
+        )
     except Exception as exc:  # audioread and its backends raise many unrelated types
         raise SkipSample(
             f"unreadable audio file (soundfile: {first_error}; audioread: {exc})", path

@@ -97,8 +97,17 @@ def _settings_json(cfg: Config) -> str:
     del features["cache_dir"], features["cache"]  # where and whether: not what
     # The optional fields are cached under keys of their own (producer/features/extra_fields.py):
     # turning one on or off keeps the mels.
-    for key in ("pitch", "energy", "user_function", "user_version", "user_fields",
-                "reference", "reference_frames", "single_clip", "durations_dir"):  # fmt: skip
+    for key in (
+        "pitch",
+        "energy",
+        "user_function",
+        "user_version",
+        "user_fields",
+        "reference",
+        "reference_frames",
+        "single_clip",
+        "durations_dir",
+    ):
         del features[key]
     features["log_floor"] = LOG_FLOOR  # once a key: caches made then keep their name
     features["stft_dtype"] = STFT_DTYPE
@@ -250,8 +259,9 @@ class FeatureCache:
             return None
         array = self._load(entry)
         if array is None:
-            log.warning("feature cache: corrupt entry in %s at %d, recomputing",
-                        entry.shard, entry.offset)  # fmt: skip
+            log.warning(
+                "feature cache: corrupt entry in %s at %d, recomputing", entry.shard, entry.offset
+            )
             self._bad.add((entry.shard, entry.offset))
             del self._index[key]
             self.stats.corrupt += 1
@@ -309,17 +319,21 @@ class FeatureCache:
         self._failures_in_row += 1
         if is_full(exc):  # no retry finds room on a full disk: off at once, one line said
             self._failures_in_row = MAX_WRITE_FAILURES
-            log.warning("feature cache: %s: this process writes no more features there for"
-                        " the run, reads go on; free space there, or set features.cache_dir"
-                        " elsewhere or features.cache: false",
-                        disk_error(exc, self.directory))  # fmt: skip
+            log.warning(
+                "feature cache: %s: this process writes no more features there for"
+                " the run, reads go on; free space there, or set features.cache_dir"
+                " elsewhere or features.cache: false",
+                disk_error(exc, self.directory),
+            )
         elif not self.writing:
             log.warning(
                 "feature cache: %d writes in a row failed (last: %s); this process stops "
                 "writing to %s for the rest of the run, reads go on: free space there, or "
                 "set features.cache_dir elsewhere or features.cache: false",
-                self._failures_in_row, exc, self.directory,
-            )  # fmt: skip
+                self._failures_in_row,
+                exc,
+                self.directory,
+            )
 
     def rescan(self) -> int:
         """Read records other processes appended since the last scan -> number of new keys."""

@@ -53,8 +53,9 @@ class ClipFeatures:
 
     name = "features"
 
-    def __init__(self, cfg: Config, counters: PipelineCounters,
-                 cache: FeatureCache | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, cfg: Config, counters: PipelineCounters, cache: FeatureCache | None = None
+    ) -> None:
         self.cfg, self.counters = cfg, counters
         if cache is None and cfg.features.cache:
             try:
@@ -85,20 +86,24 @@ class ClipFeatures:
         if extras:
             frames = 1 + len(wave) // self.cfg.features.hop_length
             if self.extras.pitch:
-                fields["pitch"], fields["voiced"] = run_stage("pitch", pitch, wave, frames,
-                                                              self.cfg)  # fmt: skip
+                fields["pitch"], fields["voiced"] = run_stage(
+                    "pitch", pitch, wave, frames, self.cfg
+                )
             if self.extras.user is not None:  # an exception of the user's: stage user
                 mel = array if self.cfg.features.device == "producer" else None
-                fields.update(run_stage("user", self.extras.call_user, wave, mel, frames,
-                                        n_tokens, entry))  # fmt: skip
+                fields.update(
+                    run_stage("user", self.extras.call_user, wave, mel, frames, n_tokens, entry)
+                )
             self.counters.extras += 1
         if key is not None:
-            run_stage("cache", self._keep, key, entry, (array, marks, fields), hit is None,
-                      truncated)  # fmt: skip
+            run_stage(
+                "cache", self._keep, key, entry, (array, marks, fields), hit is None, truncated
+            )
         return array, marks, fields
 
-    def _look_up(self, entry: Entry, extras: bool) -> tuple[bytes | None, tuple | None,
-                                                           dict | None]:  # fmt: skip
+    def _look_up(
+        self, entry: Entry, extras: bool
+    ) -> tuple[bytes | None, tuple | None, dict | None]:
         """(cache key, hit (array, marks) or None, the optional fields when every group is
         cached, else None); a cache that cannot be read is a miss."""
         if self.cache is None:
@@ -131,8 +136,7 @@ class ClipFeatures:
         self.counters.mels += 1
         return mel, fields
 
-    def _keep(self, key: bytes, entry: Entry, arrays: Arrays, fresh: bool,
-              truncated: bool) -> None:  # fmt: skip
+    def _keep(self, key: bytes, entry: Entry, arrays: Arrays, fresh: bool, truncated: bool) -> None:
         """What was computed into the cache: the mel (or wave) when it was not there
         (fresh), and every optional field's group."""
         array, marks, fields = arrays
@@ -151,8 +155,7 @@ class ClipFeatures:
         if isinstance(exc, DiskFull) and what == "cannot write":
             return  # the cache said so, once, and writes no more (producer/features/cache.py)
         if n <= 3 or n % 1000 == 0:  # one per sample on a full disk: keep the log short
-            log.warning("feature cache %s (%d so far): %s; samples go on without it",
-                        what, n, exc)  # fmt: skip
+            log.warning("feature cache %s (%d so far): %s; samples go on without it", what, n, exc)
 
     def counters_of_reads(self) -> dict[str, int]:
         """Tar shard and object reads of this process (ClipReader.counters)."""

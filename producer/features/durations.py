@@ -47,9 +47,13 @@ def read_durations(directory: str, item_id: str, n_tokens: int, n_frames: int) -
         raise skip("not whitespace-separated integers") from None
     durations = np.asarray(values, np.int64)
     if len(durations) != n_tokens:
-        raise skip(f"{len(durations)} durations for {n_tokens} tokens (text truncated, or "
-                   "another tokenizer)")  # fmt: skip
+        raise skip(
+            f"{len(durations)} durations for {n_tokens} tokens (text truncated, or "
+            "another tokenizer)"
+        )
     if (durations < 0).any() or int(durations.sum()) != n_frames:
-        raise skip(f"durations >= 0 summing to {int(durations.sum())}, the mel has {n_frames} "
-                   "frames (audio trimmed or truncated, or another hop_length)")  # fmt: skip
+        raise skip(
+            f"durations >= 0 summing to {int(durations.sum())}, the mel has {n_frames} "
+            "frames (audio trimmed or truncated, or another hop_length)"
+        )
     return durations.astype(np.int32)

@@ -53,12 +53,15 @@ def load_user_function(spec: str) -> UserFunction:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"features.user_function={spec!r}: cannot import {module_name}: "
-                          f"{exc} (is it on PYTHONPATH?)") from exc  # fmt: skip
+        raise ConfigError(
+            f"features.user_function={spec!r}: cannot import {module_name}: "
+            f"{exc} (is it on PYTHONPATH?)"
+        ) from exc
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise ConfigError(f"features.user_function={spec!r}: {module_name} has no "
-                          f"function {func_name}")  # fmt: skip
+        raise ConfigError(
+            f"features.user_function={spec!r}: {module_name} has no function {func_name}"
+        )
     return func
 
 
@@ -90,24 +93,30 @@ def check_user_output(
     unknown = sorted(set(out) - names)
     missing = sorted(names - set(out))
     if unknown or missing:
-        raise refuse(f"returned fields {sorted(out)}, declared {sorted(names)} "
-                     "(features.user_fields): return exactly those")  # fmt: skip
+        raise refuse(
+            f"returned fields {sorted(out)}, declared {sorted(names)} "
+            "(features.user_fields): return exactly those"
+        )
     arrays = {}
     for f in decls:
         x = np.asarray(out[f.name])
         want = expected_shape(f, n_frames, n_tokens, x.shape)
         if x.shape != want:
-            raise refuse(f"field {f.name!r} has shape {x.shape}, declared {want} "
-                         f"(length: {f.length}; this sample has {n_frames} mel frames, "
-                         f"{n_tokens} tokens)")  # fmt: skip
+            raise refuse(
+                f"field {f.name!r} has shape {x.shape}, declared {want} "
+                f"(length: {f.length}; this sample has {n_frames} mel frames, "
+                f"{n_tokens} tokens)"
+            )
         if not np.can_cast(x.dtype, f.dtype, "same_kind"):
             raise refuse(f"field {f.name!r} has dtype {x.dtype}, declared {f.dtype}")
         if x.size and x.dtype.kind in "iu" and np.dtype(f.dtype).kind in "iu":
             # int64 -> int32 is "same_kind" and wraps: 2**32 + 7 would arrive as 7.
             bounds = np.iinfo(f.dtype)
             if x.min() < bounds.min or x.max() > bounds.max:
-                raise refuse(f"field {f.name!r} holds {x.min()}..{x.max()}, beyond "
-                             f"{f.dtype}'s {bounds.min}..{bounds.max}")  # fmt: skip
+                raise refuse(
+                    f"field {f.name!r} holds {x.min()}..{x.max()}, beyond "
+                    f"{f.dtype}'s {bounds.min}..{bounds.max}"
+                )
         arrays[f.name] = np.ascontiguousarray(x, dtype=f.dtype)
     return arrays
 
@@ -147,15 +156,15 @@ class ExtraFields:
         assert self.user is not None
         # Read-only views: a function that edited them in place (mel -= mel.mean()) would
         # change the delivered sample and the feature cache; now it raises, for that clip.
-        out = self.user(read_only(wave), None if mel is None else read_only(mel), entry.text,
-                        entry)  # fmt: skip
+        out = self.user(read_only(wave), None if mel is None else read_only(mel), entry.text, entry)
         spec = self.cfg.features.user_function
         return check_user_output(out, self.user_decls, n_frames, n_tokens, spec)
 
     @staticmethod
     def group_key(key: bytes, group: str, version: str) -> bytes:
-        return hashlib.blake2b(b"\0".join([key, group.encode(), version.encode()]),
-                               digest_size=16).digest()  # fmt: skip
+        return hashlib.blake2b(
+            b"\0".join([key, group.encode(), version.encode()]), digest_size=16
+        ).digest()
 
     def group_keys(self, key: bytes, entry: Any) -> dict[str, bytes]:
         """The cache key of each group for the entry whose audio has mel key `key`."""
@@ -163,7 +172,7 @@ class ExtraFields:
         return {
             group: self.group_key(
                 key, group, version if d[0].origin == "builtin" else f"{version}\0{user}"
-            )  # fmt: skip
+            )
             for group, (version, d) in self.groups.items()
         }
 
@@ -181,8 +190,14 @@ class ExtraFields:
             fields.update(_unpack(hit[0], decls))
         return fields
 
-    def to_cache(self, put: Callable[[bytes, np.ndarray, bool], Any], key: bytes, entry: Any,
-                 fields: dict[str, np.ndarray], truncated: bool) -> None:  # fmt: skip
+    def to_cache(
+        self,
+        put: Callable[[bytes, np.ndarray, bool], Any],
+        key: bytes,
+        entry: Any,
+        fields: dict[str, np.ndarray],
+        truncated: bool,
+    ) -> None:
         """Write every group of `fields` (put: FeatureCache.put)."""
         keys = self.group_keys(key, entry)
         for group, (_, decls) in self.groups.items():

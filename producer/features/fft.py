@@ -137,8 +137,7 @@ def choose(n_fft: int, directory: str = "") -> tuple[str, Rfft]:
     timings = _time_candidates(n_fft)
     name = min(timings, key=timings.__getitem__)
     shown = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in timings.items())
-    log.info("STFT: float64 FFT by %s (%s for %d frames of %d)", name, shown, PROBE_FRAMES,
-             n_fft)  # fmt: skip
+    log.info("STFT: float64 FFT by %s (%s for %d frames of %d)", name, shown, PROBE_FRAMES, n_fft)
     if path is not None:
         _write_choice(path, name, timings)
     return name, CANDIDATES[name]
@@ -183,5 +182,4 @@ def _write_choice(path: Path, name: str, timings: dict[str, float]) -> None:
         tmp.write_text(json.dumps(record))
         os.replace(tmp, path)  # two processes timing at once: either's file is whole
     except OSError as exc:
-        log.info("STFT: cannot keep the FFT choice in %s (%s): each process times it", path,
-                 exc)  # fmt: skip
+        log.info("STFT: cannot keep the FFT choice in %s (%s): each process times it", path, exc)

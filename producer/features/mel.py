@@ -147,8 +147,9 @@ class _WorkBuffers(threading.local):
         size = int(np.prod(shape))
         buf = self.arrays.get(name)
         if buf is None or buf.size < size:
-            buf = self.arrays[name] = np.empty(max(size, 2 * (0 if buf is None else buf.size)),
-                                               dtype)  # fmt: skip
+            buf = self.arrays[name] = np.empty(
+                max(size, 2 * (0 if buf is None else buf.size)), dtype
+            )
         return buf[:size].reshape(shape)
 
 

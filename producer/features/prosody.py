@@ -35,8 +35,7 @@ def pitch(wave: np.ndarray, n_frames: int, cfg: Config) -> tuple[np.ndarray, np.
     sr = cfg.audio.sample_rate
     x = np.asarray(wave, dtype=np.float64)
     period_ms = 1000.0 * cfg.features.hop_length / sr
-    f0, times = pyworld.dio(x, sr, f0_floor=F0_FLOOR_HZ, f0_ceil=F0_CEIL_HZ,
-                            frame_period=period_ms)  # fmt: skip
+    f0, times = pyworld.dio(x, sr, f0_floor=F0_FLOOR_HZ, f0_ceil=F0_CEIL_HZ, frame_period=period_ms)
     f0 = pyworld.stonemask(x, f0, times, sr)
     out = np.zeros(n_frames, np.float32)
     m = min(n_frames, len(f0))

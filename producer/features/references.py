@@ -111,8 +111,9 @@ class References:
 
     name = "reference"
 
-    def __init__(self, cfg: Config, index: Any, features: ClipFeatures,
-                 counters: PipelineCounters) -> None:  # fmt: skip
+    def __init__(
+        self, cfg: Config, index: Any, features: ClipFeatures, counters: PipelineCounters
+    ) -> None:
         """index: the corpus index (entries, speaker ids); features: the clip path of
         the pipeline it is a stage of; counters: that pipeline's."""
         self.cfg, self.index, self.features, self.counters = cfg, index, features, counters
@@ -130,8 +131,10 @@ class References:
                 return
         if self.cfg.features.single_clip == "skip":
             tried = f" that reads (tried {len(candidates)})" if candidates else ""
-            raise SkipSample(f"its speaker has no other clip{tried} for a reference "
-                             "(features.single_clip: skip; own uses the clip itself)")  # fmt: skip
+            raise SkipSample(
+                f"its speaker has no other clip{tried} for a reference "
+                "(features.single_clip: skip; own uses the clip itself)"
+            )
         self.counters.reference_own += 1
         assert work.array is not None
         work.fields["ref_mel"] = self._cut(work.array, rng)
@@ -150,10 +153,14 @@ class References:
             self.bad.add(ref)
             self.counters.reference_failed += 1
             error = error_of(exc)
-            why = error.reason if isinstance(error, SkipSample) else (
-                f"{type(error).__name__}: {error}")  # fmt: skip
-            log.warning("reference candidate %d does not read (%s): the next one is tried",
-                        ref, why[:200])  # fmt: skip
+            why = (
+                error.reason
+                if isinstance(error, SkipSample)
+                else (f"{type(error).__name__}: {error}")
+            )
+            log.warning(
+                "reference candidate %d does not read (%s): the next one is tried", ref, why[:200]
+            )
             return None
 
     def _cut(self, array: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -77,8 +77,7 @@ def text_tokens(encoder: TextEncoder, text: str, language: str = "en") -> int:
     except SkipSample:
         return 0  # the producer will skip it too
     except Exception:  # noqa: BLE001 - costs this text only (docs/design.md#contract-9)
-        log.exception("length table: cannot encode a text in %r; counted as 0 tokens",
-                      language)  # fmt: skip
+        log.exception("length table: cannot encode a text in %r; counted as 0 tokens", language)
         return 0
     return len(tokens)
 
@@ -96,8 +95,12 @@ class _Part:
     count: bool
 
 
-def _start(cfg: Config, index: CorpusIndex | None = None, measure: np.ndarray | None = None,
-           count: bool = False) -> None:  # fmt: skip
+def _start(
+    cfg: Config,
+    index: CorpusIndex | None = None,
+    measure: np.ndarray | None = None,
+    count: bool = False,
+) -> None:
     _Part.cfg, _Part.index = cfg, index if index is not None else open_prepared(cfg)
     _Part.encoder, _Part.clips = TextEncoder(cfg), ClipReader(cfg)
     if measure is not None:
@@ -150,23 +153,32 @@ class TextPass:
         tmp = self.partial.with_name(f".{self.partial.name}")
         try:
             with open(tmp, "wb") as f:
-                np.savez(f, frames=self.lengths.frames, text=self.lengths.text, done=self.done,
-                         measure=self.measure, tally=np.array(tally))  # fmt: skip
+                np.savez(
+                    f,
+                    frames=self.lengths.frames,
+                    text=self.lengths.text,
+                    done=self.done,
+                    measure=self.measure,
+                    tally=np.array(tally),
+                )
             tmp.replace(self.partial)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             if not is_full(exc):
                 raise
             self.saving = False
-            log.warning("%s: the pass goes on, but cannot resume if it stops",
-                        disk_error(exc, self.partial.parent))  # fmt: skip
+            log.warning(
+                "%s: the pass goes on, but cannot resume if it stops",
+                disk_error(exc, self.partial.parent),
+            )
 
     def resume(self) -> None:
         """What an earlier pass of the same items saved, taken back."""
         try:
             with np.load(self.partial) as saved:
                 same = saved["done"].shape == self.done.shape and np.array_equal(
-                    saved["measure"], self.measure)  # fmt: skip
+                    saved["measure"], self.measure
+                )
                 tally = json.loads(str(saved["tally"]))
                 if not same or (tally is None) != (self.tally is None):
                     return
@@ -176,12 +188,15 @@ class TextPass:
             return
         if tally is not None:
             self.tally = Tally.from_dict(tally)
-        log.info("length table: resuming, %d of %d items done", self.done.sum(),
-                 len(self.done))  # fmt: skip
+        log.info("length table: resuming, %d of %d items done", self.done.sum(), len(self.done))
 
 
-def measure_lengths(cfg: Config, index: CorpusIndex, count: bool = False, workers: int = 0,
-                    ) -> tuple[Lengths, Tally | None, Path]:  # fmt: skip
+def measure_lengths(
+    cfg: Config,
+    index: CorpusIndex,
+    count: bool = False,
+    workers: int = 0,
+) -> tuple[Lengths, Tally | None, Path]:
     """Measure the items the index's length table lacks, keep them in it (or its memory
     copy: shared/corpus/memory_copies.py); with count, tally every text's characters too.
     Returns (the whole table, the tally or None, where the index is)."""
@@ -198,14 +213,22 @@ def measure_lengths(cfg: Config, index: CorpusIndex, count: bool = False, worker
     )
     state.resume()
     todo = np.flatnonzero(~state.done & (stale | count))
-    log.info("length table: measuring %d items (%d reused)%s -> %s", int(stale.sum()),
-             index.n_items - int(stale.sum()), ", counting characters" if count else "",
-             index.location)  # fmt: skip
+    log.info(
+        "length table: measuring %d items (%d reused)%s -> %s",
+        int(stale.sum()),
+        index.n_items - int(stale.sum()),
+        ", counting characters" if count else "",
+        index.location,
+    )
     t0 = time.monotonic()
     in_memory = index.location == "(in memory)"  # no other process can map it
     start = (lambda c: _start(c, index, stale, count)) if in_memory else _starter(stale, count)
-    run_pass(Pass("length table", start, _chunk, state.merge, state.save, CHUNK, MIN_PARALLEL),
-             cfg, todo, 1 if in_memory else workers)  # fmt: skip
+    run_pass(
+        Pass("length table", start, _chunk, state.merge, state.save, CHUNK, MIN_PARALLEL),
+        cfg,
+        todo,
+        1 if in_memory else workers,
+    )
     skipped = int((lengths.text[stale] == 0).sum())
     if skipped:
         log.warning("length table: %d texts the producers will skip (0 tokens)", skipped)

@@ -75,9 +75,15 @@ def run_pass(p: Pass, cfg: Config, todo: np.ndarray, workers: int = 0) -> None:
             if now - last_log > PROGRESS_S:
                 last_log = now
                 rate = done / (now - t0)
-                log.info("%s: %d of %d items (%.0f%%), %.0f items/s, ~%.0f s left", p.what,
-                         done, len(todo), 100 * done / len(todo), rate,
-                         (len(todo) - done) / max(rate, 1e-9))  # fmt: skip
+                log.info(
+                    "%s: %d of %d items (%.0f%%), %.0f items/s, ~%.0f s left",
+                    p.what,
+                    done,
+                    len(todo),
+                    100 * done / len(todo),
+                    rate,
+                    (len(todo) - done) / max(rate, 1e-9),
+                )
             if now - last_save > SAVE_S:
                 last_save = now
                 p.save()
@@ -85,8 +91,12 @@ def run_pass(p: Pass, cfg: Config, todo: np.ndarray, workers: int = 0) -> None:
     finally:
         if not finished:
             p.save()
-            log.warning("%s: stopped after %d of %d items; what is done is kept: run it "
-                        "again to go on", p.what, done, len(todo))  # fmt: skip
+            log.warning(
+                "%s: stopped after %d of %d items; what is done is kept: run it again to go on",
+                p.what,
+                done,
+                len(todo),
+            )
 
 
 def _results(p: Pass, cfg: Config, chunks: list[np.ndarray], workers: int) -> Iterator[Any]:

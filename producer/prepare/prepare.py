@@ -80,8 +80,9 @@ def reads_lengths(cfg: Config, index: CorpusIndex) -> bool:
     return cfg.stager.bucketed or (cfg.data.outliers != "keep" and not is_remote(cfg.data.path))
 
 
-def prepare(cfg: Config, workers: int = 0, role: str = "head",
-            in_subprocess: bool = True) -> Prepared:  # fmt: skip
+def prepare(
+    cfg: Config, workers: int = 0, role: str = "head", in_subprocess: bool = True
+) -> Prepared:
     """Every step cfg's runs need, each skipped when current (module docstring). role
     "producer": a host that only runs producers (the index, and the prosody table they
     apply). workers: processes of the passes (0: one per core); in_subprocess: the index
@@ -89,18 +90,26 @@ def prepare(cfg: Config, workers: int = 0, role: str = "head",
     t0 = time.monotonic()
     index = open_corpus(cfg, in_subprocess)
     done = Prepared(index)
-    done.say("index", f"{index.location}: {index.n_items} items, {len(index.bad_lines)} "
-             f"unusable lines, {len(index.speakers)} speakers, {len(index.languages)} "
-             f"languages (the id tables), digest {index.digest[:16]}")  # fmt: skip
+    done.say(
+        "index",
+        f"{index.location}: {index.n_items} items, {len(index.bad_lines)} "
+        f"unusable lines, {len(index.speakers)} speakers, {len(index.languages)} "
+        f"languages (the id tables), digest {index.digest[:16]}",
+    )
     if role == "head" and reads_lengths(cfg, index):
         lengths_step(cfg, index, done, workers)
     elif role == "head":
-        done.say("lengths", "not read by a run of this config (no length buckets, "
-                 "data.outliers: keep, or a corpus on object storage)")  # fmt: skip
+        done.say(
+            "lengths",
+            "not read by a run of this config (no length buckets, "
+            "data.outliers: keep, or a corpus on object storage)",
+        )
     if cfg.features.pitch_norm != "none":
         done.prosody, table = compute_table(cfg, index, workers)
-        done.say("prosody", f"{done.prosody}: {len(table['speakers'])} speakers, "
-                 f"{table['skipped']} clips skipped")  # fmt: skip
+        done.say(
+            "prosody",
+            f"{done.prosody}: {len(table['speakers'])} speakers, {table['skipped']} clips skipped",
+        )
     log.info("prepare: done in %.1f s", time.monotonic() - t0)
     return done
 
@@ -116,8 +125,11 @@ def lengths_step(cfg: Config, index: CorpusIndex, done: Prepared, workers: int =
     done.say("lengths", f"{where}: {index.n_items} items, {said}")
     if tally is not None:
         done.vocabulary = keep_vocabulary(cfg, index.digest, vocabulary_record(cfg, index, tally))
-        done.say("vocabulary", f"{done.vocabulary}: {len(tally.chars)} characters of "
-                 f"{tally.texts} texts, {len(tally.failed)} not cleaned")  # fmt: skip
+        done.say(
+            "vocabulary",
+            f"{done.vocabulary}: {len(tally.chars)} characters of "
+            f"{tally.texts} texts, {len(tally.failed)} not cleaned",
+        )
     elif index.has_audio:
         done.vocabulary = vocabulary_path(cfg, index.digest)
         done.say("vocabulary", f"{done.vocabulary}: current")

@@ -55,8 +55,17 @@ def clip_sums(entry: Entry, cfg: Config, clips: ClipReader) -> np.ndarray:
     f0, _ = pitch(wave, len(energy), cfg)
     log_f0 = np.log(f0[f0 > 0].astype(np.float64))
     e = energy.astype(np.float64)
-    return np.array([log_f0.sum(), np.square(log_f0).sum(), len(log_f0), e.sum(),
-                     np.square(e).sum(), len(e), 1.0])  # fmt: skip
+    return np.array(
+        [
+            log_f0.sum(),
+            np.square(log_f0).sum(),
+            len(log_f0),
+            e.sum(),
+            np.square(e).sum(),
+            len(e),
+            1.0,
+        ]
+    )
 
 
 class _Part:
@@ -92,8 +101,11 @@ class _Sums:
             with np.load(path) as saved:
                 if saved["sums"].shape == self.sums.shape and saved["done"].shape == (n_items,):
                     self.sums[:], self.done[:] = saved["sums"], saved["done"]
-                    log.info("prosody statistics: resuming, %d of %d clips done",
-                             self.done.sum(), n_items)  # fmt: skip
+                    log.info(
+                        "prosody statistics: resuming, %d of %d clips done",
+                        self.done.sum(),
+                        n_items,
+                    )
         except (OSError, ValueError, KeyError):
             pass
 
@@ -114,8 +126,10 @@ class _Sums:
             if not is_full(exc):
                 raise
             self.saving = False
-            log.warning("%s: the pass goes on, but cannot resume if it stops",
-                        disk_error(exc, self.path.parent))  # fmt: skip
+            log.warning(
+                "%s: the pass goes on, but cannot resume if it stops",
+                disk_error(exc, self.path.parent),
+            )
 
 
 def current_table(cfg: Config, index: CorpusIndex) -> dict[str, Any] | None:
@@ -135,13 +149,18 @@ def compute_table(cfg: Config, index: CorpusIndex, workers: int = 0) -> tuple[Pa
     state = _Sums(path.with_name(path.name.replace(".json", ".partial.npz")), index.n_items)
     todo = np.flatnonzero(~state.done)
     t0 = time.monotonic()
-    run_pass(Pass("prosody statistics", _start, _chunk, state.merge, state.save, CHUNK, 64),
-             cfg, todo, workers)  # fmt: skip
+    run_pass(
+        Pass("prosody statistics", _start, _chunk, state.merge, state.save, CHUNK, 64),
+        cfg,
+        todo,
+        workers,
+    )
     table = tabulate(cfg, index, state.sums)
     where = keep_table(path, table)
     state.path.unlink(missing_ok=True)
-    log.info("prosody statistics: %d clips in %.1f s -> %s", len(todo), time.monotonic() - t0,
-             where)  # fmt: skip
+    log.info(
+        "prosody statistics: %d clips in %.1f s -> %s", len(todo), time.monotonic() - t0, where
+    )
     return where, table
 
 

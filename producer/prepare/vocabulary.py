@@ -105,8 +105,12 @@ def vocabulary_record(cfg: Config, index: CorpusIndex, tally: Tally) -> dict[str
     """The tally as the vocabulary file holds it: examples and failures by item id."""
     if tally.failed:
         item, why = min(tally.failed)
-        log.warning("vocabulary: %d texts could not be cleaned, first %s: %s",
-                    len(tally.failed), index.item_id(item), why)  # fmt: skip
+        log.warning(
+            "vocabulary: %d texts could not be cleaned, first %s: %s",
+            len(tally.failed),
+            index.item_id(item),
+            why,
+        )
     return {
         "key": vocabulary_key(cfg, index.digest),
         "texts": tally.texts,

@@ -119,10 +119,12 @@ class ProducerPool:
             return mp.get_context("fork")
         if not self.spawned:
             self.spawned = True
-            log.warning("the producer pool runs %d threads (math libraries loaded with "
-                        "thread pools?): its workers are spawned, not forked, and each "
-                        "imports everything again; start it with `ringfeed producers`",
-                        threads)  # fmt: skip
+            log.warning(
+                "the producer pool runs %d threads (math libraries loaded with "
+                "thread pools?): its workers are spawned, not forked, and each "
+                "imports everything again; start it with `ringfeed producers`",
+                threads,
+            )
         return mp.get_context("spawn")
 
     def start(self, slot: Slot) -> None:
@@ -139,7 +141,7 @@ class ProducerPool:
                 slot.joined,
                 slot.busy,
                 slot.said,
-            ),  # fmt: skip
+            ),
             name=slot.name,
             daemon=False,
         )
@@ -224,8 +226,12 @@ class ProducerPool:
         """The hard bound on one sample's work (producer/process/watchdog.py)."""
         stuck = stuck_for(slot.busy, slot.proc.pid if slot.proc is not None else None, now)
         if slot.proc is not None and stuck > HARD_FACTOR * self.cfg.ring.lease_s:
-            log.error("%s has been stuck in one sample for %.0f s; killing it (the stager "
-                      "charges that item)", slot.name, stuck)  # fmt: skip
+            log.error(
+                "%s has been stuck in one sample for %.0f s; killing it (the stager "
+                "charges that item)",
+                slot.name,
+                stuck,
+            )
             slot.proc.kill()
             slot.busy.value = 0.0
 
@@ -276,8 +282,11 @@ def load_before_fork(cfg: Config) -> None:
         try:
             warm_up_shared(cfg)
         except Exception as exc:  # noqa: BLE001 - each worker's own warm-up reports it
-            log.warning("the features' warm-up failed in the pool (%s); each producer's "
-                        "own warm-up tries again and reports it", exc)  # fmt: skip
+            log.warning(
+                "the features' warm-up failed in the pool (%s); each producer's "
+                "own warm-up tries again and reports it",
+                exc,
+            )
 
 
 def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix: str = "") -> int:

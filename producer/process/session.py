@@ -182,9 +182,12 @@ class Session:
 
     def heard_other_version(self, exc: p.VersionMismatch) -> None:
         """A message in another protocol version: no HELLO again can fix that."""
-        self._end(EXIT_REFUSED, f"the stager speaks ringfeed protocol version {exc.theirs}, "
-                  f"this producer version {exc.ours}: run the same ringfeed version on "
-                  "every host")  # fmt: skip
+        self._end(
+            EXIT_REFUSED,
+            f"the stager speaks ringfeed protocol version {exc.theirs}, "
+            f"this producer version {exc.ours}: run the same ringfeed version on "
+            "every host",
+        )
 
     def tick(self, now: float) -> list[Action]:
         """Once a loop turn: a pause, the orphan rule, repairs of a lossy link, the
@@ -193,8 +196,11 @@ class Session:
             return []
         paused, self.last_turn = now - self.last_turn, now
         if paused > self.rules.lease_s:  # its silence says nothing about the stager
-            log.warning("this producer did not run for %.0f s (stopped, or a sample that "
-                        "long); saying HELLO again", paused)  # fmt: skip
+            log.warning(
+                "this producer did not run for %.0f s (stopped, or a sample that "
+                "long); saying HELLO again",
+                paused,
+            )
             self.last_heard = now
             return self._hello_again(now)
         silent = now - self.last_heard
@@ -274,8 +280,11 @@ class Session:
         """The first few unanswered HELLOs, then every 16th: concise over hours."""
         if self.unanswered <= 4 or self.unanswered % 16 == 0:
             left = f"; exiting in {self.rules.orphan_s - silent_s:.0f} s (producers.orphan_s)"
-            log.warning("no WELCOME %.1f s after HELLO; saying HELLO again%s", waited_s,
-                        left if self.ever_welcomed else "")  # fmt: skip
+            log.warning(
+                "no WELCOME %.1f s after HELLO; saying HELLO again%s",
+                waited_s,
+                left if self.ever_welcomed else "",
+            )
 
     def _hello_again(self, now: float) -> list[Action]:
         """HELLO on a new socket; the grants still queued are void (the stager took them

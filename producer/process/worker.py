@@ -102,8 +102,16 @@ class Worker:
         # token: this process, in every HELLO (shared.wire.protocol); config: the keys that
         # shape a sample and the corpus's content; causes: what decides each stage's verdict.
         config_print = config_fingerprint(cfg, corpus_digest(cfg, base.index))
-        hello = p.Hello(name, os.getpid(), socket.gethostname(), remote,
-                        secrets.token_hex(16), place, config_print, stage_causes(cfg))  # fmt: skip
+        hello = p.Hello(
+            name,
+            os.getpid(),
+            socket.gethostname(),
+            remote,
+            secrets.token_hex(16),
+            place,
+            config_print,
+            stage_causes(cfg),
+        )
         self.session = Session(hello, self.source.n_items, Rules.of(cfg), self.source.work)
         self.ctx = zmq.Context()
         self.sock: zmq.Socket | None = None  # from start() on, a new one at each HELLO
@@ -191,8 +199,9 @@ class Worker:
         except BaseException:
             batches.close()
             raise
-        return LocalSlotWriter(Places(batches, spare_ring, self.cfg.schema), self.fields,
-                               self._send)  # fmt: skip
+        return LocalSlotWriter(
+            Places(batches, spare_ring, self.cfg.schema), self.fields, self._send
+        )
 
     def drop_writer(self) -> None:
         if self.writer is not None:
@@ -228,8 +237,7 @@ class Worker:
                 raise SkipSample(why, stage="check")
             return sample
         except SampleTimeout as late:  # producer/process/watchdog.py: a hang costs its sample
-            self.skip(grant, f"{late}: raise it if samples take that long", "",
-                      stage_of(late))  # fmt: skip
+            self.skip(grant, f"{late}: raise it if samples take that long", "", stage_of(late))
         except SkipSample as skip:
             self.skip(grant, skip.reason, skip.path, stage_of(skip))
         except Exception as exc:  # one sample's failure, whatever it is, costs that sample

@@ -54,23 +54,50 @@ TEXT_CACHE_SIZE = 100_000
 # (unidecode turns "£" into "PS", an em dash into "--").
 _UNICODE_PUNCT = str.maketrans(
     {
-        "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
-        "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"',
-        "\u2013": " - ", "\u2014": " - ", "\u2015": " - ", "\u2212": "-",
-        "\u2026": "...", "\u00a0": " ",
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201a": "'",
+        "\u201b": "'",
+        "\u2032": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u00ab": '"',
+        "\u00bb": '"',
+        "\u2013": " - ",
+        "\u2014": " - ",
+        "\u2015": " - ",
+        "\u2212": "-",
+        "\u2026": "...",
+        "\u00a0": " ",
     }
-)  # fmt: skip
+)
 
 _ABBREVIATIONS = [
     (re.compile(rf"\b{abbr}\.", re.IGNORECASE), word)
     for abbr, word in [
-        ("mrs", "misess"), ("mr", "mister"), ("dr", "doctor"), ("st", "saint"),
-        ("co", "company"), ("jr", "junior"), ("maj", "major"), ("gen", "general"),
-        ("drs", "doctors"), ("rev", "reverend"), ("lt", "lieutenant"), ("hon", "honorable"),
-        ("sgt", "sergeant"), ("capt", "captain"), ("esq", "esquire"), ("ltd", "limited"),
-        ("col", "colonel"), ("ft", "fort"), ("etc", "et cetera"), ("vs", "versus"),
+        ("mrs", "misess"),
+        ("mr", "mister"),
+        ("dr", "doctor"),
+        ("st", "saint"),
+        ("co", "company"),
+        ("jr", "junior"),
+        ("maj", "major"),
+        ("gen", "general"),
+        ("drs", "doctors"),
+        ("rev", "reverend"),
+        ("lt", "lieutenant"),
+        ("hon", "honorable"),
+        ("sgt", "sergeant"),
+        ("capt", "captain"),
+        ("esq", "esquire"),
+        ("ltd", "limited"),
+        ("col", "colonel"),
+        ("ft", "fort"),
+        ("etc", "et cetera"),
+        ("vs", "versus"),
     ]
-]  # fmt: skip
+]
 
 # An amount after its symbol ("$3.50", "$1.5 million": one point five million dollars)
 # or before it ("5 €").
@@ -225,8 +252,10 @@ def _nothing_to_speak(cleaned: str) -> str:
     if not cleaned:
         return "empty text after cleaning: nothing to speak"
     shown = cleaned if len(cleaned) <= 40 else cleaned[:40] + "..."
-    return (f"nothing to speak: the text cleans to {shown!r}, without a letter or digit "
-            "(only punctuation, spaces, symbols or zero-width joiners)")  # fmt: skip
+    return (
+        f"nothing to speak: the text cleans to {shown!r}, without a letter or digit "
+        "(only punctuation, spaces, symbols or zero-width joiners)"
+    )
 
 
 class TextEncoder:

@@ -60,12 +60,26 @@ for _base in (0x0660, 0x06F0, 0x0966):  # Arabic-Indic, Persian, Devanagari
 _COMMON = str.maketrans(
     {
         **_DIGITS,
-        "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
-        "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"',
-        "\u2013": " - ", "\u2014": " - ", "\u2212": "-", "\u2026": "...",
-        "\u00a0": " ", "\u202f": " ", "\u066a": "%", "\u066b": ".", "\u066c": ",",
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201a": "'",
+        "\u201b": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u00ab": '"',
+        "\u00bb": '"',
+        "\u2013": " - ",
+        "\u2014": " - ",
+        "\u2212": "-",
+        "\u2026": "...",
+        "\u00a0": " ",
+        "\u202f": " ",
+        "\u066a": "%",
+        "\u066b": ".",
+        "\u066c": ",",
     }
-)  # fmt: skip
+)
 _WHITESPACE_RE = re.compile(r"\s+")
 _SPACE_BEFORE_PUNCT_RE = re.compile(r"\s+([.,!?;:\u060c\u061b\u061f])")
 # º and ª (Spanish, Italian, Portuguese ordinals) become o and a under NFKC: marked
@@ -75,8 +89,17 @@ _UNMARK = str.maketrans({MASCULINE_MARK: "o", FEMININE_MARK: "a"})
 # Format characters that spelling needs: the zero-width non-joiner and joiner.
 _KEPT_FORMAT = frozenset("\u200c\u200d")
 
-__all__ = ["LANGUAGES", "NUM2WORDS_CHECKED", "PHONE_RE", "TIME_RE", "has_number_rules",
-           "rules_for", "normalize", "drop_controls", "Normalizer"]  # fmt: skip
+__all__ = [
+    "LANGUAGES",
+    "NUM2WORDS_CHECKED",
+    "PHONE_RE",
+    "TIME_RE",
+    "has_number_rules",
+    "rules_for",
+    "normalize",
+    "drop_controls",
+    "Normalizer",
+]
 
 
 def drop_controls(text: str) -> str:

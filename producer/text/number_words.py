@@ -23,11 +23,18 @@ MAX_FRACTION_NUMBER = 3
 _PERSIAN_PARTS = ("دهم", "صدم", "هزارم", "ده هزارم", "صد هزارم", "میلیونیم")
 # What "one" becomes before a noun ("ein Euro", "un euro", "veintiún euros"); the last
 # word of the count is matched by its ending ("hunderteins" -> "hundertein").
-_BEFORE_NOUN = {"de": {"eins": "ein"}, "es": {"veintiuno": "veintiún", "uno": "un"},
-                "it": {"uno": "un"}}  # fmt: skip
+_BEFORE_NOUN = {
+    "de": {"eins": "ein"},
+    "es": {"veintiuno": "veintiún", "uno": "un"},
+    "it": {"uno": "un"},
+}
 # Feminine ordinals of the languages whose num2words has none (fr "première", it "prima").
-_FEMININE_ENDINGS = {"fr": (("premier", "première"), ("second", "seconde")),
-                     "es": (("o", "a"),), "it": (("o", "a"),), "pt": (("o", "a"),)}  # fmt: skip
+_FEMININE_ENDINGS = {
+    "fr": (("premier", "première"), ("second", "seconde")),
+    "es": (("o", "a"),),
+    "it": (("o", "a"),),
+    "pt": (("o", "a"),),
+}
 
 
 def _num2words(n: int | float | Decimal, code: str, **kwargs: object) -> str | None:
@@ -104,8 +111,7 @@ def ordinal(n: int, form: str, rules: Rules) -> str:
     if rules.code == "ru":
         case, *rest = form.split()
         gender = next((g for g in rest if g in ("f", "n")), "m")
-        out = _num2words(n, "ru", to="ordinal", case=case, gender=gender,
-                         plural="plural" in rest)  # fmt: skip
+        out = _num2words(n, "ru", to="ordinal", case=case, gender=gender, plural="plural" in rest)
         return out if out is not None else words(n, rules)
     if rules.code == "fa" and words(n, rules).endswith("ی"):  # 30: "سی‌ام", not "سیم"
         return words(n, rules) + "\u200cام"
@@ -116,8 +122,9 @@ def ordinal(n: int, form: str, rules: Rules) -> str:
         return out[:-1]
     if form == "f":
         for masculine, feminine in _FEMININE_ENDINGS.get(rules.code, ()):
-            out = " ".join(w[: -len(masculine)] + feminine if w.endswith(masculine) else w
-                           for w in out.split())  # fmt: skip
+            out = " ".join(
+                w[: -len(masculine)] + feminine if w.endswith(masculine) else w for w in out.split()
+            )
     return out
 
 

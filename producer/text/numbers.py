@@ -86,8 +86,10 @@ class NumberReader:
         symbols = re.escape("".join(CURRENCY_SYMBOLS))
         self.names = {**CURRENCY_CODES, **r.names}
         names = _alternation(self.names)
-        self.money = re.compile(rf"([{symbols}])\s?({num})|({num})\s?(?:([{symbols}])|"
-                                rf"(?i:({names}))(?!\w))")  # fmt: skip
+        self.money = re.compile(
+            rf"([{symbols}])\s?({num})|({num})\s?(?:([{symbols}])|"
+            rf"(?i:({names}))(?!\w))"
+        )
         self.percent = re.compile(rf"({num})\s?%")
         self.date = re.compile(_DATE)
         months = _alternation(r.months)
@@ -173,13 +175,16 @@ Rule = tuple[re.Pattern[str], Callable[[re.Match[str]], str]]
 _YEAR = r"(?<![\d.,])(\d{4})\b(?![.,]?\d)"
 
 _DE_YEAR_WORDS = "jahr|jahre|jahres|jahrs|anno"
-_DE_TIME_PREPOSITIONS = ("seit|bis|von|vom|ab|um|vor|nach|in|anfang|ende|mitte|frühjahr|"
-                         "frühling|sommer|herbst|winter")  # fmt: skip
+_DE_TIME_PREPOSITIONS = (
+    "seit|bis|von|vom|ab|um|vor|nach|in|anfang|ende|mitte|frühjahr|frühling|sommer|herbst|winter"
+)
 # Before these a German "3." is an ordinal ("am 3.", "der 3. Platz").
 _DE_ARTICLES = "der|die|das|den|dem|des|am|im|vom|zum|zur|beim|ins|ans|jeden|jedem|jeder"
 # "der" after one of these is dative (in der dritten Woche): the ordinal ends in -en.
-_DE_PREPOSITIONS = frozenset("in an auf bei mit nach von zu aus seit vor hinter über unter "
-                             "neben zwischen während wegen".split())  # fmt: skip
+_DE_PREPOSITIONS = frozenset(
+    "in an auf bei mit nach von zu aus seit vor hinter über unter "
+    "neben zwischen während wegen".split()
+)
 
 
 def grammar_rules(rules: Rules) -> list[Rule]:
@@ -230,7 +235,7 @@ def _german(rules: Rules) -> list[Rule]:
         (re.compile(r"((?:^|(?<=[.!?]\s))\s*)(1[1-9]\d\d)\b(?=\s+[a-zäöüß])"), year),
         (re.compile(rf"{before}(?<![\d.])(\d{{1,2}})\.\s*(?=(?i:{months})\b)"), ordinal),
         (re.compile(rf"{article}(\d{{1,3}})\.(?=\s+\w)"), ordinal),
-    ]  # fmt: skip
+    ]
 
 
 def _german_ordinal(n: int, before: str, rules: Rules) -> str:
@@ -253,8 +258,10 @@ def _russian(rules: Rules) -> list[Rule]:
         day, month = int(m[1]), int(m[2])
         if not (1 <= day <= 31 and 1 <= month <= 12):
             return m[0]
-        return (f" {say.ordinal(day, 'g', rules)} {rules.months[month - 1]} "
-                f"{say.year(int(m[3]), rules, 'g')} года ")  # fmt: skip
+        return (
+            f" {say.ordinal(day, 'g', rules)} {rules.months[month - 1]} "
+            f"{say.year(int(m[3]), rules, 'g')} года "
+        )
 
     def year_word(m: re.Match[str]) -> str:
         """Groups: 1 "в " or None, 2 the year, 3 a form of год or "г."."""
@@ -273,10 +280,12 @@ def _russian(rules: Rules) -> list[Rule]:
     return [
         (re.compile(rf"{_DATE}(?:\s*(?:г\.|года)(?!\w))?"), date),
         (re.compile(rf"(\b(?i:в|во)\s+)?{_YEAR}\s*((?i:{forms})(?!\w)|г\.)"), year_word),
-        (re.compile(rf"(?i:(\b(?:{months})\s+)){_YEAR}"),
-         lambda m: f"{m[1]}{say.year(int(m[2]), rules, 'g')}"),
+        (
+            re.compile(rf"(?i:(\b(?:{months})\s+)){_YEAR}"),
+            lambda m: f"{m[1]}{say.year(int(m[2]), rules, 'g')}",
+        ),
         (re.compile(r"(?<![\d.,])(\d{1,15})-х(?!\w)"), plural),
-    ]  # fmt: skip
+    ]
 
 
 def _persian(rules: Rules) -> list[Rule]:
@@ -291,7 +300,9 @@ def _persian(rules: Rules) -> list[Rule]:
         return f" {say.ordinal(day, 'm', rules)} {calendar[month - 1]} {say.year(year, rules)} "
 
     return [
-        (re.compile(r"(?<![\d/])(\d{4})/(\d{1,2})/(\d{1,2})(?![\d/])"),
-         lambda m: read(int(m[1]), int(m[2]), int(m[3]), m[0])),
+        (
+            re.compile(r"(?<![\d/])(\d{4})/(\d{1,2})/(\d{1,2})(?![\d/])"),
+            lambda m: read(int(m[1]), int(m[2]), int(m[3]), m[0]),
+        ),
         (re.compile(_DATE), lambda m: read(int(m[3]), int(m[2]), int(m[1]), m[0])),
-    ]  # fmt: skip
+    ]

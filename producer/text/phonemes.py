@@ -42,8 +42,12 @@ def espeak_problem() -> str:
 
 def voice_for(language: str, supported: set[str]) -> str:
     """The espeak voice of a language code; ValueError names the code if it has none."""
-    for voice in (language, VOICES.get(language, ""), VOICES.get(language.split("-")[0], ""),
-                  language.split("-")[0]):  # fmt: skip
+    for voice in (
+        language,
+        VOICES.get(language, ""),
+        VOICES.get(language.split("-")[0], ""),
+        language.split("-")[0],
+    ):
         if voice in supported:
             return voice
     raise ValueError(f"espeak-ng has no voice for language {language!r}")

@@ -72,8 +72,12 @@ class Config:
     def schema(self) -> SampleSchema:
         """The declared sample schema (shared/sample/schema.py): every field, built-in
         or the user's, from which slots, batches and specs derive."""
-        return SampleSchema(sample_decls(self), self.features.max_frames,
-                            self.text.max_text_len, self.features.n_mels)  # fmt: skip
+        return SampleSchema(
+            sample_decls(self),
+            self.features.max_frames,
+            self.text.max_text_len,
+            self.features.n_mels,
+        )
 
     def sample_fields(self) -> FieldSpec:
         """Payload fields of one sample-ring slot: name -> (shape, dtype), ring order."""

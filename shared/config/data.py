@@ -133,7 +133,10 @@ class DataConfig:
         for code in self.detect_languages:
             check(valid_code(code), "data.detect_languages", f"{code!r} is no code")
         check(self.shard_window >= 0, "data.shard_window", "must be >= 0 (0 = off)")
-        check("/" not in self.split and self.split == self.split.strip(), "data.split",
-              f"must be a split's name such as train or test, got {self.split!r}")  # fmt: skip
+        check(
+            "/" not in self.split and self.split == self.split.strip(),
+            "data.split",
+            f"must be a split's name such as train or test, got {self.split!r}",
+        )
         # What a format can serve (shard windows, object-store URLs) is the format's to
         # check, when the corpus opens: shared/corpus/format.py.

@@ -113,8 +113,14 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 def validate_features(f: FeaturesConfig) -> None:
     """Every check of the features section alone; ConfigError naming the key."""
-    at_least_one("features", n_fft=f.n_fft, hop_length=f.hop_length, win_length=f.win_length,
-                 n_mels=f.n_mels, max_frames=f.max_frames)  # fmt: skip
+    at_least_one(
+        "features",
+        n_fft=f.n_fft,
+        hop_length=f.hop_length,
+        win_length=f.win_length,
+        n_mels=f.n_mels,
+        max_frames=f.max_frames,
+    )
     check(
         f.win_length <= f.n_fft,
         "features.win_length",
@@ -122,13 +128,22 @@ def validate_features(f: FeaturesConfig) -> None:
     )
     stager = f.device == "stager"
     for key in ("pitch", "energy"):
-        check(not (stager and getattr(f, key)), f"features.{key}",
-              "needs the mel's STFT on the producer: set features.device: producer "
-              f"or features.{key}: false")  # fmt: skip
-    check(f.pitch_norm == "none" or f.pitch, "features.pitch_norm",
-          "normalizes the pitch field: set features.pitch: true, or pitch_norm: none")  # fmt: skip
-    check(not f.reference or 1 <= f.reference_frames <= f.max_frames, "features.reference_frames",
-          f"{f.reference_frames}: must be 1..features.max_frames={f.max_frames}")  # fmt: skip
+        check(
+            not (stager and getattr(f, key)),
+            f"features.{key}",
+            "needs the mel's STFT on the producer: set features.device: producer "
+            f"or features.{key}: false",
+        )
+    check(
+        f.pitch_norm == "none" or f.pitch,
+        "features.pitch_norm",
+        "normalizes the pitch field: set features.pitch: true, or pitch_norm: none",
+    )
+    check(
+        not f.reference or 1 <= f.reference_frames <= f.max_frames,
+        "features.reference_frames",
+        f"{f.reference_frames}: must be 1..features.max_frames={f.max_frames}",
+    )
     _validate_user_fields(f.user_fields, stager)
     n = 2 + f.reference + 2 * f.pitch + f.energy + bool(f.durations_dir) + len(f.user_fields)
     why = f"a sample would hold {n} fields, at most {MAX_SAMPLE_FIELDS}: declare fewer"
@@ -141,25 +156,41 @@ def _validate_user_fields(fields: Any, stager: bool) -> None:
     names: set[str] = set()
     for i, u in enumerate(fields):
         key = f"features.user_fields[{i}]"
-        check(bool(_NAME.match(u.name)) and len(u.name) <= MAX_USER_NAME, f"{key}.name",
-              f"{u.name!r}: use 1..{MAX_USER_NAME} lowercase letters, digits or _ "
-              "(a letter first)")  # fmt: skip
-        check(u.name not in RESERVED and not u.name.endswith("_lens"), f"{key}.name",
-              f"{u.name!r} is a built-in field's name: pick another")  # fmt: skip
+        check(
+            bool(_NAME.match(u.name)) and len(u.name) <= MAX_USER_NAME,
+            f"{key}.name",
+            f"{u.name!r}: use 1..{MAX_USER_NAME} lowercase letters, digits or _ (a letter first)",
+        )
+        check(
+            u.name not in RESERVED and not u.name.endswith("_lens"),
+            f"{key}.name",
+            f"{u.name!r} is a built-in field's name: pick another",
+        )
         check(u.name not in names, f"{key}.name", f"{u.name!r} is declared twice")
         names.add(u.name)
-        check(all(d >= 1 for d in u.shape) and len(u.shape) <= 3, f"{key}.shape",
-              f"{list(u.shape)}: at most 3 dimensions, each >= 1")  # fmt: skip
+        check(
+            all(d >= 1 for d in u.shape) and len(u.shape) <= 3,
+            f"{key}.shape",
+            f"{list(u.shape)}: at most 3 dimensions, each >= 1",
+        )
         if u.length in ("own", "none"):
-            check(len(u.shape) >= 1, f"{key}.shape",
-                  f"length {u.length} needs a shape of at least one dimension "
-                  "(axis 0: the length, or the field's size)")  # fmt: skip
+            check(
+                len(u.shape) >= 1,
+                f"{key}.shape",
+                f"length {u.length} needs a shape of at least one dimension "
+                "(axis 0: the length, or the field's size)",
+            )
         else:
-            check(len(u.shape) <= 2, f"{key}.shape",
-                  f"{list(u.shape)} is the shape of one {u.length[:-1]}'s row: at most 2 "
-                  "dimensions")  # fmt: skip
-        check(not (stager and u.length == "frames"), f"{key}.length",
-              "frames follows the producer's mel: set features.device: producer")  # fmt: skip
+            check(
+                len(u.shape) <= 2,
+                f"{key}.shape",
+                f"{list(u.shape)} is the shape of one {u.length[:-1]}'s row: at most 2 dimensions",
+            )
+        check(
+            not (stager and u.length == "frames"),
+            f"{key}.length",
+            "frames follows the producer's mel: set features.device: producer",
+        )
 
 
 def _validate_user_function(f: Any) -> None:
@@ -167,17 +198,23 @@ def _validate_user_function(f: Any) -> None:
     spec = f.user_function
     if f.user_fields or spec:
         module, sep, func = spec.partition(":")
-        check(bool(sep and module and func), "features.user_function",
-              f"{spec!r}: write it as 'package.module:function' (it returns the "
-              "features.user_fields by name)")  # fmt: skip
+        check(
+            bool(sep and module and func),
+            "features.user_function",
+            f"{spec!r}: write it as 'package.module:function' (it returns the "
+            "features.user_fields by name)",
+        )
         check(
             bool(f.user_fields),
             "features.user_fields",
             f"features.user_function={spec!r} declares no field: list its fields here",
         )
-        check(bool(f.user_version), "features.user_version",
-              "name your function's version (e.g. 'v1'): the feature cache keeps its "
-              "output under it; change it when the function changes")  # fmt: skip
+        check(
+            bool(f.user_version),
+            "features.user_version",
+            "name your function's version (e.g. 'v1'): the feature cache keeps its "
+            "output under it; change it when the function changes",
+        )
 
 
 def sample_decls(cfg: Config) -> tuple[FieldDecl, ...]:
@@ -198,8 +235,7 @@ def sample_decls(cfg: Config) -> tuple[FieldDecl, ...]:
     if f.energy:
         decls.append(FieldDecl("energy", f32, (frames,), "frames"))
     if f.durations_dir:
-        decls.append(FieldDecl("durations", np.dtype(np.int32), (cfg.text.max_text_len,),
-                               "tokens"))  # fmt: skip
+        decls.append(FieldDecl("durations", np.dtype(np.int32), (cfg.text.max_text_len,), "tokens"))
     for u in f.user_fields:
         shape = (
             (frames, *u.shape)

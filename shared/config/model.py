@@ -66,5 +66,8 @@ class DevicesConfig:
     def __post_init__(self) -> None:
         check(self.cpu_replicas >= 1, "devices.cpu_replicas", "must be >= 1")
         model = self.model
-        check(len(set(model)) == len(model) and all(g >= 0 for g in model), "devices.model",
-              f"must list distinct GPU indices >= 0, got {list(model)}")  # fmt: skip
+        check(
+            len(set(model)) == len(model) and all(g >= 0 for g in model),
+            "devices.model",
+            f"must list distinct GPU indices >= 0, got {list(model)}",
+        )

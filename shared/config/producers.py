@@ -36,6 +36,7 @@ class ProducersConfig:
     orphan_s: float = 21600.0
 
     def __post_init__(self) -> None:
-        at_least_one("producers", workers=self.workers, credits=self.credits,
-                     math_threads=self.math_threads)  # fmt: skip
+        at_least_one(
+            "producers", workers=self.workers, credits=self.credits, math_threads=self.math_threads
+        )
         check(self.per_node >= 0, "producers.per_node", "must be >= 0 (0 = one per CPU)")

@@ -85,8 +85,14 @@ def _section_rows(prefix: str, section: type) -> list[tuple[str, str, str, str]]
         if dataclasses.is_dataclass(hints[f.name]):
             rows += _section_rows(f"{prefix}.{f.name}", hints[f.name])
             continue
-        rows.append((f"{prefix}.{f.name}", _type_name(hints[f.name]), repr(_default(f)),
-                     comments.get(f.name, "")))  # fmt: skip
+        rows.append(
+            (
+                f"{prefix}.{f.name}",
+                _type_name(hints[f.name]),
+                repr(_default(f)),
+                comments.get(f.name, ""),
+            )
+        )
     return rows
 
 

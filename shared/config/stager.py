@@ -33,8 +33,11 @@ class BalanceConfig:
 
     def __post_init__(self) -> None:
         if not self.on:
-            check(not self.weights, "stager.balance.weights",
-                  "needs stager.balance.by (language or speaker)")  # fmt: skip
+            check(
+                not self.weights,
+                "stager.balance.weights",
+                "needs stager.balance.by (language or speaker)",
+            )
             return
         check(
             0.0 <= self.temperature <= 1.0,
@@ -85,19 +88,30 @@ class StagerConfig:
         at_least_one("stager", batch_size=self.batch_size, batch_slots=self.batch_slots)
         check(self.batch_slots >= 2, "stager.batch_slots", "must be >= 2 (3 = triple buffering)")
         check(self.epochs >= 0, "stager.epochs", "must be >= 0 (0 = until stopped)")
-        check(self.consumer_wait_s >= 0, "stager.consumer_wait_s",
-              "must be >= 0 seconds (0 = wait for a consumer forever)")  # fmt: skip
-        check(self.batch_frames >= 0, "stager.batch_frames",
-              "must be >= 0 (0 = batch_size x max_frames)")  # fmt: skip
-        check(0 <= self.auto_buckets <= MAX_BUCKETS, "stager.auto_buckets",
-              f"must be 0..{MAX_BUCKETS}")  # fmt: skip
+        check(
+            self.consumer_wait_s >= 0,
+            "stager.consumer_wait_s",
+            "must be >= 0 seconds (0 = wait for a consumer forever)",
+        )
+        check(
+            self.batch_frames >= 0,
+            "stager.batch_frames",
+            "must be >= 0 (0 = batch_size x max_frames)",
+        )
+        check(
+            0 <= self.auto_buckets <= MAX_BUCKETS,
+            "stager.auto_buckets",
+            f"must be 0..{MAX_BUCKETS}",
+        )
         check(len(self.buckets) <= MAX_BUCKETS, "stager.buckets", f"at most {MAX_BUCKETS} buckets")
         if self.bucketed:
             self._check_buckets()
         if self.balance.on:
-            check(self.deterministic, "stager.deterministic",
-                  "balanced epochs need deterministic: true (each batch is a fixed part of the "
-                  "plan)")  # fmt: skip
+            check(
+                self.deterministic,
+                "stager.deterministic",
+                "balanced epochs need deterministic: true (each batch is a fixed part of the plan)",
+            )
 
     def _check_buckets(self) -> None:
         check(

@@ -40,9 +40,15 @@ class Block(NamedTuple):
     bad: list[tuple[int, str, str]]  # (line within the block, reason, id it seems to name)
 
 
-def summarize(offsets: list[int], lengths: list[int], numbers: list[int], rows: list[tuple],
-              default_language: str, lines: int = 0,
-              bad: list[tuple[int, str, str]] | None = None) -> Block:  # fmt: skip
+def summarize(
+    offsets: list[int],
+    lengths: list[int],
+    numbers: list[int],
+    rows: list[tuple],
+    default_language: str,
+    lines: int = 0,
+    bad: list[tuple[int, str, str]] | None = None,
+) -> Block:
     """The Block of a block's usable rows (Entry-shaped tuples, audio relative to the
     root): comprehensions, ~1 us an item (a loop of calls per item costs ~3).
     default_language: data.language's code, "" where it is detected."""

@@ -69,8 +69,14 @@ class Builder:
     """Accumulates items in corpus order (a format's scan feeds it); finish() gives the
     header and arrays of the index."""
 
-    def __init__(self, cfg: Config, fmt: CorpusFormat, root: str, workers: int = 1,
-                 block_bytes: int = BLOCK_BYTES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        fmt: CorpusFormat,
+        root: str,
+        workers: int = 1,
+        block_bytes: int = BLOCK_BYTES,
+    ) -> None:
         self.cfg, self.format, self.root = cfg, fmt, root
         self.auto = cfg.data.language == "auto"
         self.default_language = "" if self.auto else language_code(cfg.data.language)
@@ -109,8 +115,10 @@ class Builder:
         """A block's items after every item before them (shared/corpus/block.py): the
         same index whichever process summed the block up."""
         first, lines_file = len(self.offset), self.header["lines_file"]
-        self.bad.extend(BadLine(lines_file, self.lines_before + n, reason, item_id)
-                        for n, reason, item_id in block.bad)  # fmt: skip
+        self.bad.extend(
+            BadLine(lines_file, self.lines_before + n, reason, item_id)
+            for n, reason, item_id in block.bad
+        )
         if block.outside:
             self.outside += block.outside
             self.outside_example = self.outside_example or block.outside_example
@@ -152,8 +160,9 @@ class Builder:
 
         d, f = self.cfg.data, self.cfg.features
         candidates = [language_code(c) for c in d.detect_languages]
-        codes = detect_languages([t for _, t in self.pending], candidates,
-                                 f.cache_dir if f.cache else None)  # fmt: skip
+        codes = detect_languages(
+            [t for _, t in self.pending], candidates, f.cache_dir if f.cache else None
+        )
         for (item, _), code in zip(self.pending, codes, strict=True):
             self.language[item] = self.languages.setdefault(code, len(self.languages))
         self.pending.clear()
@@ -189,8 +198,9 @@ class Builder:
             arrays = {k: a[keep] for k, a in arrays.items()}
             order = np.argsort(arrays["id_hash"], kind="stable")
             if self.header.pop("shards", None) is not None:
-                log.warning("corpus index: duplicate ids across shards; data.shard_window "
-                            "cannot be used")  # fmt: skip
+                log.warning(
+                    "corpus index: duplicate ids across shards; data.shard_window cannot be used"
+                )
         self._warn_outside()
         header = {
             **self.header,
@@ -207,7 +217,7 @@ class Builder:
                 sorted(self.languages),
                 arrays["speaker"],
                 arrays["language"],
-            ),  # fmt: skip
+            ),
             "plan_hash": self.plan.hexdigest(),
         }
         if before:
@@ -227,9 +237,11 @@ class Builder:
             log.warning(
                 "corpus index: %d clips lie outside the corpus root %s (e.g. %s): their ids "
                 "and the corpus digest change where the corpus is mounted elsewhere; set "
-                "data.root to a folder that holds every clip", self.outside, self.root,
+                "data.root to a folder that holds every clip",
+                self.outside,
+                self.root,
                 self.outside_example,
-            )  # fmt: skip
+            )
 
     def _plan_before(self, keep: np.ndarray | None) -> str:
         """The plan hash of the items kept under the ids the format's earlier rule gave
@@ -308,8 +320,11 @@ def _sorted_ids(table: dict[str, int], ids: array) -> np.ndarray:
     return remap[np.frombuffer(ids, np.int64)] if len(ids) else np.zeros(0, np.int32)
 
 
-def build(cfg: Config, workers: int = 1, block_bytes: int = BLOCK_BYTES,
-          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:  # fmt: skip
+def build(
+    cfg: Config,
+    workers: int = 1,
+    block_bytes: int = BLOCK_BYTES,
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The header and arrays of cfg.data's index (not yet written); workers and
     block_bytes: how a metadata file's lines are read (Builder), the same index
     whatever they are. A pool (workers != 1) is started by spawn, which imports the
@@ -345,11 +360,20 @@ def write_built(cfg: Config) -> Path:
     path = index_path(cfg)
     old = _old(path)
     _keep_lengths(old, arrays)
-    header.update(source=stamp, key=index_key(cfg), home=str(path),
-                  lengths_key=old.store.header.get("lengths_key", "") if old else "")  # fmt: skip
+    header.update(
+        source=stamp,
+        key=index_key(cfg),
+        home=str(path),
+        lengths_key=old.store.header.get("lengths_key", "") if old else "",
+    )
     where = write_kept(path, lambda there: write_index(there, header, arrays))
-    log.info("corpus index: %d items, %d unusable lines, %.1f s -> %s", header["n_items"],
-             len(header["bad_lines"]), header["build_s"], where)  # fmt: skip
+    log.info(
+        "corpus index: %d items, %d unusable lines, %.1f s -> %s",
+        header["n_items"],
+        len(header["bad_lines"]),
+        header["build_s"],
+        where,
+    )
     return where
 
 

@@ -60,9 +60,15 @@ class Clip:
     them or the head that was asked for, and ``more`` reads on past them. Close it (or
     use ``with``): a file's descriptor is released."""
 
-    def __init__(self, path: str, segment: Segment, size: int, fd: int | None = None,
-                 data: bytes = b"", more: Callable[[int, int], bytes] | None = None,
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        segment: Segment,
+        size: int,
+        fd: int | None = None,
+        data: bytes = b"",
+        more: Callable[[int, int], bytes] | None = None,
+    ) -> None:
         self.path, self.segment, self.size = path, segment, size
         self.fd, self.data, self.more = fd, data, more
 
@@ -96,8 +102,9 @@ class Clip:
     def __enter__(self) -> Clip:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 

@@ -30,8 +30,11 @@ def walk(root: Path) -> list[Path]:
         for name in sorted(dirs):
             real = os.path.realpath(os.path.join(folder, name))
             if real in seen:
-                log.warning("%s: a link to a folder already read (%s), not read again",
-                            os.path.join(folder, name), real)  # fmt: skip
+                log.warning(
+                    "%s: a link to a folder already read (%s), not read again",
+                    os.path.join(folder, name),
+                    real,
+                )
                 continue
             seen.add(real)
             kept.append(name)
@@ -65,8 +68,12 @@ def tree_stamp(root: Path) -> str:
 
 def warn_layout(mismatched: list[Path], expected: str) -> None:
     if mismatched:
-        log.warning("%d files are not laid out as %s, e.g. %s: check data.path and data.format",
-                    len(mismatched), expected, mismatched[0])  # fmt: skip
+        log.warning(
+            "%d files are not laid out as %s, e.g. %s: check data.path and data.format",
+            len(mismatched),
+            expected,
+            mismatched[0],
+        )
 
 
 def text_entry(txt: Path, audio: Path, item_id: str, speaker: str, root: str) -> Entry | BadLine:
@@ -92,8 +99,12 @@ def scanned(results: list[tuple[Entry | BadLine, Path, str]]) -> Scan:
     entries = [(r, txt, old) for r, txt, old in results if isinstance(r, Entry)]
     before = [old for _, _, old in entries]
     changed = any(e.item_id != old for e, _, old in entries)
-    return Scan([e for e, _, _ in entries], [r for r, _, _ in results if isinstance(r, BadLine)],
-                lambda k: (str(entries[k][1]), 1), before if changed else None)  # fmt: skip
+    return Scan(
+        [e for e, _, _ in entries],
+        [r for r, _, _ in results if isinstance(r, BadLine)],
+        lambda k: (str(entries[k][1]), 1),
+        before if changed else None,
+    )
 
 
 class FolderFormat(StoredFormat):
@@ -104,8 +115,9 @@ class FolderFormat(StoredFormat):
     def locate(self, cfg: Config) -> str:
         root = data_path(cfg)
         if not root.is_dir():
-            raise CorpusError(f"data.path: {root} is not a folder (data.format: {self.name}"
-                              f"{self.layout})")  # fmt: skip
+            raise CorpusError(
+                f"data.path: {root} is not a folder (data.format: {self.name}{self.layout})"
+            )
         return str(root)
 
     def root(self, cfg: Config) -> str:

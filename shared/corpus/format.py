@@ -125,22 +125,32 @@ class BaseFormat:
     def check(self, cfg: Config) -> None:
         d = cfg.data
         if d.columns != type(d.columns)() and not self.columns:
-            raise ConfigError(f"data.columns: only data.format: parquet has columns to name, "
-                              f"not {self.name}: remove it")  # fmt: skip
+            raise ConfigError(
+                f"data.columns: only data.format: parquet has columns to name, "
+                f"not {self.name}: remove it"
+            )
         if d.shard_window and not self.shards:
-            raise ConfigError("data.shard_window: only tar shards have shards to deal: set "
-                              "data.format: shards, or 0 here")  # fmt: skip
+            raise ConfigError(
+                "data.shard_window: only tar shards have shards to deal: set "
+                "data.format: shards, or 0 here"
+            )
         if d.root and not self.free_paths:
-            raise ConfigError(f"data.root: only data.format jsonl and csv name audio paths "
-                              f"that a root applies to, not {self.name}: remove it")  # fmt: skip
+            raise ConfigError(
+                f"data.root: only data.format jsonl and csv name audio paths "
+                f"that a root applies to, not {self.name}: remove it"
+            )
         if d.split and not self.has_splits:
-            raise ConfigError(f"data.split: only data.format parquet and shards read a folder "
-                              f"of splits, not {self.name}: remove it (a {self.name} corpus is "
-                              "the split data.path names)")  # fmt: skip
+            raise ConfigError(
+                f"data.split: only data.format parquet and shards read a folder "
+                f"of splits, not {self.name}: remove it (a {self.name} corpus is "
+                "the split data.path names)"
+            )
         if "://" in d.path and not self.remote:
-            raise ConfigError(f"data.path: {d.path!r} is an object-store URL: only data.format "
-                              "shards and parquet read one (pack the corpus into tar shards, "
-                              "or copy it to a local folder)")  # fmt: skip
+            raise ConfigError(
+                f"data.path: {d.path!r} is an object-store URL: only data.format "
+                "shards and parquet read one (pack the corpus into tar shards, "
+                "or copy it to a local folder)"
+            )
 
     def computed_index(self, cfg: Config) -> CorpusIndex | None:
         return None
@@ -164,8 +174,10 @@ class LineFormat(BaseFormat):
         if path.is_dir() and self.file_name:
             path = path / self.file_name
         if not path.is_file():
-            raise CorpusError(f"data.path: no metadata file at {path} (data.format: {self.name} "
-                              f"expects {self.expects}; {FORMATS_DOC})")  # fmt: skip
+            raise CorpusError(
+                f"data.path: no metadata file at {path} (data.format: {self.name} "
+                f"expects {self.expects}; {FORMATS_DOC})"
+            )
         return str(path)
 
     def root(self, cfg: Config) -> str:

@@ -91,8 +91,16 @@ def index_key(cfg: Config) -> str:
     """A hash of every setting that decides the index's items."""
     d = cfg.data
     where = d.path if "://" in d.path else str(Path(d.path).absolute())
-    settings = [where, d.format, d.text_column, d.language, list(d.detect_languages),
-                INDEX_VERSION, d.split, sorted(vars(d.columns).items())]  # fmt: skip
+    settings = [
+        where,
+        d.format,
+        d.text_column,
+        d.language,
+        list(d.detect_languages),
+        INDEX_VERSION,
+        d.split,
+        sorted(vars(d.columns).items()),
+    ]
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 
 
@@ -238,10 +246,13 @@ class BuiltIndex:
     def entry(self, item: int) -> Entry:
         row = self._row(item)
         return Entry(
-            row[0], absolute(self.root, row[1]), row[2],
-            self.speakers[self.speaker_ids[item]], self.languages[self.language_ids[item]],
+            row[0],
+            absolute(self.root, row[1]),
+            row[2],
+            self.speakers[self.speaker_ids[item]],
+            self.languages[self.language_ids[item]],
             *row[5:],
-        )  # fmt: skip
+        )
 
     def item_id(self, item: int) -> str:
         return self._row(item)[0]

@@ -51,15 +51,20 @@ def lengths_key(cfg: Config) -> str:
     """A hash of every setting an item's lengths depend on."""
     d, a, f = cfg.data, cfg.audio, cfg.features
     settings = {
-        "data": [str(Path(d.path).absolute()), d.format, d.text_column, d.synthetic_items,
-                 d.synthetic_lengths],
+        "data": [
+            str(Path(d.path).absolute()),
+            d.format,
+            d.text_column,
+            d.synthetic_items,
+            d.synthetic_lengths,
+        ],
         "audio": [a.sample_rate],
         "features": [f.hop_length, f.max_frames, f.device],
         "text": cfg.to_dict()["text"],
         # 3: producer/text/normalize.py NORMALIZER_VERSION 4 (years, ordinals, decimals, money
         # as said) changed token counts; bump it with every text rule that changes them.
         "version": 3,
-    }  # fmt: skip
+    }
     return hashlib.blake2b(json.dumps(settings).encode(), digest_size=8).hexdigest()
 
 

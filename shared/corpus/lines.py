@@ -130,8 +130,11 @@ def summarize_range(job: LinesJob) -> Block:
     bad = []
     good = [k for k, r in enumerate(results) if r.__class__ is not str]
     if len(good) < len(results):
-        bad = [(numbers[k], r, job.fmt.guess_id(lines[k]))
-               for k, r in enumerate(results) if r.__class__ is str]  # fmt: skip
+        bad = [
+            (numbers[k], r, job.fmt.guess_id(lines[k]))
+            for k, r in enumerate(results)
+            if r.__class__ is str
+        ]
         numbers, offsets = [numbers[k] for k in good], [offsets[k] for k in good]
         lines, results = [lines[k] for k in good], [results[k] for k in good]
     lengths = [len(raw) for raw in lines]
@@ -147,8 +150,10 @@ def scan_lines(fmt: Any, cfg: Config, builder: Builder, path: str) -> None:
     setting, header = fmt.setting(cfg, path, first[0] if first else None)
     builder.start_lines(path, setting)
     context, language = builder.context(), builder.default_language
-    jobs = [LinesJob(fmt, context, language, path, start, end, header and k == 0)
-            for k, (start, end) in enumerate(ranges)]  # fmt: skip
+    jobs = [
+        LinesJob(fmt, context, language, path, start, end, header and k == 0)
+        for k, (start, end) in enumerate(ranges)
+    ]
     workers = builder.workers or min(len(os.sched_getaffinity(0)), len(jobs) // BLOCKS_PER_WORKER)
     workers = min(workers, len(jobs))
     import multiprocessing as mp  # here: ~20 ms of every stager's and producer's start
@@ -172,6 +177,8 @@ def _merge(builder: Builder, blocks: Iterator[Block], jobs: list[LinesJob]) -> N
         builder.merge(block)
         if time.monotonic() - last > PROGRESS_S:
             last = time.monotonic()
-            builder.progress(f"{builder.lines_before:,} lines ({job.end / size:.0%} of "
-                             f"{size / 2**20:,.0f} MB) in {last - t0:.0f} s, "
-                             f"{len(builder.offset) / (last - t0):,.0f} items/s")  # fmt: skip
+            builder.progress(
+                f"{builder.lines_before:,} lines ({job.end / size:.0%} of "
+                f"{size / 2**20:,.0f} MB) in {last - t0:.0f} s, "
+                f"{len(builder.offset) / (last - t0):,.0f} items/s"
+            )

@@ -61,9 +61,13 @@ def write_kept(path: Path, write: Callable[[Path], None]) -> Path:
         if not is_full(exc):
             raise
         there = memory_copy(path)
-        log.warning("%s; kept in memory instead (%s), where every process of this host "
-                    "reads it: free space there and run `ringfeed prepare CONFIG` again to "
-                    "keep it on disk", disk_error(exc, Path(path).parent), there)  # fmt: skip
+        log.warning(
+            "%s; kept in memory instead (%s), where every process of this host "
+            "reads it: free space there and run `ringfeed prepare CONFIG` again to "
+            "keep it on disk",
+            disk_error(exc, Path(path).parent),
+            there,
+        )
         try:
             there.parent.mkdir(mode=0o700, exist_ok=True)
             write(there)

@@ -83,16 +83,24 @@ def _filesystem(url: str) -> tuple[Any, str]:
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as exc:
-        raise CorpusError(f"data.path: no reader for {protocol}:// ({exc}): install the "
-                           "fsspec package of that store (s3fs, gcsfs)") from None  # fmt: skip
+        raise CorpusError(
+            f"data.path: no reader for {protocol}:// ({exc}): install the "
+            "fsspec package of that store (s3fs, gcsfs)"
+        ) from None
     if hasattr(fs, "retries"):  # s3fs retries a broken read itself, uncounted: ours do
         fs.retries = 1
     return fs, path
 
 
 # Errors that another try cannot mend: a missing object, a refused credential, a bug.
-PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, TypeError, AttributeError,
-             NotImplementedError)  # fmt: skip
+PERMANENT = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    TypeError,
+    AttributeError,
+    NotImplementedError,
+)
 
 
 def _transient(exc: BaseException) -> bool:
@@ -115,8 +123,13 @@ def with_retries(cfg: Config, what: str, fn: Callable[[], T], on_retry: Callable
                     f"exists and can be reached, and the environment ({hint})"
                 ) from exc
             wait_s = BACKOFF_S * 2**attempt
-            log.warning("%s: %s (%s); trying again in %.1f s", what, type(exc).__name__,
-                        str(exc)[:200], wait_s)  # fmt: skip
+            log.warning(
+                "%s: %s (%s); trying again in %.1f s",
+                what,
+                type(exc).__name__,
+                str(exc)[:200],
+                wait_s,
+            )
             on_retry()
             time.sleep(wait_s)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -147,8 +160,9 @@ def list_shards(
             stamp = entry.get("ETag") or entry.get("LastModified") or entry.get("mtime") or ""
             found.append((name, int(entry.get("size") or 0), str(stamp)))
     if not found:
-        raise CorpusError(f"data.path: no *{suffix} files under {root} (data.format: "
-                          f"{cfg.data.format})")  # fmt: skip
+        raise CorpusError(
+            f"data.path: no *{suffix} files under {root} (data.format: {cfg.data.format})"
+        )
     return root, sorted(found)
 
 
@@ -174,9 +188,11 @@ class ShardCache:
         if not is_full(exc):
             raise exc
         self.full = True
-        log.warning("shard cache: %s: this process reads each clip from the store instead;"
-                    " free space there, or set data.shard_cache_dir elsewhere",
-                    disk_error(exc, self.folder))  # fmt: skip
+        log.warning(
+            "shard cache: %s: this process reads each clip from the store instead;"
+            " free space there, or set data.shard_cache_dir elsewhere",
+            disk_error(exc, self.folder),
+        )
 
     def local(self, url: str) -> str | None:
         """A local path holding the shard at url, fetched (with retries) if not cached;
@@ -192,8 +208,9 @@ class ShardCache:
             if self._hit(path):  # fetched by another producer while this one waited
                 return str(path)
             fs, remote = _filesystem(url)
-            data = with_retries(self.cfg, f"reading {url}", lambda: fs.cat_file(remote),
-                                self._retried)  # fmt: skip
+            data = with_retries(
+                self.cfg, f"reading {url}", lambda: fs.cat_file(remote), self._retried
+            )
             self._make_room(len(data))
             tmp = path.with_name(f".{path.name}.{os.getpid()}")
             try:
@@ -238,9 +255,12 @@ class ShardCache:
         if self._client is None:
             self._client = _filesystem(url)[0]
         remote = url.split("://", 1)[1] if "://" in url else url
-        data = with_retries(self.cfg, f"reading {url}",
-                            lambda: self._client.cat_file(remote, start=offset, end=offset + size),
-                            self._retried)  # fmt: skip
+        data = with_retries(
+            self.cfg,
+            f"reading {url}",
+            lambda: self._client.cat_file(remote, start=offset, end=offset + size),
+            self._retried,
+        )
         if len(data) != size:
             raise OSError(f"{url}: {len(data)} of {size} bytes at {offset} (truncated file)")
         self.fetched_bytes += size
@@ -251,8 +271,9 @@ class ShardCache:
         if self._client is None:
             self._client = _filesystem(url)[0]
         remote = url.split("://", 1)[1]
-        data = with_retries(self.cfg, f"reading {url}", lambda: self._client.cat_file(remote),
-                            self._retried)  # fmt: skip
+        data = with_retries(
+            self.cfg, f"reading {url}", lambda: self._client.cat_file(remote), self._retried
+        )
         self.fetched_bytes += len(data)
         return data
 

@@ -62,9 +62,11 @@ def open_prepared(cfg: Config) -> CorpusIndex:
         return index
     stale = any(p.exists() for p in places(path))
     why = "changed since it was prepared" if stale else "not prepared"
-    raise NotPrepared(f"data.path: the corpus {cfg.data.path} is {why} (no current index in "
-                      f"{path.parent}): run `ringfeed prepare CONFIG` first (`ringfeed run` "
-                      "and `ringfeed validate` do)")  # fmt: skip
+    raise NotPrepared(
+        f"data.path: the corpus {cfg.data.path} is {why} (no current index in "
+        f"{path.parent}): run `ringfeed prepare CONFIG` first (`ringfeed run` "
+        "and `ringfeed validate` do)"
+    )
 
 
 def open_corpus(cfg: Config, in_subprocess: bool = True) -> CorpusIndex:
@@ -125,8 +127,9 @@ def read_corpus(cfg: Config) -> tuple[list[Entry], list[BadLine]]:
             entries.append(entry)
         else:
             file, line = index.source(item)
-            bad.append(BadLine(file, line, f"audio file not found: {entry.audio_path}",
-                               entry.item_id))  # fmt: skip
+            bad.append(
+                BadLine(file, line, f"audio file not found: {entry.audio_path}", entry.item_id)
+            )
     return entries, sorted(bad, key=lambda b: (b.file, b.line))
 
 
@@ -149,12 +152,17 @@ def _current(cfg: Config, fmt: CorpusFormat, path: Path) -> BuiltIndex | None:
 
 def _in_memory_instead(cfg: Config, fmt: CorpusFormat, folder: Path, exc: OSError) -> BuiltIndex:
     if not fmt.in_memory_ok:
-        raise CorpusError(f"features.cache_dir: cannot write the corpus index in {folder} "
-                          f"({exc}): free space there or point it at a writable folder"
-                          ) from None  # fmt: skip
-    log.warning("features.cache_dir: cannot keep the corpus index in %s (%s): this process "
-                "reads the corpus in memory; free space there or point it at a writable "
-                "folder", folder, exc)  # fmt: skip
+        raise CorpusError(
+            f"features.cache_dir: cannot write the corpus index in {folder} "
+            f"({exc}): free space there or point it at a writable folder"
+        ) from None
+    log.warning(
+        "features.cache_dir: cannot keep the corpus index in %s (%s): this process "
+        "reads the corpus in memory; free space there or point it at a writable "
+        "folder",
+        folder,
+        exc,
+    )
     return build_in_memory(cfg)
 
 
@@ -162,10 +170,13 @@ def _build_in_subprocess(cfg: Config, path: Path) -> None:
     """Build the index at path in a child; DiskFull when neither its disk nor /dev/shm
     can hold it (the child says so by its exit code), CorpusError for anything else."""
     argv = [sys.executable, "-m", "ringfeed.shared.corpus.build"]
-    done = subprocess.run(argv, input=cfg.to_yaml(), text=True, check=False,
-                          env=child_environment())  # fmt: skip
+    done = subprocess.run(
+        argv, input=cfg.to_yaml(), text=True, check=False, env=child_environment()
+    )
     if done.returncode == DISK_FULL_EXIT:
         raise DiskFull(path.parent)
     if done.returncode != 0:
-        raise CorpusError(f"data.path: the corpus index could not be built (exit code "
-                          f"{done.returncode}; its log says why)")  # fmt: skip
+        raise CorpusError(
+            f"data.path: the corpus index could not be built (exit code "
+            f"{done.returncode}; its log says why)"
+        )

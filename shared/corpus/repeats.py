@@ -50,8 +50,9 @@ def repeats(
     for group in groups.values():
         firsts: list[int] = []
         for row in sorted(group):
-            first = next((f for f in firsts if key(f) == key(row) and digest(f) == digest(row)),
-                         None)  # fmt: skip
+            first = next(
+                (f for f in firsts if key(f) == key(row) and digest(f) == digest(row)), None
+            )
             if first is None:
                 firsts.append(row)
             else:

@@ -70,12 +70,16 @@ class Splits:
 
     def describe(self) -> str:
         """One line for `ringfeed validate`."""
-        found = ", ".join(f"{name or '(no split)'} ({n} file{'s' * (n != 1)})"
-                          for name, n in self.files.items())  # fmt: skip
+        found = ", ".join(
+            f"{name or '(no split)'} ({n} file{'s' * (n != 1)})" for name, n in self.files.items()
+        )
         if not self.reads:
             return f"{found}: reads every file"
-        why = ("data.split" if self.reads != DEFAULT_SPLIT or len(self.named) < 2
-               else "the default where a folder holds several; data.split chooses")  # fmt: skip
+        why = (
+            "data.split"
+            if self.reads != DEFAULT_SPLIT or len(self.named) < 2
+            else "the default where a folder holds several; data.split chooses"
+        )
         return f"{found}: reads {self.reads} ({why})"
 
 

@@ -85,6 +85,10 @@ def detect_languages(
     finally:
         cache.close()
     if cache.misses:
-        log.info("language detection: %d texts detected, %d from the cache, in %.1f s",
-                 cache.misses, cache.hits, time.monotonic() - t0)  # fmt: skip
+        log.info(
+            "language detection: %d texts detected, %d from the cache, in %.1f s",
+            cache.misses,
+            cache.hits,
+            time.monotonic() - t0,
+        )
     return out

@@ -157,8 +157,9 @@ class TextCache:
             try:
                 with db:
                     db.execute("BEGIN")
-                    db.executemany("INSERT OR IGNORE INTO texts VALUES (?, ?)",
-                                   list(self._pending.items()))  # fmt: skip
+                    db.executemany(
+                        "INSERT OR IGNORE INTO texts VALUES (?, ?)", list(self._pending.items())
+                    )
             except sqlite3.Error:
                 pass  # closing anyway: the entries are recomputed next time
         self._pending.clear()

@@ -283,9 +283,12 @@ class Ring:
             # reference, so mm.close() would unmap under a live view (a segfault when it
             # is read); buf (np.frombuffer) holds mm's export for as long as any view lives.
             self._views[fname] = np.ndarray(
-                (self.n_slots, *shape), dtype, buf, payload + int(rec["offset"]),
+                (self.n_slots, *shape),
+                dtype,
+                buf,
+                payload + int(rec["offset"]),
                 (stride, *np.empty(shape, dtype).strides),
-            )  # fmt: skip
+            )
             self._views[fname].flags.writeable = writable
         self.slots.flags.writeable = self.rows.flags.writeable = writable
 

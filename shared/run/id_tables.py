@@ -166,8 +166,10 @@ def check_capacity(cfg: Config, tables: IdTables) -> None:
         ("data.max_languages", len(tables.languages), cfg.data.max_languages),
     ):
         if n > cap - 1:
-            raise ConfigError(f"{key}: the run has {n} names but {key}={cap} holds {cap - 1} "
-                              "(its last id marks padding rows): raise it")  # fmt: skip
+            raise ConfigError(
+                f"{key}: the run has {n} names but {key}={cap} holds {cap - 1} "
+                "(its last id marks padding rows): raise it"
+            )
 
 
 def settle_tables(cfg: Config, index: CorpusIndex, directory: Path) -> IdTables:

@@ -34,8 +34,15 @@ RUN_FILE = "prosody.json"
 # The features keys that shape a clip's pitch and energy (with the whole audio section).
 SHAPING = ("n_fft", "hop_length", "win_length", "fmin", "fmax", "max_frames", "on_too_long")
 # What each speaker's (and the corpus's) entry holds.
-FIELDS = ("log_f0_mean", "log_f0_std", "energy_mean", "energy_std", "voiced_frames", "frames",
-          "clips")  # fmt: skip
+FIELDS = (
+    "log_f0_mean",
+    "log_f0_std",
+    "energy_mean",
+    "energy_std",
+    "voiced_frames",
+    "frames",
+    "clips",
+)
 
 
 def table_key(cfg: Config, digest: str) -> str:
@@ -98,9 +105,11 @@ def required_table(cfg: Config, digest: str, version: str = "") -> dict[str, Any
     table = read_table(path)
     if table is None or (version and table.get("prosody_version") != version):
         why = "none" if table is None else f"one of {table.get('prosody_version')}"
-        raise ConfigError(f"features.pitch_norm: {cfg.features.pitch_norm} needs this corpus's "
-                          f"prosody statistics ({why} at {path}): run `ringfeed prepare CONFIG` "
-                          "first (`ringfeed run` and `ringfeed validate` do)")  # fmt: skip
+        raise ConfigError(
+            f"features.pitch_norm: {cfg.features.pitch_norm} needs this corpus's "
+            f"prosody statistics ({why} at {path}): run `ringfeed prepare CONFIG` "
+            "first (`ringfeed run` and `ringfeed validate` do)"
+        )
     return table
 
 

@@ -31,8 +31,12 @@ from ringfeed.shared.wire.bounds import clean
 
 MAX_LISTED_PRODUCERS = 32
 # The shard cache's counters in a producer's work, and their names in shard_cache().
-SHARD_COUNTERS = {"shard_hits": "hits", "shards_fetched": "fetched",
-                  "shard_bytes_fetched": "bytes_fetched", "store_retries": "retries"}  # fmt: skip
+SHARD_COUNTERS = {
+    "shard_hits": "hits",
+    "shards_fetched": "fetched",
+    "shard_bytes_fetched": "bytes_fetched",
+    "store_retries": "retries",
+}
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:

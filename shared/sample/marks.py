@@ -41,8 +41,9 @@ CLIPPED_SHARE = 0.001
 
 def audio_kinds(marks: int) -> list[str]:
     """The audio marks' names: 'near-silent', 'clipped' (in that order; [] for none)."""
-    return [name for bit, name in ((NEAR_SILENT, "near-silent"), (CLIPPED, "clipped"))
-            if marks & bit]  # fmt: skip
+    return [
+        name for bit, name in ((NEAR_SILENT, "near-silent"), (CLIPPED, "clipped")) if marks & bit
+    ]
 
 
 def describe_audio(marks: int) -> str:

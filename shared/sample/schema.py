@@ -51,9 +51,23 @@ ROW_SOURCE_FIELDS = ("items", "position")
 # The batch field that says how many rows of a length axis are real.
 LENS_OF = {"tokens": "text_lens", "frames": "mel_lens"}
 # Names the built-ins use, in the sample or the batch: no user field may take one.
-RESERVED = frozenset({"tokens", "mel", "wave", "ref_mel", "pitch", "voiced", "energy", "durations",
-                      "text_lens", "mel_lens", "valid", *ROW_SOURCE_FIELDS,
-                      *ID_FIELDS})  # fmt: skip
+RESERVED = frozenset(
+    {
+        "tokens",
+        "mel",
+        "wave",
+        "ref_mel",
+        "pitch",
+        "voiced",
+        "energy",
+        "durations",
+        "text_lens",
+        "mel_lens",
+        "valid",
+        *ROW_SOURCE_FIELDS,
+        *ID_FIELDS,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -116,8 +130,9 @@ class SampleSchema:
         out = []
         for f in self.fields:
             if f.name == "wave":
-                f = FieldDecl("mel", np.dtype(np.float32), (self.max_frames, self.mel_bins),
-                              "frames")  # fmt: skip
+                f = FieldDecl(
+                    "mel", np.dtype(np.float32), (self.max_frames, self.mel_bins), "frames"
+                )
             out.append(f)
         return out
 
@@ -237,8 +252,12 @@ class SampleSchema:
         """One line per field for `ringfeed validate`: dtype, shape, length, pad, bytes."""
         lines = []
         for f in self.fields:
-            tied = {"frames": "mel frames", "tokens": "tokens", "own": "own length",
-                    "none": "no length axis"}[f.length]  # fmt: skip
+            tied = {
+                "frames": "mel frames",
+                "tokens": "tokens",
+                "own": "own length",
+                "none": "no length axis",
+            }[f.length]
             lines.append(
                 f"{f.name:<12} {f.dtype.name:<8} {str(list(f.shape)):<14} {tied:<15} "
                 f"pad {f.pad:g}  {f.slot_bytes:>10,} B/slot  ({f.origin})"

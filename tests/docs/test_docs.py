@@ -149,8 +149,13 @@ def test_a_marked_block_runs_as_written(tmp_path: Path, page: str, block: str) -
             pytest.importorskip(framework)
     (tmp_path / "data").symlink_to(REPO / "data")
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    out = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     if page == "corpora.md":  # each format's example: validate finds both clips usable
         assert "usable        2 of 2 clips" in out.stdout, out.stdout
@@ -201,9 +206,12 @@ def test_the_site_builds_strictly_with_the_anchors_this_test_expects(tmp_path: P
     pytest.importorskip("mkdocs", reason="mkdocs comes with the dev extra (scripts/setup.sh)")
     out = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # no banner about mkdocs 2
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr
     for page in PAGES:
         html = tmp_path / ("" if page.stem == "index" else page.stem) / "index.html"

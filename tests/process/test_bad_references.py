@@ -23,11 +23,15 @@ from tests.support.runs import Run, rid
 @pytest.mark.slow
 def test_a_run_with_bad_files_among_the_references_loses_no_good_clip(tmp_path: Path) -> None:
     manifest = make_reference_corpus(tmp_path / "c")
-    cfg_path = write_config(tmp_path, {
-        "data": {"path": str(manifest), "format": "jsonl"}, **SMALL,
-        "stager": {"batch_size": 2, "epochs": 3},
-        "producers": {"workers": 2},
-    })  # fmt: skip
+    cfg_path = write_config(
+        tmp_path,
+        {
+            "data": {"path": str(manifest), "format": "jsonl"},
+            **SMALL,
+            "stager": {"batch_size": 2, "epochs": 3},
+            "producers": {"workers": 2},
+        },
+    )
     cfg = load_config(cfg_path)
     index, expected, rows = build_in_memory(cfg), expected_rows(cfg), []
     with Run(cfg_path, rid(), tmp_path) as run:

@@ -28,8 +28,10 @@ def test_killed_on_two_workers_resumed_on_one_gives_the_uninterrupted_global_bat
     (tmp_path / "two").mkdir()
     with workers(config, tmp_path / "two", base) as runs:  # killed mid-epoch 0
         chief = runs[0]
-        chief.poll_for(lambda: (chief.dir / "checkpoints" / "checkpoint").exists(),
-                       what="the chief's first checkpoint")  # fmt: skip
+        chief.poll_for(
+            lambda: (chief.dir / "checkpoints" / "checkpoint").exists(),
+            what="the chief's first checkpoint",
+        )
         for run in runs:
             run.signal("trainer", signal.SIGKILL)
         for run in runs:

@@ -56,8 +56,9 @@ def without_frameworks(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_a_run_of_the_base_install_imports_no_model_framework(tmp_path: Path) -> None:
     env = without_frameworks(tmp_path)
-    probe = subprocess.run([*CLI[:1], "-c", "import tensorflow"], env=env, capture_output=True,
-                           text=True, timeout=60)  # fmt: skip
+    probe = subprocess.run(
+        [*CLI[:1], "-c", "import tensorflow"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert "No module named 'tensorflow' (blocked)" in probe.stderr, probe.stderr
     n, run_id = 40, f"base-{uuid.uuid4().hex[:6]}"
     config = small(tmp_path, items=n, delay_s=0.0)
@@ -73,7 +74,8 @@ def test_a_run_of_the_base_install_imports_no_model_framework(tmp_path: Path) ->
 def test_stager_side_mels_without_tensorflow_say_what_to_install(tmp_path: Path) -> None:
     config = small(tmp_path, features={"device": "stager"})
     argv = [*CLI, "stager", str(config), "--run-id", f"base-{uuid.uuid4().hex[:6]}"]
-    stager = subprocess.run(argv, cwd=REPO, env=without_frameworks(tmp_path),
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    stager = subprocess.run(
+        argv, cwd=REPO, env=without_frameworks(tmp_path), capture_output=True, text=True, timeout=60
+    )
     assert stager.returncode == 2, stager.stderr
     assert "install ringfeed[tf] here, or set features.device: producer" in stager.stderr

@@ -24,9 +24,14 @@ def test_a_loop_of_its_own_resumes_from_a_batchs_position_exactly(tmp_path: Path
     would have; every row of every batch is checked against its item, padding rows
     included (valid, position -1, the padding ids)."""
     n, epochs = 29, 2  # 58 positions in batches of 4: the plan's last batch has padding
-    cfg_path = write_config(tmp_path, {**SYNTHETIC, "data": {"format": "synthetic",
-                            "synthetic_items": n}, "stager": {"batch_size": 4,
-                            "epochs": epochs}})  # fmt: skip
+    cfg_path = write_config(
+        tmp_path,
+        {
+            **SYNTHETIC,
+            "data": {"format": "synthetic", "synthetic_items": n},
+            "stager": {"batch_size": 4, "epochs": epochs},
+        },
+    )
     cfg = load_config(cfg_path)
     plan = Plan(Shuffle(n, cfg.stager.seed), epochs)
     with Run(cfg_path, rid(), tmp_path) as run:

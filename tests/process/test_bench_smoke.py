@@ -10,15 +10,30 @@ from tests.support.paths import REPO
 
 def bench(args: list[str], timeout_s: float) -> str:
     """A benchmark's stdout, run as docs/benchmarks.md says (from the repo root); fails on error."""
-    done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout_s, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    )
     return done.stdout
 
 
 @pytest.mark.slow
 def test_producer_cache_benchmark_runs() -> None:
-    args = ["benchmarks/producer_cache.py", "--rounds", "1", "--passes", "1",
-            "--seconds", "0.2", "--rss-passes", "2"]  # fmt: skip
+    args = [
+        "benchmarks/producer_cache.py",
+        "--rounds",
+        "1",
+        "--passes",
+        "1",
+        "--seconds",
+        "0.2",
+        "--rss-passes",
+        "2",
+    ]
     out = bench(args, timeout_s=60)
     assert "warm / cold" in out and "RSS growth over run" in out
 
@@ -49,8 +64,9 @@ def test_ring_throughput_benchmark_runs() -> None:
 def test_peers_benchmark_runs() -> None:
     """Every pipeline runs, the cached peer reads the very mels ringfeed's cache holds,
     and --stages breaks the CPU down by process and by stage."""
-    out = bench(["benchmarks/peers.py", "--rounds", "1", "--clips", "48", "--stages"],
-                timeout_s=300)  # fmt: skip
+    out = bench(
+        ["benchmarks/peers.py", "--rounds", "1", "--clips", "48", "--stages"], timeout_s=300
+    )
     assert "| tfdata-ops |" in out and "| ringfeed-cached |" in out and "| tfdata-cached |" in out
     assert "tfdata-cached rows are the cached mels: True" in out
     assert "| CPU ms/sample by process |" in out and "| STFT |X| |" in out
@@ -92,8 +108,19 @@ def test_gpu_feed_benchmark_runs_on_the_cpu(tmp_path) -> None:
     frameworks = [f for f in ("torch", "jax") if importlib.util.find_spec(f) is not None]
     if not frameworks:
         pytest.skip("neither torch nor jax is installed")
-    out = bench(["benchmarks/gpu_feed.py", "--quick", "--device", "cpu", "--out", str(tmp_path),
-                 "--frameworks", ",".join(frameworks)], timeout_s=300)  # fmt: skip
+    out = bench(
+        [
+            "benchmarks/gpu_feed.py",
+            "--quick",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--frameworks",
+            ",".join(frameworks),
+        ],
+        timeout_s=300,
+    )
     lines = (tmp_path / "gpu_feed.jsonl").read_text().splitlines()
     figures = [json.loads(line) for line in lines]
     feeds = {(f["framework"], f["feed"]) for f in figures}

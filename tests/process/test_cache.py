@@ -28,8 +28,9 @@ def test_processes_share_one_cache_dir(tmp_path: Path) -> None:
         files.append(str(path))
     ctx = mp.get_context("spawn")
     reader = FeatureCache(cfg, rescan_interval_s=0.0)  # opened before the writers
-    procs = [ctx.Process(target=_write_entries, args=(cfg, files[k::2], 1000.0 * k))
-             for k in range(2)]  # fmt: skip
+    procs = [
+        ctx.Process(target=_write_entries, args=(cfg, files[k::2], 1000.0 * k)) for k in range(2)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -50,8 +51,12 @@ def test_a_cache_whose_writes_fail_stops_writing_for_the_run(tmp_path: Path) -> 
     """RLIMIT_FSIZE (64 KiB) makes every shard write fail for real, as root too; the
     failed shards are removed, so only settings.json is left."""
     argv = [str(tmp_path / "cache"), str(REPO / "data/ljspeech-mini"), str(64 << 10)]
-    proc = subprocess.run([sys.executable, "-c", FILL_THEN_MEASURE, *argv],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", FILL_THEN_MEASURE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = _check_back_off(proc, MAX_WRITE_FAILURES, "stops writing")
     assert out["stats"]["writes"] == 0 and out["files"] == ["settings.json"]
 

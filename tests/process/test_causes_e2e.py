@@ -34,17 +34,29 @@ N_ITEMS = 16  # every clip of MINI fits max_frames here
 
 def config(tmp_path: Path, function: str, version: str) -> Path:
     """MINI at 8 kHz (every clip fits, cheap mels), one producer, the user's fields."""
-    return write_config(tmp_path, {
-        "data": {"path": str(MINI)},
-        "audio": {"sample_rate": 8000},
-        "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
-                     "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache"),
-                     "user_function": f"tests.support.user_fields:{function}",
-                     "user_version": version, "user_fields": user_fields.FIELDS},
-        "ring": {"heartbeat_s": 0.1},
-        "stager": {"batch_size": 4, "epochs": 1},
-        "producers": {"workers": 1},
-    }, name=f"{function}-{version}.yaml")  # fmt: skip
+    return write_config(
+        tmp_path,
+        {
+            "data": {"path": str(MINI)},
+            "audio": {"sample_rate": 8000},
+            "features": {
+                "n_fft": 512,
+                "win_length": 512,
+                "hop_length": 256,
+                "n_mels": 20,
+                "fmax": 4000.0,
+                "max_frames": 320,
+                "cache_dir": str(tmp_path / "cache"),
+                "user_function": f"tests.support.user_fields:{function}",
+                "user_version": version,
+                "user_fields": user_fields.FIELDS,
+            },
+            "ring": {"heartbeat_s": 0.1},
+            "stager": {"batch_size": 4, "epochs": 1},
+            "producers": {"workers": 1},
+        },
+        name=f"{function}-{version}.yaml",
+    )
 
 
 def test_a_wrong_shaped_field_is_refused_before_any_grant(tmp_path: Path) -> None:
@@ -52,10 +64,23 @@ def test_a_wrong_shaped_field_is_refused_before_any_grant(tmp_path: Path) -> Non
     cfg, run_id = load_config(cfg_path), rid()
     shape = "field 'emotion' has shape (3,), declared (2,)"
     launch = subprocess.run(
-        [sys.executable, "-m", "ringfeed.scripts.cli", "run", str(cfg_path), "--run-id", run_id,
-         "--consumer", "drain"], capture_output=True, text=True, timeout=120,
-        env=child_environment(), cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "ringfeed.scripts.cli",
+            "run",
+            str(cfg_path),
+            "--run-id",
+            run_id,
+            "--consumer",
+            "drain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_environment(),
+        cwd=tmp_path,
+    )
     errors = [line for line in launch.stderr.splitlines() if line.startswith("config error")]
     assert launch.returncode == 2 and len(errors) == 1, launch.stderr
     assert shape in errors[0] and "on LJ001-0001, the first clip that reads" in errors[0]
@@ -130,7 +155,8 @@ def test_a_fixed_function_brings_its_items_back(tmp_path: Path) -> None:
     lines = read_quarantine(quarantine)
     cause = stage_causes(load_config(fussy))["user"]
     assert {(r["item_id"], r["stage"], r["cause"]) for r in lines} == {
-        (item, "user", cause) for item in lost}  # fmt: skip
+        (item, "user", cause) for item in lost
+    }
     assert cause.endswith("tests.support.user_fields:fussy v1")
     # The same run started again, its cause unchanged: skipped without a try.
     again = deliver(fussy, run_id, tmp_path / "logs-2", expected)

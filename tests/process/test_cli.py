@@ -57,15 +57,23 @@ def test_validate_checks_the_default_models_kwargs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args, says",
-    [(["--bogus"], "run has no option --bogus"), (["--run-id"], "run --run-id needs a value"),
-     (["--worker"], "run --worker needs a value"),
-     (["--run-id", "../../etc"], "a run id is up to 100 letters")],
-)  # fmt: skip
+    [
+        (["--bogus"], "run has no option --bogus"),
+        (["--run-id"], "run --run-id needs a value"),
+        (["--worker"], "run --worker needs a value"),
+        (["--run-id", "../../etc"], "a run id is up to 100 letters"),
+    ],
+)
 def test_the_launcher_refuses_what_it_cannot_run_with_exit_2(args: list[str], says: str) -> None:
     """Nothing starts: an unknown option, an option without its value, a run id that
     would be a path (its directory would land outside run_root)."""
-    out = subprocess.run(["bash", "scripts/launch.sh", "run", "configs/demo.yaml", *args],
-                         cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        ["bash", "scripts/launch.sh", "run", "configs/demo.yaml", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and says in out.stderr, out.stdout + out.stderr
     assert "Traceback" not in out.stderr and "unbound variable" not in out.stderr
 
@@ -146,15 +154,21 @@ def test_validate_counts_what_each_rule_skips_and_refuses_a_corpus_of_none(
         (data / "wavs" / name).write_bytes((shipped / "wavs" / name).read_bytes())
     (data / "metadata.csv").write_text("\n".join(lines) + "\n")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({"data": {"path": str(data)},
-                                   "features": {"cache": False, "max_frames": 100}}))  # fmt: skip
+    cfg.write_text(
+        yaml.safe_dump(
+            {"data": {"path": str(data)}, "features": {"cache": False, "max_frames": 100}}
+        )
+    )
     out = ringfeed("validate", str(cfg))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "usable        0 of 3 clips" in out.stdout
     assert "skip        3 longer than a slot (1.16 s): raise features.max_frames" in out.stdout
     assert "none of the 3 clips is usable" in out.stderr
-    cfg.write_text(yaml.safe_dump({"data": {"path": str(data)},
-                                   "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
+    cfg.write_text(
+        yaml.safe_dump(
+            {"data": {"path": str(data)}, "features": {"cache": False, "max_frames": 1000}}
+        )
+    )
     out = ringfeed("validate", str(cfg))
     assert out.returncode == 0 and "usable        3 of 3 clips" in out.stdout, out.stderr
 
@@ -164,9 +178,15 @@ def test_validate_checks_a_producer_hosts_config_by_its_role(tmp_path: Path) -> 
     refuse its config (`server.key_secret is missing`). With --role producer it checks
     the client keys and prints the corpus digest the head's validate prints too."""
     assert ringfeed("keys", str(tmp_path / "keys"), "--client", "hostb").returncode == 0
-    raw = {"data": {"path": str(REPO / "data" / "ljspeech-mini")}, "features": {"cache": False},
-           "transport": {"kind": "tcp", "host": "10.0.0.5",
-                         "keys_dir": str(tmp_path / "keys" / "for-hostb")}}  # fmt: skip
+    raw = {
+        "data": {"path": str(REPO / "data" / "ljspeech-mini")},
+        "features": {"cache": False},
+        "transport": {
+            "kind": "tcp",
+            "host": "10.0.0.5",
+            "keys_dir": str(tmp_path / "keys" / "for-hostb"),
+        },
+    }
     cfg = tmp_path / "producer.yaml"
     cfg.write_text(yaml.safe_dump(raw))
     head = ringfeed("validate", str(cfg))
@@ -188,8 +208,14 @@ def test_validate_reads_the_headers_of_clips_inside_tar_shards(tmp_path: Path) -
 
     ids = make_shards(tmp_path / "shards", n_shards=2, corrupt="LJ001-0003")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({"data": {"format": "shards", "path": "shards"},
-                                   "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"format": "shards", "path": "shards"},
+                "features": {"cache": False, "max_frames": 1000},
+            }
+        )
+    )
     out = ringfeed("validate", str(cfg))
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"usable        {len(ids) - 1} of {len(ids)} clips" in out.stdout
@@ -205,15 +231,23 @@ def test_validate_says_which_split_of_a_hub_folder_it_reads(tmp_path: Path) -> N
     def validate(**data: str) -> subprocess.CompletedProcess:
         cfg = tmp_path / "c.yaml"
         features = {"cache": False, "max_frames": 1000, "cache_dir": str(tmp_path / "cache")}
-        cfg.write_text(yaml.safe_dump({"data": {"format": "parquet", "path": str(HUB), **data},
-                                       "audio": {"sample_rate": 16000},
-                                       "features": features}))  # fmt: skip
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "data": {"format": "parquet", "path": str(HUB), **data},
+                    "audio": {"sample_rate": 16000},
+                    "features": features,
+                }
+            )
+        )
         return ringfeed("validate", str(cfg))
 
     out = validate()
     assert out.returncode == 0, out.stdout + out.stderr
-    assert ("  splits        test (1 file), train (2 files): reads train (the default where a "
-            "folder holds several; data.split chooses)") in out.stdout  # fmt: skip
+    assert (
+        "  splits        test (1 file), train (2 files): reads train (the default where a "
+        "folder holds several; data.split chooses)"
+    ) in out.stdout
     assert "corpus        8 clips" in out.stdout and "spk_a (4), spk_b (4)" in out.stdout
     out = validate(split="test")
     assert "reads test (data.split)" in out.stdout and "corpus        2 clips" in out.stdout
@@ -230,12 +264,20 @@ def test_a_producer_host_missing_some_of_the_corpus_files_is_told_before_it_star
     (tmp_path / "wavs").mkdir()
     lines = (REPO / "data" / "ljspeech-mini" / "metadata.csv").read_text().splitlines()[:2]
     name = lines[0].split("|")[0] + ".wav"
-    (tmp_path / "wavs" / name).write_bytes((REPO / "data" / "ljspeech-mini" / "wavs" / name)
-                                           .read_bytes())  # fmt: skip
+    (tmp_path / "wavs" / name).write_bytes(
+        (REPO / "data" / "ljspeech-mini" / "wavs" / name).read_bytes()
+    )
     (tmp_path / "metadata.csv").write_text("\n".join(lines) + "\n")
     cfg = tmp_path / "p.yaml"
-    cfg.write_text(yaml.safe_dump({"data": {"path": "."}, "transport": {"kind": "tcp"},
-                                   "features": {"cache": False, "max_frames": 1000}}))  # fmt: skip
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"path": "."},
+                "transport": {"kind": "tcp"},
+                "features": {"cache": False, "max_frames": 1000},
+            }
+        )
+    )
     out = ringfeed("validate", str(cfg), "--role", "producer")
     assert out.returncode == 2 and "this host lacks 1 of the corpus's 2 audio files" in out.stderr
     assert "corpus digest" in out.stdout

@@ -68,8 +68,11 @@ def test_a_consumer_of_a_stager_that_failed_at_start_is_told_within_seconds(
     process stops waiting once no process starts the run any more, and its socket is
     closed (left open, its context's collection waited for it for ever)."""
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"data": {"path": str(tmp_path / "none")},
-                                      "run_root": str(tmp_path / "runs")}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {"data": {"path": str(tmp_path / "none")}, "run_root": str(tmp_path / "runs")}
+        )
+    )
     with Run(config, rid("failed"), tmp_path) as run:
         run.prepares = False  # the stager itself meets the missing corpus
         run.start("stager")

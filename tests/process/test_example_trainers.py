@@ -24,10 +24,14 @@ from tests.support.runs import Run, batch_records, rid, shm_segments
 pytestmark = pytest.mark.slow
 
 FRAMEWORKS = [
-    pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(name) is None,
-                                                reason=f"{name} is not installed"))
+    pytest.param(
+        name,
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec(name) is None, reason=f"{name} is not installed"
+        ),
+    )
     for name in ("torch", "jax")
-]  # fmt: skip
+]
 CHECKPOINT = {"torch": "ckpt-{}.pt", "jax": "ckpt-{}.npz"}
 
 
@@ -39,16 +43,28 @@ def trainer_run(config: Path, run_id: str, tmp_path: Path, framework: str) -> Ru
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_example_trainer_learns_on_the_shipped_clips(tmp_path: Path, framework: str) -> None:
-    config = write_config(tmp_path, {
-        "data": {"path": str(REPO / "data" / "ljspeech-mini")},
-        "features": {"max_frames": 128, "on_too_long": "truncate",
-                     "cache_dir": str(tmp_path / "cache")},
-        "text": {"max_text_len": 64}, "stager": {"batch_size": 4},
-        "model": {"kwargs": {"d_model": 32, "n_layers": 1}},
-        "train": {"steps": 30, "log_every": 5, "checkpoint_every": 10, "learning_rate": 3e-3,
-                  "cpu_threads": 1},
-        "producers": {"workers": 1},
-    })  # fmt: skip
+    config = write_config(
+        tmp_path,
+        {
+            "data": {"path": str(REPO / "data" / "ljspeech-mini")},
+            "features": {
+                "max_frames": 128,
+                "on_too_long": "truncate",
+                "cache_dir": str(tmp_path / "cache"),
+            },
+            "text": {"max_text_len": 64},
+            "stager": {"batch_size": 4},
+            "model": {"kwargs": {"d_model": 32, "n_layers": 1}},
+            "train": {
+                "steps": 30,
+                "log_every": 5,
+                "checkpoint_every": 10,
+                "learning_rate": 3e-3,
+                "cpu_threads": 1,
+            },
+            "producers": {"workers": 1},
+        },
+    )
     with trainer_run(config, rid(framework), tmp_path, framework) as run:
         run.start_all()
         codes = run.wait_all(timeout_s=180)
@@ -64,8 +80,13 @@ def test_the_example_trainer_learns_on_the_shipped_clips(tmp_path: Path, framewo
 def resumable_config(tmp_path: Path, lengths: dict) -> Path:
     """16 steps of synthetic batches of `lengths` (BUCKETS, or SYNTHETIC's fixed shape),
     a checkpoint every 4, each batch logged."""
-    train = {"steps": 16, "checkpoint_every": 4, "log_every": 4, "log_batches": True,
-             "cpu_threads": 1}  # fmt: skip
+    train = {
+        "steps": 16,
+        "checkpoint_every": 4,
+        "log_every": 4,
+        "log_batches": True,
+        "cpu_threads": 1,
+    }
     raw = SYNTHETIC | lengths | {"producers": {"workers": 1}, "train": train}
     config = write_config(tmp_path, raw)
     inject_faults(config, delay_s=0.02)
@@ -85,8 +106,10 @@ def test_a_killed_trainer_resumes_the_batches_of_an_uninterrupted_run(
     lengths = BUCKETS if framework == "torch" else {"data": SYNTHETIC["data"]}
     config = resumable_config(tmp_path, lengths)
     first = CHECKPOINT[framework].format(4)
-    with (trainer_run(config, rid("A"), tmp_path, framework) as a,
-          trainer_run(config, rid("B"), tmp_path, framework) as b):  # fmt: skip
+    with (
+        trainer_run(config, rid("A"), tmp_path, framework) as a,
+        trainer_run(config, rid("B"), tmp_path, framework) as b,
+    ):
         a.start_all()
         b.start_all()
         b.poll_for(lambda: (b.dir / "checkpoints" / first).exists(), what="a first checkpoint")

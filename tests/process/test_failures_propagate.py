@@ -212,10 +212,12 @@ def test_a_second_stop_signal_a_second_later_exits_at_once() -> None:
         "time.sleep(float(sys.argv[1])); os.kill(os.getpid(), signal.SIGTERM)\n"
         "time.sleep(0.2); print('still here', flush=True)\n"
     )
-    late = subprocess.run([sys.executable, "-c", probe, "1.1"], capture_output=True, text=True,
-                          timeout=30)  # fmt: skip
+    late = subprocess.run(
+        [sys.executable, "-c", probe, "1.1"], capture_output=True, text=True, timeout=30
+    )
     assert late.returncode == 128 + signal.SIGTERM and late.stdout == "one stop\n"
     assert "second signal: exiting at once" in late.stderr
-    soon = subprocess.run([sys.executable, "-c", probe, "0"], capture_output=True, text=True,
-                          timeout=30)  # fmt: skip
+    soon = subprocess.run(
+        [sys.executable, "-c", probe, "0"], capture_output=True, text=True, timeout=30
+    )
     assert soon.returncode == 0 and soon.stdout == "one stop\nstill here\n", soon.stderr

@@ -23,14 +23,18 @@ def test_a_producer_from_another_path_joins_and_a_moved_corpus_resumes(tmp_path:
     view): they join and every row is its item's. Then the corpus moves: a stager on the
     moved copy takes the first run's plan fingerprint and position and serves the rest
     of the plan, nothing lost or repeated."""
-    raw = {"data": {"format": "jsonl"}, "features": {"max_frames": 1000, "cache": False},
-           "stager": {"batch_size": 2, "epochs": 2},
-           "producers": {"workers": 1}}  # fmt: skip
+    raw = {
+        "data": {"format": "jsonl"},
+        "features": {"max_frames": 1000, "cache": False},
+        "stager": {"batch_size": 2, "epochs": 2},
+        "producers": {"workers": 1},
+    }
     configs = {}
     for side in ("head", "elsewhere", "moved"):
         manifest = make_absolute_corpus(tmp_path / side, "jsonl")
-        configs[side] = write_config(tmp_path, {**raw, "data": {**raw["data"], "path": str(
-            manifest)}}, f"{side}.yaml")  # fmt: skip
+        configs[side] = write_config(
+            tmp_path, {**raw, "data": {**raw["data"], "path": str(manifest)}}, f"{side}.yaml"
+        )
     cfg = load_config(configs["head"])
     expected, index = expected_rows(cfg), build_in_memory(cfg)
     run_id = rid()

@@ -14,7 +14,8 @@ from tests.support.paths import REPO
 def test_cpu_side_modules_leave_tensorflow_unimported() -> None:
     code = (
         "import sys\n"
-        "import ringfeed.producer.process.pool, ringfeed.producer.process.worker, ringfeed.producer.pipeline\n"
+        "import ringfeed.producer.process.pool, ringfeed.producer.process.worker\n"
+        "import ringfeed.producer.pipeline\n"
         "import ringfeed.consumer.stager.stager, ringfeed.consumer.tools.inspector\n"
         "import ringfeed.consumer.client.batch_client, ringfeed.scripts.cli\n"
         "sys.exit(1 if 'tensorflow' in sys.modules else 0)\n"
@@ -66,14 +67,17 @@ STAGER_LATE = (*LATE, "multiprocessing", "concurrent.futures")
 
 
 def test_a_start_imports_nothing_only_later_work_needs() -> None:
-    for entry, late in (("ringfeed.consumer.stager.stager", STAGER_LATE),
-                        ("ringfeed.producer.process.pool, ringfeed.producer.pipeline", LATE)):  # fmt: skip
+    for entry, late in (
+        ("ringfeed.consumer.stager.stager", STAGER_LATE),
+        ("ringfeed.producer.process.pool, ringfeed.producer.pipeline", LATE),
+    ):
         code = (
             f"import sys, numpy as np, ringfeed.scripts.cli, {entry}\n"
             "from ringfeed.shared.corpus.speaking_rate import median\n"
             "median(np.arange(4.0))\n"
             f"sys.exit(str([m for m in {late!r} if m in sys.modules]))\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                             text=True, timeout=60)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
         assert out.stderr.strip() == "[]", f"{entry}: {out.stderr}"

@@ -28,25 +28,33 @@ pytestmark = pytest.mark.slow
 
 
 def launch(argv: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    return subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
     tmp_path: Path,
 ) -> None:
-    train = {"steps": 100_000, "log_every": 1, "checkpoint_every": 1000, "jit_compile": False,
-             "log_batches": True}  # fmt: skip
+    train = {
+        "steps": 100_000,
+        "log_every": 1,
+        "checkpoint_every": 1000,
+        "jit_compile": False,
+        "log_batches": True,
+    }
     config = write_config(tmp_path, SYNTHETIC | {"train": train})
     run_id = rid("life")
-    first = launch([str(REPO / "scripts/launch.sh"), "run", str(config), "--run-id", run_id],
-                   tmp_path)  # fmt: skip
+    first = launch(
+        [str(REPO / "scripts/launch.sh"), "run", str(config), "--run-id", run_id], tmp_path
+    )
     summary_dir = tmp_path / "runs" / run_id
     # A line per step (train.log_batches): stopped once it trains, not while TensorFlow
     # still builds its first step (which on a loaded host outlasted the launcher's grace).
     batches = summary_dir / "batches.jsonl"
-    wait_for(lambda: batches.exists() and batches.stat().st_size > 0, 120,
-             "the trainer's first steps")  # fmt: skip
+    wait_for(
+        lambda: batches.exists() and batches.stat().st_size > 0, 120, "the trainer's first steps"
+    )
     first.send_signal(signal.SIGINT)
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, out + err
@@ -83,8 +91,9 @@ def test_ctrl_c_says_how_to_resume_and_a_changed_corpus_resumes_with_new_plan(
 
 def from_elsewhere(command: str) -> subprocess.CompletedProcess:
     """The printed command as a user pastes it, in a shell whose directory is not the run's."""
-    return subprocess.run(["bash", "-c", command], cwd="/", capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+    return subprocess.run(
+        ["bash", "-c", command], cwd="/", capture_output=True, text=True, timeout=180
+    )
 
 
 def resumes_exactly(config: Path, printed: str, summary_dir: Path) -> tuple[dict, int]:

@@ -32,8 +32,9 @@ STAGER_NO_CONSUMER = 6  # consumer/stager/stager.py: no consumer for stager.cons
 def data_side(config: Path, run_id: str, worker: str) -> subprocess.Popen:
     """`ringfeed run CONFIG --run-id R --worker K/N --consumer none`, its output piped."""
     argv = [*CLI, "run", str(config), "--run-id", run_id, "--worker", worker, "--consumer", "none"]
-    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    return subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_two_ranks_take_disjoint_shares_of_every_global_batch(tmp_path: Path) -> None:
@@ -85,12 +86,21 @@ def test_a_loop_killed_mid_step_leaves_the_run_to_end_after_consumer_wait_s(
     run consumer_wait_s (3 s here) later with exit code 6, and nothing is left."""
     config = small(tmp_path, items=100_000, stager={"epochs": 0, "consumer_wait_s": 3.0})
     run_id = rid("killed")
-    launcher = subprocess.Popen([*CLI, "run", str(config), "--run-id", run_id, "--consumer",
-                                 "none"], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    launcher = subprocess.Popen(
+        [*CLI, "run", str(config), "--run-id", run_id, "--consumer", "none"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        loop = subprocess.run([sys.executable, "-c", KILLED_LOOP, str(config), run_id],
-                              cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+        loop = subprocess.run(
+            [sys.executable, "-c", KILLED_LOOP, str(config), run_id],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert loop.returncode == -9, loop.stderr
         killed = time.monotonic()
         out, _ = launcher.communicate(timeout=60)

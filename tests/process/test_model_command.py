@@ -46,9 +46,14 @@ print("ITEMS", sorted(items))
 def launch(config: Path, run_id: str, batches: int, grace_s: str = "8") -> tuple[int, str]:
     """`ringfeed run CONFIG --run-id R -- python -c USER_LOOP batches`: exit code, output."""
     command = [sys.executable, "-c", USER_LOOP, str(batches)]
-    done = subprocess.run([*CLI, "run", str(config), "--run-id", run_id, "--", *command],
-                          cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=os.environ | {"RINGFEED_GRACE_S": grace_s})  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "run", str(config), "--run-id", run_id, "--", *command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"RINGFEED_GRACE_S": grace_s},
+    )
     return done.returncode, done.stdout + done.stderr
 
 

@@ -16,15 +16,21 @@ from tests.support.outlier_corpus import SMALL, make_outlier_corpus
 def validate(cfg_path: Path, *flags: str) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "ringfeed.scripts.cli", "validate", str(cfg_path), *flags],
-        capture_output=True, text=True, timeout=240, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
     return out.stdout
 
 
 def test_validate_prints_the_band_and_the_clips_outside_it_and_deep_decodes(tmp_path) -> None:
     manifest = make_outlier_corpus(tmp_path / "c")
-    cfg = {"data": {"path": str(manifest), "format": "jsonl", "outliers": "flag"}, **SMALL,
-           "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")}}  # fmt: skip
+    cfg = {
+        "data": {"path": str(manifest), "format": "jsonl", "outliers": "flag"},
+        **SMALL,
+        "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
+    }
     cfg_path = write_config(tmp_path, cfg)
     out = validate(cfg_path)
     band = next(line for line in out.splitlines() if "median" in line and " en " in line)

@@ -41,12 +41,16 @@ def run_corpus(tmp_path: Path, policy: str) -> tuple[collections.Counter, list, 
     """(item id -> times delivered, quarantine records, stager.json, the run directory)
     of a run of EPOCHS epochs; every delivered row is checked against its item."""
     manifest = make_outlier_corpus(tmp_path / "c")
-    cfg_path = write_config(tmp_path, {
-        "data": {"path": str(manifest), "format": "jsonl", "outliers": policy}, **SMALL,
-        "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
-        "stager": {"batch_size": 4, "epochs": EPOCHS},
-        "producers": {"workers": 2},
-    })  # fmt: skip
+    cfg_path = write_config(
+        tmp_path,
+        {
+            "data": {"path": str(manifest), "format": "jsonl", "outliers": policy},
+            **SMALL,
+            "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
+            "stager": {"batch_size": 4, "epochs": EPOCHS},
+            "producers": {"workers": 2},
+        },
+    )
     cfg, run_id = load_config(cfg_path), rid()
     index, expected, delivered = build_in_memory(cfg), expected_rows(cfg), collections.Counter()
     with Run(cfg_path, run_id, tmp_path) as run:
@@ -71,8 +75,13 @@ def test_flag_delivers_each_outlier_and_lists_it_once_with_why(tmp_path: Path) -
     listed = _read(directory / REPORT_FILE)
     kinds = {r["item_id"]: r["kind"] for r in listed}
     assert len(listed) == len(kinds)  # once each, over both epochs
-    assert kinds == {"long-text": "rate", "cut-short": "rate", "cut-header": "rate",
-                     "quiet": "near-silent", "clipped": "clipped"}  # fmt: skip
+    assert kinds == {
+        "long-text": "rate",
+        "cut-short": "rate",
+        "cut-header": "rate",
+        "quiet": "near-silent",
+        "clipped": "clipped",
+    }
     why = {r["item_id"]: r["why"] for r in listed}
     assert "speaking rate" in why["long-text"] and "tokens/s" in why["long-text"]
     assert "fast" in why["cut-short"] and "near-silent" in why["quiet"]
@@ -113,12 +122,17 @@ def test_a_clip_no_one_could_say_is_found_in_a_corpus_too_small_for_a_band(
     long_text = (text["LJ001-0008"] + " ") * 4
     lines.append({"id": "one-second", "audio": "one-second.wav", "text": long_text[:400]})
     manifest = write_manifest(root / "train.jsonl", lines)
-    cfg_path = write_config(tmp_path, {
-        "data": {"path": str(manifest), "format": "jsonl"}, **SMALL,
-        "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
-        "text": {"max_text_len": 420},
-        "stager": {"batch_size": 4, "epochs": 1}, "producers": {"workers": 2},
-    })  # fmt: skip
+    cfg_path = write_config(
+        tmp_path,
+        {
+            "data": {"path": str(manifest), "format": "jsonl"},
+            **SMALL,
+            "features": {**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
+            "text": {"max_text_len": 420},
+            "stager": {"batch_size": 4, "epochs": 1},
+            "producers": {"workers": 2},
+        },
+    )
     command = [sys.executable, "-m", "ringfeed.scripts.cli", "validate", str(cfg_path)]
     checked = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0, checked.stdout + checked.stderr

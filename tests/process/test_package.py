@@ -34,16 +34,22 @@ def test_a_users_own_shared_package_and_ringfeed_import_side_by_side(tmp_path: P
         "print(rc.load_config('demo.yaml').data.path)\n"
     )
     (tmp_path / "demo.yaml").write_text("data: {path: corpus}\n")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.splitlines()
     assert (
         first == "the user | the user too | ringfeed.shared.config | ringfeed.shared.config.config"
     )
     assert second == str(tmp_path / "corpus")  # relative to the config file's folder
-    cli = subprocess.run([Path(sys.executable).with_name("ringfeed"), "--help"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    cli = subprocess.run(
+        [Path(sys.executable).with_name("ringfeed"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 0 and "ringfeed validate CONFIG" in cli.stdout
 
 
@@ -53,8 +59,12 @@ def test_a_second_checkout_and_its_children_import_its_own_code(tmp_path: Path) 
     and a process it starts gets PYTHONPATH from child_environment."""
     other = tmp_path / "other"
     for folder in ("ringfeed", "shared", "producer", "consumer", "scripts"):
-        shutil.copytree(REPO / folder, other / folder, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        shutil.copytree(
+            REPO / folder,
+            other / folder,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     (other / "shared" / "config" / "marker.py").write_text("WHERE = 'other'\n")
     probe = (
         "import subprocess, sys\n"
@@ -65,8 +75,9 @@ def test_a_second_checkout_and_its_children_import_its_own_code(tmp_path: Path) 
         "                     text=True, env=environment.child_environment())\n"
         "print(out.stdout.strip() or out.stderr.strip()[-300:])\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=other, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=other, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["other", str(other), "other"]
 
@@ -79,9 +90,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     skip = (".venv", ".git", "runs", ".cache", "build", "*.egg-info", "__pycache__")
     shutil.copytree(REPO, tmp / "src", ignore=shutil.ignore_patterns(*skip))
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp), str(tmp / "src")], capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp),
+            str(tmp / "src"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     (found,) = tmp.glob("ringfeed-*.whl")
     return found
@@ -95,11 +119,19 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "env"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=180)
     python = venv / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(site, "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                   check=True, timeout=180, env=_user_environment())  # fmt: skip
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        timeout=180,
+        env=_user_environment(),
+    )
     return venv / "bin"
 
 
@@ -116,9 +148,15 @@ def test_the_wheel_holds_one_top_level_package_and_the_demos(wheel: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"ringfeed", f"{wheel.name.split('-py')[0]}.dist-info"}, tops
-    for module in ("shared/config/config.py", "producer/process/worker.py", "consumer/stager/stager.py",
-                   "consumer/client/tf_dataset.py", "scripts/cli.py", "client.py",
-                   "configs/demo.yaml"):  # fmt: skip
+    for module in (
+        "shared/config/config.py",
+        "producer/process/worker.py",
+        "consumer/stager/stager.py",
+        "consumer/client/tf_dataset.py",
+        "scripts/cli.py",
+        "client.py",
+        "configs/demo.yaml",
+    ):
         assert f"ringfeed/{module}" in names
     data = {f"ringfeed/{p.relative_to(REPO)}" for p in (REPO / "data").rglob("*") if p.is_file()}
     assert len(data) > 50 and data <= set(names), sorted(data - set(names))[:5]
@@ -130,8 +168,11 @@ def test_the_wheels_metadata_puts_each_model_framework_in_its_extra(wheel: Path)
     extras tf, torch and jax do (docs/loaders.md#installs-by-role)."""
     archive = zipfile.ZipFile(wheel)
     metadata = archive.read(next(n for n in archive.namelist() if n.endswith("/METADATA")))
-    requires = [line.split(":", 1)[1].strip() for line in metadata.decode().splitlines()
-                if line.startswith("Requires-Dist:")]  # fmt: skip
+    requires = [
+        line.split(":", 1)[1].strip()
+        for line in metadata.decode().splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
     by_extra: dict[str, set[str]] = {}
     for requirement in requires:
         extra = (
@@ -150,14 +191,21 @@ def test_an_installed_wheel_finds_its_demos(installed: Path, tmp_path: Path) -> 
     """validate, from the install and another directory, reads each shipped config's
     corpus from the package: every clip usable by its header."""
     where = "import ringfeed; print(ringfeed.__file__)"
-    found = subprocess.run([installed / "python", "-c", where], cwd=tmp_path, text=True,
-                           capture_output=True, env=_user_environment(), check=True)  # fmt: skip
+    found = subprocess.run(
+        [installed / "python", "-c", where],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        env=_user_environment(),
+        check=True,
+    )
     package = Path(found.stdout.strip()).parent
     assert not package.is_relative_to(REPO), package  # the wheel's code, not this checkout's
     for config, clips in (("demo.yaml", 16), ("multilingual.yaml", 40)):
         argv = [installed / "ringfeed", "validate", str(package / "configs" / config)]
-        out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=180,
-                             env=_user_environment())  # fmt: skip
+        out = subprocess.run(
+            argv, cwd=tmp_path, capture_output=True, text=True, timeout=180, env=_user_environment()
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert f"usable        {clips} of {clips} clips" in out.stdout, out.stdout
 
@@ -172,8 +220,14 @@ def test_an_installed_wheel_prints_a_resume_command_that_resumes(
     config = write_config(tmp_path, raw)
     run_id = rid("wheel")
     argv = [installed / "ringfeed", "run", str(config), "--run-id", run_id, "--consumer", "drain"]
-    first = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=_user_environment())  # fmt: skip
+    first = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_user_environment(),
+    )
     try:
         wait_for(lambda: shm_segments(run_id), 120, "the run's rings")
     finally:
@@ -184,10 +238,19 @@ def test_an_installed_wheel_prints_a_resume_command_that_resumes(
     printed = line.split("resume it with: ", 1)[1]
     assert shlex.split(printed)[3:6] == [str(installed / "ringfeed"), "run", str(config)], printed
     # Pasted from another directory, it resumes the same run: one epoch, drained, then done.
-    config.write_text(yaml.safe_dump({**raw, "stager": {**raw["stager"], "epochs": 1},
-                                      "run_root": str(tmp_path / "runs")}))  # fmt: skip
-    again = subprocess.run(["bash", "-c", printed], cwd="/", capture_output=True, text=True,
-                           timeout=180, env=_user_environment())  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {**raw, "stager": {**raw["stager"], "epochs": 1}, "run_root": str(tmp_path / "runs")}
+        )
+    )
+    again = subprocess.run(
+        ["bash", "-c", printed],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_user_environment(),
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"run {run_id} with {config}" in again.stdout and "this run resumes" in again.stdout
     assert f"drained {32 // 4} batches" in again.stdout + again.stderr

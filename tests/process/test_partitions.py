@@ -54,11 +54,22 @@ def test_a_remote_pool_rejoins_a_stager_stopped_for_fifteen_leases_exactly_once(
 
     with Run(config, rid(), tmp_path) as run:
         run.start("stager")
-        cmd = [*CLI, "producers", str(config), "--run-id", run.run_id, "--remote",
-               "--connect", f"tcp://127.0.0.1:{port}", "--name", "far"]  # fmt: skip
+        cmd = [
+            *CLI,
+            "producers",
+            str(config),
+            "--run-id",
+            run.run_id,
+            "--remote",
+            "--connect",
+            f"tcp://127.0.0.1:{port}",
+            "--name",
+            "far",
+        ]
         with (tmp_path / f"{run.run_id}-far.log").open("w") as out:
-            run.procs["producers"] = subprocess.Popen(cmd, cwd=REPO, stdout=out,
-                                                      stderr=subprocess.STDOUT)  # fmt: skip
+            run.procs["producers"] = subprocess.Popen(
+                cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+            )
         client = run.client(timeout_s=60)
         items = consume(client, on_batch=stop_once, timeout_s=90)
         client.close()

@@ -38,22 +38,32 @@ FULL_LINE = "no space left on the disk holding"
 
 def prepare(config: Path, **popen: object) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "ringfeed.scripts.cli", "prepare", str(config)]
-    return subprocess.Popen(cmd, cwd=REPO, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, **popen)  # type: ignore[call-overload]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen
+    )  # type: ignore[call-overload]
 
 
 def many_clips(tmp_path: Path, cache: str) -> Path:
     """A manifest of MANY lines over the shipped clips (every text its own) and its
     config, both named after the cache folder."""
     wavs = sorted(WAVS.glob("*.wav"))
-    lines = [{"audio": str(wavs[k % len(wavs)]), "id": f"c{k:05d}",
-              "text": f"Clip {k} of the corpus, said on May {1 + k % 28}."}
-             for k in range(MANY)]  # fmt: skip
+    lines = [
+        {
+            "audio": str(wavs[k % len(wavs)]),
+            "id": f"c{k:05d}",
+            "text": f"Clip {k} of the corpus, said on May {1 + k % 28}.",
+        }
+        for k in range(MANY)
+    ]
     manifest = write_manifest(tmp_path / f"{cache}.jsonl", lines)
-    return write_config(tmp_path, {"data": {"path": str(manifest), "format": "jsonl"},
-                                   "features": {"cache_dir": str(tmp_path / cache),
-                                                "on_too_long": "truncate"}},
-                        name=f"{cache}.yaml")  # fmt: skip
+    return write_config(
+        tmp_path,
+        {
+            "data": {"path": str(manifest), "format": "jsonl"},
+            "features": {"cache_dir": str(tmp_path / cache), "on_too_long": "truncate"},
+        },
+        name=f"{cache}.yaml",
+    )
 
 
 def prepared(config: Path) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -99,13 +109,16 @@ def test_a_prepare_stopped_by_sigint_finishes_when_run_again_as_if_never_stopped
 
 
 def lj_config(tmp_path: Path, folder: Path) -> Path:
-    return write_config(tmp_path, {
-        "data": {"path": str(folder)},
-        "features": {"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
-        "ring": {"heartbeat_s": 0.1},
-        "stager": {"batch_size": 4, "epochs": 1},
-        "producers": {"workers": 2},
-    })  # fmt: skip
+    return write_config(
+        tmp_path,
+        {
+            "data": {"path": str(folder)},
+            "features": {"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
+            "ring": {"heartbeat_s": 0.1},
+            "stager": {"batch_size": 4, "epochs": 1},
+            "producers": {"workers": 2},
+        },
+    )
 
 
 def test_a_changed_corpus_is_refused_by_a_runs_processes_and_prepared_again_by_a_run(
@@ -118,7 +131,8 @@ def test_a_changed_corpus_is_refused_by_a_runs_processes_and_prepared_again_by_a
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0 and "measured 15, 0 current" in out, out + err
     (folder / "wavs" / f"{lines[15].split('|')[0]}.wav").symlink_to(
-        WAVS / f"{lines[15].split('|')[0]}.wav")  # fmt: skip
+        WAVS / f"{lines[15].split('|')[0]}.wav"
+    )
     with open(folder / "metadata.csv", "a") as f:  # the corpus changes since
         f.write(lines[15] + "\n")
     with Run(config, rid(), tmp_path) as alone:
@@ -132,8 +146,10 @@ def test_a_changed_corpus_is_refused_by_a_runs_processes_and_prepared_again_by_a
     cfg = load_config(config)
     expected = expected_rows(cfg)
     delivered = []
-    with caplog.at_level("INFO", logger="ringfeed.producer.prepare"), started(
-        config, tmp_path, timeout_s=60) as (run, client):  # fmt: skip
+    with (
+        caplog.at_level("INFO", logger="ringfeed.producer.prepare"),
+        started(config, tmp_path, timeout_s=60) as (run, client),
+    ):
         index = open_prepared(cfg)
         while (batch := client.next(timeout_s=90)) is not None:
             delivered += [r["item_id"] for r in check_real_rows(batch, index, expected)]
@@ -167,17 +183,21 @@ sys.exit(subprocess.run(cli + ["run", config, "--consumer", "drain"]).returncode
 def test_a_full_disk_under_the_cache_is_one_line_and_the_run_goes_on(tmp_path: Path) -> None:
     full = tmp_path / "full"
     full.mkdir()
-    config = write_config(tmp_path, {
-        "data": {"path": str(REPO / "data" / "ljspeech-mini")},
-        "features": {"cache_dir": str(full / "cache"), "on_too_long": "truncate"},
-        "stager": {"batch_size": 4, "epochs": 1},
-        "producers": {"workers": 1},
-    })  # fmt: skip
+    config = write_config(
+        tmp_path,
+        {
+            "data": {"path": str(REPO / "data" / "ljspeech-mini")},
+            "features": {"cache_dir": str(full / "cache"), "on_too_long": "truncate"},
+            "stager": {"batch_size": 4, "epochs": 1},
+            "producers": {"workers": 1},
+        },
+    )
     kept = memory_copy(index_path(load_config(config)))
     before = set(memory_folder().glob("*"))
     try:
-        proc = run_on_small_tmpfs(str(full), "1m", [sys.executable, "-c", FULL_DISK_RUN,
-                                                    str(config), str(full)])  # fmt: skip
+        proc = run_on_small_tmpfs(
+            str(full), "1m", [sys.executable, "-c", FULL_DISK_RUN, str(config), str(full)]
+        )
         said = proc.stdout + proc.stderr
         assert proc.returncode == 0, said
         assert "drained 4 batches of 4" in proc.stdout, said

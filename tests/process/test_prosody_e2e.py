@@ -28,24 +28,37 @@ pytestmark = pytest.mark.slow
 
 def test_rows_carry_pitch_normalized_by_their_speaker(tmp_path: Path) -> None:
     demo = load_config(REPO / "configs" / "multilingual.yaml")
-    cfg_path = write_config(tmp_path, {
-        "data": {"path": str(DEMO / "train.jsonl"), "format": "jsonl", "language": "auto",
-                 "detect_languages": ["de", "en", "fa", "ru"]},
-        "audio": {"sample_rate": 16000},
-        "features": {"fmax": 8000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache"),
-                     "pitch": True, "pitch_norm": "speaker"},
-        "text": {"max_text_len": 160, "alphabet": demo.text.alphabet},
-        "ring": {"heartbeat_s": 0.1},
-        "stager": {"batch_size": 8, "epochs": 1},
-        "producers": {"workers": 2},
-    })  # fmt: skip
+    cfg_path = write_config(
+        tmp_path,
+        {
+            "data": {
+                "path": str(DEMO / "train.jsonl"),
+                "format": "jsonl",
+                "language": "auto",
+                "detect_languages": ["de", "en", "fa", "ru"],
+            },
+            "audio": {"sample_rate": 16000},
+            "features": {
+                "fmax": 8000.0,
+                "max_frames": 320,
+                "cache_dir": str(tmp_path / "cache"),
+                "pitch": True,
+                "pitch_norm": "speaker",
+            },
+            "text": {"max_text_len": 160, "alphabet": demo.text.alphabet},
+            "ring": {"heartbeat_s": 0.1},
+            "stager": {"batch_size": 8, "epochs": 1},
+            "producers": {"workers": 2},
+        },
+    )
     cfg = load_config(cfg_path)
     with Run(cfg_path, rid(), tmp_path) as refused:
         refused.prepares = False  # the stager alone, as a user may start it: it prepares nothing
         refused.start("stager")
         assert refused.wait("stager", 60) == 2
         assert "is not prepared" in refused.logs() and "run `ringfeed prepare CONFIG`" in (
-            refused.logs())  # fmt: skip
+            refused.logs()
+        )
     _, table = compute_table(cfg, open_corpus(cfg), workers=1)
     index = open_corpus(cfg)
     pipe = SamplePipeline(replace(cfg, features={"cache": False}), index=index)

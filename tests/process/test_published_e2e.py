@@ -29,8 +29,9 @@ pytestmark = pytest.mark.slow
 
 def test_a_common_voice_release(tmp_path: Path) -> None:
     reference = write_commonvoice(tmp_path / "cv", "de")
-    got = two_epochs(tmp_path / "run", {"path": str(tmp_path / "cv" / "de"),
-                                        "format": "commonvoice"}, reference)  # fmt: skip
+    got = two_epochs(
+        tmp_path / "run", {"path": str(tmp_path / "cv" / "de"), "format": "commonvoice"}, reference
+    )
     assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS
     assert got["ids"]["languages"] == ["de"] and len(got["ids"]["speakers"]) == 3
 
@@ -84,11 +85,16 @@ def test_parquet_files_on_object_storage(tmp_path: Path, monkeypatch: pytest.Mon
         s3.break_next_ranges = 1
         got = two_epochs(tmp_path, {"path": "s3://corpus/hf", "format": "parquet"}, reference)
         assert s3.broken == 1
-        wrong = replace(Config(), data={"path": "s3://corpus/hf", "format": "parquet",
-                                        "columns": {"text": "sentence"}},
-                        features={"cache_dir": str(tmp_path / "wrong")})  # fmt: skip
-        with pytest.raises(CorpusError, match=r"no column data.columns.text: 'sentence'; the "
-                           r"file has audio, text, speaker_id, language") as caught:  # fmt: skip
+        wrong = replace(
+            Config(),
+            data={"path": "s3://corpus/hf", "format": "parquet", "columns": {"text": "sentence"}},
+            features={"cache_dir": str(tmp_path / "wrong")},
+        )
+        with pytest.raises(
+            CorpusError,
+            match=r"no column data.columns.text: 'sentence'; the "
+            r"file has audio, text, speaker_id, language",
+        ) as caught:
             open_corpus(wrong, in_subprocess=False)
         assert "tries" not in str(caught.value)  # the user's to fix: never retried
     assert got["epochs"] == [collections.Counter(list(reference))] * EPOCHS

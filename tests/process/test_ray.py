@@ -33,9 +33,12 @@ def cluster() -> Iterator:
     """A head without CPUs (no producers there) and one worker node; tests add more."""
     c = ray_cluster_utils.Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "include_dashboard": False,
-                        "object_store_memory": 80 * 2**20},
-    )  # fmt: skip
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            "object_store_memory": 80 * 2**20,
+        },
+    )
     try:
         yield c
     finally:
@@ -139,10 +142,24 @@ def test_without_ray_the_verb_says_what_to_install(tmp_path: Path) -> None:
         "sys.exit(main())"
     )
     out = subprocess.run(
-        [sys.executable, "-c", hide_ray, "producers", str(cfg_path), "--run-id", "x",
-         "--ray", "auto", "--connect", f"tcp://127.0.0.1:{port}"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            hide_ray,
+            "producers",
+            str(cfg_path),
+            "--run-id",
+            "x",
+            "--ray",
+            "auto",
+            "--connect",
+            f"tcp://127.0.0.1:{port}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "pip install 'ringfeed[ray]'" in out.stderr
 
 

@@ -23,8 +23,14 @@ def test_two_replicas_train_as_one_device_on_the_same_global_batches() -> None:
     # (buckets off is one shape through the same code).
     cases = ["5:1:3"]
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "tests.support.replica_steps", *cases], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.support.replica_steps", *cases],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(results) == len(cases)

@@ -71,8 +71,12 @@ def test_rings_that_do_not_fit_are_refused_when_reserved(run_id: str) -> None:
     """RLIMIT_FSIZE (1 MiB) makes the reservation fail for real, root or not: a clear
     error naming the key to change, and no segment left behind."""
     limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (2**20, 2**20))\n"
-    proc = subprocess.run([sys.executable, "-c", limit + TWO_RINGS, run_id],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", limit + TWO_RINGS, run_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("refused: ring.spares: cannot reserve") == 1, proc.stdout
     assert "ring.lookahead: cannot reserve" in proc.stdout

@@ -27,24 +27,35 @@ PITCH_NORM = {"pitch": True, "pitch_norm": "speaker"}
 @pytest.mark.parametrize(
     ("section", "why"),
     [
-        ({"stager": {"balance": {"by": "language", "weights": {"xx": 2.0}}}},
-         "stager.balance.weights.xx: no language of that name in this run"),
-        ({"stager": {"balance": {"by": "speaker", "weights": {"nobody": 0.5}}}},
-         "stager.balance.weights.nobody: no speaker of that name in this run"),
+        (
+            {"stager": {"balance": {"by": "language", "weights": {"xx": 2.0}}}},
+            "stager.balance.weights.xx: no language of that name in this run",
+        ),
+        (
+            {"stager": {"balance": {"by": "speaker", "weights": {"nobody": 0.5}}}},
+            "stager.balance.weights.nobody: no speaker of that name in this run",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_validate_refuses_is_one_line_from_validate_and_run(
     tmp_path: Path, section: dict, why: str
 ) -> None:
     config = tmp_path / "c.yaml"
     features = {"cache_dir": str(tmp_path / "cache"), **section.get("features", {})}
-    config.write_text(yaml.safe_dump({
-        "data": {"path": str(DEMO), "format": "jsonl"}, "stager": section.get("stager", {}),
-        "features": features, "run_root": str(tmp_path / "runs"),
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"path": str(DEMO), "format": "jsonl"},
+                "stager": section.get("stager", {}),
+                "features": features,
+                "run_root": str(tmp_path / "runs"),
+            }
+        )
+    )
     for verb in (["validate"], ["run", "--run-id", "refused"]):
-        out = subprocess.run([*CLI, *verb, str(config)], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=120)  # fmt: skip
+        out = subprocess.run(
+            [*CLI, *verb, str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 2, out.stdout + out.stderr
         errors = [line for line in out.stderr.splitlines() if "config error" in line]
         assert len(errors) == 1 and why in errors[0], out.stderr
@@ -55,16 +66,21 @@ def test_what_validate_refuses_is_one_line_from_validate_and_run(
 
 def test_validate_prepares_a_prosody_table_made_by_another_estimator(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": {"path": str(DEMO), "format": "jsonl"},
-        "features": {"cache_dir": str(tmp_path / "cache"), **PITCH_NORM},
-        "run_root": str(tmp_path / "runs"),
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"path": str(DEMO), "format": "jsonl"},
+                "features": {"cache_dir": str(tmp_path / "cache"), **PITCH_NORM},
+                "run_root": str(tmp_path / "runs"),
+            }
+        )
+    )
     cfg = load_config(config)
     path = table_path(cfg, open_corpus(cfg, in_subprocess=False).digest)
     write_table(path, {"speakers": {}, "global": {}, "prosody_version": "0-old"})
-    out = subprocess.run([*CLI, "validate", str(config)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [*CLI, "validate", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"prosody     {path}: 3 speakers" in out.stdout
     assert read_table(path)["prosody_version"] == PROSODY_VERSION

@@ -35,8 +35,12 @@ def manifest(path: Path) -> Path:
     lines = []
     for k in range(25):
         speaker = "solo" if k == 24 else SPEAKERS[k % 3]
-        line = {"audio": str(WAVS / f"LJ001-{k % 12 + 1:04d}.wav"),
-                "text": f"Clip {k} of the test.", "speaker": speaker, "id": f"c{k}"}  # fmt: skip
+        line = {
+            "audio": str(WAVS / f"LJ001-{k % 12 + 1:04d}.wav"),
+            "text": f"Clip {k} of the test.",
+            "speaker": speaker,
+            "id": f"c{k}",
+        }
         if 12 <= k < 24:
             line |= {"offset": 0.5, "duration": 1.0}
         lines.append(json.dumps(line))
@@ -45,20 +49,34 @@ def manifest(path: Path) -> Path:
 
 
 def config(tmp_path: Path, port: int) -> Path:
-    return write_config(tmp_path, {
-        "data": {"path": str(manifest(tmp_path / "train.jsonl")), "format": "jsonl"},
-        "audio": {"sample_rate": 8000},
-        "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
-                     "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache"),
-                     "reference": True, "reference_frames": 24, "pitch": True,
-                     "energy": True, "user_function": "tests.support.user_fields:fields",
-                     "user_version": "e2e", "user_fields": user_fields.FIELDS,
-                     "durations_dir": str(tmp_path / "durations")},
-        "ring": {"heartbeat_s": 0.1},
-        "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
-        "producers": {"workers": 1},
-        "transport": tcp(port),
-    })  # fmt: skip
+    return write_config(
+        tmp_path,
+        {
+            "data": {"path": str(manifest(tmp_path / "train.jsonl")), "format": "jsonl"},
+            "audio": {"sample_rate": 8000},
+            "features": {
+                "n_fft": 512,
+                "win_length": 512,
+                "hop_length": 256,
+                "n_mels": 20,
+                "fmax": 4000.0,
+                "max_frames": 320,
+                "cache_dir": str(tmp_path / "cache"),
+                "reference": True,
+                "reference_frames": 24,
+                "pitch": True,
+                "energy": True,
+                "user_function": "tests.support.user_fields:fields",
+                "user_version": "e2e",
+                "user_fields": user_fields.FIELDS,
+                "durations_dir": str(tmp_path / "durations"),
+            },
+            "ring": {"heartbeat_s": 0.1},
+            "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
+            "producers": {"workers": 1},
+            "transport": tcp(port),
+        },
+    )
 
 
 def check_rows(a: dict[str, np.ndarray], n: int, expected: list, cfg) -> list[int]:

@@ -46,8 +46,10 @@ def make_language_shards(dst: Path) -> int:
     text, speaker and language. Returns the bytes of all the shards."""
     rows = [line.split("|") for line in (WAVS.parent / "metadata.csv").read_text().splitlines()]
     audio = {item_id: (WAVS / f"{item_id}.wav").read_bytes() for item_id, _, _ in rows}
-    clips = sorted(((item_id, text) for item_id, _, text in rows for _ in range(3)),
-                   key=lambda clip: -len(audio[clip[0]]))  # fmt: skip
+    clips = sorted(
+        ((item_id, text) for item_id, _, text in rows for _ in range(3)),
+        key=lambda clip: -len(audio[clip[0]]),
+    )
     shards: list[list[tuple[str, str]]] = [[] for _ in range(N_SHARDS)]
     for clip in clips:  # the largest first, to the lightest shard with room
         open_ = [s for s in shards if len(s) < PER_SHARD]
@@ -58,8 +60,10 @@ def make_language_shards(dst: Path) -> int:
             for k, ((recording, text), language) in enumerate(zip(shard, LANGUAGES, strict=True)):
                 key = f"{language}-{s}{k}-{recording}"
                 side = {"text": text, "speaker": f"{language}-speaker", "language": language}
-                for name, data in ((f"{key}.wav", audio[recording]),
-                                   (f"{key}.json", json.dumps(side).encode())):  # fmt: skip
+                for name, data in (
+                    (f"{key}.wav", audio[recording]),
+                    (f"{key}.json", json.dumps(side).encode()),
+                ):
                     info = tarfile.TarInfo(name)
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
@@ -70,19 +74,36 @@ def config_of(tmp_path: Path, path: str, cache_mb: int, name: str = "config.yaml
     """The run's config; each worker's names its own shard cache (name: its file)."""
     tmp_path.mkdir(exist_ok=True)
     cache = str(tmp_path / f"shard-cache-{name}")
-    return write_config(tmp_path, {
-        "data": {"path": path, "format": "shards", "shard_window": 2, "shard_cache_mb": cache_mb,
-                 "shard_cache_dir": cache},
-        "features": {"cache": False, "on_too_long": "truncate",
-                     "cache_dir": str(tmp_path / "cache")},
-        # Few samples and batches ahead of the consumer (4 slots, 2 batches of 2-3 rows), and
-        # the producer is the slower side: a killed worker had fetched little past its
-        # cursor (no shard fetched again in 5 runs here; the bound leaves room for 2).
-        "ring": {"heartbeat_s": 0.1},
-        "stager": {"batch_size": 4, "epochs": 1, "auto_buckets": 2, "batch_slots": 2,
-                   "balance": {"by": "language", "temperature": 0.3}},
-        "producers": {"workers": 1},
-    }, name)  # fmt: skip
+    return write_config(
+        tmp_path,
+        {
+            "data": {
+                "path": path,
+                "format": "shards",
+                "shard_window": 2,
+                "shard_cache_mb": cache_mb,
+                "shard_cache_dir": cache,
+            },
+            "features": {
+                "cache": False,
+                "on_too_long": "truncate",
+                "cache_dir": str(tmp_path / "cache"),
+            },
+            # Few samples and batches ahead of the consumer (4 slots, 2 batches of 2-3 rows), and
+            # the producer is the slower side: a killed worker had fetched little past its
+            # cursor (no shard fetched again in 5 runs here; the bound leaves room for 2).
+            "ring": {"heartbeat_s": 0.1},
+            "stager": {
+                "batch_size": 4,
+                "epochs": 1,
+                "auto_buckets": 2,
+                "batch_slots": 2,
+                "balance": {"by": "language", "temperature": 0.3},
+            },
+            "producers": {"workers": 1},
+        },
+        name,
+    )
 
 
 def worker(tmp_path: Path, base: str, k: int) -> Run:
@@ -134,8 +155,9 @@ def test_s3_shards_bucketed_balanced_on_two_workers_killed_and_resumed(
     assert ratio <= FETCH_BOUND, f"{ratio:.2f}x the corpus a worker: {fetches}"
 
 
-def two_workers_killed_and_resumed(tmp_path: Path, base: str, index,
-                                   expected: dict) -> list[list[list[int]]]:  # fmt: skip
+def two_workers_killed_and_resumed(
+    tmp_path: Path, base: str, index, expected: dict
+) -> list[list[list[int]]]:
     """Each worker's batches of epoch 0 (the items of its rows), taken in lockstep as
     trainers take them, every row checked against its item; worker 1 SIGKILLed after
     KILLED_AFTER batches and started again at its client's cursor."""

@@ -48,8 +48,9 @@ def slurm_job(
     for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    cfg_path = small(tmp_path, items=400, delay_s=0.004, producers={"workers": 1},
-                     transport={"port": port})  # fmt: skip
+    cfg_path = small(
+        tmp_path, items=400, delay_s=0.004, producers={"workers": 1}, transport={"port": port}
+    )
     env = (
         os.environ
         | env
@@ -63,8 +64,12 @@ def slurm_job(
     )
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "slurm.sh"), str(cfg_path), *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_slurm_script_runs_head_and_remote_producers(tmp_path: Path) -> None:
@@ -95,8 +100,9 @@ def test_producer_nodes_that_end_first_do_not_fail_the_job(tmp_path: Path) -> No
 
 
 def test_every_node_a_training_worker_one_task_each(tmp_path: Path) -> None:
-    done = slurm_job(tmp_path, free_port(), ("--workers", "--trainer-port", "7000"),
-                     FAKE_SRUN_NOOP="1")  # fmt: skip
+    done = slurm_job(
+        tmp_path, free_port(), ("--workers", "--trainer-port", "7000"), FAKE_SRUN_NOOP="1"
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (call,) = (tmp_path / "slurm.log").read_text().splitlines()
     args = shlex.split(call)
@@ -110,6 +116,10 @@ def test_slurm_script_outside_a_job_says_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     done = subprocess.run(
         ["bash", str(REPO / "scripts" / "slurm.sh"), "configs/demo.yaml"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode != 0 and "inside a Slurm job" in done.stderr

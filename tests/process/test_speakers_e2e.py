@@ -32,8 +32,12 @@ def manifest(path: Path, extra_speaker: str = "") -> Path:
     for k in range(32):
         wav = WAVS / f"LJ001-{k % 16 + 1:04d}.wav"
         speaker = extra_speaker or SPEAKERS[k % 3]
-        line = {"audio": str(wav), "text": f"Clip {k} of the test.", "speaker": speaker,
-                "language": LANGUAGES[k % 4]}  # fmt: skip
+        line = {
+            "audio": str(wav),
+            "text": f"Clip {k} of the test.",
+            "speaker": speaker,
+            "language": LANGUAGES[k % 4],
+        }
         if k >= 16:
             line |= {"offset": 0.5, "duration": 1.0, "id": f"seg-{k}"}
         lines.append(json.dumps(line))
@@ -50,16 +54,26 @@ def config(tmp_path: Path, data: Path, tokens: str) -> Path:
 
 
 def _config(tmp_path: Path, data: Path, text: dict) -> Path:
-    return write_config(tmp_path, {
-        "data": {"path": str(data), "format": "jsonl"},
-        "audio": {"sample_rate": 8000},
-        "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
-                     "fmax": 4000.0, "max_frames": 320, "cache_dir": str(tmp_path / "cache")},
-        "text": text,
-        "ring": {"heartbeat_s": 0.1},
-        "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
-        "producers": {"workers": 2},
-    })  # fmt: skip
+    return write_config(
+        tmp_path,
+        {
+            "data": {"path": str(data), "format": "jsonl"},
+            "audio": {"sample_rate": 8000},
+            "features": {
+                "n_fft": 512,
+                "win_length": 512,
+                "hop_length": 256,
+                "n_mels": 20,
+                "fmax": 4000.0,
+                "max_frames": 320,
+                "cache_dir": str(tmp_path / "cache"),
+            },
+            "text": text,
+            "ring": {"heartbeat_s": 0.1},
+            "stager": {"batch_size": 4, "epochs": 1, "buckets": [64, 160, 320]},
+            "producers": {"workers": 2},
+        },
+    )
 
 
 def check_rows(batch, entries, expected, tables, cfg) -> list[int]:

@@ -44,8 +44,7 @@ def stopped_configs(tmp_path: Path, patience_s: float) -> tuple[Path, Path]:
     (tmp_path / "pool").mkdir()
     patient = {"lease_s": patience_s}
     orphan = {**over["producers"], "orphan_s": max(30.0, 3 * patience_s)}
-    pool_cfg = small(tmp_path / "pool", items=N_ITEMS, delay_s=0.01, ring=patient,
-                     producers=orphan)  # fmt: skip
+    pool_cfg = small(tmp_path / "pool", items=N_ITEMS, delay_s=0.01, ring=patient, producers=orphan)
     return run_cfg, pool_cfg
 
 

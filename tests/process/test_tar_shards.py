@@ -56,9 +56,11 @@ def test_shard_cache_is_bounded_fetches_once_a_host_and_an_unreachable_store_is_
         held = sorted(p.stat().st_size for p in cache.folder.glob("*.tar"))
         assert sum(held) <= 2**20 and len(held) == 2
         assert cache.counters() == {
-            "shard_hits": 1, "shards_fetched": 3, "shard_bytes_fetched": 1_200_000,
+            "shard_hits": 1,
+            "shards_fetched": 3,
+            "shard_bytes_fetched": 1_200_000,
             "store_retries": 0,
-        }  # fmt: skip
+        }
         assert os.path.exists(cache.local("s3://cache-test/s/0.tar"))  # kept: used recently
         fs.pipe("cache-test/big/0.tar", bytes(range(256)) * 40_000)  # 10 MB
         before = len(s3.tar_fetches)
@@ -122,8 +124,11 @@ def epoch(
     Every row is checked against the item it claims (expected: item id -> Sample from
     loose files). board: the trainer's TensorBoard numbers of the shard cache at the
     stop, written by a RunBoard on the run's stats and read back (shard_cache_board)."""
-    raw = {**RAW, "data": data,
-           "features": {**RAW["features"], "cache_dir": str(tmp_path / "cache")}}  # fmt: skip
+    raw = {
+        **RAW,
+        "data": data,
+        "features": {**RAW["features"], "cache_dir": str(tmp_path / "cache")},
+    }
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg_path = write_config(tmp_path, raw)
     cfg = load_config(cfg_path)
@@ -176,13 +181,19 @@ def shard_cache_board(run: Run, log_dir: Path) -> dict[str, float]:
 
     board = RunBoard(log_dir, run.dir, run.stats)
     try:
-        wait_for(lambda: board.stager_scalars().get("stager/shard_cache/retries", 0) >= 1, 30,
-                 "the retried read in the stager's stats")  # fmt: skip
+        wait_for(
+            lambda: board.stager_scalars().get("stager/shard_cache/retries", 0) >= 1,
+            30,
+            "the retried read in the stager's stats",
+        )
         board.report(1, None)
     finally:
         board.close()
-    return {tag.split("/")[-1]: at[1] for tag, at in read_scalars(log_dir).items()
-            if tag.startswith("stager/shard_cache/")}  # fmt: skip
+    return {
+        tag.split("/")[-1]: at[1]
+        for tag, at in read_scalars(log_dir).items()
+        if tag.startswith("stager/shard_cache/")
+    }
 
 
 @pytest.mark.slow
@@ -191,14 +202,22 @@ def test_loose_files_local_shards_and_s3_shards_deliver_the_same_rows(
 ) -> None:
     cfg = replace(Config(), data={"path": str(MINI)}, features=RAW["features"])
     pipe = SamplePipeline(cfg)
-    expected = {e.item_id: pipe(e) for e in open_corpus(replace(cfg, features={
-        "cache_dir": str(tmp_path / "expected")})).entries}  # fmt: skip
+    expected = {
+        e.item_id: pipe(e)
+        for e in open_corpus(
+            replace(cfg, features={"cache_dir": str(tmp_path / "expected")})
+        ).entries
+    }
     loose = epoch(tmp_path / "loose", {"path": str(MINI)}, expected)
     assert collections.Counter(loose["ids"]) == collections.Counter(list(expected))
 
     make_shards(tmp_path / "shards", corrupt=CORRUPT)
-    local = epoch(tmp_path / "local", {"path": str(tmp_path / "shards"), "format": "shards"},
-                  expected, resume_after=2)  # fmt: skip
+    local = epoch(
+        tmp_path / "local",
+        {"path": str(tmp_path / "shards"), "format": "shards"},
+        expected,
+        resume_after=2,
+    )
     good = collections.Counter(i for i in expected if i != CORRUPT)
     assert collections.Counter(local["ids"]) == good, "each good clip exactly once"
     bad = [r for r in local["quarantine"] if clip_of(r["item_id"]) == CORRUPT]
@@ -212,9 +231,13 @@ def test_loose_files_local_shards_and_s3_shards_deliver_the_same_rows(
         for shard in sorted((tmp_path / "shards").iterdir()):
             fs.put_file(str(shard), f"corpus/train/{shard.name}")
         s3.break_next_gets = 1  # a producer's first shard fetch breaks mid-body
-        remote = epoch(tmp_path / "s3", {"path": "s3://corpus/train", "format": "shards",
-                                         "shard_window": 2},
-                       expected, resume_after=2, board=True)  # fmt: skip
+        remote = epoch(
+            tmp_path / "s3",
+            {"path": "s3://corpus/train", "format": "shards", "shard_window": 2},
+            expected,
+            resume_after=2,
+            board=True,
+        )
         assert s3.broken == 1
     assert collections.Counter(remote["ids"]) == good
     assert [r["item_id"] for r in remote["quarantine"]] == [f"part-00001/{CORRUPT}"]

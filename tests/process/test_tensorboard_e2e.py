@@ -39,9 +39,13 @@ def test_tensorboard_has_the_rate_languages_speakers_and_skips_by_stage(tmp_path
     raw["data"] = raw["data"] | {"path": str(corpus(tmp_path))}
     raw["features"] = raw["features"] | {"cache_dir": str(tmp_path / "cache")}
     raw["model"] = {"kwargs": {"d_model": 32, "n_layers": 1}}
-    raw["train"] = raw["train"] | {"steps": STEPS, "log_every": LOG_EVERY,
-                                   "checkpoint_every": STEPS, "log_batches": True,
-                                   "jit_compile": False}  # fmt: skip
+    raw["train"] = raw["train"] | {
+        "steps": STEPS,
+        "log_every": LOG_EVERY,
+        "checkpoint_every": STEPS,
+        "log_batches": True,
+        "jit_compile": False,
+    }
     config = write_config(tmp_path, raw)
     cfg = load_config(config)
     entries = open_corpus(cfg).entries
@@ -58,8 +62,11 @@ def test_tensorboard_has_the_rate_languages_speakers_and_skips_by_stage(tmp_path
         rows = [entries[i] for s in range(1, step + 1) for i in batches[s]["items"]]
         for key, of in (("language", lambda e: e.language), ("speaker", lambda e: e.speaker)):
             want = collections.Counter(of(e) for e in rows)
-            got = {tag.split("/")[-1]: v[step] for tag, v in board.items()
-                   if tag.startswith(f"samples/{key}/") and step in v}  # fmt: skip
+            got = {
+                tag.split("/")[-1]: v[step]
+                for tag, v in board.items()
+                if tag.startswith(f"samples/{key}/") and step in v
+            }
             assert got == want, (step, key)
     # The missing clip, skipped and quarantined at its stage, as the quarantine file says.
     stages = collections.Counter(r["stage"] for r in quarantined)

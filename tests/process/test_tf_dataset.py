@@ -62,17 +62,24 @@ def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) 
     from tests.support.paths import REPO
 
     n, rows = 24, 4
-    config = write_config(tmp_path, {
-        "data": {"format": "synthetic", "synthetic_items": n},
-        "features": {"max_frames": 32, "cache": False}, "text": {"max_text_len": 32},
-        "stager": {"batch_size": rows, "epochs": 1},
-        "producers": {"workers": 1},
-    })  # fmt: skip
+    config = write_config(
+        tmp_path,
+        {
+            "data": {"format": "synthetic", "synthetic_items": n},
+            "features": {"max_frames": 32, "cache": False},
+            "text": {"max_text_len": 32},
+            "stager": {"batch_size": rows, "epochs": 1},
+            "producers": {"workers": 1},
+        },
+    )
     cfg, run_id = load_config(config), f"none-{uuid.uuid4().hex[:6]}"
     launcher = subprocess.Popen(
-        [*CLI, "run", str(config), "--consumer", "none",
-         "--run-id", run_id], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)  # fmt: skip
+        [*CLI, "run", str(config), "--consumer", "none", "--run-id", run_id],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen: list[int] = []
 
     names = list(cfg.batch_fields())
@@ -88,9 +95,13 @@ def test_the_data_side_alone_feeds_a_keras_fit_and_ends_with_it(tmp_path: Path) 
         return mel, tf.zeros([rows, 1])
 
     try:
-        model = tf.keras.Sequential([tf.keras.Input(cfg.batch_fields()["mel"][0][1:]),
-                                     tf.keras.layers.GlobalAveragePooling1D(),
-                                     tf.keras.layers.Dense(1)])  # fmt: skip
+        model = tf.keras.Sequential(
+            [
+                tf.keras.Input(cfg.batch_fields()["mel"][0][1:]),
+                tf.keras.layers.GlobalAveragePooling1D(),
+                tf.keras.layers.Dense(1),
+            ]
+        )
         model.compile(optimizer="sgd", loss="mse")
         history = model.fit(ring_dataset(cfg, run_id).map(to_xy), epochs=1, verbose=0)
         out, _ = launcher.communicate(timeout=60)

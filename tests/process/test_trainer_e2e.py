@@ -78,10 +78,14 @@ def resumable_config(tmp_path: Path, lengths: str) -> Path:
     """16 steps, a checkpoint every 4, every batch logged; fixed shapes or buckets."""
     over = BUCKETS if lengths == "buckets" else {"data": SYNTHETIC["data"]}
     train = {"steps": 16, "checkpoint_every": 4, "log_every": 4, "jit_compile": False}
-    raw = SYNTHETIC | over | {
-        "features": SYNTHETIC["features"] | {"cache_dir": str(tmp_path / "cache")},
-        "train": train | {"log_batches": True},
-    }  # fmt: skip
+    raw = (
+        SYNTHETIC
+        | over
+        | {
+            "features": SYNTHETIC["features"] | {"cache_dir": str(tmp_path / "cache")},
+            "train": train | {"log_batches": True},
+        }
+    )
     config = write_config(tmp_path, raw)
     inject_faults(config, delay_s=0.02)
     return config

@@ -76,8 +76,18 @@ def test_a_producer_in_another_pid_and_uts_namespace_never_delivers_stale_rows(
     )
     cfg, run_id = load_config(cfg_path), rid()
     cli = [*CLI, "producers", str(cfg_path), "--run-id", run_id]
-    pod_cmd = ["unshare", "--pid", "--uts", "--fork", "--kill-child", "sh", "-c",
-               'hostname pod-7 && exec "$@"', "sh", *cli]  # fmt: skip
+    pod_cmd = [
+        "unshare",
+        "--pid",
+        "--uts",
+        "--fork",
+        "--kill-child",
+        "sh",
+        "-c",
+        'hostname pod-7 && exec "$@"',
+        "sh",
+        *cli,
+    ]
     with (
         Run(cfg_path, run_id, tmp_path) as run,
         StatsReader(endpoints(cfg, run_id).stats) as stats,

@@ -35,8 +35,15 @@ def two_worker_config(tmp_path: Path, lengths: str) -> Path:
     """Buckets: BUCKETS; fixed: SYNTHETIC, with worker 0's part of global batch 1 (two
     items) failing in producers, so that worker's batch 1 is empty and must still go."""
     over = BUCKETS if lengths == "buckets" else {"data": SYNTHETIC["data"]}
-    train = {"steps": STEPS, "checkpoint_every": 4, "log_every": 4, "jit_compile": False,
-             "log_batches": True, "cpu_threads": 1, "collective_timeout_s": TIMEOUT_S}  # fmt: skip
+    train = {
+        "steps": STEPS,
+        "checkpoint_every": 4,
+        "log_every": 4,
+        "jit_compile": False,
+        "log_batches": True,
+        "cpu_threads": 1,
+        "collective_timeout_s": TIMEOUT_S,
+    }
     raw = SYNTHETIC | over | {"train": train, "producers": {"workers": 1}}
     config = write_config(tmp_path, raw)
     bad = [] if lengths == "buckets" else first_part_of_worker_0(load_config(config))
@@ -97,8 +104,10 @@ def killed_and_relaunched(config: Path, tmp_path: Path, expected: list[dict]) ->
     (tmp_path / "killed").mkdir()
     with workers(config, tmp_path / "killed", base) as runs:
         chief = runs[0]
-        chief.poll_for(lambda: (chief.dir / "checkpoints" / "checkpoint").exists(),
-                       what="the chief's first checkpoint")  # fmt: skip
+        chief.poll_for(
+            lambda: (chief.dir / "checkpoints" / "checkpoint").exists(),
+            what="the chief's first checkpoint",
+        )
         runs[1].signal("trainer", signal.SIGKILL)
         t0 = time.monotonic()
         code = chief.wait("trainer", TIMEOUT_S + 30)

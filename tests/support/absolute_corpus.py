@@ -27,9 +27,17 @@ def make_absolute_corpus(root: Path, fmt: str = "jsonl", manifest_in: str = "") 
         lines += [f"{a}|Clip number {k}.|spk{k % 2}" for k, a in enumerate(audio)]
         path = folder / "metadata.csv"
     else:
-        lines = [json.dumps({"audio_filepath": a, "text": f"Clip number {k}.",
-                             "speaker": f"spk{k % 2}", "duration": 1.0})
-                 for k, a in enumerate(audio)]  # fmt: skip
+        lines = [
+            json.dumps(
+                {
+                    "audio_filepath": a,
+                    "text": f"Clip number {k}.",
+                    "speaker": f"spk{k % 2}",
+                    "duration": 1.0,
+                }
+            )
+            for k, a in enumerate(audio)
+        ]
         path = folder / "train_manifest.json"  # NeMo's name for JSON lines
     path.write_text("\n".join(lines) + "\n")
     return path

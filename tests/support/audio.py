@@ -29,22 +29,25 @@ def file_clip(path: str | Path, segment: tuple[float, float] | None = None) -> C
     return ClipReader(Config()).read_clip(entry)
 
 
-def load_file(path: str | Path, cfg: Config, segment: tuple[float, float] | None = None
-              ) -> np.ndarray:  # fmt: skip
+def load_file(
+    path: str | Path, cfg: Config, segment: tuple[float, float] | None = None
+) -> np.ndarray:
     """producer/audio/decode.py load_audio of a file (or its segment)."""
     with file_clip(path, segment) as clip:
         return load_audio(clip, cfg)
 
 
-def judge_file(path: str | Path, cfg: Config, segment: tuple[float, float] | None = None
-               ) -> tuple[np.ndarray, int]:  # fmt: skip
+def judge_file(
+    path: str | Path, cfg: Config, segment: tuple[float, float] | None = None
+) -> tuple[np.ndarray, int]:
     """producer/audio/decode.py load_judged of a file (or its segment): (wave, marks)."""
     with file_clip(path, segment) as clip:
         return load_judged(clip, cfg)
 
 
-def decode_file(path: str | Path, segment: tuple[float, float] | None = None
-                ) -> tuple[np.ndarray, int]:  # fmt: skip
+def decode_file(
+    path: str | Path, segment: tuple[float, float] | None = None
+) -> tuple[np.ndarray, int]:
     """producer/audio/decode.py decode of a file (or its segment), its header unjudged."""
     with file_clip(path, segment) as clip:
         return decode(clip)
@@ -115,7 +118,8 @@ def audio_bytes(
     return out.getvalue()
 
 
-def _channels(content: str | Path | np.ndarray, seconds: float | None, sample_rate: int,
-              channels: int) -> np.ndarray:  # fmt: skip
+def _channels(
+    content: str | Path | np.ndarray, seconds: float | None, sample_rate: int, channels: int
+) -> np.ndarray:
     data = content if isinstance(content, np.ndarray) else samples(content, seconds, sample_rate)
     return np.stack([data] * channels, axis=1) if channels > 1 else data

@@ -50,10 +50,15 @@ def _write_good(ds: BrokenDataset, src: Path, wavs: Path, lines: list[str]) -> N
     wave, sr = _read(src, "LJ001-0008")
     # 44.1 kHz stereo 24-bit: must be resampled and mixed down, not rejected.
     hi = soxr.resample(wave, sr, 44100)
-    write_audio(wavs / "stereo-44k.wav", np.stack([hi, 0.5 * hi], axis=1), sample_rate=44100,
-                subtype="PCM_24")  # fmt: skip
-    write_audio(wavs / "mono-8k.wav", soxr.resample(wave, sr, 8000), sample_rate=8000,
-                subtype="PCM_16")  # fmt: skip
+    write_audio(
+        wavs / "stereo-44k.wav",
+        np.stack([hi, 0.5 * hi], axis=1),
+        sample_rate=44100,
+        subtype="PCM_24",
+    )
+    write_audio(
+        wavs / "mono-8k.wav", soxr.resample(wave, sr, 8000), sample_rate=8000, subtype="PCM_16"
+    )
     for item_id in ("stereo-44k", "mono-8k"):
         lines.append(f"{item_id}|Resampled copy, 1999.|Resampled copy, 1999.")
         ds.good.append(item_id)
@@ -73,14 +78,16 @@ def _write_bad_audio(ds: BrokenDataset, src: Path, wavs: Path, lines: list[str])
     nan_wave = wave.copy()
     nan_wave[100] = np.nan
     write_audio(wavs / "has-nan.wav", nan_wave, sample_rate=sr, subtype="FLOAT")
-    ds.bad_samples.update({
-        "truncated": "unreadable audio",
-        "zero-byte": "zero-byte",
-        "text-file": "unreadable audio",
-        "long-30s": "features.on_too_long: truncate",
-        "too-short": "too short",
-        "has-nan": "NaN",
-    })  # fmt: skip
+    ds.bad_samples.update(
+        {
+            "truncated": "unreadable audio",
+            "zero-byte": "zero-byte",
+            "text-file": "unreadable audio",
+            "long-30s": "features.on_too_long: truncate",
+            "too-short": "too short",
+            "has-nan": "NaN",
+        }
+    )
     for item_id in ds.bad_samples:
         # long-30s says enough for 30 s (data.outliers would skip a clip of two words
         # that long before a producer sees it), and is too long for a slot.
@@ -100,11 +107,13 @@ def make_broken_dataset(dst: Path, src: Path = MINI) -> BrokenDataset:
     lines.append("missing-file|There is no audio.|There is no audio.")
     lines.append("empty-text|   |   ")
     lines.append("four-columns|One|too|many.")
-    ds.bad_lines.update({
-        "missing-file": "audio file not found",
-        "empty-text": "empty text",
-        "four-columns": "got 4 columns",
-    })  # fmt: skip
+    ds.bad_lines.update(
+        {
+            "missing-file": "audio file not found",
+            "empty-text": "empty text",
+            "four-columns": "got 4 columns",
+        }
+    )
     raw = "\n".join(lines).encode() + b"\nbad-bytes|caf\xe9 latin-1|caf\xe9 latin-1\n"
     ds.bad_lines["bad-bytes"] = "not valid UTF-8"
     (dst / "metadata.csv").write_bytes(raw)

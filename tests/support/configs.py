@@ -100,33 +100,56 @@ def lopsided_config(tmp_path: Path) -> Path:
     bob 9 and cy 3, balanced by speaker (uniform: 16 positions each an epoch); clip k's
     text is k + 1 letters, so a row's text length names its item."""
     speakers = ["ann"] * 36 + ["bob"] * 9 + ["cy"] * 3
-    lines = [{"audio": str(WAVS / f"LJ001-{k % 16 + 1:04d}.wav"), "text": "a" * (k + 1),
-              "speaker": s, "id": f"c{k}"} for k, s in enumerate(speakers)]  # fmt: skip
+    lines = [
+        {
+            "audio": str(WAVS / f"LJ001-{k % 16 + 1:04d}.wav"),
+            "text": "a" * (k + 1),
+            "speaker": s,
+            "id": f"c{k}",
+        }
+        for k, s in enumerate(speakers)
+    ]
     manifest = write_manifest(tmp_path / "lopsided.jsonl", lines)
-    train = {"steps": 16, "checkpoint_every": 4, "log_every": 4, "jit_compile": False,
-             "log_batches": True, "cpu_threads": 1, "collective_timeout_s": 8.0}  # fmt: skip
+    train = {
+        "steps": 16,
+        "checkpoint_every": 4,
+        "log_every": 4,
+        "jit_compile": False,
+        "log_batches": True,
+        "cpu_threads": 1,
+        "collective_timeout_s": 8.0,
+    }
     raw = SYNTHETIC | {
         # Its texts name their items, not what the clips say: no speaking-rate band.
         "data": {"path": str(manifest), "format": "jsonl", "outliers": "keep"},
-        "features": {"max_frames": 32, "on_too_long": "truncate",
-                     "cache_dir": str(tmp_path / "cache")},
+        "features": {
+            "max_frames": 32,
+            "on_too_long": "truncate",
+            "cache_dir": str(tmp_path / "cache"),
+        },
         "text": {"max_text_len": 64},
         "stager": {"batch_size": 4, "balance": {"by": "speaker", "temperature": 0.0}},
         "producers": {"workers": 1},
         "train": train,
-    }  # fmt: skip
+    }
     return write_config(tmp_path, raw)
 
 
 def clips_cfg(tmp_path: Path, **features: Any) -> Config:
     """The default Config over the shipped clips, its feature cache in tmp_path/cache;
     features: more feature keys."""
-    return replace(Config(), data={"path": str(MINI)},
-                   features={"cache_dir": str(tmp_path / "cache"), **features})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(MINI)},
+        features={"cache_dir": str(tmp_path / "cache"), **features},
+    )
 
 
 def shards_cfg(path: str, tmp_path: Path, **data: Any) -> Config:
     """The default Config over the tar shards at path (a folder or an s3:// URL), its
     feature cache in tmp_path/cache; data: more data keys."""
-    return replace(Config(), data={"path": path, "format": "shards", **data},
-                   features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": path, "format": "shards", **data},
+        features={"cache_dir": str(tmp_path / "cache")},
+    )

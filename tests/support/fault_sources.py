@@ -69,8 +69,9 @@ def inject_faults(
 ) -> None:
     """Make every producer of runs of this config inject these faults (replacing any
     set before for it); no faults given: none."""
-    faults = Faults(tuple(raise_items), tuple(exit_items), delay_s, tuple(loop_items),
-                    tuple(stuck_items))  # fmt: skip
+    faults = Faults(
+        tuple(raise_items), tuple(exit_items), delay_s, tuple(loop_items), tuple(stuck_items)
+    )
     root = Path(load_config(cfg_path).run_root)
     root.mkdir(parents=True, exist_ok=True)
     (root / FAULTS_FILE).write_text(json.dumps(asdict(faults)))

@@ -46,15 +46,34 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def book(n_items=10, lookahead=2, deterministic=True, epochs=1, attempts=3, clock=None,
-         spares=8, credits=16, lease_s=5.0, seed=7) -> ProducerBook:  # fmt: skip
+def book(
+    n_items=10,
+    lookahead=2,
+    deterministic=True,
+    epochs=1,
+    attempts=3,
+    clock=None,
+    spares=8,
+    credits=16,
+    lease_s=5.0,
+    seed=7,
+) -> ProducerBook:
     """A producer book over its ledger (``m.slots``), as the stager builds them: batch
     slots for 2 consumer batches, the look-ahead and one to move a batch to; batches of
     ROWS positions."""
-    ledger = Ledger(Plan(Shuffle(n_items, seed=seed), epochs=epochs), 2 + lookahead + 1, ROWS,
-                    spares, lookahead, ROWS, lease_s=lease_s, max_attempts=attempts,
-                    deterministic=deterministic, clock=clock or Clock(),
-                    default_shape=(ROWS, 8, 8))  # fmt: skip
+    ledger = Ledger(
+        Plan(Shuffle(n_items, seed=seed), epochs=epochs),
+        2 + lookahead + 1,
+        ROWS,
+        spares,
+        lookahead,
+        ROWS,
+        lease_s=lease_s,
+        max_attempts=attempts,
+        deterministic=deterministic,
+        clock=clock or Clock(),
+        default_shape=(ROWS, 8, 8),
+    )
     return ProducerBook(ledger, HOST, max_credits=credits, max_strikes=3, max_per_peer=64)
 
 

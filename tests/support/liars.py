@@ -258,17 +258,23 @@ def second_consumers(cfg: Config, run_id: str, stop: threading.Event, *, tally: 
 
 
 def name_squatter(
-    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, names: list[str], *,
+    cfg: Config,
+    endpoint: str,
+    keys_dir: str,
+    stop: threading.Event,
+    names: list[str],
+    *,
     tally: Tally,
-) -> None:  # fmt: skip
+) -> None:
     """One socket per name with a valid key (in keys_dir): each joins under a name an
     honest pool will use, heartbeats, and never asks for a grant; each says HELLO again
     when told to. Before names were per key, this kept an honest pool out for good."""
     with zmq.Context() as ctx:
         socks = [connect(ctx, endpoint, keys_dir) for _ in names]
         prints = config_fingerprint(cfg)
-        hellos = [p.Hello(name, 1, "far", True, f"sq{i}", "", prints)
-                  for i, name in enumerate(names)]  # fmt: skip
+        hellos = [
+            p.Hello(name, 1, "far", True, f"sq{i}", "", prints) for i, name in enumerate(names)
+        ]
         try:
             for sock, hello in zip(socks, hellos, strict=True):
                 sock.send_multipart(p.encode(hello))
@@ -290,8 +296,11 @@ def undecodable_flood(
 ) -> None:
     """A valid key (in keys_dir) that sends undecodable messages as fast as its socket
     takes them (garbage, truncated msgpack, an unknown kind), never a HELLO."""
-    garbage = [[b"\xc1\xc1 garbage"], [msgpack.packb([p.VERSION, 99])[:-1] + b"\xc1"],
-               [msgpack.packb([p.VERSION, 99, "x" * 64])]]  # fmt: skip
+    garbage = [
+        [b"\xc1\xc1 garbage"],
+        [msgpack.packb([p.VERSION, 99])[:-1] + b"\xc1"],
+        [msgpack.packb([p.VERSION, 99, "x" * 64])],
+    ]
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         while not stop.is_set():
             for frames in garbage:
@@ -359,9 +368,14 @@ def slow_walker(
 
 
 def made_up(
-    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, kind: str, *,
+    cfg: Config,
+    endpoint: str,
+    keys_dir: str,
+    stop: threading.Event,
+    kind: str,
+    *,
     tally: Tally,
-) -> None:  # fmt: skip
+) -> None:
     """A remote producer with a valid key (in keys_dir), fast, whose every READY passes
     every check the stager can make on its own (lengths, checksum, values in range) and
     is made up: `another` item's valid rows (the next item's), `zeros` of the item's
@@ -387,8 +401,10 @@ def made_up(
                         flat[:] = np.where(np.arange(flat.size) % 2, 1e4, -1e4)
                         rows = [rows[0], mel]
                     elif kind == "too-long":
-                        rows = [np.resize(r, (n, *r.shape[1:])).astype(r.dtype)
-                                for r, n in zip(rows, longest, strict=True)]  # fmt: skip
+                        rows = [
+                            np.resize(r, (n, *r.shape[1:])).astype(r.dtype)
+                            for r, n in zip(rows, longest, strict=True)
+                        ]
                     ready = ready_of(g, [len(r) for r in rows], rows_checksum(rows))
                     sock.send_multipart(p.encode(ready, [r.tobytes() for r in rows]))
                     sock.send_multipart(p.encode(p.Request(1)))
@@ -407,7 +423,8 @@ def skips_all(
             sock.send_multipart(p.encode(p.Request(16)))
             while not stop.is_set() and not isinstance(msg := receive(sock, 0.05), p.Rehello):
                 for g in msg.entries() if isinstance(msg, p.Grant) else []:
-                    skip = p.Skip(g.generation, g.place, g.item, "unreadable audio (a lie)",
-                                  "", "audio")  # fmt: skip
+                    skip = p.Skip(
+                        g.generation, g.place, g.item, "unreadable audio (a lie)", "", "audio"
+                    )
                     sock.send_multipart(p.encode(skip))
                     tally.lies += 1

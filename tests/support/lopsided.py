@@ -49,8 +49,10 @@ def lopsided_corpus(n: int, seed: int = 0, batch_frames: int = BATCH_FRAMES) -> 
     of_bucket = assign(frames, list(BUCKET_FRAMES))
     longest = np.zeros(len(BUCKET_FRAMES), np.int64)
     np.maximum.at(longest, of_bucket, text)
-    buckets = [Bucket(f, int(-(-max(1, t) // 8) * 8), max(1, batch_frames // f))
-               for f, t in zip(BUCKET_FRAMES, longest, strict=True)]  # fmt: skip
+    buckets = [
+        Bucket(f, int(-(-max(1, t) // 8) * 8), max(1, batch_frames // f))
+        for f, t in zip(BUCKET_FRAMES, longest, strict=True)
+    ]
     languages = Groups(language, ("a", "b", "c"))
     return Corpus(languages, Groups(speaker, tuple(names)), frames, text, of_bucket, buckets)
 

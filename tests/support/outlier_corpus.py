@@ -30,10 +30,17 @@ REFUSED = {"cut-header": "LJ001-0011"}
 # 8 kHz and a 256-sample hop keep a real run of 21 clips to seconds on 2 cores.
 SMALL: dict[str, Any] = {
     "audio": {"sample_rate": 8000},
-    "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
-                 "fmax": 4000.0, "max_frames": 400, "on_too_long": "truncate"},
+    "features": {
+        "n_fft": 512,
+        "win_length": 512,
+        "hop_length": 256,
+        "n_mels": 20,
+        "fmax": 4000.0,
+        "max_frames": 400,
+        "on_too_long": "truncate",
+    },
     "text": {"max_text_len": 256},
-}  # fmt: skip
+}
 
 
 def texts() -> dict[str, str]:

@@ -73,9 +73,15 @@ def write_commonvoice(
         mp3 = folder / "clips" / f"{item_id}.mp3"
         wave, sr = sf.read(row["audio"], dtype="float32")
         sf.write(mp3, wave, sr, format="MP3")
-        values = {"client_id": client_id(row["speaker"]), "path": mp3.name,
-                  "sentence": row["text"], "locale": locale, "up_votes": "2",
-                  "down_votes": "0", "sentence_id": f"{k:064x}"}  # fmt: skip
+        values = {
+            "client_id": client_id(row["speaker"]),
+            "path": mp3.name,
+            "sentence": row["text"],
+            "locale": locale,
+            "up_votes": "2",
+            "down_votes": "0",
+            "sentence_id": f"{k:064x}",
+        }
         lines.append("\t".join(values.get(c, "") for c in columns))
         reference[item_id] = Entry(item_id, str(mp3), row["text"], client_id(row["speaker"]), code)
     (folder / file_name).write_text("\n".join(lines) + "\n", "utf-8")
@@ -95,12 +101,14 @@ def lhotse_reference() -> dict[str, Entry]:
             clip = Path(row["audio"])
             info = sf.info(clip)
             said = (row["text"], row["speaker"], language)
-            reference[clip.stem] = Entry(clip.stem, str(clip), *said, 0.0,
-                                         info.frames / info.samplerate)  # fmt: skip
+            reference[clip.stem] = Entry(
+                clip.stem, str(clip), *said, 0.0, info.frames / info.samplerate
+            )
             if k == 0:
                 part = " ".join(row["text"].split()[:3])
-                reference[f"{clip.stem}-part"] = Entry(f"{clip.stem}-part", str(clip), part,
-                                                       *said[1:], 0.5, 1.0)  # fmt: skip
+                reference[f"{clip.stem}-part"] = Entry(
+                    f"{clip.stem}-part", str(clip), part, *said[1:], 0.5, 1.0
+                )
     return reference
 
 

@@ -36,7 +36,7 @@ def demo_raw(tmp_path: Path, data: dict[str, Any]) -> dict[str, Any]:
             "max_frames": 320,
             "cache": False,
             "cache_dir": str(tmp_path / "cache"),
-        },  # fmt: skip
+        },
         "text": {"max_text_len": 160, "alphabet": demo.text.alphabet},
         "ring": {"heartbeat_s": 0.1},
         "stager": {"batch_size": 4, "epochs": EPOCHS},
@@ -80,9 +80,13 @@ def two_epochs(
 
 
 def check_row(
-    a: dict[str, np.ndarray], row: int, index: Any, reference: dict[str, Entry],
-    expected: dict[str, Any], tables: dict[str, list[str]],
-) -> str:  # fmt: skip
+    a: dict[str, np.ndarray],
+    row: int,
+    index: Any,
+    reference: dict[str, Entry],
+    expected: dict[str, Any],
+    tables: dict[str, list[str]],
+) -> str:
     """One delivered row against its source: text, speaker, language, mel. -> its id."""
     item_id = index.item_id(int(a["items"][row]))
     entry, want = reference[item_id], expected[item_id]

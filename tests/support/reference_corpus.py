@@ -29,10 +29,18 @@ GOOD = ["LJ001-0002", "LJ001-0003", "LJ001-0004", "LJ001-0005", "LJ001-0006", "L
 BAD = {"noise": b"\x13\x37" * 5000, "empty": b"", "missing": None, "hiss": _hiss()}
 SMALL: dict[str, Any] = {
     "audio": {"sample_rate": 8000},
-    "features": {"n_fft": 512, "win_length": 512, "hop_length": 256, "n_mels": 20,
-                 "fmax": 4000.0, "max_frames": 400, "reference": True,
-                 "reference_frames": 32, "on_too_long": "truncate"},
-}  # fmt: skip
+    "features": {
+        "n_fft": 512,
+        "win_length": 512,
+        "hop_length": 256,
+        "n_mels": 20,
+        "fmax": 4000.0,
+        "max_frames": 400,
+        "reference": True,
+        "reference_frames": 32,
+        "on_too_long": "truncate",
+    },
+}
 
 
 def make_reference_corpus(root: Path) -> Path:

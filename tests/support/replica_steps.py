@@ -28,15 +28,17 @@ def batches(cfg, rows: int, bucketed: bool, steps: int) -> list[dict[str, np.nda
         text = 16 if bucketed and step % 2 else cfg.text.max_text_len
         mel_lens = rng.integers(1, frames + 1, rows).astype(np.int32)
         mel_lens[-1] = 0
-        out.append({
-            "tokens": rng.integers(1, cfg.vocab_size, (rows, text)).astype(np.int32),
-            "text_lens": rng.integers(1, text + 1, rows).astype(np.int32),
-            "mel": rng.normal(size=(rows, frames, cfg.features.n_mels)).astype(np.float32),
-            "mel_lens": mel_lens,
-            "items": np.arange(rows, dtype=np.int64),
-            "speaker": rng.integers(0, 3, rows).astype(np.int32),
-            "language": rng.integers(0, 2, rows).astype(np.int32),
-        })  # fmt: skip
+        out.append(
+            {
+                "tokens": rng.integers(1, cfg.vocab_size, (rows, text)).astype(np.int32),
+                "text_lens": rng.integers(1, text + 1, rows).astype(np.int32),
+                "mel": rng.normal(size=(rows, frames, cfg.features.n_mels)).astype(np.float32),
+                "mel_lens": mel_lens,
+                "items": np.arange(rows, dtype=np.int64),
+                "speaker": rng.integers(0, 3, rows).astype(np.int32),
+                "language": rng.integers(0, 2, rows).astype(np.int32),
+            }
+        )
     return out
 
 
@@ -46,12 +48,16 @@ def main(rows: int, bucketed: bool, steps: int) -> dict:
     from ringfeed.shared.config import config_from_dict
 
     stager = {"batch_size": rows, "buckets": [32, 64]} if bucketed else {"batch_size": rows}
-    cfg = config_from_dict({
-        "stager": stager, "features": {"max_frames": 64}, "text": {"max_text_len": 24},
-        "model": {"kwargs": {"d_model": 16, "n_layers": 1, "dropout": 0.0}},
-        "train": {"mixed_precision": False, "learning_rate": 0.01},
-        "devices": {"cpu_replicas": 2},
-    })  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "stager": stager,
+            "features": {"max_frames": 64},
+            "text": {"max_text_len": 24},
+            "model": {"kwargs": {"d_model": 16, "n_layers": 1, "dropout": 0.0}},
+            "train": {"mixed_precision": False, "learning_rate": 0.01},
+            "devices": {"cpu_replicas": 2},
+        }
+    )
     plan = plan_device("trainer", cfg, 0)
     import keras
     import tensorflow as tf
@@ -76,11 +82,21 @@ def main(rows: int, bucketed: bool, steps: int) -> dict:
     with strategy.scope():
         model2, loss_fn = model_module.load_model_factory(cfg)
         model2.set_weights(weights)
-        step = DistributedStep(strategy, model2, make_optimizer(cfg, clip=False), loss_fn, True,
-                               max_shapes=cfg.stager.n_shapes)  # fmt: skip
+        step = DistributedStep(
+            strategy,
+            model2,
+            make_optimizer(cfg, clip=False),
+            loss_fn,
+            True,
+            max_shapes=cfg.stager.n_shapes,
+        )
     replicated = [float(step(b)) for b in data]
-    return {"single": losses, "replicas": replicated, "traces": step.trace_count,
-            "devices": strategy.num_replicas_in_sync}  # fmt: skip
+    return {
+        "single": losses,
+        "replicas": replicated,
+        "traces": step.trace_count,
+        "devices": strategy.num_replicas_in_sync,
+    }
 
 
 if __name__ == "__main__":

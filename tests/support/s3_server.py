@@ -131,8 +131,11 @@ class S3Server:
         ranged = first.startswith(b"GET ") and b".parquet" in first and b"range:" in head.lower()
         self.gets += whole_get
         with socket.create_connection(("127.0.0.1", self.moto_port)) as up:
-            lines = [h for h in head[: -len(HEAD_END)].split(b"\r\n")
-                     if not h.lower().startswith((b"connection:", b"expect:"))]  # fmt: skip
+            lines = [
+                h
+                for h in head[: -len(HEAD_END)].split(b"\r\n")
+                if not h.lower().startswith((b"connection:", b"expect:"))
+            ]
             up.sendall(b"\r\n".join(lines) + b"\r\nConnection: close" + HEAD_END + body)
             response = b""
             while chunk := up.recv(65536):

@@ -27,10 +27,21 @@ TOLERANCE = 1e-4
 def _librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
     f = cfg.features
     mel = librosa.feature.melspectrogram(
-        y=wave, sr=cfg.audio.sample_rate, n_fft=f.n_fft, hop_length=f.hop_length,
-        win_length=f.win_length, window="hann", center=True, pad_mode="constant",
-        power=1.0, n_mels=f.n_mels, fmin=f.fmin, fmax=f.fmax, htk=False, norm="slaney",
-    )  # fmt: skip
+        y=wave,
+        sr=cfg.audio.sample_rate,
+        n_fft=f.n_fft,
+        hop_length=f.hop_length,
+        win_length=f.win_length,
+        window="hann",
+        center=True,
+        pad_mode="constant",
+        power=1.0,
+        n_mels=f.n_mels,
+        fmin=f.fmin,
+        fmax=f.fmax,
+        htk=False,
+        norm="slaney",
+    )
     return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 
@@ -68,8 +79,9 @@ def test_log_mel_matches_librosa_on_every_shipped_clip() -> None:
 def test_filterbank_is_librosa_slaney() -> None:
     cfg = replace(Config(), features={"n_mels": 64, "fmin": 50.0})
     fb = mel_filterbank(cfg)
-    ref = librosa.filters.mel(sr=22050, n_fft=1024, n_mels=64, fmin=50.0, fmax=8000.0,
-                              htk=False, norm="slaney")  # fmt: skip
+    ref = librosa.filters.mel(
+        sr=22050, n_fft=1024, n_mels=64, fmin=50.0, fmax=8000.0, htk=False, norm="slaney"
+    )
     assert fb.shape == (64, 513) and fb.dtype == np.float32
     np.testing.assert_allclose(fb, ref, rtol=1e-6, atol=1e-9)
 
@@ -151,8 +163,17 @@ def test_stft_is_librosa_stft_for_any_window_and_hop(n_fft: int, win_length: int
     wave, _ = sf.read(CLIP, dtype="float32")
     for n in (len(wave), 1, n_fft // 2 + 3):
         ours = stft_magnitude(wave[:n], cfg.features)
-        ref = np.abs(librosa.stft(wave[:n], n_fft=n_fft, hop_length=hop, win_length=win_length,
-                                  window="hann", center=True, pad_mode="constant")).T  # fmt: skip
+        ref = np.abs(
+            librosa.stft(
+                wave[:n],
+                n_fft=n_fft,
+                hop_length=hop,
+                win_length=win_length,
+                window="hann",
+                center=True,
+                pad_mode="constant",
+            )
+        ).T
         assert ours.shape == ref.shape and ours.dtype == np.float32
         np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=max(1e-6 * ref.max(), 1e-7))
 

@@ -73,10 +73,13 @@ def test_a_remote_ready_too_long_for_its_bucket_gets_no_item_quarantined(tmp_pat
     holds (an honest producer skips such an item, and its SKIP is audited): it is refused
     whole, a strike. Taken at its word, it once had every item of a smaller bucket
     quarantined (106 of 200)."""
-    buckets = {"stager": {"buckets": [32, 48, 64], "batch_size": 4},
-               "data": {"synthetic_lengths": "ljspeech"}}  # fmt: skip
-    _, _, tally, summary, quarantine = beside_a_local_producer(tmp_path, made_up, "too-long",
-                                                               **buckets)  # fmt: skip
+    buckets = {
+        "stager": {"buckets": [32, 48, 64], "batch_size": 4},
+        "data": {"synthetic_lengths": "ljspeech"},
+    }
+    _, _, tally, summary, quarantine = beside_a_local_producer(
+        tmp_path, made_up, "too-long", **buckets
+    )
     assert quarantine == [], quarantine
     counters = summary["counters"]
     assert counters["peers_banned"] == 1 and counters["skipped"] == 0, counters

@@ -20,8 +20,12 @@ from tests.support.reference_corpus import SMALL, make_reference_corpus
 
 def test_a_bad_candidate_costs_itself_and_the_next_good_one_is_the_reference(tmp_path) -> None:
     manifest = make_reference_corpus(tmp_path / "c")
-    cfg = replace(Config(), data={"path": str(manifest), "format": "jsonl"},
-                  audio=SMALL["audio"], features={**SMALL["features"], "cache": False})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(manifest), "format": "jsonl"},
+        audio=SMALL["audio"],
+        features={**SMALL["features"], "cache": False},
+    )
     index = build_in_memory(cfg)
     good = {k for k in range(index.n_items) if index.entry(k).text != "Bad."}
     pipe = SamplePipeline(cfg, index=index)

@@ -96,8 +96,10 @@ def test_each_group_gets_exactly_its_quota_each_item_at_most_once_per_repeat(
 
 def test_quotas_follow_the_temperature_and_average_the_exact_share() -> None:
     sizes = CORPUS.languages.sizes
-    shares = [quotas(group_weights(sizes, t, [1, 1, 1]), N_ITEMS, SEED, 0) / N_ITEMS
-              for t in (1.0, 0.3, 0.0)]  # fmt: skip
+    shares = [
+        quotas(group_weights(sizes, t, [1, 1, 1]), N_ITEMS, SEED, 0) / N_ITEMS
+        for t in (1.0, 0.3, 0.0)
+    ]
     assert shares[0][2] < shares[1][2] < shares[2][2], "the rare language gains as t falls"
     weights = group_weights(sizes, 0.3, [1, 2, 1])  # a multiplier doubles language b
     exact = N_ITEMS * weights / weights.sum()
@@ -208,8 +210,9 @@ def test_a_resume_with_another_number_of_workers_continues_the_global_batches(
         assert resumed == [b for b in new if b[0] >= cursor]
         trained = [p for b in old[:cut] + resumed for p in b]
         assert len(trained) == len(set(trained)), "nothing repeated"
-        whole_batches = {tuple(range(s, e)) for s, e in all_batches(whole)
-                         if e - s >= max(before, after)}  # fmt: skip
+        whole_batches = {
+            tuple(range(s, e)) for s, e in all_batches(whole) if e - s >= max(before, after)
+        }
         assert whole_batches <= {tuple(b) for b in old[:cut] + resumed}, "nothing skipped"
 
 
@@ -225,8 +228,15 @@ def all_batches(plan) -> list[tuple[int, int]]:
 def manifest_config(tmp_path, **balance):
     """A jsonl corpus of the shipped clips: speaker ann 9 clips, bob 2, cy 1."""
     speakers = ["ann"] * 9 + ["bob"] * 2 + ["cy"]
-    lines = [{"audio": str(WAVS / f"LJ001-{k + 1:04d}.wav"), "text": f"clip {k}",
-              "speaker": s, "id": f"c{k}"} for k, s in enumerate(speakers)]  # fmt: skip
+    lines = [
+        {
+            "audio": str(WAVS / f"LJ001-{k + 1:04d}.wav"),
+            "text": f"clip {k}",
+            "speaker": s,
+            "id": f"c{k}",
+        }
+        for k, s in enumerate(speakers)
+    ]
     path = write_manifest(tmp_path / "m.jsonl", lines)
     stager = {"batch_size": 4} | ({"balance": balance} if balance else {})
     return config_from_dict({"data": {"path": str(path), "format": "jsonl"}, "stager": stager})
@@ -278,7 +288,10 @@ def test_validate_prints_the_epoch_and_every_groups_quota(tmp_path) -> None:
     at = next(k for k, line in enumerate(lines) if line.startswith("  balance"))
     assert "by speaker, temperature 0: 12 positions an epoch" in lines[at]
     assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 4]] == [
-        "cy: 6 of 1 clips", "ann: 3 of 9 clips", "bob: 3 of 2 clips"]  # fmt: skip
+        "cy: 6 of 1 clips",
+        "ann: 3 of 9 clips",
+        "bob: 3 of 2 clips",
+    ]
     assert "each clip 6 times" in lines[at + 1] and "each clip 0 or 1 times" in lines[at + 2]
 
 
@@ -286,8 +299,9 @@ def test_clips_whose_text_fits_no_longer_bucket_wait_and_still_come_in_pass_orde
     # The longest bucket's text is short: no clip of the others can ride there, so a
     # group whose earlier clips linger in a slow batch waits (pass_deal.py rule 3).
     text = np.where(CORPUS.of_bucket == 3, 10, 150).astype(np.int32)
-    buckets = [Bucket(b.frames, 16 if k == 3 else 152, b.rows)
-               for k, b in enumerate(CORPUS.buckets)]  # fmt: skip
+    buckets = [
+        Bucket(b.frames, 16 if k == 3 else 152, b.rows) for k, b in enumerate(CORPUS.buckets)
+    ]
     groups = CORPUS.languages
     weights = group_weights(groups.sizes, 0.0, [1.0] * len(groups.names))
     layout = balanced_layout(groups, weights, CORPUS.of_bucket, buckets, text, SEED, 0)
@@ -316,8 +330,10 @@ def test_validate_warns_of_a_group_upsampled_beyond_the_rings_depth(tmp_path) ->
 def padding_efficiency(layout, buckets, frames) -> float:
     """True over padded mel frames of an epoch, empty rows of part-filled batches counted."""
     ends = np.append(layout.starts, len(layout.order))
-    true = sum(int(np.minimum(frames[layout.order[s:e]], buckets[b].frames).sum())
-               for s, e, b in zip(ends[:-1], ends[1:], layout.buckets, strict=True))  # fmt: skip
+    true = sum(
+        int(np.minimum(frames[layout.order[s:e]], buckets[b].frames).sum())
+        for s, e, b in zip(ends[:-1], ends[1:], layout.buckets, strict=True)
+    )
     return true / sum(buckets[b].rows * buckets[b].frames for b in layout.buckets)
 
 

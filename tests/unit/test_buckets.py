@@ -55,8 +55,9 @@ def test_auto_buckets_pad_least_of_all_choices() -> None:
 
 
 def test_every_item_fits_its_bucket_and_every_batch_its_budget() -> None:
-    cfg = config_from_dict({"stager": {"auto_buckets": 4, "batch_size": 8},
-                            "features": {"max_frames": 400}})  # fmt: skip
+    cfg = config_from_dict(
+        {"stager": {"auto_buckets": 4, "batch_size": 8}, "features": {"max_frames": 400}}
+    )
     rng = np.random.default_rng(0)
     frames = rng.integers(20, 420, size=1000).astype(np.int32)
     frames[:5] = -1  # unreadable headers go to the largest bucket
@@ -73,8 +74,9 @@ def test_every_item_fits_its_bucket_and_every_batch_its_budget() -> None:
 
 
 def test_the_bucketed_plan_is_pure_and_deals_every_item_once_per_epoch() -> None:
-    cfg = config_from_dict({"stager": {"buckets": [100, 200, 400]},
-                            "features": {"max_frames": 400}})  # fmt: skip
+    cfg = config_from_dict(
+        {"stager": {"buckets": [100, 200, 400]}, "features": {"max_frames": 400}}
+    )
     rng = np.random.default_rng(1)
     frames = rng.integers(10, 400, size=777).astype(np.int32)
     text = rng.integers(1, 100, size=777).astype(np.int32)
@@ -104,12 +106,18 @@ def test_the_bucketed_plan_is_pure_and_deals_every_item_once_per_epoch() -> None
 def test_measured_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(SHIPPED, data)
-    cfg = config_from_dict({
-        "data": {"path": str(data)},
-        "features": {"cache_dir": str(tmp_path / "cache"), "cache": False,
-                     "on_too_long": "truncate", "max_frames": 2000},
-        "stager": {"auto_buckets": 2},
-    })  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "data": {"path": str(data)},
+            "features": {
+                "cache_dir": str(tmp_path / "cache"),
+                "cache": False,
+                "on_too_long": "truncate",
+                "max_frames": 2000,
+            },
+            "stager": {"auto_buckets": 2},
+        }
+    )
     index = open_corpus(cfg)
     table = measure_lengths(cfg, index)[0]
     pipeline = SamplePipeline(cfg)
@@ -130,8 +138,9 @@ def test_measured_lengths_bound_what_producers_compute(tmp_path: Path) -> None:
     assert (again.frames[:16] == table.frames).all() and again.frames[16] == table.frames[2]
     assert not load_lengths(cfg, open_corpus(cfg))[1].any()
     # Another setting that changes lengths is another key: every item measured again.
-    other = config_from_dict({**cfg.to_dict(), "features": {**cfg.to_dict()["features"],
-                                                            "hop_length": 512}})  # fmt: skip
+    other = config_from_dict(
+        {**cfg.to_dict(), "features": {**cfg.to_dict()["features"], "hop_length": 512}}
+    )
     assert lengths_key(other) != lengths_key(cfg)
     assert load_lengths(other, open_corpus(other))[1].all()
 
@@ -163,14 +172,19 @@ def test_the_stager_reads_the_length_table_and_never_measures_it(tmp_path: Path)
     preparation measured, and a table it lacks is a config error naming what to run
     (it once started `ringfeed lengths` in a subprocess, round the rule that consumer
     code never runs producer code)."""
-    cfg = config_from_dict({
-        "data": {"path": str(SHIPPED)},
-        "features": {"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
-        "stager": {"auto_buckets": 2},
-    })  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "data": {"path": str(SHIPPED)},
+            "features": {"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
+            "stager": {"auto_buckets": 2},
+        }
+    )
     index = open_corpus(cfg)
-    with pytest.raises(ConfigError, match=r"^stager.buckets: the length table of .* lacks 16 "
-                       r"of 16 items .*: run `ringfeed prepare CONFIG` first"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^stager.buckets: the length table of .* lacks 16 "
+        r"of 16 items .*: run `ringfeed prepare CONFIG` first",
+    ):
         length_table(cfg, index)
     measured = measure_lengths(cfg, index)[0]
     table = length_table(cfg, index)

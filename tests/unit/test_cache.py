@@ -63,8 +63,11 @@ def test_corrupt_and_truncated_entries_recompute(tmp_path: Path) -> None:
 def test_settings_change_misses(tmp_path: Path) -> None:
     cfg = clips_cfg(tmp_path)
     assert settings_hash(cfg) == settings_hash(replace(cfg, features={"cache_dir": "x"}))
-    for section, change in [("features", {"n_mels": 64}), ("audio", {"trim_silence": True}),
-                            ("features", {"device": "stager"})]:  # fmt: skip
+    for section, change in [
+        ("features", {"n_mels": 64}),
+        ("audio", {"trim_silence": True}),
+        ("features", {"device": "stager"}),
+    ]:
         changed = replace(cfg, **{section: change})
         assert settings_hash(changed) != settings_hash(cfg)
     entry = _short_entries(cfg)[0]

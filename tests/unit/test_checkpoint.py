@@ -157,8 +157,9 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_next_one_saves(
     from tests.support.full_disk import no_space
 
     cfg = small_cfg()
-    manager = CheckpointManager(tmp_path, build_default_model(cfg, **cfg.model.kwargs),
-                                make_optimizer(cfg))  # fmt: skip
+    manager = CheckpointManager(
+        tmp_path, build_default_model(cfg, **cfg.model.kwargs), make_optimizer(cfg)
+    )
     with monkeypatch.context() as patch, caplog.at_level("WARNING"):
         patch.setattr(checkpoint, "write_json_atomic", no_space)
         assert manager.save(10, _cursor(10), "x: 1\n") == ""
@@ -167,8 +168,10 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_next_one_saves(
         patch.setattr(manager._manager, "save", lambda **_: (_ for _ in ()).throw(full))
         assert manager.save(20, _cursor(20), "x: 1\n") == ""
     lines = [r.getMessage() for r in caplog.records if "not saved" in r.getMessage()]
-    assert [line.split(":")[0] for line in lines] == ["checkpoint 10 not saved",
-                                                      "checkpoint 20 not saved"]  # fmt: skip
+    assert [line.split(":")[0] for line in lines] == [
+        "checkpoint 10 not saved",
+        "checkpoint 20 not saved",
+    ]
     assert all(f"no space left on the disk holding {manager.directory} (" in x for x in lines)
     assert not list(manager.directory.glob("ckpt-*.json"))  # nothing left holding space
     assert manager.save(30, _cursor(30), "x: 1\n").endswith("ckpt-30")

@@ -89,8 +89,10 @@ def test_a_client_beside_a_stager_that_is_starting_keeps_waiting(
     monkeypatch.chdir(tmp_path)
     stager = subprocess.Popen(
         [sys.executable, "-m", "ringfeed.scripts.cli", "stager", str(config), "--run-id", run_id],
-        env=child_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=child_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.kill(stager.pid, signal.SIGSTOP)
     try:
         client = BatchClient(load_config(config), run_id)

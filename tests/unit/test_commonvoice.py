@@ -20,9 +20,12 @@ from tests.support.published import CV5_COLUMNS, client_id, demo_rows, write_com
 
 
 def cv_cfg(path: Path, **data: str) -> Config:
-    return replace(Config(), data={"path": str(path), "format": "commonvoice", **data},
-                   audio={"sample_rate": 16000},
-                   features={"cache_dir": str(path.parent / "cache")})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(path), "format": "commonvoice", **data},
+        audio={"sample_rate": 16000},
+        features={"cache_dir": str(path.parent / "cache")},
+    )
 
 
 def test_a_release_reads_as_its_tsv_says(tmp_path: Path) -> None:
@@ -42,8 +45,12 @@ def test_a_release_reads_as_its_tsv_says(tmp_path: Path) -> None:
     assert {e.language for e in entries} == {"ru"}  # the locale, not data.language
     reasons = [(b.line, b.reason) for b in skipped]
     assert [line for line, _ in reasons] == [12, 13, 14, 15], reasons
-    expected = ["expected 13 tab-separated columns", "empty sentence",
-                "'path' must name a clip", "'locale' must be a code"]  # fmt: skip
+    expected = [
+        "expected 13 tab-separated columns",
+        "empty sentence",
+        "'path' must name a clip",
+        "'locale' must be a code",
+    ]
     for (_, reason), want in zip(reasons, expected, strict=True):
         assert want in reason
 
@@ -74,14 +81,20 @@ def test_the_mp3_decodes_to_the_clip_it_was_made_from(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        ("no tsv", r"^data.path: no validated.tsv in .*\(found: train.tsv; data.format: "
-                   r"commonvoice expects a Common Voice locale folder"),
+        (
+            "no tsv",
+            r"^data.path: no validated.tsv in .*\(found: train.tsv; data.format: "
+            r"commonvoice expects a Common Voice locale folder",
+        ),
         ("no clips", r"^data.path: no clips/ folder beside .*validated.tsv"),
-        ("no sentence", r"validated.tsv:1: data.format: commonvoice needs the columns "
-                        r"client_id, path, sentence in its header, found 'client_id, path, "
-                        r"text, locale' \(missing: sentence"),
+        (
+            "no sentence",
+            r"validated.tsv:1: data.format: commonvoice needs the columns "
+            r"client_id, path, sentence in its header, found 'client_id, path, "
+            r"text, locale' \(missing: sentence",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_is_not_a_release_is_one_line_that_says_what_to_change(
     tmp_path: Path, damage: str, message: str
 ) -> None:

@@ -27,21 +27,35 @@ from tests.support.paths import REPO, WAVS
 
 def test_jsonl_manifest_entries_segments_and_bad_lines(tmp_path: Path) -> None:
     copy_clip(tmp_path / "long.wav", "LJ001-0001")
-    manifest = write_manifest(tmp_path / "m" / "train.jsonl", [
-        {"audio": "../long.wav", "text": "Hallo Welt.", "speaker": "ann", "language": "de"},
-        {"audio": "../long.wav", "text": "Zwei.", "speaker": "ann", "offset": 2.0,
-         "duration": 1.5, "language": "de"},
-        {"audio_filepath": str(WAVS / "LJ001-0002.wav"), "text": "NeMo keys.", "lang": "en",
-         "speaker": 7, "duration": 1.9},
-        {"audio": "../long.wav", "text": "Kein Sprecher.", "id": "own-id"},
-        "{not json",
-        "[1, 2]",
-        {"audio": "../long.wav"},
-        {"audio": "../long.wav", "text": "x", "language": "Deutsch"},
-        {"audio": "../long.wav", "text": "x", "offset": -1},
-        {"audio": "../gone.wav", "text": "x"},
-        {"audio": "../long.wav", "text": "again", "offset": 2.0},
-    ])  # fmt: skip
+    manifest = write_manifest(
+        tmp_path / "m" / "train.jsonl",
+        [
+            {"audio": "../long.wav", "text": "Hallo Welt.", "speaker": "ann", "language": "de"},
+            {
+                "audio": "../long.wav",
+                "text": "Zwei.",
+                "speaker": "ann",
+                "offset": 2.0,
+                "duration": 1.5,
+                "language": "de",
+            },
+            {
+                "audio_filepath": str(WAVS / "LJ001-0002.wav"),
+                "text": "NeMo keys.",
+                "lang": "en",
+                "speaker": 7,
+                "duration": 1.9,
+            },
+            {"audio": "../long.wav", "text": "Kein Sprecher.", "id": "own-id"},
+            "{not json",
+            "[1, 2]",
+            {"audio": "../long.wav"},
+            {"audio": "../long.wav", "text": "x", "language": "Deutsch"},
+            {"audio": "../long.wav", "text": "x", "offset": -1},
+            {"audio": "../gone.wav", "text": "x"},
+            {"audio": "../long.wav", "text": "again", "offset": 2.0},
+        ],
+    )
     entries, bad = read_corpus(jsonl_cfg(manifest, language="fa"))
     got = [(e.item_id, e.speaker, e.language, e.segment) for e in entries]
     assert got == [
@@ -55,25 +69,38 @@ def test_jsonl_manifest_entries_segments_and_bad_lines(tmp_path: Path) -> None:
     assert entries[0].audio_path == str(tmp_path / "long.wav")
     reasons = [(b.line, b.reason) for b in bad]
     assert [line for line, _ in reasons] == [5, 6, 7, 8, 9, 10, 11]
-    for (_, reason), expected in zip(reasons, ["not JSON", "expected a JSON object", "'text'",
-                                               "'language' must be a code", "'offset' must be",
-                                               "audio file not found", "duplicate item id"],
-                                     strict=True):  # fmt: skip
+    for (_, reason), expected in zip(
+        reasons,
+        [
+            "not JSON",
+            "expected a JSON object",
+            "'text'",
+            "'language' must be a code",
+            "'offset' must be",
+            "audio file not found",
+            "duplicate item id",
+        ],
+        strict=True,
+    ):
         assert expected in reason
 
 
 def test_a_segment_is_decoded_alone_and_cached_apart(tmp_path: Path) -> None:
     cfg = replace(Config(), features={"cache_dir": str(tmp_path / "cache"), "max_frames": 1000})
     whole = load_file(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}))
-    part = load_file(str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}),
-                      (2.0, 1.5))  # fmt: skip
+    part = load_file(
+        str(WAVS / "LJ001-0001.wav"), replace(cfg, audio={"normalize": "none"}), (2.0, 1.5)
+    )
     start = 2 * cfg.audio.sample_rate
     assert np.array_equal(part, whole[start : start + len(part)]) and len(part) == 33075
-    manifest = write_manifest(tmp_path / "m.jsonl", [
-        {"audio": str(WAVS / "LJ001-0001.wav"), "text": "a", "offset": 2.0, "duration": 1.5},
-        {"audio": str(WAVS / "LJ001-0001.wav"), "text": "b", "offset": 4.0, "duration": 1.0},
-        {"audio": str(WAVS / "LJ001-0002.wav"), "text": "c", "offset": 5.0},
-    ])  # fmt: skip
+    manifest = write_manifest(
+        tmp_path / "m.jsonl",
+        [
+            {"audio": str(WAVS / "LJ001-0001.wav"), "text": "a", "offset": 2.0, "duration": 1.5},
+            {"audio": str(WAVS / "LJ001-0001.wav"), "text": "b", "offset": 4.0, "duration": 1.0},
+            {"audio": str(WAVS / "LJ001-0002.wav"), "text": "c", "offset": 5.0},
+        ],
+    )
     index = open_corpus(replace(cfg, data={"path": str(manifest), "format": "jsonl"}))
     pipe = SamplePipeline(cfg)
     a, b = pipe(index.entries[0]), pipe(index.entries[1])
@@ -115,8 +142,10 @@ def test_vctk_layouts(tmp_path: Path) -> None:
 
 
 def corpus(tmp_path: Path, people: list[tuple[str, str]], **data) -> Config:
-    lines = [{"audio": str(WAVS / f"LJ001-{k + 1:04d}.wav"), "text": "t", "speaker": s,
-              "language": lang} for k, (s, lang) in enumerate(people)]  # fmt: skip
+    lines = [
+        {"audio": str(WAVS / f"LJ001-{k + 1:04d}.wav"), "text": "t", "speaker": s, "language": lang}
+        for k, (s, lang) in enumerate(people)
+    ]
     return jsonl_cfg(write_manifest(tmp_path / "m.jsonl", lines), **data)
 
 

@@ -45,8 +45,10 @@ def test_one_hostile_manifest_line_costs_that_line(tmp_path: Path, line: str, re
 
 def test_language_codes_as_corpora_write_them(tmp_path: Path) -> None:
     copy_clip(tmp_path / "a.wav", "LJ001-0001")
-    lines = [{"audio": "a.wav", "text": "t", "id": f"i{k}", "language": code}
-             for k, code in enumerate(["en-US", "pt_BR", "eng", "DE"])]  # fmt: skip
+    lines = [
+        {"audio": "a.wav", "text": "t", "id": f"i{k}", "language": code}
+        for k, code in enumerate(["en-US", "pt_BR", "eng", "DE"])
+    ]
     manifest = tmp_path / "m.jsonl"
     manifest.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     entries, bad = read_corpus(jsonl_cfg(manifest, language="en-GB"))
@@ -118,8 +120,9 @@ def test_a_segment_shorter_than_half_a_sample_is_one_sample_not_the_file(
     cfg, clips = Config(), ClipReader(Config())
 
     def frames(duration_s: float) -> int:
-        return header_frames(clips, Entry("a", str(path), "", offset_s=0.5, duration_s=duration_s),
-                             cfg)  # fmt: skip
+        return header_frames(
+            clips, Entry("a", str(path), "", offset_s=0.5, duration_s=duration_s), cfg
+        )
 
     assert frames(1e-6) == frames(1e-4)
     assert frames(1e-6) < frames(0.0)

@@ -60,9 +60,15 @@ def test_the_index_gives_what_the_readers_give(tmp_path: Path) -> None:
     ds = make_broken_dataset(tmp_path / "broken")
     broken = same_as_readers(cached(replace(Config(), data={"path": str(ds.root)}), tmp_path))
     assert [e.item_id for e in broken.entries] == ds.good + list(ds.bad_samples) + ["missing-file"]
-    demo = replace(Config(), data={"path": str(REPO / "data/multilingual-demo/train.jsonl"),
-                                   "format": "jsonl", "language": "auto",
-                                   "detect_languages": ["en", "de", "ru", "fa"]})  # fmt: skip
+    demo = replace(
+        Config(),
+        data={
+            "path": str(REPO / "data/multilingual-demo/train.jsonl"),
+            "format": "jsonl",
+            "language": "auto",
+            "detect_languages": ["en", "de", "ru", "fa"],
+        },
+    )
     multi = same_as_readers(cached(demo, tmp_path))
     assert multi.languages == ("de", "en", "fa", "ru") and multi.speakers == ("ava", "ben", "cyrus")
     make_libritts(tmp_path / "libritts")
@@ -72,8 +78,14 @@ def test_the_index_gives_what_the_readers_give(tmp_path: Path) -> None:
 
 def test_csv_segments_duplicates_and_a_missing_file(tmp_path: Path) -> None:
     write_audio(tmp_path / "audio/a.flac", MINI / "wavs/LJ001-0002.wav")
-    rows = ["audio_file|text|speaker_name", "audio/a.flac|Hello.|ann", "audio/b.wav|Gone.|bob",
-            "audio/a.ogg|Odd.|ann", "", "./audio/a.flac|Again.|cy"]  # fmt: skip
+    rows = [
+        "audio_file|text|speaker_name",
+        "audio/a.flac|Hello.|ann",
+        "audio/b.wav|Gone.|bob",
+        "audio/a.ogg|Odd.|ann",
+        "",
+        "./audio/a.flac|Again.|cy",
+    ]
     (tmp_path / "metadata.csv").write_text("\r\n".join(rows) + "\r\n")
     cfg = cached(replace(Config(), data={"path": str(tmp_path), "format": "csv"}), tmp_path)
     index = same_as_readers(cfg)
@@ -83,10 +95,13 @@ def test_csv_segments_duplicates_and_a_missing_file(tmp_path: Path) -> None:
     ]
     reasons = {b.line: b.reason for b in index.bad_lines}
     assert "unsupported audio extension" in reasons[4] and "duplicate item id" in reasons[6]
-    manifest = write_manifest(tmp_path / "m.jsonl", [
-        {"audio": "audio/a.flac", "text": "One.", "offset": 0.5, "duration": 1.0},
-        {"audio": str(tmp_path / "audio/a.flac"), "text": "Two.", "id": "b", "speaker": "x"},
-    ])  # fmt: skip
+    manifest = write_manifest(
+        tmp_path / "m.jsonl",
+        [
+            {"audio": "audio/a.flac", "text": "One.", "offset": 0.5, "duration": 1.0},
+            {"audio": str(tmp_path / "audio/a.flac"), "text": "Two.", "id": "b", "speaker": "x"},
+        ],
+    )
     segments = same_as_readers(cached(jsonl_cfg(manifest), tmp_path))
     assert segments.entry(0).segment == (0.5, 1.0) and segments.entry(1).speaker == "x"
 

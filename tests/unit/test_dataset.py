@@ -35,8 +35,12 @@ def test_broken_dataset_bad_lines(tmp_path: Path) -> None:
 
 def test_csv_format_with_speakers(tmp_path: Path) -> None:
     write_audio(tmp_path / "audio/a.flac", REPO / "data/ljspeech-mini/wavs/LJ001-0002.wav")
-    rows = ["audio_file|text|speaker_name", "audio/a.flac|Hello.|ann", "audio/b.wav|Gone.|bob",
-            "audio/a.ogg|Odd.|ann"]  # fmt: skip
+    rows = [
+        "audio_file|text|speaker_name",
+        "audio/a.flac|Hello.|ann",
+        "audio/b.wav|Gone.|bob",
+        "audio/a.ogg|Odd.|ann",
+    ]
     (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
     cfg = replace(Config(), data={"path": str(tmp_path), "format": "csv"})
     entries, bad = read_corpus(cfg)
@@ -81,7 +85,8 @@ def test_ljspeech_lines_of_just_id_and_text_are_read(tmp_path: Path) -> None:
     (tmp_path / "wavs" / "a.wav").write_bytes(b"RIFF")
     (tmp_path / "metadata.csv").write_text("a|Just the text.\nb|x|y|z\n")
     cache = str(tmp_path / "cache")
-    index = open_corpus(replace(Config(), data={"path": str(tmp_path)},
-                                  features={"cache_dir": cache}))  # fmt: skip
+    index = open_corpus(
+        replace(Config(), data={"path": str(tmp_path)}, features={"cache_dir": cache})
+    )
     assert index.n_items == 1 and index.entry(0).text == "Just the text."
     assert "got 4 columns" in index.bad_lines[0].reason

@@ -21,10 +21,21 @@ def _librosa_log_mel(y: np.ndarray, cfg: Config) -> np.ndarray:
     """log-mel [frames, n_mels] as the producers compute it."""
     f = cfg.features
     mel = librosa.feature.melspectrogram(
-        y=y, sr=cfg.audio.sample_rate, n_fft=f.n_fft, hop_length=f.hop_length,
-        win_length=f.win_length, window="hann", center=True, pad_mode="constant",
-        power=1.0, n_mels=f.n_mels, fmin=f.fmin, fmax=f.fmax, htk=False, norm="slaney",
-    )  # fmt: skip
+        y=y,
+        sr=cfg.audio.sample_rate,
+        n_fft=f.n_fft,
+        hop_length=f.hop_length,
+        win_length=f.win_length,
+        window="hann",
+        center=True,
+        pad_mode="constant",
+        power=1.0,
+        n_mels=f.n_mels,
+        fmin=f.fmin,
+        fmax=f.fmax,
+        htk=False,
+        norm="slaney",
+    )
     return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 

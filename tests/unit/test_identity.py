@@ -22,8 +22,11 @@ from tests.support.paths import REPO, WAVS
 
 
 def cfg_of(manifest: Path, fmt: str, **data: str) -> Config:
-    return replace(Config(), data={"path": str(manifest), "format": fmt, **data},
-                   features={"cache_dir": str(manifest.parent / "cache")})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(manifest), "format": fmt, **data},
+        features={"cache_dir": str(manifest.parent / "cache")},
+    )
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
@@ -109,9 +112,13 @@ def test_a_published_corpus_moved_is_the_same_corpus(tmp_path: Path, fmt: str) -
             write_commonvoice(tmp_path / side, "fa")
             path = tmp_path / side / "fa"
         elif fmt in ("parquet", "hub"):
-            path = Path(shutil.copytree(PARQUET if fmt == "parquet" else HUB,
-                                        tmp_path / side / "hf",
-                                        ignore=shutil.ignore_patterns("*.py")))  # fmt: skip
+            path = Path(
+                shutil.copytree(
+                    PARQUET if fmt == "parquet" else HUB,
+                    tmp_path / side / "hf",
+                    ignore=shutil.ignore_patterns("*.py"),
+                )
+            )
         else:  # its sources are ../../../data/multilingual-demo/clips/*.flac
             manifests = tmp_path / side / "tests" / "data" / "lhotse"
             shutil.copytree(LHOTSE, manifests, ignore=shutil.ignore_patterns("*.py", "__py*"))
@@ -119,8 +126,13 @@ def test_a_published_corpus_moved_is_the_same_corpus(tmp_path: Path, fmt: str) -
             shutil.copytree(clips, tmp_path / side / "data" / "multilingual-demo" / "clips")
             path = manifests / "demo_cuts_train.jsonl"
         fmt_name = "parquet" if fmt == "hub" else fmt
-        sides.append(replace(Config(), data={"path": str(path), "format": fmt_name},
-                             features={"cache_dir": str(tmp_path / side / "cache")}))  # fmt: skip
+        sides.append(
+            replace(
+                Config(),
+                data={"path": str(path), "format": fmt_name},
+                features={"cache_dir": str(tmp_path / side / "cache")},
+            )
+        )
     a, b = (open_corpus(cfg, in_subprocess=False) for cfg in sides)
     assert [a.item_id(k) for k in range(a.n_items)] == [b.item_id(k) for k in range(b.n_items)]
     assert a.digest == b.digest and a.speakers == b.speakers and a.n_items > 0

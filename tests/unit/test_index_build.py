@@ -65,16 +65,27 @@ def generated_manifest(path: Path, n: int = 600) -> tuple[int, int]:
     \\u escapes, surrogate pairs, quotes and backslashes, NeMo keys, segments, absolute,
     './' and '../' paths, ids) and broken ones; blank and whitespace lines between, CRLF
     ends on some, a BOM first, a line that is not UTF-8. Returns (usable, unusable)."""
-    texts = ["Печать, в единственном смысле", "چاپ، به تنها معنا", "日本語のテキスト",
-             'quote " and \\ backslash\ttab', "emoji 🎉 and ümlaut", "plain text"]  # fmt: skip
+    texts = [
+        "Печать, в единственном смысле",
+        "چاپ، به تنها معنا",
+        "日本語のテキスト",
+        'quote " and \\ backslash\ttab',
+        "emoji 🎉 and ümlaut",
+        "plain text",
+    ]
     good, bad, lines = 0, 0, []
     for k in range(n):
         text = f"{texts[k % len(texts)]} {k}"
         kind = k % 10
         obj: dict = {"audio": f"d{k % 7}/c{k:05d}.wav", "text": text, "speaker": f"s{k % 5}"}
         if kind == 1:
-            obj = {"audio_filepath": f"c{k}.flac", "text": text, "lang": "fa", "speaker": k % 3,
-                   "duration": 2.5}  # fmt: skip
+            obj = {
+                "audio_filepath": f"c{k}.flac",
+                "text": text,
+                "lang": "fa",
+                "speaker": k % 3,
+                "duration": 2.5,
+            }
         elif kind == 2:
             obj.update(offset=k * 0.5, duration=1.25, language="ru")
         elif kind == 3:
@@ -88,17 +99,24 @@ def generated_manifest(path: Path, n: int = 600) -> tuple[int, int]:
         good += 1
         if kind == 9:
             lines += ["", "   \t", "\r"]
-    broken = ['{"audio": "a.wav"', "[1, 2]", '{"audio": "a.wav", "text": ""}',
-              '{"audio": "", "text": "t"}', '{"audio": "a.wav", "text": "t", "duration": -1}',
-              '{"audio": "a.wav", "text": "t", "duration": "3"}',
-              '{"audio": "a.wav", "text": "t", "offset": NaN}',
-              '{"audio": "a.wav", "text": "t", "offset": 1e400}',
-              '{"audio": "a.wav", "text": "t", "language": "not a code!"}',
-              '{"audio": "a.wav", "text": "t", "speaker": ["x"]}',
-              '{"audio": "a.wav", "text": "t", "id": 7}',
-              '{"audio": "a.wav", "text": "t \\udc80"}', "[" * 5000 + "]" * 5000,
-              '{"audio": "clips/..", "text": "t"}', '{"audio": "a.wav", "text": "t", "x": 1}x',
-              '{"audio": "a.wav", "text": "' + "y" * MAX_LINE_BYTES + '"}']  # fmt: skip
+    broken = [
+        '{"audio": "a.wav"',
+        "[1, 2]",
+        '{"audio": "a.wav", "text": ""}',
+        '{"audio": "", "text": "t"}',
+        '{"audio": "a.wav", "text": "t", "duration": -1}',
+        '{"audio": "a.wav", "text": "t", "duration": "3"}',
+        '{"audio": "a.wav", "text": "t", "offset": NaN}',
+        '{"audio": "a.wav", "text": "t", "offset": 1e400}',
+        '{"audio": "a.wav", "text": "t", "language": "not a code!"}',
+        '{"audio": "a.wav", "text": "t", "speaker": ["x"]}',
+        '{"audio": "a.wav", "text": "t", "id": 7}',
+        '{"audio": "a.wav", "text": "t \\udc80"}',
+        "[" * 5000 + "]" * 5000,
+        '{"audio": "clips/..", "text": "t"}',
+        '{"audio": "a.wav", "text": "t", "x": 1}x',
+        '{"audio": "a.wav", "text": "' + "y" * MAX_LINE_BYTES + '"}',
+    ]
     for k, line in enumerate(broken):
         lines.insert(1 + k * (len(lines) // len(broken)), line)
         bad += 1
@@ -117,10 +135,16 @@ def test_a_pool_over_byte_ranges_builds_what_one_process_builds(
     corpora = {
         "generated": replace(Config(), data={"path": str(manifest), "format": "jsonl"}),
         "ljspeech": replace(Config(), data={"path": str(REPO / "data/ljspeech-mini")}),
-        "multilingual": replace(Config(), data={
-            "path": str(REPO / "data/multilingual-demo/train.jsonl"), "format": "jsonl",
-            "language": "auto", "detect_languages": ["en", "de", "ru", "fa"]}),
-    }  # fmt: skip
+        "multilingual": replace(
+            Config(),
+            data={
+                "path": str(REPO / "data/multilingual-demo/train.jsonl"),
+                "format": "jsonl",
+                "language": "auto",
+                "detect_languages": ["en", "de", "ru", "fa"],
+            },
+        ),
+    }
     for name, cfg in corpora.items():
         one = built(cfg, workers=1)
         with caplog.at_level(logging.INFO, logger="ringfeed.shared.corpus.build"):
@@ -133,11 +157,23 @@ def test_a_pool_over_byte_ranges_builds_what_one_process_builds(
     header, arrays = one = built(corpora["generated"], workers=1)
     assert header["n_items"] == good and len(header["bad_lines"]) == bad
     reasons = "\n".join(b[2] for b in header["bad_lines"])
-    for words in ("not JSON", "expected a JSON object", "no 'text'", "no 'audio' path",
-                  "must be finite and >= 0", "must be a number of seconds", "'language' must be",
-                  "'speaker' must be a string", "'id' must be a string", "not valid Unicode",
-                  "RecursionError", "unreadable line (ValueError", "longer than 65536",
-                  "not valid UTF-8", "duplicate item id"):  # fmt: skip
+    for words in (
+        "not JSON",
+        "expected a JSON object",
+        "no 'text'",
+        "no 'audio' path",
+        "must be finite and >= 0",
+        "must be a number of seconds",
+        "'language' must be",
+        "'speaker' must be a string",
+        "'id' must be a string",
+        "not valid Unicode",
+        "RecursionError",
+        "unreadable line (ValueError",
+        "longer than 65536",
+        "not valid UTF-8",
+        "duplicate item id",
+    ):
         assert words in reasons, words
     assert "set data.format: jsonl" not in reasons  # it is jsonl
     assert header["outside_root"] == sum(k % 10 == 5 for k in range(600))
@@ -145,14 +181,44 @@ def test_a_pool_over_byte_ranges_builds_what_one_process_builds(
 
 # Values a manifest's fields may hold, of every JSON type and the edges of each.
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12),
-    st.sampled_from(["", " ", "en", "EN", "pt_BR", "zz-zz", "a.wav", "./b.wav", "c//d.flac",
-                     "/abs/e.wav", "../f.wav", "g.", ".h", "x/..", "\udc80"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "en",
+            "EN",
+            "pt_BR",
+            "zz-zz",
+            "a.wav",
+            "./b.wav",
+            "c//d.flac",
+            "/abs/e.wav",
+            "../f.wav",
+            "g.",
+            ".h",
+            "x/..",
+            "\udc80",
+        ]
+    ),
     st.lists(st.integers(), max_size=2),
-)  # fmt: skip
-KEYS = ["audio", "audio_filepath", "text", "speaker", "language", "lang", "offset", "duration",
-        "id", "other"]  # fmt: skip
+)
+KEYS = [
+    "audio",
+    "audio_filepath",
+    "text",
+    "speaker",
+    "language",
+    "lang",
+    "offset",
+    "duration",
+    "id",
+    "other",
+]
 OBJECTS = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=len(KEYS))
 
 

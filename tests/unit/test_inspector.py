@@ -26,17 +26,43 @@ from ringfeed.shared.run.stats_record import (
 
 def test_stats_record_round_trips_through_plain_data() -> None:
     stats = StagerStats(
-        run_id="r1", uptime_s=12.5, n_items=100, cursor=40, epoch=1,
-        slots={"READY": 3, "FREE": 13}, n_slots=16, batch_slots_ready=2, batches=9,
-        padding_efficiency=Padding(0.93, None), buckets=((4, 64, 32), (8, 32, 16)),
-        counters={"delivered": 36, "skipped": 1}, dropped={"stale": 2}, bad_metadata_lines=1,
-        producers=(ProducerStats("p0", 11, "h", "actor 1", True, 30, 2, 1, 0.2, False,
-                                 {"cache_hits": 3, "decoded": 27}),),
+        run_id="r1",
+        uptime_s=12.5,
+        n_items=100,
+        cursor=40,
+        epoch=1,
+        slots={"READY": 3, "FREE": 13},
+        n_slots=16,
+        batch_slots_ready=2,
+        batches=9,
+        padding_efficiency=Padding(0.93, None),
+        buckets=((4, 64, 32), (8, 32, 16)),
+        counters={"delivered": 36, "skipped": 1},
+        dropped={"stale": 2},
+        bad_metadata_lines=1,
+        producers=(
+            ProducerStats(
+                "p0",
+                11,
+                "h",
+                "actor 1",
+                True,
+                30,
+                2,
+                1,
+                0.2,
+                False,
+                {"cache_hits": 3, "decoded": 27},
+            ),
+        ),
         producers_unlisted=UnlistedProducers(count=2, samples=6, grants=1),
         crashes=(CrashReport("p9", "Traceback ..."),),
         trainer=TrainerReport(8, 0.1, 0.02, 1.5, 4, 200, 1.7e9),
-        consumer_connected=True, refused_producers=1, gpus=0, features_device="producer",
-    )  # fmt: skip
+        consumer_connected=True,
+        refused_producers=1,
+        gpus=0,
+        features_device="producer",
+    )
     plain = stats.to_dict()
     assert json.loads(json.dumps(plain)) == plain  # lists and dicts only, as JSON reads back
     assert plain["producers"][0]["work"] == {"cache_hits": 3, "decoded": 27}
@@ -46,8 +72,13 @@ def test_stats_record_round_trips_through_plain_data() -> None:
 
 
 def test_stats_record_of_an_older_stager_takes_defaults() -> None:
-    old = {"run_id": "r0", "counters": {"delivered": 5}, "producers": [{"name": "p0"}],
-           "trainer": {}, "from_the_future": 1}  # fmt: skip
+    old = {
+        "run_id": "r0",
+        "counters": {"delivered": 5},
+        "producers": [{"name": "p0"}],
+        "trainer": {},
+        "from_the_future": 1,
+    }
     stats = StagerStats.from_dict(old)
     assert stats.run_id == "r0" and stats.counters == {"delivered": 5}
     assert stats.producers == (ProducerStats(name="p0"),) and stats.producers[0].work == {}
@@ -57,9 +88,13 @@ def test_stats_record_of_an_older_stager_takes_defaults() -> None:
 
 
 RING = RingView(
-    n_slots=16, slots={"FREE": 14, "GRANTED": 2, "READY": 0}, batch_slots=3, batch_ready=0,
-    oldest_grant_s=0.1, oldest_ready_s=None,
-)  # fmt: skip
+    n_slots=16,
+    slots={"FREE": 14, "GRANTED": 2, "READY": 0},
+    batch_slots=3,
+    batch_ready=0,
+    oldest_grant_s=0.1,
+    oldest_ready_s=None,
+)
 STATS = StagerStats(
     consumer_connected=True, trainer=TrainerReport(step=5, step_s=0.01, wait_s=0.19)
 )
@@ -108,7 +143,7 @@ BUSY_TRAINER = TrainerReport(step_s=0.3, wait_s=0.0)
                 }
             },
             "producers",
-        ),  # fmt: skip
+        ),
         ({**BUSY, "stats": {"trainer": BUSY_TRAINER}}, "trainer"),
         ({"stats": {"trainer": None}}, "compiling"),
         ({**BUSY, "stats": {"trainer": None}}, "compiling"),
@@ -157,8 +192,12 @@ def test_the_screen_shows_the_loss_and_the_logs_tail() -> None:
 
 def test_the_screen_shows_the_cursor_as_epoch_and_item_and_the_shard_cache() -> None:
     """`cursor 800/40` read like a bug: the plan position against one epoch's size."""
-    work = {"shard_hits": 30, "shards_fetched": 10, "shard_bytes_fetched": 3 * 2**20,
-            "store_retries": 1}  # fmt: skip
+    work = {
+        "shard_hits": 30,
+        "shards_fetched": 10,
+        "shard_bytes_fetched": 3 * 2**20,
+        "store_retries": 1,
+    }
     producers = (ProducerStats("p0", work=work), ProducerStats("p1", work=work))
     stats = {"cursor": 812, "epoch": 20, "n_items": 40, "producers": producers}
     screen = render(_snap(stats=stats))
@@ -218,14 +257,49 @@ def test_advice_on_a_gpu_host_offers_stager_mels_and_names_the_gpu() -> None:
 
 def test_json_of_a_snapshot_keeps_the_keys_of_before() -> None:
     """`inspect --json` and `--record` readers (timeline.py, scripts) keep their keys."""
-    ring_keys = {"t", "run_id", "n_slots", "slots", "slot_bar", "per_slot", "oldest_grant_s",
-                 "oldest_ready_s", "grants_by_producer_index", "batch_slots", "batch_ready",
-                 "batch_size", "lease_s", "has_stats", "notes", "diagnosis"}  # fmt: skip
-    stats_keys = {"producers", "producers_unlisted", "uptime_s", "epoch", "cursor", "n_items",
-                  "batches", "padding", "buckets", "consumer_connected", "trainer", "counters",
-                  "delivered_per_s", "dropped", "skipped", "reclaimed", "bad_metadata_lines",
-                  "crashes", "crash_names", "stager_slots", "gpus", "features_device",
-                  "stats_age_s"}  # fmt: skip
+    ring_keys = {
+        "t",
+        "run_id",
+        "n_slots",
+        "slots",
+        "slot_bar",
+        "per_slot",
+        "oldest_grant_s",
+        "oldest_ready_s",
+        "grants_by_producer_index",
+        "batch_slots",
+        "batch_ready",
+        "batch_size",
+        "lease_s",
+        "has_stats",
+        "notes",
+        "diagnosis",
+    }
+    stats_keys = {
+        "producers",
+        "producers_unlisted",
+        "uptime_s",
+        "epoch",
+        "cursor",
+        "n_items",
+        "batches",
+        "padding",
+        "buckets",
+        "consumer_connected",
+        "trainer",
+        "counters",
+        "delivered_per_s",
+        "dropped",
+        "skipped",
+        "reclaimed",
+        "bad_metadata_lines",
+        "crashes",
+        "crash_names",
+        "stager_slots",
+        "gpus",
+        "features_device",
+        "stats_age_s",
+    }
     starting = _snap(has_stats=False).to_dict()
     assert set(starting) == ring_keys and starting["notes"]
     snap = _snap()

@@ -25,9 +25,12 @@ from tests.support.published import HUB, PARQUET, demo_rows, hub_reference
 
 
 def cfg_of(path: Path, fmt: str, cache: Path, **data: object) -> Config:
-    return replace(Config(), data={"path": str(path), "format": fmt, **data},
-                   audio={"sample_rate": 16000},
-                   features={"cache_dir": str(cache)})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(path), "format": fmt, **data},
+        audio={"sample_rate": 16000},
+        features={"cache_dir": str(cache)},
+    )
 
 
 def test_a_hub_dataset_of_per_speaker_folders_keeps_every_row(tmp_path: Path) -> None:
@@ -62,8 +65,12 @@ def test_the_same_row_twice_is_used_once_and_reported_with_both_places(tmp_path:
     twice = pa.concat_tables(
         [table, table.slice(0, 1), pa.Table.from_pylist([other], table.schema)]
     )
-    pq.write_table(twice, folder / "train-00001-of-00002.parquet", use_dictionary=False,
-                   compression={"audio.bytes": "none"})  # fmt: skip
+    pq.write_table(
+        twice,
+        folder / "train-00001-of-00002.parquet",
+        use_dictionary=False,
+        compression={"audio.bytes": "none"},
+    )
     cfg = cfg_of(tmp_path / "hf", "parquet", tmp_path / "cache")
     entries, bad = read_corpus(cfg)
     ids = [e.item_id for e in entries]
@@ -75,7 +82,8 @@ def test_the_same_row_twice_is_used_once_and_reported_with_both_places(tmp_path:
     for row in range(1, 5):
         assert where[("train-00002-of-00002.parquet", row)].endswith(
             f"train-00000-of-00002.parquet:{row} (its name, text, speaker, language and audio "
-            "bytes): used once")  # fmt: skip
+            "bytes): used once"
+        )
     assert "train-00001-of-00002.parquet:1 " in where[("train-00001-of-00002.parquet", 5)]
     assert {b.item_id for b in bad} >= {"data/train-00000-of-00002/0001"}
 
@@ -88,21 +96,30 @@ def test_a_line_listed_twice_is_one_item_and_one_duplicate_naming_both_lines(
     shutil.copy(MINI / "wavs" / "LJ001-0001.wav", tmp_path / "wavs")
     shutil.copy(MINI / "wavs" / "LJ001-0002.wav", tmp_path / "wavs")
     if fmt == "csv":
-        lines = ["audio_file|text", "wavs/LJ001-0001.wav|One.", "wavs/LJ001-0002.wav|Two.",
-                 "wavs/LJ001-0001.wav|One."]  # fmt: skip
+        lines = [
+            "audio_file|text",
+            "wavs/LJ001-0001.wav|One.",
+            "wavs/LJ001-0002.wav|Two.",
+            "wavs/LJ001-0001.wav|One.",
+        ]
         name = "metadata.csv"
     else:
-        lines = [json.dumps({"audio": f"wavs/LJ001-000{n}.wav", "text": t})
-                 for n, t in ((1, "One."), (2, "Two."), (1, "One."))]  # fmt: skip
+        lines = [
+            json.dumps({"audio": f"wavs/LJ001-000{n}.wav", "text": t})
+            for n, t in ((1, "One."), (2, "Two."), (1, "One."))
+        ]
         name = "manifest.jsonl"
     (tmp_path / name).write_text("\n".join(lines) + "\n")
     entries, bad = read_corpus(cfg_of(tmp_path / name, fmt, tmp_path / "cache"))
     assert [e.item_id for e in entries] == ["wavs/LJ001-0001", "wavs/LJ001-0002"]
     first = 2 if fmt == "csv" else 1
     assert [(b.line, b.reason, b.item_id) for b in bad] == [
-        (first + 2, f"duplicate item id 'wavs/LJ001-0001' (first on line {first})",
-         "wavs/LJ001-0001")
-    ]  # fmt: skip
+        (
+            first + 2,
+            f"duplicate item id 'wavs/LJ001-0001' (first on line {first})",
+            "wavs/LJ001-0001",
+        )
+    ]
 
 
 def test_folder_layouts_whose_names_repeat_across_folders(tmp_path: Path) -> None:
@@ -122,8 +139,10 @@ def test_folder_layouts_whose_names_repeat_across_folders(tmp_path: Path) -> Non
     (proper / "19_198_000000_000000.normalized.txt").write_text("A LibriTTS name.")
     entries, bad = read_corpus(cfg_of(libritts, "libritts", tmp_path / "c1"))
     assert bad == [] and [(e.item_id, e.speaker) for e in entries] == [
-        ("19_198_000000_000000", "19"), ("spk_a/ch1/0001", "spk_a"), ("spk_b/ch1/0001", "spk_b"),
-    ]  # fmt: skip
+        ("19_198_000000_000000", "19"),
+        ("spk_a/ch1/0001", "spk_a"),
+        ("spk_b/ch1/0001", "spk_b"),
+    ]
     vctk = tmp_path / "vctk"
     for speaker in ("spk_a", "spk_b", "p225"):
         name = "p225_001" if speaker == "p225" else "001"
@@ -158,14 +177,17 @@ def test_tar_shards_written_a_speaker_each(tmp_path: Path) -> None:
     cfg = replace(cfg_of(shards, "shards", tmp_path / "cache"), audio={"sample_rate": 22050})
     entries, bad = read_corpus(cfg)
     assert bad == [] and [(e.item_id, e.text) for e in entries] == [
-        ("spk_a/0001", "LJ001-0001"), ("spk_a/0002", "LJ001-0002"),
-        ("spk_b/0001", "LJ001-0003"), ("spk_b/0002", "LJ001-0004"),
-    ]  # fmt: skip
+        ("spk_a/0001", "LJ001-0001"),
+        ("spk_a/0002", "LJ001-0002"),
+        ("spk_b/0001", "LJ001-0003"),
+        ("spk_b/0002", "LJ001-0004"),
+    ]
     shutil.copy(shards / "spk_b.tar", shards / "spk_c.tar")
     entries, bad = read_corpus(cfg)
     assert len(entries) == 4 and [(Path(b.file).name, b.line, b.item_id) for b in bad] == [
-        ("spk_c.tar", 1, "spk_b/0001"), ("spk_c.tar", 2, "spk_b/0002"),
-    ]  # fmt: skip
+        ("spk_c.tar", 1, "spk_b/0001"),
+        ("spk_c.tar", 2, "spk_b/0002"),
+    ]
     assert bad[0].reason.startswith(f"duplicate sample './0001': the same as in {shards}/spk_b.tar")
 
 
@@ -173,13 +195,30 @@ def test_a_lhotse_id_listed_twice_names_both_lines(tmp_path: Path) -> None:
     """A manifest's ids are lhotse's own; a repeat is reported at its line, naming the
     first's (it used to name the item's place in the index)."""
     rows = demo_rows("en")[:2]
-    recordings = [{"id": f"r{k}", "sources": [{"type": "file", "channels": [0],
-                                              "source": r["audio"]}],
-                   "sampling_rate": 16000, "num_samples": 16000, "duration": 1.0,
-                   "channel_ids": [0]} for k, r in enumerate(rows)]  # fmt: skip
-    sups = [{"id": "same", "recording_id": f"r{k}", "start": 0.0, "duration": 1.0, "channel": 0,
-             "text": r["text"], "language": "English", "speaker": r["speaker"]}
-            for k, r in enumerate(rows)]  # fmt: skip
+    recordings = [
+        {
+            "id": f"r{k}",
+            "sources": [{"type": "file", "channels": [0], "source": r["audio"]}],
+            "sampling_rate": 16000,
+            "num_samples": 16000,
+            "duration": 1.0,
+            "channel_ids": [0],
+        }
+        for k, r in enumerate(rows)
+    ]
+    sups = [
+        {
+            "id": "same",
+            "recording_id": f"r{k}",
+            "start": 0.0,
+            "duration": 1.0,
+            "channel": 0,
+            "text": r["text"],
+            "language": "English",
+            "speaker": r["speaker"],
+        }
+        for k, r in enumerate(rows)
+    ]
     for name, objs in (("recordings", recordings), ("supervisions", sups)):
         (tmp_path / f"x_{name}_train.jsonl").write_text("".join(json.dumps(o) + "\n" for o in objs))
     manifest = tmp_path / "x_supervisions_train.jsonl"
@@ -211,7 +250,9 @@ def test_a_checkpoint_taken_under_the_old_ids_resumes_where_the_items_are_the_sa
     hub = cfg_of(HUB, "parquet", tmp_path / "c2")
     ours = plan_fingerprint(hub, open_corpus(hub, in_subprocess=False), [], [])
     changed = plan_changes(ours, {**theirs, "index": "0" * 16})
-    assert changed == ["dataset index: its item ids are made by a new rule since the checkpoint "
-                       "(docs/corpora.md#item-ids), and the old rule had lost rows as "
-                       "duplicates, or its files changed"]  # fmt: skip
+    assert changed == [
+        "dataset index: its item ids are made by a new rule since the checkpoint "
+        "(docs/corpora.md#item-ids), and the old rule had lost rows as "
+        "duplicates, or its files changed"
+    ]
     assert plan_changes(ours, {**ours, "index": "0" * 16}) == ["dataset index"]

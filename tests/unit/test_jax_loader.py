@@ -154,7 +154,9 @@ def test_batches_placed_on_a_gpu_hold_their_items(tmp_path: Path) -> None:
             seen = []
             for batch in loader:
                 out = double(batch)
-                arrays = {k: np.asarray(v) / 2 if v.dtype == jax.numpy.float32 else np.asarray(v)
-                          for k, v in out.items()}  # fmt: skip
+                arrays = {
+                    k: np.asarray(v) / 2 if v.dtype == jax.numpy.float32 else np.asarray(v)
+                    for k, v in out.items()
+                }
                 seen += check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
     assert sorted(seen) == list(range(N)) and len(traces) == len(set(traces))

@@ -46,8 +46,15 @@ EXPECTED = {
     "دوم. کتاب علی",
     "ar": "يغادر القطار الساعة سبعة ويكلف اثنا عشر دولارا، أي أغلى بنسبة ثلاثون بالمئة.",
 }
-SCRIPT = {"en": "LATIN", "de": "LATIN", "fr": "LATIN", "es": "LATIN", "ru": "CYRILLIC",
-          "fa": "ARABIC", "ar": "ARABIC"}  # fmt: skip
+SCRIPT = {
+    "en": "LATIN",
+    "de": "LATIN",
+    "fr": "LATIN",
+    "es": "LATIN",
+    "ru": "CYRILLIC",
+    "fa": "ARABIC",
+    "ar": "ARABIC",
+}
 
 
 @pytest.mark.parametrize("language", list(TEXTS))
@@ -74,13 +81,19 @@ def test_persian_script_fixes_keep_the_zero_width_non_joiner() -> None:
 
 
 def manifest_config(tmp_path: Path, texts: dict[str, str], **text) -> Config:
-    lines = [{"audio": str(WAVS / "LJ001-0002.wav"), "text": t, "language": lang,
-              "id": f"{lang}-{k}"} for k, (lang, t) in enumerate(texts.items())]  # fmt: skip
+    lines = [
+        {"audio": str(WAVS / "LJ001-0002.wav"), "text": t, "language": lang, "id": f"{lang}-{k}"}
+        for k, (lang, t) in enumerate(texts.items())
+    ]
     path = tmp_path / "m.jsonl"
     path.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
     cache = str(tmp_path / "cache")
-    return replace(Config(), data={"path": str(path), "format": "jsonl"},
-                   features={"cache_dir": cache}, text=text)  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(path), "format": "jsonl"},
+        features={"cache_dir": cache},
+        text=text,
+    )
 
 
 def test_tokens_decode_to_the_normalized_text_in_every_language(tmp_path: Path) -> None:
@@ -112,8 +125,13 @@ def test_a_poison_text_is_quarantined_before_any_cleaning(language: str) -> None
     for what, text in POISON.items():
         with pytest.raises(SkipSample, match="before cleaning"):
             encoder.encode(text, what, language)
-    cut = TextEncoder(replace(cfg, features={"on_too_long": "truncate", "cache": False},
-                              text={"max_unknown_frac": 1.0}))  # fmt: skip
+    cut = TextEncoder(
+        replace(
+            cfg,
+            features={"on_too_long": "truncate", "cache": False},
+            text={"max_unknown_frac": 1.0},
+        )
+    )
     for text in POISON.values():
         ids, truncated = cut.encode(text, "", language)
         assert truncated and len(ids) == cfg.text.max_text_len
@@ -121,8 +139,12 @@ def test_a_poison_text_is_quarantined_before_any_cleaning(language: str) -> None
 
 
 def test_phonemes_per_language_alternating_in_one_process_and_cached(tmp_path: Path) -> None:
-    texts = {"en": "The train leaves at seven.", "fa": "قطار ساعت ۷ حرکت می‌کند.",
-             "de": "Der Zug fährt um 7 Uhr.", "ru": "Поезд уходит в 7 часов."}  # fmt: skip
+    texts = {
+        "en": "The train leaves at seven.",
+        "fa": "قطار ساعت ۷ حرکت می‌کند.",
+        "de": "Der Zug fährt um 7 Uhr.",
+        "ru": "Поезд уходит в 7 часов.",
+    }
     cfg = manifest_config(tmp_path, texts, tokens="phonemes")
     vocab = corpus_vocabulary(cfg)
     cfg = replace(cfg, text={"alphabet": vocab.alphabet})

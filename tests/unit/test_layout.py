@@ -82,8 +82,10 @@ def test_shared_sub_packages_import_only_downwards() -> None:
         for other in sorted(imports):
             there = other.split(".")[1] if other.startswith("shared.") else None
             if there is not None and there != sub and rank[there] >= rank[sub]:
-                arrows.append(f"{module} ({sub}, layer {rank[sub]}) imports {other} "
-                              f"({there}, layer {rank[there]})")  # fmt: skip
+                arrows.append(
+                    f"{module} ({sub}, layer {rank[sub]}) imports {other} "
+                    f"({there}, layer {rank[there]})"
+                )
     layers = " < ".join("/".join(sorted(layer)) for layer in SHARED_LAYERS)
     assert arrows == [], f"layers: {layers}\n" + "\n".join(arrows)
 
@@ -143,9 +145,12 @@ def test_the_client_trainer_and_tools_import_only_the_stagers_contracts() -> Non
     arrows = []
     for module, imports in sorted(module_graph().items()):
         if module.startswith(("consumer.client", "consumer.trainer", "consumer.tools")):
-            arrows += [f"{module} imports {other}" for other in sorted(imports)
-                       if other.startswith("consumer.stager.")
-                       and other.split(".")[2] not in STAGER_CONTRACTS]  # fmt: skip
+            arrows += [
+                f"{module} imports {other}"
+                for other in sorted(imports)
+                if other.startswith("consumer.stager.")
+                and other.split(".")[2] not in STAGER_CONTRACTS
+            ]
     assert arrows == [], "\n".join(arrows)
 
 
@@ -206,7 +211,10 @@ def test_nothing_imports_the_folders_by_their_top_level_names() -> None:
         rf"(?:\s*$| as |[,;\"'\\])|-m {pkgs}\.|[\"']-m[\"'],\s*[\"']{pkgs}\."
     )
     files = [*python_files(), *REPO.glob("scripts/*.sh")]
-    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in files
-             for n, line in enumerate(p.read_text().splitlines(), 1)
-             if top_level.search(line) and p.name != "test_package.py"]  # fmt: skip
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p in files
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if top_level.search(line) and p.name != "test_package.py"
+    ]
     assert found == [], "\n".join(found)

@@ -74,8 +74,10 @@ def test_an_answer_naming_what_was_not_granted_is_refused_whole() -> None:
     (g0, g1, *_), other = run(m, b"a"), run(m, b"b")
     ledger = m.slots
     assert "never granted" in ledger.answer(b"a", 999, [g0.place], [g0.item]).refused
-    assert "another producer" in ledger.answer(b"a", other[0].generation, [other[0].place],
-                                               [other[0].item]).refused  # fmt: skip
+    assert (
+        "another producer"
+        in ledger.answer(b"a", other[0].generation, [other[0].place], [other[0].item]).refused
+    )
     twice = ledger.answer(b"a", g0.generation, [g0.place, g0.place], [g0.item, g0.item])
     assert "twice" in twice.refused
     assert "not in the run" in ledger.answer(b"a", g0.generation, [3 + ROWS], [0]).refused
@@ -202,8 +204,7 @@ def test_skip_from_a_producer_frees_the_place_and_remembers_the_item() -> None:
     (g,) = run(m, b"a", 1)
     (k,) = m.slots.answer(b"a", g.generation, [g.place], [g.item]).owned
     pos = m.slots.answered(k)
-    m.slots.skip(k, Finished("skip", pos.position, pos.item, reason="empty audio",
-                             stage="audio"))  # fmt: skip
+    m.slots.skip(k, Finished("skip", pos.position, pos.item, reason="empty audio", stage="audio"))
     assert state(m, g) == SlotState.FREE
     finished = drain(m, [b"a"], random.Random(0))
     skips = [f for f in finished if f.kind == "skip"]

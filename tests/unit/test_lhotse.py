@@ -26,9 +26,12 @@ CUTS = LHOTSE / "demo_cuts_train.jsonl"
 
 
 def lhotse_cfg(path: Path, tmp_path: Path, **data: str) -> Config:
-    return replace(Config(), data={"path": str(path), "format": "lhotse", **data},
-                   audio={"sample_rate": 16000},
-                   features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(path), "format": "lhotse", **data},
+        audio={"sample_rate": 16000},
+        features={"cache_dir": str(tmp_path / "cache")},
+    )
 
 
 @pytest.mark.parametrize("path", [SUPERVISIONS, RECORDINGS, CUTS, LHOTSE], ids=lambda p: p.name)
@@ -86,13 +89,28 @@ def test_a_bad_line_costs_itself(tmp_path: Path) -> None:
     entries, bad = read_corpus(lhotse_cfg(tmp_path / "x_supervisions_a.jsonl.gz", tmp_path))
     assert len(entries) == len(sups)
     reasons = {b.item_id: b.reason for b in bad}
-    assert list(reasons) == ["no-text", "no-recording", "sped-up", "klingon", "empty",
-                             "backwards", "", "left", "right"]  # fmt: skip
-    for item_id, expected in [("no-text", "no 'text'"), ("no-recording", "no recording 'gone'"),
-                              ("sped-up", "transforms ['Speed']"), ("klingon", "'language'"),
-                              ("empty", "an empty clip"), ("backwards", "'start' must be >= 0"),
-                              ("", "not JSON"), ("left", "channels 0, 1: ringfeed mixes"),
-                              ("right", "supervisions on channels 0, 1")]:  # fmt: skip
+    assert list(reasons) == [
+        "no-text",
+        "no-recording",
+        "sped-up",
+        "klingon",
+        "empty",
+        "backwards",
+        "",
+        "left",
+        "right",
+    ]
+    for item_id, expected in [
+        ("no-text", "no 'text'"),
+        ("no-recording", "no recording 'gone'"),
+        ("sped-up", "transforms ['Speed']"),
+        ("klingon", "'language'"),
+        ("empty", "an empty clip"),
+        ("backwards", "'start' must be >= 0"),
+        ("", "not JSON"),
+        ("left", "channels 0, 1: ringfeed mixes"),
+        ("right", "supervisions on channels 0, 1"),
+    ]:
         assert expected in reasons[item_id]
     cuts = lines_of(CUTS)
     for cut in cuts:  # absolute paths, as in the supervisions' copy
@@ -108,26 +126,42 @@ def test_a_bad_line_costs_itself(tmp_path: Path) -> None:
     entries, bad = read_corpus(lhotse_cfg(tmp_path / "c_cuts.jsonl", tmp_path))
     assert len(entries) == len(cuts)
     assert [(b.item_id, b.reason.split(":")[0]) for b in bad] == [
-        ("mixed", "a MixedCut is not read"), ("silent", "no supervision (no text)"),
+        ("mixed", "a MixedCut is not read"),
+        ("silent", "no supervision (no text)"),
         ("two", "supervisions of several speakers or languages (['ava', 'de', 'x'])"),
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        ("recordings alone", r"^data.path: .*_recordings_a.jsonl.gz holds recordings and no "
-                             r"supervisions manifest is beside it \(x_supervisions_a.jsonl.gz\)"),
-        ("supervisions alone", r"^data.path: no recordings manifest beside .*expected "
-                               r"x_recordings_a.jsonl.gz for"),
-        ("supervisions misnamed", r"^data.path: no recordings manifest beside .*sups.jsonl.gz "
-                                  r"\(expected its name with 'recordings' for 'supervisions'"),
-        ("two in a folder", r"^data.path: .* holds no single cuts or supervisions manifest "
-                            r"\(found: x_supervisions_a.jsonl.gz, y_supervisions_b.jsonl.gz\)"),
-        ("not lhotse", r"^data.path: .*'s first line is no Lhotse recording, supervision or cut "
-                       r"\(audio, text; "),
+        (
+            "recordings alone",
+            r"^data.path: .*_recordings_a.jsonl.gz holds recordings and no "
+            r"supervisions manifest is beside it \(x_supervisions_a.jsonl.gz\)",
+        ),
+        (
+            "supervisions alone",
+            r"^data.path: no recordings manifest beside .*expected "
+            r"x_recordings_a.jsonl.gz for",
+        ),
+        (
+            "supervisions misnamed",
+            r"^data.path: no recordings manifest beside .*sups.jsonl.gz "
+            r"\(expected its name with 'recordings' for 'supervisions'",
+        ),
+        (
+            "two in a folder",
+            r"^data.path: .* holds no single cuts or supervisions manifest "
+            r"\(found: x_supervisions_a.jsonl.gz, y_supervisions_b.jsonl.gz\)",
+        ),
+        (
+            "not lhotse",
+            r"^data.path: .*'s first line is no Lhotse recording, supervision or cut "
+            r"\(audio, text; ",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_is_not_a_lhotse_corpus_is_one_line(tmp_path: Path, damage: str, message: str) -> None:
     path = tmp_path / "x_recordings_a.jsonl.gz"
     if damage == "recordings alone":

@@ -30,8 +30,7 @@ def test_a_key_cannot_hold_another_keys_names(tmp_path: Path) -> None:
     names = [f"thread-{k}" for k in range(2)]  # what producer_threads will call them
     with stager_thread(config) as stager, StatsReader(stager.stats) as stats:
         cfg, client, stop = stager.cfg, stager.client(), threading.Event()
-        squat, tally = in_thread(name_squatter, cfg, stager.tcp, str(keys["squatter"]), stop,
-                                 names)  # fmt: skip
+        squat, tally = in_thread(name_squatter, cfg, stager.tcp, str(keys["squatter"]), stop, names)
         wait_for(lambda: tally.joins >= len(names), 20, "the squatter holding the names")
         honest = load_client(keys["honest"])
         with producer_threads(cfg, stager.tcp, n=2, keys=honest):

@@ -62,8 +62,9 @@ def test_a_client_made_anew_rejoins_and_the_old_one_is_refused(tmp_path: Path) -
                 batch = old.next(timeout_s=30)
                 items += check_synthetic_rows(batch.arrays, batch.meta.n_valid, cfg)
                 old.free(batch)
-            new = stager.client("new", position=old.position, batch_index=old.batch_index,
-                                rejoin=True)  # fmt: skip
+            new = stager.client(
+                "new", position=old.position, batch_index=old.batch_index, rejoin=True
+            )
             # The old client is told at once (after what was queued for it), and were it
             # to say hello again it would be refused: it never takes the run back.
             with pytest.raises(StagerRefused, match="consumer 'new' .*took the run over"):

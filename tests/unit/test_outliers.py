@@ -88,8 +88,10 @@ def test_the_plausibility_bound_holds_from_the_first_clip_whatever_the_band() ->
     assert "en" not in bands and bands["xx"].high > 60.0
     found = out_of_band(CFG, index, lengths, bands)
     assert [(o.item, o.band.language, o.band.fixed) for o in found] == [
-        (11, "de", False), (19, "en", True), (40, "xx", True),
-    ]  # fmt: skip
+        (11, "de", False),
+        (19, "en", True),
+        (40, "xx", True),
+    ]
     assert found[1].rate == pytest.approx(400.0, rel=0.02)
     why = found[1].reason()
     assert "outside the plausibility bound 0.5..60.0 tokens/s" in why and "(fast:" in why
@@ -128,9 +130,13 @@ def test_every_shipped_clip_passes_and_near_silent_and_clipped_ones_are_marked(t
 @pytest.mark.parametrize("policy", ["keep", "flag", "skip"])
 def test_each_policy_takes_a_marked_clip_from_a_decode_and_from_the_cache(tmp_path, policy) -> None:
     manifest = make_outlier_corpus(tmp_path / "c")
-    cfg = replace(Config(), data={"path": str(manifest), "format": "jsonl", "outliers": policy},
-                  audio=SMALL["audio"], features={**SMALL["features"],
-                  "cache_dir": str(tmp_path / "cache")}, text=SMALL["text"])  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(manifest), "format": "jsonl", "outliers": policy},
+        audio=SMALL["audio"],
+        features={**SMALL["features"], "cache_dir": str(tmp_path / "cache")},
+        text=SMALL["text"],
+    )
     index = build_in_memory(cfg)
     for run in ("decoded", "cached"):
         pipe = SamplePipeline(cfg)
@@ -160,7 +166,8 @@ def test_the_report_lists_a_clip_once_per_run_and_a_resume_with_flag_delivers_sk
         report.delivered(4, m.TRUNCATED)  # no audio marks: nothing to list
         report.close()
     assert [(r["item_id"], r["kind"]) for r in _read(tmp_path / "outliers.jsonl")] == [
-        ("c3", "near-silent+clipped")]  # fmt: skip
+        ("c3", "near-silent+clipped")
+    ]
     skips = {1: ("speaking rate ...", "outlier"), 2: ("unreadable", "audio")}
     assert earlier_skips(flag, skips) == {2: ("unreadable", "audio")}
     assert earlier_skips(replace(Config(), data={"outliers": "skip"}), skips) == skips

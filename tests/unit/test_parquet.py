@@ -25,9 +25,12 @@ AUDIO = pa.struct({"bytes": pa.binary(), "path": pa.string()})
 
 
 def pq_cfg(path: Path, tmp_path: Path, **data: object) -> Config:
-    return replace(Config(), data={"path": str(path), "format": "parquet", **data},
-                   audio={"sample_rate": 16000},
-                   features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(path), "format": "parquet", **data},
+        audio={"sample_rate": 16000},
+        features={"cache_dir": str(tmp_path / "cache")},
+    )
 
 
 def test_the_files_datasets_wrote_give_each_clip_its_own_bytes(tmp_path: Path) -> None:
@@ -56,8 +59,14 @@ def hub_table(n: int = 6, nulls: bool = True) -> pa.Table:
     audio = [{"bytes": Path(r["audio"]).read_bytes(), "path": Path(r["audio"]).name} for r in rows]
     if nulls:
         audio[2] = None
-    return pa.table({"audio": pa.array(audio, AUDIO), "sentence": [r["text"] for r in rows],
-                     "client_id": [r["speaker"] for r in rows], "locale": ["ru"] * n})  # fmt: skip
+    return pa.table(
+        {
+            "audio": pa.array(audio, AUDIO),
+            "sentence": [r["text"] for r in rows],
+            "client_id": [r["speaker"] for r in rows],
+            "locale": ["ru"] * n,
+        }
+    )
 
 
 @pytest.mark.parametrize("version", ["1.0", "2.0"])
@@ -66,8 +75,16 @@ def test_byte_ranges_across_pages_of_either_version(tmp_path: Path, version: str
     its clip's bytes."""
     table = hub_table()
     path = tmp_path / "cv.parquet"
-    pq.write_table(table, path, compression="none", use_dictionary=False, data_page_size=20_000,
-                   data_page_version=version, row_group_size=4, write_batch_size=1)  # fmt: skip
+    pq.write_table(
+        table,
+        path,
+        compression="none",
+        use_dictionary=False,
+        data_page_size=20_000,
+        data_page_version=version,
+        row_group_size=4,
+        write_batch_size=1,
+    )
     pf = pq.ParquetFile(path)
     fd = os.open(path, os.O_RDONLY)
     ranges = []
@@ -92,17 +109,22 @@ def test_columns_named_by_data_columns(tmp_path: Path) -> None:
     named = {"text": "sentence", "speaker": "client_id", "language": "locale"}
     entries, bad = read_corpus(pq_cfg(tmp_path / "cv.parquet", tmp_path, columns=named))
     assert [(e.item_id, e.speaker, e.language) for e in entries][:2] == [
-        ("cv/ru-00-ava", "ava", "ru"), ("cv/ru-01-ben", "ben", "ru"),
-    ]  # fmt: skip
+        ("cv/ru-00-ava", "ava", "ru"),
+        ("cv/ru-01-ben", "ben", "ru"),
+    ]
     assert len(entries) == 5 and [b.line for b in bad] == [3]
-    with pytest.raises(CorpusError, match=r"cv.parquet: no column data.columns.text: 'text'; "
-                       r"the file has audio, sentence, client_id, locale: name the right one "
-                       r"in data.columns$"):  # fmt: skip
+    with pytest.raises(
+        CorpusError,
+        match=r"cv.parquet: no column data.columns.text: 'text'; "
+        r"the file has audio, sentence, client_id, locale: name the right one "
+        r"in data.columns$",
+    ):
         open_corpus(pq_cfg(tmp_path / "cv.parquet", tmp_path / "a"), in_subprocess=False)
     wrong = {**named, "speaker": "speaker"}
     with pytest.raises(CorpusError, match=r"no column data.columns.speaker: 'speaker'; the file"):
-        open_corpus(pq_cfg(tmp_path / "cv.parquet", tmp_path / "b", columns=wrong),
-                    in_subprocess=False)  # fmt: skip
+        open_corpus(
+            pq_cfg(tmp_path / "cv.parquet", tmp_path / "b", columns=wrong), in_subprocess=False
+        )
     with pytest.raises(ConfigError, match=r"^data.columns: only data.format: parquet"):
         open_corpus(replace(Config(), data={"columns": named}))
 
@@ -117,8 +139,11 @@ def test_a_file_that_cannot_be_read_a_clip_at_a_time_says_how_to_rewrite_it(
     assert "cannot be read a clip at a time (compressed with SNAPPY)" in bad[0].reason
     assert "compression={'<audio>.bytes': 'none'}" in bad[0].reason
     pq.write_table(pa.table({"sentence": ["a"]}), tmp_path / "none.parquet")
-    with pytest.raises(CorpusError, match=r"no column data.columns.audio: 'audio'; the file has "
-                       r"sentence"):  # fmt: skip
+    with pytest.raises(
+        CorpusError,
+        match=r"no column data.columns.audio: 'audio'; the file has "
+        r"sentence",
+    ):
         open_corpus(pq_cfg(tmp_path / "none.parquet", tmp_path, columns=named), in_subprocess=False)
 
 
@@ -143,7 +168,11 @@ def test_ids_from_file_names_only_when_they_name_one_clip_each(tmp_path: Path) -
     laid out a folder a clip. Names that repeat give <file>/<row> ids, never duplicates."""
     table = hub_table(4, nulls=False)
     same = [{"bytes": a["bytes"], "path": "/data/x/audio.wav"} for a in table["audio"].to_pylist()]
-    pq.write_table(table.set_column(0, "audio", pa.array(same, AUDIO)), tmp_path / "a.parquet",
-                   compression="none", use_dictionary=False)  # fmt: skip
+    pq.write_table(
+        table.set_column(0, "audio", pa.array(same, AUDIO)),
+        tmp_path / "a.parquet",
+        compression="none",
+        use_dictionary=False,
+    )
     entries, bad = read_corpus(pq_cfg(tmp_path, tmp_path, columns={"text": "sentence"}))
     assert bad == [] and [e.item_id for e in entries] == [f"a/{k:06d}" for k in range(4)]

@@ -78,8 +78,11 @@ def control_characters(text: str) -> set[str]:
 def test_decode_removes_controls_and_keeps_every_script() -> None:
     hello = p.Hello(f"w{HOSTILE}{PERSIAN}", 7, f"h{HOSTILE}", False, "t", f"on{HOSTILE}", {})
     got, _ = p.decode([bytes(f) for f in p.encode(hello)])
-    assert (got.name, got.host, got.place) == (f"w[2J]0;owned31m{PERSIAN}", "h[2J]0;owned31m",
-                                               "on[2J]0;owned31m")  # fmt: skip
+    assert (got.name, got.host, got.place) == (
+        f"w[2J]0;owned31m{PERSIAN}",
+        "h[2J]0;owned31m",
+        "on[2J]0;owned31m",
+    )
     crash, _ = p.decode([bytes(f) for f in p.encode(p.Crash("c", f"line 1\n{HOSTILE}line 2\n"))])
     assert crash.traceback == "line 1\n[2J]0;owned31mline 2\n"
     beat, _ = p.decode([bytes(f) for f in p.encode(p.Heartbeat(1, {f"k{HOSTILE}": 3}))])
@@ -101,8 +104,10 @@ def test_peer_log_bounds_each_peer_and_all_of_them(caplog: pytest.LogCaptureFixt
         now[0] += PEER_REFILL_S
         say.summarize()
         told = [r.getMessage() for r in caplog.records if "suppressed" in r.getMessage()]
-        assert told == [f"{1000 - PEER_BURST} log lines about flood were suppressed (over "
-                        f"{PEER_BURST} per {PEER_REFILL_S:.0f} s)"]  # fmt: skip
+        assert told == [
+            f"{1000 - PEER_BURST} log lines about flood were suppressed (over "
+            f"{PEER_BURST} per {PEER_REFILL_S:.0f} s)"
+        ]
         # Many names at once: the total budget holds whatever the number of peers.
         many = sum(say(f"peer{i}", logging.INFO, "joined") for i in range(10_000))
     assert many <= TOTAL_BURST, many
@@ -143,8 +148,11 @@ def test_a_crash_flood_costs_the_log_a_few_lines(tmp_path: Path) -> None:
             stop.set()
             flood.join(10)
             allowed = PEER_BURST + int((time.monotonic() - t0) / PEER_REFILL_S) + 1
-            st.first(lambda s: s["dropped"].get("rate-limited", 0) >= sent[0] - allowed, 30,
-                     "every CRASH of the flood read by the stager")  # fmt: skip
+            st.first(
+                lambda s: s["dropped"].get("rate-limited", 0) >= sent[0] - allowed,
+                30,
+                "every CRASH of the flood read by the stager",
+            )
             client.close()
         summary = stager.summary()
         log_text = stager.log.text()
@@ -239,8 +247,9 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
         pr.samples = 2**40
     crash, many = CrashReport("n" * p.MAX_NAME, "t" * 2000), 2**40
     stats = StagerStats.compose(
-        RunStats("r" * 32, 0.0, 100, ((2**20,) * 3,) * 16, 0, 2, cfg.features.device,
-                 cfg.ring.lease_s),
+        RunStats(
+            "r" * 32, 0.0, 100, ((2**20,) * 3,) * 16, 0, 2, cfg.features.device, cfg.ring.lease_s
+        ),
         manager.stats(),
         book.stats(),
         BuilderStats(3, Padding(1.0, 1.0)),
@@ -249,7 +258,7 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
         DeskStats((crash,) * CRASHES_KEPT),
         ControlStats(many),
         DropStats({r: many for r in ("malformed", "stale", "torn")}),
-    )  # fmt: skip
+    )
     snap = stats.to_dict()
     assert snap["producers_unlisted"]["count"] == MAX_PRODUCERS - len(snap["producers"])
     header = p.encode(p.Stats(snap))[0]

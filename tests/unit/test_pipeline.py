@@ -19,8 +19,9 @@ from tests.support.broken_dataset import make_broken_dataset
 @pytest.mark.parametrize("device", ["producer", "stager"])
 def test_broken_dataset_verdicts(tmp_path: Path, device: str) -> None:
     ds = make_broken_dataset(tmp_path / "ds")
-    cfg = replace(Config(), data={"path": str(ds.root)},
-                  features={"device": device, "cache": False})  # fmt: skip
+    cfg = replace(
+        Config(), data={"path": str(ds.root)}, features={"device": device, "cache": False}
+    )
     entries, _ = read_corpus(cfg)
     pipe = SamplePipeline(cfg)
     pipe.warm_up()
@@ -50,8 +51,9 @@ def test_broken_dataset_verdicts(tmp_path: Path, device: str) -> None:
 
 def test_truncate_marks_sample(tmp_path: Path) -> None:
     ds = make_broken_dataset(tmp_path / "ds")
-    cfg = replace(Config(), data={"path": str(ds.root)},
-                  features={"on_too_long": "truncate", "cache": False})  # fmt: skip
+    cfg = replace(
+        Config(), data={"path": str(ds.root)}, features={"on_too_long": "truncate", "cache": False}
+    )
     entry = next(e for e in read_corpus(cfg)[0] if e.item_id == "long-30s")
     sample = SamplePipeline(cfg)(entry)
     assert sample.truncated and sample.mel.shape == (cfg.features.max_frames, cfg.features.n_mels)

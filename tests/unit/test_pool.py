@@ -32,8 +32,9 @@ def as_ringfeed_producers(code: str) -> list[str]:
     """The words code prints, run in a fresh process started as `ringfeed producers` is
     (its math libraries loaded without thread pools: scripts/cli.py)."""
     code = "import sys; sys.argv[1:] = ['producers']\nimport ringfeed.scripts.cli\n" + code
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 

@@ -25,9 +25,10 @@ TOLERANCE = 1e-3
 
 
 def demo_cfg(tmp_path: Path, **features: object) -> Config:
-    return replace(load_config(REPO / "configs" / "multilingual.yaml"),
-                   features={"cache_dir": str(tmp_path / "cache"), "pitch": True, "energy": True,
-                             **features})  # fmt: skip
+    return replace(
+        load_config(REPO / "configs" / "multilingual.yaml"),
+        features={"cache_dir": str(tmp_path / "cache"), "pitch": True, "energy": True, **features},
+    )
 
 
 def direct(cfg: Config) -> dict[str, dict[str, np.ndarray]]:
@@ -55,8 +56,10 @@ def test_the_table_is_what_a_direct_computation_gives(
     table = json.loads(table_path(cfg, open_corpus(cfg).digest).read_text())
     want = direct(cfg)
     assert sorted(table["speakers"]) == sorted(want) == ["ava", "ben", "cyrus"]
-    for who, values in [*want.items(), ("", {k: np.concatenate([v[k] for v in want.values()])
-                                             for k in ("f0", "energy")})]:  # fmt: skip
+    for who, values in [
+        *want.items(),
+        ("", {k: np.concatenate([v[k] for v in want.values()]) for k in ("f0", "energy")}),
+    ]:
         got = table["speakers"][who] if who else table["global"]
         assert got["voiced_frames"] == len(values["f0"]) and got["frames"] == len(values["energy"])
         for name, key in (("log_f0", "f0"), ("energy", "energy")):
@@ -76,7 +79,8 @@ def test_pitch_norm_gives_zero_mean_unit_variance_voiced_log_f0(tmp_path: Path, 
         voiced = s.fields["voiced"] == 1
         assert (s.fields["pitch"][~voiced] == 0).all()
         groups.setdefault(entry.speaker if mode == "speaker" else "", []).append(
-            s.fields["pitch"][voiced].astype(np.float64))  # fmt: skip
+            s.fields["pitch"][voiced].astype(np.float64)
+        )
     assert len(groups) == (3 if mode == "speaker" else 1)
     for who, parts in groups.items():
         values = np.concatenate(parts)

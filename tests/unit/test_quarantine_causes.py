@@ -22,8 +22,11 @@ from tests.support import user_fields
 from tests.support.configs import write_config
 from tests.support.paths import MINI
 
-USER = {"user_function": "tests.support.user_fields:fields", "user_version": "v2",
-        "user_fields": user_fields.FIELDS}  # fmt: skip
+USER = {
+    "user_function": "tests.support.user_fields:fields",
+    "user_version": "v2",
+    "user_fields": user_fields.FIELDS,
+}
 
 
 def test_a_hello_carries_the_producers_causes_within_bounds() -> None:
@@ -45,11 +48,13 @@ def test_a_hello_carries_the_producers_causes_within_bounds() -> None:
         ({"features": {"user_version": "v3"}}, {"user"}),
         ({"text": {"alphabet": "abc "}}, {"text", "durations"}),
         ({"features": {"n_mels": 40}}, {"features", "pitch", "reference", "durations"}),
-        ({"audio": {"sample_rate": 16000}},
-         {"audio", "features", "pitch", "reference", "durations"}),
+        (
+            {"audio": {"sample_rate": 16000}},
+            {"audio", "features", "pitch", "reference", "durations"},
+        ),
         ({"features": {"cache_dir": "/elsewhere"}}, set()),  # where, not what
     ],
-)  # fmt: skip
+)
 def test_a_stage_cause_changes_with_what_decides_that_stage(change: dict, stages: set[str]) -> None:
     before = stage_causes(replace(Config(), features=USER))
     after = stage_causes(replace(replace(Config(), features=USER), **change))
@@ -65,21 +70,35 @@ def lines(tmp_path: Path, cfg: Config) -> tuple[Path, dict[str, str]]:
     causes = stage_causes(cfg)
     path = run_dir(cfg, "r1") / "quarantine.jsonl"
     with QuarantineWriter(path) as q:
-        q.write("LJ001-0004", "/w/4.wav", "unexpected KeyError in user", "user",
-                "0badc0de tests.support.user_fields:fussy v1")  # fmt: skip
+        q.write(
+            "LJ001-0004",
+            "/w/4.wav",
+            "unexpected KeyError in user",
+            "user",
+            "0badc0de tests.support.user_fields:fussy v1",
+        )
         q.write("LJ001-0008", "/w/8.wav", "unexpected KeyError in user", "user", causes["user"])
         q.write("LJ001-0009", "/w/9.wav", "lease expired 3 times", "lease", causes["lease"])
         q.write("", "metadata.csv:17", "expected 3 columns", "metadata")
-    old = {"item_id": "LJ001-0010", "path": "/w/10.wav", "reason": "empty audio",
-           "stage": "audio", "time": 1.0}  # fmt: skip
+    old = {
+        "item_id": "LJ001-0010",
+        "path": "/w/10.wav",
+        "reason": "empty audio",
+        "stage": "audio",
+        "time": 1.0,
+    }
     with open(path, "a") as fh:
         fh.write(json.dumps(old) + "\n")
     return path, causes
 
 
 def test_a_start_retries_the_items_whose_cause_changed(tmp_path: Path) -> None:
-    cfg = replace(Config(), data={"path": str(MINI)}, run_root=str(tmp_path / "runs"),
-                  features={**USER, "cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(MINI)},
+        run_root=str(tmp_path / "runs"),
+        features={**USER, "cache_dir": str(tmp_path / "cache")},
+    )
     path, causes = lines(tmp_path, cfg)
     index = open_corpus(cfg)
     with QuarantineWriter(path) as q:
@@ -88,7 +107,9 @@ def test_a_start_retries_the_items_whose_cause_changed(tmp_path: Path) -> None:
         assert q.by_stage() == {"user": 1, "lease": 1, "metadata": 1}  # the retried left
         # Today's user cause and today's lease: skipped without a try, as before.
         assert {index.item_id(k): stage for k, (_, stage) in skips.items()} == {
-            "LJ001-0008": "user", "LJ001-0009": "lease"}  # fmt: skip
+            "LJ001-0008": "user",
+            "LJ001-0009": "lease",
+        }
         # Another function's verdict, and a line before causes: tried again.
         assert retried == {"user": 1, "audio": 1}
         kept = [r["item_id"] or r["path"] for r in read_quarantine(path)]
@@ -114,8 +135,12 @@ def test_a_start_retries_the_items_whose_cause_changed(tmp_path: Path) -> None:
 
 def test_a_producer_that_names_no_causes_keeps_every_item_skipped(tmp_path: Path) -> None:
     """A peer of this protocol without causes (a test's own producer): as before causes."""
-    cfg = replace(Config(), data={"path": str(MINI)}, run_root=str(tmp_path / "runs"),
-                  features={**USER, "cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(MINI)},
+        run_root=str(tmp_path / "runs"),
+        features={**USER, "cache_dir": str(tmp_path / "cache")},
+    )
     path, _ = lines(tmp_path, cfg)
     with QuarantineWriter(path) as q:
         skips, retried = q.settle(open_corpus(cfg), {})
@@ -132,8 +157,9 @@ def quarantine_verb(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tupl
 def test_the_quarantine_verb_lists_by_stage_and_cause_and_clears(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path_cfg = write_config(tmp_path, {"data": {"path": str(MINI)},
-                                       "features": {**USER, "cache": False}})  # fmt: skip
+    path_cfg = write_config(
+        tmp_path, {"data": {"path": str(MINI)}, "features": {**USER, "cache": False}}
+    )
     cfg = load_config(path_cfg)
     path, causes = lines(tmp_path, cfg)
     code, said = quarantine_verb([str(path_cfg), "--run-id", "r1"], capsys)

@@ -24,8 +24,12 @@ RUN = "r1"
 
 
 def config(tmp_path: Path) -> Config:
-    return replace(Config(), data={"path": str(MINI)}, run_root=str(tmp_path / "runs"),
-                   features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    return replace(
+        Config(),
+        data={"path": str(MINI)},
+        run_root=str(tmp_path / "runs"),
+        features={"cache_dir": str(tmp_path / "cache")},
+    )
 
 
 def quarantine_of(cfg: Config, share: Share) -> Path:
@@ -39,10 +43,11 @@ def test_every_topology_of_a_run_shares_one_quarantine_and_skips_its_items(tmp_p
     cfg = config(tmp_path)
     causes = stage_causes(cfg)
     first, second = Share(0, 2), Share(1, 2)
-    with (QuarantineWriter(quarantine_of(cfg, first)) as q0,
-          QuarantineWriter(quarantine_of(cfg, second)) as q1):  # fmt: skip
-        assert q0.write("LJ001-0004", "/w/4.wav", "lease expired 3 times", "lease",
-                        causes["lease"])  # fmt: skip
+    with (
+        QuarantineWriter(quarantine_of(cfg, first)) as q0,
+        QuarantineWriter(quarantine_of(cfg, second)) as q1,
+    ):
+        assert q0.write("LJ001-0004", "/w/4.wav", "lease expired 3 times", "lease", causes["lease"])
         assert q1.write("LJ001-0008", "/w/8.wav", "empty audio", "audio", causes["audio"])
     the_file = run_dir(cfg, RUN) / QUARANTINE_FILE
     for k in range(2):
@@ -65,7 +70,8 @@ def test_a_workers_own_file_from_before_joins_the_runs(tmp_path) -> None:
     path = quarantine_of(cfg, Share(1, 2))
     assert own.is_symlink() and own.resolve() == path
     assert [r["item_id"] for r in read_quarantine(run_dir(cfg, RUN) / QUARANTINE_FILE)] == [
-        "LJ001-0009"]  # fmt: skip
+        "LJ001-0009"
+    ]
 
 
 def test_a_settle_beside_another_stager_keeps_the_lines_and_loses_no_append(tmp_path) -> None:
@@ -75,8 +81,7 @@ def test_a_settle_beside_another_stager_keeps_the_lines_and_loses_no_append(tmp_
     with QuarantineWriter(path) as q:  # a verdict of another normalizer: stale today
         q.write("LJ001-0004", "/w/4.wav", "no text", "text", "0badc0de another normalizer")
     index = open_corpus(cfg)
-    with (QuarantineWriter(quarantine_of(cfg, Share(1, 2))) as other,
-          QuarantineWriter(path) as q):  # fmt: skip
+    with QuarantineWriter(quarantine_of(cfg, Share(1, 2))) as other, QuarantineWriter(path) as q:
         skips, retried = q.settle(index, causes)
         assert retried == {"text": 1} and not skips
         assert len(read_quarantine(path)) == 1, "another stager holds the file: no rewrite"

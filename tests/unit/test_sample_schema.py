@@ -21,29 +21,51 @@ from tests.support import user_fields
 from tests.support.broken_dataset import GOOD_SOURCES
 from tests.support.paths import MINI
 
-USER = {"user_function": "tests.support.user_fields:fields", "user_version": "t1",
-        "user_fields": user_fields.FIELDS}  # fmt: skip
+USER = {
+    "user_function": "tests.support.user_fields:fields",
+    "user_version": "t1",
+    "user_fields": user_fields.FIELDS,
+}
 
 
 def test_default_schema_is_tokens_and_mel() -> None:
     """The default sample is what the hard-coded fields were (byte-identical rings); a
     batch also says which rows are real and where each sits in the plan."""
     cfg = Config()
-    assert cfg.sample_fields() == {"tokens": ((200,), np.dtype(np.int32)),
-                                   "mel": ((800, 80), np.dtype(np.float32))}  # fmt: skip
-    assert list(cfg.batch_ring_fields()) == ["tokens", "text_lens", "mel", "mel_lens", "items",
-                                             "position", "valid", "speaker",
-                                             "language"]  # fmt: skip
+    assert cfg.sample_fields() == {
+        "tokens": ((200,), np.dtype(np.int32)),
+        "mel": ((800, 80), np.dtype(np.float32)),
+    }
+    assert list(cfg.batch_ring_fields()) == [
+        "tokens",
+        "text_lens",
+        "mel",
+        "mel_lens",
+        "items",
+        "position",
+        "valid",
+        "speaker",
+        "language",
+    ]
     assert cfg.batch_ring_fields()["mel"][0] == (32 * 800, 80)
     assert cfg.batch_fields()["tokens"][0] == (32, 200)
 
 
 def test_every_field_derives_from_the_declaration() -> None:
-    cfg = replace(Config(), features={"pitch": True, "energy": True, **USER},
-                  stager={"buckets": [400, 800]})  # fmt: skip
+    cfg = replace(
+        Config(), features={"pitch": True, "energy": True, **USER}, stager={"buckets": [400, 800]}
+    )
     slot = cfg.sample_fields()
-    assert list(slot) == ["tokens", "mel", "pitch", "voiced", "energy", "loudness",
-                          "emotion", "style"]  # fmt: skip
+    assert list(slot) == [
+        "tokens",
+        "mel",
+        "pitch",
+        "voiced",
+        "energy",
+        "loudness",
+        "emotion",
+        "style",
+    ]
     assert slot["voiced"] == ((800,), np.dtype(np.uint8)) and slot["style"][0] == (4, 3)
     ring = cfg.batch_ring_fields()
     rows = cfg.max_batch_rows
@@ -69,17 +91,41 @@ def test_every_field_derives_from_the_declaration() -> None:
 @pytest.mark.parametrize(
     ("features", "key", "says"),
     [
-        ({"user_fields": [{"name": "mel", "shape": [1]}], "user_function": "a:b",
-          "user_version": "1"}, "user_fields[0].name", "built-in"),
-        ({"user_fields": [{"name": "x", "shape": [1]}], "user_function": "a:b"},
-         "user_version", "cache"),
-        ({"user_fields": [{"name": "x", "shape": [1]}], "user_function": "ab",
-          "user_version": "1"}, "user_function", "package.module:function"),
-        ({"user_fields": [{"name": "x", "length": "own"}], "user_function": "a:b",
-          "user_version": "1"}, "user_fields[0].shape", "at least one dimension"),
+        (
+            {
+                "user_fields": [{"name": "mel", "shape": [1]}],
+                "user_function": "a:b",
+                "user_version": "1",
+            },
+            "user_fields[0].name",
+            "built-in",
+        ),
+        (
+            {"user_fields": [{"name": "x", "shape": [1]}], "user_function": "a:b"},
+            "user_version",
+            "cache",
+        ),
+        (
+            {
+                "user_fields": [{"name": "x", "shape": [1]}],
+                "user_function": "ab",
+                "user_version": "1",
+            },
+            "user_function",
+            "package.module:function",
+        ),
+        (
+            {
+                "user_fields": [{"name": "x", "length": "own"}],
+                "user_function": "a:b",
+                "user_version": "1",
+            },
+            "user_fields[0].shape",
+            "at least one dimension",
+        ),
         ({"pitch": True, "device": "stager"}, "features.pitch", "device: producer"),
     ],
-)  # fmt: skip
+)
 def test_bad_declarations_say_what_to_change(features: dict, key: str, says: str) -> None:
     with pytest.raises(ConfigError) as err:
         replace(Config(), features=features)
@@ -87,8 +133,11 @@ def test_bad_declarations_say_what_to_change(features: dict, key: str, says: str
 
 
 def _mini(tmp_path: Path, **features: object) -> tuple[Config, list]:
-    cfg = replace(Config(), data={"path": str(MINI)},
-                  features={"cache_dir": str(tmp_path / "cache"), **features})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(MINI)},
+        features={"cache_dir": str(tmp_path / "cache"), **features},
+    )
     entries, _ = read_corpus(cfg)
     return cfg, [e for e in entries if e.item_id in GOOD_SOURCES]  # 1.8-2.6 s each
 
@@ -101,8 +150,13 @@ def test_user_fields_pitch_energy_computed_then_cached(tmp_path: Path) -> None:
     for e, s in zip(entries, samples, strict=True):
         n = s.mel.shape[0]
         assert {k: v.shape[0] for k, v in s.fields.items()} == {
-            "pitch": n, "voiced": n, "energy": n, "loudness": n, "emotion": 2,
-            "style": 1 + len(e.text) % 4}  # fmt: skip
+            "pitch": n,
+            "voiced": n,
+            "energy": n,
+            "loudness": n,
+            "emotion": 2,
+            "style": 1 + len(e.text) % 4,
+        }
         assert s.fields["voiced"].dtype == np.uint8 and s.fields["voiced"].any()
         assert (s.fields["pitch"][s.fields["voiced"] == 1] >= 65).all()
         np.testing.assert_array_equal(s.fields["loudness"], s.mel.mean(axis=1))
@@ -135,8 +189,9 @@ def test_energy_and_pitch_follow_the_mel(tmp_path: Path) -> None:
 
 
 def test_user_function_that_raises_costs_that_item(tmp_path: Path) -> None:
-    cfg, entries = _mini(tmp_path, cache=False, **{**USER,
-                         "user_function": "tests.support.user_fields:raising"})  # fmt: skip
+    cfg, entries = _mini(
+        tmp_path, cache=False, **{**USER, "user_function": "tests.support.user_fields:raising"}
+    )
     pipe = SamplePipeline(cfg)
     ok = []
     for e in entries:
@@ -150,8 +205,9 @@ def test_user_function_that_raises_costs_that_item(tmp_path: Path) -> None:
 
 
 def test_wrong_shape_is_refused_naming_field_and_shapes(tmp_path: Path) -> None:
-    cfg, entries = _mini(tmp_path, cache=False, **{**USER,
-                         "user_function": "tests.support.user_fields:wrong_shape"})  # fmt: skip
+    cfg, entries = _mini(
+        tmp_path, cache=False, **{**USER, "user_function": "tests.support.user_fields:wrong_shape"}
+    )
     with pytest.raises(SkipSample) as skip:
         SamplePipeline(cfg)(entries[0])
     assert skip.value.stage == "user"
@@ -176,8 +232,9 @@ def test_a_function_that_edits_its_input_or_overflows_costs_its_clip(
     good = replace(cfg, features={"user_function": "tests.support.user_fields:fields"})
     fresh = replace(good, features={"cache_dir": str(tmp_path / "fresh")})
     # What the failed call may have cached is the clip's own mel, bit for bit.
-    np.testing.assert_array_equal(SamplePipeline(good)(entries[0]).mel,
-                                  SamplePipeline(fresh)(entries[0]).mel)  # fmt: skip
+    np.testing.assert_array_equal(
+        SamplePipeline(good)(entries[0]).mel, SamplePipeline(fresh)(entries[0]).mel
+    )
 
 
 def test_unknown_user_function_is_a_config_error() -> None:
@@ -188,13 +245,28 @@ def test_unknown_user_function_is_a_config_error() -> None:
 
 def _speakers(tmp_path: Path, speakers: list[str], **features: object) -> tuple[Config, list]:
     """One clip per speaker name given (short LJSpeech clips, in turn)."""
-    lines = [json.dumps({"audio": str(MINI / "wavs" / f"{GOOD_SOURCES[k % 3]}.wav"),
-                         "text": f"Clip {k}.", "speaker": s, "id": f"c{k}"})
-             for k, s in enumerate(speakers)]  # fmt: skip
+    lines = [
+        json.dumps(
+            {
+                "audio": str(MINI / "wavs" / f"{GOOD_SOURCES[k % 3]}.wav"),
+                "text": f"Clip {k}.",
+                "speaker": s,
+                "id": f"c{k}",
+            }
+        )
+        for k, s in enumerate(speakers)
+    ]
     (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
-    cfg = replace(Config(), data={"path": str(tmp_path / "train.jsonl"), "format": "jsonl"},
-                  features={"cache_dir": str(tmp_path / "cache"), "reference": True,
-                            "reference_frames": 64, **features})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(tmp_path / "train.jsonl"), "format": "jsonl"},
+        features={
+            "cache_dir": str(tmp_path / "cache"),
+            "reference": True,
+            "reference_frames": 64,
+            **features,
+        },
+    )
     return cfg, list(open_corpus(cfg).entries)
 
 
@@ -258,8 +330,12 @@ def test_stager_mels_come_with_the_producers_reference_and_user_fields(tmp_path:
     pytest.importorskip("tensorflow")
     from tests.support.assembled import first_batch
 
-    user = {"user_function": "tests.support.user_fields:wave_only", "user_version": "t1",
-            "user_fields": user_fields.FIELDS[1:], "device": "stager"}  # fmt: skip
+    user = {
+        "user_function": "tests.support.user_fields:wave_only",
+        "user_version": "t1",
+        "user_fields": user_fields.FIELDS[1:],
+        "device": "stager",
+    }
     cfg, entries = _speakers(tmp_path, ["a", "a"], **user)
     cfg = replace(cfg, stager={"batch_size": 3, "epochs": 1})
     pipe = SamplePipeline(cfg, index=open_corpus(cfg))
@@ -287,11 +363,21 @@ def test_synthetic_items_carry_every_declared_field_and_the_row_check_covers_the
     from ringfeed.producer.sources import RowMismatch, SyntheticSource, check_synthetic_rows
     from tests.support.assembled import first_batch
 
-    features = {"max_frames": 32, "pitch": True, "energy": True, "reference": True,
-                "reference_frames": 8, **USER}  # fmt: skip
-    cfg = replace(Config(), data={"format": "synthetic", "synthetic_items": 40},
-                  features=features, text={"max_text_len": 32},
-                  stager={"batch_size": 4, "buckets": [16, 32]})  # fmt: skip
+    features = {
+        "max_frames": 32,
+        "pitch": True,
+        "energy": True,
+        "reference": True,
+        "reference_frames": 8,
+        **USER,
+    }
+    cfg = replace(
+        Config(),
+        data={"format": "synthetic", "synthetic_items": 40},
+        features=features,
+        text={"max_text_len": 32},
+        stager={"batch_size": 4, "buckets": [16, 32]},
+    )
     source = SyntheticSource(cfg)
     with first_batch(cfg, source.prepare, tmp_path) as first:
         view, n_valid, items = first.views, first.n_valid, first.items

@@ -266,8 +266,10 @@ def test_a_message_in_another_protocol_version_ends_it_naming_both(
     with caplog.at_level(logging.ERROR):
         loop.session.heard_other_version(mismatch.value)
     assert loop.session.ending == EXIT_REFUSED
-    assert (f"the stager speaks ringfeed protocol version {old}, this producer version "
-            f"{p.VERSION}: run the same ringfeed version on every host") in caplog.text  # fmt: skip
+    assert (
+        f"the stager speaks ringfeed protocol version {old}, this producer version "
+        f"{p.VERSION}: run the same ringfeed version on every host"
+    ) in caplog.text
 
 
 class LossyStager:

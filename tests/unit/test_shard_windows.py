@@ -25,8 +25,9 @@ SHARD_OF = np.searchsorted(STARTS, np.arange(N_ITEMS), "right") - 1
 
 def windowed(temperature: float | None) -> WindowedBatches:
     balanced = None if temperature is None else (CORPUS.languages, temperature, [1.0] * 3)
-    return WindowedBatches(ShardWindows(SEED, STARTS, WINDOW), CORPUS.buckets, CORPUS.of_bucket,
-                           CORPUS.text, balanced)  # fmt: skip
+    return WindowedBatches(
+        ShardWindows(SEED, STARTS, WINDOW), CORPUS.buckets, CORPUS.of_bucket, CORPUS.text, balanced
+    )
 
 
 def window_batches(layout) -> list[np.ndarray]:
@@ -49,8 +50,10 @@ def test_bucketed_windows_deal_every_item_once_and_no_batch_spans_two_windows() 
             seen.append(int(window_of[SHARD_OF[batch[0]]]))
         assert seen == sorted(seen), "window after window: a shard is needed in one only"
         rows = np.array([b.rows for b in CORPUS.buckets])
-        assert (CORPUS.of_bucket[layout.order] <= np.repeat(layout.buckets, np.diff(
-            np.append(layout.starts, N_ITEMS)))).all()  # fmt: skip
+        assert (
+            CORPUS.of_bucket[layout.order]
+            <= np.repeat(layout.buckets, np.diff(np.append(layout.starts, N_ITEMS)))
+        ).all()
         assert (np.diff(np.append(layout.starts, N_ITEMS)) <= rows[layout.buckets]).all()
 
 

@@ -54,8 +54,9 @@ def test_shares_are_disjoint_and_cover_each_epoch_in_lockstep(
         for _, positions in step:  # static shapes: no worker's part outgrows its rows
             assert 1 <= len(positions) <= Share(0, n_workers).rows(whole.buckets[bucket].rows)
     for epoch in range(3):
-        seen = [whole.item_at(p) for r in runs for _, ps in r for p in ps
-                if whole.epoch_of(p) == epoch]  # fmt: skip
+        seen = [
+            whole.item_at(p) for r in runs for _, ps in r for p in ps if whole.epoch_of(p) == epoch
+        ]
         assert len(seen) == len(set(seen)) == N_ITEMS - shares[0].remainder(epoch)
     assert all(s.remainder(0) < n_workers * len(whole.buckets) for s in shares)
 
@@ -94,8 +95,9 @@ def test_each_worker_builds_its_rows_of_every_global_batch() -> None:
 
 
 def test_a_global_batch_too_small_for_every_worker_is_a_config_error(tmp_path) -> None:
-    cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 20},
-                            "stager": {"batch_size": 2}})  # fmt: skip
+    cfg = config_from_dict(
+        {"data": {"format": "synthetic", "synthetic_items": 20}, "stager": {"batch_size": 2}}
+    )
     index = open_corpus(cfg)
     plan = make_plan(cfg, index, Share(1, 2))
     assert plan.lockstep and plan.batched and [b.rows for b in plan.buckets] == [1]
@@ -110,11 +112,14 @@ def test_the_plan_fingerprint_is_the_same_for_any_number_of_workers(tmp_path) ->
     """A checkpoint of a run on 2 workers resumes on 1 or 3 (and back): its plan, and so
     its fingerprint, does not depend on how many workers share it."""
     for stager in ({}, {"balance": {"by": "language"}}):
-        cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 60},
-                                "stager": {"batch_size": 6, **stager}})  # fmt: skip
+        cfg = config_from_dict(
+            {
+                "data": {"format": "synthetic", "synthetic_items": 60},
+                "stager": {"batch_size": 6, **stager},
+            }
+        )
         index = open_corpus(cfg)
-        prints = [make_plan(cfg, index, Share(0, n)).fingerprint
-                  for n in (1, 2, 3)]  # fmt: skip
+        prints = [make_plan(cfg, index, Share(0, n)).fingerprint for n in (1, 2, 3)]
         assert prints[0] == prints[1] == prints[2], stager
 
 

@@ -42,12 +42,33 @@ PEER = PeerId("pool 1", "uid 0 pid 1", os.getpid())
 # What stager.json and the stats stream hold, in order: users, scripts and the
 # inspector read these keys as plain JSON.
 STAGER_JSON_KEYS = [
-    "run_id", "uptime_s", "n_items", "cursor", "epoch", "slots", "n_slots",
-    "batch_slots_ready", "batches", "padding_efficiency", "buckets", "counters",
-    "dropped", "bad_metadata_lines", "producers", "producers_unlisted", "crashes",
-    "trainer", "consumer_connected", "refused_producers", "gpus", "features_device",
-    "lease_s", "outliers", "skipped_by_stage", "quarantined_by_stage",
-]  # fmt: skip
+    "run_id",
+    "uptime_s",
+    "n_items",
+    "cursor",
+    "epoch",
+    "slots",
+    "n_slots",
+    "batch_slots_ready",
+    "batches",
+    "padding_efficiency",
+    "buckets",
+    "counters",
+    "dropped",
+    "bad_metadata_lines",
+    "producers",
+    "producers_unlisted",
+    "crashes",
+    "trainer",
+    "consumer_connected",
+    "refused_producers",
+    "gpus",
+    "features_device",
+    "lease_s",
+    "outliers",
+    "skipped_by_stage",
+    "quarantined_by_stage",
+]
 
 
 def join(
@@ -128,9 +149,13 @@ def test_a_producer_given_up_for_its_silence_that_comes_back_is_a_pause_not_a_re
 
 
 def test_the_assembly_reports_batches_in_flight_and_their_padding(tmp_path: Path) -> None:
-    cfg = replace(Config(), data={"format": "synthetic", "synthetic_items": 2},
-                  features={"max_frames": 32}, text={"max_text_len": 32},
-                  stager={"batch_size": 4, "epochs": 1})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"format": "synthetic", "synthetic_items": 2},
+        features={"max_frames": 32},
+        text={"max_text_len": 32},
+        stager={"batch_size": 4, "epochs": 1},
+    )
     source = SyntheticSource(cfg)
     with first_batch(cfg, source.prepare, tmp_path) as first:
         ledger, assembly = first.ledger, first.assembly
@@ -155,23 +180,35 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
     stats = StagerStats.compose(
         RunStats("r1", 12.5, 40, ((4, 32, 32),), 2, None, "producer", 5.0),
         SlotStats(45, 1, {"FREE": 3, "READY": 1}, 4, {"grants": 50, "delivered": 45}),
-        BookStats((ProducerStats(name="p0", samples=45),), UnlistedProducers(2, 7, 1),
-                  {"restarts": 1, "strikes": 0, "peers_banned": 0}),
+        BookStats(
+            (ProducerStats(name="p0", samples=45),),
+            UnlistedProducers(2, 7, 1),
+            {"restarts": 1, "strikes": 0, "peers_banned": 0},
+        ),
         BuilderStats(2, Padding(0.5, None)),
         DeliveryStats(11, {"audio": 2, "lease": 1}, {"audio": 3, "metadata": 1}),
         ConsumerStats(True, TrainerReport(step=4, loss=0.25)),
         DeskStats((CrashReport("p1", "Traceback ..."),)),
         ControlStats(6),
         DropStats({"stale": 2}),
-    )  # fmt: skip
+    )
     data = json.loads(json.dumps(stats.to_dict()))  # as stager.json holds it
     assert list(data) == STAGER_JSON_KEYS
     assert data["skipped_by_stage"] == {"audio": 2, "lease": 1}
     assert data["quarantined_by_stage"] == {"audio": 3, "metadata": 1}
-    assert data["counters"] == {"grants": 50, "delivered": 45, "restarts": 1, "strikes": 0,
-                                "peers_banned": 0}  # fmt: skip
+    assert data["counters"] == {
+        "grants": 50,
+        "delivered": 45,
+        "restarts": 1,
+        "strikes": 0,
+        "peers_banned": 0,
+    }
     assert [data[k] for k in ("cursor", "epoch", "slots", "n_slots")] == [
-        45, 1, {"FREE": 3, "READY": 1}, 4]  # fmt: skip
+        45,
+        1,
+        {"FREE": 3, "READY": 1},
+        4,
+    ]
     assert [data[k] for k in ("batch_slots_ready", "batches", "refused_producers")] == [2, 11, 6]
     assert data["padding_efficiency"] == {"frames": 0.5, "text": None}
     assert data["buckets"] == [[4, 32, 32]] and data["dropped"] == {"stale": 2}
@@ -180,12 +217,22 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
     assert data["crashes"] == [{"name": "p1", "traceback": "Traceback ..."}]
     assert data["consumer_connected"] and data["trainer"]["step"] == 4
     assert [data[k] for k in ("run_id", "uptime_s", "n_items", "bad_metadata_lines")] == [
-        "r1", 12.5, 40, 2]  # fmt: skip
+        "r1",
+        12.5,
+        40,
+        2,
+    ]
     assert [data[k] for k in ("gpus", "features_device", "lease_s")] == [None, "producer", 5.0]
     assert StagerStats.from_dict(data) == stats
     idle = StagerStats.compose(
-        RunStats("r1", 0.0, 40, (), 0, 0, "producer", 5.0), SlotStats(0, 0, {}, 4, {}),
-        BookStats((), UnlistedProducers(), {}), BuilderStats(0, Padding()), DeliveryStats(0),
-        ConsumerStats(False, None), DeskStats(()), ControlStats(0), DropStats({}),
-    )  # fmt: skip
+        RunStats("r1", 0.0, 40, (), 0, 0, "producer", 5.0),
+        SlotStats(0, 0, {}, 4, {}),
+        BookStats((), UnlistedProducers(), {}),
+        BuilderStats(0, Padding()),
+        DeliveryStats(0),
+        ConsumerStats(False, None),
+        DeskStats(()),
+        ControlStats(0),
+        DropStats({}),
+    )
     assert idle.to_dict()["trainer"] == {}  # no report yet: {}, as stager.json always had

@@ -25,12 +25,19 @@ FIRST_READ = "LJ001-0002"
 
 
 def config(tmp_path: Path, function: str, **features: object) -> Path:
-    return write_config(tmp_path, {
-        "data": {"path": str(MINI)},
-        "features": {"cache_dir": str(tmp_path / "cache"), "user_version": "v1",
-                     "user_function": f"tests.support.user_fields:{function}",
-                     "user_fields": user_fields.FIELDS, **features},
-    })  # fmt: skip
+    return write_config(
+        tmp_path,
+        {
+            "data": {"path": str(MINI)},
+            "features": {
+                "cache_dir": str(tmp_path / "cache"),
+                "user_version": "v1",
+                "user_function": f"tests.support.user_fields:{function}",
+                "user_fields": user_fields.FIELDS,
+                **features,
+            },
+        },
+    )
 
 
 def validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
@@ -44,21 +51,29 @@ def validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[
 @pytest.mark.parametrize(
     ("function", "needles"),
     [
-        ("wrong_shape", ["features.user_function tests.support.user_fields:wrong_shape: field "
-                         "'emotion' has shape (3,), declared (2,)",
-                         "return what features.user_fields declares"]),
+        (
+            "wrong_shape",
+            [
+                "features.user_function tests.support.user_fields:wrong_shape: field "
+                "'emotion' has shape (3,), declared (2,)",
+                "return what features.user_fields declares",
+            ],
+        ),
         ("by_key", ["raised TypeError", "use entry.item_id, not entry['item_id']"]),
         ("too_loud", ["loudness values 32768.0..32768.0", "scale them"]),
     ],
-)  # fmt: skip
+)
 def test_validate_refuses_a_field_that_fails_the_first_clip(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], function: str, needles: list[str]
 ) -> None:
     code, errors = validate(config(tmp_path, function), capsys)
     assert code == 2
     assert len(errors) == 1, errors  # one line, whatever the function said
-    for needle in [*needles, f"on {FIRST_READ}, the first clip that reads",
-                   "change features.user_version"]:  # fmt: skip
+    for needle in [
+        *needles,
+        f"on {FIRST_READ}, the first clip that reads",
+        "change features.user_version",
+    ]:
         assert needle in errors[0], errors[0]
 
 

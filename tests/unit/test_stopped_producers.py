@@ -72,8 +72,10 @@ class WokenProducer:
             # Woken, a worker heartbeats on: if the READY itself revoked it (a stager too
             # busy to see the lease run out first), REHELLO answers this.
             sock.send_multipart(p.encode(p.Heartbeat(0, {})))
-            rings = (Ring.attach(welcome.ring_name, writable=False),
-                     Ring.attach(welcome.spares, writable=False))  # fmt: skip
+            rings = (
+                Ring.attach(welcome.ring_name, writable=False),
+                Ring.attach(welcome.spares, writable=False),
+            )
             try:
                 wait_for(lambda: self.settled(sock, rings, queued), 10, "REHELLO", interval_s=0)
             finally:

@@ -28,8 +28,10 @@ def test_member_indexes_are_built_once_and_a_broken_tar_costs_its_rest(tmp_path:
     assert len(cached) == 4
     # A fifth shard whose second header is garbage: its first clip is kept, the rest lost.
     with tarfile.open(tmp_path / "shards/part-00004.tar", "w", format=tarfile.USTAR_FORMAT) as t:
-        for name, data in (("new.wav", (MINI / "wavs/LJ001-0001.wav").read_bytes()),
-                           ("new.txt", b"A new clip.")):  # fmt: skip
+        for name, data in (
+            ("new.wav", (MINI / "wavs/LJ001-0001.wav").read_bytes()),
+            ("new.txt", b"A new clip."),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             t.addfile(info, io.BytesIO(data))

@@ -74,8 +74,10 @@ def test_any_cleaner_error_is_a_skip_and_costs_one_text(tmp_path: Path, monkeypa
 
 
 def test_vocabulary_counts_a_text_that_fails_and_goes_on(tmp_path: Path, monkeypatch) -> None:
-    lines = [{"audio": str(WAVS / f"LJ001-000{k}.wav"), "text": t, "id": f"i{k}"}
-             for k, t in ((1, "fine"), (2, "bad one"))]  # fmt: skip
+    lines = [
+        {"audio": str(WAVS / f"LJ001-000{k}.wav"), "text": t, "id": f"i{k}"}
+        for k, t in ((1, "fine"), (2, "bad one"))
+    ]
     cfg = jsonl_cfg(write_manifest(tmp_path / "m.jsonl", lines))
     cfg = replace(cfg, features={"cache": False, "cache_dir": str(tmp_path)})
 
@@ -100,9 +102,16 @@ def test_control_and_format_characters_are_dropped_joiners_kept() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "code"),
-    [("en-US", "en-us"), ("pt_BR", "pt-br"), ("EN", "en"), ("eng", "en"), ("deu-AT", "de-at"),
-     ("fa", "fa"), ("cmn", "cmn")],
-)  # fmt: skip
+    [
+        ("en-US", "en-us"),
+        ("pt_BR", "pt-br"),
+        ("EN", "en"),
+        ("eng", "en"),
+        ("deu-AT", "de-at"),
+        ("fa", "fa"),
+        ("cmn", "cmn"),
+    ],
+)
 def test_language_codes_take_one_form(raw: str, code: str) -> None:
     assert language_code(raw) == code
 

@@ -172,7 +172,9 @@ def test_rows_arrive_intact_on_a_gpu_while_steps_run_on_another_stream(tmp_path:
                 for _ in range(4):
                     busy = busy @ busy / busy.norm()  # the step's stream stays busy
                 doubled = {k: (t * 2 if t.is_floating_point() else t) for k, t in batch.items()}
-                arrays = {k: (t / 2 if t.is_floating_point() else t).cpu().numpy()
-                          for k, t in doubled.items()}  # fmt: skip
+                arrays = {
+                    k: (t / 2 if t.is_floating_point() else t).cpu().numpy()
+                    for k, t in doubled.items()
+                }
                 seen += check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
     assert sorted(seen) == sorted(list(range(N)) * 4), "each item once an epoch, every row its own"

@@ -147,8 +147,10 @@ def test_the_default_model_takes_the_fields_it_knows_and_ignores_the_rest() -> N
     reads tokens, mel, their lengths and the ids only."""
     from ringfeed.consumer.trainer.model import DEFAULT_INPUTS
 
-    cfg = replace(small_cfg(), features={"pitch": True, "energy": True, "reference": True,
-                                         "reference_frames": 16})  # fmt: skip
+    cfg = replace(
+        small_cfg(),
+        features={"pitch": True, "energy": True, "reference": True, "reference_frames": 16},
+    )
     model = build_default_model(cfg, **cfg.model.kwargs)
     assert sorted(t.name for t in model.inputs) == sorted(DEFAULT_INPUTS)
     step = TrainStep(model, make_optimizer(cfg), masked_l1, jit_compile=False)

@@ -57,8 +57,11 @@ def test_validate_counts_truncated_files_as_unusable(tmp_path: Path) -> None:
     for name in ("LJ001-0002", "LJ001-0003"):
         raw = (data / "wavs" / f"{name}.wav").read_bytes()
         (data / "wavs" / f"{name}.wav").write_bytes(raw[: len(raw) // 2])
-    cfg = replace(Config(), data={"path": str(data)}, features={"on_too_long": "truncate",
-                  "cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(data)},
+        features={"on_too_long": "truncate", "cache_dir": str(tmp_path / "cache")},
+    )
     report = corpus_check(cfg, prepare(cfg))
     assert report.usable == 14, report.lines
     assert any("skip        2 shorter than its header says" in line for line in report.lines)
@@ -79,9 +82,16 @@ def with_chunk_first(wav: bytes, size: int = 9000) -> bytes:
 
 @pytest.mark.parametrize(
     "fmt, subtype",
-    [("WAV", "PCM_24"), ("WAV", "FLOAT"), ("RF64", "PCM_16"), ("W64", "PCM_16"),
-     ("AIFF", "PCM_16"), ("MP3", "MPEG_LAYER_III"), ("LIST", "PCM_16")],
-)  # fmt: skip
+    [
+        ("WAV", "PCM_24"),
+        ("WAV", "FLOAT"),
+        ("RF64", "PCM_16"),
+        ("W64", "PCM_16"),
+        ("AIFF", "PCM_16"),
+        ("MP3", "MPEG_LAYER_III"),
+        ("LIST", "PCM_16"),
+    ],
+)
 def test_every_container_cut_short_is_refused_and_whole_it_reads(
     tmp_path: Path, fmt: str, subtype: str
 ) -> None:
@@ -109,15 +119,18 @@ def test_a_segment_past_its_files_end_is_refused(tmp_path: Path) -> None:
 
 def test_validate_counts_a_segment_past_its_files_end_as_the_producers_do(tmp_path: Path) -> None:
     (tmp_path / "clip.wav").write_bytes(encoded("WAV", "PCM_16"))  # 3.00 s
-    lines = [{"id": "past", "audio": "clip.wav", "text": "past", "offset": 1.0, "duration": 2.5},
-             {"id": "rounded", "audio": "clip.wav", "text": "rounded", "offset": 1.0,
-              "duration": 2.004},
-             {"id": "inside", "audio": "clip.wav", "text": "inside", "offset": 0.5,
-              "duration": 1.0}]  # fmt: skip
+    lines = [
+        {"id": "past", "audio": "clip.wav", "text": "past", "offset": 1.0, "duration": 2.5},
+        {"id": "rounded", "audio": "clip.wav", "text": "rounded", "offset": 1.0, "duration": 2.004},
+        {"id": "inside", "audio": "clip.wav", "text": "inside", "offset": 0.5, "duration": 1.0},
+    ]
     manifest = tmp_path / "m.jsonl"
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    cfg = replace(Config(), data={"path": str(manifest), "format": "jsonl"},
-                  features={"cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    cfg = replace(
+        Config(),
+        data={"path": str(manifest), "format": "jsonl"},
+        features={"cache_dir": str(tmp_path / "cache")},
+    )
     report = corpus_check(cfg, prepare(cfg))
     assert report.usable == 2, report.lines
     assert any("segment runs past its file's end" in line for line in report.lines)

@@ -168,8 +168,9 @@ def test_a_slow_walker_holds_the_plan_back_no_longer_than_its_backups(tmp_path: 
     holds is backed up by the honest local producer and delivered once; its READYs come
     late and are dropped as beaten; it is never struck."""
     n = 150
-    config, keys = keyed(tmp_path, ("walker",), items=n, delay_s=0.002,
-                         ring={"lease_s": 2.0, "heartbeat_s": 0.2})  # fmt: skip
+    config, keys = keyed(
+        tmp_path, ("walker",), items=n, delay_s=0.002, ring={"lease_s": 2.0, "heartbeat_s": 0.2}
+    )
     with stager_thread(config) as stager:
         cfg, client, stop = stager.cfg, stager.client(), threading.Event()
         thread, tally = in_thread(slow_walker, cfg, stager.tcp, str(keys["walker"]), stop)

@@ -144,8 +144,10 @@ def balance_lines(cfg: Config, index: CorpusIndex, tables: IdTables) -> list[str
     groups = plan_groups(b, tables, index)
     weights = group_weights(groups.sizes, b.temperature, named_weights(b, groups))
     quota = quotas(weights, index.n_items, cfg.stager.seed, 0)
-    head = (f"  balance       by {b.by}, temperature {b.temperature:g}: {index.n_items} "
-            f"positions an epoch (as many as clips), epoch 0:")  # fmt: skip
+    head = (
+        f"  balance       by {b.by}, temperature {b.temperature:g}: {index.n_items} "
+        f"positions an epoch (as many as clips), epoch 0:"
+    )
     lines = [head] + [f"    {line}" for line in describe(groups, quota)]
     return lines + crowded_lines(groups, quota, cfg.grants_in_flight, b.by)
 

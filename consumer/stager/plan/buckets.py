@@ -173,8 +173,10 @@ def deal_batches(
     done = int(starts[-1])
     at = np.arange(done, dtype=np.int64) + np.repeat(head - starts[:-1], sizes)
     order[:done] = permutation[by_bucket[at]]
-    rest = [permutation[by_bucket[first[b] + full[b] * rows[b] : first[b + 1]]]
-            for b in reversed(range(len(rows)))]  # fmt: skip
+    rest = [
+        permutation[by_bucket[first[b] + full[b] * rows[b] : first[b + 1]]]
+        for b in reversed(range(len(rows)))
+    ]
     tail_starts, tail_kinds = leftover_batches(rest, buckets, text)
     order[done:] = np.concatenate(rest) if rest else []
     return EpochLayout(

@@ -35,8 +35,9 @@ from ringfeed.shared.run.share import ONE_WORKER, Share
 log = logging.getLogger(__name__)
 
 
-def make_plan(cfg: Config, index: CorpusIndex, share: Share = ONE_WORKER,
-              tables: IdTables | None = None) -> Plan:  # fmt: skip
+def make_plan(
+    cfg: Config, index: CorpusIndex, share: Share = ONE_WORKER, tables: IdTables | None = None
+) -> Plan:
     """The stager's plan. tables: the run's id tables (balance groups; read from the
     corpus when None); share: this worker's, of one global plan whose batches are fixed
     ranges of positions, whose buckets have this worker's rows of each global batch. The
@@ -65,11 +66,18 @@ def make_plan(cfg: Config, index: CorpusIndex, share: Share = ONE_WORKER,
     check_share(cfg, buckets, share)
     plan = Plan(source, st.epochs, share, fingerprint)
     if share.count > 1:
-        log.info("worker %d of %d: rows %d, %d, ... of every global batch (%s rows per batch); "
-                 "epoch 0 leaves %d of %d items to nobody (global batches smaller than %d)",
-                 share.index, share.count, share.index, share.index + share.count,
-                 "/".join(str(b.rows) for b in plan.buckets), plan.remainder(0),
-                 index.n_items, share.count)  # fmt: skip
+        log.info(
+            "worker %d of %d: rows %d, %d, ... of every global batch (%s rows per batch); "
+            "epoch 0 leaves %d of %d items to nobody (global batches smaller than %d)",
+            share.index,
+            share.count,
+            share.index,
+            share.index + share.count,
+            "/".join(str(b.rows) for b in plan.buckets),
+            plan.remainder(0),
+            index.n_items,
+            share.count,
+        )
     return plan
 
 
@@ -89,9 +97,13 @@ def length_buckets(
         buckets = [Bucket(cfg.features.max_frames, cfg.text.max_text_len, st.batch_size)]
         of_item, lengths, text = np.zeros(index.n_items, np.int32), [], None
     counts = np.bincount(of_item, minlength=len(buckets))
-    log.info("length buckets: %s", ", ".join(
-        f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
-        for b, n in zip(buckets, counts, strict=True)))  # fmt: skip
+    log.info(
+        "length buckets: %s",
+        ", ".join(
+            f"{b.frames} frames x {b.rows} rows, text {b.text} ({n} items)"
+            for b, n in zip(buckets, counts, strict=True)
+        ),
+    )
     return buckets, of_item, lengths, text
 
 
@@ -106,10 +118,15 @@ def balance_groups(
     )
 
 
-def balanced(cfg: Config, index: CorpusIndex, grouping: tuple[balance.Groups, np.ndarray],
-             buckets: list[Bucket], of_item: np.ndarray, text: np.ndarray | None,
-             windows: ShardWindows | None = None,
-             ) -> tuple[EpochSource, dict[str, str]]:  # fmt: skip
+def balanced(
+    cfg: Config,
+    index: CorpusIndex,
+    grouping: tuple[balance.Groups, np.ndarray],
+    buckets: list[Bucket],
+    of_item: np.ndarray,
+    text: np.ndarray | None,
+    windows: ShardWindows | None = None,
+) -> tuple[EpochSource, dict[str, str]]:
     """The balanced part (stager.balance; within each shard window with windows) and its
     part of the plan fingerprint."""
     b, st = cfg.stager.balance, cfg.stager
@@ -118,10 +135,16 @@ def balanced(cfg: Config, index: CorpusIndex, grouping: tuple[balance.Groups, np
     quota = "; ".join(balance.describe(groups, source.quotas(0)))
     if windows:
         multipliers = balance.named_weights(b, groups)
-        source = WindowedBatches(windows, buckets, of_item, text, (groups, b.temperature,
-                                                                   multipliers))  # fmt: skip
-    log.info("balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
-             b.by, b.temperature, index.n_items, quota)  # fmt: skip
+        source = WindowedBatches(
+            windows, buckets, of_item, text, (groups, b.temperature, multipliers)
+        )
+    log.info(
+        "balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
+        b.by,
+        b.temperature,
+        index.n_items,
+        quota,
+    )
     return source, {"balance": balance.balance_hash(groups, weights, b.by, b.temperature)}
 
 
@@ -130,8 +153,10 @@ def check_share(cfg: Config, buckets: list[Bucket], share: Share) -> None:
     if share.count == 1:
         return
     if not cfg.stager.deterministic:  # out of order, a batch may take another batch's positions
-        raise ConfigError("stager.deterministic: several training workers need it true, so "
-                          "that every worker takes its part of the same global batch")  # fmt: skip
+        raise ConfigError(
+            "stager.deterministic: several training workers need it true, so "
+            "that every worker takes its part of the same global batch"
+        )
     if any(b.rows < share.count for b in buckets):  # its every batch would go to nobody
         raise ConfigError(
             f"stager.batch_frames: a global batch of {min(b.rows for b in buckets)} rows "
@@ -148,6 +173,7 @@ def compile_kernels() -> None:
     from ringfeed.shared.corpus.open import open_prepared
 
     stager = {"batch_size": 4, "balance": {"by": "language"}}
-    cfg = config_from_dict({"data": {"format": "synthetic", "synthetic_items": 64},
-                            "stager": stager})  # fmt: skip
+    cfg = config_from_dict(
+        {"data": {"format": "synthetic", "synthetic_items": 64}, "stager": stager}
+    )
     make_plan(cfg, open_prepared(cfg)).item_at(0)

@@ -65,9 +65,17 @@ OUT, BATCHES, RELEASED, CLIP, CLIP_BUCKET = 0, 1, 2, 3, 4
 #   meta  int64 [5]: OUT, BATCHES, RELEASED, CLIP, CLIP_BUCKET
 
 
-def deal(buckets: Sequence[Bucket], text: np.ndarray, rate: np.ndarray, n_groups: int,
-         item: np.ndarray, group: np.ndarray, pas: np.ndarray, bucket: np.ndarray,
-         horizon: np.ndarray) -> EpochLayout:  # fmt: skip
+def deal(
+    buckets: Sequence[Bucket],
+    text: np.ndarray,
+    rate: np.ndarray,
+    n_groups: int,
+    item: np.ndarray,
+    group: np.ndarray,
+    pas: np.ndarray,
+    bucket: np.ndarray,
+    horizon: np.ndarray,
+) -> EpochLayout:
     """The epoch's batches. rate: each bucket's clips per position (rule 1's
     expectation); the arrivals, in due order (arrays of one length): each clip's
     item, group, pass, bucket and positions until its group's next pass (< 0: none
@@ -75,9 +83,17 @@ def deal(buckets: Sequence[Bucket], text: np.ndarray, rate: np.ndarray, n_groups
     rows = np.array([b.rows for b in buckets], np.int64)
     texts = np.array([b.text for b in buckets], np.int64)
     out, starts, kinds, o, fill, w, wq = _deal(
-        item, group, pas, bucket, horizon, rows, texts,  # integer arrays of any width
-        np.ascontiguousarray(text, np.int32), np.asarray(rate, np.float64), n_groups,
-    )  # fmt: skip
+        item,
+        group,
+        pas,
+        bucket,
+        horizon,
+        rows,
+        texts,  # integer arrays of any width
+        np.ascontiguousarray(text, np.int32),
+        np.asarray(rate, np.float64),
+        n_groups,
+    )
     opened = [o[b, : fill[b], 0] for b in range(len(rows))]
     waiting = []
     for head in wq[0]:
@@ -102,8 +118,11 @@ def deal(buckets: Sequence[Bucket], text: np.ndarray, rate: np.ndarray, n_groups
             room, shape = int(rows[b]), b
         room -= 1
     order = np.concatenate([out, np.array([i for i, _ in rest], np.int32)])
-    return EpochLayout(order, np.concatenate([starts, np.array(tail_starts, np.int64)]),
-                       np.concatenate([kinds, np.array(tail_kinds, np.int64)]))  # fmt: skip
+    return EpochLayout(
+        order,
+        np.concatenate([starts, np.array(tail_starts, np.int64)]),
+        np.concatenate([kinds, np.array(tail_kinds, np.int64)]),
+    )
 
 
 @numba.njit(cache=True)
@@ -138,8 +157,9 @@ def _deal(item, group, pas, bucket, horizon, rows, texts, text, rate, n_groups):
             meta[RELEASED] -= 1
             h = rel[0, meta[RELEASED]]
             rel[1, h] = 0
-            while wq[0, h] >= 0 and _deal_one(st, wq, h, w[wq[0, h], 0], w[wq[0, h], 1],
-                                              w[wq[0, h], 2], rows, texts, text):  # fmt: skip
+            while wq[0, h] >= 0 and _deal_one(
+                st, wq, h, w[wq[0, h], 0], w[wq[0, h], 1], w[wq[0, h], 2], rows, texts, text
+            ):
                 wq[0, h] = w[wq[0, h], 3]
             if wq[0, h] < 0:
                 wq[1, h] = -1

@@ -68,7 +68,7 @@ class ShardWindows:
                 [
                     np.arange(self.starts[s], self.starts[s + 1], dtype=dtype)
                     for s in order[w : w + self.window]
-                ]  # fmt: skip
+                ]
             )
             rng.shuffle(items)
             parts.append(items)
@@ -81,9 +81,14 @@ class WindowedBatches:
 
     kept = KEPT_EPOCHS
 
-    def __init__(self, windows: ShardWindows, buckets: list[Bucket], of_item: np.ndarray,
-                 text: np.ndarray | None, balanced: tuple[Groups, float, list[float]] | None,
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        windows: ShardWindows,
+        buckets: list[Bucket],
+        of_item: np.ndarray,
+        text: np.ndarray | None,
+        balanced: tuple[Groups, float, list[float]] | None,
+    ) -> None:
         self.windows, self.buckets, self.balanced = windows, buckets, balanced
         self.of_item = np.asarray(of_item).astype(np.int32, copy=False)
         self.n_items = windows.n_items
@@ -103,22 +108,31 @@ class WindowedBatches:
             starts.append(part.starts + done)
             kinds.append(part.buckets)
             done += len(order)
-        return EpochLayout(np.concatenate(orders).astype(np.int32), np.concatenate(starts),
-                           np.concatenate(kinds))  # fmt: skip
+        return EpochLayout(
+            np.concatenate(orders).astype(np.int32), np.concatenate(starts), np.concatenate(kinds)
+        )
 
     def _balanced(self, items: np.ndarray, stream: int) -> EpochLayout:
         """The window balanced on its own (local item numbers: places in `items`)."""
         groups, temperature, multipliers = self.balanced
         local = Groups(np.asarray(groups.of_item)[items].astype(np.int32), groups.names)
         weights = group_weights(local.sizes, temperature, multipliers)
-        return balanced_layout(local, weights, self.of_item[items], self.buckets,
-                               self.text[items], self.windows.seed, stream)  # fmt: skip
+        return balanced_layout(
+            local,
+            weights,
+            self.of_item[items],
+            self.buckets,
+            self.text[items],
+            self.windows.seed,
+            stream,
+        )
 
 
 def shard_windows(cfg: Config, index: CorpusIndex) -> ShardWindows:
     """The order of data.shard_window (> 0); ConfigError for a corpus of no shards."""
     starts = index.shard_starts
     if starts is None:
-        raise ConfigError("data.shard_window: the corpus is not tar shards (data.format: "
-                          "shards): set it to 0")  # fmt: skip
+        raise ConfigError(
+            "data.shard_window: the corpus is not tar shards (data.format: shards): set it to 0"
+        )
     return ShardWindows(cfg.stager.seed, starts, cfg.data.shard_window)

@@ -46,8 +46,9 @@ def _norm(d: int) -> Params:
     return {"g": jnp.ones(d), "b": jnp.zeros(d)}
 
 
-def init(key: jax.Array, vocab: int, n_mels: int, speakers: int, languages: int,
-         m: DefaultModelKwargs) -> Params:  # fmt: skip
+def init(
+    key: jax.Array, vocab: int, n_mels: int, speakers: int, languages: int, m: DefaultModelKwargs
+) -> Params:
     """Fresh parameters for model.kwargs `m`."""
     keys = iter(jax.random.split(key, 16 + 16 * m.n_layers))
     d = m.d_model
@@ -57,18 +58,28 @@ def init(key: jax.Array, vocab: int, n_mels: int, speakers: int, languages: int,
 
     def decoder_block() -> Params:
         attn = {name: _dense(next(keys), d, d) for name in ("q", "k", "v", "o")}
-        return {"conv": _conv(next(keys), d, m.kernel_size), "norm_conv": _norm(d), "attn": attn,
-                "norm_attn": _norm(d), "ffn_in": _dense(next(keys), d, FFN_MULT * d),
-                "ffn_out": _dense(next(keys), FFN_MULT * d, d), "norm_ffn": _norm(d)}  # fmt: skip
+        return {
+            "conv": _conv(next(keys), d, m.kernel_size),
+            "norm_conv": _norm(d),
+            "attn": attn,
+            "norm_attn": _norm(d),
+            "ffn_in": _dense(next(keys), d, FFN_MULT * d),
+            "ffn_out": _dense(next(keys), FFN_MULT * d, d),
+            "norm_ffn": _norm(d),
+        }
 
     return {
-        "embed": embed(vocab), "speaker": embed(speakers), "language": embed(languages),
-        "encoder": [{"conv": _conv(next(keys), d, m.kernel_size), "norm": _norm(d)}
-                    for _ in range(m.n_layers)],
+        "embed": embed(vocab),
+        "speaker": embed(speakers),
+        "language": embed(languages),
+        "encoder": [
+            {"conv": _conv(next(keys), d, m.kernel_size), "norm": _norm(d)}
+            for _ in range(m.n_layers)
+        ],
         "prenet": [_dense(next(keys), n_mels, d), _dense(next(keys), d, d)],
         "decoder": [decoder_block() for _ in range(m.n_layers)],
         "out": _dense(next(keys), d, n_mels),
-    }  # fmt: skip
+    }
 
 
 def positions(length: int, depth: int) -> jax.Array:
@@ -115,8 +126,9 @@ def attention(p: Params, x: jax.Array, memory: jax.Array, text: jax.Array, key, 
     return dense(p["o"], jnp.einsum("bhft,bthc->bfhc", weights, v).reshape(b, f, d))
 
 
-def forward(params: Params, batch: dict[str, jax.Array], key: jax.Array | None,
-            m: DefaultModelKwargs) -> jax.Array:  # fmt: skip
+def forward(
+    params: Params, batch: dict[str, jax.Array], key: jax.Array | None, m: DefaultModelKwargs
+) -> jax.Array:
     """The predicted mel [B, F, n_mels]; key: dropout's, None for inference."""
     keys = iter(jax.random.split(key, 4 + 4 * m.n_layers)) if key is not None else None
     drop = lambda x, rate: dropout(next(keys) if keys else None, x, rate)  # noqa: E731

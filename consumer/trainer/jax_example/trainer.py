@@ -60,8 +60,14 @@ class JaxSide:
         self.replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
         self.device = f"{len(jax.local_devices())} x {jax.local_devices()[0].platform}"
         self.key = jax.random.key(cfg.stager.seed)
-        params = model.init(self.key, cfg.vocab_size, cfg.features.n_mels, cfg.data.max_speakers,
-                            cfg.data.max_languages, self.m)  # fmt: skip
+        params = model.init(
+            self.key,
+            cfg.vocab_size,
+            cfg.features.n_mels,
+            cfg.data.max_speakers,
+            cfg.data.max_languages,
+            self.m,
+        )
         self.state = jax.device_put((params, model.adam_state(params)), self.replicated)
         self.n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
         self.trace_count, self.steps = 0, 0
@@ -90,8 +96,10 @@ class JaxSide:
         ours, treedef = self.jax.tree.flatten(self.state)
         shapes = [leaf.shape for leaf in ours]
         if [leaf.shape for leaf in leaves] != shapes:
-            raise ValueError(f"{path} holds {len(leaves)} arrays that do not fit this model's "
-                             f"{len(ours)} (model.kwargs changed?)")  # fmt: skip
+            raise ValueError(
+                f"{path} holds {len(leaves)} arrays that do not fit this model's "
+                f"{len(ours)} (model.kwargs changed?)"
+            )
         self.state = self.jax.device_put(self.jax.tree.unflatten(treedef, leaves), self.replicated)
         self.steps = steps
 
@@ -130,9 +138,12 @@ def main(
     """Process entry of `ringfeed trainer --trainer jax`: 0 finished or stopped, 2
     refused (the plan changed: the log says what), 1 on a lost stager or any error."""
     if share.count > 1:
-        log.error("--worker %d/%d: the JAX example trains one host; run several with "
-                  "jax.distributed over ringfeed.jax (docs/loaders.md#several-workers)",
-                  share.index, share.count)  # fmt: skip
+        log.error(
+            "--worker %d/%d: the JAX example trains one host; run several with "
+            "jax.distributed over ringfeed.jax (docs/loaders.md#several-workers)",
+            share.index,
+            share.count,
+        )
         return 2
     stop = StopFlag().install(second_exits=True)
     try:

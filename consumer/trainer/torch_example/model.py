@@ -62,8 +62,9 @@ class DecoderBlock(nn.Module):
         self.conv = ConvBlock(d, m.kernel_size, m.dropout, causal=True)
         self.attn = nn.MultiheadAttention(d, N_HEADS, dropout=m.dropout, batch_first=True)
         self.norm_attn, self.norm_ffn = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.ffn = nn.Sequential(nn.Linear(d, FFN_MULT * d), nn.ReLU(), nn.Linear(FFN_MULT * d, d),
-                                 nn.Dropout(m.dropout))  # fmt: skip
+        self.ffn = nn.Sequential(
+            nn.Linear(d, FFN_MULT * d), nn.ReLU(), nn.Linear(FFN_MULT * d, d), nn.Dropout(m.dropout)
+        )
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         x = self.conv(x)
@@ -75,8 +76,16 @@ class DecoderBlock(nn.Module):
 class TorchTTS(nn.Module):
     """Text (and who speaks, in which language) to mel, teacher-forced."""
 
-    def __init__(self, vocab_size: int, n_mels: int, max_text: int, max_frames: int,
-                 max_speakers: int, max_languages: int, m: DefaultModelKwargs) -> None:  # fmt: skip
+    def __init__(
+        self,
+        vocab_size: int,
+        n_mels: int,
+        max_text: int,
+        max_frames: int,
+        max_speakers: int,
+        max_languages: int,
+        m: DefaultModelKwargs,
+    ) -> None:
         super().__init__()
         d = m.d_model
         self.embed = nn.Embedding(vocab_size, d)
@@ -85,9 +94,13 @@ class TorchTTS(nn.Module):
             ConvBlock(d, m.kernel_size, m.dropout, causal=False) for _ in range(m.n_layers)
         )
         self.prenet = nn.Sequential(
-            nn.Linear(n_mels, d), nn.ReLU(), nn.Dropout(PRENET_DROPOUT),
-            nn.Linear(d, d), nn.ReLU(), nn.Dropout(PRENET_DROPOUT),
-        )  # fmt: skip
+            nn.Linear(n_mels, d),
+            nn.ReLU(),
+            nn.Dropout(PRENET_DROPOUT),
+            nn.Linear(d, d),
+            nn.ReLU(),
+            nn.Dropout(PRENET_DROPOUT),
+        )
         self.decoder = nn.ModuleList(DecoderBlock(m) for _ in range(m.n_layers))
         self.out = nn.Linear(d, n_mels)
         self.register_buffer("text_pos", positions(max_text, d), persistent=False)

@@ -51,8 +51,11 @@ class TorchSide:
         if plan.mode == "cpu":
             torch.set_num_threads(cpu_threads(cfg, os.cpu_count() or 1))
         elif plan.replicas > 1:
-            log.warning("the PyTorch example trains on one GPU (cuda:0 of %s); several are a "
-                        "torchrun of your own over ringfeed.torch", plan.visible)  # fmt: skip
+            log.warning(
+                "the PyTorch example trains on one GPU (cuda:0 of %s); several are a "
+                "torchrun of your own over ringfeed.torch",
+                plan.visible,
+            )
         self.device = "cpu" if plan.mode == "cpu" else "cuda:0"
         torch.manual_seed(cfg.stager.seed)
         self.model, self.optimizer = build_model(cfg, self.device)
@@ -92,9 +95,15 @@ def build_model(cfg: Config, device: str) -> tuple[Any, Any]:
     from ringfeed.consumer.trainer.torch_example.model import TorchTTS
 
     m = default_model_kwargs(cfg.model.kwargs)
-    model = TorchTTS(cfg.vocab_size, cfg.features.n_mels, cfg.text.max_text_len,
-                     cfg.features.max_frames, cfg.data.max_speakers, cfg.data.max_languages,
-                     m).to(device)  # fmt: skip
+    model = TorchTTS(
+        cfg.vocab_size,
+        cfg.features.n_mels,
+        cfg.text.max_text_len,
+        cfg.features.max_frames,
+        cfg.data.max_speakers,
+        cfg.data.max_languages,
+        m,
+    ).to(device)
     return model, torch.optim.Adam(model.parameters(), lr=cfg.train.learning_rate)
 
 
@@ -125,9 +134,12 @@ def main(
     """Process entry of `ringfeed trainer --trainer torch`: 0 finished or stopped, 2
     refused (the plan changed: the log says what), 1 on a lost stager or any error."""
     if share.count > 1:
-        log.error("--worker %d/%d: the PyTorch example trains one worker; run several with "
-                  "torchrun over ringfeed.torch (docs/loaders.md#several-workers)",
-                  share.index, share.count)  # fmt: skip
+        log.error(
+            "--worker %d/%d: the PyTorch example trains one worker; run several with "
+            "torchrun over ringfeed.torch (docs/loaders.md#several-workers)",
+            share.index,
+            share.count,
+        )
         return 2
     stop = StopFlag().install(second_exits=True)
     try:

@@ -70,13 +70,17 @@ class CommonVoice(LineFormat):
         path = data_path(cfg)
         if path.is_dir() and not (path / FILE_NAME).is_file():
             found = sorted(p.name for p in path.glob("*.tsv")) or ["no .tsv file"]
-            raise CorpusError(f"data.path: no {FILE_NAME} in {path} (found: {', '.join(found)}; "
-                              f"data.format: commonvoice expects {self.expects})")  # fmt: skip
+            raise CorpusError(
+                f"data.path: no {FILE_NAME} in {path} (found: {', '.join(found)}; "
+                f"data.format: commonvoice expects {self.expects})"
+            )
         located = super().locate(cfg)
         clips = Path(located).parent / CLIPS
         if not clips.is_dir():
-            raise CorpusError(f"data.path: no {CLIPS}/ folder beside {located} (data.format: "
-                              "commonvoice reads each clip from clips/<path>)")  # fmt: skip
+            raise CorpusError(
+                f"data.path: no {CLIPS}/ folder beside {located} (data.format: "
+                "commonvoice reads each clip from clips/<path>)"
+            )
         return located
 
     def setting(self, cfg: Config, path: str, first: bytes | None) -> tuple[int, bool]:
@@ -112,8 +116,9 @@ class CommonVoice(LineFormat):
                 stem, dot, ext = clip.rpartition(".")
                 item_id = stem if dot and f".{ext.lower()}" in AUDIO_EXTENSIONS else clip
                 language = language_code(code) if code else default
-                out.append((item_id, f"{CLIPS}/{clip}", text, fields[client].strip(), language,
-                            0.0, 0.0))  # fmt: skip
+                out.append(
+                    (item_id, f"{CLIPS}/{clip}", text, fields[client].strip(), language, 0.0, 0.0)
+                )
         return out
 
     def guess_id(self, raw: bytes) -> str:

@@ -82,8 +82,10 @@ def first_kind(path: Path) -> str:
         found = kind(obj) if isinstance(obj, dict) else ""
         if not found:
             keys = ", ".join(obj) if isinstance(obj, dict) else obj
-            raise CorpusError(f"data.path: {path}'s first line is no Lhotse recording, "
-                              f"supervision or cut ({keys}; {FORMATS_DOC})")  # fmt: skip
+            raise CorpusError(
+                f"data.path: {path}'s first line is no Lhotse recording, "
+                f"supervision or cut ({keys}; {FORMATS_DOC})"
+            )
         return found
     raise CorpusError(f"data.path: {path} is empty (data.format: lhotse)")
 
@@ -110,12 +112,16 @@ def audio_of(recording: Any, folder: str) -> str:
         return f"!recording {recording.get('id')!r} has {n} sources: one file a recording is read"
     source = sources[0]
     if source.get("type") != "file" or not isinstance(source.get("source"), str):
-        return (f"!recording {recording.get('id')!r}: a source of type "
-                f"{source.get('type')!r}, only 'file' is read")  # fmt: skip
+        return (
+            f"!recording {recording.get('id')!r}: a source of type "
+            f"{source.get('type')!r}, only 'file' is read"
+        )
     names = [t.get("name") if isinstance(t, dict) else t for t in recording.get("transforms") or []]
     if set(names) - set(HARMLESS_TRANSFORMS):
-        return (f"!recording {recording.get('id')!r} has the transforms {names}: ringfeed "
-                "reads the file as it is, so the clip would not be what lhotse gives")  # fmt: skip
+        return (
+            f"!recording {recording.get('id')!r} has the transforms {names}: ringfeed "
+            "reads the file as it is, so the clip would not be what lhotse gives"
+        )
     return in_corpus(source["source"], folder, folder)
 
 
@@ -125,8 +131,9 @@ def clip(supervisions: Any) -> tuple[str, str, str] | str:
         return "no supervision (no text)"
     texts, speakers, languages = [], set(), set()
     for sup in supervisions:
-        text, speaker, language = (sup.get(k) if isinstance(sup, dict) else None
-                                   for k in ("text", "speaker", "language"))  # fmt: skip
+        text, speaker, language = (
+            sup.get(k) if isinstance(sup, dict) else None for k in ("text", "speaker", "language")
+        )
         if not isinstance(text, str) or not text.strip():
             return "no 'text' (a non-empty string) in a supervision"
         if not isinstance(speaker, str | None) or not isinstance(language, str | None):
@@ -170,22 +177,28 @@ class Lhotse(StoredFormat):
         if path.is_dir():
             path = self._in_folder(path)
         if not path.is_file():
-            raise CorpusError(f"data.path: no Lhotse manifest at {path} (data.format: "
-                              f"lhotse expects a supervisions or cuts manifest; "
-                              f"{FORMATS_DOC})")  # fmt: skip
+            raise CorpusError(
+                f"data.path: no Lhotse manifest at {path} (data.format: "
+                f"lhotse expects a supervisions or cuts manifest; "
+                f"{FORMATS_DOC})"
+            )
         found = first_kind(path)
         if found == "recording":
             sups = sibling(path, "recordings", "supervisions")
             if sups == path or not sups.is_file():
-                raise CorpusError(f"data.path: {path} holds recordings and no supervisions "
-                                  f"manifest is beside it ({sups.name}): name the supervisions "
-                                  "or cuts manifest, which hold the texts")  # fmt: skip
+                raise CorpusError(
+                    f"data.path: {path} holds recordings and no supervisions "
+                    f"manifest is beside it ({sups.name}): name the supervisions "
+                    "or cuts manifest, which hold the texts"
+                )
             return str(sups)
         recordings = self._recordings(path)
         if found == "supervision" and (recordings == path or not recordings.is_file()):
             expected = recordings.name if recordings != path else "its name with 'recordings'"
-            raise CorpusError(f"data.path: no recordings manifest beside {path} (expected "
-                              f"{expected} for 'supervisions', as lhotse names them)")  # fmt: skip
+            raise CorpusError(
+                f"data.path: no recordings manifest beside {path} (expected "
+                f"{expected} for 'supervisions', as lhotse names them)"
+            )
         return str(path)
 
     def _in_folder(self, folder: Path) -> Path:
@@ -195,8 +208,10 @@ class Lhotse(StoredFormat):
             if len(named) == 1:
                 return named[0]
         names = ", ".join(p.name for p in found) or "none"
-        raise CorpusError(f"data.path: {folder} holds no single cuts or supervisions manifest "
-                          f"(found: {names}): name the one to read in data.path")  # fmt: skip
+        raise CorpusError(
+            f"data.path: {folder} holds no single cuts or supervisions manifest "
+            f"(found: {names}): name the one to read in data.path"
+        )
 
     def _recordings(self, supervisions: Path) -> Path:
         return sibling(supervisions, "supervisions", "recordings")
@@ -224,10 +239,12 @@ class Lhotse(StoredFormat):
         numbers: list[int] = []
         for number, item_id, found, (recording, _) in clips:
             if isinstance(found, Entry) and len(channels.get(recording, ())) > 1:
-                found = (f"recording {recording!r} has supervisions on channels "
-                         f"{', '.join(sorted(channels[recording]))}: ringfeed mixes a "
-                         "recording's channels to mono, so each would hear the others: "
-                         "split its channels into files of their own")  # fmt: skip
+                found = (
+                    f"recording {recording!r} has supervisions on channels "
+                    f"{', '.join(sorted(channels[recording]))}: ringfeed mixes a "
+                    "recording's channels to mono, so each would hear the others: "
+                    "split its channels into files of their own"
+                )
             if isinstance(found, Entry):
                 entries.append(found)
                 numbers.append(number)
@@ -244,14 +261,17 @@ class Lhotse(StoredFormat):
                 yield number, "", cut, (None, "")
                 continue
             recording = cut.get("recording")
-            where = (recording.get("id") if isinstance(recording, dict) else None,
-                     json.dumps(cut.get("channel")))  # fmt: skip
+            where = (
+                recording.get("id") if isinstance(recording, dict) else None,
+                json.dumps(cut.get("channel")),
+            )
             if cut.get("type", "MonoCut") != "MonoCut":
                 yield number, cut.get("id"), f"a {cut.get('type')} is not read: only MonoCut", where
             else:
                 segment = (seconds(cut, "start"), seconds(cut, "duration"))
-                found = entry(cut.get("id"), audio_of(recording, root), segment,
-                              cut.get("supervisions"))  # fmt: skip
+                found = entry(
+                    cut.get("id"), audio_of(recording, root), segment, cut.get("supervisions")
+                )
                 yield number, cut.get("id"), found, where
 
     def _supervisions(

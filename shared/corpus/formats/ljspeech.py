@@ -15,8 +15,9 @@ from ringfeed.shared.corpus.format import Context, LineFormat
 def reason(fields: list[str], column: int) -> str:
     """Why a line split into `fields` is not a clip ("" if it is)."""
     if len(fields) not in (2, 3):
-        return (f"expected 'id|text|normalized' or 'id|text' ('|'-separated), got "
-                f"{len(fields)} columns")  # fmt: skip
+        return (
+            f"expected 'id|text|normalized' or 'id|text' ('|'-separated), got {len(fields)} columns"
+        )
     if not fields[0].strip():
         return "empty item id"
     if not fields[min(column, len(fields) - 1)].strip():

@@ -69,9 +69,11 @@ _code = functools.lru_cache(maxsize=1024)(code_or_name)
 ROWS_VERSION = 3
 # The optional columns' names when data.columns leaves them "" (datasets' usual names).
 DEFAULT_NAMES = {"speaker": "speaker_id", "language": "language", "id": "id"}
-REWRITE = ("rewrite it with the audio column uncompressed, as datasets >= 3 writes it "
-           "(pyarrow.parquet.write_table(..., compression={'<audio>.bytes': 'none'}, "
-           "use_dictionary=False))")  # fmt: skip
+REWRITE = (
+    "rewrite it with the audio column uncompressed, as datasets >= 3 writes it "
+    "(pyarrow.parquet.write_table(..., compression={'<audio>.bytes': 'none'}, "
+    "use_dictionary=False))"
+)
 
 
 def files(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
@@ -90,13 +92,15 @@ def every_file(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
         st = path.stat()
         return str(path.parent), [(path.name, st.st_size, str(st.st_mtime_ns))]
     if not path.is_dir():
-        raise CorpusError(f"data.path: no Parquet file or folder at {path} (data.format: parquet; "
-                          f"{FORMATS_DOC})")  # fmt: skip
+        raise CorpusError(
+            f"data.path: no Parquet file or folder at {path} (data.format: parquet; {FORMATS_DOC})"
+        )
     found = [p for p in walk(path) if p.name.endswith(SUFFIX)]
     if not found:
         raise CorpusError(f"data.path: no *{SUFFIX} files under {path} (data.format: parquet)")
-    return str(path), [(p.relative_to(path).as_posix(), p.stat().st_size,
-                        str(p.stat().st_mtime_ns)) for p in found]  # fmt: skip
+    return str(path), [
+        (p.relative_to(path).as_posix(), p.stat().st_size, str(p.stat().st_mtime_ns)) for p in found
+    ]
 
 
 def columns_of(columns: ColumnsConfig, names: list[str], where: str) -> dict[str, str]:
@@ -111,8 +115,10 @@ def columns_of(columns: ColumnsConfig, names: list[str], where: str) -> dict[str
         f"data.columns.{role}: {name!r}" for role, name in chosen.items() if name not in names
     ]
     if missing:
-        raise CorpusError(f"{where}: no column {', '.join(missing)}; the file has "
-                          f"{', '.join(names)}: name the right one in data.columns")  # fmt: skip
+        raise CorpusError(
+            f"{where}: no column {', '.join(missing)}; the file has "
+            f"{', '.join(names)}: name the right one in data.columns"
+        )
     return chosen
 
 
@@ -122,8 +128,10 @@ def _audio_leaf(pf: Any, audio: str, where: str) -> int:
     for k in range(len(schema)):
         if schema.column(k).path in (f"{audio}.bytes", audio):
             return k
-    raise CorpusError(f"{where}: the column data.columns.audio: {audio!r} holds no audio bytes "
-                      "(expected datasets' Audio feature: a struct of bytes and path)")  # fmt: skip
+    raise CorpusError(
+        f"{where}: the column data.columns.audio: {audio!r} holds no audio bytes "
+        "(expected datasets' Audio feature: a struct of bytes and path)"
+    )
 
 
 def _strings(table: Any, name: str | None) -> list[Any]:
@@ -149,8 +157,9 @@ def scan_file(source: Any, read_at: ReadAt, where: str, columns: ColumnsConfig) 
     named = column.path.endswith(".bytes")  # a struct of bytes and path, or bytes alone
     small = [chosen[r] for r in ("text", "speaker", "language", "id") if r in chosen]
     table = pf.read(columns=[*small, f"{chosen['audio']}.path"] if named else small)
-    texts, speakers, languages, ids = (_strings(table, chosen.get(r))
-                                       for r in ("text", "speaker", "language", "id"))  # fmt: skip
+    texts, speakers, languages, ids = (
+        _strings(table, chosen.get(r)) for r in ("text", "speaker", "language", "id")
+    )
     paths = (
         table.column(chosen["audio"]).combine_chunks().field("path").to_pylist() if named else []
     )
@@ -165,8 +174,12 @@ def scan_file(source: Any, read_at: ReadAt, where: str, columns: ColumnsConfig) 
     rows, bad = [], []
     for row, place in enumerate(ranges):
         declared = "" if not ids or ids[row] is None else str(ids[row]).strip()
-        fields = _row(texts[row], speakers[row] if speakers else "",
-                      languages[row] if languages else "", place)  # fmt: skip
+        fields = _row(
+            texts[row],
+            speakers[row] if speakers else "",
+            languages[row] if languages else "",
+            place,
+        )
         if isinstance(fields, str):
             bad.append([row, fields, declared, names[row]])
         else:
@@ -267,8 +280,10 @@ def ids_before(rel: str, found: dict[str, Any]) -> list[str]:
     <file>-<row>; never unique across files."""
     stem = rel.removesuffix(SUFFIX)
     once = found["names_once"]
-    return [declared or (name if once else "") or f"{stem}-{row:06d}"
-            for row, declared, name, *_ in found["rows"]]  # fmt: skip
+    return [
+        declared or (name if once else "") or f"{stem}-{row:06d}"
+        for row, declared, name, *_ in found["rows"]
+    ]
 
 
 def _row(text: Any, speaker: Any, language: Any, place: Any) -> tuple[str, str, str] | str:
@@ -319,9 +334,11 @@ class Parquet(StoredFormat):
         usable = [r for _, g in got for r in g["rows"]]  # every file's, in file order
         file_of = np.repeat(np.arange(len(got)), [len(g["rows"]) for _, g in got])
         read = range_reader(cfg, root)
-        twice = repeats(np.fromiter((hash(_same(r)) for r in usable), np.int64, len(usable)),
-                        lambda k: _same(usable[k]),
-                        lambda k: read(got[file_of[k]][0], *usable[k][6:8]))  # fmt: skip
+        twice = repeats(
+            np.fromiter((hash(_same(r)) for r in usable), np.int64, len(usable)),
+            lambda k: _same(usable[k]),
+            lambda k: read(got[file_of[k]][0], *usable[k][6:8]),
+        )
         scan, places, counts, ids = Scan([], [], None, []), _Places(root), [], {}
         k = 0  # the file's first row in usable
         for rel, g in got:
@@ -332,19 +349,24 @@ class Parquet(StoredFormat):
             made = item_ids(rel, rows)
             ids |= {k + j: i for j, i in zip(kept, made, strict=True)} if twice else {}
             places.add(rel, len(scan.entries), rows)
-            scan.entries.extend(Entry(i, rel, r[3], r[4], r[5], 0.0, 0.0, (r[6], r[7]))
-                                for i, r in zip(made, rows, strict=True))  # fmt: skip
+            scan.entries.extend(
+                Entry(i, rel, r[3], r[4], r[5], 0.0, 0.0, (r[6], r[7]))
+                for i, r in zip(made, rows, strict=True)
+            )
             scan.before.extend(old)
             stem = rel.removesuffix(SUFFIX)
-            scan.bad.extend(BadLine(f"{root}/{rel}", row + 1, why,
-                                    f"{stem}/{declared or name or f'{row:06d}'}")
-                            for row, why, declared, name in g["bad"])  # fmt: skip
+            scan.bad.extend(
+                BadLine(f"{root}/{rel}", row + 1, why, f"{stem}/{declared or name or f'{row:06d}'}")
+                for row, why, declared, name in g["bad"]
+            )
             counts.append([rel, len(rows)])
             k += len(g["rows"])
         for k, first in twice.items():  # the same row twice: both places
             rel, first_rel = got[file_of[k]][0], got[file_of[first]][0]
-            why = (f"duplicate row: the same as {root}/{first_rel}:{usable[first][0] + 1} (its "
-                   "name, text, speaker, language and audio bytes): used once")  # fmt: skip
+            why = (
+                f"duplicate row: the same as {root}/{first_rel}:{usable[first][0] + 1} (its "
+                "name, text, speaker, language and audio bytes): used once"
+            )
             scan.bad.append(BadLine(f"{root}/{rel}", usable[k][0] + 1, why, ids[first]))
         builder.add_stored(scan._replace(place=places))
         builder.header["shards"] = counts  # dropped by the builder if duplicates break them

@@ -80,8 +80,9 @@ def every_shard(cfg: Config) -> tuple[str, list[tuple[str, int, str]]]:
         return list_shards(cfg)
     root = data_path(cfg)
     if not root.is_dir():
-        raise CorpusError(f"data.path: {root} is not a folder of {SHARD_SUFFIX} shards "
-                           "(data.format: shards)")  # fmt: skip
+        raise CorpusError(
+            f"data.path: {root} is not a folder of {SHARD_SUFFIX} shards (data.format: shards)"
+        )
     found = []
     for name in sorted(os.listdir(root)):
         if name.endswith(SHARD_SUFFIX):
@@ -122,8 +123,13 @@ def _check_end(fileobj: Any, offset: int, shard: str, bad: list[list[Any]]) -> N
     fileobj.seek(offset)
     block = fileobj.read(512)
     if block.strip(b"\0"):
-        bad.append(["", f"shard {shard}: unreadable tar header at byte {offset}: the "
-                        "members after it are lost"])  # fmt: skip
+        bad.append(
+            [
+                "",
+                f"shard {shard}: unreadable tar header at byte {offset}: the "
+                "members after it are lost",
+            ]
+        )
 
 
 def scan_shard(fileobj: Any, shard: str, strict: bool = False) -> dict[str, Any]:
@@ -233,23 +239,32 @@ class Shards(StoredFormat):
             found = member_index(cfg, root, name, size, stamp)
             samples += [(name, j, item) for j, item in enumerate(found["items"], 1)]
             where = f"{root}/{name}"
-            bad += [BadLine(where, 1, reason, sample_id(name, key) if key else "")
-                    for key, reason in found["bad"]]  # fmt: skip
+            bad += [
+                BadLine(where, 1, reason, sample_id(name, key) if key else "")
+                for key, reason in found["bad"]
+            ]
         read = range_reader(cfg, root)
-        twice = repeats(np.fromiter((hash(_same(i)) for *_, i in samples), np.int64, len(samples)),
-                        lambda k: _same(samples[k][2]),
-                        lambda k: read(samples[k][0], *samples[k][2][1:3]))  # fmt: skip
+        twice = repeats(
+            np.fromiter((hash(_same(i)) for *_, i in samples), np.int64, len(samples)),
+            lambda k: _same(samples[k][2]),
+            lambda k: read(samples[k][0], *samples[k][2][1:3]),
+        )
         entries, kept = [], []  # kept: each entry's place in samples
         counts: dict[str, int] = dict.fromkeys((name for name, _, _ in shards), 0)
         for k, (name, at, (key, offset, length, text, speaker, language)) in enumerate(samples):
             if k in twice:
                 first = samples[twice[k]][0]
-                why = (f"duplicate sample {key!r}: the same as in {root}/{first} (its text, "
-                       "speaker, language and audio bytes): used once")  # fmt: skip
+                why = (
+                    f"duplicate sample {key!r}: the same as in {root}/{first} (its text, "
+                    "speaker, language and audio bytes): used once"
+                )
                 bad.append(BadLine(f"{root}/{name}", at, why, sample_id(first, key)))
                 continue
-            entries.append(Entry(sample_id(name, key), name, text, speaker, language, 0.0, 0.0,
-                                 (offset, length)))  # fmt: skip
+            entries.append(
+                Entry(
+                    sample_id(name, key), name, text, speaker, language, 0.0, 0.0, (offset, length)
+                )
+            )
             kept.append(k)
             counts[name] += 1
         log.info("shards: %d shards, %d clips, %d unusable", len(shards), len(entries), len(bad))

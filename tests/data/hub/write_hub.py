@@ -47,8 +47,14 @@ def folders(top: Path) -> dict[str, list[dict]]:
             clip = top / speaker / f"{n:04d}.flac"
             shutil.copy(DEMO / row["audio"], clip)
             split = "train" if n < CLIPS else "test"
-            splits[split].append({"audio": str(clip), "text": row["text"],
-                                  "speaker_id": speaker, "language": language})  # fmt: skip
+            splits[split].append(
+                {
+                    "audio": str(clip),
+                    "text": row["text"],
+                    "speaker_id": speaker,
+                    "language": language,
+                }
+            )
     return splits
 
 
@@ -60,8 +66,9 @@ def push(ds: datasets.Dataset, split: str, num_shards: int) -> None:
     for index in range(num_shards):
         shard = ds.shard(num_shards=num_shards, index=index, contiguous=True)
         shard = shard.with_format("arrow")
-        shard = shard.map(embed_table_storage, batched=True, batch_size=writer_batch_size,
-                          keep_in_memory=True)  # fmt: skip
+        shard = shard.map(
+            embed_table_storage, batched=True, batch_size=writer_batch_size, keep_in_memory=True
+        )
         path = HERE / "data" / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"
         shard.to_parquet(path, batch_size=writer_batch_size)
 

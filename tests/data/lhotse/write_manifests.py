@@ -37,16 +37,33 @@ def main() -> None:
         for k, row in enumerate(mine):
             recording = Recording.from_file(DEMO / row["audio"])
             recordings.append(recording)
-            said = {"text": row["text"], "speaker": row["speaker"],
-                    "language": NAMES.get(language, language)}  # fmt: skip
-            supervisions.append(SupervisionSegment(id=recording.id, recording_id=recording.id,
-                                                   start=0.0, duration=recording.duration,
-                                                   channel=0, **said))  # fmt: skip
+            said = {
+                "text": row["text"],
+                "speaker": row["speaker"],
+                "language": NAMES.get(language, language),
+            }
+            supervisions.append(
+                SupervisionSegment(
+                    id=recording.id,
+                    recording_id=recording.id,
+                    start=0.0,
+                    duration=recording.duration,
+                    channel=0,
+                    **said,
+                )
+            )
             if k == 0:
                 part = {**said, "text": " ".join(row["text"].split()[:3])}
-                supervisions.append(SupervisionSegment(
-                    id=f"{recording.id}-part", recording_id=recording.id, start=0.5,
-                    duration=1.0, channel=0, **part))  # fmt: skip
+                supervisions.append(
+                    SupervisionSegment(
+                        id=f"{recording.id}-part",
+                        recording_id=recording.id,
+                        start=0.5,
+                        duration=1.0,
+                        channel=0,
+                        **part,
+                    )
+                )
     recordings = RecordingSet.from_recordings(recordings)
     supervisions = SupervisionSet.from_segments(supervisions)
     recordings.to_file(HERE / "demo_recordings_train.jsonl.gz")

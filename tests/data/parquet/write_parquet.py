@@ -24,9 +24,14 @@ import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 DEMO = HERE.parents[2] / "data" / "multilingual-demo"
-FEATURES = datasets.Features({"audio": datasets.Audio(), "text": datasets.Value("string"),
-                              "speaker_id": datasets.Value("string"),
-                              "language": datasets.Value("string")})  # fmt: skip
+FEATURES = datasets.Features(
+    {
+        "audio": datasets.Audio(),
+        "text": datasets.Value("string"),
+        "speaker_id": datasets.Value("string"),
+        "language": datasets.Value("string"),
+    }
+)
 
 
 def rows() -> list[dict]:
@@ -35,9 +40,14 @@ def rows() -> list[dict]:
     for language in ("de", "en", "fa", "ru"):
         for row in [r for r in lines if Path(r["audio"]).name.startswith(f"{language}-")][:3]:
             clip = DEMO / row["audio"]
-            out.append({"audio": {"bytes": clip.read_bytes(), "path": clip.name},
-                        "text": row["text"], "speaker_id": row["speaker"],
-                        "language": language})  # fmt: skip
+            out.append(
+                {
+                    "audio": {"bytes": clip.read_bytes(), "path": clip.name},
+                    "text": row["text"],
+                    "speaker_id": row["speaker"],
+                    "language": language,
+                }
+            )
     return out
 
 
@@ -45,8 +55,9 @@ def main() -> None:
     datasets.config.MAX_ROW_GROUP_SIZE = "100KB"
     everything = rows()
     halves = [everything[0::2], everything[1::2]]
-    halves[1].append({"audio": None, "text": "No audio here.", "speaker_id": "ava",
-                      "language": "en"})  # fmt: skip
+    halves[1].append(
+        {"audio": None, "text": "No audio here.", "speaker_id": "ava", "language": "en"}
+    )
     (HERE / "data").mkdir(exist_ok=True)
     for k, half in enumerate(halves):
         table = pa.Table.from_pylist(half, schema=FEATURES.arrow_schema)
