@@ -41,6 +41,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from peers import make_corpus  # noqa: E402
 
+from ringfeed.producer.prepare.prepare import prepare  # noqa: E402
 from ringfeed.scripts.runner import Run  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
 
@@ -184,6 +185,8 @@ def main() -> int:
     ):
         work = Path(tmp)
         corpus = make_corpus(work / "corpus", args.clips)
+        # Prepared once, as `ringfeed run` would: the DataLoader's sources map it too.
+        prepare(config_from_dict(bench_raw(args, corpus, work, 1)))
         for r in range(args.rounds):
             for workers in (int(w) for w in args.workers.split(",")):
                 for feed in feeds if (r + workers) % 2 == 0 else feeds[::-1]:
