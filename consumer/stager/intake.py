@@ -387,18 +387,7 @@ class Intake:
             self.ledger.twins.settle(pos, self.skipped(pos, said, producer))
             return
         self.ledger.count("audits_inconclusive")
-        self.ledger.twins.settle(
-            pos,
-            Finished(
-                "sample",
-                pos.position,
-                pos.item,
-                twin.first,
-                twin.entry,
-                ident=twin.ident,
-                peer=twin.peer,
-            ),
-        )
+        self.ledger.twins.settle(pos, held_sample(pos, twin))
 
     def confirmed(self, twin: Twin) -> None:
         """A remote SKIP held for an audit stands: it counts as its producer's answer."""
@@ -436,18 +425,7 @@ class Intake:
                 self.no_auditor = True
             sk = twin.skipped
             if sk is None:
-                self.ledger.twins.settle(
-                    pos,
-                    Finished(
-                        "sample",
-                        pos.position,
-                        pos.item,
-                        twin.first,
-                        twin.entry,
-                        ident=twin.ident,
-                        peer=twin.peer,
-                    ),
-                )
+                self.ledger.twins.settle(pos, held_sample(pos, twin))
             elif self.believe_skip(pos.item, twin.peer):
                 self.confirmed(twin)
                 self.ledger.twins.settle(
@@ -480,3 +458,11 @@ class Intake:
             del self.doubted[next(iter(self.doubted))]
         self.ledger.count("skips_doubted")
         return False
+
+
+def held_sample(pos: Position, twin: Twin) -> Finished:
+    """The sample a held remote READY answered, as its position's finish: delivered once
+    its audit passed, or once no local producer could audit it."""
+    return Finished(
+        "sample", pos.position, pos.item, twin.first, twin.entry, ident=twin.ident, peer=twin.peer
+    )
