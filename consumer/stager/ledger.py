@@ -709,7 +709,9 @@ class Ledger:
     def take_back_all(self, ident: bytes, fence: bool, charge: bool, local: bool) -> None:
         """Take back every grant of a producer. Only the sample it was working on counts
         as an attempt of that item (the place's record says, for a local one; else its
-        oldest grant): a producer killed with 16 grants queued did not fail on 16 inputs."""
+        oldest grant, the first of its run in plan order: a remote producer answers each
+        sample as it is written): a producer killed with 16 grants queued did not fail on
+        16 inputs."""
         places = list(self.held.get(ident, ()))
         if not charge or not places:
             charged: set[int] = set()
@@ -718,8 +720,10 @@ class Ledger:
             # every place it holds begun charges no more than one item).
             begun = [k for k in places if self.started(k)]
             charged = {min(begun, key=lambda k: self.places[k].t_granted)} if begun else set()
-        else:
-            charged = {min(places, key=lambda k: self.places[k].t_granted)}
+        else:  # a remote producer answers each sample: its oldest grant, first in its run
+            charged = {
+                min(places, key=lambda k: (self.places[k].t_granted, self.places[k].position))
+            }
         for k in places:
             self.take_back(k, fence, charged=k in charged)
         self.held.pop(ident, None)  # identities come and go: keep no empty entry

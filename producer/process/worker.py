@@ -131,8 +131,12 @@ class Worker:
             if grant is not None:
                 self.fill(grant)
                 self.act(self.session.tick(time.monotonic()))
-                if self.writer is not None and self.session.run_done(grant):
-                    self.writer.flush()  # one READY answers the run
+                # A local producer answers its run with one READY; a remote one each sample
+                # as it is written: the stager cannot read how far a remote producer got,
+                # so the oldest grant it still holds must be the one it was working on when
+                # it dies (that item is charged, no other: docs/design.md#contract-10).
+                if self.writer is not None and (self.remote or self.session.run_done(grant)):
+                    self.writer.flush()
 
     def start(self) -> None:
         """Open the control socket and say HELLO; the WELCOME arrives in poll()."""

@@ -237,6 +237,23 @@ def test_only_the_sample_in_progress_counts_against_its_item() -> None:
     assert sorted(q.position for q in m.slots.retries) == [0, 2]  # back uncharged
 
 
+def test_a_remote_producer_that_dies_mid_run_charges_the_first_unanswered_of_its_run() -> None:
+    """A remote producer answers each sample as it is written; its places of one run share
+    a grant time. Killed after answering the first two of four, only the third's item,
+    the one it was at, is charged (the soak quarantined innocent items when an arbitrary
+    place of the run was charged)."""
+    m = book(n_items=10, attempts=1)
+    m.hello(b"far", hello("far", 1), remote=True, peer=PeerId("key", "key", 0))
+    m.producers[b"far"].credits = 4
+    grants = run(m, b"far", 4)
+    assert len({m.slots.places[m.slots.place_of(g)].t_granted for g in grants}) == 1
+    for g in grants[:2]:
+        assert answer(m, b"far", g)
+    m.drop(b"far", charge=True)
+    assert set(m.slots.known_bad) == {grants[2].item}
+    assert sorted(q.position for q in m.slots.retries) == [grants[3].position]
+
+
 def test_a_clean_goodbye_charges_nothing() -> None:
     m = book(attempts=1)
     join(m, b"w", credits=2)
