@@ -276,3 +276,37 @@ class BatchClient:
         if self.ring is not None:
             self.ring.close()
         self.ctx.term()
+
+
+# What BatchWait.next returns while no batch came within its poll.
+NO_BATCH = object()
+
+
+class BatchWait:
+    """The wait for the next batch in a feeding thread's loop, which polls so that it can
+    stop: `next` returns the batch (None at the end of the data), or NO_BATCH after
+    POLL_S without one; every WAITING_NOTE_S without one it warns with the stager's
+    verdict, and past `limit_s` (train.data_timeout_s) it raises TimeoutError with it."""
+
+    def __init__(self, client: BatchClient, limit_s: float) -> None:
+        self.client, self.limit_s = client, limit_s
+        self.last_batch = self.last_note = time.monotonic()
+
+    def next(self) -> Batch | None | object:
+        try:
+            batch = self.client.next(timeout_s=POLL_S)
+        except TimeoutError:
+            waited = time.monotonic() - self.last_batch
+            if waited > self.limit_s:
+                raise TimeoutError(self.client.stager_verdict(waited)) from None
+            if time.monotonic() - self.last_note > WAITING_NOTE_S:
+                self.last_note = time.monotonic()
+                log.warning(
+                    "no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
+                    waited,
+                    self.limit_s,
+                    self.client.stager_verdict(waited),
+                )
+            return NO_BATCH
+        self.last_batch = self.last_note = time.monotonic()
+        return batch

@@ -30,13 +30,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ringfeed.consumer.client.batch_client import WAITING_NOTE_S, BatchClient
+from ringfeed.consumer.client.batch_client import NO_BATCH, BatchClient, BatchWait
 from ringfeed.consumer.client.cursor import Cursor
 from ringfeed.shared.config import Config
 from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
@@ -155,26 +154,12 @@ class BatchStream(threading.Thread, Generic[T]):
         return self._done.is_set() or self.stop()
 
     def _loop(self) -> None:
-        limit_s = self.cfg.train.data_timeout_s
-        last_batch = last_note = time.monotonic()
+        wait = BatchWait(self.client, self.cfg.train.data_timeout_s)
         while not self._stopped():
             self._flush_stats()
-            try:
-                batch = self.client.next(timeout_s=POLL_S)
-            except TimeoutError:
-                waited = time.monotonic() - last_batch
-                if waited > limit_s:
-                    raise TimeoutError(self.client.stager_verdict(waited)) from None
-                if time.monotonic() - last_note > WAITING_NOTE_S:
-                    last_note = time.monotonic()
-                    log.warning(
-                        "no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
-                        waited,
-                        limit_s,
-                        self.client.stager_verdict(waited),
-                    )
+            batch = wait.next()
+            if batch is NO_BATCH:
                 continue
-            last_batch = last_note = time.monotonic()
             if batch is None:
                 self._put(_End())
                 return

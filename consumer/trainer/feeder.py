@@ -18,13 +18,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ringfeed.consumer.client.batch_client import WAITING_NOTE_S, Batch, BatchClient
+from ringfeed.consumer.client.batch_client import NO_BATCH, Batch, BatchClient, BatchWait
 from ringfeed.shared.config import Config
 from ringfeed.shared.run.process import POLL_S, StopFlag
 from ringfeed.shared.wire import protocol as p
@@ -139,26 +138,12 @@ class Feeder(threading.Thread):
         self.client.connect(timeout_s, lambda: self.stop.is_set() or self._done.is_set())
 
     def _loop(self) -> None:
-        limit_s = self._client_args[0].train.data_timeout_s
-        last_batch = last_note = time.monotonic()
+        wait = BatchWait(self.client, self._client_args[0].train.data_timeout_s)
         while not (self.stop.is_set() or self._done.is_set()):
             self._flush_stats()
-            try:
-                batch = self.client.next(timeout_s=POLL_S)
-            except TimeoutError:
-                waited = time.monotonic() - last_batch
-                if waited > limit_s:
-                    raise TimeoutError(self.client.stager_verdict(waited)) from None
-                if time.monotonic() - last_note > WAITING_NOTE_S:
-                    last_note = time.monotonic()
-                    log.warning(
-                        "no batch for %.0f s (ending at train.data_timeout_s=%.0f): %s",
-                        waited,
-                        limit_s,
-                        self.client.stager_verdict(waited),
-                    )
+            batch = wait.next()
+            if batch is NO_BATCH:
                 continue
-            last_batch = last_note = time.monotonic()
             if batch is None:
                 self._put(EndOfData())
                 return

@@ -16,6 +16,8 @@ import pytest
 import yaml
 
 from ringfeed.consumer.client.batch_client import KNOWN_RUN_S, BatchClient, StagerGone
+from ringfeed.consumer.client.batch_stream import BatchStream
+from ringfeed.consumer.client.cursor import Cursor
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.config.environment import child_environment
 from ringfeed.shared.run.run_secret import run_record, write_consumer_secret
@@ -107,3 +109,27 @@ def test_a_client_beside_a_stager_that_is_starting_keeps_waiting(
         stager.wait()
         run_record(run_id).unlink(missing_ok=True)
         remove_files(run_id)
+
+
+def test_a_loaders_stream_that_gets_no_batch_ends_with_why_after_data_timeout(
+    tmp_path: Path,
+) -> None:
+    """The stream under the PyTorch and JAX loaders (consumer/client/batch_stream.py)
+    waits train.data_timeout_s for a batch, then its get() raises the stager's verdict:
+    alive, and its producers are not delivering (none started here)."""
+    cfg = replace(
+        load_config(_config(tmp_path)),
+        run_root=str(tmp_path / "runs"),
+        train={"data_timeout_s": 1.0},
+    )
+    with stager_thread(cfg) as stager:
+        stream = BatchStream(cfg, stager.run_id, Cursor.fresh(cfg), lambda arrays: None)
+        stream.connect()
+        stream.start()
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError) as timed_out:
+            stream.get()
+        stream.close(finished=False)
+    assert 1.0 <= time.monotonic() - t0 < 20
+    assert "is alive but sent no batch" in str(timed_out.value)
+    assert "train.data_timeout_s" in str(timed_out.value)
