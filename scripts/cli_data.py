@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import collections
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -90,20 +91,23 @@ def cmd_validate(args: argparse.Namespace, quiet: bool = False) -> int:
 def prepared_or_exit(cfg, workers: int = 0, role: str = "head", in_subprocess: bool = True):
     """What `ringfeed run` and `validate` run first: the corpus prepared
     (producer/prepare/prepare.py), each step skipped when current; an error is one line
-    and exit code 2, an interruption exit code 130 (what was done is kept). in_subprocess:
-    the index built in a child (a launcher that lives on keeps none of its memory)."""
+    and exit code 2, an interruption exit code 130 (SIGINT) or 143 (SIGTERM), what was
+    done kept. in_subprocess: the index built in a child (a launcher that lives on keeps
+    none of its memory)."""
     from ringfeed.producer.prepare.prepare import prepare
     from ringfeed.shared.config import ConfigError
     from ringfeed.shared.corpus.entry import CorpusError
+    from ringfeed.shared.run.process import Interrupted, interrupted_by_stop_signals
 
     try:
-        return prepare(cfg, workers, role, in_subprocess)
+        with interrupted_by_stop_signals():
+            return prepare(cfg, workers, role, in_subprocess)
     except (CorpusError, ConfigError, OSError) as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("prepare: interrupted; what was done is kept: run it again to go on", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT))
 
 
 def _validate_corpus(args: argparse.Namespace, cfg, prepared) -> int:

@@ -7,6 +7,7 @@ SHUTDOWN_WAIT_S, so no process can block forever on a dead peer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,35 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
         os.kill(os.getpid(), signum)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (SIGINT or SIGTERM) came during work that stops by unwinding."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupted_by_stop_signals() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM raise Interrupted in the main thread, whatever the
+    disposition this process inherited. For work written to stop by unwinding (each step
+    cleans up in its finally: `ringfeed prepare`), not for the loops of a long-lived
+    process, which poll a StopFlag. A process started in the background by a shell
+    without job control (`cmd &` in a script, nohup, a CI runner) inherits SIGINT
+    ignored, and Python then leaves it ignored: a Ctrl-C or `kill -INT` did nothing
+    there, and a SIGTERM ended the work without its cleanup."""
+
+    def handle(signum: int, frame: types.FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    before = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 # The exit code of a producer pool every worker of which lost its stager (told apart
