@@ -1,8 +1,10 @@
 """What every ringfeed process does the same way: logging, stop signals, timeouts.
 
 The signal handler only sets a flag (STYLE 7); loops poll with POLL_S and
-check it. Every blocking call uses a timeout derived from POLL_S or
-SHUTDOWN_WAIT_S, so no process can block forever on a dead peer.
+check it. The one exception is work that stops by unwinding, each step cleaning up in
+its finally (`ringfeed prepare`): interrupted_by_stop_signals raises there. Every
+blocking call uses a timeout derived from POLL_S or SHUTDOWN_WAIT_S, so no process can
+block forever on a dead peer.
 """
 
 from __future__ import annotations
