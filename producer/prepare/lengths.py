@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ringfeed.producer.audio.decode import read_header
-from ringfeed.producer.prepare.passes import Pass, run_pass
+from ringfeed.producer.prepare.passes import Pass, run_pass, save_partial
 from ringfeed.producer.prepare.vocabulary import Tally
 from ringfeed.producer.sample import SkipSample
 from ringfeed.producer.text.encoder import TextEncoder
@@ -36,7 +36,6 @@ from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex, index_path
 from ringfeed.shared.corpus.lengths import UNKNOWN, Lengths, lengths_key, load_lengths, save_lengths
 from ringfeed.shared.corpus.open import open_prepared
-from ringfeed.shared.memory.disk import disk_error, is_full
 
 log = logging.getLogger(__name__)
 
@@ -150,27 +149,14 @@ class TextPass:
         if not self.saving:
             return
         tally = json.dumps(self.tally.to_dict() if self.tally is not None else None)
-        tmp = self.partial.with_name(f".{self.partial.name}")
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(
-                    f,
-                    frames=self.lengths.frames,
-                    text=self.lengths.text,
-                    done=self.done,
-                    measure=self.measure,
-                    tally=np.array(tally),
-                )
-            tmp.replace(self.partial)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            if not is_full(exc):
-                raise
-            self.saving = False
-            log.warning(
-                "%s: the pass goes on, but cannot resume if it stops",
-                disk_error(exc, self.partial.parent),
-            )
+        arrays = {
+            "frames": self.lengths.frames,
+            "text": self.lengths.text,
+            "done": self.done,
+            "measure": self.measure,
+            "tally": np.array(tally),
+        }
+        self.saving = save_partial(self.partial, arrays)
 
     def resume(self) -> None:
         """What an earlier pass of the same items saved, taken back."""

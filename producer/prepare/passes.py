@@ -23,12 +23,14 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ringfeed.producer.process.threads import pin_math_threads
 from ringfeed.shared.config import Config
+from ringfeed.shared.memory.disk import disk_error, is_full
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,26 @@ class Pass:
     save: Callable[[], None]
     chunk: int = 256
     min_parallel: int = 20_000
+
+
+def save_partial(path: Path, arrays: dict[str, np.ndarray]) -> bool:
+    """A pass's partial file, written whole (a temporary file, then renamed); False when
+    the disk is full (said once, here: the pass goes on, but cannot resume if it stops),
+    so that its caller stops saving. Any other OSError is raised."""
+    tmp = path.with_name(f".{path.name}")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if not is_full(exc):
+            raise
+        log.warning(
+            "%s: the pass goes on, but cannot resume if it stops", disk_error(exc, path.parent)
+        )
+        return False
+    return True
 
 
 def host_cores() -> int:

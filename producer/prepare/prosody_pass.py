@@ -25,14 +25,13 @@ import numpy as np
 from ringfeed.producer.audio.decode import load_clip
 from ringfeed.producer.features.mel import fit_length, log_mel_energy
 from ringfeed.producer.features.prosody import PROSODY_VERSION, pitch
-from ringfeed.producer.prepare.passes import Pass, run_pass
+from ringfeed.producer.prepare.passes import Pass, run_pass, save_partial
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.clips import ClipReader
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_prepared
-from ringfeed.shared.memory.disk import disk_error, is_full
 from ringfeed.shared.run.prosody_table import (
     keep_table,
     moments,
@@ -116,20 +115,7 @@ class _Sums:
     def save(self) -> None:
         if not self.saving:
             return
-        tmp = self.path.with_name(f".{self.path.name}")
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(f, sums=self.sums, done=self.done)
-            tmp.replace(self.path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            if not is_full(exc):
-                raise
-            self.saving = False
-            log.warning(
-                "%s: the pass goes on, but cannot resume if it stops",
-                disk_error(exc, self.path.parent),
-            )
+        self.saving = save_partial(self.path, {"sums": self.sums, "done": self.done})
 
 
 def current_table(cfg: Config, index: CorpusIndex) -> dict[str, Any] | None:
