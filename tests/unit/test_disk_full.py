@@ -145,3 +145,27 @@ def test_a_real_full_disk_under_the_cache(tmp_path: Path) -> None:
     finally:
         kept.unlink(missing_ok=True)
     assert out["cache"].startswith(f"{FULL_LINE} {full / 'cache'}/"), out
+
+
+def test_a_pass_partial_file_on_a_full_disk_stops_saving_and_leaves_no_temporary(
+    tmp_path: Path,
+) -> None:
+    """producer/prepare/passes.py save_partial on a real 64 KiB tmpfs: a partial that fits
+    is saved whole; one that does not returns False with the one line, and neither it
+    nor its temporary file is left behind (the pass goes on without resuming)."""
+    full = tmp_path / "full"
+    full.mkdir()
+    code = (
+        "import json, sys, numpy as np; from pathlib import Path;"
+        "from ringfeed.producer.prepare.passes import save_partial;"
+        "from ringfeed.shared.run.process import setup_logging; setup_logging();"
+        "d = Path(sys.argv[1]);"
+        "small = save_partial(d / 'small.npz', {'done': np.ones(100, bool)});"
+        "big = save_partial(d / 'big.npz', {'done': np.ones(1 << 20, bool)});"
+        "print(json.dumps([small, big, sorted(p.name for p in d.iterdir()),"
+        " np.load(d / 'small.npz')['done'].all().item()]))"
+    )
+    proc = run_on_small_tmpfs(str(full), "64k", [sys.executable, "-c", code, str(full)])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [True, False, ["small.npz"], True]
+    assert f"{FULL_LINE} {full}" in proc.stderr and "cannot resume if it stops" in proc.stderr
