@@ -56,7 +56,7 @@ from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
 from ringfeed.shared.corpus.clips import ClipReader  # noqa: E402
 from ringfeed.shared.corpus.entry import Entry  # noqa: E402
 from ringfeed.shared.corpus.open import read_corpus  # noqa: E402
-from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
+from tests.support.audio import librosa_log_mel  # noqa: E402
 
 BATCH_SIZE = 8
 CHILD_TIMEOUT_S = 120.0
@@ -93,32 +93,15 @@ def run_passes(pipe: SamplePipeline, entries: list[Entry], passes: int) -> float
 
 def raw_mel(path: str, cfg: Config) -> np.ndarray:
     """What librosa alone costs: read, resample if needed, melspectrogram, log."""
-    import librosa
     import soundfile as sf
     import soxr
 
-    f, sr_out = cfg.features, cfg.audio.sample_rate
+    sr_out = cfg.audio.sample_rate
     wave, sr = sf.read(path, dtype="float32")
     if sr != sr_out:  # never for ljspeech-mini: all clips are 22050 Hz
         wave = soxr.resample(wave, sr, sr_out, quality=RESAMPLE_QUALITY)
     wave = wave[: cfg.max_samples - 1]  # the pipeline's truncation: same frames
-    mel = librosa.feature.melspectrogram(
-        y=wave,
-        sr=sr_out,
-        n_fft=f.n_fft,
-        hop_length=f.hop_length,
-        win_length=f.win_length,
-        window="hann",
-        center=True,
-        pad_mode="constant",
-        power=1.0,
-        n_mels=f.n_mels,
-        fmin=f.fmin,
-        fmax=f.fmax,
-        htk=False,
-        norm="slaney",
-    )
-    return np.log(np.maximum(mel, LOG_FLOOR)).T
+    return librosa_log_mel(wave, cfg)
 
 
 def bench_raw(cfg: Config, entries: list[Entry], passes: int) -> float:

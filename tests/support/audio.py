@@ -1,7 +1,8 @@
 """Audio files for tests: a file of a given length, rate, channels and content (silence,
 noise, a tone, a shipped clip's speech, or samples of the test's own), in any format
 soundfile writes, or its bytes; the shipped clips themselves (data/ljspeech-mini/wavs);
-and a file read and decoded as the producers read and decode a clip."""
+a file read and decoded as the producers read and decode a clip; and librosa's log-mel,
+the reference the producers' and the stager's mels are held to."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ringfeed.producer.audio.decode import decode, load_audio, load_judged
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.clips import Clip, ClipReader
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.sample.content import LOG_FLOOR
 from tests.support.paths import WAVS
 
 TONE_HZ, TONE_PEAK = 220.0, 0.3  # "tone": a sine a corpus's loudness check accepts
@@ -123,3 +125,28 @@ def _channels(
 ) -> np.ndarray:
     data = content if isinstance(content, np.ndarray) else samples(content, seconds, sample_rate)
     return np.stack([data] * channels, axis=1) if channels > 1 else data
+
+
+def librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
+    """log-mel [frames, n_mels] of `wave` (at cfg.audio.sample_rate) by librosa, with the
+    producers' settings: the reference of the parity tests and benchmarks."""
+    import librosa
+
+    f = cfg.features
+    mel = librosa.feature.melspectrogram(
+        y=wave,
+        sr=cfg.audio.sample_rate,
+        n_fft=f.n_fft,
+        hop_length=f.hop_length,
+        win_length=f.win_length,
+        window="hann",
+        center=True,
+        pad_mode="constant",
+        power=1.0,
+        n_mels=f.n_mels,
+        fmin=f.fmin,
+        fmax=f.fmax,
+        htk=False,
+        norm="slaney",
+    )
+    return np.log(np.maximum(mel, LOG_FLOOR)).T

@@ -14,7 +14,7 @@ from ringfeed.producer.features.mel import fit_length, log_mel, mel_filterbank
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.sample.content import LOG_FLOOR
-from tests.support.audio import decode_file, load_file, write_audio
+from tests.support.audio import decode_file, librosa_log_mel, load_file, write_audio
 from tests.support.paths import WAVS
 
 CLIP = WAVS / "LJ001-0002.wav"
@@ -22,27 +22,6 @@ CLIP = WAVS / "LJ001-0002.wav"
 # of loud frames too, where a float32 window or FFT was 1e-3 off (producer/features/fft.py). The
 # float64 STFT keeps 9.5e-7 on every shipped clip; the float32 magnitude and matmul remain.
 TOLERANCE = 1e-4
-
-
-def _librosa_log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
-    f = cfg.features
-    mel = librosa.feature.melspectrogram(
-        y=wave,
-        sr=cfg.audio.sample_rate,
-        n_fft=f.n_fft,
-        hop_length=f.hop_length,
-        win_length=f.win_length,
-        window="hann",
-        center=True,
-        pad_mode="constant",
-        power=1.0,
-        n_mels=f.n_mels,
-        fmin=f.fmin,
-        fmax=f.fmax,
-        htk=False,
-        norm="slaney",
-    )
-    return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 
 def _copies(tmp_path: Path) -> dict[str, Path]:
@@ -57,7 +36,7 @@ def test_log_mel_matches_librosa(tmp_path: Path, kind: str) -> None:
     wave = load_file(str(_copies(tmp_path)[kind]), cfg)
     mel = log_mel(wave, cfg)
     assert mel.dtype == np.float32 and mel.shape == (1 + len(wave) // 256, cfg.features.n_mels)
-    _assert_parity(mel, _librosa_log_mel(wave, cfg))
+    _assert_parity(mel, librosa_log_mel(wave, cfg))
 
 
 def _assert_parity(mel: np.ndarray, ref: np.ndarray) -> int:
@@ -72,7 +51,7 @@ def test_log_mel_matches_librosa_on_every_shipped_clip() -> None:
     near_floor = 0
     for path in sorted(WAVS.glob("*.wav")):
         wave, _ = fit_length(load_file(str(path), cfg), cfg)
-        near_floor += _assert_parity(log_mel(wave, cfg), _librosa_log_mel(wave, cfg))
+        near_floor += _assert_parity(log_mel(wave, cfg), librosa_log_mel(wave, cfg))
     assert near_floor > 1000, "the clips must hold values next to the floor to test them"
 
 
@@ -218,7 +197,7 @@ def test_reused_work_buffers_never_leak_between_clips() -> None:
     assert np.array_equal(long_first, log_mel(wave, cfg))  # the first result is intact
     assert short.shape == (1 + 3000 // 256, cfg.features.n_mels)
     np.testing.assert_array_equal(short, log_mel(wave[:3000].copy(), cfg))
-    _assert_parity(short, _librosa_log_mel(wave[:3000], cfg))
+    _assert_parity(short, librosa_log_mel(wave[:3000], cfg))
 
 
 def test_every_fft_the_host_may_choose_gives_the_same_transform() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import librosa
 import numpy as np
 import pytest
 
@@ -11,32 +10,10 @@ tf = pytest.importorskip("tensorflow")
 from ringfeed.consumer.stager.gpu_mel import MEL_ATOL, TfLogMel  # noqa: E402
 from ringfeed.shared.config import Config, load_config, replace  # noqa: E402
 from ringfeed.shared.sample.content import LOG_FLOOR  # noqa: E402
-from tests.support.audio import load_file  # noqa: E402
+from tests.support.audio import librosa_log_mel, load_file  # noqa: E402
 from tests.support.paths import REPO, WAVS  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("tf_single_threaded")
-
-
-def _librosa_log_mel(y: np.ndarray, cfg: Config) -> np.ndarray:
-    """log-mel [frames, n_mels] as the producers compute it."""
-    f = cfg.features
-    mel = librosa.feature.melspectrogram(
-        y=y,
-        sr=cfg.audio.sample_rate,
-        n_fft=f.n_fft,
-        hop_length=f.hop_length,
-        win_length=f.win_length,
-        window="hann",
-        center=True,
-        pad_mode="constant",
-        power=1.0,
-        n_mels=f.n_mels,
-        fmin=f.fmin,
-        fmax=f.fmax,
-        htk=False,
-        norm="slaney",
-    )
-    return np.log(np.maximum(mel, LOG_FLOOR)).T
 
 
 def _assert_batch_matches_librosa(cfg: Config, clips: list[np.ndarray]) -> int:
@@ -54,7 +31,7 @@ def _assert_batch_matches_librosa(cfg: Config, clips: list[np.ndarray]) -> int:
     assert mel.shape == (len(clips), max_frames, cfg.features.n_mels) and mel.dtype == np.float32
     near_floor = 0
     for i, c in enumerate(clips):
-        want = _librosa_log_mel(c, cfg)
+        want = librosa_log_mel(c, cfg)
         n = want.shape[0]
         assert mel_lens[i] == n == 1 + c.size // hop
         np.testing.assert_allclose(mel[i, :n], want, rtol=0, atol=MEL_ATOL)
