@@ -22,7 +22,7 @@ from ringfeed.shared.config.environment import child_environment
 from ringfeed.shared.corpus.open import open_corpus
 from tests.support import user_fields
 from tests.support.checks import check_real_rows, same_rows
-from tests.support.configs import write_config
+from tests.support.configs import EIGHT_KHZ_FEATURES, write_config
 from tests.support.paths import MINI
 from tests.support.polling import wait_for
 from tests.support.runs import Run, rid, shm_segments
@@ -40,11 +40,7 @@ def config(tmp_path: Path, function: str, version: str) -> Path:
             "data": {"path": str(MINI)},
             "audio": {"sample_rate": 8000},
             "features": {
-                "n_fft": 512,
-                "win_length": 512,
-                "hop_length": 256,
-                "n_mels": 20,
-                "fmax": 4000.0,
+                **EIGHT_KHZ_FEATURES,
                 "max_frames": 320,
                 "cache_dir": str(tmp_path / "cache"),
                 "user_function": f"tests.support.user_fields:{function}",

@@ -19,7 +19,7 @@ from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from tests.support import user_fields
 from tests.support.checks import same_rows
-from tests.support.configs import tcp, write_config
+from tests.support.configs import EIGHT_KHZ_FEATURES, tcp, write_config
 from tests.support.paths import WAVS
 from tests.support.ports import free_port
 from tests.support.runs import Run, rid, shm_segments
@@ -55,11 +55,7 @@ def config(tmp_path: Path, port: int) -> Path:
             "data": {"path": str(manifest(tmp_path / "train.jsonl")), "format": "jsonl"},
             "audio": {"sample_rate": 8000},
             "features": {
-                "n_fft": 512,
-                "win_length": 512,
-                "hop_length": 256,
-                "n_mels": 20,
-                "fmax": 4000.0,
+                **EIGHT_KHZ_FEATURES,
                 "max_frames": 320,
                 "cache_dir": str(tmp_path / "cache"),
                 "reference": True,

@@ -17,7 +17,7 @@ from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.id_tables import IDS_FILE, padding_ids
 from tests.support.checks import same_rows
-from tests.support.configs import write_config
+from tests.support.configs import EIGHT_KHZ_FEATURES, write_config
 from tests.support.paths import WAVS
 from tests.support.runs import Run, rid, shm_segments, started
 
@@ -60,11 +60,7 @@ def _config(tmp_path: Path, data: Path, text: dict) -> Path:
             "data": {"path": str(data), "format": "jsonl"},
             "audio": {"sample_rate": 8000},
             "features": {
-                "n_fft": 512,
-                "win_length": 512,
-                "hop_length": 256,
-                "n_mels": 20,
-                "fmax": 4000.0,
+                **EIGHT_KHZ_FEATURES,
                 "max_frames": 320,
                 "cache_dir": str(tmp_path / "cache"),
             },

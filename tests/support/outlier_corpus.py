@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from tests.support.configs import EIGHT_KHZ_FEATURES
 from tests.support.corpora import write_manifest
 from tests.support.paths import MINI, WAVS
 
@@ -31,11 +32,7 @@ REFUSED = {"cut-header": "LJ001-0011"}
 SMALL: dict[str, Any] = {
     "audio": {"sample_rate": 8000},
     "features": {
-        "n_fft": 512,
-        "win_length": 512,
-        "hop_length": 256,
-        "n_mels": 20,
-        "fmax": 4000.0,
+        **EIGHT_KHZ_FEATURES,
         "max_frames": 400,
         "on_too_long": "truncate",
     },

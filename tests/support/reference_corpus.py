@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from tests.support.configs import EIGHT_KHZ_FEATURES
 from tests.support.paths import WAVS
 
 
@@ -30,11 +31,7 @@ BAD = {"noise": b"\x13\x37" * 5000, "empty": b"", "missing": None, "hiss": _hiss
 SMALL: dict[str, Any] = {
     "audio": {"sample_rate": 8000},
     "features": {
-        "n_fft": 512,
-        "win_length": 512,
-        "hop_length": 256,
-        "n_mels": 20,
-        "fmax": 4000.0,
+        **EIGHT_KHZ_FEATURES,
         "max_frames": 400,
         "reference": True,
         "reference_frames": 32,
