@@ -41,6 +41,7 @@ from ringfeed.consumer.trainer.trainer import (
     STOPPED_SUMMARY_WAIT_S,
     open_batch_log,
     read_stager_json,
+    run_numbers,
 )
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import run_dir
@@ -186,23 +187,9 @@ def teardown(loop: Loop, run_id: str, stop: StopFlag) -> None:
 
 def summarize(loop: Loop, stager: dict[str, Any], cursor: dict[str, Any]) -> dict[str, Any]:
     """The TensorFlow trainer's summary.json keys that a single-process trainer has."""
-    m, counters = loop.metrics.run_summary(), stager.get("counters", {})
-    n_items = stager.get("n_items")
+    m = loop.metrics.run_summary()
     return {
-        "steps": loop.step,
-        "steps_this_run": len(loop.losses),
-        "samples": loop.samples,
-        "epochs": cursor["position"] / n_items if n_items else None,
-        "delivered": counters.get("delivered"),
-        "skipped": counters.get("skipped"),
-        "data_wait_fraction": m["wait_frac"],
-        "step_time_s": m["step_time_s"],
-        "step_time_cv": m["step_time_cv"],
-        "step_time_median_s": m["step_time_median_s"],
-        "samples_per_s": m["samples_per_s"],
-        "useful_frames_per_s": m["useful_frames_per_s"],
-        "first_loss": loop.losses[0] if loop.losses else None,
-        "final_loss": loop.losses[-1] if loop.losses else None,
+        **run_numbers(loop.step, loop.losses, loop.samples, cursor, stager, m),
         "trace_count": loop.side.trace_count,
         "first_step_s": loop.first_step_s,
         "device_mode": loop.side.mode,

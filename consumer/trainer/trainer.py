@@ -313,18 +313,23 @@ def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | Non
     return path
 
 
-def summarize(cfg: Config, run_id: str, s: Session, wait_s: float) -> dict[str, Any]:
-    """The run's numbers; stager counters come from stager.json, written after our BYE
-    (waited for up to wait_s)."""
-    stager = read_stager_json(run_dir(cfg, run_id) / "stager.json", wait_s)
-    counters = stager.get("counters", {})
-    n_items = stager.get("n_items")
-    m = s.metrics.run_summary()
+def run_numbers(
+    step: int,
+    losses: list[float],
+    samples: int,
+    cursor: dict[str, Any],
+    stager: dict[str, Any],
+    m: dict[str, Any],
+) -> dict[str, Any]:
+    """The summary.json keys of every trainer (this one and the example trainers'
+    consumer/trainer/model_loop.py): steps, epochs, the stager's counters (its
+    stager.json), the step metrics `m` (StepMetrics.run_summary) and the losses."""
+    counters, n_items = stager.get("counters", {}), stager.get("n_items")
     return {
-        "steps": s.step,
-        "steps_this_run": len(s.losses),
-        "samples": s.samples,
-        "epochs": s.cursor["position"] / n_items if n_items else None,
+        "steps": step,
+        "steps_this_run": len(losses),
+        "samples": samples,
+        "epochs": cursor["position"] / n_items if n_items else None,
         "delivered": counters.get("delivered"),
         "skipped": counters.get("skipped"),
         "data_wait_fraction": m["wait_frac"],
@@ -333,10 +338,20 @@ def summarize(cfg: Config, run_id: str, s: Session, wait_s: float) -> dict[str, 
         "step_time_median_s": m["step_time_median_s"],
         "samples_per_s": m["samples_per_s"],
         "useful_frames_per_s": m["useful_frames_per_s"],
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+    }
+
+
+def summarize(cfg: Config, run_id: str, s: Session, wait_s: float) -> dict[str, Any]:
+    """The run's numbers; stager counters come from stager.json, written after our BYE
+    (waited for up to wait_s)."""
+    stager = read_stager_json(run_dir(cfg, run_id) / "stager.json", wait_s)
+    m = s.metrics.run_summary()
+    return {
+        **run_numbers(s.step, s.losses, s.samples, s.cursor, stager, m),
         "padding_efficiency_frames": m["padding_efficiency_frames"],
         "padding_efficiency_text": m["padding_efficiency_text"],
-        "first_loss": s.losses[0] if s.losses else None,
-        "final_loss": s.losses[-1] if s.losses else None,
         "trace_count": s.step_fn.trace_count,
         "first_step_s": s.compile_s,
         "device_mode": s.plan.mode,
