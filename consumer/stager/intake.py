@@ -428,18 +428,7 @@ class Intake:
                 self.ledger.twins.settle(pos, held_sample(pos, twin))
             elif self.believe_skip(pos.item, twin.peer):
                 self.confirmed(twin)
-                self.ledger.twins.settle(
-                    pos,
-                    Finished(
-                        "skip",
-                        pos.position,
-                        pos.item,
-                        reason=sk.reason,
-                        stage=sk.stage,
-                        path=sk.path,
-                        cause=sk.cause,
-                    ),
-                )
+                self.ledger.twins.settle(pos, self.skipped(pos, sk))
             else:
                 self.ledger.twins.retry(pos)
 
