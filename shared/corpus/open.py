@@ -47,17 +47,23 @@ class NotPrepared(ConfigError):
     says what to run."""
 
 
+def _ready(cfg: Config) -> tuple[CorpusFormat, Path, CorpusIndex | None]:
+    """cfg.data's format (its settings checked), its index's path, and the index when
+    there is one to use as it is: computed (synthetic), or current on disk."""
+    fmt = format_of(cfg)
+    fmt.check(cfg)
+    computed = fmt.computed_index(cfg)
+    if computed is not None:  # it has no file: no path is asked of it
+        return fmt, Path(), computed
+    path = index_path(cfg)
+    return fmt, path, _current(cfg, fmt, path)
+
+
 def open_prepared(cfg: Config) -> CorpusIndex:
     """cfg.data's index as preparation left it: computed (synthetic), or the current one
     mapped. NotPrepared when there is none (never prepared, or the corpus or a setting
     that decides its items changed since): nothing is built here."""
-    fmt = format_of(cfg)
-    fmt.check(cfg)
-    computed = fmt.computed_index(cfg)
-    if computed is not None:
-        return computed
-    path = index_path(cfg)
-    index = _current(cfg, fmt, path)
+    fmt, path, index = _ready(cfg)
     if index is not None:
         return index
     stale = any(p.exists() for p in places(path))
@@ -74,13 +80,7 @@ def open_corpus(cfg: Config, in_subprocess: bool = True) -> CorpusIndex:
     one builder at a time, in a subprocess unless in_subprocess is False), or read in
     memory when neither the cache folder nor /dev/shm can hold it. ConfigError for a
     setting the format cannot serve, CorpusError for a corpus that cannot be read."""
-    fmt = format_of(cfg)
-    fmt.check(cfg)
-    computed = fmt.computed_index(cfg)
-    if computed is not None:
-        return computed
-    path = index_path(cfg)
-    index = _current(cfg, fmt, path)
+    fmt, path, index = _ready(cfg)
     if index is not None:
         return index
     fmt.stamp(cfg)  # a missing corpus is its own error, before any lock
