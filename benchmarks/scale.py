@@ -149,6 +149,18 @@ def one_process_build_s(config: Path, repo: Path = REPO) -> tuple[float, float]:
     return float(out.strip().splitlines()[-1]), children_cpu_s() - cpu
 
 
+def python_c(code: str, config: Path) -> str:
+    """What `python -c code CONFIG` prints: a fresh process, this checkout's code."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(config)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
 def header_of(config: Path) -> dict:
     code = (
         "import json, sys; from ringfeed.shared.config import load_config; "
@@ -157,13 +169,7 @@ def header_of(config: Path) -> dict:
         "h = IndexFile(index_path(load_config(sys.argv[1]))).header; h.pop('bad_lines'); "
         "print(json.dumps({k: h[k] for k in ('n_items', 'build_s', 'digest')}))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(config)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = python_c(code, config)
     return json.loads(out)
 
 
@@ -175,13 +181,7 @@ def reuse_s(config: Path) -> float:
         "t = time.perf_counter(); ix = open_corpus(cfg); ix.entry(ix.n_items - 1); "
         "print(time.perf_counter() - t)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(config)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = python_c(code, config)
     return float(out.strip().splitlines()[-1])
 
 
