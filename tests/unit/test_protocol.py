@@ -13,8 +13,9 @@ from ringfeed.shared.config import config_from_dict
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
 
-# What a producer of the default config says in its HELLO.
-CONFIG_PRINT = config_fingerprint(config_from_dict({}))
+# What a producer of the default config says in its HELLO. The corpus digest is given:
+# computing it would need the default corpus prepared, and a clean clone has no index.
+CONFIG_PRINT = config_fingerprint(config_from_dict({}), corpus="4" * 16)
 PLAN_PRINT = {"index": "0" * 16, "seed": "1" * 16, "buckets": "2" * 16, "lengths": "3" * 16}
 
 EXAMPLES = [
