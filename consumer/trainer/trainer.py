@@ -41,7 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
-from ringfeed.consumer.devices import DevicePlan, choose_device, configure_tensorflow, gpu_stats
+from ringfeed.consumer.devices import (
+    DevicePlan,
+    choose_device,
+    configure_tensorflow,
+    gpu_stats,
+    import_tensorflow,
+)
 from ringfeed.consumer.trainer.board import RunBoard, learning_rate
 from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
 from ringfeed.consumer.trainer.metrics import StepMetrics, format_line
@@ -122,7 +128,7 @@ def build_step(
     and the benchmarks call this, so both train the same way. With several replicas or
     workers the step is a DistributedStep (its .strategy holds the strategy)."""
     plan = choose_device("trainer", cfg)
-    import tensorflow as tf  # only now: CUDA_VISIBLE_DEVICES is set
+    tf = import_tensorflow()  # only now: CUDA_VISIBLE_DEVICES is set
 
     from ringfeed.consumer.trainer.model import load_model_factory
     from ringfeed.consumer.trainer.replicas import DistributedStep, make_strategy

@@ -81,3 +81,29 @@ def test_a_start_imports_nothing_only_later_work_needs() -> None:
             [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
         )
         assert out.stderr.strip() == "[]", f"{entry}: {out.stderr}"
+
+
+def test_tensorflow_in_a_ringfeed_process_leaves_out_what_it_only_probes_for() -> None:
+    """import_tensorflow (the trainer's, the stager mels') imports TensorFlow without the
+    JAX, matplotlib and scikit-learn it would otherwise import when installed; the
+    process still imports each of them later, whole."""
+    import importlib.util
+
+    from ringfeed.consumer.devices import NOT_FOR_TENSORFLOW
+
+    installed = [m for m in NOT_FOR_TENSORFLOW if importlib.util.find_spec(m) is not None]
+    code = (
+        "import sys\n"
+        "from ringfeed.consumer.devices import import_tensorflow\n"
+        "tf = import_tensorflow()\n"
+        "assert int(tf.reduce_sum(tf.ones([3]))) == 3\n"
+        f"loaded = [m for m in {NOT_FOR_TENSORFLOW!r} if m in sys.modules]\n"
+        f"for m in {installed!r}:\n"
+        "    assert __import__(m).__spec__ is not None, m\n"
+        "print('loaded with tensorflow:', loaded)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "loaded with tensorflow: []" in out.stdout, out.stdout
