@@ -17,6 +17,7 @@ from ringfeed.consumer.devices import count_gpus
 from tests.support.configs import BUCKETS, SYNTHETIC, write_config
 from tests.support.fault_sources import inject_faults
 from tests.support.paths import REPO
+from tests.support.plan_walk import trained, uninterrupted
 from tests.support.runs import Run, batch_records, rid, shm_segments
 
 pytestmark = pytest.mark.slow
@@ -104,36 +105,32 @@ def kill_after_the_first_checkpoint(b: Run) -> None:
     assert b.wait("stager", 10) == 0 and b.wait("producers", 10) == 0, b.logs()
 
 
-def whole_and_resumed(
-    config: Path, tmp_path: Path
-) -> tuple[dict[int, dict], dict, dict[int, dict]]:
-    """Two runs of config side by side (a trainer's start-up is seconds of one core's
-    work): one never interrupted, one whose trainer is SIGKILLed after its first
-    checkpoint, stopped, and launched again under the same run id. Returns the step ->
-    batch record of the first, the summary.json of the second and its step -> batch
+def resumed(config: Path, tmp_path: Path) -> tuple[dict, dict[int, dict]]:
+    """A run of config whose trainer is SIGKILLed after its first checkpoint, stopped,
+    and launched again under the same run id: its summary.json and step -> batch
     record."""
-    with Run(config, rid("resA"), tmp_path) as a, Run(config, rid("resB"), tmp_path) as b:
-        a.start_all()
+    with Run(config, rid("res"), tmp_path) as b:
         b.start_all()
         kill_after_the_first_checkpoint(b)
         b.start_all()
-        assert a.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, a.logs()
         assert b.wait_all() == {"stager": 0, "producers": 0, "trainer": 0}, b.logs()
         assert shm_segments(b.run_id) == []
-        whole = batch_records(a.dir / "batches.jsonl")
-        return whole, b.json("summary.json"), batch_records(b.dir / "batches.jsonl")
+        return b.json("summary.json"), batch_records(b.dir / "batches.jsonl")
 
 
 @pytest.mark.parametrize("lengths", ["fixed", "buckets"])
 def test_resumed_run_sees_the_same_batches(tmp_path: Path, lengths: str) -> None:
-    expected, summary, got = whole_and_resumed(resumable_config(tmp_path, lengths), tmp_path)
-    assert sorted(expected) == list(range(1, 17))
+    """The batches of the killed and relaunched run are those an uninterrupted run
+    trains: its plan's (tests/support/plan_walk.py uninterrupted)."""
+    config = resumable_config(tmp_path, lengths)
+    summary, got = resumed(config, tmp_path)
+    assert sorted(got) == list(range(1, 17))
     assert summary["steps"] == 16
     assert summary["steps_this_run"] < 16, "the relaunch should have resumed, not restarted"
     # It resumed because the plan's fingerprint in its checkpoint was the stager's.
     assert set(summary["cursor"]["plan"]) == {"index", "seed", "buckets", "lengths"}
-    assert got == expected
-    shapes = {tuple(r["shape"]) for r in expected.values()}
+    assert trained([got], 16) == uninterrupted(config, 16)
+    shapes = {tuple(r["shape"]) for r in got.values()}
     if lengths == "buckets":  # several shapes, each compiled once (per run)
         assert len(shapes) > 1 and {f for _, f, _ in shapes} <= {16, 24, 32}, shapes
         assert summary["trace_count"] == len(

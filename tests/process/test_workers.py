@@ -5,8 +5,8 @@ Every step both workers train their part of the same global batch, of the same
 bucket; an epoch's items are trained once, less the stated remainder; a worker
 SIGKILLed mid-run makes the other exit non-zero within train.collective_timeout_s,
 and relaunching both gives the batches of an uninterrupted run: the plan's global
-batches, in order (the stager's own plan, make_plan, is the uninterrupted run's
-reference; a whole run of two workers more would cost a minute of the suite).
+batches, in order (tests/support/plan_walk.py uninterrupted: the stager's own plan
+is the reference, where a third whole run of two workers cost a minute of the suite).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import numpy as np
 import pytest
 
 from ringfeed.consumer.stager.plan.buckets import Bucket, BucketBatches
-from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
 from ringfeed.shared.config import Config, load_config
-from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.share import Share
 from tests.support.configs import BUCKETS, SYNTHETIC, write_config
 from tests.support.fault_sources import inject_faults
+from tests.support.plan_walk import trained, uninterrupted
 from tests.support.runs import Run, batch_records, rid, shm_segments, workers
 
 pytestmark = pytest.mark.slow
@@ -86,21 +85,6 @@ def check_lockstep(records: list[dict[int, dict]], n_items: int) -> None:
     assert len(seen) == len(set(seen)) and n_items - 8 < len(seen) <= n_items
 
 
-def global_batches(config: Path, n: int) -> list[tuple[int, list[int]]]:
-    """The first n global batches of the two workers' plan, as (frames, sorted items):
-    those of at least one item per worker, in plan order."""
-    cfg = load_config(config)
-    plan = make_plan(cfg, open_corpus(cfg), Share(0, 2))
-    batches, position = [], 0
-    while len(batches) < n:
-        bucket, first, end = plan.batch_at(position)
-        if end - first >= 2:
-            items = sorted(plan.item_at(p) for p in range(first, end))
-            batches.append((plan.buckets[bucket].frames, items))
-        position = end
-    return batches
-
-
 @pytest.mark.parametrize("lengths", ["fixed", "buckets"])
 def test_two_workers_train_disjoint_shares_in_lockstep(tmp_path: Path, lengths: str) -> None:
     config = two_worker_config(tmp_path, lengths)
@@ -115,16 +99,10 @@ def test_two_workers_train_disjoint_shares_in_lockstep(tmp_path: Path, lengths: 
     check_lockstep(records, n_items)
     if lengths == "fixed":  # worker 0's part of batch 1 was skipped: an empty batch went
         assert records[0][1]["items"] == [] and len(records[1][1]["items"]) == 2
-    else:  # the uninterrupted run's batches: the plan's, each of its bucket's shape
-        trained = [
-            (
-                records[0][step]["shape"][1],
-                sorted(records[0][step]["items"] + records[1][step]["items"]),
-            )
-            for step in range(1, STEPS + 1)
-        ]
-        assert trained == global_batches(config, STEPS)
-        assert len({frames for frames, _ in trained}) > 1, "several buckets"
+    else:  # the uninterrupted run's batches: the plan's, each in its bucket's shape
+        steps = trained(records, STEPS)
+        assert steps == uninterrupted(config, STEPS, workers=2)
+        assert len({tuple(shape) for shape, _ in steps}) > 1, "several buckets"
 
 
 def killed_and_relaunched(config: Path, tmp_path: Path) -> tuple[list[dict[int, dict]], dict]:

@@ -1,13 +1,45 @@
 """Walking a plan as the stager's slot ledger cuts it into batches, without processes
-(tests of shares and balanced plans)."""
+(tests of shares and balanced plans), and the batches an uninterrupted run trains (the
+reference of the resume tests)."""
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+
 from ringfeed.consumer.stager.ledger import PlanBatches
+from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
+from ringfeed.shared.config import load_config
+from ringfeed.shared.corpus.open import open_corpus
+from ringfeed.shared.run.share import Share
 
 
 def batches(plan: Plan, start: int = 0) -> list[tuple[int, list[int]]]:
     """(bucket, positions) of every batch the ledger cuts from `start` (a consumer's
     cursor) to the plan's end (consumer/stager/ledger.py PlanBatches)."""
     return [(cut.bucket, cut.positions) for cut in PlanBatches(plan, start, 0, (0, 0, 0))]
+
+
+def uninterrupted(config: Path, n: int, workers: int = 1) -> list[tuple[list[int], list[int]]]:
+    """The first n batches a run of config trains when nothing stops it, as its stager
+    cuts them from its plan (make_plan; with several workers, the first one's share of
+    the global plan): (a worker's batch shape, the sorted items of the global batch)
+    each, as the trainers' batch records give them (train.log_batches)."""
+    cfg = load_config(config)
+    plan = make_plan(cfg, open_corpus(cfg), Share(0, workers))
+    fixed = (cfg.stager.batch_size, cfg.features.max_frames, cfg.text.max_text_len)
+    cuts = itertools.islice(PlanBatches(plan, 0, cfg.stager.batch_size, fixed), n)
+    return [
+        (list(cut.shape), sorted(plan.item_at(p) for p in range(cut.first, cut.end)))
+        for cut in cuts
+    ]
+
+
+def trained(records: list[dict[int, dict]], steps: int) -> list[tuple[list[int], list[int]]]:
+    """What steps 1..steps trained, from each worker's step -> batch record: (the first
+    worker's batch shape, the sorted items of all workers' parts), uninterrupted's form."""
+    return [
+        (list(records[0][s]["shape"]), sorted(i for r in records for i in r[s]["items"]))
+        for s in range(1, steps + 1)
+    ]
