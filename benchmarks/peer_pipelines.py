@@ -26,8 +26,10 @@ WORKERS = 2
 
 def tf_setup():
     """TensorFlow on one intra- and one inter-op thread, and tf.data options with a private
-    pool of WORKERS threads."""
-    import tensorflow as tf
+    pool of WORKERS threads. TensorFlow is imported as the trainer imports it."""
+    from ringfeed.consumer.devices import import_tensorflow
+
+    tf = import_tensorflow()
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -101,7 +101,10 @@ def test_a_loop_killed_mid_step_leaves_the_run_to_end_after_consumer_wait_s(
             text=True,
             timeout=120,
         )
-        assert loop.returncode == -9, loop.stderr
+        if loop.returncode != -9:  # the launcher may have said why first
+            launcher.kill()
+            said = launcher.communicate(timeout=10)[0]
+            raise AssertionError(f"{loop.stderr}\nthe launcher said:\n{said[-3000:]}")
         killed = time.monotonic()
         out, _ = launcher.communicate(timeout=60)
         took_s = time.monotonic() - killed
