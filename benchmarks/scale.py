@@ -136,27 +136,21 @@ def one_process_build_s(config: Path, repo: Path = REPO) -> tuple[float, float]:
         "build(cfg, **({'workers': 1} if 'workers' in build.__code__.co_varnames else {})); "
         "print(time.perf_counter() - t)"
     )
+    cpu = children_cpu_s()
+    out = python_c(code, config, repo)
+    return float(out.strip().splitlines()[-1]), children_cpu_s() - cpu
+
+
+def python_c(code: str, config: Path, repo: Path = REPO) -> str:
+    """What `python -c code CONFIG` prints: a fresh process running repo's code."""
     path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
-    cpu, env = children_cpu_s(), {**os.environ, "PYTHONPATH": path}  # repo's code first
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", code, str(config)],
         cwd=repo,
         check=True,
         capture_output=True,
         text=True,
-        env=env,
-    ).stdout
-    return float(out.strip().splitlines()[-1]), children_cpu_s() - cpu
-
-
-def python_c(code: str, config: Path) -> str:
-    """What `python -c code CONFIG` prints: a fresh process, this checkout's code."""
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(config)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
+        env={**os.environ, "PYTHONPATH": path},  # repo's code first
     )
     return done.stdout
 
