@@ -11,6 +11,7 @@ from ringfeed.consumer.stager.ledger import PlanBatches
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.shared.config import load_config
+from ringfeed.shared.corpus.formats import synthetic
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.run.share import Share
 
@@ -21,25 +22,36 @@ def batches(plan: Plan, start: int = 0) -> list[tuple[int, list[int]]]:
     return [(cut.bucket, cut.positions) for cut in PlanBatches(plan, start, 0, (0, 0, 0))]
 
 
-def uninterrupted(config: Path, n: int, workers: int = 1) -> list[tuple[list[int], list[int]]]:
-    """The first n batches a run of config trains when nothing stops it, as its stager
-    cuts them from its plan (make_plan; with several workers, the first one's share of
-    the global plan): (a worker's batch shape, the sorted items of the global batch)
-    each, as the trainers' batch records give them (train.log_batches)."""
+Rows = list[tuple[int, int]]  # (item, its text length) of each row of a batch, sorted
+
+
+def uninterrupted(config: Path, n: int, workers: int = 1) -> list[tuple[list[int], Rows]]:
+    """The first n batches a run of config (synthetic items) trains when nothing stops
+    it, as its stager cuts them from its plan (make_plan; with several workers, the
+    first one's share of the global plan): (a worker's batch shape, the global batch's
+    rows, each its item and that item's own text length) each, in trained()'s form."""
     cfg = load_config(config)
+    assert cfg.data.format == "synthetic", "each row's text length is the synthetic item's"
     plan = make_plan(cfg, open_corpus(cfg), Share(0, workers))
     fixed = (cfg.stager.batch_size, cfg.features.max_frames, cfg.text.max_text_len)
     cuts = itertools.islice(PlanBatches(plan, 0, cfg.stager.batch_size, fixed), n)
-    return [
-        (list(cut.shape), sorted(plan.item_at(p) for p in range(cut.first, cut.end)))
-        for cut in cuts
-    ]
+    batches = []
+    for cut in cuts:
+        items = (plan.item_at(p) for p in range(cut.first, cut.end))
+        batches.append((list(cut.shape), sorted((i, synthetic.lengths(i, cfg)[0]) for i in items)))
+    return batches
 
 
-def trained(records: list[dict[int, dict]], steps: int) -> list[tuple[list[int], list[int]]]:
-    """What steps 1..steps trained, from each worker's step -> batch record: (the first
-    worker's batch shape, the sorted items of all workers' parts), uninterrupted's form."""
+def trained(records: list[dict[int, dict]], steps: int) -> list[tuple[list[int], Rows]]:
+    """What steps 1..steps trained, from each worker's step -> batch record
+    (train.log_batches): (the first worker's batch shape, the rows of all workers'
+    parts, each its item and its text length as delivered)."""
     return [
-        (list(records[0][s]["shape"]), sorted(i for r in records for i in r[s]["items"]))
+        (
+            list(records[0][s]["shape"]),
+            sorted(
+                pair for r in records for pair in zip(r[s]["items"], r[s]["text_lens"], strict=True)
+            ),
+        )
         for s in range(1, steps + 1)
     ]
