@@ -1,7 +1,7 @@
 """A finished batch made ready to send: its rows checked, closed up and completed.
 
 Called by delivery (consumer/stager/delivery.py) for each batch the slot ledger hands
-on (consumer/stager/ledger.py: every position finished). Most samples were written by
+on (consumer/stager/ledger/face.py BatchOut: every position finished). Most samples were written by
 their producers straight into their row of the batch slot (docs/design.md#rows-written-once)
 and are not copied at all. The others are copied once, into the row they are delivered
 in: a sample in a spare place (a second grant, a retry of a fenced row, a remote
@@ -10,12 +10,15 @@ mels), a sample whose row moves up because a position before it was skipped, or 
 sample of a batch whose slot a stale producer may still write (it moves to another
 slot). Rows past the last sample are padding, written here.
 
-Then every row is checked as it will be sent (docs/design.md#contract-7): its place's
-record still carries the accepted generation in both producer fields after the copy
-(seqlock), and the row hashes to its READY's checksum (the intake checked its values when
-the READY was accepted, consumer/stager/intake.py). A row that fails is torn, a stale
-writer's doing (a fence lifted too early) or its producer's: it is not delivered, its
-position is granted again, uncharged, and the batch waits.
+Then every row is checked as it will be sent (docs/design.md#contract-7), in one
+read of its bytes: its place's record still carries the accepted generation in both
+producer fields after the copy (seqlock), every value is in range
+(shared/sample/content.py), and the row hashes to its READY's checksum. A row whose
+seqlock or hash fails is torn, a stale writer's doing (a fence lifted too early) or its
+producer's; one whose values are out of range was written by a producer that skipped
+its own check. Neither is delivered: the intake decides who pays
+(consumer/stager/intake.py rows_failed), the position is granted again, and the batch
+waits.
 
 The stager's own columns come last, from the ledger and the run's tables, never from a
 producer: true lengths, items, plan positions, valid, speaker and language ids (padding
@@ -32,26 +35,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringfeed.consumer.stager.drops import Drops
-from ringfeed.consumer.stager.ledger import Ledger
-from ringfeed.consumer.stager.state import Batch, Position
+from ringfeed.consumer.stager.ledger.face import SAMPLE, BatchOut
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.ring import rows_checksum
 from ringfeed.shared.run.id_tables import padding_ids
 from ringfeed.shared.run.stats_record import BuilderStats, Padding
+from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.sample.marks import AUDIO
-from ringfeed.shared.wire import protocol as p
+from ringfeed.shared.sample.schema import SPARE_SHAPE
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Assembled:
-    """A batch ready to announce: its slot and real rows."""
+    """A batch ready to announce (its real rows), or not (failed: row of the batch's
+    positions -> why; finals: the row of the batch slot each position's sample lies in
+    now, -1 for a skip)."""
 
-    slot: int
     n_valid: int
+    finals: np.ndarray
+    failed: dict[int, str]
 
 
 class Assembly:
@@ -59,10 +64,9 @@ class Assembly:
 
     def __init__(
         self,
+        *,
         cfg: Config,
         places: Places,
-        ledger: Ledger,
-        drop: Drops,
         mel_fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None,
         ids: tuple[np.ndarray, np.ndarray] | None = None,
         marked: Callable[[int, int], None] | None = None,
@@ -71,14 +75,17 @@ class Assembly:
         (speaker, language) int32 [n_items] from the run's id tables; marked(item, marks):
         told of each sample sent whose READY carried audio marks (near-silent, clipped:
         consumer/stager/outliers.py lists it)."""
-        self.cfg, self.places, self.ledger, self.drop = cfg, places, ledger, drop
+        self.cfg, self.places = cfg, places
         self.mel_fn, self.marked = mel_fn, marked
-        self.speaker_of, self.language_of = ids if ids is not None else (None, None)
+        self.vocab = cfg.vocab_size
+        self.speaker_of: np.ndarray | None = ids[0] if ids is not None else None
+        self.language_of: np.ndarray | None = ids[1] if ids is not None else None
         self.padding_ids = padding_ids(cfg)
         self.schema = cfg.schema
         self.names = places.names
         self.pads = places.pads
         self.hop = cfg.features.hop_length
+        self.rows_per_slot = places.rows_per_slot
         # stager mels: waveforms of up to max_frames x hop samples per row.
         wave = mel_fn is not None
         self.waves = np.zeros((cfg.max_batch_rows, cfg.max_samples), np.float32) if wave else None
@@ -90,99 +97,109 @@ class Assembly:
         self.row_writing = rows["writing_generation"] if rows is not None else None
         self.row_sealed = rows["sealed_generation"] if rows is not None else None
 
-    def stats(self) -> BuilderStats:
-        """Its part of the stager's stats: batches in flight, and true / padded mel
-        frames and tokens over every batch sent (None before one)."""
+    def stats(self, in_flight: int) -> BuilderStats:
+        """Its part of the stager's stats: batches in flight (the ledger's), and true /
+        padded mel frames and tokens over every batch sent (None before one)."""
         true_f, pad_f, true_t, pad_t = (int(x) for x in self.filled)
         padding = Padding(
             frames=round(true_f / pad_f, 4) if pad_f else None,
             text=round(true_t / pad_t, 4) if pad_t else None,
         )
-        return BuilderStats(self.ledger.in_flight(), padding)
+        return BuilderStats(in_flight, padding)
 
     # ------------------------------------------------------------ one batch
-    def assemble(self, batch: Batch) -> Assembled | None:
-        """Make the finished batch ready to send (module docstring); None when it must
-        wait: a row failed its checks (its position is granted again, or skipped), or its
-        slot must move and no slot is free."""
-        if self.ledger.must_move(batch) and self.ledger.relocate(batch) is None:
-            return None
-        samples = [pos for pos in batch.positions if pos.done and pos.done.kind == "sample"]
+    def assemble(self, batch: BatchOut) -> Assembled:
+        """Make the finished batch ready to send (module docstring): Assembled with
+        nothing failed, or the rows that failed (the batch must wait)."""
+        sample = batch.kind == SAMPLE
+        finals = np.where(sample, np.cumsum(sample) - 1, -1)
         views = self.places.batch(batch.slot, batch.shape)
-        fields = [views[name] for name in self.names if name != "wave"]
-        first = batch.slot * self.ledger.rows_per_slot
-        finals, failed, moved = {}, [], False
-        for j, pos in enumerate(samples):
-            assert pos.done is not None and pos.done.entry is not None
-            if pos.done.place == first + j and self.waves is None:  # written where it lies
-                why = self.check(first + j, pos.done.entry, [f[j] for f in fields])
-            else:
-                why, moved = self.place(pos, batch, views, j), True
-            finals[pos.position] = first + j
-            if why:
-                failed.append((pos, why))
-        if failed:
-            self.ledger.moved(batch, finals)
-            for pos, why in failed:
-                self.drop("torn", f"item {pos.item}: {why}")
-                self.ledger.retry(pos)
-            return None
-        self.complete_rows(batch, samples, views)
-        if moved:
-            self.ledger.moved(batch, finals)
-        return Assembled(batch.slot, len(samples))
+        written = (
+            sample
+            & (batch.src_slot == batch.slot)
+            & (batch.src_index == finals)
+            & (batch.moved_from < 0)
+        )
+        if self.waves is not None:
+            written[:] = False
+        failed = self.check_in_place(batch, written, views) if written.any() else {}
+        for row in (sample & ~written).nonzero()[0].tolist():
+            if why := self.place(batch, row, int(finals[row]), views):
+                failed[row] = why
+        n = int(sample.sum())
+        if not failed:
+            self.complete_rows(batch, sample, n, views)
+        return Assembled(n, finals, failed)
 
-    def check(self, k: int, e: p.ReadyEntry, rows: list[np.ndarray]) -> str:
-        """A sample at its row k, checked where it lies, as it will be sent: the seqlock
-        and its checksum: '' if it is whole, else why not (torn)."""
-        g = e.generation
-        if self.row_writing[k] != g or self.row_sealed[k] != g:
-            return "torn: its place changed after its READY"
-        if rows_checksum(r[:n] for r, n in zip(rows, e.lengths, strict=True)) != e.checksum:
-            return "torn: its rows changed after its READY"
-        return ""
+    def check_in_place(
+        self, batch: BatchOut, written: np.ndarray, views: dict[str, np.ndarray]
+    ) -> dict[int, str]:
+        """The samples written where they lie, checked there as they will be sent: the
+        seqlock (their records at the accepted generation), their values and checksums;
+        row -> why for those that fail."""
+        assert self.row_writing is not None and self.row_sealed is not None
+        rows = written.nonzero()[0]
+        js = batch.src_index[rows]  # its row of the batch: where it was written
+        at = batch.slot * self.rows_per_slot + js
+        gens = batch.generations[rows] % (1 << 32)
+        whole = (self.row_writing[at] == gens) & (self.row_sealed[at] == gens)
+        failed = {int(r): "torn: its place changed after its READY" for r in rows[~whole]}
+        fields = [views[name] for name in self.names]
+        for row, j in zip(rows[whole].tolist(), js[whole].tolist(), strict=True):
+            n = batch.lengths[row].tolist()
+            used = [f[j][:k] for f, k in zip(fields, n, strict=True)]
+            if why := content_error(zip(self.names, used, strict=True), self.vocab):
+                failed[row] = why
+            elif rows_checksum(used) != batch.checksums[row]:
+                failed[row] = "torn: its rows changed after its READY"
+        return failed
 
-    def place(self, pos: Position, batch: Batch, views: dict[str, np.ndarray], j: int) -> str:
-        """Put pos's sample into row j of the batch (a copy unless it was written there),
-        then check it: '' if it is whole, else why not (torn)."""
-        how = pos.done
-        assert how is not None and how.entry is not None
-        e, src = how.entry, how.place
-        slot, shape, index = self.ledger.where(src)
-        dst = [self.waves[j] if name == "wave" else views[name][j] for name in self.names]
-        if (slot, index) != (batch.slot, j):
+    def place(self, batch: BatchOut, row: int, j: int, views: dict[str, np.ndarray]) -> str:
+        """Put a sample into row j of the batch (a copy from where it lies), then check it:
+        '' if it is whole, else why not (torn, or values out of range)."""
+        slot, index = int(batch.src_slot[row]), int(batch.src_index[row])
+        shape = batch.shape if slot >= 0 else SPARE_SHAPE
+        g = int(batch.generations[row])
+        n = batch.lengths[row].tolist()
+        waves = self.waves
+        dst = [
+            waves[j] if name == "wave" and waves is not None else views[name][j]
+            for name in self.names
+        ]
+        if (slot, index) != (batch.slot, j) or self.waves is not None:
             fields = self.places.fields(slot, shape, index)
-            for k, (d, s, n) in enumerate(zip(dst, fields, e.lengths, strict=True)):
-                d[:n] = s[:n]
-                if n < d.shape[0]:
-                    d[n:] = self.pads[k]
+            for k, (d, s, m) in enumerate(zip(dst, fields, n, strict=True)):
+                d[:m] = s[:m]
+                if m < d.shape[0]:
+                    d[m:] = self.pads[k]
             record = self.places.record(batch.slot, j)
-            record["writing_generation"] = record["sealed_generation"] = e.generation
-            record["lengths"][0, : len(e.lengths)] = e.lengths
+            record["writing_generation"] = record["sealed_generation"] = g
+            record["lengths"][0, : len(n)] = n
         # The seqlock: the producer's fields as they were accepted, after the copy.
         source = self.places.record(slot, index)
-        if (
-            int(source["writing_generation"][0]) != e.generation
-            or int(source["sealed_generation"][0]) != e.generation
+        if int(source["writing_generation"][0]) != g % (1 << 32) or (
+            int(source["sealed_generation"][0]) != g % (1 << 32)
         ):
             return "torn: its place changed after its READY"
-        if rows_checksum(d[:n] for d, n in zip(dst, e.lengths, strict=True)) != e.checksum:
+        used = [d[:m] for d, m in zip(dst, n, strict=True)]
+        if why := content_error(zip(self.names, used, strict=True), self.vocab):
+            return why
+        if rows_checksum(used) != batch.checksums[row]:
             return "torn: its rows changed after its READY"
         return ""
 
     def complete_rows(
-        self, batch: Batch, samples: list[Position], views: dict[str, np.ndarray]
+        self, batch: BatchOut, sample: np.ndarray, n: int, views: dict[str, np.ndarray]
     ) -> None:
         """The stager's own columns of the real rows, the padding rows, the stager's mels."""
-        n, (rows, frames, text) = len(samples), batch.shape
-        entries = [pos.done.entry for pos in samples if pos.done and pos.done.entry]
-        lengths = np.array([e.lengths for e in entries], np.int32).reshape(n, len(self.names))
-        items = np.array([pos.item for pos in samples], np.int64)
+        rows, frames, text = batch.shape
+        lengths = batch.lengths[sample]
+        items = batch.items[sample]
         views["text_lens"][:n] = lengths[:, 0]
         views["items"][:n] = items
-        views["position"][:n] = [pos.position for pos in samples]
+        views["position"][:n] = batch.positions[sample]
         views["valid"][:n] = True
-        if self.speaker_of is not None:
+        if self.speaker_of is not None and self.language_of is not None:
             views["speaker"][:n] = self.speaker_of[items]
             views["language"][:n] = self.language_of[items]
         else:  # tests build batches without tables
@@ -204,10 +221,10 @@ class Assembly:
             int(views["text_lens"].sum()),
             rows * text,
         )
-        if self.marked is not None:
-            for pos, e in zip(samples, entries, strict=True):
-                if e.marks & AUDIO:
-                    self.marked(pos.item, e.marks)
+        if self.marked is not None and (marks := batch.marks[sample] & AUDIO).any():
+            for item, mark in zip(items.tolist(), marks.tolist(), strict=True):
+                if mark:
+                    self.marked(item, mark)
 
     def pad_rows(self, views: dict[str, np.ndarray], n: int, rows: int) -> None:
         """Rows n..rows of a part-filled batch: padding, never a real name's ids."""

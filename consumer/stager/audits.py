@@ -1,7 +1,7 @@
 """Audits: what a remote producer says about an item is checked by a local producer.
 
 A part of the stager's intake (consumer/stager/intake.py); the second grant is a twin
-of the slot ledger (consumer/stager/twins.py), written into a spare place. A remote
+of the slot ledger (consumer/stager/ledger/twins.py), written into a spare place. A remote
 producer's sample can pass every check the stager has (its rows hash to its checksum,
 every value in range) and still be made up: another item's valid mel, or zeros (400 of
 400 such rows were batched, issue 35). Only computing the item again tells. So:
@@ -49,6 +49,7 @@ ring.audit_first and ring.audit_fraction to 0 there).
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -98,7 +99,7 @@ Where = tuple[int, tuple[int, int, int], int]  # a place: (batch slot or -1, sha
 
 
 def disagreement(
-    places: Places, a_at: Where, lengths_a: list[int], b_at: Where, lengths_b: list[int]
+    places: Places, a_at: Where, lengths_a: Sequence[int], b_at: Where, lengths_b: Sequence[int]
 ) -> str:
     """'' if the samples at two places agree (see the module docstring), else where not."""
     if list(lengths_a) != list(lengths_b):

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from ringfeed.consumer.stager.control import ControlSockets, is_remote
 from ringfeed.consumer.stager.delivery import Delivery
 from ringfeed.consumer.stager.drops import Drops
-from ringfeed.consumer.stager.ledger import Ledger
+from ringfeed.consumer.stager.ledger.face import SlotLedger
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import ProducerBook
@@ -67,12 +67,13 @@ class ConsumerSide:
 
     def __init__(
         self,
+        *,
         plan: Plan,
         secret: str,
         welcome: p.Welcome,
         book: ProducerBook,
         delivery: Delivery,
-        ledger: Ledger,
+        ledger: SlotLedger,
         net: ControlSockets,
         drop: Drops,
     ) -> None:
@@ -256,7 +257,8 @@ class ConsumerSide:
     def on_bye(self, msg: p.Bye) -> None:
         log.info("consumer finished after %d batches; stopping the run", self.delivery.batches_sent)
         self.done = True
-        self.net.reply(self.ident, p.ByeAck())
+        if self.ident is not None:
+            self.net.reply(self.ident, p.ByeAck())
 
     def on_heartbeat(self, msg: p.Heartbeat) -> None:
         """A waiting consumer's keep-alive: a new stager answers it with REHELLO instead."""

@@ -172,17 +172,21 @@ class ControlSockets:
         # benchmarks/first_batch.py), and only a CURVE remote endpoint has a monitor.
         from zmq.utils.monitor import recv_monitor_message
 
-        while self.monitor.poll(0):
-            event = recv_monitor_message(self.monitor)
+        monitor = self.monitor
+        assert monitor is not None
+        while monitor.poll(0):
+            event = recv_monitor_message(monitor)
             if event["event"] & HANDSHAKE_FAILED:
                 why = "CURVE handshake failed (wrong server key?)"
                 self._refuse("a tcp peer", why, "handshake")
 
     def _authenticate(self) -> None:
         """Answer ZAP requests: only listed producer keys complete the handshake."""
+        zap = self.zap
+        assert zap is not None
         while True:
             try:
-                frames = self.zap.recv_multipart(zmq.NOBLOCK)
+                frames = zap.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             version, request_id, _domain, address, _identity, mechanism = frames[:6]
@@ -202,12 +206,12 @@ class ControlSockets:
             # The user id names the key in every message's metadata (consumer/stager/peers.py).
             user = zmq.utils.z85.encode(key) if ok else b""
             status = [b"200", b"OK"] if ok else [b"400", b"unknown producer key"]
-            self.zap.send_multipart([version, request_id, *status, user, b""])
+            zap.send_multipart([version, request_id, *status, user, b""])
 
     def receive(self, timeout_s: float) -> Iterator[Incoming]:
         """Messages waiting now (after up to timeout_s); malformed ones are reported.
         A HELLO or CONSUMER_HELLO comes with who sent it (peer); others with None."""
-        ready = dict(self.poller.poll(timeout_s * 1000))
+        ready = dict(self.poller.poll(round(timeout_s * 1000)))
         if self.zap is not None and self.zap in ready:
             self._authenticate()
         if self.monitor is not None and self.monitor in ready:
@@ -257,7 +261,7 @@ class ControlSockets:
 
     def close(self) -> None:
         """Close every socket and remove the ipc socket files (libzmq leaves them)."""
-        if self.monitor is not None:
+        if self.monitor is not None and self.remote is not None:
             self.remote.disable_monitor()
         for sock in (self.local, self.remote, self.zap, self.monitor, self.pub):
             if sock is not None and not sock.closed:

@@ -1,11 +1,12 @@
 """Delivery: finished batches announced to the consumer, skips into the quarantine.
 
 A part of the stager (consumer/stager/stager.py). Each turn it takes the batches the
-slot ledger has finished (consumer/stager/ledger.py: every position a sample or a skip;
-in plan order when deterministic), has the assembly check and complete each
-(consumer/stager/assembly.py: a row that fails sends its position back to be granted
-again, and the batch waits), writes one quarantine line per skipped item per run, and
-announces the batch with BATCH_READY. When a finite plan is exhausted, END_OF_DATA.
+slot ledger has finished (consumer/stager/ledger/face.py next_batch: every position a
+sample or a skip; in plan order when deterministic), has the assembly check and complete
+each (consumer/stager/assembly.py: rows that fail go to the intake, which decides
+who pays, and back to be granted again; the batch waits), writes one quarantine line
+per skipped item per run, and announces the batch with BATCH_READY. When a finite plan
+is exhausted, END_OF_DATA.
 
 An epoch whose every position was skipped ends the run (NothingDelivered, with
 the stages that gave up and one reason): the next epoch holds the same items,
@@ -16,14 +17,16 @@ person notices (an epochs: 0 run never ends by itself).
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+from collections.abc import Callable
 
 from ringfeed.consumer.stager.assembly import Assembly
 from ringfeed.consumer.stager.control import ControlSockets
-from ringfeed.consumer.stager.ledger import Ledger
+from ringfeed.consumer.stager.intake import Intake
+from ringfeed.consumer.stager.ledger.face import SAMPLE, BatchOut, Skip, SlotLedger
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
-from ringfeed.consumer.stager.state import Batch, Finished
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.run.stats_record import DeliveryStats
 from ringfeed.shared.wire import protocol as p
@@ -49,18 +52,29 @@ class EpochTally:
         self.stages: dict[int, collections.Counter[str]] = {}
         self.last_reason = ""
 
-    def count(self, event: Finished, delivered: bool) -> None:
-        """Count a resolved position; NothingDelivered if it ends an epoch of skips."""
-        epoch = event.position // self.n_items
-        self.resolved[epoch] += 1
-        self.delivered[epoch] += delivered
-        if not delivered:
-            self.stages.setdefault(epoch, collections.Counter())[event.stage or "?"] += 1
-            self.last_reason = event.reason[:MAX_SHOWN_REASON]
-        first = max(self.start, epoch * self.n_items)  # a resume starts mid-epoch
-        if self.resolved[epoch] < (epoch + 1) * self.n_items - first:
+    def count(self, batch: BatchOut, record: Callable[[int, Skip], None]) -> None:
+        """Count a batch's resolved positions, epoch by epoch (a batch may end one), each
+        skip recorded first; NothingDelivered if it ends an epoch of skips (the skips of
+        a later epoch are not recorded then)."""
+        epochs = batch.positions // self.n_items
+        first, last = int(epochs[0]), int(epochs[-1])
+        for epoch in range(first, last + 1):
+            at = epochs == epoch if last > first else slice(None)
+            for position in batch.positions[at][batch.kind[at] != SAMPLE].tolist():
+                why = batch.skips[position]
+                record(position, why)
+                self.stages.setdefault(epoch, collections.Counter())[why.stage or "?"] += 1
+                self.last_reason = why.reason[:MAX_SHOWN_REASON]
+            self.resolved[epoch] += len(batch.positions[at])
+            self.delivered[epoch] += int((batch.kind[at] == SAMPLE).sum())
+            self.ended(epoch)
+
+    def ended(self, epoch: int) -> None:
+        start = max(self.start, epoch * self.n_items)  # a resume starts mid-epoch
+        if self.resolved[epoch] < (epoch + 1) * self.n_items - start:
             return
-        nothing, stages = not self.delivered[epoch], self.stages.pop(epoch, {})
+        nothing = not self.delivered[epoch]
+        stages = self.stages.pop(epoch, collections.Counter())
         del self.resolved[epoch], self.delivered[epoch]
         if nothing:
             by_stage = ", ".join(f"{n} at {stage}" for stage, n in stages.most_common())
@@ -76,15 +90,20 @@ class Delivery:
 
     def __init__(
         self,
+        *,
         plan: Plan,
-        ledger: Ledger,
+        ledger: SlotLedger,
         assembly: Assembly,
+        intake: Intake,
         quarantine: QuarantineWriter,
         index: CorpusIndex,
         net: ControlSockets,
+        deterministic: bool,
     ) -> None:
-        self.plan, self.ledger, self.assembly = plan, ledger, assembly
+        """deterministic: stager.deterministic (batches leave in plan order)."""
+        self.plan, self.ledger, self.assembly, self.intake = plan, ledger, assembly, intake
         self.quarantine, self.index, self.net = quarantine, index, net
+        self.deterministic = deterministic
         self.batches_sent = 0
         self.skipped: collections.Counter[str] = collections.Counter()  # by stage
         self.end_sent = False
@@ -98,12 +117,13 @@ class Delivery:
 
     def deliver(self, consumer: bytes) -> None:
         """Announce every batch the ledger has finished and the assembly makes ready."""
-        while (batch := self.ledger.complete()) is not None:
+        while (batch := self.ledger.next_batch()) is not None:
             ready = self.assembly.assemble(batch)
-            if ready is None:
-                break  # a row went back to be granted again, or the batch waits for a slot
+            if ready.failed:  # rows go back to be granted again; the batch waits
+                self.intake.rows_failed(batch, ready.finals, ready.failed)
+                break
             self.announce(consumer, batch, ready.n_valid)
-        if self.ledger.exhausted() and not self.end_sent:
+        if not self.end_sent and self.ledger.progress().exhausted:
             self.net.reply(consumer, p.EndOfData(self.batches_sent))
             self.end_sent = True
 
@@ -111,31 +131,31 @@ class Delivery:
         """Its part of the stager's stats."""
         return DeliveryStats(self.batches_sent, dict(self.skipped), self.quarantine.by_stage())
 
-    def announce(self, consumer: bytes, batch: Batch, n_valid: int) -> None:
+    def announce(self, consumer: bytes, batch: BatchOut, n_valid: int) -> None:
         """Quarantine lines for its skips, then BATCH_READY. A batch whose items were all
         skipped is not sent, but with several training workers every worker sends one
         batch per global batch (an empty one, n_valid 0): they must stay in step
         (shared/run/share.py)."""
-        for pos in batch.positions:
-            how = pos.done
-            assert how is not None
-            if how.kind == "skip":
-                self.record_skip(how)
-            self.tally.count(how, how.kind != "skip")
+        if len(batch.positions):
+            self.tally.count(batch, functools.partial(self.record_skip, batch))
         send = bool(n_valid) or self.plan.lockstep
         generation = self.ledger.sent(batch, n_valid, send)
         if not send:
             return
-        rows = [pos.position for pos in batch.positions if pos.done and pos.done.kind == "sample"]
-        first, last = (
-            (rows[0], rows[-1]) if rows else (batch.first, max(batch.first, batch.end - 1))
-        )
+        rows = batch.positions[batch.kind == SAMPLE]
+        if len(rows):
+            first, last = int(rows[0]), int(rows[-1])
+        else:
+            first, last = batch.first, max(batch.first, batch.end - 1)
         epoch_of = self.plan.epoch_of
         # A worker's next position is the global batch's end: the same for every worker and
         # every number of workers (shared/run/share.py), so a checkpoint's cursor resumes
         # any topology at the same global batch. Out of plan order (stager.deterministic
         # false), the oldest batch not yet sent is where a resume starts.
-        end = batch.end if self.ledger.deterministic or self.plan.lockstep else self.ledger.cursor
+        if self.deterministic or self.plan.lockstep:
+            end = batch.end
+        else:
+            end = self.ledger.progress().cursor
         msg = p.BatchReady(
             batch.slot,
             generation,
@@ -149,10 +169,11 @@ class Delivery:
         self.net.reply(consumer, msg)
         self.batches_sent += 1
 
-    def record_skip(self, how: Finished) -> None:
+    def record_skip(self, batch: BatchOut, position: int, why: Skip) -> None:
         """One quarantine line per skipped item per run, whoever gave up on it."""
-        self.skipped[how.stage or "?"] += 1
-        path = how.path or self.index.path(how.item)
-        item_id = self.index.item_id(how.item)
-        if self.quarantine.write(item_id, path, how.reason, how.stage, how.cause):
-            log.warning("skipped %s (%s): %s", item_id, how.stage, how.reason)
+        self.skipped[why.stage or "?"] += 1
+        item = int(batch.items[batch.positions.searchsorted(position)])
+        path = why.path or self.index.path(item)
+        item_id = self.index.item_id(item)
+        if self.quarantine.write(item_id, path, why.reason, why.stage, why.cause):
+            log.warning("skipped %s (%s): %s", item_id, why.stage, why.reason)

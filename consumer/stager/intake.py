@@ -1,46 +1,54 @@
-"""The stager's intake of answers: the checks of each READY and SKIP, and audit verdicts.
+"""The stager's intake of answers: the checks of each READY and SKIP, audit verdicts, and
+who pays for rows that fail.
 
 A part of the stager (consumer/stager/stager.py). A READY answers places of one run
 (shared/wire/grants.py); it is refused whole when it names what its producer was not
 granted (a generation never granted or granted to another, a place twice, a place not in
-the run, not the item granted) or does not line up. Places taken back from its producer
-since are dropped and counted ("stale", or "beaten" by a backup), never a strike. Each
-place it still holds is accepted when its true lengths fit the place (its batch's length
-bucket, or a spare) and agree with each other, and, local, its record is sealed with the
-run's generation; a remote producer's rows come as payload frames, copied into the
-places here and hashed where they landed (shared/memory/places.py): rows that do not hash
-to their READY's checksum are that producer's lie. Then every value of the answered rows
-must be in range (shared/sample/content.py): a producer that skipped that check of its
-own is struck at once, and the item skipped only when a second peer sent bad values for
-it too. The check after the write (seqlock, and the rows hash to the READY's checksum) is
-the assembly's, when the batch is complete (consumer/stager/assembly.py,
-docs/design.md#contract-7): what fails it there is torn (a stale writer's doing, or a
-local producer's), granted again uncharged.
+the run, not the item granted: the slot ledger's check) or does not line up. Places
+taken back from its producer since are dropped and counted ("stale", or "beaten" by a
+backup), never a strike. The places it still holds are accepted at once, a run in one
+call of the ledger, when their true lengths fit the place (its batch's length bucket,
+or a spare) and agree with each other, and, local, their records are sealed with the
+run's generation. A remote producer's rows come as payload frames, copied into the
+places here and checked as they land (shared/memory/row_pass.py: values in range, and
+the hash of what landed against its READY's checksum): rows that do not hash to their
+checksum are that producer's lie, refused whole; rows whose values are out of range are
+refused alone. A local producer's rows are read once, by the assembly
+(consumer/stager/assembly.py, docs/design.md#contract-7): the seqlock, their values and
+their hash in one pass, when the batch is complete; what fails comes back here
+(:meth:`Intake.rows_failed`).
 
 Whatever fails these checks is a strike against the producer that sent it
 (docs/design.md#contract-10): its grants come back at once and uncharged, so a bad
 READY never waits out a lease, never leaves a place held, and never counts against an
-innocent item.
+innocent item. Only the failing rows go back to be granted again; a row torn (a stale
+writer's doing, or its producer's) is granted again uncharged and is no strike; an item
+is skipped only when a second peer (another account) sent out-of-range rows for it too.
 
 Audits (consumer/stager/audits.py): some READYs and every SKIP of a remote producer
-wait until a local producer has computed the item too; the intake takes the local
-answer and decides.
+wait until a local producer has computed the item too; the intake compares the two and
+the ledger settles the position by that verdict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
 
-from ringfeed.consumer.stager import audits
 from ringfeed.consumer.stager.audits import AuditPolicy, disagreement
 from ringfeed.consumer.stager.drops import Drops
-from ringfeed.consumer.stager.ledger import Answer, Ledger
+from ringfeed.consumer.stager.ledger.face import (
+    Accepted,
+    Answer,
+    AuditCase,
+    BatchOut,
+    Skip,
+    SlotLedger,
+)
 from ringfeed.consumer.stager.peers import PeerId
-from ringfeed.consumer.stager.producer_book import ProducerBook
-from ringfeed.consumer.stager.state import Finished, Position, Producer
-from ringfeed.consumer.stager.twins import Skipped, Twin
+from ringfeed.consumer.stager.producer_book import Producer, ProducerBook, Salvage
 from ringfeed.shared.memory.places import Places, write_frames
 from ringfeed.shared.memory.ring import rows_checksum
 from ringfeed.shared.sample.content import content_error
@@ -54,12 +62,13 @@ MAX_SUSPECTS = 4096
 
 
 class Intake:
-    """READY and SKIP handling, and the verdicts of audits."""
+    """READY and SKIP handling, audit verdicts, rows that failed their checks."""
 
     def __init__(
         self,
+        *,
         places: Places,
-        ledger: Ledger,
+        ledger: SlotLedger,
         book: ProducerBook,
         schema: SampleSchema,
         drop: Drops,
@@ -86,113 +95,121 @@ class Intake:
 
     # ------------------------------------------------------------ READY
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
-        """Accept each place of a READY that its producer still holds (module docstring)."""
-        entries = msg.entries(self.n_fields)
-        if isinstance(entries, str):
-            self.reject(producer, "malformed", entries)
+        """Accept the places of a READY that its producer still holds (module docstring)."""
+        n = len(msg.places)
+        if not (len(msg.items) == len(msg.checksums) == len(msg.marks) == n) or (
+            len(msg.lengths) != n * self.n_fields or n == 0
+        ):
+            self.reject(producer, "malformed", f"READY with inconsistent list sizes ({n} places)")
             return
-        self.book.credit(producer.ident, len(entries))  # each entry asks for a grant
-        verdict = self.ledger.answer(
-            producer.ident, msg.generation, [e.place for e in entries], [e.item for e in entries]
-        )
-        if verdict.refused:
-            self.reject(producer, verdict.why, f"READY: {verdict.refused}")
+        self.book.credit(producer.ident, n)  # each entry asks for a grant
+        answer = self.ledger.check(producer.ident, msg.generation, msg.places, msg.items)
+        if answer.refused:
+            self.reject(producer, answer.why, f"READY: {answer.refused}")
             return
-        slot, shape = verdict.slot, verdict.shape
-        why = self.lengths_error(entries, slot, shape)
+        lengths = np.asarray(msg.lengths, np.int32).reshape(n, self.n_fields)
+        why = self.lengths_error(lengths, answer.slot, answer.shape)
         if not why and producer.remote:
-            why = self.payload_error(entries, payload)
+            why = self.payload_error(lengths, payload)
         if why:
             self.reject(producer, "malformed", why)
             return
-        self.stale(producer, verdict, msg.generation, "READY")
-        owned = [(k, e) for k, e in zip(verdict.places, entries, strict=True) if k in verdict.owned]
+        keep = answer.owned.copy()
+        checksums = np.asarray(msg.checksums, np.int64)
+        bad: dict[int, str] = {}
         if producer.remote:
-            offsets = [0] * self.n_fields
-            for k, e in zip(verdict.places, entries, strict=True):
-                copied = self.copy_in(k, slot, shape, e, payload, offsets)
-                if k in verdict.owned and copied != e.checksum:  # a lie, or a bug: theirs
-                    why = f"READY of item {e.item}: rows that do not hash to its checksum"
-                    self.reject(producer, "bad-rows", why)
-                    return
-        elif unsealed := [e for k, e in owned if self.ledger.seal(k) != e.generation]:
-            why = f"place {unsealed[0].place} is not sealed with generation {msg.generation}"
+            copied, bad = self.copy_in(answer, lengths, payload)
+            lied = answer.owned & (copied != checksums)
+            if lied.any():  # a lie, or a bug: theirs
+                item = msg.items[int(lied.argmax())]
+                self.reject(
+                    producer,
+                    "bad-rows",
+                    f"READY of item {item}: rows that do not hash to its checksum",
+                )
+                return
+            keep[list(bad)] = False
+        elif (unsealed := answer.owned & ~answer.sealed).any():
+            place = int(answer.index[unsealed.argmax()])
+            why = f"place {place} is not sealed with generation {msg.generation}"
             self.reject(producer, "unsealed", why)
             return
-        bad = self.bad_values(slot, shape, owned)
-        for k, e in owned:
-            if not self.ledger.holds_answer(k, e.generation, producer.ident):
-                return  # struck out by an earlier entry of this READY
-            if k in bad:
-                self.bad_rows(producer, k, e, bad[k])
-            else:
-                self.accept(producer, k, e)
+        verdicts = self.verdicts(answer, lengths) if answer.audits else None
+        hold = self.held_for_audit(producer, answer) if producer.remote else None
+        done = self.ledger.accept(
+            answer, keep, lengths, checksums, np.asarray(msg.marks, np.int64), hold, verdicts
+        )
+        self.counted(producer, answer, done, "READY")
+        self.no_auditor &= producer.remote  # a local producer delivers: it can audit
+        if bad:
+            self.bad_rows(producer, answer, msg.items, bad)
 
-    def lengths_error(
-        self, entries: list[p.ReadyEntry], slot: int, shape: tuple[int, int, int]
-    ) -> str:
-        """'' if every entry's lengths are within 1..what its place holds (and agree with
+    def lengths_error(self, lengths: np.ndarray, slot: int, shape: tuple[int, int, int]) -> str:
+        """'' if every row's lengths are within 1..what its place holds (and agree with
         each other when the schema declares more fields), else why not."""
         limits = np.asarray(self.places.limits(slot, shape))
-        lengths = np.asarray([e.lengths for e in entries])
-        if not ((lengths > 0) & (lengths <= limits)).all():
-            bad = lengths[~((lengths > 0) & (lengths <= limits)).all(axis=1)][0]
-            return f"READY lengths {list(bad)} outside 1..{list(limits)}"
+        fits = ((lengths > 0) & (lengths <= limits)).all(axis=1)
+        if not fits.all():
+            return f"READY lengths {lengths[fits.argmin()].tolist()} outside 1..{limits.tolist()}"
         if self.check_lengths:
-            for e in entries:
-                if why := self.schema.lengths_error(e.lengths):
+            for row in lengths.tolist():
+                if why := self.schema.lengths_error(row):
                     return why
         return ""
 
-    def payload_error(self, entries: list[p.ReadyEntry], payload: list[bytes]) -> str:
-        """'' if a remote READY's frames are exactly its entries' used rows, field by field."""
+    def payload_error(self, lengths: np.ndarray, payload: list[bytes]) -> str:
+        """'' if a remote READY's frames are exactly its rows' used rows, field by field."""
         if len(payload) != self.n_fields:
             return f"remote READY with {len(payload)} payload frames, need {self.n_fields}"
         for k, frame in enumerate(payload):
-            need = sum(e.lengths[k] for e in entries) * self.row_bytes[k]
+            need = int(lengths[:, k].sum()) * self.row_bytes[k]
             if len(frame) != need:
                 name = self.schema.fields[k].name
                 return f"{name} frame of {len(frame)} bytes, need {need}"
         return ""
 
     def copy_in(
-        self,
-        k: int,
-        slot: int,
-        shape: tuple[int, int, int],
-        e: p.ReadyEntry,
-        payload: list[bytes],
-        offsets: list[int],
-    ) -> int:
-        """Copy one remote entry's rows into its place, sealed as its producer would have
-        (a place it no longer holds is only skipped over); returns their checksum as
-        copied, or -1 when not copied."""
-        index = self.ledger.locate(k)[1]
-        here = list(offsets)
-        for j in range(self.n_fields):
-            offsets[j] += e.lengths[j] * self.row_bytes[j]
-        if not self.ledger.holds_answer(k, e.generation):
-            return -1
-        record = self.places.record(slot, index)
-        record["writing_generation"] = e.generation
-        dst = self.places.fields(slot, shape, index)
-        pads = self.places.pads if slot >= 0 else None
-        checksum = write_frames(dst, payload, here, e.lengths, pads)
-        record["lengths"][0, : len(e.lengths)] = e.lengths
-        record["sealed_generation"] = e.generation
-        return checksum
+        self, answer: Answer, lengths: np.ndarray, payload: list[bytes]
+    ) -> tuple[np.ndarray, dict[int, str]]:
+        """Copy a remote READY's rows into the places its producer still holds, sealed as
+        its producer would have (the others are only skipped over); returns each row's
+        checksum as copied (-1 where not copied) and the rows whose values are out of
+        range (row -> why)."""
+        copied = np.full(len(lengths), -1, np.int64)
+        bad = {}
+        offsets = [0] * self.n_fields
+        ends = np.cumsum(lengths, axis=0) * np.asarray(self.row_bytes)
+        for row, index in enumerate(answer.index.tolist()):
+            here = offsets
+            offsets = ends[row].tolist()
+            if not answer.owned[row]:
+                continue
+            record = self.places.record(answer.slot, index)
+            record["writing_generation"] = answer.generation
+            dst = self.places.fields(answer.slot, answer.shape, index)
+            pads = self.places.pads if answer.slot >= 0 else None
+            n = lengths[row].tolist()
+            copied[row] = write_frames(dst, payload, here, n, pads)
+            record["lengths"][0, : self.n_fields] = n
+            record["sealed_generation"] = answer.generation
+            used = [(name, f[:k]) for name, f, k in zip(self.places.names, dst, n, strict=True)]
+            if why := content_error(used, self.vocab):
+                bad[row] = why
+        return copied, bad
 
-    def stale(self, producer: Producer, verdict: Answer, generation: int, what: str) -> None:
-        """Places of an answer taken back from its producer since: dropped, counted
-        "beaten" when a backup had beaten it (twins.py), else "stale"."""
-        if verdict.late and not verdict.stale:
-            self.drop("stale", f"{what} of generation {generation} from {producer.name}")
-        for k in verdict.stale:
-            beaten = self.ledger.beaten_answer(producer.ident, k, generation)
-            self.drop(
-                "beaten" if beaten else "stale",
-                f"{what} of place {k} generation {generation} from {producer.name}",
-            )
+    def counted(self, producer: Producer, answer: Answer, done: Accepted, what: str) -> None:
+        """Drops for the stale rows of an answer ("beaten" when a backup had beaten them,
+        ledger/twins.py), the producers a backup beat, and the samples it delivered."""
+        if answer.late and not done.stale:
+            self.drop("stale", f"{what} of generation {answer.generation} from {producer.name}")
+        for _ in range(done.beaten):
+            self.drop("beaten", f"{what} of generation {answer.generation} from {producer.name}")
+        for _ in range(done.stale - done.beaten):
+            self.drop("stale", f"{what} of generation {answer.generation} from {producer.name}")
+        for ident, peer in done.beaten_holders:
+            self.book.beaten(ident, peer)
+        if done.samples:
+            self.book.delivered(producer, done.samples)
 
     def reject(self, producer: Producer, why: str, detail: str) -> None:
         """Drop and count a READY, and strike its producer: its grants come back now,
@@ -200,72 +217,16 @@ class Intake:
         self.drop(why, f"{detail} (from {producer.name})")
         self.book.strike(producer.ident, f"{why}: {detail}")
 
-    def bad_values(
-        self, slot: int, shape: tuple[int, int, int], owned: list[tuple[int, p.ReadyEntry]]
-    ) -> dict[int, str]:
-        """place -> why, for each answered place whose used rows hold values out of range;
-        place by place (the rows of a run are more than a cache holds: a row's second
-        reduction finds it in this core's cache after its first)."""
-        bad, names = {}, self.places.names
-        for k, e in owned:
-            fields = self.places.fields(slot, shape, self.ledger.locate(k)[1])
-            used = [(name, f[:n]) for name, f, n in zip(names, fields, e.lengths, strict=True)]
-            if why := content_error(used, self.vocab):
-                bad[k] = why
-        return bad
-
-    def salvage(self, producer: Producer) -> None:
-        """A local producer died (the kernel's pid is gone): each place it holds that it
-        wrote whole is taken as its READY would have been (it died before sending it):
-        the lengths from the place's record, the rows hashed and their values checked
-        here; a place whose lengths or values fail is left to be taken back. The producer
-        book then takes the rest back, charging the one it was writing
-        (docs/faults-and-security.md#a-producer-dies)."""
-        for k, e in self.ledger.written(producer.ident, self.n_fields):
-            slot, shape, index = self.ledger.where(k)
-            if self.lengths_error([e], slot, shape):
-                continue
-            fields = self.places.fields(slot, shape, index)
-            used = [f[:n] for f, n in zip(fields, e.lengths, strict=True)]
-            if content_error(zip(self.places.names, used, strict=True), self.vocab):
-                continue
-            entry = e._replace(checksum=rows_checksum(used))
-            self.ledger.answered(k)
-            self.ledger.ready(k, entry, producer.ident, producer.peer)
-            self.ledger.count("salvaged")
-            self.book.delivered(producer)
-
-    def bad_rows(self, producer: Producer, k: int, e: p.ReadyEntry, why: str) -> None:
-        """A producer's rows, hashed as it said, hold values out of range: a strike against
-        its peer (its grants come back, uncharged). Its item is skipped only when another
-        peer (another key, host or local pool) sent out-of-range rows for it too."""
-        account = producer.peer.account
-        first = self.suspects.pop(e.item, None)
-        if first is not None and first != account:
-            pos = self.ledger.answered(k)
-            bad = f"two producers sent bad rows for it ({first}; {account}): {why}"
-            how = Finished("skip", pos.position, pos.item, reason=bad, stage="content")
-            self.ledger.skip(k, how)
-        else:
-            self.suspects[e.item] = account
-            while len(self.suspects) > MAX_SUSPECTS:
-                del self.suspects[next(iter(self.suspects))]
-        self.reject(producer, "bad-rows", f"item {e.item}: {why}")
-
-    def accept(self, producer: Producer, k: int, e: p.ReadyEntry) -> None:
-        """One place its producer holds, its lengths, seal and values fine: taken as its
-        position's sample, an audit's answer, or held for an audit."""
-        if (audit := self.ledger.twins.audit_of(k)) is not None:
-            self.answer_audit(producer, k, e, *audit)
-            return
-        pos = self.ledger.answered(k)
-        self.book.delivered(producer)
-        self.no_auditor &= producer.remote  # a local producer delivers: it can audit
-        if producer.remote and self.audits.due(producer.peer.ban) and self.may_audit():
-            self.ledger.twins.hold(pos, k, producer.ident, producer.peer, producer.name, entry=e)
-            self.ledger.count("audits")
-        else:
-            self.ledger.ready(k, e, producer.ident, producer.peer)
+    def held_for_audit(self, producer: Producer, answer: Answer) -> np.ndarray | None:
+        """bool [n]: the rows of a remote READY held for an audit (audits.py), or None."""
+        if not self.may_audit():
+            return None
+        ban = producer.peer.ban
+        hold = np.array([self.audits.due(ban) for _ in range(len(answer.index))], bool)
+        hold &= answer.owned
+        for row in answer.audits:  # a row that answers an audit is no sample to hold
+            hold[row] = False
+        return hold if hold.any() else None
 
     def may_audit(self) -> bool:
         """Hold a remote answer for an audit? Not once an audit went unanswered, until a
@@ -273,170 +234,212 @@ class Intake:
         must not hold every remote sample a lease: audits.py)."""
         return not self.no_auditor
 
+    def bad_rows(
+        self, producer: Producer, answer: Answer, items: list[int], bad: dict[int, str]
+    ) -> None:
+        """A remote producer's rows, hashed as it said, hold values out of range: each
+        item is skipped if another peer sent bad rows for it too (suspect), else granted
+        again; a strike against the peer."""
+        for row, why in bad.items():
+            if skip := self.suspect(items[row], producer.peer, why):
+                self.ledger.skip(one_row(answer, row), Skip(skip, "content"), "skip")
+        first = next(iter(bad.values()))
+        self.reject(
+            producer, "bad-rows", f"{len(bad)} rows of generation {answer.generation}: {first}"
+        )
+
+    def suspect(self, item: int, peer: PeerId | None, why: str) -> str:
+        """Bad values of `item` from `peer`: why it is skipped when another account sent
+        bad values for it before, else '' (it is remembered as a suspect)."""
+        account = peer.account if peer is not None else ""
+        first = self.suspects.pop(item, None)
+        if first is not None and first != account:
+            return f"two producers sent bad rows for it ({first}; {account}): {why}"
+        self.suspects[item] = account
+        while len(self.suspects) > MAX_SUSPECTS:
+            del self.suspects[next(iter(self.suspects))]
+        return ""
+
+    # ------------------------------------------------------------ after the assembly
+    def rows_failed(self, batch: BatchOut, finals: np.ndarray, failed: dict[int, str]) -> None:
+        """Rows of a complete batch failed the assembly's checks (failed: row -> why,
+        'torn: ...' or the values out of range): a torn row is granted again, uncharged,
+        no strike; bad values are a strike against the producer that wrote them, and
+        skip the item when another account wrote bad values for it too."""
+        verdicts: dict[int, str] = {}
+        struck: dict[bytes, str] = {}
+        for row, why in failed.items():
+            self.drop(
+                "torn" if why.startswith("torn") else "bad-rows",
+                f"item {int(batch.items[row])}: {why}",
+            )
+            if why.startswith("torn"):
+                verdicts[row] = ""
+                continue
+            verdicts[row] = self.suspect(int(batch.items[row]), batch.peers[row], why)
+            ident = batch.by[row]
+            if ident is not None:
+                struck.setdefault(ident, f"bad-rows: item {int(batch.items[row])}: {why}")
+        self.ledger.returned(batch, finals, verdicts)
+        for ident, why in struck.items():
+            peer = batch.peers[batch.by.index(ident)]
+            self.book.strike(ident, why, peer)
+
+    # ------------------------------------------------------------ salvage
+    def salvage(self, salvage: Salvage) -> None:
+        """Local producers died: each place one wrote whole is taken as its READY would
+        have been (it died before sending it): the lengths from the place's record, the
+        rows hashed and their values checked here; a place whose lengths or values fail
+        is taken back. The rest was taken back already, charging the one it was writing
+        (docs/faults-and-security.md#a-producer-dies)."""
+        for producer, answers in salvage:
+            for answer in answers:
+                self.salvage_run(producer, answer)
+
+    def salvage_run(self, producer: Producer, answer: Answer) -> None:
+        assert answer.lengths is not None
+        lengths = answer.lengths
+        n = len(lengths)
+        keep = np.ones(n, bool)
+        checksums = np.zeros(n, np.int64)
+        limits = np.asarray(self.places.limits(answer.slot, answer.shape))
+        for row, index in enumerate(answer.index.tolist()):
+            if not ((lengths[row] > 0) & (lengths[row] <= limits)).all():
+                keep[row] = False
+                continue
+            fields = self.places.fields(answer.slot, answer.shape, index)
+            used = [f[:k] for f, k in zip(fields, lengths[row].tolist(), strict=True)]
+            if content_error(zip(self.places.names, used, strict=True), self.vocab):
+                keep[row] = False
+                continue
+            checksums[row] = rows_checksum(used)
+        if (~keep).any():
+            self.ledger.take_back(producer.ident, tuple(answer.keys[~keep].tolist()))
+        if keep.any():
+            done = self.ledger.accept(answer, keep, lengths, checksums, np.zeros(n, np.int64))
+            self.book.delivered(producer, done.samples)
+
     # ------------------------------------------------------------ SKIP
     def on_skip(self, msg: p.Skip, producer: Producer) -> None:
         """The grantee cannot use this input: the item is skipped, unless the SKIP answers
         an audit or comes from a remote producer (then a local one decides: audits.py)."""
         self.book.credit(producer.ident, 1)
-        verdict = self.ledger.answer(producer.ident, msg.generation, [msg.place], [msg.item])
-        if verdict.refused:
-            self.reject(producer, verdict.why, f"SKIP: {verdict.refused}")
+        answer = self.ledger.check(producer.ident, msg.generation, [msg.place], [msg.item])
+        if answer.refused:
+            self.reject(producer, answer.why, f"SKIP: {answer.refused}")
             return
-        if not verdict.owned:
-            self.stale(producer, verdict, msg.generation, "SKIP")
+        if not answer.owned[0]:
+            self.counted(
+                producer,
+                answer,
+                self.ledger.accept(answer, answer.owned, *no_rows(1, self.n_fields)),
+                "SKIP",
+            )
             return
-        k = verdict.places[0]
         cause = producer.causes.get(msg.stage, "")
-        said = Skipped(msg.reason, msg.stage, msg.path, cause)
-        if (audit := self.ledger.twins.audit_of(k)) is not None:
-            self.skipped_audit(producer, k, msg, *audit, cause)
+        said = Skip(msg.reason, msg.stage, msg.path, cause)
+        if (case := answer.audits.get(0)) is not None:
+            self.skipped_audit(producer, answer, said, case)
             self.book.delivered(producer)
             return
-        pos = self.ledger.answered(k)
-        if producer.remote:  # counted as its answer once a local producer agrees
-            if self.doubt_skip(producer, k, pos, said):
-                self.book.delivered(producer)
+        if not producer.remote:
+            self.ledger.skip(answer, said, "skip")
+            self.book.delivered(producer)
             return
-        self.ledger.skip(k, self.skipped(pos, said, producer))
-        self.book.delivered(producer)
-
-    @staticmethod
-    def skipped(pos: Position, said: Skipped, producer: Producer | None = None) -> Finished:
-        return Finished(
-            "skip",
-            pos.position,
-            pos.item,
-            reason=said.reason,
-            stage=said.stage,
-            path=said.path,
-            cause=said.cause,
-            ident=producer.ident if producer else None,
-            peer=producer.peer if producer else None,
-        )
-
-    def doubt_skip(self, producer: Producer, k: int, pos: Position, said: Skipped) -> bool:
-        """A remote producer says its grant's item cannot be used (a SKIP, answered
-        already): held until a local producer has tried the item (audits.py); with no
-        local producer to ask, skipped only if believe_skip says so, else granted again
-        elsewhere, uncharged. True if skipped now. Believed at once, either would let one
-        peer quarantine any item it is granted; counted as the peer's answer before it is
-        confirmed, skips would shield a peer that holds grants from its strikes for
-        holding (consumer/stager/peers.py)."""
+        # A remote SKIP is held until a local producer has tried the item (audits.py); with
+        # no local producer to ask, skipped only if believe_skip says so, else granted
+        # again elsewhere, uncharged. Believed at once, either would let one peer
+        # quarantine any item it is granted; counted as the peer's answer before it is
+        # confirmed, skips would shield a peer that holds grants from its strikes for
+        # holding (consumer/stager/peers.py).
         if self.may_audit():
-            self.ledger.twins.hold(pos, k, producer.ident, producer.peer, producer.name, said)
-            self.ledger.count("audits")
-            return False
-        if self.believe_skip(pos.item, producer.peer):
-            self.ledger.skip(k, self.skipped(pos, said, producer))
-            return True
-        self.ledger.free_place(k)
-        self.ledger.again(pos, False, producer.peer.account)
-        return False
+            self.ledger.skip(answer, said, "hold")
+        elif self.believe_skip(msg.item, producer.peer):
+            self.ledger.skip(answer, said, "skip")
+            self.book.delivered(producer)
+        else:
+            self.ledger.skip(answer, said, "retry")
 
     # ------------------------------------------------------------ audit verdicts
-    def answer_audit(
-        self, producer: Producer, k: int, e: p.ReadyEntry, pos: Position, twin: Twin
-    ) -> None:
-        """A local producer's READY for an audit: the remote sample is delivered if the two
-        agree; else this one is, and the remote peer is struck. A remote SKIP it
-        overrules costs its peer half its grant limit (it may be honest)."""
-        self.ledger.answered(k)
-        self.book.delivered(producer)
-        keep, kept_entry = k, e
-        if twin.skipped is not None:
-            self.ledger.count("skips_overruled")
-            self.book.beaten(twin.ident, twin.peer)
-            self.drop(
-                "overruled-skip",
-                f"item {e.item}: {twin.name} skipped it "
-                f"({twin.skipped.reason}), {producer.name} did not",
-            )
-        else:
-            held = twin.entry
-            assert held is not None
-            why = disagreement(
-                self.places,
-                self.ledger.where(twin.first),
-                held.lengths,
-                self.ledger.where(k),
-                e.lengths,
-            )
-            self.ledger.count("audits_failed" if why else "audits_passed")
+    def verdicts(self, answer: Answer, lengths: np.ndarray) -> dict[int, str]:
+        """A local producer's READY rows that answer audits: 'agree' (the remote sample is
+        delivered), 'differ' (this one is, and the remote peer is struck: its samples not
+        yet sent are granted again), 'overruled' (the remote SKIP was wrong: its peer's
+        grant limit halves, it may be honest)."""
+        out = {}
+        for row, case in answer.audits.items():
+            if not answer.owned[row]:
+                continue
+            if case.held_skip is not None:
+                out[row] = "overruled"
+                self.book.beaten(case.ident, case.peer)
+                self.drop(
+                    "overruled-skip",
+                    f"item {case.item}: {case.name} skipped it ({case.held_skip.reason}), "
+                    "a local producer did not",
+                )
+                continue
+            assert case.held_at is not None and case.held_lengths is not None
+            assert case.audit_at is not None
+            held, mine = case.held_lengths.tolist(), lengths[row].tolist()
+            why = disagreement(self.places, case.held_at, held, case.audit_at, mine)
+            out[row] = "differ" if why else "agree"
             if why:
-                self.caught(twin, e.item, why)
-            else:
-                keep, kept_entry = twin.first, held
-                if twin.peer is not None:
-                    self.audits.passed(twin.peer.ban)
-        who = (twin.ident, twin.peer) if keep == twin.first else (producer.ident, producer.peer)
-        self.ledger.twins.settle(
-            pos,
-            Finished("sample", pos.position, pos.item, keep, kept_entry, ident=who[0], peer=who[1]),
-        )
+                self.caught(case, why)
+            elif case.peer is not None:
+                self.audits.passed(case.peer.ban)
+        return out
 
     def skipped_audit(
-        self, producer: Producer, k: int, msg: p.Skip, pos: Position, twin: Twin, cause: str
+        self, producer: Producer, answer: Answer, said: Skip, case: AuditCase
     ) -> None:
         """A local producer cannot use the item of an audit: skipped if the remote one
         said so too; else the remote sample is delivered (inconclusive: this host may
         lack what the other has)."""
-        self.ledger.answered(k)
-        if twin.skipped is not None:
-            self.confirmed(twin)
-            said = Skipped(msg.reason, msg.stage, msg.path, cause)
-            self.ledger.twins.settle(pos, self.skipped(pos, said, producer))
-            return
-        self.ledger.count("audits_inconclusive")
-        self.ledger.twins.settle(pos, held_sample(pos, twin))
+        if case.held_skip is not None:
+            self.confirmed(case)
+            self.ledger.skip(answer, said, "confirm")
+        else:
+            self.ledger.skip(answer, said, "deliver")
 
-    def confirmed(self, twin: Twin) -> None:
+    def confirmed(self, case: AuditCase) -> None:
         """A remote SKIP held for an audit stands: it counts as its producer's answer."""
-        if (remote := self.book.producers.get(twin.ident)) is not None:
+        if (remote := self.book.producers.get(case.ident)) is not None:
             self.book.delivered(remote)
 
-    def caught(self, twin: Twin, item: int, why: str) -> None:
-        """A remote peer's sample differs from this host's: a strike, and its samples
-        still waiting to leave are granted again (audits.py)."""
-        self.drop("audit-failed", f"item {item} from {twin.name}: {why}")
-        if twin.peer is None:
-            return
-        self.ledger.twins.unfinish(twin.peer.ban)
-        self.book.strike(
-            twin.ident, f"audit: its sample differs from this host's: {why}", twin.peer
-        )
+    def caught(self, case: AuditCase, why: str) -> None:
+        """A remote peer's sample differs from this host's: a strike (the ledger grants
+        its samples still waiting to leave again: audits.py)."""
+        self.drop("audit-failed", f"item {case.item} from {case.name}: {why}")
+        if case.peer is not None:
+            self.book.strike(
+                case.ident, f"audit: its sample differs from this host's: {why}", case.peer
+            )
 
-    def expire_audits(self) -> None:
-        """Audits no local producer took in time are given up (audits.py): a lease once a
-        local producer has joined the run (counted from then), else AUDIT_GRACE_S (one
-        may be starting beside the stager). A held sample is delivered unchecked; a held
-        SKIP is believed only if the item was doubted before, else tried again."""
-        lease_s, since = self.ledger.lease_s, self.book.first_local_at
-        wait_s = lease_s if since is not None else max(lease_s, audits.AUDIT_GRACE_S)
-        for pos in self.ledger.twins.overdue(self.book.clock(), wait_s, since or 0):
-            twin = pos.twin
-            assert twin is not None
-            self.ledger.count("audits_unanswered")
+    def expire_audits(self, cases: tuple[AuditCase, ...]) -> None:
+        """Audits no local producer took in time (the producer book's expiry says which)
+        are given up (audits.py): a held sample is delivered unchecked; a held SKIP is
+        believed only if the item was doubted before, else tried again."""
+        for case in cases:
             if not self.no_auditor:
                 log.warning(
-                    "no local producer audited a remote sample in %.0f s: remote"
-                    " samples are not audited until one delivers (audits.py)",
-                    wait_s,
+                    "no local producer audited a remote sample in time: remote samples "
+                    "are not audited until one delivers (audits.py)"
                 )
                 self.no_auditor = True
-            sk = twin.skipped
-            if sk is None:
-                self.ledger.twins.settle(pos, held_sample(pos, twin))
-            elif self.believe_skip(pos.item, twin.peer):
-                self.confirmed(twin)
-                self.ledger.twins.settle(pos, self.skipped(pos, sk))
+            if case.held_skip is None:
+                self.ledger.settle(case, "deliver")
+            elif self.believe_skip(case.item, case.peer):
+                self.confirmed(case)
+                self.ledger.settle(case, "skip", case.held_skip)
             else:
-                self.ledger.twins.retry(pos)
+                self.ledger.settle(case, "retry")
 
     def believe_skip(self, item: int, peer: PeerId | None) -> bool:
         """A remote SKIP no local producer checked: believed if another account doubted
         the item before (or none other works), else doubted now and tried again
-        elsewhere (an item is charged only for failures that follow it across producers:
-        docs/design.md#contract-10)."""
+        elsewhere (an item is charged only for failures that follow it across
+        producers: docs/design.md#contract-10)."""
         account = peer.account if peer is not None else ""
         first = self.doubted.get(item)
         if first is not None and (first != account or len(self.book.allowances()[0]) <= 1):
@@ -445,13 +448,22 @@ class Intake:
         self.doubted[item] = account
         while len(self.doubted) > MAX_SUSPECTS:
             del self.doubted[next(iter(self.doubted))]
-        self.ledger.count("skips_doubted")
         return False
 
 
-def held_sample(pos: Position, twin: Twin) -> Finished:
-    """The sample a held remote READY answered, as its position's finish: delivered once
-    its audit passed, or once no local producer could audit it."""
-    return Finished(
-        "sample", pos.position, pos.item, twin.first, twin.entry, ident=twin.ident, peer=twin.peer
+def one_row(answer: Answer, row: int) -> Answer:
+    """The answer of one of its rows, as a SKIP's would be."""
+    audits = {0: answer.audits[row]} if row in answer.audits else {}
+    return dataclasses.replace(
+        answer,
+        index=answer.index[row : row + 1],
+        keys=answer.keys[row : row + 1],
+        owned=answer.owned[row : row + 1],
+        sealed=answer.sealed[row : row + 1] if len(answer.sealed) else answer.sealed,
+        audits=audits,
     )
+
+
+def no_rows(n: int, n_fields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lengths, checksums and marks of n rows that carry none (a SKIP's stale answer)."""
+    return np.zeros((n, n_fields), np.int32), np.zeros(n, np.int64), np.zeros(n, np.int64)

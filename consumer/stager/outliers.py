@@ -28,7 +28,7 @@ import logging
 import time
 from pathlib import Path
 
-from ringfeed.consumer.stager.ledger import Ledger
+from ringfeed.consumer.stager.ledger.face import SlotLedger
 from ringfeed.consumer.stager.plan.buckets import length_table
 from ringfeed.consumer.stager.quarantine import OUTLIER_STAGE
 from ringfeed.shared.config import Config
@@ -106,7 +106,7 @@ class OutlierReport:
             if self._file.tell() and not self.path.read_bytes().endswith(b"\n"):
                 self._file.write("\n")  # a crash cut the last line: the next starts fresh
 
-    def start(self, found: list[OutOfBand], slots: Ledger) -> None:
+    def start(self, found: list[OutOfBand], slots: SlotLedger) -> None:
         """The out-of-band clips as the policy takes them: skip marks them bad (no grant),
         flag lists them."""
         self.counts["out_of_band"] = len(found)

@@ -220,22 +220,22 @@ class PeerTrust:
         self._forget(self.cuts)
 
     def beaten(self, account: str, holding: int) -> None:
-        """A backup beat a grant of this peer (consumer/stager/twins.py): it may hold half
+        """A backup beat a grant of this peer (consumer/stager/ledger/twins.py): it may hold half
         as many grants (never fewer than one), at once: its share follows its pace."""
         self.limits[account] = max(1, min(holding, self.limit(account)) // 2)
         self._forget(self.limits)
 
-    def delivered(self, peer: PeerId) -> None:
-        """A sample accepted: one grant more, up to no limit of its own."""
-        self._hold(peer).samples += 1
+    def delivered(self, peer: PeerId, n: int = 1) -> None:
+        """n samples accepted: a grant more each, up to no limit of its own."""
+        self._hold(peer).samples += n
         account = peer.account
         limit = self.limits.get(account)
         if limit is None:
             return
-        if limit + 1 >= self.n_slots:
+        if limit + n >= self.n_slots:
             del self.limits[account]
         else:
-            self.limits[account] = limit + 1
+            self.limits[account] = limit + n
 
     @staticmethod
     def _forget(table: dict) -> None:

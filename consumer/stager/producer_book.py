@@ -1,8 +1,9 @@
 """Who the producers are, what each may be granted, and who pays when a grant comes back.
 
-A part of the stager (consumer/stager/stager.py) that holds the producer
-records and decides; every grant and every place change it asks of the slot
-ledger (consumer/stager/ledger.py), the one owner of place state.
+A part of the stager (consumer/stager/stager.py) that holds the producer records and
+decides; every grant and every place change it asks of the slot ledger through its face
+(consumer/stager/ledger/face.py), the one owner of place state, and it acts on what the
+ledger's verbs return.
 
 A HELLO joins under a name that belongs to one process at a time (told apart by
 the token it draws once), among the producers of its owner (a key, a tcp host, this
@@ -13,13 +14,17 @@ grant's lease is its own, whatever its producer's heartbeats say
 the slots taken back from it FENCED until it says HELLO again with an empty queue,
 dies (a spare's also when FENCE_LEASES pass). Fair share: each account that works holds
 at most the look-ahead's rows / working accounts grants, fewer once a backup beats it
-(twins.py); a producer gets them as runs of up to half its producers.credits, so it
-works one run while the stager answers the other.
+(consumer/stager/ledger/twins.py); a producer gets them as runs of up to half its
+producers.credits, so it works one run while the stager answers the other.
 
 Whose grants name rows of a batch (when producers compute the mels): a remote producer's
 (the stager copies its frames in), and a local producer's whose process the kernel shows
 us (its pid on the ipc socket, consumer/stager/peers.py): its death is then certain when
 its pid is gone, which is what lifts a fence on a row. Others write spare places.
+
+A local producer that dies leaves what it wrote whole: the ledger returns those places
+(TakenBack.written) with each verb that drops it, and the caller hands them to the
+intake (consumer/stager/intake.py salvage) before anything else happens.
 
 Restarts and pauses. A HELLO under a known name from another process (another
 token) is a restart. One from the same process after the stager had given it up
@@ -33,10 +38,12 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from ringfeed.consumer.stager.ledger import Grantee, Ledger
+from ringfeed.consumer.stager.audits import AUDIT_GRACE_S
+from ringfeed.consumer.stager.ledger.face import Answer, AuditCase, Grantee, Run, SlotLedger
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
-from ringfeed.consumer.stager.state import Producer
+from ringfeed.shared.config import Config
 from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.run.stats_record import (
     MAX_LISTED_PRODUCERS,
@@ -53,6 +60,75 @@ FORGET_LEASES = 3
 MAX_PRODUCERS = 1024
 
 
+@dataclass
+class Producer:
+    """A producer the book knows: its identity (socket), name, pid and host as its HELLO
+    said, whether it is remote, when it last spoke (the run clock), its number in the
+    place records, its token (drawn by the process once: a HELLO with the same name and
+    token is that process again), where a cluster engine runs it, its peer (who stands
+    behind its socket, peers.py), its credits, samples accepted from it, its own
+    counters (last heartbeat), whether it must say HELLO again before any grant
+    (stalled: its grants were taken back while it may hold them queued), and the causes
+    of its stages' verdicts (its HELLO's: each quarantine line its SKIPs make)."""
+
+    ident: bytes
+    name: str
+    pid: int
+    host: str
+    remote: bool
+    last_seen: float
+    index: int = -1
+    token: str = ""
+    place: str = ""
+    peer: PeerId = PeerId("local", "local")
+    credits: int = 0
+    samples: int = 0
+    work: dict[str, int] = field(default_factory=dict)
+    stalled: bool = False
+    causes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BookTerms:
+    """The producer book's own configuration: producers.credits, ring.max_strikes,
+    ring.max_producers_per_peer, whether local producers write samples where they are
+    delivered (features.device producer), ring.lease_s, and the grants out at once
+    (the look-ahead's rows, which fair shares split)."""
+
+    max_credits: int
+    max_strikes: int
+    max_per_peer: int
+    in_place: bool
+    lease_s: float
+    capacity: int
+
+    @classmethod
+    def of(cls, cfg: Config) -> BookTerms:
+        return cls(
+            max_credits=cfg.producers.credits,
+            max_strikes=cfg.ring.max_strikes,
+            max_per_peer=cfg.ring.max_producers_per_peer,
+            in_place=cfg.features.device == "producer",
+            lease_s=cfg.ring.lease_s,
+            capacity=cfg.grants_in_flight,
+        )
+
+
+# What a local producer wrote whole before it died, for the intake: the producer and its
+# READYs as they would have been (ledger/face.py TakenBack.written).
+Salvage = list[tuple[Producer, tuple[Answer, ...]]]
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """What :meth:`ProducerBook.expire` did: the producers whose grants it took back,
+    what dead producers left written, and the audits no local producer took in time."""
+
+    names: list[str]
+    salvage: Salvage
+    audits: tuple[AuditCase, ...]
+
+
 def same_name(producer: Producer, name: str, peer: PeerId) -> bool:
     """Is `name` of peer's owner the name this producer holds? (Names are per owner.)"""
     return producer.name == name and producer.peer.owner == peer.owner
@@ -63,23 +139,17 @@ class ProducerBook:
 
     def __init__(
         self,
-        slots: Ledger,
+        *,
+        ledger: SlotLedger,
+        terms: BookTerms,
         hostname: str,
-        max_credits: int,
-        max_strikes: int,
-        max_per_peer: int,
-        in_place: bool = True,
+        clock: Callable[[], float],
     ) -> None:
-        """max_credits: most grants one producer may hold (producers.credits);
-        max_strikes, max_per_peer: ring.max_strikes, ring.max_producers_per_peer;
-        in_place: local producers write samples where they are delivered (producers
-        compute the mels: features.device producer)."""
-        self.slots, self.hostname, self.max_credits = slots, hostname, max_credits
-        self.in_place = in_place
-        self.run_size = max(1, -(-max_credits // 2))
-        self.lease_s, self.clock = slots.lease_s, slots.clock
-        self.trust = PeerTrust(max_strikes, slots.capacity, slots.lease_s, slots.clock)
-        self.max_per_peer = max_per_peer
+        """ledger: the stager's slot ledger; clock: the run clock (consumer/stager/run_clock.py)."""
+        self.slots, self.terms, self.hostname, self.clock = ledger, terms, hostname, clock
+        self.max_credits, self.lease_s = terms.max_credits, terms.lease_s
+        self.run_size = max(1, -(-terms.max_credits // 2))
+        self.trust = PeerTrust(terms.max_strikes, terms.capacity, terms.lease_s, clock)
         self.n_banned = 0
         self.producers: dict[bytes, Producer] = {}
         # Dropped producers that may still write: their fenced slots wait for their death.
@@ -92,12 +162,9 @@ class ProducerBook:
         self.restarts = self.pauses = self.n_forgotten = 0
         # Forgotten for silence, oldest first: their late messages are no unknown peer's.
         self.forgotten: dict[bytes, str] = {}
-        # Called with a local producer whose process is known dead, before its grants are
-        # taken back: the intake takes what it wrote whole (consumer/stager/intake.py).
-        self.on_death: Callable[[Producer], None] = lambda producer: None
-        twins = slots.twins
-        twins.may_write, twins.on_beaten = self.may_write, self.beaten
-        twins.slowed = lambda peer: peer.account in self.trust.limits  # a cut grant limit
+
+    def held(self, ident: bytes) -> int:
+        return self.slots.holding(ident)[0]
 
     # ------------------------------------------------------------ joining
     def lasting_refusal(self, ident: bytes, name: str, peer: PeerId) -> str:
@@ -107,7 +174,7 @@ class ProducerBook:
         if why:
             return why
         same = [pr for i, pr in self.producers.items() if pr.peer.account == peer.account]
-        if len(same) >= self.max_per_peer and all(pr.name != name for pr in same):
+        if len(same) >= self.terms.max_per_peer and all(pr.name != name for pr in same):
             return (
                 f"{peer.account} already has {len(same)} producers joined: raise "
                 "ring.max_producers_per_peer if it really runs that many"
@@ -132,12 +199,14 @@ class ProducerBook:
                 )
         return ""
 
-    def hello(self, ident: bytes, msg: p.Hello, remote: bool, peer: PeerId) -> Producer:
-        """A producer (re)joins (after :meth:`refusal` said yes). Its earlier registrations
-        are dropped: a new process of the same name might still be racing an old one
-        (fenced until that pid dies, FENCE_LEASES at most); the same process saying HELLO
-        again has emptied its grant queue, so it writes nothing old."""
+    def hello(self, ident: bytes, msg: p.Hello, remote: bool, peer: PeerId) -> Salvage:
+        """A producer (re)joins (after :meth:`refusal` said yes); returns what a dead
+        predecessor of its name wrote whole. Its earlier registrations are dropped: a new
+        process of the same name might still be racing an old one (fenced until that pid
+        dies, FENCE_LEASES at most); the same process saying HELLO again has emptied its
+        grant queue, so it writes nothing old."""
         self.count_return(msg, peer)
+        salvage: Salvage = []
         # The same process gave its grants up (a lost link, a pause): back uncharged, or a
         # run whose link drops now and then would quarantine good items.
         if ident in self.producers:
@@ -146,18 +215,19 @@ class ProducerBook:
             if same_name(old, msg.name, peer):
                 other = old.token != msg.token
                 alive = other and self.alive(old)
-                if other and self.local(old) and not alive:
-                    self.on_death(old)
+                dead = other and self.local(old) and not alive
                 charge = other and (self.local(old) or self.trust.testifies(old.peer))
-                self.drop(old_ident, may_write=self.local(old) and alive, charge=charge)
+                salvage += self.drop(
+                    old_ident, may_write=self.local(old) and alive, charge=charge, dead=dead
+                )
         for old_ident, old in list(self.zombies.items()):
             if same_name(old, msg.name, peer) and old.token == msg.token:
-                self.slots.done_with(old_ident)
+                self.slots.take_back(old_ident, done=True)
                 del self.zombies[old_ident]
         self.n_joined += 1
         if self.first_local_at is None and not remote and msg.host == self.hostname:
             self.first_local_at = self.clock()
-        producer = Producer(
+        self.producers[ident] = Producer(
             ident,
             msg.name,
             msg.pid,
@@ -170,8 +240,7 @@ class ProducerBook:
             peer=peer,
             causes=dict(msg.causes),
         )
-        self.producers[ident] = producer
-        return producer
+        return salvage
 
     def count_return(self, msg: p.Hello, peer: PeerId) -> None:
         """A known name says HELLO: a restart (another process), or a pause (the same
@@ -209,16 +278,12 @@ class ProducerBook:
         one's rows are written by the stager (it copies the frames in); a local one
         writes its own, when the kernel shows us its pid: only then is its death
         certain, which lifts a fence on a row (module docstring)."""
-        return self.in_place and (producer.remote or producer.peer.pid > 0)
+        return self.terms.in_place and (producer.remote or producer.peer.pid > 0)
 
     @staticmethod
     def alive(producer: Producer) -> bool:
         """Does its process live? The kernel's pid where we have it, else its claim."""
         return pid_alive(producer.peer.pid or producer.pid)
-
-    def may_write(self, ident: bytes) -> bool:
-        """Might this producer still write the slots taken back from it (local)?"""
-        return (producer := self.producers.get(ident)) is not None and self.local(producer)
 
     # ------------------------------------------------------------ grants
     def credit(self, ident: bytes, n: int) -> None:
@@ -234,12 +299,12 @@ class ProducerBook:
         working = collections.Counter(
             pr.peer.account
             for ident, pr in self.producers.items()
-            if not pr.stalled and bool(pr.credits or self.slots.holding(ident))
+            if not pr.stalled and bool(pr.credits or self.held(ident))
         )
-        fair = self.slots.capacity // max(1, len(working))
+        fair = self.terms.capacity // max(1, len(working))
         return {a: max(1, min(fair, self.trust.limit(a))) for a in working}, working
 
-    def grant_round(self) -> dict[bytes, list[list[p.GrantEntry]]]:
+    def grant_round(self) -> dict[bytes, list[Run]]:
         """The runs each producer is granted now, up to its credits, its part of its
         account's allowance, and the account's; the producer served first rotates so
         none is always last."""
@@ -248,9 +313,10 @@ class ProducerBook:
             return {}
         self.turn = (self.turn + 1) % len(order)
         allowance, working = self.allowances()
-        held = collections.Counter()
+        held: collections.Counter[str] = collections.Counter()
         for ident, pr in self.producers.items():
-            held[pr.peer.account] += self.slots.holding(ident)
+            held[pr.peer.account] += self.held(ident)
+        slowed = frozenset(self.trust.limits)
         out = {}
         for ident in order[self.turn :] + order[: self.turn]:
             producer = self.producers[ident]
@@ -262,11 +328,11 @@ class ProducerBook:
                 n = min(
                     self.run_size,
                     producer.credits,
-                    own - self.slots.holding(ident),
+                    own - self.held(ident),
                     allowance[account] - held[account],
                 )
-                run = self.grant(producer, n, others=len(allowance) > 1)
-                if not run:
+                run = self.grant(producer, n, others=len(allowance) > 1, slowed=slowed)
+                if run is None:
                     break
                 runs.append(run)
                 held[account] += len(run)
@@ -274,13 +340,15 @@ class ProducerBook:
                 out[ident] = runs
         return out
 
-    def grant(self, producer: Producer, n: int, others: bool = False) -> list[p.GrantEntry]:
-        """A run of up to n places for this producer, as far as its credits allow, or []
-        (none, or it must say HELLO again first). others: other peers work too (see
-        Ledger.grant)."""
+    def grant(
+        self, producer: Producer, n: int, others: bool = False, slowed: frozenset[str] = frozenset()
+    ) -> Run | None:
+        """A run of up to n places for this producer, as far as its credits allow, or
+        None (none, or it must say HELLO again first). others: other peers work too;
+        slowed: the accounts whose share is cut (ledger/face.py Grantee)."""
         n = min(n, producer.credits)
         if n <= 0 or producer.stalled:
-            return []
+            return None
         local = self.local(producer)
         who = Grantee(
             producer.ident,
@@ -290,41 +358,45 @@ class ProducerBook:
             others,
             local,
             local,
+            slowed,
         )
         run = self.slots.grant(who, n)
-        producer.credits -= len(run)
+        if run is not None:
+            producer.credits -= len(run)
         return run
 
-    def unsend(self, ident: bytes, places: list[int]) -> None:
+    def unsend(self, ident: bytes, run: Run) -> None:
         """A GRANT that could not be sent: its places and positions come back at once,
         uncharged, and the producer keeps the credits (it never saw them)."""
+        taken = self.slots.take_back(ident, tuple(run.keys.tolist()))
         producer = self.producers.get(ident)
-        for k in places:
-            if producer is not None and self.slots.holds(ident, k):
-                self.slots.take_back(k, fence=False, charged=False)
-                producer.credits += 1
+        if producer is not None:
+            producer.credits += taken.grants
 
     def reset(self, position: int) -> None:
         """A consumer starts the plan at `position`: grants in flight are void, and their
         producers get nothing until they say HELLO again with an empty queue."""
-        may_write = lambda ident: ident in self.producers and not self.producers[ident].remote  # noqa: E731
-        for ident in self.slots.restart(position, may_write):
+        for ident in self.slots.restart(position):
             if ident in self.producers:
                 self.producers[ident].stalled = True
 
     # ------------------------------------------------------------ leases
-    def drop(self, ident: bytes, may_write: bool = False, charge: bool = True) -> None:
+    def drop(
+        self, ident: bytes, may_write: bool = False, charge: bool = True, dead: bool = False
+    ) -> Salvage:
         """A producer left (BYE) or died: its grants come back now. may_write: it might
         still be alive and writing (a stopped process), so its slots stay fenced.
-        charge: count the sample it was working on against its item (not for a BYE)."""
+        charge: count the sample it was working on against its item (not for a BYE).
+        dead: its process is gone; what it wrote whole is returned for the intake."""
         producer = self.producers.pop(ident, None)
         if producer is None:
-            return
-        self.slots.take_back_all(ident, fence=may_write, charge=charge, local=not producer.remote)
+            return []
+        taken = self.slots.take_back(
+            ident, fence=may_write, charge=charge, done=not may_write, salvage=dead
+        )
         if may_write:
             self.zombies[ident] = producer
-        else:
-            self.slots.done_with(ident)
+        return [(producer, taken.written)] if taken.written else []
 
     def revoke(self, ident: bytes, charge: bool = True) -> None:
         """Take back every grant of a live producer that may still hold them queued (an
@@ -334,44 +406,50 @@ class ProducerBook:
         producer = self.producers.get(ident)
         if producer is not None:
             producer.stalled = True
-            fence = self.local(producer)
-            self.slots.take_back_all(ident, fence, charge, local=not producer.remote)
+            self.slots.take_back(ident, fence=self.local(producer), charge=charge)
 
-    def expire(self) -> list[str]:
+    def expire(self) -> Expiry:
         """Leases are per grant: take back every grant older than lease_s, whatever its
-        producer's heartbeats say, and drop local producers whose process is dead;
-        returns the names of the producers concerned.
+        producer's heartbeats say, and drop local producers whose process is dead.
 
         Who pays: a producer silent for the whole lease is stuck on its current input,
         which is charged (revoke); a remote one's only if its peer testifies (peers.py).
         One that kept talking lost that GRANT or its READY on the way: nothing is
         charged. Either way its peer is struck once 10 of its grants expired (a grant a
-        backup beat and it never answered counts: twins.py) with fewer than a quarter as
-        many samples delivered. A remote one then loses just the expired grants (a late
-        READY is stale); a local one is revoked, fenced, until it says HELLO again."""
-        now, names = self.clock(), []
-        self.slots.lift_old_fences(now)
-        for ident, peer in self.slots.twins.beaten.unanswered(now, self.lease_s):
+        backup beat and it never answered counts: ledger/twins.py) with fewer than a
+        quarter as many samples delivered. A remote one then loses just the expired
+        grants (a late READY is stale); a local one is revoked, fenced, until it says
+        HELLO again. Audits wait a lease once a local producer has joined the run
+        (counted from then), else AUDIT_GRACE_S (one may be starting beside the
+        stager: consumer/stager/audits.py)."""
+        now, names, salvage = self.clock(), [], []
+        since = self.first_local_at
+        wait_s = self.lease_s if since is not None else max(self.lease_s, AUDIT_GRACE_S)
+        expired = self.slots.expire(now, wait_s, since or 0.0)
+        revoked = set()
+        for ident, peer in expired.beaten_unanswered:
+            revoked.add(ident)
             if peer is not None and (why := self.trust.held_expired(peer, 1)):
                 self.strike(ident, why, peer)
-            elif self.may_write(ident):  # as an expired grant: HELLO again, then unfenced
-                self.revoke(ident, charge=False)
-        self.zombies = {i: z for i, z in self.zombies.items() if self.slots.fences(i)}
+            elif (pr := self.producers.get(ident)) is not None and self.local(pr):
+                self.revoke(ident, charge=False)  # as an expired grant: HELLO, then unfenced
+            else:
+                revoked.discard(ident)
+        self.zombies = {i: z for i, z in self.zombies.items() if self.slots.holding(i)[1]}
         for ident, producer in list(self.producers.items()):
             silent_s = now - producer.last_seen
             if self.local(producer) and not self.alive(producer):
                 names.append(producer.name)
-                self.on_death(producer)
-                self.drop(ident)
-            elif silent_s > FORGET_LEASES * self.lease_s and not self.slots.holding(ident):
+                salvage += self.drop(ident, dead=True)
+            elif silent_s > FORGET_LEASES * self.lease_s and not self.held(ident):
                 # A lost host: forget it. A local one that may live keeps its fences.
                 alive = self.local(producer) and self.alive(producer)
                 self.drop(ident, may_write=alive, charge=False)
                 self.remember(ident, producer.name)
-            elif expired := self.slots.expired(ident, now):
+            elif ident not in revoked and (late := expired.grants.get(ident)):
                 names.append(producer.name)
-                self._expire(ident, producer, expired, silent_s)
-        return names
+                self._expire(ident, producer, late, silent_s)
+        return Expiry(names, salvage, expired.audits)
 
     def remember(self, ident: bytes, name: str) -> None:
         """A producer forgotten for silence: its late messages are counted as such."""
@@ -380,10 +458,12 @@ class ProducerBook:
         if len(self.forgotten) > MAX_PRODUCERS:
             del self.forgotten[next(iter(self.forgotten))]
 
-    def _expire(self, ident: bytes, producer: Producer, expired: list[int], silent_s: float):
+    def _expire(
+        self, ident: bytes, producer: Producer, late: tuple[int, ...], silent_s: float
+    ) -> None:
         """Who pays for leases that expired: see expire()."""
         peer = producer.peer
-        if why := self.trust.held_expired(peer, len(expired)):
+        if why := self.trust.held_expired(peer, len(late)):
             self.strike(ident, why)  # its grants back uncharged; banned at max_strikes
             return
         if silent_s > self.lease_s:  # its item is charged: by a remote peer, if it testifies
@@ -391,8 +471,7 @@ class ProducerBook:
             return
         self.trust.expired_while_talking(peer.account, self.account_holding(peer.account))
         if producer.remote:
-            for k in expired:
-                self.slots.take_back(k, fence=False, charged=False)
+            self.slots.take_back(ident, late)
         else:
             self.revoke(ident, charge=False)
 
@@ -414,42 +493,40 @@ class ProducerBook:
                 self.drop(other_ident, may_write=self.local(other), charge=False)
 
     def beaten(self, ident: bytes, peer: PeerId | None) -> None:
-        """A backup beat a grant of this producer (twins.py): its account holds fewer."""
+        """A backup beat a grant of this producer (ledger/twins.py): its account holds fewer."""
         if peer is not None:
             self.trust.beaten(peer.account, self.account_holding(peer.account))
 
     def account_holding(self, account: str) -> int:
         """Grants the producers of this account hold now."""
-        return sum(
-            self.slots.holding(i) for i, pr in self.producers.items() if pr.peer.account == account
-        )
+        return sum(self.held(i) for i, pr in self.producers.items() if pr.peer.account == account)
 
-    def delivered(self, producer: Producer) -> None:
-        """A sample of this producer was accepted."""
-        producer.samples += 1
-        self.trust.delivered(producer.peer)
+    def delivered(self, producer: Producer, n: int = 1) -> None:
+        """n samples of this producer were accepted."""
+        producer.samples += n
+        self.trust.delivered(producer.peer, n)
 
     def reap_zombies(self) -> None:
         """Free the fenced places of dropped producers whose process has since died."""
         for ident, producer in list(self.zombies.items()):
             if not self.alive(producer):
-                self.slots.done_with(ident)
+                self.slots.take_back(ident, done=True)
                 del self.zombies[ident]
 
     # ------------------------------------------------------------ stats
     def stats(self) -> BookStats:
         """Its part of the stager's stats: the producers listed (working ones first, then
         by samples, at most MAX_LISTED_PRODUCERS), the rest summed, and its counters."""
-        holding = self.slots.holding
+        holding = {ident: self.slots.holding(ident) for ident in self.producers}
         producers = sorted(
             self.producers.values(),
-            key=lambda pr: (pr.stalled, not holding(pr.ident), -pr.samples),
+            key=lambda pr: (pr.stalled, not holding[pr.ident][0], -pr.samples),
         )
         shown, rest = producers[:MAX_LISTED_PRODUCERS], producers[MAX_LISTED_PRODUCERS:]
         unlisted = UnlistedProducers(
             count=len(rest),
             samples=sum(pr.samples for pr in rest),
-            grants=sum(holding(pr.ident) for pr in rest),
+            grants=sum(holding[pr.ident][0] for pr in rest),
         )
         now = self.clock()
         counters = {
@@ -468,8 +545,8 @@ class ProducerBook:
                 pr.place,
                 pr.remote,
                 pr.samples,
-                holding(pr.ident),
-                self.slots.fences(pr.ident),
+                holding[pr.ident][0],
+                holding[pr.ident][1],
                 round(now - pr.last_seen, 3),
                 pr.stalled,
                 dict(pr.work),

@@ -24,11 +24,9 @@ from typing import Any
 from ringfeed.consumer.stager.control import ControlSockets, is_remote
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
-from ringfeed.consumer.stager.ledger import Ledger
 from ringfeed.consumer.stager.peer_log import PeerLog
 from ringfeed.consumer.stager.peers import PeerId, with_claims
-from ringfeed.consumer.stager.producer_book import ProducerBook
-from ringfeed.consumer.stager.state import Producer
+from ringfeed.consumer.stager.producer_book import Producer, ProducerBook
 from ringfeed.shared.run.fingerprint import config_refusal
 from ringfeed.shared.run.process import POLL_S
 from ringfeed.shared.run.stats_record import CrashReport, DeskStats
@@ -54,8 +52,8 @@ class ProducerDesk:
 
     def __init__(
         self,
+        *,
         book: ProducerBook,
-        slots: Ledger,
         intake: Intake,
         welcome: p.Welcome,
         net: ControlSockets,
@@ -67,7 +65,7 @@ class ProducerDesk:
         sample_config: the stager's config fingerprint, which every HELLO must carry;
         on_join: called with a producer's causes when it joins, before its first grant."""
         self.book, self.intake, self.welcome, self.net, self.drop = book, intake, welcome, net, drop
-        self.sample_config, self.slots, self.on_join = sample_config, slots, on_join
+        self.sample_config, self.on_join = sample_config, on_join
         self.crashes: collections.deque[CrashReport] = collections.deque(maxlen=CRASHES_KEPT)
         # Every line a producer's message causes: a flood of them costs a few lines.
         self.say = PeerLog(drop, log)
@@ -96,7 +94,7 @@ class ProducerDesk:
             return
         # A peer on the tcp socket is remote whatever it says: it never writes our memory.
         remote = msg.remote or is_remote(ident)
-        self.book.hello(ident, msg, remote, peer)
+        self.intake.salvage(self.book.hello(ident, msg, remote, peer))
         if self.on_join is not None:
             self.on_join(msg.causes)
         where = ", remote" if remote else ""
@@ -157,12 +155,22 @@ class ProducerDesk:
         """Give each producer what its credits allow, one GRANT message per run."""
         for ident, runs in self.book.grant_round().items():
             for run in runs:
-                if not self.net.reply(ident, p.Grant.of(run)):
+                msg = p.Grant.of_run(
+                    run.generation,
+                    run.slot,
+                    run.shape,
+                    run.places.tolist(),
+                    run.items.tolist(),
+                    run.positions.tolist(),
+                )
+                if not self.net.reply(ident, msg):
                     self.drop("unsent", f"GRANT of {len(run)} places: the peer is gone or full")
-                    self.book.unsend(ident, [self.slots.place_of(g) for g in run])
+                    self.book.unsend(ident, run)
 
     def expire(self, lease_s: float) -> None:
-        for name in self.book.expire():
+        expiry = self.book.expire()
+        self.intake.salvage(expiry.salvage)
+        for name in expiry.names:
             self.say(
                 name,
                 logging.WARNING,
@@ -171,7 +179,7 @@ class ProducerDesk:
                 lease_s,
             )
         self.book.reap_zombies()
-        self.intake.expire_audits()
+        self.intake.expire_audits(expiry.audits)
         self.say.summarize()
 
     def shut_down(self, why: str = "run finished") -> None:

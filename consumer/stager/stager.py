@@ -3,16 +3,20 @@
 It owns both rings (the batch ring, whose rows producers write in place, and the
 spare ring) and the plan. Main loop: poll messages, expire leases, grant runs,
 announce finished batches, publish stats, check stop. :func:`build` makes every
-part complete, each handed what it uses (consumer/stager/):
+part complete, each by keyword from its own terms and handed what it uses
+(consumer/stager/):
 
     Plan           which item at each position, in which batch, whose share (plan/)
-    Ledger         the one owner of place, position and batch-slot state; grants,
-                   fences, backups and audits (twins.py), batches in plan order
+    Ledger         the one owner of place, position and batch-slot state, a table of
+                   numpy columns behind the SlotLedger face (ledger/): grants, fences,
+                   backups and audits, batches in plan order; every other part is typed
+                   against the face (mypy, in .ci/run)
     ProducerBook   who the producers are; fair share; who pays for a lost grant
     ProducerDesk   producer messages in (one handler per kind), GRANTs out
-    Intake         READY and SKIP checks, a remote producer's rows copied in, audits
-    Assembly       a finished batch's rows checked (seqlock, checksum, content),
-                   closed up and completed with the stager's own columns
+    Intake         READY and SKIP checks, a remote producer's rows copied in, audits,
+                   who pays for rows that fail
+    Assembly       a finished batch's rows checked (seqlock, values, checksum: one
+                   read), closed up and completed with the stager's own columns
     Delivery       batches announced; skips into quarantine.jsonl
     OutlierReport  data.outliers: out-of-band clips skipped or listed (outliers.jsonl)
     ConsumerSide   the one authenticated consumer and its messages
@@ -48,12 +52,13 @@ from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
-from ringfeed.consumer.stager.ledger import Ledger
+from ringfeed.consumer.stager.ledger.face import SlotLedger
+from ringfeed.consumer.stager.ledger.table import Ledger, LedgerTerms, PlaceRecords
 from ringfeed.consumer.stager.outliers import OutlierReport, earlier_skips, out_of_band_clips
 from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
-from ringfeed.consumer.stager.producer_book import ProducerBook
+from ringfeed.consumer.stager.producer_book import BookTerms, ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter, run_quarantine
 from ringfeed.consumer.stager.run_clock import RunClock
@@ -93,24 +98,22 @@ STATS_INTERVAL_S = 0.5
 LEASE_CHECK_S = 0.1
 
 
-@dataclass
+@dataclass(frozen=True)
 class Stager:
-    """Every part of one stager, complete; made by :func:`build`."""
+    """Every part of one stager that its loop, its stats and its ending use; made by
+    :func:`build` (the rings, the quarantine and the intake are held by the parts that
+    use them and undone by build's cleanup)."""
 
     cfg: Config
     run_id: str
     stop: StopFlag
     index: CorpusIndex
     plan: Plan
-    spares: Ring
-    batches: Ring
-    quarantine: QuarantineWriter
     net: ControlSockets
     drop: Drops
-    slots: Ledger
+    ledger: SlotLedger
     book: ProducerBook
     assembly: Assembly
-    intake: Intake
     delivery: Delivery
     producers: ProducerDesk
     consumer: ConsumerSide
@@ -180,9 +183,9 @@ class Stager:
         )
         return StagerStats.compose(
             run,
-            self.slots.stats(),
+            self.ledger.stats(),
             self.book.stats(),
-            self.assembly.stats(),
+            self.assembly.stats(self.ledger.progress().in_flight),
             self.delivery.stats(),
             self.consumer.stats(),
             self.producers.stats(),
@@ -278,55 +281,61 @@ def build(
     spares, batches = open_rings(cfg, run_id, ends.stats, cleanup)
     plan = make_plan(cfg, index, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
-    slots = slot_ledger(cfg, plan, spares, batches, cleanup)
-    outliers = outlier_report(cfg, index, directory, slots, cleanup)
+    clock = RunClock(cfg.ring.lease_s)
+    ledger = slot_ledger(cfg, plan, spares, batches, clock, cleanup)
+    outliers = outlier_report(cfg, index, directory, ledger, cleanup)
     drop = Drops()
     book = ProducerBook(
-        slots,
-        socket.gethostname(),
-        cfg.producers.credits,
-        cfg.ring.max_strikes,
-        cfg.ring.max_producers_per_peer,
-        cfg.features.device == "producer",
+        ledger=ledger, terms=BookTerms.of(cfg), hostname=socket.gethostname(), clock=clock
     )
     places = Places(batches, spares, cfg.schema)
     assembly = Assembly(
-        cfg, places, slots, drop, stager_mel_fn(cfg), tables.item_ids(index), outliers.delivered
+        cfg=cfg,
+        places=places,
+        mel_fn=stager_mel_fn(cfg),
+        ids=tables.item_ids(index),
+        marked=outliers.delivered,
     )
     cleanup.callback(assembly.forget)  # and the places' views: before the rings unmap
     intake = Intake(
-        places,
-        slots,
-        book,
-        cfg.schema,
-        drop,
-        AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
-        cfg.vocab_size,
+        places=places,
+        ledger=ledger,
+        book=book,
+        schema=cfg.schema,
+        drop=drop,
+        audit_policy=AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
+        vocab_size=cfg.vocab_size,
     )
-    book.on_death = intake.salvage
     net = control_sockets(cfg, ends, spares, drop, book, cleanup)
-    delivery = Delivery(plan, slots, assembly, quarantine, index, net)
+    delivery = Delivery(
+        plan=plan,
+        ledger=ledger,
+        assembly=assembly,
+        intake=intake,
+        quarantine=quarantine,
+        index=index,
+        net=net,
+        deterministic=cfg.stager.deterministic,
+    )
     fingerprint = dict(plan.fingerprint)
-    settle = functools.partial(settle_earlier, cfg, quarantine, index, slots)
     desk = ProducerDesk(
-        book,
-        slots,
-        intake,
-        p.Welcome(run_id, batches.name, index.n_items, fingerprint, spares.name),
-        net,
-        drop,
-        config_fingerprint(cfg, corpus_digest(cfg, index)),
-        settle,
+        book=book,
+        intake=intake,
+        welcome=p.Welcome(run_id, batches.name, index.n_items, fingerprint, spares.name),
+        net=net,
+        drop=drop,
+        sample_config=config_fingerprint(cfg, corpus_digest(cfg, index)),
+        on_join=functools.partial(settle_earlier, cfg, quarantine, index, ledger),
     )
     consumer = ConsumerSide(
-        plan,
-        write_consumer_secret(directory),
-        p.Welcome(run_id, batches.name, index.n_items, fingerprint),
-        book,
-        delivery,
-        slots,
-        net,
-        drop,
+        plan=plan,
+        secret=write_consumer_secret(directory),
+        welcome=p.Welcome(run_id, batches.name, index.n_items, fingerprint),
+        book=book,
+        delivery=delivery,
+        ledger=ledger,
+        net=net,
+        drop=drop,
     )
     log.info(
         "stager ready: %s (%d batch slots of %.2f MiB, %d batches ahead), %s (%d spare "
@@ -340,26 +349,22 @@ def build(
         ends.control,
     )
     return Stager(
-        cfg,
-        run_id,
-        stop,
-        index,
-        plan,
-        spares,
-        batches,
-        quarantine,
-        net,
-        drop,
-        slots,
-        book,
-        assembly,
-        intake,
-        delivery,
-        desk,
-        consumer,
-        outliers,
-        GpuProbe(cfg),
-        time.monotonic(),
+        cfg=cfg,
+        run_id=run_id,
+        stop=stop,
+        index=index,
+        plan=plan,
+        net=net,
+        drop=drop,
+        ledger=ledger,
+        book=book,
+        assembly=assembly,
+        delivery=delivery,
+        producers=desk,
+        consumer=consumer,
+        outliers=outliers,
+        gpus=GpuProbe(cfg),
+        t_start=time.monotonic(),
     )
 
 
@@ -392,47 +397,41 @@ def undecodable(drop: Drops, book: ProducerBook, why: str, ident: bytes, peer: P
 
 
 def outlier_report(
-    cfg: Config, index: CorpusIndex, directory: Path, slots: Ledger, cleanup: contextlib.ExitStack
+    cfg: Config,
+    index: CorpusIndex,
+    directory: Path,
+    ledger: SlotLedger,
+    cleanup: contextlib.ExitStack,
 ) -> OutlierReport:
     """data.outliers at start: the report (closed at cleanup), and the clips outside their
     speaking-rate band skipped before any grant or listed (consumer/stager/outliers.py)."""
     report = OutlierReport(cfg, directory, index)
     cleanup.callback(report.close)
-    report.start(out_of_band_clips(cfg, index), slots)
+    report.start(out_of_band_clips(cfg, index), ledger)
     return report
 
 
 def slot_ledger(
-    cfg: Config, plan: Plan, spares: Ring, batches: Ring, cleanup: contextlib.ExitStack
+    cfg: Config,
+    plan: Plan,
+    spares: Ring,
+    batches: Ring,
+    clock: RunClock,
+    cleanup: contextlib.ExitStack,
 ) -> Ledger:
     """The slot ledger, writing into the rings' records until cleanup swaps in copies
     (before the rings are unmapped)."""
-    s, f = cfg.stager, cfg.features
-    slots = Ledger(
-        plan,
-        cfg.batch_ring_slots,
-        cfg.max_batch_rows,
-        cfg.spare_slots,
-        cfg.lookahead_batches,
-        s.batch_size,
-        cfg.ring.lease_s,
-        cfg.ring.max_item_attempts,
-        s.deterministic,
-        RunClock(cfg.ring.lease_s),
-        (s.batch_size, f.max_frames, cfg.text.max_text_len),
-        cfg.grants_in_flight,
-        s.batch_slots + 2,
-    )
-    slots.attach_records(batches.rows, spares.slots, batches.slots)
-    cleanup.callback(lambda: slots.attach_records(*(r.copy() for r in slots.all_records())))
-    return slots
+    records = PlaceRecords(batches.rows, spares.slots, batches.slots)
+    ledger = Ledger(plan=plan, terms=LedgerTerms.of(cfg), clock=clock, records=records)
+    cleanup.callback(lambda: ledger.attach(ledger.records.copy()))
+    return ledger
 
 
 def settle_earlier(
     cfg: Config,
     quarantine: QuarantineWriter,
     index: CorpusIndex,
-    slots: Ledger,
+    ledger: SlotLedger,
     causes: dict[str, str],
 ) -> None:
     """When the first producer of this start joins (causes: its HELLO's), before any
@@ -443,7 +442,7 @@ def settle_earlier(
         return
     skips, retried = quarantine.settle(index, causes)
     skips = earlier_skips(cfg, skips)  # an outlier's only under data.outliers: skip
-    slots.mark_bad(skips)
+    ledger.mark_bad(skips)
     if skips:
         log.info("%d items quarantined earlier in this run are skipped", len(skips))
     if retried:

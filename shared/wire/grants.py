@@ -76,6 +76,20 @@ class Grant:
             [e.position for e in entries],
         )
 
+    @classmethod
+    def of_run(
+        cls,
+        generation: int,
+        slot: int,
+        shape: tuple[int, int, int],
+        places: list[int],
+        items: list[int],
+        positions: list[int],
+    ) -> Grant:
+        """One run as parallel lists: places of batch slot `slot` (-1: the spare ring)."""
+        spare = slot < 0
+        return cls(generation, spare, 0 if spare else slot, *shape, places, items, positions)
+
     def entries(self) -> list[GrantEntry]:
         batch = -1 if self.spare else self.batch
         shape = (self.rows, self.frames, self.text)

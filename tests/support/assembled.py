@@ -20,16 +20,16 @@ import numpy as np
 
 from ringfeed.consumer.devices import stager_mel_fn
 from ringfeed.consumer.stager.assembly import Assembly
-from ringfeed.consumer.stager.drops import Drops
-from ringfeed.consumer.stager.ledger import Grantee, Ledger
+from ringfeed.consumer.stager.ledger.face import BatchOut, Grantee
+from ringfeed.consumer.stager.ledger.table import Ledger
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
+from ringfeed.consumer.stager.run_clock import RunClock
 from ringfeed.consumer.stager.stager import open_rings, slot_ledger
 from ringfeed.producer.sample import Sample
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.places import Places, write_sample
-from ringfeed.shared.wire import protocol as p
 from tests.support.runs import rid
 
 PRODUCER = b"producer"
@@ -39,7 +39,7 @@ PRODUCER = b"producer"
 class FirstBatch:
     """The plan's first batch as the assembly made it ready: its views, its real rows, the
     items of its positions in plan order, the assembly and ledger that made it, its slot
-    and (once sent) the generation the consumer frees it with."""
+    and the batch as the ledger handed it on (to send it)."""
 
     views: dict[str, np.ndarray]
     n_valid: int
@@ -47,6 +47,7 @@ class FirstBatch:
     assembly: Assembly
     ledger: Ledger
     slot: int
+    batch: BatchOut
 
 
 @contextlib.contextmanager
@@ -57,30 +58,36 @@ def first_batch(cfg: Config, sample_of: Callable[[int], Sample], tmp_dir) -> Ite
         spares, batches = open_rings(cfg, run_id, "", cleanup)
         index = open_corpus(cfg)
         plan = make_plan(cfg, index)
-        ledger = slot_ledger(cfg, plan, spares, batches, cleanup)
+        ledger = slot_ledger(cfg, plan, spares, batches, RunClock(cfg.ring.lease_s), cleanup)
         places = Places(batches, spares, cfg.schema)
         cleanup.callback(places.forget)
-        assembly = Assembly(cfg, places, ledger, Drops(), stager_mel_fn(cfg))
+        assembly = Assembly(cfg=cfg, places=places, mel_fn=stager_mel_fn(cfg))
         in_place = cfg.features.device == "producer"
         who = Grantee(PRODUCER, 0, PeerId("local", "local", 1), in_place, local=True)
         run = ledger.grant(who, cfg.max_batch_rows)
-        for g in run:
-            record = places.record(g.batch, g.place)
-            record["writing_generation"] = g.generation
-            sample = sample_of(g.item)
+        assert run is not None, "nothing was granted"
+        n = len(run)
+        lengths = np.zeros((n, len(places.names)), np.int32)
+        checksums, marks = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        pairs = zip(run.places.tolist(), run.items.tolist(), strict=True)
+        for row, (place, item) in enumerate(pairs):
+            record = places.record(run.slot, place)
+            record["writing_generation"] = run.generation
+            sample = sample_of(item)
             arrays = [sample.array(name) for name in places.names]
-            dst = places.fields(g.batch, g.shape, g.place)
-            lengths, checksum = write_sample(dst, arrays, places.pads if g.batch >= 0 else None)
-            record["sealed_generation"] = g.generation
-            answer = ledger.answer(PRODUCER, g.generation, [g.place], [g.item])
-            (k,) = answer.owned
-            ledger.answered(k)
-            entry = p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, sample.marks)
-            ledger.ready(k, entry, PRODUCER, who.peer)
-        batch = ledger.complete()
+            dst = places.fields(run.slot, run.shape, place)
+            pads = places.pads if run.slot >= 0 else None
+            written, checksums[row] = write_sample(dst, arrays, pads)
+            lengths[row], marks[row] = written, sample.marks
+            record["lengths"][0, : len(written)] = written
+            record["sealed_generation"] = run.generation
+        answer = ledger.check(PRODUCER, run.generation, run.places.tolist(), run.items.tolist())
+        ledger.accept(answer, answer.owned, lengths, checksums, marks)
+        batch = ledger.next_batch()
         assert batch is not None, "the first batch did not finish"
         ready = assembly.assemble(batch)
-        assert ready is not None, "the first batch failed its checks"
-        items = [pos.item for pos in batch.positions]
+        assert not ready.failed, f"the first batch failed its checks: {ready.failed}"
         views = places.batch(batch.slot, batch.shape)
-        yield FirstBatch(views, ready.n_valid, items, assembly, ledger, batch.slot)
+        yield FirstBatch(
+            views, ready.n_valid, batch.items.tolist(), assembly, ledger, batch.slot, batch
+        )

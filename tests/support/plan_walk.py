@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from ringfeed.consumer.stager.ledger import PlanBatches
+from ringfeed.consumer.stager.ledger.window import PlanBatches
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.shared.config import load_config
@@ -18,8 +18,9 @@ from ringfeed.shared.run.share import Share
 
 def batches(plan: Plan, start: int = 0) -> list[tuple[int, list[int]]]:
     """(bucket, positions) of every batch the ledger cuts from `start` (a consumer's
-    cursor) to the plan's end (consumer/stager/ledger.py PlanBatches)."""
-    return [(cut.bucket, cut.positions) for cut in PlanBatches(plan, start, 0, (0, 0, 0))]
+    cursor) to the plan's end (consumer/stager/ledger/window.py PlanBatches)."""
+    cuts = PlanBatches(plan, start, 0, (0, 0, 0))
+    return [(cut.bucket, cut.positions.tolist()) for cut in cuts]
 
 
 Rows = list[tuple[int, int]]  # (item, its text length) of each row of a batch, sorted

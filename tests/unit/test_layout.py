@@ -154,6 +154,18 @@ def test_the_client_trainer_and_tools_import_only_the_stagers_contracts() -> Non
     assert arrows == [], "\n".join(arrows)
 
 
+def test_only_the_stagers_builder_knows_the_ledgers_table() -> None:
+    """Every other part of the stager holds the slot ledger as its face (ledger/face.py
+    SlotLedger; mypy in .ci/run holds what they call on it): none imports the table."""
+    arrows = [
+        f"{module} imports consumer.stager.ledger.table"
+        for module, imports in sorted(module_graph().items())
+        if "consumer.stager.ledger.table" in imports
+        and module not in ("consumer.stager.stager", "consumer.stager.ledger.table")
+    ]
+    assert arrows == [], "\n".join(arrows)
+
+
 def test_consumer_never_imports_producer_and_shared_imports_neither() -> None:
     arrows = []
     for pkg, forbidden in (("consumer", ("producer",)), ("shared", ("producer", "consumer"))):

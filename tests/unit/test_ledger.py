@@ -1,15 +1,15 @@
 """The stager's slot ledger with its producer book: runs, exactly once, leases, fences,
-batches in plan order (consumer/stager/ledger.py). A fake clock, no sockets, no rings."""
+batches in plan order (consumer/stager/ledger/). A fake clock, no sockets, no rings."""
 
 from __future__ import annotations
 
 import os
 import random
 
+from ringfeed.consumer.stager.ledger.face import Skip
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
-from ringfeed.consumer.stager.state import Finished
 from ringfeed.shared.memory.batch_ring import BatchState
 from ringfeed.shared.memory.ring import SlotState
 from tests.support.ledger_play import (
@@ -21,10 +21,17 @@ from tests.support.ledger_play import (
     book,
     dead_pid,
     drain,
+    grant_round,
     hello,
     join,
+    ledger_of,
+    place_of,
+    retries,
     run,
     state,
+)
+from tests.support.ledger_play import (
+    entries as run_entries,
 )
 
 
@@ -40,7 +47,7 @@ def test_a_run_names_rows_of_one_batch_under_one_generation() -> None:
     """GRANTs by the run: the messages per batch grow with the producers, not the rows."""
     m = book(n_items=20, credits=8)
     join(m, b"a")
-    runs = m.grant_round()[b"a"]
+    runs = grant_round(m)[b"a"]
     assert [len(r) for r in runs] == [4, 4]  # credits 8 in runs of half that: two batches
     for r in runs:
         assert len({g.generation for g in r}) == 1 and len({g.batch for g in r}) == 1
@@ -55,8 +62,8 @@ def test_deterministic_delivery_follows_the_plan_whatever_the_finish_order() -> 
     join(m, b"b")
     finished = drain(m, [b"a", b"b"], random.Random(1))
     assert [f.position for f in finished] == list(range(74))
-    assert [f.item for f in finished] == [m.slots.plan.item_at(q) for q in range(74)]
-    assert all(pl.state == SlotState.FREE for pl in m.slots.places)
+    assert [f.item for f in finished] == [ledger_of(m).plan.item_at(q) for q in range(74)]
+    assert (ledger_of(m).p_state == SlotState.FREE).all()
 
 
 def test_unordered_mode_still_delivers_each_item_exactly_once() -> None:
@@ -64,7 +71,7 @@ def test_unordered_mode_still_delivers_each_item_exactly_once() -> None:
     join(m, b"a")
     finished = drain(m, [b"a"], random.Random(2))
     assert sorted(f.item for f in finished) == list(range(40))
-    assert m.slots.cursor == 40
+    assert m.slots.progress().cursor == 40
 
 
 def test_an_answer_naming_what_was_not_granted_is_refused_whole() -> None:
@@ -73,15 +80,15 @@ def test_an_answer_naming_what_was_not_granted_is_refused_whole() -> None:
     join(m, b"b")
     (g0, g1, *_), other = run(m, b"a"), run(m, b"b")
     ledger = m.slots
-    assert "never granted" in ledger.answer(b"a", 999, [g0.place], [g0.item]).refused
+    assert "never granted" in ledger.check(b"a", 999, [g0.place], [g0.item]).refused
     assert (
         "another producer"
-        in ledger.answer(b"a", other[0].generation, [other[0].place], [other[0].item]).refused
+        in ledger.check(b"a", other[0].generation, [other[0].place], [other[0].item]).refused
     )
-    twice = ledger.answer(b"a", g0.generation, [g0.place, g0.place], [g0.item, g0.item])
+    twice = ledger.check(b"a", g0.generation, [g0.place, g0.place], [g0.item, g0.item])
     assert "twice" in twice.refused
-    assert "not in the run" in ledger.answer(b"a", g0.generation, [3 + ROWS], [0]).refused
-    assert "not the item" in ledger.answer(b"a", g0.generation, [g1.place], [g0.item]).refused
+    assert "not in the run" in ledger.check(b"a", g0.generation, [3 + ROWS], [0]).refused
+    assert "not the item" in ledger.check(b"a", g0.generation, [g1.place], [g0.item]).refused
     # Refused whole: nothing of it was taken, the places are still granted.
     assert state(m, g0) == state(m, g1) == SlotState.GRANTED
 
@@ -92,18 +99,18 @@ def test_expired_lease_fences_the_row_and_grants_the_item_again_in_a_spare() -> 
     join(m, b"slow", credits=1)
     (g,) = run(m, b"slow")
     clock.t = 6.0  # past lease_s with no word from "slow" (alive: it is this process)
-    assert m.expire() == ["slow"]
+    assert m.expire().names == ["slow"]
     assert state(m, g) == SlotState.FENCED  # it may still be writing
     join(m, b"fast", credits=1)
     (g2,) = run(m, b"fast")
     assert (g2.item, g2.position) == (g.item, g.position) and g2.batch == -1  # a spare
     assert answer(m, b"fast", g2)
-    assert not answer(m, b"slow", g)  # the late READY is stale
     m.touch(b"slow")  # it speaks, but may still hold grants queued for that row
     assert state(m, g) == SlotState.FENCED and not run(m, b"slow")
     m.hello(b"slow-again", hello("slow", os.getpid()), remote=False, peer=PEER)  # queue empty
     assert state(m, g) == SlotState.FREE
-    assert m.slots.counters["reclaimed"] == 1
+    assert not answer(m, b"slow", g)  # a READY from before its HELLO is stale
+    assert ledger_of(m).counters["reclaimed"] == 1
 
 
 def test_a_batch_whose_row_may_still_be_written_moves_to_another_slot() -> None:
@@ -119,14 +126,12 @@ def test_a_batch_whose_row_may_still_be_written_moves_to_another_slot() -> None:
     while gs := run(m, b"ok"):
         for e in gs:
             assert answer(m, b"ok", e)
-    batch = m.slots.complete()
-    assert batch is not None and batch.slot == g.batch and m.slots.must_move(batch)
-    new = m.slots.relocate(batch)
-    assert new is not None and new != g.batch and batch.slot == new
-    assert m.slots.slot_state[g.batch] == BatchState.FENCED
+    batch = m.slots.next_batch()
+    assert batch is not None and batch.moved_from == g.batch and batch.slot != g.batch
+    assert ledger_of(m).s_state[g.batch] == BatchState.FENCED
     m.slots.sent(batch, 4)
     m.drop(b"stuck")  # its process is gone: the row, then its slot, are free again
-    assert m.slots.slot_state[g.batch] == BatchState.FREE
+    assert ledger_of(m).s_state[g.batch] == BatchState.FREE
 
 
 def test_a_rows_fence_outlasts_its_lease_but_a_spares_does_not() -> None:
@@ -150,14 +155,14 @@ def test_a_rows_fence_outlasts_its_lease_but_a_spares_does_not() -> None:
     clock.t = 12.0 + 4 * 5.0 + 1  # FENCE_LEASES
     m.expire()
     assert state(m, spare) == SlotState.FREE and state(m, row) == SlotState.FREE
-    assert m.slots.counters["fences_lifted"] == 1  # the spare's (the row's: its HELLO)
+    assert ledger_of(m).counters["fences_lifted"] == 1  # the spare's (the row's: its HELLO)
 
 
 def test_dead_producer_frees_its_places_at_once() -> None:
     m = book()
     join(m, b"gone", pid=dead_pid(), credits=2)
     granted = run(m, b"gone")
-    assert m.expire() == ["gone"]
+    assert m.expire().names == ["gone"]
     assert all(state(m, g) == SlotState.FREE for g in granted)
     assert b"gone" not in m.producers
 
@@ -182,19 +187,18 @@ def test_an_item_whose_lease_keeps_expiring_is_skipped_with_a_reason() -> None:
         m.expire()
     join(m, b"ok")
     assert run(m, b"ok")[0].position == 1  # the plan goes on
-    first = m.slots.window[0].positions[0].done
-    assert first.kind == "skip" and "lease expired 2 times" in first.reason
+    first = ledger_of(m).skips[0]  # position 0: row 0 of the first batch
+    assert "lease expired 2 times" in first.reason
 
 
 def test_the_look_ahead_leaves_the_oldest_batch_a_spare() -> None:
     """Spares past a reserve go only to positions of the oldest batch: later batches'
     retries could otherwise hold every spare while the oldest waits for one."""
     m = book(n_items=100, spares=4)
-    ledger = m.slots
-    assert ledger.spare_reserve == 2
+    assert ledger_of(m).spare_reserve == 2
     join(m, b"a")
     m.producers[b"a"].peer = PeerId("pool 1", "unseen", 0, unseen=True)  # spares only
-    runs = m.grant_round()[b"a"]
+    runs = grant_round(m)[b"a"]
     assert [g.position for r in runs for g in r] == [0, 1, 2, 3]  # all 4: the oldest batch's
 
 
@@ -202,15 +206,14 @@ def test_skip_from_a_producer_frees_the_place_and_remembers_the_item() -> None:
     m = book(n_items=3, epochs=2)
     join(m, b"a")
     (g,) = run(m, b"a", 1)
-    (k,) = m.slots.answer(b"a", g.generation, [g.place], [g.item]).owned
-    pos = m.slots.answered(k)
-    m.slots.skip(k, Finished("skip", pos.position, pos.item, reason="empty audio", stage="audio"))
+    verdict = m.slots.check(b"a", g.generation, [g.place], [g.item])
+    m.slots.skip(verdict, Skip("empty audio", "audio"), "skip")
     assert state(m, g) == SlotState.FREE
     finished = drain(m, [b"a"], random.Random(0))
     skips = [f for f in finished if f.kind == "skip"]
     assert [f.item for f in skips] == [g.item, g.item]  # reported once per epoch
     assert sum(f.kind == "sample" for f in finished) == 4
-    assert m.slots.counters["grants"] == 5  # epoch 2 skipped it without a grant
+    assert ledger_of(m).counters["grants"] == 5  # epoch 2 skipped it without a grant
 
 
 def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
@@ -218,7 +221,7 @@ def test_reset_moves_the_cursor_and_drops_work_in_flight() -> None:
     join(m, b"a")
     g = run(m, b"a")[0]
     m.reset(24)
-    assert m.slots.cursor == 24 and state(m, g) == SlotState.FENCED
+    assert m.slots.progress().cursor == 24 and state(m, g) == SlotState.FENCED
     assert not answer(m, b"a", g)
     assert not run(m, b"a")  # its queued grants are void until it says HELLO again
     m.hello(b"a:again", hello("a", os.getpid()), remote=False, peer=PEER)
@@ -233,8 +236,8 @@ def test_only_the_sample_in_progress_counts_against_its_item() -> None:
     grants = run(m, b"w", 3)
     begin(m, grants[1])  # mid-write
     m.expire()  # dead: all three taken back, only the begun one's item was being written
-    assert set(m.slots.known_bad) == {grants[1].item}  # skipped, with reason
-    assert sorted(q.position for q in m.slots.retries) == [0, 2]  # back uncharged
+    assert set(ledger_of(m).known_bad) == {grants[1].item}  # skipped, with reason
+    assert retries(m) == [0, 2]  # back uncharged
 
 
 def test_a_remote_producer_that_dies_mid_run_charges_the_first_unanswered_of_its_run() -> None:
@@ -246,12 +249,12 @@ def test_a_remote_producer_that_dies_mid_run_charges_the_first_unanswered_of_its
     m.hello(b"far", hello("far", 1), remote=True, peer=PeerId("key", "key", 0))
     m.producers[b"far"].credits = 4
     grants = run(m, b"far", 4)
-    assert len({m.slots.places[m.slots.place_of(g)].t_granted for g in grants}) == 1
+    assert len({ledger_of(m).p_t[place_of(m, g)] for g in grants}) == 1
     for g in grants[:2]:
         assert answer(m, b"far", g)
     m.drop(b"far", charge=True)
-    assert set(m.slots.known_bad) == {grants[2].item}
-    assert sorted(q.position for q in m.slots.retries) == [grants[3].position]
+    assert set(ledger_of(m).known_bad) == {grants[2].item}
+    assert retries(m) == [grants[3].position]
 
 
 def test_a_clean_goodbye_charges_nothing() -> None:
@@ -259,8 +262,8 @@ def test_a_clean_goodbye_charges_nothing() -> None:
     join(m, b"w", credits=2)
     run(m, b"w")
     m.drop(b"w", charge=False)
-    assert len(m.slots.retries) == 2 and not m.slots.known_bad
-    assert b"w" not in m.slots.held and b"w" not in m.slots.fenced  # nothing kept per ident
+    assert len(retries(m)) == 2 and not ledger_of(m).known_bad
+    assert m.slots.holding(b"w") == (0, 0)
 
 
 def test_a_heartbeating_producer_loses_a_grant_it_never_answers() -> None:
@@ -268,12 +271,12 @@ def test_a_heartbeating_producer_loses_a_grant_it_never_answers() -> None:
     clock = Clock()
     m = book(n_items=6, clock=clock)
     join(m, b"mute", credits=2)
-    mute = m.grant_round()[b"mute"][0]
+    mute = grant_round(m)[b"mute"][0]
     for _ in range(12):  # 6 s of heartbeats, past the 5 s lease
         clock.t += 0.5
         m.touch(b"mute")
         m.expire()
-    assert m.producers[b"mute"].stalled and not m.slots.holding(b"mute")
+    assert m.producers[b"mute"].stalled and not m.slots.holding(b"mute")[0]
     assert all(state(m, g) == SlotState.FENCED for g in mute)  # local: may write
     join(m, b"good")
     finished = drain(m, [b"good"], random.Random(0))
@@ -283,11 +286,13 @@ def test_a_heartbeating_producer_loses_a_grant_it_never_answers() -> None:
 def test_a_grant_that_could_not_be_sent_comes_back_at_once_uncharged() -> None:
     m = book(n_items=6, attempts=1)
     join(m, b"a", credits=3)
-    grants = [g for r in m.grant_round()[b"a"] for g in r]
-    m.unsend(b"a", [m.slots.place_of(g) for g in grants])
-    assert m.producers[b"a"].credits == 3 and not m.slots.holding(b"a")
+    grants = []
+    for r in m.grant_round()[b"a"]:
+        grants += run_entries(r)
+        m.unsend(b"a", r)
+    assert m.producers[b"a"].credits == 3 and not m.slots.holding(b"a")[0]
     assert all(state(m, g) == SlotState.FREE for g in grants)
-    assert not m.slots.known_bad  # attempts=1, yet nothing was charged
+    assert not ledger_of(m).known_bad  # attempts=1, yet nothing was charged
     m.credit(b"a", 100)
     finished = drain(m, [b"a"], random.Random(0))
     assert sorted(f.item for f in finished if f.kind == "sample") == list(range(6))
@@ -298,12 +303,12 @@ def test_a_dataset_smaller_than_the_grants_out_waits_instead_of_spinning() -> No
     grants ends (it once looped for ever pushing later epochs aside)."""
     m = book(n_items=3, epochs=0)
     join(m, b"w")
-    grants = [g for r in m.grant_round()[b"w"] for g in r]
+    grants = [g for r in grant_round(m)[b"w"] for g in r]
     assert sorted(g.item for g in grants) == [0, 1, 2]
     assert not run(m, b"w")
     for g in grants:
         assert answer(m, b"w", g)
-    assert sorted(g.item for r in m.grant_round()[b"w"] for g in r) == [0, 1, 2]  # epoch 1
+    assert sorted(g.item for r in grant_round(m)[b"w"] for g in r) == [0, 1, 2]  # epoch 1
 
 
 def test_a_peer_whose_grants_expire_while_it_talks_is_cut_once_a_lease_never_struck() -> None:

@@ -22,12 +22,12 @@ import pytest
 import zmq
 
 from ringfeed.consumer.stager.drops import Drops
-from ringfeed.consumer.stager.ledger import Ledger
+from ringfeed.consumer.stager.ledger.table import Ledger, LedgerTerms
 from ringfeed.consumer.stager.peer_log import PEER_BURST, PEER_REFILL_S, TOTAL_BURST, PeerLog
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
-from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, ProducerBook
+from ringfeed.consumer.stager.producer_book import MAX_PRODUCERS, BookTerms, ProducerBook
 from ringfeed.consumer.stager.producer_desk import CRASHES_KEPT
 from ringfeed.consumer.tools.inspector import Inspector
 from ringfeed.consumer.tools.inspector import main as inspector_main
@@ -235,12 +235,19 @@ def test_the_stats_message_stays_under_its_limit_in_the_worst_case() -> None:
     every other part's record at its largest: the longest crash reports kept, the
     largest counters and bucket shapes."""
     cfg = config_from_dict({})
-    manager = Ledger(Plan(Shuffle(100, 1), 1), 12, 32, 32, 8, 32, 1.0, 3)
-    book = ProducerBook(manager, "head", 16, max_strikes=3, max_per_peer=MAX_PRODUCERS)
+    terms = LedgerTerms(12, 32, 32, 8, 32, 1.0, 3)
+    manager = Ledger(plan=Plan(Shuffle(100, 1), 1), terms=terms)
+    book = ProducerBook(
+        ledger=manager,
+        terms=BookTerms(16, 3, MAX_PRODUCERS, True, 1.0, manager.capacity),
+        hostname="head",
+        clock=time.monotonic,
+    )
     for i in range(MAX_PRODUCERS):
         name = f"{i:04d}" + "n" * (p.MAX_NAME - 4)
         hello = p.Hello(name, 2**31 - 1, "h" * p.MAX_NAME, True, f"t{i}", "", {})
-        pr = book.hello(f"R{i}".encode(), hello, remote=True, peer=PeerId(f"key {i}", "x"))
+        book.hello(f"R{i}".encode(), hello, remote=True, peer=PeerId(f"key {i}", "x"))
+        pr = book.producers[f"R{i}".encode()]
         pr.work = {
             f"{k:02d}" + "k" * (p.MAX_WORK_KEY - 2): 2**53 - 1 for k in range(p.MAX_WORK_KEYS)
         }

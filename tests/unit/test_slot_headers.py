@@ -8,7 +8,7 @@ import os
 import random
 import re
 
-from ringfeed.consumer.stager.ledger import Ledger
+from ringfeed.consumer.stager.ledger.table import Ledger
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.shared.memory.ring import SlotState, shown_state
 from tests.support.ledger_play import (
@@ -16,8 +16,11 @@ from tests.support.ledger_play import (
     answer,
     book,
     dead_pid,
+    grant_round,
     hello,
     join,
+    ledger_of,
+    place_of,
     run,
     send_finished,
     skip,
@@ -32,27 +35,27 @@ def make(clock: Clock) -> ProducerBook:
 
 def record(ledger: Ledger, k: int) -> dict[str, int]:
     """The ledger's view of place k as it must read in its record."""
-    pl = ledger.places[k]
+    position = int(ledger.p_pos[k])
     return {
-        "state": int(pl.state),
-        "generation": pl.generation,
-        "item": pl.item,
-        "epoch": ledger.plan.epoch_of(pl.position) if pl.position >= 0 else 0,
-        "producer": pl.owner_index,
+        "state": int(ledger.p_state[k]),
+        "generation": int(ledger.p_gen[k]),
+        "item": int(ledger.p_item[k]),
+        "epoch": ledger.plan.epoch_of(position) if position >= 0 else 0,
+        "producer": int(ledger.p_index[k]),
     }
 
 
 def the_record(ledger: Ledger, k: int):
-    rows, spares = ledger.records
+    rows, spares = ledger.records.rows, ledger.records.spares
     return rows[k] if k < ledger.n_rows else spares[k - ledger.n_rows]
 
 
 def assert_records_match(m: ProducerBook, after: str) -> None:
-    ledger = m.slots
-    for k, pl in enumerate(ledger.places):
+    ledger = ledger_of(m)
+    for k in range(len(ledger.p_state)):
         view, rec = record(ledger, k), the_record(ledger, k)
         shown = {key: int(rec[key]) for key in view}
-        if pl.state == SlotState.READY:  # a READY changes the state only
+        if ledger.p_state[k] == SlotState.READY:  # a READY changes the state only
             assert shown["state"] == view["state"], f"place {k} after {after}"
             continue
         assert shown == view, f"place {k} after {after}"
@@ -65,9 +68,9 @@ def test_every_kind_of_event_leaves_the_record_equal_to_the_ledger() -> None:
     join(m, b"a", me)
     join(m, b"b", me)
     check("hello")
-    runs = m.grant_round()
+    runs = grant_round(m)
     assert runs and all(
-        the_record(m.slots, m.slots.place_of(g))["state"] == SlotState.GRANTED
+        the_record(ledger_of(m), place_of(m, g))["state"] == SlotState.GRANTED
         for g in runs[b"a"][0]
     )
     check("grant")
@@ -84,7 +87,7 @@ def test_every_kind_of_event_leaves_the_record_equal_to_the_ledger() -> None:
     check("batch sent")
     clock.t += 10.0  # past the lease: what is held is fenced (local and alive)
     m.expire()
-    assert any(pl.state == SlotState.FENCED for pl in m.slots.places)
+    assert (ledger_of(m).p_state == SlotState.FENCED).any()
     check("lease expired (fence)")
     m.hello(b"b", hello("b", me), remote=False, peer=m.producers[b"a"].peer)  # unfenced
     check("hello again (unfence)")
@@ -115,7 +118,7 @@ def test_random_event_sequences_keep_the_records_equal_to_the_ledger() -> None:
         if action == "hello":
             join(m, ident, me)
         elif action == "grant":
-            held += [(i, g) for i, runs in m.grant_round().items() for r in runs for g in r]
+            held += [(i, g) for i, runs in grant_round(m).items() for r in runs for g in r]
         elif action in ("ready", "skip") and held:
             who, g = held.pop(rng.randrange(len(held)))
             if action == "ready":
@@ -130,7 +133,7 @@ def test_random_event_sequences_keep_the_records_equal_to_the_ledger() -> None:
         elif action == "drop" and ident in m.producers:
             m.drop(ident, may_write=rng.random() < 0.5)
         elif action == "reset" and rng.random() < 0.1:
-            m.reset(m.slots.cursor)
+            m.reset(m.slots.progress().cursor)
         assert_records_match(m, f"step {step} ({action})")
 
 
@@ -138,7 +141,7 @@ def test_shown_state_reads_the_producers_progress() -> None:
     m = make(Clock())
     join(m, b"a", os.getpid())
     g = run(m, b"a")[0]
-    rec = the_record(m.slots, m.slots.place_of(g))
+    rec = the_record(ledger_of(m), place_of(m, g))
     assert shown_state(rec) is SlotState.GRANTED
     rec["writing_generation"] = g.generation
     assert shown_state(rec) is SlotState.WRITING
@@ -149,7 +152,7 @@ def test_shown_state_reads_the_producers_progress() -> None:
 
 def test_no_code_but_the_ledger_writes_place_or_batch_slot_state() -> None:
     writes = re.compile(r"""\[\s*["']state["']\s*\]\s*(,[^=]*)?=[^=]""")
-    allowed = {"consumer/stager/ledger.py"}
+    allowed = {"consumer/stager/ledger/table.py"}
     offenders = []
     for folder in ("consumer", "producer", "shared", "scripts"):
         for path in (REPO / folder).rglob("*.py"):

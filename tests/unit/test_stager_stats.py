@@ -85,7 +85,7 @@ def join(
 
 def test_the_slot_ledger_reports_its_cursor_its_epoch_and_its_places() -> None:
     m = book(n_items=3, epochs=2, lookahead=1, spares=4)
-    places = len(m.slots.places)  # 4 batch slots of 4 rows, and 4 spares
+    places = m.slots.stats().n_slots  # 4 batch slots of 4 rows, and 4 spares
     assert places == 4 * ROWS + 4
     ident = join(m, "a")
     grants = run(m, ident, 3)  # positions 0, 1, 2: all of epoch 0, in batch 0
@@ -162,10 +162,11 @@ def test_the_assembly_reports_batches_in_flight_and_their_padding(tmp_path: Path
         text, frames = (int(first.views[k][:2].sum()) for k in ("text_lens", "mel_lens"))
         padded = 4 * 32  # rows x frames, and rows x tokens: both 32 here
         padding = Padding(round(frames / padded, 4), round(text / padded, 4))
-        assert assembly.stats() == BuilderStats(0, padding)  # ready, not sent yet
-        generation = ledger.sent(ledger.window[0], first.n_valid)
-        assert assembly.stats() == BuilderStats(1, padding)
-        assert ledger.freed(first.slot, generation) and assembly.stats().in_flight == 0
+        in_flight = lambda: ledger.progress().in_flight  # noqa: E731
+        assert assembly.stats(in_flight()) == BuilderStats(0, padding)  # ready, not sent yet
+        generation = ledger.sent(first.batch, first.n_valid)
+        assert assembly.stats(in_flight()) == BuilderStats(1, padding)
+        assert ledger.freed(first.slot, generation) and in_flight() == 0
 
 
 def test_drops_report_their_counts() -> None:

@@ -1,4 +1,4 @@
-"""Backups (consumer/stager/twins.py, issue 35 item 2): when the oldest open position
+"""Backups (consumer/stager/ledger/twins.py, issue 35 item 2): when the oldest open position
 holds a deterministic plan back, it is granted again at another account; the first
 answer finishes it, exactly once, the other grant is taken back and its late answer is
 stale; the beaten account holds fewer grants, and a beaten grant never answered counts
@@ -17,7 +17,18 @@ from ringfeed.shared.memory.ring import SlotState
 from ringfeed.shared.wire import protocol as p
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import keyed
-from tests.support.ledger_play import ROWS, Clock, answer, book, run, send_finished, state
+from tests.support.ledger_play import (
+    ROWS,
+    Clock,
+    answer,
+    book,
+    ledger_of,
+    place_of,
+    retries,
+    run,
+    send_finished,
+    state,
+)
 from tests.support.liars import in_thread, slow_walker
 from tests.support.polling import wait_for
 from tests.support.producer_threads import producer_threads
@@ -72,10 +83,10 @@ def test_the_held_oldest_position_is_backed_up_and_finishes_once() -> None:
     assert answer(m, b"L", backup)
     assert positions(m) == list(range(WINDOW))  # 0 once, then the rest
     assert state(m, held) == SlotState.FREE  # F is remote: not fenced
-    assert not answer(m, b"F", held)  # stale ...
-    assert m.slots.twins.late(b"F", m.slots.place_of(held), held.generation)  # ... as beaten
+    assert (b"F", place_of(m, held), held.generation) in ledger_of(m).beaten.grants
+    assert not answer(m, b"F", held)  # stale, as beaten
     assert m.trust.limit(FAR.account) == 1  # its share halved (it held one)
-    assert m.slots.counters["backups"] == m.slots.counters["backups_won"] == 1
+    assert ledger_of(m).counters["backups"] == ledger_of(m).counters["backups_won"] == 1
 
 
 def test_the_first_grant_answering_first_beats_the_backup_which_stays_fenced() -> None:
@@ -89,9 +100,10 @@ def test_the_first_grant_answering_first_beats_the_backup_which_stays_fenced() -
     assert answer(m, b"F", held)  # F was first
     assert positions(m)[0] == 0
     assert state(m, backup) == SlotState.FENCED  # L may still be writing it
-    assert m.slots.beaten_answer(b"L", m.slots.place_of(backup), backup.generation)  # late
+    assert (b"L", place_of(m, backup), backup.generation) in ledger_of(m).beaten.grants
+    assert not answer(m, b"L", backup)  # late
     assert state(m, backup) == SlotState.FREE  # ... its late READY frees it
-    assert m.slots.counters["backups_won"] == 0
+    assert ledger_of(m).counters["backups_won"] == 0
 
 
 def test_a_backup_taken_back_leaves_the_position_to_its_first_grant() -> None:
@@ -101,7 +113,7 @@ def test_a_backup_taken_back_leaves_the_position_to_its_first_grant() -> None:
     backup = one(m, b"L")
     assert backup is not None
     m.revoke(b"L", charge=False)  # L's grants come back (a lost link, say)
-    assert m.slots.retries == []  # position 0 is still out, at F: not granted again
+    assert retries(m) == []  # position 0 is still out, at F: not granted again
     assert answer(m, b"F", held)
     assert positions(m) == list(range(WINDOW))
 
@@ -119,7 +131,7 @@ def test_a_beaten_grant_never_answered_counts_as_held() -> None:
     for _ in range(20):  # F takes the oldest position, is beaten, never answers
         m.touch(b"F"), m.touch(b"L")  # both talk
         g = one(m, b"F")
-        assert g is not None and g.position == m.slots.cursor
+        assert g is not None and g.position == m.slots.progress().cursor
         while (b := one(m, b"L")) is not None:
             assert answer(m, b"L", b)
         m.clock.t += LEASE_S

@@ -93,6 +93,18 @@ class Plan:
         epoch, offset = divmod(position, self.n_items)
         return int(self.layout(epoch).order[offset])
 
+    def items_at(self, positions: np.ndarray) -> np.ndarray:
+        """item_at of every position (int64 [n], ascending): the items of a batch at once,
+        an epoch's layout looked up once."""
+        if not len(positions):
+            return np.zeros(0, np.int64)
+        first, last = int(positions[0]) // self.n_items, int(positions[-1]) // self.n_items
+        out = np.empty(len(positions), np.int64)
+        for epoch in range(first, last + 1):  # one, or two where a batch spans epochs
+            at = positions // self.n_items == epoch if last > first else slice(None)
+            out[at] = self.layout(epoch).order[positions[at] - epoch * self.n_items]
+        return out
+
     def epoch_of(self, position: int) -> int:
         return position // self.n_items
 
