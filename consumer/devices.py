@@ -1,9 +1,11 @@
-"""Device choice for the stager and the trainer, made before TensorFlow is imported.
+"""Device choice for the stager and the trainer, made before a framework is imported.
 
 Each consumer process calls :func:`choose_device` first thing, before any
-``import tensorflow``: TensorFlow reads CUDA_VISIBLE_DEVICES once, when it
-initialises CUDA, so setting it later does nothing. GPUs are counted with NVML
-(``pynvml``), which needs only the driver, not TensorFlow.
+``import tensorflow`` (torch, jax): a framework reads CUDA_VISIBLE_DEVICES once, when
+it initialises CUDA, so setting it later does nothing. GPUs are counted with NVML
+(``pynvml``), which needs only the driver, not a framework. The stager's mels
+(features.device: stager) run in the framework :func:`stager_mel_fn` imports after
+that, on the GPU the plan gives the stager or on the CPU.
 
     2+ GPUs -> stager on devices.stager_gpu, trainer on devices.model: one
                replica per GPU (MirroredStrategy); default every GPU but the
@@ -26,11 +28,15 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.environment import cuda_visible_devices, tensorflow_log_level
+
+if TYPE_CHECKING:
+    from ringfeed.consumer.stager.gpu_mel import BatchLogMel
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,13 @@ Role = Literal["stager", "trainer"]
 # ImportError` in TensorFlow and Keras. With ringfeed[jax] installed beside ringfeed[tf]
 # they were a third of the import: 4.9 s of CPU down to 3.3 s, in every trainer process.
 NOT_FOR_TENSORFLOW = ("jax", "matplotlib", "sklearn")
+# The frameworks the stager's batch mels run in, in the order devices.stager_framework:
+# auto tries them. torch first: eager, nothing compiled at a bucket's first batch (JAX
+# compiles each bucket's shape once, 0.4 s of a 2-core CPU for [32, 800 x 256]); then
+# JAX; TensorFlow last (its import and set-up took 1.9 s here, torch's 1.0, JAX's 0.35).
+STAGER_FRAMEWORKS = ("torch", "jax", "tf")
+# The modules whose absence means a framework is not installed (ModuleNotFoundError.name).
+FRAMEWORK_MODULES = {"torch": ("torch",), "jax": ("jax", "jaxlib"), "tf": ("tensorflow", "keras")}
 
 
 @dataclass(frozen=True)
@@ -112,27 +125,81 @@ class GpuProbe:
         self.answer = count_gpus_for(self.cfg)
 
 
-def stager_mel_fn(cfg: Config) -> Any:
-    """The stager's batch log-mel (consumer/stager/gpu_mel.py TfLogMel) on its device
-    with features.device: stager, else None. Only this imports TensorFlow in the
-    stager, after its device is chosen."""
+def stager_mel_fn(cfg: Config) -> BatchLogMel | None:
+    """The stager's batch log-mel (consumer/stager/gpu_mel.py) on its device with
+    features.device: stager, else None: in devices.stager_framework, or with auto the
+    first of STAGER_FRAMEWORKS this host can import. Only this imports a framework in
+    the stager, after its device is chosen, and only the one the mels run in; a
+    ConfigError says what to install when there is none."""
     if cfg.features.device != "stager":
         return None
-    quiet_tensorflow()
     plan = choose_device("stager", cfg)
-    try:
-        import_tensorflow()
-        from ringfeed.consumer.stager.gpu_mel import TfLogMel
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("tensorflow", "keras"):
-            raise
+    wanted = cfg.devices.stager_framework
+    for framework in STAGER_FRAMEWORKS if wanted == "auto" else (wanted,):
+        try:
+            mel_fn = _STAGER_MELS[framework](cfg, plan)
+        except ModuleNotFoundError as exc:
+            if exc.name not in FRAMEWORK_MODULES[framework]:
+                raise
+            continue  # not installed here: the next one, or the error below
+        log.info("the stager's mels run in %s", framework)
+        return mel_fn
+    if wanted == "auto":
         raise ConfigError(
-            "features.device: stager computes the batches' mels with TensorFlow "
-            "(consumer/stager/gpu_mel.py), which this host does not have: install "
-            "ringfeed[tf] here, or set features.device: producer (docs/loaders.md#devices)"
-        ) from None
+            "features.device: stager computes the batches' mels with torch, JAX or "
+            "TensorFlow, and this host has none of them: install ringfeed[torch] (or "
+            "[jax], [tf]) here, or set features.device: producer (docs/loaders.md#devices)"
+        )
+    raise ConfigError(
+        f"devices.stager_framework: {wanted}, which this host cannot import: install "
+        f"ringfeed[{wanted}] here, or set devices.stager_framework: auto (the first of "
+        f"{', '.join(STAGER_FRAMEWORKS)} installed) or features.device: producer "
+        "(docs/loaders.md#devices)"
+    )
+
+
+def _torch_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
+    import torch
+
+    from ringfeed.consumer.stager.torch_mel import TorchLogMel
+
+    gpu = plan.mode != "cpu" and torch.cuda.is_available()
+    if plan.mode != "cpu" and not gpu:
+        log.warning("torch %s has no CUDA: the stager's mels run on the CPU", torch.__version__)
+    return TorchLogMel(cfg, "cuda" if gpu else "cpu")
+
+
+def _jax_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
+    if plan.mode == "cpu":  # no probe for a GPU or TPU plugin it would not find
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    else:  # not 75 % of the GPU up front: the mels take well under 1 GB of it
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    # Its INFO line about a TPU backend it did not find is no news on a GPU or CPU host.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    import jax
+
+    from ringfeed.consumer.stager.jax_mel import JaxLogMel
+
+    device = jax.devices()[0]
+    if plan.mode != "cpu" and device.platform == "cpu":
+        log.warning("JAX %s has no GPU here: the stager's mels run on the CPU", jax.__version__)
+    return JaxLogMel(cfg, device)
+
+
+def _tf_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
+    import_tensorflow()
+    from ringfeed.consumer.stager.tf_mel import TfLogMel
+
     configure_tensorflow(plan)
     return TfLogMel(cfg)
+
+
+# Build the stager's mels in each framework (after choose_device), by its name.
+_STAGER_MELS: dict[str, Callable[[Config, DevicePlan], BatchLogMel]] = {
+    "torch": _torch_mels,
+    "jax": _jax_mels,
+    "tf": _tf_mels,
+}
 
 
 def _nvml_shutdown() -> None:
@@ -205,7 +272,7 @@ def import_tensorflow() -> Any:
     with NOT_FOR_TENSORFLOW hidden during the import alone: the process imports them
     later as usual, and only Keras's scikit-learn wrappers and image gallery, which
     ringfeed never calls, stay without them. Call after choose_device."""
-    if "tensorflow" in sys.modules:
+    if sys.modules.get("tensorflow") is not None:  # None: blocked, `import` raises
         return sys.modules["tensorflow"]
     hidden = [name for name in NOT_FOR_TENSORFLOW if name not in sys.modules]
     sys.modules.update(dict.fromkeys(hidden))  # None: `import name` raises ImportError

@@ -1,0 +1,82 @@
+"""The stager's batch log-mel in PyTorch (devices.stager_framework: torch).
+
+The face, the tolerance and why float64: consumer/stager/gpu_mel.py; the definition:
+shared/sample/mel_definition.py. Imported by consumer/devices.py only, after the
+stager's device is set (CUDA_VISIBLE_DEVICES), which also picks the torch device.
+Eager ops, no graph: nothing is traced or compiled, whatever the batch's shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ringfeed.consumer.stager.gpu_mel import checked_batch
+from ringfeed.shared.config import Config
+from ringfeed.shared.sample.mel_definition import mel_definition
+
+# Rows a CPU computes at once: one row's float64 frames (6.5 MB at 800 frames) go
+# through window, FFT and magnitude while they are still in cache, where a whole
+# [32, 800*256] batch op by op (210 MB a step) took 570 ms on one core here against
+# ~150. A GPU takes the whole batch in one go (its launches cost more than its bytes).
+CPU_ROWS = 1
+
+
+class TorchLogMel:
+    """Batch log-mel in PyTorch (gpu_mel.BatchLogMel) on `device` ("cuda" for the
+    stager's GPU, "cpu"). The filterbank matmul is float32 at full precision:
+    torch.backends.cuda.matmul.allow_tf32 is off unless a caller turns it on, and
+    nothing in the stager's process does."""
+
+    framework = "torch"
+
+    def __init__(self, cfg: Config, device: str = "cpu") -> None:
+        d = self.definition = mel_definition(cfg)
+        self.device = torch.device(device)
+        self.rows = CPU_ROWS if self.device.type == "cpu" else None
+        # Copies: torch warns on the definition's read-only arrays, and owns its own.
+        self._window = torch.tensor(d.window, dtype=torch.float64, device=self.device)
+        self._filterbank = torch.tensor(d.filterbank, dtype=torch.float32, device=self.device)
+
+    def __call__(self, waves: np.ndarray, wave_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mel float32 [B, S // hop, n_mels], mel_lens int32 [B]), numpy; gpu_mel.py."""
+        waves, wave_lens = checked_batch(waves, wave_lens)
+        d = self.definition
+        n_frames = d.batch_frames(waves.shape[1])
+        mel_lens = d.mel_lens(wave_lens, n_frames)
+        mel = np.empty((len(waves), n_frames, d.n_mels), np.float32)
+        rows = self.rows or max(len(waves), 1)
+        with torch.inference_mode():
+            to = self.device
+            waves_t, wave_lens_t, mel_lens_t = (
+                torch.from_numpy(x).to(to) for x in (waves, wave_lens, mel_lens)
+            )
+            for i in range(0, len(waves), rows):
+                part = slice(i, i + rows)
+                mel[part] = self._log_mel(waves_t[part], wave_lens_t[part], mel_lens_t[part]).cpu()
+        return mel, mel_lens
+
+    def _log_mel(
+        self, waves: torch.Tensor, wave_lens: torch.Tensor, mel_lens: torch.Tensor
+    ) -> torch.Tensor:
+        """The log-mel of some rows of the batch, float32 [rows, S // hop, n_mels]."""
+        d = self.definition
+        n_samples = waves.shape[1]
+        n_frames = d.batch_frames(n_samples)
+        # Zero anything past the true length: slot padding need not be zero, and
+        # librosa sees the clip followed by exactly n_fft // 2 zeros.
+        inside = torch.arange(n_samples, device=waves.device) < wave_lens[:, None]
+        padded = F.pad(waves * inside, (d.pad, d.pad))
+        # Framed as a view of the float32 samples, cast (a copy, exact), windowed in place.
+        frames = padded.unfold(1, d.n_fft, d.hop_length)[:, :n_frames]
+        windowed = frames.to(torch.float64).mul_(self._window)
+        spectrum = torch.fft.rfft(windowed)[..., : d.bins]
+        # The spectrum rounded to complex64 before its magnitude, as the producers do
+        # (producer/features/mel.py): |X| moves by ~1 float32 ulp of |X| itself, and
+        # abs of complex128 took as long as the FFT here.
+        magnitude = spectrum.to(torch.complex64).abs()
+        mel = torch.matmul(magnitude, self._filterbank)
+        log_mel = torch.log(torch.clamp_min(mel, d.log_floor))
+        inside_frames = torch.arange(n_frames, device=waves.device) < mel_lens[:, None]
+        return log_mel * inside_frames[:, :, None]
