@@ -100,6 +100,7 @@ def test_the_stagers_mels_run_in_the_framework_asked_or_the_first_installed(
     pytest.importorskip("jax")
     from ringfeed.consumer.stager.jax_mel import JaxLogMel
     from ringfeed.consumer.stager.torch_mel import TorchLogMel
+    from ringfeed.scripts.preflight import Finding, _devices
 
     monkeypatch.setattr(devices, "count_gpus", lambda: (0, "none in this test"))
     for name in ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL"):
@@ -113,6 +114,7 @@ def test_the_stagers_mels_run_in_the_framework_asked_or_the_first_installed(
     assert devices.stager_mel_fn(Config()) is None  # features.device: producer
     assert isinstance(devices.stager_mel_fn(cfg("auto")), TorchLogMel)
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails as if not installed
+    assert devices.installed_stager_framework(cfg("auto")) == "jax"
     assert isinstance(devices.stager_mel_fn(cfg("auto")), JaxLogMel)
     with pytest.raises(ConfigError, match=r"stager_framework: torch, .* install ringfeed\[torch\]"):
         devices.stager_mel_fn(cfg("torch"))
@@ -120,3 +122,6 @@ def test_the_stagers_mels_run_in_the_framework_asked_or_the_first_installed(
     monkeypatch.setitem(sys.modules, "tensorflow", None)
     with pytest.raises(ConfigError, match=r"none of them: install ringfeed\[torch\] \(or"):
         devices.stager_mel_fn(cfg("auto"))
+    # `ringfeed validate` says so before a run starts, importing nothing.
+    assert devices.installed_stager_framework(cfg("auto")) is None
+    assert _devices(cfg("auto")) == [Finding(True, devices.no_stager_framework(cfg("auto")))]
