@@ -17,10 +17,8 @@ from ringfeed.consumer.stager.gpu_mel import checked_batch
 from ringfeed.shared.config import Config
 from ringfeed.shared.sample.mel_definition import mel_definition
 
-# Rows a CPU computes at once: one row's float64 frames (6.5 MB at 800 frames) go
-# through window, FFT and magnitude while they are still in cache, where a whole
-# [32, 800*256] batch op by op (210 MB a step) took 570 ms on one core here against
-# ~150. A GPU takes the whole batch in one go (its launches cost more than its bytes).
+# Rows a CPU computes at once (a GPU: the whole batch): a row's float64 frames stay in
+# cache (consumer/stager/gpu_mel.py).
 CPU_ROWS = 1
 
 

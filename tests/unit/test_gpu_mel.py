@@ -21,24 +21,35 @@ from tests.support.paths import REPO, WAVS
 FRAMEWORKS = ("torch", "jax", "tf")
 
 
-def make_log_mel(framework: str, cfg: Config, request: pytest.FixtureRequest) -> BatchLogMel:
-    """The stager's log-mel in `framework` on the CPU; skips where it is not installed.
-    Each framework runs on one thread: the 2 cores are shared with other tests' processes."""
+def make_log_mel(
+    framework: str, cfg: Config, request: pytest.FixtureRequest, gpu: bool = False
+) -> BatchLogMel:
+    """The stager's log-mel in `framework` on the CPU, or on the GPU (skips without one);
+    skips where the framework is not installed. Each framework runs on one thread: the
+    2 cores are shared with other tests' processes."""
     if framework == "torch":
         torch = pytest.importorskip("torch")
         from ringfeed.consumer.stager.torch_mel import TorchLogMel
 
+        if gpu and not torch.cuda.is_available():
+            pytest.skip("torch sees no GPU")
         torch.set_num_threads(1)
-        return TorchLogMel(cfg)
+        return TorchLogMel(cfg, "cuda" if gpu else "cpu")
     if framework == "jax":
-        pytest.importorskip("jax")  # one thread: tests/conftest.py's XLA_FLAGS
+        jax = pytest.importorskip("jax")  # one thread: tests/conftest.py's XLA_FLAGS
         from ringfeed.consumer.stager.jax_mel import JaxLogMel
 
-        return JaxLogMel(cfg)
-    pytest.importorskip("tensorflow")
+        try:
+            device = jax.devices("gpu" if gpu else "cpu")[0]
+        except RuntimeError:  # no backend of that kind
+            pytest.skip("JAX sees no GPU")
+        return JaxLogMel(cfg, device)
+    tf = pytest.importorskip("tensorflow")
     request.getfixturevalue("tf_single_threaded")
     from ringfeed.consumer.stager.tf_mel import TfLogMel
 
+    if gpu and not tf.config.list_logical_devices("GPU"):  # else it takes the GPU it sees
+        pytest.skip("TensorFlow sees no GPU")
     return TfLogMel(cfg)
 
 
@@ -108,6 +119,16 @@ def test_log_mel_matches_librosa_next_to_the_floor_on_the_multilingual_clips(
     for batch in (paths[:20], paths[20:]):
         near_floor += _assert_batch_matches_librosa(mel_fn, cfg, batch)
     assert near_floor > 10_000, "the clips must hold values next to the floor to test them"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_log_mel_on_the_gpu_matches_librosa(framework: str, request: pytest.FixtureRequest) -> None:
+    """The same on the GPU: cuFFT in float64, and the filterbank matmul never in TF32."""
+    cfg = load_config(REPO / "configs" / "multilingual.yaml")
+    mel_fn = make_log_mel(framework, cfg, request, gpu=True)
+    paths = sorted((REPO / "data" / "multilingual-demo" / "clips").glob("*.flac"))
+    _assert_batch_matches_librosa(mel_fn, cfg, paths[:20])
 
 
 @pytest.mark.parametrize("framework", ["jax", "tf"])
