@@ -23,6 +23,7 @@ machine.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
@@ -34,7 +35,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ringfeed.shared.config import Config, ConfigError
-from ringfeed.shared.config.environment import cuda_visible_devices, tensorflow_log_level
+from ringfeed.shared.config.environment import (
+    cuda_visible_devices,
+    tensorflow_log_level,
+    xla_flags,
+)
 
 if TYPE_CHECKING:
     from ringfeed.consumer.stager.gpu_mel import BatchLogMel
@@ -54,6 +59,8 @@ NOT_FOR_TENSORFLOW = ("jax", "matplotlib", "sklearn")
 # compiles each bucket's shape once, 0.4 s of a 2-core CPU for [32, 800 x 256]); then
 # JAX; TensorFlow last (its import and set-up took 1.9 s here, torch's 1.0, JAX's 0.35).
 STAGER_FRAMEWORKS = ("torch", "jax", "tf")
+# XLA's CPU client on one thread (read when JAX starts its backend).
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 # The modules whose absence means a framework is not installed (ModuleNotFoundError.name).
 FRAMEWORK_MODULES = {"torch": ("torch",), "jax": ("jax", "jaxlib"), "tf": ("tensorflow", "keras")}
 
@@ -131,7 +138,13 @@ def stager_mel_fn(cfg: Config) -> BatchLogMel | None:
     features.device: stager, else None: in devices.stager_framework, or with auto the
     first of STAGER_FRAMEWORKS this host can import. Only this imports a framework in
     the stager, after its device is chosen, and only the one the mels run in; a
-    ConfigError says what to install when there is none."""
+    ConfigError says what to install when there is none.
+
+    On the CPU the mels run on one thread in every framework, as each producer's math
+    does: the cores are the producers' and the trainer's. torch's default pool (one
+    thread a core) took 1.1-4.5 s for a [32, 800 x 256] batch on this 2-core machine at
+    load 6, one thread 0.16-0.3 s; JAX's and TensorFlow's pools cost less there (0.19
+    and 0.29 s against 0.13 and 0.17-0.23 on one thread) but did not help either."""
     if cfg.features.device != "stager":
         return None
     plan = choose_device("stager", cfg)
@@ -183,12 +196,15 @@ def _torch_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
     gpu = plan.mode != "cpu" and torch.cuda.is_available()
     if plan.mode != "cpu" and not gpu:
         log.warning("torch %s has no CUDA: the stager's mels run on the CPU", torch.__version__)
+    if not gpu:
+        torch.set_num_threads(1)  # one core: stager_mel_fn
     return TorchLogMel(cfg, "cuda" if gpu else "cpu")
 
 
 def _jax_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
     if plan.mode == "cpu":  # no probe for a GPU or TPU plugin it would not find
         os.environ["JAX_PLATFORMS"] = "cpu"
+        os.environ["XLA_FLAGS"] = f"{xla_flags()} {XLA_ONE_THREAD}".strip()  # stager_mel_fn
     else:  # not 75 % of the GPU up front: the mels take well under 1 GB of it
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     # Its INFO line about a TPU backend it did not find is no news on a GPU or CPU host.
@@ -204,10 +220,14 @@ def _jax_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
 
 
 def _tf_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
-    import_tensorflow()
+    tf = import_tensorflow()
     from ringfeed.consumer.stager.tf_mel import TfLogMel
 
     configure_tensorflow(plan)
+    if plan.mode == "cpu":  # one core: stager_mel_fn
+        with contextlib.suppress(RuntimeError):  # pools already made: an op ran before us
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
     return TfLogMel(cfg)
 
 
