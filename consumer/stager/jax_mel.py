@@ -25,7 +25,7 @@ from ringfeed.shared.sample.mel_definition import MelDefinition, mel_definition
 
 
 def float64_enabled() -> contextlib.AbstractContextManager:
-    """jax.enable_x64(True), or jax.experimental.enable_x64() before JAX 0.4.36 had it."""
+    """jax.enable_x64(True), or jax.experimental.enable_x64() in a JAX without it."""
     if hasattr(jax, "enable_x64"):
         return jax.enable_x64(True)
     from jax.experimental import enable_x64
