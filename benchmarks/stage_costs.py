@@ -77,8 +77,9 @@ def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> d
     from ringfeed.shared.corpus.clips import ClipReader
     from ringfeed.shared.corpus.entry import Entry
     from ringfeed.shared.memory.ring import rows_checksum
+    from ringfeed.shared.sample.mel_definition import used_bins
 
-    bins = F._used_bins(cfg.audio.sample_rate, cfg.features)
+    bins = used_bins(cfg.audio.sample_rate, cfg.features)
     slot = np.zeros((cfg.features.max_frames, cfg.features.n_mels), np.float32)
     clips = ClipReader(cfg)
     encoder.clean.cache_clear()

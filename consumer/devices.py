@@ -1,9 +1,11 @@
-"""Device choice for the stager and the trainer, made before TensorFlow is imported.
+"""Device choice for the stager and the trainer, made before a framework is imported.
 
 Each consumer process calls :func:`choose_device` first thing, before any
-``import tensorflow``: TensorFlow reads CUDA_VISIBLE_DEVICES once, when it
-initialises CUDA, so setting it later does nothing. GPUs are counted with NVML
-(``pynvml``), which needs only the driver, not TensorFlow.
+``import tensorflow`` (torch, jax): a framework reads CUDA_VISIBLE_DEVICES once, when
+it initialises CUDA, so setting it later does nothing. GPUs are counted with NVML
+(``pynvml``), which needs only the driver, not a framework. The stager's mels
+(features.device: stager) run in the framework :func:`stager_mel_fn` imports after
+that, on the GPU the plan gives the stager or on the CPU.
 
     2+ GPUs -> stager on devices.stager_gpu, trainer on devices.model: one
                replica per GPU (MirroredStrategy); default every GPU but the
@@ -21,16 +23,26 @@ machine.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ringfeed.shared.config import Config, ConfigError
-from ringfeed.shared.config.environment import cuda_visible_devices, tensorflow_log_level
+from ringfeed.shared.config.environment import (
+    cuda_visible_devices,
+    tensorflow_log_level,
+    xla_flags,
+)
+
+if TYPE_CHECKING:
+    from ringfeed.consumer.stager.gpu_mel import BatchLogMel
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +54,15 @@ Role = Literal["stager", "trainer"]
 # ImportError` in TensorFlow and Keras. With ringfeed[jax] installed beside ringfeed[tf]
 # they were a third of the import: 4.9 s of CPU down to 3.3 s, in every trainer process.
 NOT_FOR_TENSORFLOW = ("jax", "matplotlib", "sklearn")
+# The frameworks the stager's batch mels run in, in the order devices.stager_framework:
+# auto tries them. torch first: eager, nothing compiled at a bucket's first batch (JAX
+# compiles each bucket's shape once, 0.4 s of a 2-core CPU for [32, 800 x 256]); then
+# JAX; TensorFlow last (its import and set-up took 1.9 s here, torch's 1.0, JAX's 0.35).
+STAGER_FRAMEWORKS = ("torch", "jax", "tf")
+# XLA's CPU client on one thread (read when JAX starts its backend).
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+# The modules whose absence means a framework is not installed (ModuleNotFoundError.name).
+FRAMEWORK_MODULES = {"torch": ("torch",), "jax": ("jax", "jaxlib"), "tf": ("tensorflow", "keras")}
 
 
 @dataclass(frozen=True)
@@ -85,7 +106,7 @@ def count_gpus_for(cfg: Config) -> int:
     if n == 0 and cfg.features.device == "stager":
         log.warning(
             "features.device: stager on a host without GPU (%s): stager-side mels "
-            "run on the CPU, about 5x slower than producer mels",
+            "run on the CPU, in the stager alone, at about 2x the CPU of producer mels",
             why,
         )
     return n
@@ -112,27 +133,110 @@ class GpuProbe:
         self.answer = count_gpus_for(self.cfg)
 
 
-def stager_mel_fn(cfg: Config) -> Any:
-    """The stager's batch log-mel (consumer/stager/gpu_mel.py TfLogMel) on its device
-    with features.device: stager, else None. Only this imports TensorFlow in the
-    stager, after its device is chosen."""
+def stager_mel_fn(cfg: Config) -> BatchLogMel | None:
+    """The stager's batch log-mel (consumer/stager/gpu_mel.py) on its device with
+    features.device: stager, else None: in devices.stager_framework, or with auto the
+    first of STAGER_FRAMEWORKS this host can import. Only this imports a framework in
+    the stager, after its device is chosen, and only the one the mels run in; a
+    ConfigError says what to install when there is none.
+
+    On the CPU the mels run on one thread in every framework, as each producer's math
+    does: the cores are the producers' and the trainer's. torch's default pool (one
+    thread a core) took 1.1-4.5 s for a [32, 800 x 256] batch on this 2-core machine at
+    load 6, one thread 0.16-0.3 s; JAX's and TensorFlow's pools cost less there (0.19
+    and 0.29 s against 0.13 and 0.17-0.23 on one thread) but did not help either."""
     if cfg.features.device != "stager":
         return None
-    quiet_tensorflow()
     plan = choose_device("stager", cfg)
-    try:
-        import_tensorflow()
-        from ringfeed.consumer.stager.gpu_mel import TfLogMel
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("tensorflow", "keras"):
-            raise
-        raise ConfigError(
-            "features.device: stager computes the batches' mels with TensorFlow "
-            "(consumer/stager/gpu_mel.py), which this host does not have: install "
-            "ringfeed[tf] here, or set features.device: producer (docs/loaders.md#devices)"
-        ) from None
+    wanted = cfg.devices.stager_framework
+    for framework in STAGER_FRAMEWORKS if wanted == "auto" else (wanted,):
+        try:
+            mel_fn = _STAGER_MELS[framework](cfg, plan)
+        except ModuleNotFoundError as exc:
+            if exc.name not in FRAMEWORK_MODULES[framework]:
+                raise
+            continue  # not installed here: the next one, or the error below
+        log.info("the stager's mels run in %s", framework)
+        return mel_fn
+    raise ConfigError(no_stager_framework(cfg))
+
+
+def installed_stager_framework(cfg: Config) -> str | None:
+    """The framework stager_mel_fn would build the mels in, as far as this host's
+    packages say without importing any (`ringfeed validate`); None: none is installed."""
+    wanted = cfg.devices.stager_framework
+    for framework in STAGER_FRAMEWORKS if wanted == "auto" else (wanted,):
+        if all(importlib.util.find_spec(m) is not None for m in FRAMEWORK_MODULES[framework]):
+            return framework
+    return None
+
+
+def no_stager_framework(cfg: Config) -> str:
+    """What to do when devices.stager_framework finds nothing to import on this host."""
+    wanted = cfg.devices.stager_framework
+    if wanted == "auto":
+        return (
+            "features.device: stager computes the batches' mels with torch, JAX or "
+            "TensorFlow, and this host has none of them: install ringfeed[torch] (or "
+            "[jax], [tf]) here, or set features.device: producer (docs/loaders.md#devices)"
+        )
+    return (
+        f"devices.stager_framework: {wanted}, which this host cannot import: install "
+        f"ringfeed[{wanted}] here, or set devices.stager_framework: auto (the first of "
+        f"{', '.join(STAGER_FRAMEWORKS)} installed) or features.device: producer "
+        "(docs/loaders.md#devices)"
+    )
+
+
+def _torch_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
+    import torch
+
+    from ringfeed.consumer.stager.torch_mel import TorchLogMel
+
+    gpu = plan.mode != "cpu" and torch.cuda.is_available()
+    if plan.mode != "cpu" and not gpu:
+        log.warning("torch %s has no CUDA: the stager's mels run on the CPU", torch.__version__)
+    if not gpu:
+        torch.set_num_threads(1)  # one core: stager_mel_fn
+    return TorchLogMel(cfg, "cuda" if gpu else "cpu")
+
+
+def _jax_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
+    if plan.mode == "cpu":  # no probe for a GPU or TPU plugin it would not find
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        os.environ["XLA_FLAGS"] = f"{xla_flags()} {XLA_ONE_THREAD}".strip()  # stager_mel_fn
+    else:  # not 75 % of the GPU up front: the mels take well under 1 GB of it
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    # Its INFO line about a TPU backend it did not find is no news on a GPU or CPU host.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    import jax
+
+    from ringfeed.consumer.stager.jax_mel import JaxLogMel
+
+    device = jax.devices()[0]
+    if plan.mode != "cpu" and device.platform == "cpu":
+        log.warning("JAX %s has no GPU here: the stager's mels run on the CPU", jax.__version__)
+    return JaxLogMel(cfg, device)
+
+
+def _tf_mels(cfg: Config, plan: DevicePlan) -> BatchLogMel:
+    tf = import_tensorflow()
+    from ringfeed.consumer.stager.tf_mel import TfLogMel
+
     configure_tensorflow(plan)
+    if plan.mode == "cpu":  # one core: stager_mel_fn
+        with contextlib.suppress(RuntimeError):  # pools already made: an op ran before us
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
     return TfLogMel(cfg)
+
+
+# Build the stager's mels in each framework (after choose_device), by its name.
+_STAGER_MELS: dict[str, Callable[[Config, DevicePlan], BatchLogMel]] = {
+    "torch": _torch_mels,
+    "jax": _jax_mels,
+    "tf": _tf_mels,
+}
 
 
 def _nvml_shutdown() -> None:
@@ -205,7 +309,7 @@ def import_tensorflow() -> Any:
     with NOT_FOR_TENSORFLOW hidden during the import alone: the process imports them
     later as usual, and only Keras's scikit-learn wrappers and image gallery, which
     ringfeed never calls, stay without them. Call after choose_device."""
-    if "tensorflow" in sys.modules:
+    if sys.modules.get("tensorflow") is not None:  # None: blocked, `import` raises
         return sys.modules["tensorflow"]
     hidden = [name for name in NOT_FOR_TENSORFLOW if name not in sys.modules]
     sys.modules.update(dict.fromkeys(hidden))  # None: `import name` raises ImportError

@@ -170,7 +170,7 @@ def _worker(args: argparse.Namespace, needs_cluster: bool = True):
 
 
 def cmd_stager(args: argparse.Namespace) -> int:
-    from ringfeed.consumer.stager.stager import main  # TensorFlow: devices.stager_mel_fn
+    from ringfeed.consumer.stager.stager import main  # a framework: devices.stager_mel_fn
 
     return main(_config(args.config), args.run_id, _worker(args)[0])
 

@@ -4,7 +4,7 @@ corpus is prepared (producer/prepare/prepare.py: they prepare it first).
 Each check is cheap (seconds for a 13,100-item LJSpeech): the rings against
 free /dev/shm, the dataset's path, format and lines, a sample of the audio
 files those lines name (headers only), the feature cache directory, the CURVE
-keys of a TCP endpoint, whether stager-side mels have a GPU to run on, the
+keys of a TCP endpoint, whether stager-side mels have a framework and a GPU to run on, the
 names stager.balance.weights gives, the default model's model.kwargs, the
 prosody table features.pitch_norm applies (on a producer host too), and the
 configured fields on the first clip that reads (producer/start_check.py: a user
@@ -230,8 +230,14 @@ def _client_keys(cfg: Config) -> list[Finding]:
 def _devices(cfg: Config) -> list[Finding]:
     if cfg.features.device != "stager":
         return []
-    from ringfeed.consumer.devices import count_gpus
+    from ringfeed.consumer.devices import (
+        count_gpus,
+        installed_stager_framework,
+        no_stager_framework,
+    )
 
+    if installed_stager_framework(cfg) is None:
+        return [Finding(True, no_stager_framework(cfg))]
     n_gpus, why = count_gpus()
     if n_gpus:
         return []
@@ -239,7 +245,7 @@ def _devices(cfg: Config) -> list[Finding]:
         Finding(
             False,
             f"features.device: stager, but this host has no GPU ({why}): stager-side mels "
-            "run on the CPU, about 5x slower than producer mels; set features.device: producer "
-            "(docs/running.md#mels-on-the-stager)",
+            "run on the CPU, in the stager alone, at about 2x the CPU of producer mels; set "
+            "features.device: producer (docs/running.md#mels-on-the-stager)",
         )
     ]

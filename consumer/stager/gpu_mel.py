@@ -1,117 +1,96 @@
-"""Log-mel features for a whole batch of waveforms on the stager's device.
+"""The stager's batch log-mel: its face, its tolerance and its input checks, no framework.
 
-With ``features.device: stager`` producers write resampled waveforms and the
-stager turns a whole batch into log-mels in one TensorFlow call on GPU:0. The
-result must match what producers compute (librosa's
-``melspectrogram(center=True, pad_mode="constant", power=1.0, htk=False,
-norm="slaney")`` then ``log(max(mel, LOG_FLOOR))``: producer/features/mel.py), so
-the two modes train the same model. How it matches:
+With ``features.device: stager`` producers write resampled waveforms and the stager
+turns a whole batch into log-mels in one call on its device (GPU:0, or the CPU where
+there is none), in whichever framework the install has: torch (torch_mel.py), JAX
+(jax_mel.py) or TensorFlow (tf_mel.py); consumer/devices.py picks one
+(devices.stager_framework) and imports only it, after the stager's device is set.
 
-- center=True is emulated by padding n_fft // 2 zeros on both sides
-  (constant padding, as pad_mode="constant").
-- The window is librosa's periodic Hann of win_length, zero-padded to n_fft
-  and centred, exactly as librosa.filters.get_window + util.pad_center.
-- The filterbank is librosa's Slaney one, not
-  tf.signal.linear_to_mel_weight_matrix (HTK scale, no Slaney area norm):
-  that would differ by up to ~2 in log space.
-- The frames are windowed and transformed in float64, as librosa and the
-  producers do; only the magnitude is float32. A float32 window and FFT round
-  to ~1e-7 of a frame's energy, which in the quietest bands of a loud frame,
-  next to LOG_FLOOR, was 1.1e-3 in log space on the shipped LJSpeech clips;
-  in float64 the stager's mels are within 1e-6 of librosa's on every shipped
-  clip (benchmarks/mel_parity.py, docs/benchmarks.md#mel-parity), and
-  tests hold MEL_ATOL everywhere within the true length.
+The three compute one definition (shared/sample/mel_definition.py: window, padding,
+frames, Slaney filterbank, LOG_FLOOR), the producers' (producer/features/mel.py), so
+the two modes train the same model. Each windows and transforms the frames in
+float64, as librosa and the producers do; only the magnitude is float32. A float32
+window and FFT round to ~1e-7 of a frame's energy, which in the quietest bands of a
+loud frame, next to LOG_FLOOR, was 1.1e-3 in log space on the shipped LJSpeech clips
+(1.5e-4 on the 16 kHz multilingual ones); in float64 every backend is within 1e-6 of
+librosa on every shipped clip (benchmarks/mel_parity.py,
+docs/benchmarks.md#mel-parity), and tests/unit/test_gpu_mel.py holds MEL_ATOL for each.
+The filterbank matmul stays float32 at full precision: never TF32, whose 10-bit
+mantissa moves a band by ~1e-3 relative, which JAX and TensorFlow use for float32
+matmuls on Ampere and later GPUs unless told not to.
+
+A GPU takes the whole batch in one go. A CPU takes it a row at a time: a row's
+float64 frames (6.5 MB at 800 frames) go through window, FFT and magnitude while they
+are in cache, where the whole batch op by op moved 210 MB a step; a [32, 800 x 256]
+batch on one core took torch from 570 to ~150 ms, JAX from 205 to 92 ms and
+TensorFlow from 254 to 148 ms (docs/benchmarks.md#mel-parity).
+
+Errors. A batch whose arrays break the face below raises MelInputError (a
+ValueError) before any device work: that is the stager's own bug (assembly.py hands
+its staging array), not a producer's, so the stager should stop with it rather than
+send a batch. Anything else a backend raises (the device out of memory, a lost GPU) is
+a fault of the device, not of the batch: the stager should grant the batch's positions
+again or fall back to producer mels, loudly (issue 48's faults).
 """
 
 from __future__ import annotations
 
-import librosa
-import numpy as np
-import tensorflow as tf
+from typing import Protocol
 
-from ringfeed.shared.config import Config
-from ringfeed.shared.sample.content import LOG_FLOOR
+import numpy as np
 
 # Absolute tolerance in natural-log space against librosa's (and the producers')
 # log-mel on every bin within the true length, next to LOG_FLOOR included (9.5e-7
-# measured: docs/benchmarks.md#mel-parity; tests/unit/test_gpu_mel.py).
+# measured for every backend: docs/benchmarks.md#mel-parity; tests/unit/test_gpu_mel.py).
 MEL_ATOL = 1e-4
 
 
-def librosa_window(cfg: Config) -> np.ndarray:
-    """librosa's analysis window: periodic Hann of win_length, centred in n_fft, float64."""
-    f = cfg.features
-    window = librosa.filters.get_window("hann", f.win_length, fftbins=True)
-    return librosa.util.pad_center(window, size=f.n_fft).astype(np.float64)
+class BatchLogMel(Protocol):
+    """The stager's batch log-mel, whatever its framework. Called by the stager's
+    assembly (consumer/stager/assembly.py) once per batch.
 
-
-def slaney_filterbank(cfg: Config) -> np.ndarray:
-    """librosa's Slaney mel filterbank, [n_mels, n_fft // 2 + 1] float32."""
-    f = cfg.features
-    return librosa.filters.mel(
-        sr=cfg.audio.sample_rate,
-        n_fft=f.n_fft,
-        n_mels=f.n_mels,
-        fmin=f.fmin,
-        fmax=f.fmax,
-        htk=False,
-        norm="slaney",
-    ).astype(np.float32)
-
-
-class TfLogMel:
-    """Batch log-mel in TensorFlow, matching the producers' librosa features.
-
-    Called by the stager process once per batch. ``__call__(waves, wave_lens)``
-    takes waves float32 [B, S] (samples at audio.sample_rate, zero beyond
-    wave_lens; S = frames x hop_length of the batch's shape, cfg.max_samples
-    without length buckets) and wave_lens int32 [B] (samples), and returns
-    (mel float32 [B, S // hop_length, n_mels] natural-log mel, zero beyond
-    mel_lens; mel_lens int32 [B] = min(1 + wave_len // hop_length, S // hop_length)).
-    One trace serves every shape; under XLA each bucket's shape compiles once.
+    ``__call__(waves, wave_lens)`` takes waves float32 [B, S] (samples at
+    audio.sample_rate, anything beyond wave_lens: it is zeroed; S = frames x
+    hop_length of the batch's shape) and wave_lens int32 [B] (samples, 0..S), and
+    returns numpy arrays (mel float32 [B, S // hop_length, n_mels], natural-log mel,
+    zero beyond mel_lens; mel_lens int32 [B] = min(1 + wave_len // hop_length,
+    S // hop_length)). Raises MelInputError for arrays of another shape or dtype.
     """
 
-    def __init__(self, cfg: Config, jit_compile: bool = False) -> None:
-        f = cfg.features
-        self.n_fft = f.n_fft
-        self.hop_length = f.hop_length
-        self.log_floor = LOG_FLOOR
-        self._window = tf.constant(librosa_window(cfg), tf.float64)
-        filterbank = slaney_filterbank(cfg)
-        # FFT bins above fmax weigh nothing in any band: the magnitude and the matmul
-        # stop at the last one used (373 of 513 bins with fmax 8 kHz at 22.05 kHz).
-        self.bins = int(np.flatnonzero(filterbank.any(axis=0))[-1]) + 1
-        # [bins, n_mels] so a batch of [B, frames, bins] magnitudes maps with one matmul.
-        self._filterbank = tf.constant(filterbank[:, : self.bins].T)
-        signature = [
-            tf.TensorSpec([None, None], tf.float32, name="waves"),
-            tf.TensorSpec([None], tf.int32, name="wave_lens"),
-        ]
-        self._fn = tf.function(self._log_mel, input_signature=signature, jit_compile=jit_compile)
+    framework: str
 
-    def __call__(self, waves: tf.Tensor | np.ndarray, wave_lens: tf.Tensor | np.ndarray):
-        """(mel [B, max_frames, n_mels] float32, mel_lens [B] int32); see the class doc."""
-        return self._fn(waves, wave_lens)
+    def __call__(self, waves: np.ndarray, wave_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mel float32 [B, S // hop_length, n_mels], mel_lens int32 [B]), numpy."""
+        ...
 
-    def _log_mel(self, waves: tf.Tensor, wave_lens: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        # Zero anything past the true length: slot padding need not be zero, and
-        # librosa sees the clip followed by exactly n_fft // 2 zeros.
-        n_samples = tf.shape(waves)[1]
-        max_frames = n_samples // self.hop_length
-        inside = tf.sequence_mask(wave_lens, n_samples, dtype=waves.dtype)
-        half = self.n_fft // 2
-        padded = tf.pad(waves * inside, [[0, 0], [half, half]])
-        # 1 + S // hop frames fit; the last one is never needed. Framed in float32 (a
-        # copy, exact) and cast after: tf.signal.frame of float64 took 2x as long here.
-        frames = tf.signal.frame(padded, self.n_fft, self.hop_length)[:, :max_frames]
-        windowed = tf.cast(frames, tf.float64) * self._window
-        spectrum = tf.signal.rfft(windowed)[:, :, : self.bins]
-        # |z| from its parts: tf.abs of complex128 took as long as the FFT itself on
-        # this project's CPU (78 against 77 ms for 8,000 frames; 3 ms this way).
-        re, im = tf.math.real(spectrum), tf.math.imag(spectrum)
-        magnitude = tf.sqrt(tf.cast(re * re + im * im, tf.float32))
-        mel = tf.matmul(magnitude, self._filterbank)
-        log_mel = tf.math.log(tf.maximum(mel, self.log_floor))
-        mel_lens = tf.minimum(1 + wave_lens // self.hop_length, max_frames)
-        inside_frames = tf.sequence_mask(mel_lens, max_frames, dtype=log_mel.dtype)
-        return log_mel * inside_frames[:, :, None], mel_lens
+
+class MelInputError(ValueError):
+    """A batch handed to the stager's log-mel that breaks its face (BatchLogMel): the
+    caller's bug, raised before any work on the device."""
+
+
+def checked_batch(waves: np.ndarray, wave_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(waves float32 [B, S], wave_lens int32 [B]) as given, or MelInputError saying
+    what is wrong: every backend's first step."""
+    if not isinstance(waves, np.ndarray) or waves.ndim != 2 or waves.dtype != np.float32:
+        raise MelInputError(f"waves must be a float32 numpy array [B, S], got {_what(waves)}")
+    if not isinstance(wave_lens, np.ndarray) or wave_lens.shape != waves.shape[:1]:
+        raise MelInputError(
+            f"wave_lens must be a numpy array [B={waves.shape[0]}] (one length a row of "
+            f"waves), got {_what(wave_lens)}"
+        )
+    if wave_lens.dtype.kind not in "iu":
+        raise MelInputError(f"wave_lens must hold integers (samples), got {_what(wave_lens)}")
+    n = waves.shape[1]
+    if wave_lens.size and not (wave_lens.min() >= 0 and wave_lens.max() <= n):
+        raise MelInputError(
+            f"wave_lens {int(wave_lens.min())}..{int(wave_lens.max())} outside 0..{n}, "
+            "the samples a row of waves holds"
+        )
+    return waves, wave_lens.astype(np.int32, copy=False)
+
+
+def _what(x: object) -> str:
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype} {list(x.shape)}"
+    return type(x).__name__

@@ -1,24 +1,19 @@
 """Log-mel features, and fitting a waveform to features.max_frames.
 
 Called in producer processes (features.device: producer). The definition is
-exactly librosa's, so features computed elsewhere can be checked against it::
+exactly librosa's, written once in numpy for producers and the stager's batch
+mels alike (shared/sample/mel_definition.py: window, padding, frames, Slaney
+filterbank, floor), so features computed elsewhere can be checked against it;
+no librosa import on the producer's path (its first call costs ~2 s).
 
-    mel = librosa.feature.melspectrogram(
-        y=wave, sr=sample_rate, n_fft=n_fft, hop_length=hop_length,
-        win_length=win_length, window="hann", center=True, pad_mode="constant",
-        power=1.0, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=False, norm="slaney")
-    log_mel = np.log(np.maximum(mel, LOG_FLOOR)).T        # [n_frames, n_mels]
-
-Here the STFT and the filterbank are librosa's definitions written in numpy
-(no librosa import on the producer's path: its first call costs ~2 s), the
-filterbank built once per process and applied as float32 matmuls in
-[frames, bins] layout, one per group of neighbouring bands over the bins they
-weigh. The frames are windowed and transformed in float64, as librosa does, by
-the fastest FFT library of the host (producer/features/fft.py), a block of frames at a
-time; only the magnitude is float32. The log-mel is within 1e-4 of
-librosa's everywhere, next to LOG_FLOOR included (9.5e-7 on every shipped clip:
-tests/unit/test_audio_features.py); mels of another arithmetic never share a feature
-cache (STFT_DTYPE). A clip of n samples has 1 + n // hop_length frames.
+Here the filterbank is applied as float32 matmuls in [frames, bins] layout, one
+per group of neighbouring bands over the bins they weigh. The frames are
+windowed and transformed in float64, as librosa does, by the fastest FFT library
+of the host (producer/features/fft.py), a block of frames at a time; only the
+magnitude is float32. The log-mel is within 1e-4 of librosa's everywhere, next
+to LOG_FLOOR included (9.5e-7 on every shipped clip:
+tests/unit/test_audio_features.py); mels of another arithmetic never share a
+feature cache (STFT_DTYPE). A clip of n samples has 1 + n // hop_length frames.
 """
 
 from __future__ import annotations
@@ -33,6 +28,12 @@ from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.features import FeaturesConfig
 from ringfeed.shared.sample.content import LOG_FLOOR
+from ringfeed.shared.sample.mel_definition import (
+    clip_frames,
+    hann_window,
+    slaney_filterbank,
+    used_bins,
+)
 
 # The STFT's arithmetic: part of the feature cache's settings (producer/features/cache.py), so
 # mels of another arithmetic (the float32 FFT that was 1e-3 off next to the floor) are
@@ -51,68 +52,11 @@ MEL_GROUP = 8
 # (first band, end band, first bin, end bin, weights float32 [bins, bands]).
 BandGroup = tuple[int, int, int, int, np.ndarray]
 
-# Slaney's mel scale (librosa.hz_to_mel, htk=False): linear below 1 kHz, log above.
-_F_SP = 200.0 / 3
-_MIN_LOG_HZ = 1000.0
-_MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
-_LOGSTEP = np.log(6.4) / 27.0
-
-
-def _hz_to_mel(f: np.ndarray) -> np.ndarray:
-    f = np.asarray(f, dtype=np.float64)
-    log_part = _MIN_LOG_MEL + np.log(np.maximum(f, _MIN_LOG_HZ) / _MIN_LOG_HZ) / _LOGSTEP
-    return np.where(f >= _MIN_LOG_HZ, log_part, f / _F_SP)
-
-
-def _mel_to_hz(m: np.ndarray) -> np.ndarray:
-    m = np.asarray(m, dtype=np.float64)
-    return np.where(
-        m >= _MIN_LOG_MEL, _MIN_LOG_HZ * np.exp(_LOGSTEP * (m - _MIN_LOG_MEL)), _F_SP * m
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _filterbank(sample_rate: int, f: FeaturesConfig) -> np.ndarray:
-    """librosa.filters.mel(htk=False, norm="slaney") in numpy, float64 then float32."""
-    fft_hz = np.fft.rfftfreq(n=f.n_fft, d=1.0 / sample_rate)
-    mel_hz = _mel_to_hz(np.linspace(_hz_to_mel(f.fmin), _hz_to_mel(f.fmax), f.n_mels + 2))
-    width = np.diff(mel_hz)
-    ramps = np.subtract.outer(mel_hz, fft_hz)
-    rising, falling = -ramps[:-2] / width[:-1, None], ramps[2:] / width[1:, None]
-    weights = np.maximum(0.0, np.minimum(rising, falling))
-    weights *= (2.0 / (mel_hz[2 : f.n_mels + 2] - mel_hz[: f.n_mels]))[:, None]  # Slaney norm
-    fb = weights.astype(np.float32)
-    fb.setflags(write=False)
-    return fb
-
 
 def mel_filterbank(cfg: Config) -> np.ndarray:
-    """Slaney mel filterbank, float32 [n_mels, n_fft // 2 + 1], read-only.
-
-    The same matrix for producers and the stager's on-device mel
-    (features.device: stager), so the two modes agree.
-    """
-    return _filterbank(cfg.audio.sample_rate, cfg.features)
-
-
-@functools.lru_cache(maxsize=8)
-def _window(n_fft: int, win_length: int) -> np.ndarray:
-    """Periodic Hann of win_length, zero-padded to n_fft in the middle (float64, as
-    librosa's: a float32 window alone moves the quietest bands by ~2e-4; read-only)."""
-    n = np.arange(win_length)
-    window = 0.5 - 0.5 * np.cos(2 * np.pi * n / win_length)
-    left = (n_fft - win_length) // 2
-    window = np.pad(window, (left, n_fft - win_length - left))
-    window.setflags(write=False)
-    return window
-
-
-@functools.lru_cache(maxsize=8)
-def _used_bins(sample_rate: int, f: FeaturesConfig) -> int:
-    """b: FFT bins at or above b have zero weight in every band (above fmax), so the
-    magnitude stops there: with fmax 8 kHz at 22.05 kHz, 372 of 513 bins."""
-    used = np.flatnonzero(_filterbank(sample_rate, f).any(axis=0))
-    return int(used[-1]) + 1 if used.size else 1
+    """Slaney mel filterbank, float32 [n_mels, n_fft // 2 + 1], read-only: the one of
+    shared/sample/mel_definition.py, which the stager's batch mels use too."""
+    return slaney_filterbank(cfg.audio.sample_rate, cfg.features)
 
 
 @functools.lru_cache(maxsize=8)
@@ -121,7 +65,7 @@ def _band_groups(sample_rate: int, f: FeaturesConfig) -> tuple[BandGroup, ...]:
     they weigh: (first band, end band, first bin, end bin, filterbank.T[bins, bands]
     float32 contiguous, read-only). A group whose bands weigh no bin (librosa's "empty
     filters") has no bins, and its bands come out 0 (LOG_FLOOR after the log)."""
-    fb = _filterbank(sample_rate, f)
+    fb = slaney_filterbank(sample_rate, f)
     groups = []
     for first in range(0, f.n_mels, MEL_GROUP):
         end = min(f.n_mels, first + MEL_GROUP)
@@ -182,7 +126,7 @@ def _magnitude(wave: np.ndarray, f: FeaturesConfig, bins: int | None) -> np.ndar
     padded[:half], padded[half : half + n], padded[half + n :] = 0, wave, 0
     frames = np.lib.stride_tricks.sliding_window_view(padded, f.n_fft)[:: f.hop_length]
     assert frames.shape[0] == n_out
-    window = _window(f.n_fft, f.win_length)
+    window = hann_window(f.n_fft, f.win_length)
     windowed = _work.get("windowed", (BLOCK_FRAMES, f.n_fft), np.float64)
     spectrum = _work.get("spectrum", (BLOCK_FRAMES, half + 1), np.complex128)
     narrow = _work.get("narrow", (BLOCK_FRAMES, bins), np.complex64)
@@ -207,7 +151,7 @@ def _to_log_mel(magnitude: np.ndarray, cfg: Config) -> np.ndarray:
 
 def log_mel(wave: np.ndarray, cfg: Config) -> np.ndarray:
     """Waveform float32 [n] at audio.sample_rate -> log-mel float32 [1 + n // hop, n_mels]."""
-    bins = _used_bins(cfg.audio.sample_rate, cfg.features)
+    bins = used_bins(cfg.audio.sample_rate, cfg.features)
     return _to_log_mel(_magnitude(wave, cfg.features, bins), cfg)
 
 
@@ -215,7 +159,7 @@ def log_mel_energy(wave: np.ndarray, cfg: Config) -> tuple[np.ndarray, np.ndarra
     """Waveform float32 [n] -> (log-mel float32 [frames, n_mels] as log_mel's, energy
     float32 [frames]): energy is the L2 norm of each frame's STFT magnitude over the
     bins the mel uses (<= fmax), from the same STFT, computed once (features.energy)."""
-    bins = _used_bins(cfg.audio.sample_rate, cfg.features)
+    bins = used_bins(cfg.audio.sample_rate, cfg.features)
     magnitude = _magnitude(wave, cfg.features, bins)
     energy = np.sqrt(np.einsum("fb,fb->f", magnitude, magnitude, dtype=np.float32))
     return _to_log_mel(magnitude, cfg), energy
@@ -223,7 +167,7 @@ def log_mel_energy(wave: np.ndarray, cfg: Config) -> tuple[np.ndarray, np.ndarra
 
 def n_frames(n_samples: int, cfg: Config) -> int:
     """Frames librosa gives for n_samples (center=True)."""
-    return 1 + n_samples // cfg.features.hop_length
+    return clip_frames(n_samples, cfg.features.hop_length)
 
 
 def fit_length(wave: np.ndarray, cfg: Config, path: str = "") -> tuple[np.ndarray, bool]:

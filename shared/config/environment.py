@@ -123,6 +123,12 @@ def cuda_visible_devices() -> str | None:
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
+def xla_flags() -> str:
+    """XLA_FLAGS as set for this process ("" when unset): JAX's XLA reads it once, when
+    its backend starts (consumer/devices.py adds to it before the stager imports JAX)."""
+    return os.environ.get("XLA_FLAGS", "")
+
+
 # What the launcher tells a model process it starts (`ringfeed run CONFIG -- COMMAND`):
 # the run's config file and run id, which the PyTorch and JAX loaders read when they are
 # given none (consumer/client/loader_base.py).

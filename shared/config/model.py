@@ -6,7 +6,7 @@ each validates its own keys.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ringfeed.shared.config.loader import at_least_one, check
 
@@ -62,6 +62,9 @@ class DevicesConfig:
     stager_gpu: int = 0
     model: tuple[int, ...] = ()  # the model's GPUs, a replica each; (): all but stager_gpu
     cpu_replicas: int = 1  # model replicas without a GPU: logical CPU devices
+    # The framework of the stager's batch mels (features.device: stager), on its GPU or
+    # the CPU: auto takes the first of torch, jax, tf the host has installed.
+    stager_framework: Literal["auto", "torch", "jax", "tf"] = "auto"
 
     def __post_init__(self) -> None:
         check(self.cpu_replicas >= 1, "devices.cpu_replicas", "must be >= 1")

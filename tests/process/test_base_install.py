@@ -2,7 +2,8 @@
 and the stager need, without TensorFlow, PyTorch or JAX; each model side is an extra.
 Its metadata says so, and a whole run of the base's processes (launcher, validate,
 stager, producers, a batch consumer) works in interpreters where those frameworks
-cannot be imported; stager-side mels, which need TensorFlow, say what to install."""
+cannot be imported; stager-side mels, which need torch, JAX or TensorFlow, say what to
+install."""
 
 from __future__ import annotations
 
@@ -71,11 +72,12 @@ def test_a_run_of_the_base_install_imports_no_model_framework(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_stager_side_mels_without_tensorflow_say_what_to_install(tmp_path: Path) -> None:
+def test_stager_side_mels_without_a_framework_say_what_to_install(tmp_path: Path) -> None:
     config = small(tmp_path, features={"device": "stager"})
     argv = [*CLI, "stager", str(config), "--run-id", f"base-{uuid.uuid4().hex[:6]}"]
     stager = subprocess.run(
         argv, cwd=REPO, env=without_frameworks(tmp_path), capture_output=True, text=True, timeout=60
     )
     assert stager.returncode == 2, stager.stderr
-    assert "install ringfeed[tf] here, or set features.device: producer" in stager.stderr
+    assert "none of them: install ringfeed[torch] (or [jax], [tf]) here" in stager.stderr
+    assert "or set features.device: producer" in stager.stderr

@@ -1,27 +1,58 @@
 """What a fresh process imports: producers, the stager's default path and the inspector
-never import TensorFlow (3-5 s and ~600 MB per process), only the trainer and
-stager-side mels do; the producers' features never import librosa; a start leaves
-out what only later work needs."""
+never import a model framework (TensorFlow: 3-5 s and ~600 MB per process), only the
+trainer and stager-side mels do, and those only the one they run in; the producers'
+features never import librosa; a start leaves out what only later work needs."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.paths import REPO
 
 
-def test_cpu_side_modules_leave_tensorflow_unimported() -> None:
+def test_cpu_side_modules_leave_every_framework_unimported() -> None:
     code = (
         "import sys\n"
         "import ringfeed.producer.process.pool, ringfeed.producer.process.worker\n"
         "import ringfeed.producer.pipeline\n"
         "import ringfeed.consumer.stager.stager, ringfeed.consumer.tools.inspector\n"
         "import ringfeed.consumer.client.batch_client, ringfeed.scripts.cli\n"
-        "sys.exit(1 if 'tensorflow' in sys.modules else 0)\n"
+        "import ringfeed.consumer.devices, ringfeed.consumer.stager.gpu_mel\n"
+        f"sys.exit(str([m for m in {FRAMEWORKS!r} if m in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60)
-    assert out.returncode == 0, out.stderr.decode()
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert out.stderr.strip() == "[]", out.stderr
+
+
+# The model frameworks a process may import, by devices.stager_framework's names.
+FRAMEWORKS = {"torch": "torch", "jax": "jax", "tf": "tensorflow"}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_stagers_mels_import_only_their_own_framework(framework: str) -> None:
+    """A stager with features.device: stager imports the framework its mels run in and
+    neither of the others, nor librosa (its window and filterbank are
+    shared/sample/mel_definition.py's)."""
+    pytest.importorskip(FRAMEWORKS[framework])
+    code = (
+        "import sys\n"
+        "from ringfeed.shared.config import Config, replace\n"
+        "from ringfeed.consumer.devices import stager_mel_fn\n"
+        "cfg = replace(Config(), features={'device': 'stager'}, "
+        f"devices={{'stager_framework': {framework!r}}})\n"
+        f"assert stager_mel_fn(cfg).framework == {framework!r}\n"
+        "print([m for m in ('torch', 'jax', 'tensorflow', 'librosa') if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == str([FRAMEWORKS[framework]]), out.stdout
 
 
 def test_producer_features_never_import_librosa() -> None:

@@ -86,3 +86,47 @@ def test_the_stagers_gpu_probe_never_holds_up_its_caller(monkeypatch: pytest.Mon
     answer.set()
     probe.thread.join(10)
     assert probe.count() == 2
+
+
+def test_the_stagers_mels_run_in_the_framework_asked_or_the_first_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """devices.stager_framework names the stager's mel framework; auto takes the first of
+    torch, jax, tf that imports; one that cannot be imported is named with what to
+    install. (Which framework a fresh stager imports: tests/process/test_imports.py.)"""
+    import os
+    import sys
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    from ringfeed.consumer.stager.jax_mel import JaxLogMel
+    from ringfeed.consumer.stager.torch_mel import TorchLogMel
+    from ringfeed.scripts.preflight import Finding, _devices
+
+    monkeypatch.setattr(devices, "count_gpus", lambda: (0, "none in this test"))
+    for name in ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL"):
+        monkeypatch.delenv(name, raising=False)  # what choose_device and JAX's set-up set
+
+    def cfg(framework: str) -> Config:
+        return replace(
+            Config(), features={"device": "stager"}, devices={"stager_framework": framework}
+        )
+
+    assert devices.stager_mel_fn(Config()) is None  # features.device: producer
+    torch.set_num_threads(2)
+    assert isinstance(devices.stager_mel_fn(cfg("auto")), TorchLogMel)
+    assert torch.get_num_threads() == 1  # on the CPU, one core for the stager's mels
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails as if not installed
+    assert devices.installed_stager_framework(cfg("auto")) == "jax"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert isinstance(devices.stager_mel_fn(cfg("auto")), JaxLogMel)
+    assert os.environ["XLA_FLAGS"].endswith(f"=2 {devices.XLA_ONE_THREAD}")
+    with pytest.raises(ConfigError, match=r"stager_framework: torch, .* install ringfeed\[torch\]"):
+        devices.stager_mel_fn(cfg("torch"))
+    monkeypatch.setitem(sys.modules, "jax", None)
+    monkeypatch.setitem(sys.modules, "tensorflow", None)
+    with pytest.raises(ConfigError, match=r"none of them: install ringfeed\[torch\] \(or"):
+        devices.stager_mel_fn(cfg("auto"))
+    # `ringfeed validate` says so before a run starts, importing nothing.
+    assert devices.installed_stager_framework(cfg("auto")) is None
+    assert _devices(cfg("auto")) == [Finding(True, devices.no_stager_framework(cfg("auto")))]
