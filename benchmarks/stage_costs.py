@@ -76,7 +76,7 @@ def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> d
     from ringfeed.producer.features import mel as F
     from ringfeed.shared.corpus.clips import ClipReader
     from ringfeed.shared.corpus.entry import Entry
-    from ringfeed.shared.memory.ring import rows_checksum
+    from ringfeed.shared.memory.row_pass import check_fields
     from ringfeed.shared.sample.mel_definition import used_bins
 
     bins = used_bins(cfg.audio.sample_rate, cfg.features)
@@ -108,8 +108,9 @@ def _ringfeed_pass(cfg, paths: list[str], texts: list[str], encoder, cache) -> d
         t4 = _cpu_s()
         cache.put(cache.key(entry), mel, 0)
         t5 = _cpu_s()
-        slot[: len(mel)] = mel
-        rows_checksum([tokens, mel])
+        check_fields(
+            ["tokens", "mel"], [tokens, mel], cfg.vocab_size, [np.empty_like(tokens), slot]
+        )
         t6 = _cpu_s()
         times = (t0, t1, t2, t3, t4, t5, t6)
         for stage, start, end in zip(spent, times, times[1:], strict=False):

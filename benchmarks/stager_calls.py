@@ -83,8 +83,6 @@ class Counter:
 
 def count(batch_size: int, batches: int, tmp: Path) -> dict[str, list[float]]:
     """Calls per row of each phase (Python, C), in the checkout on sys.path."""
-    import numpy as np
-
     from ringfeed.consumer.stager.peers import PeerId
     from ringfeed.consumer.stager.stager import build
     from ringfeed.shared.config import config_from_dict
@@ -136,7 +134,7 @@ def count(batch_size: int, batches: int, tmp: Path) -> dict[str, list[float]]:
             for ident, msg in net.take():
                 if not isinstance(msg, p.Grant):
                     continue
-                ready = write_run(msg, source, places, write_sample, np)
+                ready = write_run(msg, source, places, write_sample, cfg.vocab_size)
                 with counters["answer"].on():
                     desk.handle(producers[ident], ready, [])
             with counters["delivery"].on():
@@ -150,7 +148,7 @@ def count(batch_size: int, batches: int, tmp: Path) -> dict[str, list[float]]:
     return {phase: [c.py / rows, c.c / rows] for phase, c in counters.items()}
 
 
-def write_run(grant, source, places, write_sample, np):
+def write_run(grant, source, places, write_sample, vocab_size):
     """A local producer's work on one GRANT: each sample written into its place, sealed;
     the run's READY."""
     from ringfeed.shared.wire import protocol as p
@@ -162,7 +160,12 @@ def write_run(grant, source, places, write_sample, np):
         sample = source.prepare(g.item)
         arrays = [sample.array(name) for name in places.names]
         dst = places.fields(g.batch, g.shape, g.place)
-        lengths, checksum = write_sample(dst, arrays, places.pads if g.batch >= 0 else None)
+        pads = places.pads if g.batch >= 0 else None
+        try:
+            written = write_sample(dst, arrays, pads, places.names, vocab_size)
+        except TypeError:  # a checkout before row_pass.py: (dst, arrays, pads)
+            written = write_sample(dst, arrays, pads)
+        lengths, checksum = written[0], written[1]
         record["lengths"][0, : len(lengths)] = lengths
         record["sealed_generation"] = g.generation
         entries.append(p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, 0))

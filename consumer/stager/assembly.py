@@ -38,7 +38,7 @@ import numpy as np
 from ringfeed.consumer.stager.ledger.face import SAMPLE, BatchOut
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.places import Places
-from ringfeed.shared.memory.ring import rows_checksum
+from ringfeed.shared.memory.row_pass import check_fields, check_rows, fold_rows
 from ringfeed.shared.run.id_tables import padding_ids
 from ringfeed.shared.run.stats_record import BuilderStats, Padding
 from ringfeed.shared.sample.content import content_error
@@ -134,9 +134,10 @@ class Assembly:
     def check_in_place(
         self, batch: BatchOut, written: np.ndarray, views: dict[str, np.ndarray]
     ) -> dict[int, str]:
-        """The samples written where they lie, checked there as they will be sent: the
-        seqlock (their records at the accepted generation), their values and checksums;
-        row -> why for those that fail."""
+        """The samples written where they lie, checked there as they will be sent, each
+        row's bytes read once: the seqlock (their records at the accepted generation),
+        then their values and checksums (row_pass.py, one call a field for the whole
+        batch); row -> why for those that fail."""
         assert self.row_writing is not None and self.row_sealed is not None
         rows = written.nonzero()[0]
         js = batch.src_index[rows]  # its row of the batch: where it was written
@@ -144,19 +145,28 @@ class Assembly:
         gens = batch.generations[rows] % (1 << 32)
         whole = (self.row_writing[at] == gens) & (self.row_sealed[at] == gens)
         failed = {int(r): "torn: its place changed after its READY" for r in rows[~whole]}
-        fields = [views[name] for name in self.names]
-        for row, j in zip(rows[whole].tolist(), js[whole].tolist(), strict=True):
+        rows, js = rows[whole], js[whole]
+        if not len(rows):
+            return failed
+        hashes, ok = [], np.ones(len(rows), bool)
+        for k, name in enumerate(self.names):
+            h, fine = check_rows(views[name], js, batch.lengths[rows, k], name, self.vocab)
+            hashes.append(h)
+            ok &= fine
+        sums = fold_rows(hashes)
+        for i in (~ok).nonzero()[0].tolist():  # which value, as content_error says it
+            row, j = int(rows[i]), int(js[i])
             n = batch.lengths[row].tolist()
-            used = [f[j][:k] for f, k in zip(fields, n, strict=True)]
-            if why := content_error(zip(self.names, used, strict=True), self.vocab):
-                failed[row] = why
-            elif rows_checksum(used) != batch.checksums[row]:
-                failed[row] = "torn: its rows changed after its READY"
+            used = [(name, views[name][j][:m]) for name, m in zip(self.names, n, strict=True)]
+            failed[row] = content_error(used, self.vocab) or "values out of range"
+        for i in (ok & (sums != batch.checksums[rows])).nonzero()[0].tolist():
+            failed[int(rows[i])] = "torn: its rows changed after its READY"
         return failed
 
     def place(self, batch: BatchOut, row: int, j: int, views: dict[str, np.ndarray]) -> str:
-        """Put a sample into row j of the batch (a copy from where it lies), then check it:
-        '' if it is whole, else why not (torn, or values out of range)."""
+        """Put a sample into row j of the batch (a copy from where it lies, checked and
+        hashed in the same pass), then check its seqlock: '' if it is whole, else why not
+        (torn, or values out of range)."""
         slot, index = int(batch.src_slot[row]), int(batch.src_index[row])
         shape = batch.shape if slot >= 0 else SPARE_SHAPE
         g = int(batch.generations[row])
@@ -166,25 +176,25 @@ class Assembly:
             waves[j] if name == "wave" and waves is not None else views[name][j]
             for name in self.names
         ]
-        if (slot, index) != (batch.slot, j) or self.waves is not None:
-            fields = self.places.fields(slot, shape, index)
-            for k, (d, s, m) in enumerate(zip(dst, fields, n, strict=True)):
-                d[:m] = s[:m]
-                if m < d.shape[0]:
-                    d[m:] = self.pads[k]
-            record = self.places.record(batch.slot, j)
-            record["writing_generation"] = record["sealed_generation"] = g
-            record["lengths"][0, : len(n)] = n
+        # Never its own row: one written where it lies is checked there (check_in_place).
+        src = self.places.fields(slot, shape, index)
+        used = [s[:m] for s, m in zip(src, n, strict=True)]
+        checksum, why = check_fields(self.names, used, self.vocab, dst)
+        for k, (d, m) in enumerate(zip(dst, n, strict=True)):
+            if m < d.shape[0]:
+                d[m:] = self.pads[k]
+        record = self.places.record(batch.slot, j)
+        record["writing_generation"] = record["sealed_generation"] = g
+        record["lengths"][0, : len(n)] = n
         # The seqlock: the producer's fields as they were accepted, after the copy.
         source = self.places.record(slot, index)
         if int(source["writing_generation"][0]) != g % (1 << 32) or (
             int(source["sealed_generation"][0]) != g % (1 << 32)
         ):
             return "torn: its place changed after its READY"
-        used = [d[:m] for d, m in zip(dst, n, strict=True)]
-        if why := content_error(zip(self.names, used, strict=True), self.vocab):
+        if why:
             return why
-        if rows_checksum(used) != batch.checksums[row]:
+        if checksum != batch.checksums[row]:
             return "torn: its rows changed after its READY"
         return ""
 

@@ -40,6 +40,8 @@ import numpy as np
 from ringfeed.consumer.stager.audits import AuditPolicy, disagreement
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.ledger.face import (
+    AGAIN,
+    TORN,
     Accepted,
     Answer,
     AuditCase,
@@ -50,8 +52,7 @@ from ringfeed.consumer.stager.ledger.face import (
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.producer_book import Producer, ProducerBook, Salvage
 from ringfeed.shared.memory.places import Places, write_frames
-from ringfeed.shared.memory.ring import rows_checksum
-from ringfeed.shared.sample.content import content_error
+from ringfeed.shared.memory.row_pass import check_fields
 from ringfeed.shared.sample.schema import SampleSchema
 from ringfeed.shared.wire import protocol as p
 
@@ -189,11 +190,11 @@ class Intake:
             dst = self.places.fields(answer.slot, answer.shape, index)
             pads = self.places.pads if answer.slot >= 0 else None
             n = lengths[row].tolist()
-            copied[row] = write_frames(dst, payload, here, n, pads)
+            names = self.places.names
+            copied[row], why = write_frames(dst, payload, here, n, pads, names, self.vocab)
             record["lengths"][0, : self.n_fields] = n
             record["sealed_generation"] = answer.generation
-            used = [(name, f[:k]) for name, f, k in zip(self.places.names, dst, n, strict=True)]
-            if why := content_error(used, self.vocab):
+            if why:
                 bad[row] = why
         return copied, bad
 
@@ -269,14 +270,13 @@ class Intake:
         verdicts: dict[int, str] = {}
         struck: dict[bytes, str] = {}
         for row, why in failed.items():
-            self.drop(
-                "torn" if why.startswith("torn") else "bad-rows",
-                f"item {int(batch.items[row])}: {why}",
-            )
-            if why.startswith("torn"):
-                verdicts[row] = ""
+            torn = why.startswith("torn")
+            self.drop("torn" if torn else "bad-rows", f"item {int(batch.items[row])}: {why}")
+            if torn:
+                verdicts[row] = TORN
                 continue
-            verdicts[row] = self.suspect(int(batch.items[row]), batch.peers[row], why)
+            skip = self.suspect(int(batch.items[row]), batch.peers[row], why)
+            verdicts[row] = skip or AGAIN
             ident = batch.by[row]
             if ident is not None:
                 struck.setdefault(ident, f"bad-rows: item {int(batch.items[row])}: {why}")
@@ -309,10 +309,8 @@ class Intake:
                 continue
             fields = self.places.fields(answer.slot, answer.shape, index)
             used = [f[:k] for f, k in zip(fields, lengths[row].tolist(), strict=True)]
-            if content_error(zip(self.places.names, used, strict=True), self.vocab):
-                keep[row] = False
-                continue
-            checksums[row] = rows_checksum(used)
+            checksums[row], why = check_fields(self.places.names, used, self.vocab)
+            keep[row] = not why
         if (~keep).any():
             self.ledger.take_back(producer.ident, tuple(answer.keys[~keep].tolist()))
         if keep.any():

@@ -16,7 +16,10 @@ it, and from then on only calls ``claim``, ``write`` and ``flush``:
 
 A sample that does not fit its place (longer than its batch's length bucket: the length
 table is stale) is not written: :class:`Misfit` says so, and the worker skips the item
-with stage "bucket", as the stager would.
+with stage "bucket", as the stager would. A sample whose values are out of range
+(shared/sample/content.py: found by the pass that copies and hashes it,
+shared/memory/row_pass.py) is not sealed nor sent: :class:`BadValues` says why, and the
+worker skips the item with stage "check" (the stager would refuse it, and strike us).
 
 Called in producer processes only; never imports TensorFlow.
 """
@@ -31,7 +34,8 @@ import numpy as np
 
 from ringfeed.producer.sample import Sample
 from ringfeed.shared.memory.places import Places, write_sample
-from ringfeed.shared.memory.ring import FieldSpec, rows_checksum
+from ringfeed.shared.memory.ring import FieldSpec
+from ringfeed.shared.memory.row_pass import check_fields
 from ringfeed.shared.sample.marks import TRUNCATED
 from ringfeed.shared.sample.schema import SampleSchema
 from ringfeed.shared.wire import protocol as p
@@ -43,6 +47,10 @@ Send = Callable[[p.Message, list | None], None]
 
 class Misfit(ValueError):
     """The sample is longer than its place holds (its batch's length bucket)."""
+
+
+class BadValues(ValueError):
+    """The sample's values are out of range (shared/sample/content.py): never sent."""
 
 
 class SlotWriter(Protocol):
@@ -105,8 +113,8 @@ def by_run(entries: list[p.ReadyEntry]) -> list[list[p.ReadyEntry]]:
 class LocalSlotWriter:
     """Writes into the rings this host shares with the stager (places: both of them)."""
 
-    def __init__(self, places: Places, fields: FieldSpec, send: Send) -> None:
-        self.places, self.fields, self.send = places, fields, send
+    def __init__(self, places: Places, fields: FieldSpec, send: Send, vocab_size: int) -> None:
+        self.places, self.fields, self.send, self.vocab = places, fields, send, vocab_size
         self.queued: list[p.ReadyEntry] = []
         self._limits: dict[tuple[int, tuple[int, int, int]], list[int]] = {}
 
@@ -142,7 +150,9 @@ class LocalSlotWriter:
         check_fit(arrays, self.limits(grant), grant)
         dst = self.places.fields(grant.batch, grant.shape, grant.place)
         pads = self.places.pads if grant.batch >= 0 else None  # a row is delivered as it lies
-        lengths, checksum = write_sample(dst, arrays, pads)
+        lengths, checksum, why = write_sample(dst, arrays, pads, self.places.names, self.vocab)
+        if why:
+            raise BadValues(why)
         record["lengths"][0, : len(lengths)] = lengths
         record["t_ready"] = time.time()
         # Last: the stager accepts the READY only if this equals the granted generation.
@@ -171,10 +181,11 @@ class LocalSlotWriter:
 class RemoteSlotWriter:
     """Sends each run's samples over the control socket, for the stager to copy in."""
 
-    def __init__(self, fields: FieldSpec, send: Send, schema: SampleSchema) -> None:
+    def __init__(self, fields: FieldSpec, send: Send, schema: SampleSchema, vocab_size: int):
         """schema: the run's sample schema, for the rows each field of a granted place
         holds (its batch's bucket): a sample longer is a Misfit, never sent."""
-        self.fields, self.send, self.schema = fields, send, schema
+        self.fields, self.send, self.schema, self.vocab = fields, send, schema, vocab_size
+        self.names = list(fields)
         self.queued: list[tuple[p.ReadyEntry, list[memoryview]]] = []
         self.bytes = 0
 
@@ -184,11 +195,14 @@ class RemoteSlotWriter:
     def write(self, grant: p.GrantEntry, sample: Sample) -> bool:
         arrays = sample_arrays(sample, self.fields)
         check_fit(arrays, self.schema.place_limits(*grant.shape[1:]), grant)
-        bufs = [
-            memoryview(np.ascontiguousarray(a, dtype=self.fields[name][1])).cast("B")
+        rows = [
+            np.ascontiguousarray(a, dtype=self.fields[name][1])
             for name, a in zip(self.fields, arrays, strict=True)
         ]
-        checksum = rows_checksum(np.frombuffer(b, np.uint8) for b in bufs)
+        checksum, why = check_fields(self.names, rows, self.vocab)
+        if why:
+            raise BadValues(why)
+        bufs = [memoryview(r).cast("B") for r in rows]
         lengths = [a.shape[0] for a in arrays]
         size = sum(len(b) for b in bufs)
         if self.queued and (

@@ -40,6 +40,7 @@ import zmq
 from ringfeed.producer.causes import stage_causes
 from ringfeed.producer.process.session import EXIT_REFUSED, Action, Join, NewSocket, Rules, Session
 from ringfeed.producer.process.slot_writer import (
+    BadValues,
     LocalSlotWriter,
     Misfit,
     RemoteSlotWriter,
@@ -54,7 +55,6 @@ from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.run.fingerprint import config_fingerprint, corpus_digest
 from ringfeed.shared.run.process import POLL_S, StopFlag
-from ringfeed.shared.sample.content import content_error
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import ClientKeys, load_client
 from ringfeed.shared.wire.sockets import connect, make_socket, recv, send
@@ -196,7 +196,7 @@ class Worker:
     def make_writer(self, ring_name: str, spares: str) -> SlotWriter:
         """The one place where local and remote producers differ."""
         if self.remote:
-            return RemoteSlotWriter(self.fields, self._send, self.cfg.schema)
+            return RemoteSlotWriter(self.fields, self._send, self.cfg.schema, self.cfg.vocab_size)
         batches = Ring.attach(ring_name)
         try:
             spare_ring = Ring.attach(spares)
@@ -204,7 +204,10 @@ class Worker:
             batches.close()
             raise
         return LocalSlotWriter(
-            Places(batches, spare_ring, self.cfg.schema), self.fields, self._send
+            Places(batches, spare_ring, self.cfg.schema),
+            self.fields,
+            self._send,
+            self.cfg.vocab_size,
         )
 
     def drop_writer(self) -> None:
@@ -234,12 +237,7 @@ class Worker:
         """The item's sample, or None once its SKIP is sent."""
         try:
             with self.limit:
-                sample = self.source.prepare(grant.item, grant.position // self.source.n_items)
-            rows = {name: sample.array(name) for name in self.fields}
-            why = content_error(rows, self.cfg.vocab_size)  # the stager checks it too
-            if why:
-                raise SkipSample(why, stage="check")
-            return sample
+                return self.source.prepare(grant.item, grant.position // self.source.n_items)
         except SampleTimeout as late:  # producer/process/watchdog.py: a hang costs its sample
             self.skip(grant, f"{late}: raise it if samples take that long", "", stage_of(late))
         except SkipSample as skip:
@@ -254,6 +252,9 @@ class Worker:
             return writer.write(grant, sample)
         except Misfit as exc:  # the length table said otherwise: a changed file
             self.skip(grant, str(exc), "", "bucket")
+            return True
+        except BadValues as exc:  # found as it was copied: the stager checks it too
+            self.skip(grant, str(exc), "", "check")
             return True
         except Exception as exc:  # a sample that does not fit its place costs that sample
             self.fail(grant, exc, "write")

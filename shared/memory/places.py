@@ -7,9 +7,10 @@ their samples here (producer/process/slot_writer.py) and so does the stager for 
 producer's rows and for each copy (consumer/stager/intake.py, consumer/stager/assembly.py):
 one definition of where a place's fields lie and of how a sample is written into them.
 
-Writing a sample: the used rows of each field, in ring order; into a batch row, the
-field's pad value after them too (the batch is delivered as it lies); into a spare, the
-rows past the sample's length are left as they were (the stager copies used rows only).
+Writing a sample: the used rows of each field, in ring order, copied, checked and hashed
+in one pass (shared/memory/row_pass.py); into a batch row, the field's pad value after
+them too (the batch is delivered as it lies); into a spare, the rows past the sample's
+length are left as they were (the stager copies used rows only).
 The seal protocol around a write is the caller's: ``writing_generation`` before,
 ``sealed_generation`` after (shared/memory/ring.py).
 """
@@ -21,7 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ringfeed.shared.memory.batch_ring import batch_views
-from ringfeed.shared.memory.ring import Ring, rows_checksum
+from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.memory.row_pass import check_fields
 from ringfeed.shared.sample.schema import SPARE_SHAPE, SampleSchema
 
 
@@ -74,22 +76,28 @@ class Places:
 
 
 def write_sample(
-    dst: Sequence[np.ndarray], arrays: Sequence[np.ndarray], pads: Sequence[float] | None
-) -> tuple[list[int], int]:
-    """Write `arrays` (a sample's fields, ring order, unpadded) into the place's fields
-    `dst`: the used rows, then, given `pads`, each field's pad value after them. Returns
-    the true lengths and the rows_checksum of the rows as written (computed from the
-    arrays written, never read back from the place)."""
-    lengths, written = [], []
-    for k, (view, arr) in enumerate(zip(dst, arrays, strict=True)):
+    dst: Sequence[np.ndarray],
+    arrays: Sequence[np.ndarray],
+    pads: Sequence[float] | None,
+    names: Sequence[str],
+    vocab_size: int,
+) -> tuple[list[int], int, str]:
+    """Write `arrays` (a sample's fields `names`, ring order, unpadded) into the place's
+    fields `dst`: the used rows, then, given `pads`, each field's pad value after them.
+    One pass over each field's bytes copies, checks and hashes them (row_pass.py).
+    Returns the true lengths, the checksum of the rows as written, and '' or why their
+    values are out of range (shared/sample/content.py; the place then holds them, and
+    its producer must not seal it)."""
+    pairs = zip(arrays, dst, strict=True)
+    rows = [a if a.dtype == d.dtype else a.astype(d.dtype) for a, d in pairs]
+    checksum, why = check_fields(names, rows, vocab_size, dst)
+    lengths = []
+    for k, (view, arr) in enumerate(zip(dst, rows, strict=True)):
         n = arr.shape[0]
-        rows = np.ascontiguousarray(arr, dtype=view.dtype)
-        view[:n] = rows
         if pads is not None and n < view.shape[0]:
             view[n:] = pads[k]
         lengths.append(n)
-        written.append(rows)
-    return lengths, rows_checksum(written)
+    return lengths, checksum, why
 
 
 def write_frames(
@@ -98,20 +106,25 @@ def write_frames(
     offsets: Sequence[int],
     lengths: Sequence[int],
     pads: Sequence[float] | None,
-) -> int:
+    names: Sequence[str],
+    vocab_size: int,
+) -> tuple[int, str]:
     """Write one entry of a remote READY into a place: for each field, `lengths[k]` rows
     starting at byte `offsets[k]` of payload frame k (the frames are checked for size
-    already); pads as in write_sample. Returns the rows_checksum of the rows as copied
-    into the place (a remote producer's rows are hashed where they landed)."""
-    copied = []
+    already); pads as in write_sample. Returns the checksum of the rows as copied and
+    whether their values are in range, as write_sample (a remote producer's rows are
+    hashed where they landed, in the pass that copies them)."""
+    rows = []
     for k, (view, frame) in enumerate(zip(dst, frames, strict=True)):
         n = lengths[k]
         row_bytes = int(np.prod(view.shape[1:], dtype=np.int64)) * view.dtype.itemsize
         src = np.frombuffer(
             frame, dtype=view.dtype, count=n * row_bytes // view.dtype.itemsize, offset=offsets[k]
         ).reshape(n, *view.shape[1:])
-        view[:n] = src
-        if pads is not None and n < view.shape[0]:
-            view[n:] = pads[k]
-        copied.append(view[:n])
-    return rows_checksum(copied)
+        rows.append(src)
+    checksum, why = check_fields(names, rows, vocab_size, dst)
+    if pads is not None:
+        for k, (view, n) in enumerate(zip(dst, lengths, strict=True)):
+            if n < view.shape[0]:
+                view[n:] = pads[k]
+    return checksum, why

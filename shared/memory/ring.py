@@ -58,12 +58,10 @@ import logging
 import mmap
 import os
 import time
-from collections.abc import Iterable
 from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
-import xxhash
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import USER_PREFIX
@@ -130,16 +128,6 @@ SLOT_DTYPE = np.dtype(
         ("checksum", "<u4"),
     ]
 )
-
-
-def rows_checksum(arrays: Iterable[np.ndarray]) -> int:
-    """A 52-bit hash (xxh3) of the bytes of `arrays`, in order: what a producer puts
-    in its READY for the used rows of each field, and what the stager checks again
-    after copying the rows out. 52 bits: a protocol integer (shared.wire.protocol)."""
-    h = 0
-    for a in arrays:  # each array's hash seeds the next: one pass, no joined copy
-        h = xxhash.xxh3_64_intdigest(a if a.flags.c_contiguous else np.ascontiguousarray(a), h)
-    return h >> 12
 
 
 class SlotState(IntEnum):

@@ -33,7 +33,7 @@ class GrantEntry(NamedTuple):
 
 class ReadyEntry(NamedTuple):
     """One filled place: `lengths` holds the true rows of each sample field in ring order,
-    `checksum` the rows_checksum (shared/memory/ring.py) of those rows as written, `marks`
+    `checksum` the checksum (shared/memory/row_pass.py) of those rows as written, `marks`
     the sample's bits of shared/sample/marks.py (truncated, near-silent, clipped)."""
 
     place: int

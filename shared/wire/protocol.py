@@ -55,7 +55,9 @@ from ringfeed.shared.wire.grants import ReadyEntry as ReadyEntry
 # 7: grants and answers by the run (shared/wire/grants.py): a GRANT names a run of places
 #    (rows of one batch slot, or spare-ring slots) under one generation, a READY answers
 #    places of one run, a SKIP names its place; WELCOME names the spare ring too.
-VERSION = 7
+# 8: a READY's checksum is row_pass.py's (64 lanes of FNV-1a, one pass with the copy and
+#    the value check), not xxh3.
+VERSION = 8
 # Raw payload frames of a remote READY, one per sample field (the declared schema's, at
 # most MAX_SAMPLE_FIELDS); the stager checks exact sizes anyway. Was 8, which the soak
 # with every optional field (--fields: 10 fields) found refusing every remote READY.

@@ -77,7 +77,10 @@ def first_batch(cfg: Config, sample_of: Callable[[int], Sample], tmp_dir) -> Ite
             arrays = [sample.array(name) for name in places.names]
             dst = places.fields(run.slot, run.shape, place)
             pads = places.pads if run.slot >= 0 else None
-            written, checksums[row] = write_sample(dst, arrays, pads)
+            written, checksums[row], why = write_sample(
+                dst, arrays, pads, places.names, cfg.vocab_size
+            )
+            assert not why, why
             lengths[row], marks[row] = written, sample.marks
             record["lengths"][0, : len(written)] = written
             record["sealed_generation"] = run.generation

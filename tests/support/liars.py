@@ -22,7 +22,8 @@ from ringfeed.consumer.client.batch_client import BatchClient, StagerGone, Stage
 from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.places import Places, write_sample
-from ringfeed.shared.memory.ring import Ring, rows_checksum
+from ringfeed.shared.memory.ring import Ring
+from ringfeed.shared.memory.row_pass import rows_checksum
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import load_client
@@ -109,8 +110,8 @@ def bad_content(cfg: Config, places: Places, g: p.GrantEntry) -> p.Ready:
     record["writing_generation"] = g.generation
     dst = places.fields(g.batch, g.shape, g.place)
     pads = places.pads if g.batch >= 0 else None
-    lengths, checksum = write_sample(dst, bad_rows(cfg, g.item), pads)
-    record["sealed_generation"] = g.generation
+    lengths, checksum, _ = write_sample(dst, bad_rows(cfg, g.item), pads, places.names, 0)
+    record["sealed_generation"] = g.generation  # what an honest producer's check refuses
     return ready_of(g, lengths, checksum)
 
 
@@ -222,6 +223,46 @@ def silent_identities(
         finally:
             for sock in socks:
                 sock.close()
+
+
+def three_bad_rows(cfg: Config, endpoint: str, stop: threading.Event, *, tally: Tally) -> None:
+    """A local producer that asks for one run and answers it whole, in one READY, every
+    row written in its place and sealed as an honest producer writes it, but three: row 1
+    holds a NaN, row 2 a token id past the vocabulary (each hashed as written, as a liar
+    that skips its own check would), row 3 changed after its checksum was taken (torn).
+    Then it answers nothing more. tally.lies: the three rows."""
+    with zmq.Context() as ctx, connect(ctx, endpoint) as sock:
+        welcome = join(sock, cfg, "liar-rows", False, tally)
+        if welcome is None:
+            tally.errors.append("the liar was not welcomed")
+            return
+        places = places_of(cfg, welcome)
+        try:
+            sock.send_multipart(p.encode(p.Request(cfg.stager.batch_size)))
+            run = grants_of(sock, 5.0)
+            source, entries = SyntheticSource(cfg), []
+            for k, g in enumerate(run):
+                record = places.record(g.batch, g.place)
+                record["writing_generation"] = g.generation
+                sample = source.prepare(g.item)
+                tokens, mel = sample.tokens.copy(), sample.mel.copy()
+                if k == 1:
+                    mel[0, 0] = np.nan
+                elif k == 2:
+                    tokens[0] = 1_000_000
+                dst = places.fields(g.batch, g.shape, g.place)
+                pads = places.pads if g.batch >= 0 else None
+                lengths, checksum, _ = write_sample(dst, [tokens, mel], pads, places.names, 0)
+                if k == 3:
+                    dst[1][0, 0] += 1.0  # after the checksum: what the stager reads is torn
+                record["lengths"][0, : len(lengths)] = lengths
+                record["sealed_generation"] = g.generation
+                entries.append(p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, 0))
+            sock.send_multipart(p.encode(p.Ready.of(entries)))
+            tally.lies += 3
+            stop.wait()
+        finally:
+            close_places(places)
 
 
 def in_thread(target: Callable[..., None], *args: object) -> tuple[threading.Thread, Tally]:

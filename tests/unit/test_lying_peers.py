@@ -17,7 +17,13 @@ from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.wire.keys import load_client
 from tests.support.checks import assert_exactly_once, consume
 from tests.support.configs import keyed
-from tests.support.liars import bad_checksums, in_thread, lie_per_grant, silent_identities
+from tests.support.liars import (
+    bad_checksums,
+    in_thread,
+    lie_per_grant,
+    silent_identities,
+    three_bad_rows,
+)
 from tests.support.polling import wait_for
 from tests.support.producer_threads import producer_threads
 from tests.support.stager_thread import stager_thread
@@ -50,6 +56,46 @@ def test_a_local_liar_is_struck_out_and_no_item_pays(tmp_path: Path, lie: str) -
     assert counters["strikes"] == cfg.ring.max_strikes and counters["peers_banned"] == 1
     assert counters["skipped"] == 0
     assert quarantined == []
+
+
+def test_three_bad_rows_of_a_run_of_64_go_back_alone_and_only_the_liar_pays(
+    tmp_path: Path,
+) -> None:
+    """A local liar answers a run of 64 rows whole: one row torn, one holding a NaN, one a
+    token id past the vocabulary. The stager reads each row once, where it lies, before
+    the batch is sent: only those three positions are granted again (to the honest
+    producers: a key of their own over tcp), the other 61 are delivered as written, the
+    liar is struck once, and no item is quarantined."""
+    n = 192
+    cfg_path, keys = keyed(
+        tmp_path,
+        ("honest",),
+        items=n,
+        delay_s=0.002,
+        stager={"batch_size": 64},
+        producers={"credits": 128},
+        ring={"audit_first": 0, "audit_fraction": 0.0, "lease_s": 5.0},
+    )
+    stop = threading.Event()
+    with stager_thread(cfg_path) as stager:
+        cfg, client = stager.cfg, stager.client()
+        thread, tally = in_thread(three_bad_rows, cfg, stager.control, stop)
+        wait_for(lambda: tally.lies, 20, "the liar's READY")
+        with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
+            items = consume(client)
+            client.close()
+        stop.set()
+        thread.join(5)
+        summary = stager.summary()
+        quarantined = read_quarantine(stager.dir / "quarantine.jsonl")
+    assert not tally.errors, tally.errors
+    assert_exactly_once(items, cfg, n)  # every row checked against its item
+    counters, dropped = summary["counters"], summary["dropped"]
+    assert counters["torn"] == 1 and dropped.get("bad-rows") == 2, (counters, dropped)
+    assert counters["strikes"] == 1 and counters["peers_banned"] == 0, counters
+    # Granted once each, but the three: nothing else of the liar's run went back.
+    assert counters["grants"] == n + 3 + counters["backups"] + counters["reclaimed"], counters
+    assert counters["skipped"] == 0 and quarantined == []
 
 
 def test_bad_content_from_two_peers_quarantines_the_item(tmp_path: Path) -> None:

@@ -172,7 +172,10 @@ def fill(places: Places, cfg, g: p.GrantEntry) -> p.Ready:
     record["writing_generation"] = g.generation
     dst = places.fields(g.batch, g.shape, g.place)
     pads = places.pads if g.batch >= 0 else None
-    lengths, checksum = write_sample(dst, stamped_rows(cfg, g.item), pads)
+    lengths, checksum, why = write_sample(
+        dst, stamped_rows(cfg, g.item), pads, places.names, cfg.vocab_size
+    )
+    assert not why, why
     record["sealed_generation"] = g.generation
     return p.Ready.of([p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, 0)])
 

@@ -34,6 +34,10 @@ Shape = tuple[int, int, int]  # a batch's (rows, frames, text)
 
 # How a position finished (BatchOut.kind).
 SAMPLE, SKIPPED = 1, 2
+# How a row that failed the assembly's checks goes back (SlotLedger.returned): granted
+# again, counted torn (its seqlock or hash), or granted again (bad values, a first time);
+# any other text skips its item for that reason.
+TORN, AGAIN = "torn", "again"
 NO_ROWS = np.zeros(0, np.int64)
 
 
@@ -290,8 +294,9 @@ class SlotLedger(Protocol):
 
     def returned(self, batch: BatchOut, finals: np.ndarray, failed: Mapping[int, str]) -> None:
         """The assembly put batch's samples into rows `finals` (the batch slot's row of
-        each position, -1 for a skip) and some failed its checks: failed[row] '' (torn:
-        granted again, uncharged, elsewhere) or why its item is skipped."""
+        each position, -1 for a skip) and some failed its checks: failed[row] TORN or
+        AGAIN (granted again, uncharged, at another account if one works), or why its
+        item is skipped."""
         ...
 
     def sent(self, batch: BatchOut, n_valid: int, announced: bool = True) -> int:

@@ -82,9 +82,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringfeed.consumer.stager.ledger.face import (
+    AGAIN,
     NO_ROWS,
     SAMPLE,
     SKIPPED,
+    TORN,
     Accepted,
     Answer,
     AuditCase,
@@ -1419,9 +1421,9 @@ class Ledger:
             self.q_place[qs[moved]] = new
             self.p_state[new] = READY
             self._record_state(new)
-        for row, bad in failed.items():
-            self.counters["torn"] += not bad
-            self._retry(int(qs[row]), bad)
+        for row, verdict in failed.items():
+            self.counters["torn"] += verdict == TORN
+            self._retry(int(qs[row]), "" if verdict in (TORN, AGAIN) else verdict)
 
     def _retry(self, q: int, bad: str) -> None:
         """q's sample failed the assembly's checks (a torn copy, bad rows) or its peer was
