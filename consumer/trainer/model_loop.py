@@ -119,6 +119,8 @@ def train(loop: Loop, stop: StopFlag) -> None:
     while loop.step < cfg.train.steps:
         t0 = time.perf_counter()
         batch = next(loader, None)
+        if batch is None and not (loader.finished or stop.is_set()):
+            batch = next(iter(loader), None)  # an epoch ended: the next one's pass
         if batch is None:
             loop.ended = "stopped" if stop.is_set() else "end of data"
             return

@@ -118,8 +118,10 @@ def test_a_device_that_does_not_exist_or_a_cursor_of_another_plan_is_refused(
             state = loader.get_state()
             loader.close()
             other = state | {"plan": state["plan"] | {"buckets": "0" * 16}}
+            fresh = RingLoader(stager.cfg, stager.run_id)
+            fresh.set_state(other)  # checked when the next iteration joins the stager
             with pytest.raises(PlanMismatch, match=r"\(buckets\)"):
-                RingLoader(stager.cfg, stager.run_id).set_state(other)
+                next(iter(fresh))
 
 
 def test_the_worker_comes_from_the_launcher_in_one_process(
