@@ -37,7 +37,9 @@ optional() {
   .venv/bin/python -m pip install "${@:2}" >>.venv/setup.log 2>&1 \
     || echo "setup: $1 not installed (.venv/setup.log says why): its tests skip" >&2
 }
-optional "PyTorch (CPU)" torch==2.13.0 -e '.[torch]'
+# Lightning: a client of ringfeed.torch in the tests (tests/unit/test_lightning_client.py),
+# installed in the same call so that the resolver keeps that CPU build (~40 MB more).
+optional "PyTorch (CPU) and Lightning" torch==2.13.0 -e '.[torch]' 'lightning>=2.2'
 optional JAX -e '.[jax]'
 # numba caches what it compiles beside the modules: a run's stager then builds a balanced
 # plan in about 0.5 s, not 15 s before its first grant (consumer/stager/plan/make.py).
