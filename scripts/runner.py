@@ -97,6 +97,9 @@ class Run:
         # Whether the first stager is started after the corpus is prepared here (False: it
         # was, by the launcher's validate; or a stager is to be started alone).
         self.prepares = True
+        # Children in a session of their own: a terminal's Ctrl-C or SIGHUP reaches this
+        # process alone, which stops them (consumer/client/data_side.py).
+        self.own_session = False
 
     @property
     def dir(self) -> Path:
@@ -140,13 +143,21 @@ class Run:
         # die_with_parent: a launcher killed with SIGKILL takes its run down with it. The
         # children share the launcher's working directory: outputs (run_root, the cache)
         # are relative to it.
+        session = self.own_session
         if self.log_dir is None:
-            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, env=env)
+            proc = subprocess.Popen(
+                cmd, preexec_fn=die_with_parent, env=env, start_new_session=session
+            )
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
                 proc = subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=env
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                    env=env,
+                    start_new_session=session,
                 )
         self.procs[verb] = proc
         return proc

@@ -43,12 +43,13 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ringfeed.consumer.client.batch_client import StagerRefused
+from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
 from ringfeed.consumer.client.batch_stream import BatchStream
 from ringfeed.consumer.client.cursor import Cursor, PlanMismatch
 from ringfeed.consumer.client.progress import PROGRESS_EVERY, Progress
+from ringfeed.consumer.client.signal_stop import SignalStop
 from ringfeed.shared.config import Config, load_config
-from ringfeed.shared.config.environment import model_process_run
+from ringfeed.shared.config.environment import model_process_run, torchrun_job
 from ringfeed.shared.run.share import Share
 from ringfeed.shared.wire import protocol as p
 
@@ -82,6 +83,17 @@ def resolve_run(cfg: Config | str | Path | dict | None, run_id: str | None) -> t
     elif not isinstance(cfg, Config):
         cfg = load_config(cfg)
     return cfg, run_id or ""
+
+
+def own_run_id() -> str:
+    """The id of a run a loader starts: under torchrun the same on every rank of the
+    job on this host (each rank's run is then R-wK), else new."""
+    job = torchrun_job()
+    if job is not None:
+        return f"torchrun-{job}"
+    from ringfeed.scripts.cli import new_run_id
+
+    return new_run_id()
 
 
 def global_batch(cfg: Config, rows: int) -> Config:
@@ -130,8 +142,10 @@ class RingLoaderBase(Generic[T]):
         epochs: int = 0,
         progress_every: int = PROGRESS_EVERY,
     ) -> None:
-        """stop: the caller's stop flag (a signal): when it is set, iteration ends without
-        BYE, so the run is left to the launcher's stop (the example trainers);
+        """run_id: "" starts the run's data side here (data_side.py); stop: the caller's
+        stop flag: when it is set, iteration ends without BYE, so the run is left to the
+        launcher's stop (the example trainers); without one, Ctrl-C, SIGTERM and SIGHUP
+        end the iteration at the next batch (signal_stop.py);
         max_steps: end after this many batches of the plan (0: no limit); epochs: end
         after this many epochs (0: the plan's stager.epochs); progress_every: a
         progress line every this many steps (0: none)."""
@@ -141,8 +155,10 @@ class RingLoaderBase(Generic[T]):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key}={value!r}: an integer >= 0 (0: no limit)")
         self.cfg, self.share, self.prefetch, self.stop = cfg, share, prefetch, stop
+        self.signals = SignalStop() if stop is None else None
         self.max_steps, self.epochs = max_steps, epochs
-        self.run_id = share.run_id(run_id)  # worker K of N consumes run R-wK
+        self.data_side: Any = None  # the stager and producers this loader started
+        self.run_id = share.run_id(run_id or own_run_id())  # worker K of N: run R-wK
         self.cursor = Cursor.fresh(cfg)  # after the last batch the step used
         self._fetched = self.cursor  # after the last batch handed out
         self._pending: Cursor | None = None  # where the next iter() starts, if moved
@@ -163,6 +179,8 @@ class RingLoaderBase(Generic[T]):
         self.last_meta: p.BatchReady | None = None  # the BATCH_READY of the last batch
         self.finished = False  # the plan's end (or max_steps, epochs) was reached
         self.progress = Progress(progress_every)
+        if not run_id:
+            self._start_data_side()
 
     # ------------------------------------------------------------ subclasses
     def place(self, arrays: dict[str, np.ndarray]) -> Any:
@@ -224,12 +242,17 @@ class RingLoaderBase(Generic[T]):
     def __next__(self) -> T:
         if self.finished:  # the plan ended (its run with it): an iterator stays exhausted
             raise StopIteration
+        if self.signals is not None and not self.signals():
+            self.signals.install()
         t0 = time.perf_counter()
         self._report(t0)
+        if self._stopped():  # a stop signal: no more batches, the run is not over
+            self._end(finished=False)
         if self.max_steps and self._fetched.batch_index >= self.max_steps:
             self._end(finished=True)
         got = self._next_placed()
         if got is None:  # the plan ended: BYE, the stager ends the run; or stopped
+            self._check_data_side()
             self._end(finished=not self._stopped())
         placed, meta = got
         if self.epochs and meta.first_epoch >= self.epochs:
@@ -283,7 +306,39 @@ class RingLoaderBase(Generic[T]):
         raise StopIteration
 
     def _stopped(self) -> bool:
+        """Has the caller's stop flag, or a stop signal, said stop?"""
+        if self.signals is not None:
+            return self.signals()
         return self.stop is not None and self.stop()
+
+    @property
+    def stopped(self) -> str:
+        """The stop signal that ended the iteration ("SIGINT", "SIGTERM", "SIGHUP"), or
+        "": after one, every pass ends at once and the loop's checkpoint code runs."""
+        return self.signals.name if self.signals is not None else ""
+
+    def _stream_stop(self) -> bool:
+        """What ends the stream's waits: a stop, or the death of our data side."""
+        return self._stopped() or bool(self.data_side is not None and self.data_side.died())
+
+    # ------------------------------------------------------------ the data side
+    def _start_data_side(self) -> None:
+        """The run's stager and producers as children of this process, ended with the
+        loader: at close(), when it is collected, and at the interpreter's exit."""
+        import weakref
+
+        from ringfeed.consumer.client.data_side import DataSide
+
+        if self.data_side is None:
+            self.data_side = DataSide(self.cfg, self.run_id, self.share)
+            weakref.finalize(self, self.data_side.stop)
+        self.data_side.start()
+
+    def _check_data_side(self) -> None:
+        """StagerGone with the stager's log when the stager this loader started died."""
+        died = self.data_side.died() if self.data_side is not None else ""
+        if died:
+            raise StagerGone(died)
 
     def note_loss(self, loss: Any) -> None:
         """The last step's loss, for the inspector's trainer line and the progress line
@@ -306,7 +361,8 @@ class RingLoaderBase(Generic[T]):
         """The open stream, or a new one at the cursor (connected: refusals raise here)."""
         if self.stream is not None:
             return self.stream
-        self._before_connect()
+        if self.data_side is not None and not self.data_side.running:
+            self._start_data_side()  # closed and iterated again: at the cursor
         self._fetched = self.cursor
         self._handed = self._used
         stream = BatchStream(
@@ -316,7 +372,7 @@ class RingLoaderBase(Generic[T]):
             self._place,
             self.prefetch,
             self.name,
-            self.stop,
+            self._stream_stop,
             self._new_plan_at,
         )
         try:
@@ -325,6 +381,9 @@ class RingLoaderBase(Generic[T]):
             if self.cursor.plan and "plan changed" in str(exc):
                 raise PlanMismatch(str(exc)) from None
             raise
+        except StagerGone:
+            self._check_data_side()
+            raise
         if not self._new_plan_at:
             self.cursor.check_plan(stream.plan)  # a stager that took it must have its plan
         self._new_plan_at = 0
@@ -332,10 +391,6 @@ class RingLoaderBase(Generic[T]):
         stream.start()
         self.stream = stream
         return stream
-
-    def _before_connect(self) -> None:
-        """Before a stream connects: a subclass that starts the run's data side does it
-        here (data_side.py)."""
 
     def _place(self, arrays: dict[str, np.ndarray]) -> Any:
         """place(), with each row's epoch beside its plan position (-1: padding)."""
@@ -349,7 +404,7 @@ class RingLoaderBase(Generic[T]):
         pending, self._pending = self._pending, None
         if pending == self._fetched and self.stream is not None and self._used == self._handed:
             return  # the open stream goes on from there anyway: no reconnection
-        self.close(finished=False)
+        self._close_stream(finished=False)
         self.cursor = self._fetched = pending
 
     def load_cursor(self, state: Any, new_plan: bool = False) -> None:
@@ -372,7 +427,16 @@ class RingLoaderBase(Generic[T]):
 
     def close(self, finished: bool = False) -> None:
         """End the stream. finished=True says BYE: the stager ends the run and stops its
-        producers; False (the default) leaves the run to a later consumer."""
+        producers; False (the default) leaves the run to a later consumer. A data side
+        this loader started ends here either way (iterating again starts it anew, at the
+        cursor)."""
+        self._close_stream(finished)
+        if self.signals is not None:
+            self.signals.restore()
+        if self.data_side is not None:
+            self.data_side.stop(finished)
+
+    def _close_stream(self, finished: bool) -> None:
         if self.stream is not None:
             self._report(time.perf_counter())
             self.stream.close(finished)
@@ -383,11 +447,11 @@ class RingLoaderBase(Generic[T]):
         return self
 
     def __exit__(self, exc_type: type | None, *exc: object) -> None:
-        self.close(finished=exc_type is None)
+        self.close(finished=exc_type is None and not self.stopped)
 
     # ------------------------------------------------------------ pickling
     # What a copy does not take: the stream and its thread, the placed batches, the plan.
-    UNPICKLED = ("stream", "_held", "_plan", "progress")
+    UNPICKLED = ("stream", "_held", "_plan", "progress", "data_side")
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -401,7 +465,7 @@ class RingLoaderBase(Generic[T]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         every = state.pop("_progress_every")
         self.__dict__.update(state)
-        self.stream, self._held, self._plan = None, None, None
+        self.stream, self._held, self._plan, self.data_side = None, None, None, None
         self.progress = Progress(every)
 
 
