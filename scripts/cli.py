@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     new_plan = ["--new-plan"] if args.new_plan else []
     trainer = ["--trainer", args.trainer]
+    args.started = time.time()  # a command's checkpoint is a file written since
     with Run(Path(args.config), run_id) as run:
         run.prepares = False  # validate, above, prepared the corpus
         run.verb_args = {"stager": worker_args[:2], "trainer": worker_args + new_plan + trainer}
@@ -127,6 +128,8 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
         (int(p.stem.split("-")[-1]), p) for p in (directory / "checkpoints").glob("ckpt-*.json")
     )
     where = f"its last checkpoint is {steps[-1][1].with_suffix('')}" if steps else "no checkpoint"
+    if args.command:  # the user's loop writes its checkpoints where it likes
+        where = command_checkpoint(Path.cwd(), getattr(args, "started", 0.0), directory)
     # From where it was started: runs/ is found from the working directory.
     config = shlex.quote(str(Path(args.config).absolute()))
     command = (
@@ -142,6 +145,53 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
     if args.command:
         command += f" -- {shlex.join(args.command)}"
     return f"launch: stopped run {run_id}; {where}; resume it with: {command}"
+
+
+# What a checkpoint a training command writes is called: a file with one of these
+# suffixes, or a file or folder (orbax's) whose name holds one of these words.
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".npz", ".pkl", ".bin")
+CHECKPOINT_WORDS = ("ckpt", "checkpoint")
+# Entries of the working directory looked at, at most: a stop must not walk a corpus.
+CHECKPOINT_SCAN_LIMIT = 20_000
+
+
+def command_checkpoint(root: Path, since: float, run_directory: Path) -> str:
+    """What a stop says of the checkpoint the user's command wrote: the newest file or
+    folder under root (its working directory) written since `since` whose name is a
+    checkpoint's (CHECKPOINT_SUFFIXES, CHECKPOINT_WORDS), or that none was; hidden
+    folders, the virtual environment and the runs' own folders are passed over."""
+    newest: tuple[float, Path] | None = None
+    seen = 0
+    runs = run_directory.parent.resolve()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".") and d != "__pycache__" and Path(folder, d).resolve() != runs
+        ]
+        for name in [*files, *dirs]:
+            seen += 1
+            lower = name.lower()
+            if not (
+                lower.endswith(CHECKPOINT_SUFFIXES) or any(w in lower for w in CHECKPOINT_WORDS)
+            ):
+                continue
+            path = Path(folder, name)
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:  # removed while we looked
+                continue
+            if mtime >= since and (newest is None or mtime > newest[0]):
+                newest = (mtime, path)
+        if seen > CHECKPOINT_SCAN_LIMIT:
+            break
+    if newest is None:
+        return (
+            f"your command wrote no checkpoint under {root} since it started (looked for "
+            f"{', '.join('*' + s for s in CHECKPOINT_SUFFIXES)} and names with "
+            f"{' or '.join(CHECKPOINT_WORDS)})"
+        )
+    return f"the checkpoint your command wrote last is {newest[1]}"
 
 
 def _worker(args: argparse.Namespace, needs_cluster: bool = True):

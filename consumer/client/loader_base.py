@@ -48,7 +48,7 @@ from ringfeed.consumer.client.batch_stream import BatchStream
 from ringfeed.consumer.client.cursor import Cursor, PlanMismatch
 from ringfeed.consumer.client.progress import PROGRESS_EVERY, Progress
 from ringfeed.consumer.client.signal_stop import SignalStop
-from ringfeed.shared.config import Config, load_config
+from ringfeed.shared.config import Config, ConfigError, load_config
 from ringfeed.shared.config.environment import model_process_run, torchrun_job
 from ringfeed.shared.run.share import Share
 from ringfeed.shared.wire import protocol as p
@@ -205,7 +205,12 @@ class RingLoaderBase(Generic[T]):
         if self._held is not None:
             return self._held[1].first_epoch
         at = self._pending or self._fetched
-        return at.position // self.n_items if self.n_items else at.epoch
+        if not self.n_items:
+            try:
+                self.plan()
+            except ConfigError:  # no prepared corpus here: the cursor's own word
+                return at.epoch
+        return at.position // self.n_items
 
     def __len__(self) -> int:
         """This worker's batches in the epoch of the pass under way (else the next):
