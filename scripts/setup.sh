@@ -40,7 +40,9 @@ optional() {
 # Lightning: a client of ringfeed.torch in the tests (tests/unit/test_lightning_client.py),
 # installed in the same call so that the resolver keeps that CPU build (~40 MB more).
 optional "PyTorch (CPU) and Lightning" torch==2.13.0 -e '.[torch]' 'lightning>=2.2'
-optional JAX -e '.[jax]'
+# Orbax: the JAX loader's cursor saved beside a model's state in its CheckpointManager
+# (tests/unit/test_jax_loader.py).
+optional "JAX and Orbax" -e '.[jax]' orbax-checkpoint
 # numba caches what it compiles beside the modules: a run's stager then builds a balanced
 # plan in about 0.5 s, not 15 s before its first grant (consumer/stager/plan/make.py).
 echo "setup: compiling the balanced plan's kernels (once per install, ~15 s)"
