@@ -80,9 +80,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"launch: watch it with {ringfeed_command()} inspect --run-id {run_id}")
     if args.consumer == "none":
         print(
-            f"launch: the data side only: consume it with ring_dataset(load_config("
-            f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
-            "of the plan (stager.epochs), or on Ctrl-C"
+            f"launch: the data side only: consume it with RingLoader({args.config!r}, "
+            f"{args.run_id or run_id!r}) (ringfeed.torch, ringfeed.jax) or ring_dataset("
+            f"load_config({args.config!r}), {run_id!r}) (TensorFlow); it ends when that "
+            "consumer reaches the end of the plan (stager.epochs), or on Ctrl-C"
         )
     new_plan = ["--new-plan"] if args.new_plan else []
     trainer = ["--trainer", args.trainer]
@@ -259,10 +260,9 @@ def cmd_trainer(args: argparse.Namespace) -> int:
     share, worker_args = _worker(args)
     cluster = tuple(worker_args[3].split(",")) if worker_args else ()
     if args.trainer != "tf":  # the PyTorch or JAX example trainer (docs/loaders.md)
-        from importlib import import_module
+        from ringfeed.consumer.trainer.model_loop import main as example_main
 
-        trainer = import_module(f"ringfeed.consumer.trainer.{args.trainer}_example.trainer")
-        return trainer.main(_config(args.config), args.run_id, args.new_plan, share, cluster)
+        return example_main(args.trainer, _config(args.config), args.run_id, args.new_plan, share)
     from ringfeed.consumer.devices import quiet_tensorflow
 
     quiet_tensorflow()  # before the trainer's modules import TensorFlow
@@ -417,6 +417,13 @@ def build_parser(named: str | None = None) -> argparse.ArgumentParser:
 
 def add_run_verb(r: argparse.ArgumentParser) -> None:
     """`ringfeed run`: the whole run on this host (scripts/launch.sh run calls it)."""
+    r.usage = "ringfeed run [CONFIG] [options] [-- COMMAND ...]"
+    r.epilog = (
+        "-- COMMAND ...: your own training command is the model process, in place of the "
+        "trainer (e.g. -- python train.py); its ringfeed.torch or ringfeed.jax loader, or "
+        "ring_dataset, finds the run in RINGFEED_CONFIG and RINGFEED_RUN_ID "
+        "(docs/loaders.md#three-ways-to-run-the-model-process)"
+    )
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
     r.add_argument(
         "--run-id", default="", type=run_id_arg, help="default: a new id; an old id resumes it"
