@@ -125,7 +125,8 @@ class Run:
         return self._popen(verb, cmd, child_environment())
 
     def start_command(self, command: list[str], share: Share = ONE_WORKER) -> subprocess.Popen:
-        """The user's own training command as this run's model process ("trainer"): its
+        """The user's own training command as this run's model process ("command", so
+        the launcher's lines call it what it is, not "trainer"): its
         loaders find the run in RINGFEED_CONFIG and RINGFEED_RUN_ID (the run's id without
         the worker's suffix; a training worker also gets RANK and WORLD_SIZE, which the
         PyTorch loader reads: consumer/client/torch_loader.py)."""
@@ -135,8 +136,8 @@ class Run:
         }
         if share.count > 1:
             env |= {"RANK": str(share.index), "WORLD_SIZE": str(share.count)}
-        self.consumer = "trainer"
-        return self._popen("trainer", command, env)
+        self.consumer = "command"
+        return self._popen("command", command, env)
 
     def _popen(self, verb: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
         self.launches += 1

@@ -33,21 +33,23 @@ pytestmark = pytest.mark.slow
 
 N = 24
 
-# argv: config, checkpoint file, the step at which it signals itself (0: never), and
-# whether to start the data side (else the launcher's run). It prints one JSON line.
+# argv: config, checkpoint file, the step at which it signals itself (0: never), whether
+# to start the data side (else the launcher's run), and the epochs to train (a step takes
+# 10 ms more with many: the launcher's test signals a loop still running). One JSON line.
 LOOP = """
-import json, os, signal, sys
+import json, os, signal, sys, time
 import torch
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.torch import RingLoader
 
 config, ckpt, hup_at, own = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "own"
+epochs = int(sys.argv[5])
 state = torch.load(ckpt) if os.path.exists(ckpt) else None
 positions = []
 with RingLoader(config if own else None, progress_every=0) as loader:
     if state:
         loader.load_state_dict(state["data"])
-    for epoch in range(loader.epoch, 2):
+    for epoch in range(loader.epoch, epochs):
         for batch in loader:
             arrays = {name: t.numpy() for name, t in batch.items()}
             check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
@@ -55,6 +57,7 @@ with RingLoader(config if own else None, progress_every=0) as loader:
             open(ckpt + ".step", "w").write(str(len(positions)))
             if len(positions) == hup_at:
                 os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.01 if epochs > 2 else 0)
         if loader.stopped:
             break
     torch.save({"data": loader.state_dict()}, ckpt)
@@ -81,12 +84,12 @@ def loop(tmp_path: Path, *argv: str) -> dict:
 
 def test_sighup_ends_the_loop_at_a_batch_and_the_next_run_resumes_there(tmp_path: Path) -> None:
     cfg, ckpt = config(tmp_path), str(tmp_path / "ckpt.pt")
-    first = loop(tmp_path, str(cfg), ckpt, "12", "own")
+    first = loop(tmp_path, str(cfg), ckpt, "12", "own", "2")
     assert (
         first["stopped"] == "SIGHUP"
         and "SIGHUP: the loop ends at the next batch" in (first["stderr"])
     )
-    second = loop(tmp_path, str(cfg), ckpt, "0", "own")
+    second = loop(tmp_path, str(cfg), ckpt, "0", "own", "2")
     assert first["positions"] == list(range(12)), "three batches of 4, the step's last kept"
     assert first["positions"] + second["positions"] == list(range(2 * N))
     for run in (first["run"], second["run"]):
@@ -99,7 +102,8 @@ def test_sighup_to_the_launchers_group_stops_the_run_and_names_the_loops_checkpo
 ) -> None:
     cfg, ckpt, run_id = config(tmp_path), tmp_path / "ckpt.pt", rid("hup")
     (tmp_path / "loop.py").write_text(LOOP)
-    command = [sys.executable, str(tmp_path / "loop.py"), str(cfg), str(ckpt), "0", "launcher"]
+    script = str(tmp_path / "loop.py")
+    command = [sys.executable, script, str(cfg), str(ckpt), "0", "launcher", "1000"]
     launcher = subprocess.Popen(
         [*CLI, "run", str(cfg), "--run-id", run_id, "--", *command],
         cwd=tmp_path,
