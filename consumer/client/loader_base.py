@@ -28,9 +28,9 @@ and never used come again.
 Which run: cfg and run_id; in a model process started by the launcher (`ringfeed run
 CONFIG -- COMMAND`), RINGFEED_CONFIG and RINGFEED_RUN_ID
 (shared/config/environment.py); with neither, the loader starts the run's data side
-itself (data_side.py). With several training workers, worker K of N consumes run
-`R-wK`, its share of the global plan (shared/run/share.py,
-docs/scaling-out.md#the-model-on-several-gpus-and-several-hosts).
+itself (scripts/data_side.py, which ringfeed.torch and ringfeed.jax give it). With
+several training workers, worker K of N consumes run `R-wK`, its share of the global
+plan (shared/run/share.py, docs/scaling-out.md#the-model-on-several-gpus-and-several-hosts).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from ringfeed.consumer.client.cursor import Cursor, PlanMismatch
 from ringfeed.consumer.client.progress import PROGRESS_EVERY, Progress
 from ringfeed.consumer.client.signal_stop import SignalStop
 from ringfeed.shared.config import Config, ConfigError, load_config
-from ringfeed.shared.config.environment import model_process_run, torchrun_job
+from ringfeed.shared.config.environment import model_process_run
 from ringfeed.shared.run.share import Share
 from ringfeed.shared.wire import protocol as p
 
@@ -63,7 +63,7 @@ PREFETCH = 2
 def resolve_run(cfg: Config | str | Path | dict | None, run_id: str | None) -> tuple[Config, str]:
     """(config, run id) from the arguments or, for a model process the launcher
     started, from its environment; run id "" when neither names a run (the loader then
-    starts one: data_side.py); ValueError saying what to pass when there is no config."""
+    starts one: scripts/data_side.py); ValueError saying what to pass when there is no config."""
     if cfg is None or run_id is None:
         found = model_process_run()
         if found is not None:
@@ -83,17 +83,6 @@ def resolve_run(cfg: Config | str | Path | dict | None, run_id: str | None) -> t
     elif not isinstance(cfg, Config):
         cfg = load_config(cfg)
     return cfg, run_id or ""
-
-
-def own_run_id() -> str:
-    """The id of a run a loader starts: under torchrun the same on every rank of the
-    job on this host (each rank's run is then R-wK), else new."""
-    job = torchrun_job()
-    if job is not None:
-        return f"torchrun-{job}"
-    from ringfeed.scripts.cli import new_run_id
-
-    return new_run_id()
 
 
 def global_batch(cfg: Config, rows: int) -> Config:
@@ -129,6 +118,10 @@ class RingLoaderBase(Generic[T]):
     """The run's one consumer; subclasses place batches on their framework's device."""
 
     name = "loader"
+    # What starts the run's data side when the loader is given no run: a class of
+    # DataSide's face (scripts/data_side.py; ringfeed.torch and ringfeed.jax give it).
+    # None: a run must be named, as in the example trainers.
+    data_side_type: Any = None
 
     def __init__(
         self,
@@ -142,7 +135,7 @@ class RingLoaderBase(Generic[T]):
         epochs: int = 0,
         progress_every: int = PROGRESS_EVERY,
     ) -> None:
-        """run_id: "" starts the run's data side here (data_side.py); stop: the caller's
+        """run_id: "" starts the run's data side here (data_side_type); stop: the caller's
         stop flag: when it is set, iteration ends without BYE, so the run is left to the
         launcher's stop (the example trainers); without one, Ctrl-C, SIGTERM and SIGHUP
         end the iteration at the next batch (signal_stop.py);
@@ -158,7 +151,14 @@ class RingLoaderBase(Generic[T]):
         self.signals = SignalStop() if stop is None else None
         self.max_steps, self.epochs = max_steps, epochs
         self.data_side: Any = None  # the stager and producers this loader started
-        self.run_id = share.run_id(run_id or own_run_id())  # worker K of N: run R-wK
+        if not run_id and self.data_side_type is None:
+            raise ValueError(
+                "no run named: pass run_id=, start the command under `ringfeed run CONFIG "
+                "-- COMMAND`, or use ringfeed.torch's or ringfeed.jax's RingLoader, which "
+                "start the run's data side themselves"
+            )
+        owns = not run_id
+        self.run_id = share.run_id(run_id or self.data_side_type.new_run_id())  # R-wK of N
         self.cursor = Cursor.fresh(cfg)  # after the last batch the step used
         self._fetched = self.cursor  # after the last batch handed out
         self._pending: Cursor | None = None  # where the next iter() starts, if moved
@@ -179,7 +179,7 @@ class RingLoaderBase(Generic[T]):
         self.last_meta: p.BatchReady | None = None  # the BATCH_READY of the last batch
         self.finished = False  # the plan's end (or max_steps, epochs) was reached
         self.progress = Progress(progress_every)
-        if not run_id:
+        if owns:
             self._start_data_side()
 
     # ------------------------------------------------------------ subclasses
@@ -332,10 +332,8 @@ class RingLoaderBase(Generic[T]):
         loader: at close(), when it is collected, and at the interpreter's exit."""
         import weakref
 
-        from ringfeed.consumer.client.data_side import DataSide
-
         if self.data_side is None:
-            self.data_side = DataSide(self.cfg, self.run_id, self.share)
+            self.data_side = self.data_side_type(self.cfg, self.run_id, self.share)
             weakref.finalize(self, self.data_side.stop)
         self.data_side.start()
 

@@ -7,8 +7,10 @@ processes of the training script, ended with its loop (docs/loaders.md#one-loop)
     side.stop()                           # SIGTERM, SIGKILL after the grace; segments gone
 
 A PyTorch or JAX user's loader given a config and no run does this
-(loader_base.py), as DataLoader, grain and Mosaic's StreamingDataLoader start their
-workers from the script. It is scripts/runner.py's Run (the one way to start a run's
+(consumer/client/loader_base.py), as DataLoader, grain and Mosaic's StreamingDataLoader
+start their workers from the script. The loaders of ringfeed.torch and ringfeed.jax are
+given this class (ringfeed/torch.py): the consumer package starts no process of ours
+itself (tests/unit/test_layout.py). It is runner.py's Run (the one way to start a run's
 processes from Python, which `ringfeed run` uses) with two differences:
 
 - The children get a session of their own: a Ctrl-C in the terminal, or a SIGHUP
@@ -30,8 +32,9 @@ import logging
 import time
 from pathlib import Path
 
+from ringfeed.scripts.runner import Run
 from ringfeed.shared.config import Config
-from ringfeed.shared.config.environment import run_dir
+from ringfeed.shared.config.environment import run_dir, torchrun_job
 from ringfeed.shared.run.share import Share
 
 log = logging.getLogger(__name__)
@@ -46,8 +49,7 @@ class DataSide:
     """The stager and producer pool of one run (worker), children of this process."""
 
     def __init__(self, cfg: Config, run_id: str, share: Share) -> None:
-        from ringfeed.scripts.runner import Run
-
+        """run_id: this worker's (R-wK with several: share.run_id)."""
         self.directory = run_dir(cfg, run_id).absolute()
         self.directory.mkdir(parents=True, exist_ok=True)
         config = self.directory / CONFIG_FILE
@@ -57,6 +59,17 @@ class DataSide:
         if share.count > 1:
             self.run.verb_args = {"stager": ["--worker", f"{share.index}/{share.count}"]}
         self.started_at: float | None = None
+
+    @staticmethod
+    def new_run_id() -> str:
+        """The id of a run a loader starts: under torchrun the same on every rank of the
+        job on this host (each rank's run is then R-wK), else new."""
+        job = torchrun_job()
+        if job is not None:
+            return f"torchrun-{job}"
+        from ringfeed.scripts.cli import new_run_id
+
+        return new_run_id()
 
     def start(self) -> None:
         """Prepare the corpus here (what is current is skipped), then start the stager
