@@ -100,6 +100,12 @@ def data_loader(cfg: Config, folder: Path, n: int, workers: int, pin: bool, **kw
     )
 
 
+def every_epoch(loader: Any) -> Iterator[dict]:
+    """A RingLoader's passes one after another (a pass is one epoch), to the plan's end."""
+    while not (loader.finished or loader.stopped):
+        yield from loader
+
+
 def forever(loader: Any) -> Iterator[dict]:
     """Epoch after epoch of a DataLoader (persistent workers: no restart between)."""
     while True:
@@ -134,7 +140,7 @@ class TorchFramework:
         from ringfeed.torch import RingLoader
 
         self.loader = RingLoader(self.cfg, run_id, device=self.device)
-        return iter(self.loader)
+        return every_epoch(self.loader)
 
     def dataloader(self, folder: Path, n: int, workers: int) -> Iterator[dict]:
         cuda = self.device != "cpu"
@@ -202,7 +208,7 @@ class JaxFramework:
         from ringfeed.jax import RingLoader
 
         self.loader = RingLoader(self.cfg, run_id, sharding=self.sharding)
-        return iter(self.loader)
+        return every_epoch(self.loader)
 
     def dataloader(self, folder: Path, n: int, workers: int) -> Iterator[dict]:
         # Spawned workers: a fork of a process running JAX's threads can deadlock.

@@ -80,12 +80,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"launch: watch it with {ringfeed_command()} inspect --run-id {run_id}")
     if args.consumer == "none":
         print(
-            f"launch: the data side only: consume it with ring_dataset(load_config("
-            f"{args.config!r}), {run_id!r}); it ends when that consumer reaches the end "
-            "of the plan (stager.epochs), or on Ctrl-C"
+            f"launch: the data side only: consume it with RingLoader({args.config!r}, "
+            f"{args.run_id or run_id!r}) (ringfeed.torch, ringfeed.jax) or ring_dataset("
+            f"load_config({args.config!r}), {run_id!r}) (TensorFlow); it ends when that "
+            "consumer reaches the end of the plan (stager.epochs), or on Ctrl-C"
         )
     new_plan = ["--new-plan"] if args.new_plan else []
     trainer = ["--trainer", args.trainer]
+    args.started = time.time()  # a command's checkpoint is a file written since
     with Run(Path(args.config), run_id) as run:
         run.prepares = False  # validate, above, prepared the corpus
         run.verb_args = {"stager": worker_args[:2], "trainer": worker_args + new_plan + trainer}
@@ -127,6 +129,8 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
         (int(p.stem.split("-")[-1]), p) for p in (directory / "checkpoints").glob("ckpt-*.json")
     )
     where = f"its last checkpoint is {steps[-1][1].with_suffix('')}" if steps else "no checkpoint"
+    if args.command:  # the user's loop writes its checkpoints where it likes
+        where = command_checkpoint(Path.cwd(), getattr(args, "started", 0.0), directory)
     # From where it was started: runs/ is found from the working directory.
     config = shlex.quote(str(Path(args.config).absolute()))
     command = (
@@ -142,6 +146,53 @@ def stopped_line(args: argparse.Namespace, run_id: str, directory: Path) -> str:
     if args.command:
         command += f" -- {shlex.join(args.command)}"
     return f"launch: stopped run {run_id}; {where}; resume it with: {command}"
+
+
+# What a checkpoint a training command writes is called: a file with one of these
+# suffixes, or a file or folder (orbax's) whose name holds one of these words.
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".npz", ".pkl", ".bin")
+CHECKPOINT_WORDS = ("ckpt", "checkpoint")
+# Entries of the working directory looked at, at most: a stop must not walk a corpus.
+CHECKPOINT_SCAN_LIMIT = 20_000
+
+
+def command_checkpoint(root: Path, since: float, run_directory: Path) -> str:
+    """What a stop says of the checkpoint the user's command wrote: the newest file or
+    folder under root (its working directory) written since `since` whose name is a
+    checkpoint's (CHECKPOINT_SUFFIXES, CHECKPOINT_WORDS), or that none was; hidden
+    folders, the virtual environment and the runs' own folders are passed over."""
+    newest: tuple[float, Path] | None = None
+    seen = 0
+    runs = run_directory.parent.resolve()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".") and d != "__pycache__" and Path(folder, d).resolve() != runs
+        ]
+        for name in [*files, *dirs]:
+            seen += 1
+            lower = name.lower()
+            if not (
+                lower.endswith(CHECKPOINT_SUFFIXES) or any(w in lower for w in CHECKPOINT_WORDS)
+            ):
+                continue
+            path = Path(folder, name)
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:  # removed while we looked
+                continue
+            if mtime >= since and (newest is None or mtime > newest[0]):
+                newest = (mtime, path)
+        if seen > CHECKPOINT_SCAN_LIMIT:
+            break
+    if newest is None:
+        return (
+            f"your command wrote no checkpoint under {root} since it started (looked for "
+            f"{', '.join('*' + s for s in CHECKPOINT_SUFFIXES)} and names with "
+            f"{' or '.join(CHECKPOINT_WORDS)})"
+        )
+    return f"the checkpoint your command wrote last is {newest[1]}"
 
 
 def _worker(args: argparse.Namespace, needs_cluster: bool = True):
@@ -209,10 +260,9 @@ def cmd_trainer(args: argparse.Namespace) -> int:
     share, worker_args = _worker(args)
     cluster = tuple(worker_args[3].split(",")) if worker_args else ()
     if args.trainer != "tf":  # the PyTorch or JAX example trainer (docs/loaders.md)
-        from importlib import import_module
+        from ringfeed.consumer.trainer.model_loop import main as example_main
 
-        trainer = import_module(f"ringfeed.consumer.trainer.{args.trainer}_example.trainer")
-        return trainer.main(_config(args.config), args.run_id, args.new_plan, share, cluster)
+        return example_main(args.trainer, _config(args.config), args.run_id, args.new_plan, share)
     from ringfeed.consumer.devices import quiet_tensorflow
 
     quiet_tensorflow()  # before the trainer's modules import TensorFlow
@@ -367,6 +417,13 @@ def build_parser(named: str | None = None) -> argparse.ArgumentParser:
 
 def add_run_verb(r: argparse.ArgumentParser) -> None:
     """`ringfeed run`: the whole run on this host (scripts/launch.sh run calls it)."""
+    r.usage = "ringfeed run [CONFIG] [options] [-- COMMAND ...]"
+    r.epilog = (
+        "-- COMMAND ...: your own training command is the model process, in place of the "
+        "trainer (e.g. -- python train.py); its ringfeed.torch or ringfeed.jax loader, or "
+        "ring_dataset, finds the run in RINGFEED_CONFIG and RINGFEED_RUN_ID "
+        "(docs/loaders.md#three-ways-to-run-the-model-process)"
+    )
     r.add_argument("config", nargs="?", default=str(DEMO_CONFIG))
     r.add_argument(
         "--run-id", default="", type=run_id_arg, help="default: a new id; an old id resumes it"

@@ -97,6 +97,9 @@ class Run:
         # Whether the first stager is started after the corpus is prepared here (False: it
         # was, by the launcher's validate; or a stager is to be started alone).
         self.prepares = True
+        # Children in a session of their own: a terminal's Ctrl-C or SIGHUP reaches this
+        # process alone, which stops them (consumer/client/data_side.py).
+        self.own_session = False
 
     @property
     def dir(self) -> Path:
@@ -122,7 +125,8 @@ class Run:
         return self._popen(verb, cmd, child_environment())
 
     def start_command(self, command: list[str], share: Share = ONE_WORKER) -> subprocess.Popen:
-        """The user's own training command as this run's model process ("trainer"): its
+        """The user's own training command as this run's model process ("command", so
+        the launcher's lines call it what it is, not "trainer"): its
         loaders find the run in RINGFEED_CONFIG and RINGFEED_RUN_ID (the run's id without
         the worker's suffix; a training worker also gets RANK and WORLD_SIZE, which the
         PyTorch loader reads: consumer/client/torch_loader.py)."""
@@ -132,21 +136,29 @@ class Run:
         }
         if share.count > 1:
             env |= {"RANK": str(share.index), "WORLD_SIZE": str(share.count)}
-        self.consumer = "trainer"
-        return self._popen("trainer", command, env)
+        self.consumer = "command"
+        return self._popen("command", command, env)
 
     def _popen(self, verb: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
         self.launches += 1
         # die_with_parent: a launcher killed with SIGKILL takes its run down with it. The
         # children share the launcher's working directory: outputs (run_root, the cache)
         # are relative to it.
+        session = self.own_session
         if self.log_dir is None:
-            proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, env=env)
+            proc = subprocess.Popen(
+                cmd, preexec_fn=die_with_parent, env=env, start_new_session=session
+            )
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
                 proc = subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=env
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                    env=env,
+                    start_new_session=session,
                 )
         self.procs[verb] = proc
         return proc

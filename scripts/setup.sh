@@ -37,8 +37,12 @@ optional() {
   .venv/bin/python -m pip install "${@:2}" >>.venv/setup.log 2>&1 \
     || echo "setup: $1 not installed (.venv/setup.log says why): its tests skip" >&2
 }
-optional "PyTorch (CPU)" torch==2.13.0 -e '.[torch]'
-optional JAX -e '.[jax]'
+# Lightning: a client of ringfeed.torch in the tests (tests/unit/test_lightning_client.py),
+# installed in the same call so that the resolver keeps that CPU build (~40 MB more).
+optional "PyTorch (CPU) and Lightning" torch==2.13.0 -e '.[torch]' 'lightning>=2.2'
+# Orbax: the JAX loader's cursor saved beside a model's state in its CheckpointManager
+# (tests/unit/test_jax_loader.py).
+optional "JAX and Orbax" -e '.[jax]' orbax-checkpoint
 # numba caches what it compiles beside the modules: a run's stager then builds a balanced
 # plan in about 0.5 s, not 15 s before its first grant (consumer/stager/plan/make.py), and
 # loads the kernels that copy, check and hash a sample's rows (shared/memory/row_pass.py)

@@ -100,6 +100,7 @@ class BatchClient:
         self.run_dir = self.configured_dir
         self.ended = False
         self.dropped = 0
+        self.n_items = 0  # plan positions per epoch, from the WELCOME
 
     def connect(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> None:
         """Say hello until the stager answers with the batch ring's name; raises
@@ -179,6 +180,7 @@ class BatchClient:
             self.ring.close()
         self.ring = Ring.attach(welcome.ring_name)
         self.stager_pid = self.ring.owner_pid  # its batch ring's owner
+        self.n_items = welcome.n_items  # plan positions per epoch
         self.plan, self.new_plan_at = dict(welcome.plan), 0
 
     def _wait(self, kinds: tuple[type, ...], timeout_s: float) -> p.Message | None:

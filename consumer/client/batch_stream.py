@@ -62,7 +62,7 @@ class BatchStream(threading.Thread, Generic[T]):
         place: Place,
         depth: int = 2,
         name: str = "loader",
-        stop: Callable[[], bool] = lambda: False,
+        stop: Callable[[], bool] | None = None,
         new_plan_at: int = 0,
     ) -> None:
         """cursor: where to start, and the plan it must be (its plan {}: any);
@@ -151,7 +151,7 @@ class BatchStream(threading.Thread, Generic[T]):
             self.client.close(finished=self._finished)
 
     def _stopped(self) -> bool:
-        return self._done.is_set() or self.stop()
+        return self._done.is_set() or (self.stop is not None and self.stop())
 
     def _loop(self) -> None:
         wait = BatchWait(self.client, self.cfg.train.data_timeout_s)

@@ -38,7 +38,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from ringfeed.consumer.client.loader_base import PREFETCH, RingLoaderBase, resolve_run
+from ringfeed.consumer.client.loader_base import (
+    PREFETCH,
+    RingLoaderBase,
+    per_rank_batch,
+    resolve_run,
+)
+from ringfeed.consumer.client.progress import PROGRESS_EVERY
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import torch_worker
 from ringfeed.shared.run.id_tables import padding_ids
@@ -113,21 +119,40 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         sharding: Sharding | None = None,
         devices: Sequence[str | jax.Device] | None = None,
         worker: tuple[int, int] | None = None,
+        batch_size: int | None = None,
+        max_steps: int = 0,
+        epochs: int = 0,
+        progress_every: int = PROGRESS_EVERY,
         prefetch: int = PREFETCH,
-        stop: Callable[[], bool] = lambda: False,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
-        """cfg: a Config or its file; cfg and run_id default to the launcher's
-        (RINGFEED_CONFIG, RINGFEED_RUN_ID); sharding: how every field is placed (its
-        first axis is the batch), default data_parallel(devices); devices: names
-        ("gpu:0", "cpu:0") or jax devices, checked here; worker: (K, N), default
-        (jax.process_index(), jax.process_count())."""
+        """cfg: a Config, a dict of one or its file; cfg and run_id default to the
+        launcher's (RINGFEED_CONFIG, RINGFEED_RUN_ID), and with no run the loader starts
+        the data side itself; sharding: how every field is placed (its first axis is the
+        batch), default data_parallel(devices); devices: names ("gpu:0", "cpu:0") or jax
+        devices, checked here; worker: (K, N), default (jax.process_index(),
+        jax.process_count()); batch_size: this process's rows (default
+        stager.batch_size / N); max_steps, epochs: where iteration ends (0: the plan's
+        end); progress_every: a progress line every this many steps (0: none)."""
         if sharding is None:
             sharding = data_parallel(resolve_devices(devices) if devices else None)
         elif devices:
             raise ValueError("give sharding= or devices=, not both (a sharding names its devices)")
         cfg, run_id = resolve_run(cfg, run_id)
-        super().__init__(cfg, run_id, process_share(worker), prefetch, stop)
+        share = process_share(worker)
+        cfg = per_rank_batch(cfg, batch_size, share, run_id)
+        super().__init__(
+            cfg,
+            run_id,
+            share,
+            prefetch,
+            stop,
+            max_steps=max_steps,
+            epochs=epochs,
+            progress_every=progress_every,
+        )
         self.sharding = sharding
+        self._loss_seen = 0.0
         # Each process's rows are split over its devices that hold a shard.
         local = len(sharding.addressable_devices)
         self.row_multiple = 1 if sharding.is_fully_replicated else local
@@ -138,15 +163,38 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         speaker, language = padding_ids(self.cfg)
         return {"items": -1, "position": -1, "speaker": speaker, "language": language}
 
+    @property
+    def batch_size(self) -> int:
+        """This process's rows per batch (the fixed shape's; a bucket's may be fewer)."""
+        return self.share.rows(self.cfg.stager.batch_size)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Every process's rows together: stager.batch_size."""
+        return self.cfg.stager.batch_size
+
     def get_state(self) -> dict[str, Any]:
         """The cursor after the last batch handed out: plain ints and strings, for any
-        checkpointer (orbax's JSON, a pickle, a sidecar file)."""
+        checkpointer (orbax: ringfeed.jax.CursorSave, a pickle, a sidecar file)."""
         return self.cursor.to_dict()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Resume at `state` (a get_state(), or a trainer checkpoint's cursor): checked
-        at once against the stager's plan, PlanMismatch naming what differs."""
+        """Resume at `state` (a get_state(), or a trainer checkpoint's cursor) from the
+        next batch: its seed checked here, its plan here once the stager's is known,
+        else when the next iteration connects (PlanMismatch naming what differs)."""
         self.load_cursor(state)
+
+    # The loader's own state under the names torch's DataLoader gives it.
+    state_dict, load_state_dict = get_state, set_state
+
+    def loss_value(self, loss: Any) -> float:
+        """The loss noted, as a float, without waiting for the device: a jax.Array not
+        yet computed gives the last one that was (the step's dispatch stays async)."""
+        ready = getattr(loss, "is_ready", None)
+        if ready is not None and not ready():
+            return self._loss_seen
+        self._loss_seen = float(loss)
+        return self._loss_seen
 
     def place(self, arrays: dict[str, np.ndarray]) -> Any:
         rows = len(arrays["items"])
@@ -168,8 +216,16 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
             }
         return _Placed(placed, frames)
 
-    def hand_out(self, placed: Any) -> dict[str, jax.Array]:
+    def hand_out(self, placed: Any, used: Callable[[], None]) -> dict[str, jax.Array]:
+        used()  # a plain dict (a pytree): the cursor moves when it is handed out
         return placed.arrays
+
+    UNPICKLED = (*RingLoaderBase.UNPICKLED, "sharding")
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Devices do not pickle: a copy places with data_parallel() over its own."""
+        super().__setstate__(state)
+        self.sharding = data_parallel()
 
 
 class _Placed:

@@ -38,7 +38,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ringfeed.consumer.client.loader_base import PREFETCH, RingLoaderBase, resolve_run
+from ringfeed.consumer.client.loader_base import (
+    PREFETCH,
+    RingLoaderBase,
+    per_rank_batch,
+    resolve_run,
+)
+from ringfeed.consumer.client.progress import PROGRESS_EVERY
+from ringfeed.consumer.client.ring_batch import RingBatch
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import cuda_visible_devices, torch_worker
 from ringfeed.shared.run.share import Share
@@ -142,43 +149,78 @@ class PinnedBuffer:
 
 
 class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
-    """A run's batches as dicts of tensors on `device`, two placed ahead of the step."""
+    """A run's batches as dicts of tensors on `device`, two placed ahead of the step:
+    one epoch per pass, `len` the epoch's batches for this rank."""
 
     name = "torch"
 
     def __init__(
         self,
-        cfg: Config | str | Path | None = None,
+        cfg: Config | str | Path | dict | None = None,
         run_id: str | None = None,
         device: str | torch.device = "cpu",
         *,
+        batch_size: int | None = None,
+        max_steps: int = 0,
+        epochs: int = 0,
+        progress_every: int = PROGRESS_EVERY,
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = PREFETCH,
-        stop: Callable[[], bool] = lambda: False,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
-        """cfg: a Config or its file; cfg and run_id default to the launcher's
-        (RINGFEED_CONFIG, RINGFEED_RUN_ID); device: 'cpu' or 'cuda:N', checked here;
-        rank, world_size: this training worker (default: torch.distributed's)."""
+        """cfg: a Config, a dict of one or its file; cfg and run_id default to the
+        launcher's (RINGFEED_CONFIG, RINGFEED_RUN_ID), and with no run the loader starts
+        the data side itself; device: 'cpu' or 'cuda:N', checked here; batch_size: this
+        rank's rows (the DataLoader's meaning; default stager.batch_size / world_size);
+        max_steps, epochs: where iteration ends (0: the plan's end); progress_every: a
+        progress line every this many steps (0: none); rank, world_size: this training
+        worker (default: torch.distributed's)."""
         self.device = resolve_device(device)
         cfg, run_id = resolve_run(cfg, run_id)
-        super().__init__(cfg, run_id, distributed_share(rank, world_size), prefetch, stop)
+        share = distributed_share(rank, world_size)
+        cfg = per_rank_batch(cfg, batch_size, share, run_id)
+        super().__init__(
+            cfg,
+            run_id,
+            share,
+            prefetch,
+            stop,
+            max_steps=max_steps,
+            epochs=epochs,
+            progress_every=progress_every,
+        )
+        self._device_side()
+
+    def _device_side(self) -> None:
         self._cuda = self.device.type == "cuda"
         if self._cuda:
             self._side = torch.cuda.Stream(self.device)
             # Each refilled only after its copy's event: the queue holds `prefetch`, the
             # stream's thread fills one more.
-            self._buffers = [PinnedBuffer() for _ in range(prefetch + 1)]
+            self._buffers = [PinnedBuffer() for _ in range(self.prefetch + 1)]
             self._filled = 0
 
+    @property
+    def batch_size(self) -> int:
+        """This rank's rows per batch (the fixed shape's; a bucket's may be fewer)."""
+        return self.share.rows(self.cfg.stager.batch_size)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Every rank's rows together: stager.batch_size, as tf.distribute counts it."""
+        return self.cfg.stager.batch_size
+
     def state_dict(self) -> dict[str, Any]:
-        """The cursor after the last batch handed out: plain ints and strings."""
+        """The cursor after the last batch the step used (read ahead or not): plain ints
+        and strings."""
         return self.cursor.to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at `state` (a state_dict, or a TensorFlow checkpoint's cursor): the next
-        batch is the one after the last batch it had handed out. Checked at once
-        against the stager's plan: PlanMismatch names what differs."""
+        """Resume at `state` (a state_dict, or a TensorFlow checkpoint's cursor) from the
+        next batch: the one after the last batch it had used. Its seed is checked here,
+        its plan here once the stager's is known, else when the next iteration
+        connects: PlanMismatch names what differs."""
         self.load_cursor(state)
 
     def place(self, arrays: dict[str, np.ndarray]) -> Placed:
@@ -198,10 +240,16 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
         buffer.event = event
         return Placed(tensors, event, frames)
 
-    def hand_out(self, placed: Placed) -> dict[str, torch.Tensor]:
+    def hand_out(self, placed: Placed, used: Callable[[], None]) -> dict[str, torch.Tensor]:
         if placed.event is not None:
             step_stream = torch.cuda.current_stream(self.device)
             step_stream.wait_event(placed.event)
             for tensor in placed.tensors.values():
                 tensor.record_stream(step_stream)
-        return placed.tensors
+        return RingBatch.reporting(placed.tensors, used)
+
+    UNPICKLED = (*RingLoaderBase.UNPICKLED, "_side", "_buffers", "_filled")
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._device_side()

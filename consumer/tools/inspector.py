@@ -38,6 +38,7 @@ from ringfeed.consumer.tools.snapshot import (
 )
 from ringfeed.consumer.tools.timeline import plot_recording
 from ringfeed.shared.config import ConfigError, load_config
+from ringfeed.shared.config.extras import MissingExtra
 from ringfeed.shared.memory.batch_ring import BatchState
 from ringfeed.shared.memory.ring import (
     SHM_DIR,
@@ -315,7 +316,11 @@ def main(
         if not recording:
             log.error("--plot needs --from RECORDING (a jsonl file written by --record)")
             return 2
-        plot_recording(recording, plot)
+        try:
+            plot_recording(recording, plot)
+        except MissingExtra as exc:
+            log.error("%s", exc)
+            return 2
         write_out(f"wrote {plot}\n")
         return 0
     run_id = run_id or newest_run_id() or ""

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ringfeed.shared.config.extras import need_extra
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
@@ -77,8 +79,7 @@ def read_recording(recording: str) -> list[TimelinePoint]:
 
 def plot_recording(recording: str, png: str) -> None:
     """Render a --record jsonl file as a timeline PNG (ring occupancy, data wait, step time)."""
-    import matplotlib
-
+    matplotlib = need_extra("matplotlib", "plot", "`ringfeed inspect --plot` draws with it")
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

@@ -46,6 +46,7 @@ from ringfeed.consumer.trainer.trainer import (
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import run_dir
 from ringfeed.shared.run.process import StopFlag, write_json_atomic
+from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ def train(loop: Loop, stop: StopFlag) -> None:
     while loop.step < cfg.train.steps:
         t0 = time.perf_counter()
         batch = next(loader, None)
+        if batch is None and not (loader.finished or stop.is_set()):
+            batch = next(iter(loader), None)  # an epoch ended: the next one's pass
         if batch is None:
             loop.ended = "stopped" if stop.is_set() else "end of data"
             return
@@ -229,3 +232,34 @@ def run(cfg: Config, run_id: str, side: ModelSide, new_plan: bool, stop: StopFla
     finally:
         teardown(loop, run_id, stop)
     return code
+
+
+def main(
+    framework: str,
+    cfg: Config,
+    run_id: str,
+    new_plan: bool = False,
+    share: Share = ONE_WORKER,
+) -> int:
+    """Process entry of `ringfeed trainer --trainer torch|jax`: the model side of
+    consumer/trainer/<framework>_example/trainer.py (its Side), set up and run; 0
+    finished or stopped, 2 refused (the plan changed, or --worker: the log says what),
+    1 on a lost stager or any error."""
+    from importlib import import_module
+
+    example = import_module(f"ringfeed.consumer.trainer.{framework}_example.trainer")
+    if share.count > 1:
+        log.error(
+            "--worker %d/%d: %s (docs/loaders.md#several-gpus)",
+            share.index,
+            share.count,
+            example.SEVERAL,
+        )
+        return 2
+    stop = StopFlag().install(second_exits=True)
+    try:
+        side = example.Side(cfg, run_id, stop)
+    except Exception as exc:
+        log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
+        return 1
+    return run(cfg, run_id, side, new_plan, stop)

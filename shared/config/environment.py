@@ -152,6 +152,16 @@ def torch_worker() -> tuple[int, int] | None:
     return int(rank), int(world)
 
 
+def torchrun_job() -> str | None:
+    """What the ranks of one torchrun job on this host share, for naming their runs: its
+    rendezvous id (TORCHELASTIC_RUN_ID) where one was given, else the pid of the agent
+    that started them all (their parent); None outside torchrun (no LOCAL_RANK)."""
+    if os.environ.get("LOCAL_RANK") is None:
+        return None
+    job = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return job if job and job != "none" else str(os.getppid())
+
+
 def code_root() -> Path:
     """The folder this process imported ringfeed from (a checkout, or site-packages)."""
     import ringfeed

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ringfeed.shared.config import Config
+from ringfeed.shared.config.extras import MissingExtra, need_extra
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.memory.disk import disk_error, is_full
 
@@ -67,6 +68,11 @@ def _filesystem(url: str) -> tuple[Any, str]:
     import fsspec
 
     protocol = url.split("://", 1)[0]
+    if protocol in ("s3", "s3a"):
+        try:
+            need_extra("s3fs", "s3", f"data.path {url} is on S3, which fsspec reads with s3fs")
+        except MissingExtra as exc:
+            raise CorpusError(str(exc)) from None
     # A listing decides whether the index is current: never from fsspec's listings cache;
     # and a new client each time, so an endpoint or credentials changed in the environment
     # are the ones used (fsspec's instance cache keys on arguments only). One client a

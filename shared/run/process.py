@@ -32,6 +32,11 @@ TERM_GRACE_S = 5.0
 # prctl(2) option: the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 
+# The signals that stop a process as Ctrl-C does: SIGHUP too, which a closed terminal or a
+# dropped ssh session sends its whole process group (issue 49: it killed every process
+# of a run at once, with no checkpoint and its segments left in /dev/shm).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 LOG_FORMAT = "%(asctime)s %(levelname).1s %(processName)s %(name)s: %(message)s"
 
 
@@ -91,7 +96,7 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def interrupted_by_stop_signals() -> Iterator[None]:
-    """Within: SIGINT and SIGTERM raise Interrupted in the main thread, whatever the
+    """Within: SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread, whatever the
     disposition this process inherited. For work written to stop by unwinding (each step
     cleans up in its finally: `ringfeed prepare`), not for the loops of a long-lived
     process, which poll a StopFlag. A process started in the background by a shell
@@ -102,7 +107,7 @@ def interrupted_by_stop_signals() -> Iterator[None]:
     def handle(signum: int, frame: types.FrameType | None) -> None:
         raise Interrupted(signum)
 
-    before = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -127,7 +132,7 @@ class Stopped(Exception):
 
 
 class StopFlag:
-    """Set by SIGTERM or SIGINT (and by code); loops check `is_set()`."""
+    """Set by SIGTERM, SIGINT or SIGHUP (and by code); loops check `is_set()`."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -136,14 +141,14 @@ class StopFlag:
         self._second_exits = False
 
     def install(self, second_exits: bool = False) -> StopFlag:
-        """Route SIGTERM and SIGINT to this flag (main thread only). second_exits: a
+        """Route SIGTERM, SIGINT and SIGHUP to this flag (main thread only). second_exits: a
         signal at least SECOND_SIGNAL_AFTER_S after the first exits at once (a user who
         presses Ctrl-C again does not want to wait for a checkpoint); sooner, it is the
         same stop (Ctrl-C reaches the whole process group and the launcher's SIGTERM
         follows at once)."""
         self._second_exits = second_exits
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum: int, frame: types.FrameType | None) -> None:

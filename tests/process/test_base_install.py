@@ -35,6 +35,13 @@ def test_the_base_package_needs_no_model_framework_and_each_side_is_an_extra() -
     assert {"tensorflow", "tensorboard"} <= requirement_names(extras["tf"])
     assert requirement_names(extras["torch"]) == {"torch"}
     assert requirement_names(extras["jax"]) == {"jax"}
+    # What only some roles use is an extra too, named when a config needs it
+    # (shared/config/extras.py); the tests install them with dev.
+    roles = {"parquet": {"pyarrow"}, "s3": {"s3fs"}, "plot": {"matplotlib"}}
+    for extra, names in roles.items():
+        assert requirement_names(extras[extra]) == names
+        assert requirement_names(project["dependencies"]).isdisjoint(names)
+    assert "ringfeed[parquet,s3,plot]" in extras["dev"]
     assert "==" not in extras["torch"][0], "a user's CUDA build is theirs: pin in setup.sh only"
     setup = (REPO / "scripts" / "setup.sh").read_text()
     assert "'.[dev,ray,tf]'" in setup, "the README's set-up still installs TensorFlow"

@@ -1,10 +1,12 @@
 """ringfeed.torch's loader against real runs: two ranks of a torch.distributed job each
-consume their worker's share of one global plan (`ringfeed run --worker K/N --consumer
-none`), and a user's loop SIGKILLed mid-step leaves the run to end as it does for any
-consumer of one's own (docs/faults-and-security.md#nothing-waits-for-ever)."""
+consume their worker's share of one global plan, with their data sides started by hand
+(`ringfeed run --worker K/N --consumer none`) and under torchrun with none (each rank's
+loader starts its own), and a user's loop SIGKILLed mid-step leaves the run to end as
+it does for any consumer of one's own (docs/faults-and-security.md#nothing-waits-for-ever)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,6 +68,64 @@ def test_two_ranks_take_disjoint_shares_of_every_global_batch(tmp_path: Path) ->
         seen += [*mine[0], *mine[1]]
     assert len(seen) == len(set(seen)) and len(seen) > n - 2 * len(steps[0]), "the epoch, once"
     assert all(shm_segments(Share(k, 2).run_id(base)) == [] for k in (0, 1))
+
+
+# Each rank of a torchrun job: two epochs of per-rank batches of 2, as JSON.
+RANK_LOOP = """
+import json, sys
+import torch.distributed as dist
+from ringfeed.producer.sources import check_synthetic_rows
+from ringfeed.torch import RingLoader
+
+dist.init_process_group("gloo")
+out = {"passes": []}
+with RingLoader(sys.argv[1], batch_size=2, progress_every=0) as loader:
+    out |= {"run": loader.run_id, "batch": loader.batch_size, "global": loader.global_batch_size}
+    for epoch in range(2):
+        out["passes"].append({"len": len(loader), "batches": []})
+        for batch in loader:
+            arrays = {name: t.numpy() for name, t in batch.items()}
+            valid = int(arrays["valid"].sum())
+            items = check_synthetic_rows(arrays, valid, loader.cfg)
+            out["passes"][-1]["batches"].append([arrays["mel"].shape[0], items])
+with open(f"{sys.argv[2]}/rank{dist.get_rank()}.json", "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+
+def test_two_torchrun_ranks_start_their_own_shares_and_take_every_item_once_an_epoch(
+    tmp_path: Path,
+) -> None:
+    """No data side started by hand: rank K's loader starts the stager of share K/2 and
+    its producers; per-rank batches of 2 (a global batch of 4); each epoch, the ranks'
+    batches are disjoint and together every item once; nothing is left behind."""
+    n = 24
+    raw = SYNTHETIC | {"data": {"format": "synthetic", "synthetic_items": n}}
+    config = write_config(tmp_path, raw | {"producers": {"workers": 1}})
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_LOOP)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    done = subprocess.run(
+        [*argv, "2", str(script), str(config), str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
+    assert [r["run"].rsplit("-", 1)[1] for r in ranks] == ["w0", "w1"]
+    assert [(r["batch"], r["global"]) for r in ranks] == [(2, 4), (2, 4)]
+    for epoch in (0, 1):
+        passes = [r["passes"][epoch] for r in ranks]
+        assert [len(p["batches"]) for p in passes] == [p["len"] for p in passes] == [n // 4] * 2
+        mine = [[item for _, items in p["batches"] for item in items] for p in passes]
+        assert not set(mine[0]) & set(mine[1]), "disjoint shares"
+        assert sorted(mine[0] + mine[1]) == list(range(n)), f"epoch {epoch}: every item once"
+        assert {rows for p in passes for rows, _ in p["batches"]} == {2}
+    assert all(shm_segments(r["run"]) == [] for r in ranks)
 
 
 # A user's loop over ringfeed.torch that is SIGKILLed in its fourth step.

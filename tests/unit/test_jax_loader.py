@@ -118,8 +118,10 @@ def test_a_device_that_does_not_exist_or_a_cursor_of_another_plan_is_refused(
             state = loader.get_state()
             loader.close()
             other = state | {"plan": state["plan"] | {"buckets": "0" * 16}}
+            fresh = RingLoader(stager.cfg, stager.run_id)
+            fresh.set_state(other)  # checked when the next iteration joins the stager
             with pytest.raises(PlanMismatch, match=r"\(buckets\)"):
-                RingLoader(stager.cfg, stager.run_id).set_state(other)
+                next(iter(fresh))
 
 
 def test_the_worker_comes_from_the_launcher_in_one_process(
@@ -160,3 +162,61 @@ def test_batches_placed_on_a_gpu_hold_their_items(tmp_path: Path) -> None:
                 }
                 seen += check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
     assert sorted(seen) == list(range(N)) and len(traces) == len(set(traces))
+
+
+class Pending:
+    """A loss the device has not computed yet: float() of it would wait."""
+
+    def is_ready(self) -> bool:
+        return False
+
+    def __float__(self) -> float:
+        raise AssertionError("note_loss waited for the device")
+
+
+def test_note_loss_takes_a_device_array_and_never_waits_for_it(tmp_path: Path) -> None:
+    """A step's loss not yet computed is reported as the last one that was."""
+    with stager_thread(config(tmp_path)) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            loader = RingLoader(stager.cfg, stager.run_id, progress_every=0)
+            it = iter(loader)
+            next(it)
+            loader.note_loss(jax.numpy.float32(2.5))  # computed: read when the next comes
+            next(it)
+            loader.note_loss(Pending())
+            next(it)
+            loader.close(finished=True)
+    assert loader.last_loss == 2.5 and loader.steps == 3, "each step reported, none waited"
+
+
+def test_the_cursor_saves_and_restores_through_orbaxs_checkpoint_manager(tmp_path: Path) -> None:
+    """Beside the model's state, in one CheckpointManager step (docs/loaders.md#jax);
+    the restored loader goes on with the batch after the last one handed out."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+    with stager_thread(config(tmp_path)) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            loader = RingLoader(stager.cfg, stager.run_id, progress_every=0)
+            head = take(loader, 2)
+            params = {"w": jax.numpy.ones(3)}
+            with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+                manager.save(
+                    2,
+                    args=ocp.args.Composite(
+                        params=ocp.args.StandardSave(params),
+                        data=ocp.args.JsonSave(loader.get_state()),
+                    ),
+                )
+                manager.wait_until_finished()
+            loader.close()
+            with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+                restored = manager.restore(
+                    manager.latest_step(),
+                    args=ocp.args.Composite(
+                        params=ocp.args.StandardRestore(params), data=ocp.args.JsonRestore()
+                    ),
+                )
+            resumed = RingLoader(stager.cfg, stager.run_id, progress_every=0)
+            resumed.set_state(restored.data)
+            tail = take(resumed)
+    positions = [p for b in head + tail for p in b["position"][b["valid"]].tolist()]
+    assert positions == list(range(N)) and (restored.params["w"] == 1).all()

@@ -8,6 +8,7 @@ tests/process/test_published_e2e.py.)"""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -176,3 +177,14 @@ def test_ids_from_file_names_only_when_they_name_one_clip_each(tmp_path: Path) -
     )
     entries, bad = read_corpus(pq_cfg(tmp_path, tmp_path, columns={"text": "sentence"}))
     assert bad == [] and [e.item_id for e in entries] == [f"a/{k:06d}" for k in range(4)]
+
+
+def test_without_pyarrow_a_parquet_corpus_names_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow is the parquet extra, out of the base install (pyproject.toml)."""
+    for name in [m for m in list(sys.modules) if m.split(".")[0] == "pyarrow"] + ["pyarrow"]:
+        monkeypatch.setitem(sys.modules, name, None)  # imports fail, as without it
+    with pytest.raises(CorpusError, match=r"pip install 'ringfeed\[parquet\]'") as missing:
+        read_corpus(pq_cfg(PARQUET, tmp_path))
+    assert "data.format: parquet reads a file's schema" in str(missing.value)

@@ -60,15 +60,16 @@ def test_every_row_arrives_as_a_tensor_of_its_item_in_its_buckets_shape(tmp_path
             batches = [{k: t.numpy().copy() for k, t in first.items()}, *take(loader)]
         assert stager.ended() == 0, "the plan's end should have said BYE and ended the run"
         assert next(loader, None) is None, "once the plan ended, the loader stays exhausted"
-    assert set(first) == set(stager.cfg.schema.batch_specs(4, True))
+    assert set(first) == set(stager.cfg.schema.batch_specs(4, True)) | {"epoch"}
     assert first["valid"].dtype == torch.bool and first["position"].dtype == torch.int64
     assert first["mel"].dtype == torch.float32 and first["tokens"].dtype == torch.int32
     frames = {b["mel"].shape[1] for b in batches}
     assert len(frames) > 1 and frames <= {16, 24, 32}, frames
     items = sorted(i for b in batches for i in b["items"][b["valid"]].tolist())
     assert items == list(range(N)), "each item exactly once"
-    for b in batches:  # the row mask and positions: padding rows say -1
+    for b in batches:  # the row mask, positions and epochs: padding rows say -1
         assert (b["position"][~b["valid"]] == -1).all() and (b["position"][b["valid"]] >= 0).all()
+        assert (b["epoch"] == np.where(b["valid"], b["position"] // N, -1)).all()
 
 
 def test_state_dict_resumes_the_plan_exactly_where_it_stopped(tmp_path: Path) -> None:
@@ -103,8 +104,9 @@ def test_a_device_that_does_not_exist_is_refused_naming_those_that_do(tmp_path: 
 
 
 def test_a_cursor_of_another_plan_is_refused_with_what_differs(tmp_path: Path) -> None:
-    """Another corpus (its index hash), refused by the stager when the loader has not
-    joined yet and by the loader itself when it has; another seed, by the loader."""
+    """Another corpus (its index hash), refused by the stager when the loader's next
+    iteration joins it, and by the loader itself at once when it has joined; another
+    seed, by the loader at once."""
     with stager_thread(config(tmp_path)) as stager:
         with producer_threads(stager.cfg, stager.control, n=2):
             loader = RingLoader(stager.cfg, stager.run_id)
@@ -115,8 +117,9 @@ def test_a_cursor_of_another_plan_is_refused_with_what_differs(tmp_path: Path) -
                 loader.load_state_dict(other_corpus)  # joined: checked here
             loader.close()
             fresh = RingLoader(stager.cfg, stager.run_id)
+            fresh.load_state_dict(other_corpus)  # taken at the next iter()
             with pytest.raises(PlanMismatch, match=r"plan changed .*\(dataset index\)"):
-                fresh.load_state_dict(other_corpus)  # the stager refuses the hello
+                next(iter(fresh))  # the stager refuses the hello
             with pytest.raises(PlanMismatch, match="seed 7, this run's stager.seed is"):
                 fresh.load_state_dict(state | {"seed": 7})
             with pytest.raises(ValueError, match="not a ringfeed cursor"):

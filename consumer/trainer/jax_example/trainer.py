@@ -24,11 +24,9 @@ from typing import Any
 import numpy as np
 
 from ringfeed.consumer.devices import choose_device
-from ringfeed.consumer.trainer import model_loop
 from ringfeed.consumer.trainer.model_kwargs import default_model_kwargs
 from ringfeed.shared.config import Config
 from ringfeed.shared.run.process import StopFlag
-from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
 
@@ -128,27 +126,6 @@ def train_step(m: Any, lr: float, on_trace: Callable[[], None] = lambda: None) -
     return step
 
 
-def main(
-    cfg: Config,
-    run_id: str,
-    new_plan: bool = False,
-    share: Share = ONE_WORKER,
-    cluster: tuple[str, ...] = (),
-) -> int:
-    """Process entry of `ringfeed trainer --trainer jax`: 0 finished or stopped, 2
-    refused (the plan changed: the log says what), 1 on a lost stager or any error."""
-    if share.count > 1:
-        log.error(
-            "--worker %d/%d: the JAX example trains one host; run several with "
-            "jax.distributed over ringfeed.jax (docs/loaders.md#several-workers)",
-            share.index,
-            share.count,
-        )
-        return 2
-    stop = StopFlag().install(second_exits=True)
-    try:
-        side = JaxSide(cfg, run_id, stop)
-    except Exception as exc:
-        log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
-        return 1
-    return model_loop.run(cfg, run_id, side, new_plan, stop)
+# The model side model_loop.main builds for `--trainer jax`; what it says of --worker.
+Side = JaxSide
+SEVERAL = "the JAX example trains one host; run several with jax.distributed over ringfeed.jax"

@@ -6,9 +6,9 @@ The device is chosen as the TensorFlow trainer's is, before torch is imported
 GPUs, or the CPU with train.cpu_threads threads. The model is the default TensorFlow
 model's architecture (model.py), trained with Adam at train.learning_rate and the
 gradients clipped to a global norm of 1.0; the batches come from ringfeed.torch's
-loader. The loop, checkpoints, resume, summary and exit codes are the example
-trainers' (consumer/trainer/model_loop.py). One worker: several are a torchrun of
-your own over the loader (docs/loaders.md#several-workers).
+loader. The entry, loop, checkpoints, resume, summary and exit codes are the example
+trainers' (consumer/trainer/model_loop.py main). One worker: several are a torchrun
+of your own over the loader (docs/loaders.md#several-gpus).
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from typing import Any
 import numpy as np
 
 from ringfeed.consumer.devices import choose_device
-from ringfeed.consumer.trainer import model_loop
 from ringfeed.consumer.trainer.model_kwargs import default_model_kwargs
 from ringfeed.consumer.trainer.trainer import cpu_threads
 from ringfeed.shared.config import Config
 from ringfeed.shared.run.process import StopFlag
-from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
 
@@ -124,27 +122,6 @@ def train_step(model: Any, optimizer: Any, batch: dict[str, Any]) -> Any:
     return loss.detach()
 
 
-def main(
-    cfg: Config,
-    run_id: str,
-    new_plan: bool = False,
-    share: Share = ONE_WORKER,
-    cluster: tuple[str, ...] = (),
-) -> int:
-    """Process entry of `ringfeed trainer --trainer torch`: 0 finished or stopped, 2
-    refused (the plan changed: the log says what), 1 on a lost stager or any error."""
-    if share.count > 1:
-        log.error(
-            "--worker %d/%d: the PyTorch example trains one worker; run several with "
-            "torchrun over ringfeed.torch (docs/loaders.md#several-workers)",
-            share.index,
-            share.count,
-        )
-        return 2
-    stop = StopFlag().install(second_exits=True)
-    try:
-        side = TorchSide(cfg, run_id, stop)
-    except Exception as exc:
-        log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
-        return 1
-    return model_loop.run(cfg, run_id, side, new_plan, stop)
+# The model side model_loop.main builds for `--trainer torch`; what it says of --worker.
+Side = TorchSide
+SEVERAL = "the PyTorch example trains one worker; run several with torchrun over ringfeed.torch"

@@ -51,6 +51,7 @@ import numpy as np
 
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.data import ColumnsConfig
+from ringfeed.shared.config.extras import MissingExtra, need_extra
 from ringfeed.shared.corpus.entry import BadLine, CorpusError, Entry
 from ringfeed.shared.corpus.folders import walk
 from ringfeed.shared.corpus.format import FORMATS_DOC, Scan, StoredFormat, data_path
@@ -146,7 +147,12 @@ def scan_file(source: Any, read_at: ReadAt, where: str, columns: ColumnsConfig) 
     audio file name}, id the id column's ("" without one) and name the audio's file name
     without its extension (""); source: its path or an open file, read_at its bytes;
     CorpusError when a column is not there."""
-    import pyarrow.parquet as pq  # deferred: only a parquet corpus's build needs it
+    # Deferred: only a parquet corpus's build needs it, and it is an extra.
+    why = "data.format: parquet reads a file's schema and row groups with pyarrow"
+    try:
+        pq = need_extra("pyarrow.parquet", "parquet", why)
+    except MissingExtra as exc:
+        raise CorpusError(str(exc)) from None
 
     pf = pq.ParquetFile(source)
     chosen = columns_of(columns, pf.schema_arrow.names, where)
