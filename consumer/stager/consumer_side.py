@@ -145,8 +145,9 @@ class ConsumerSide:
         if self.absent_since is None:
             self.absent_since = now
             log.warning(
-                "consumer %s (pid %s) is gone; the run ends in %.0f s unless one "
-                "connects (stager.consumer_wait_s)",
+                "consumer %s (pid %s) left without saying goodbye (its script ended, or it "
+                "died); the run ends in %.0f s unless a consumer connects "
+                "(stager.consumer_wait_s)",
                 self.name,
                 self.pid,
                 wait_s,
@@ -182,7 +183,17 @@ class ConsumerSide:
             # A hello repeated while we were starting: welcome it again, do not restart.
             self.net.reply(ident, self.welcome)
             return
-        if self.ident is not None:
+        if self.ident is not None and msg.rejoin and pid is not None and pid == self.pid:
+            # A loader moving its cursor (load_state_dict), or iterating after a close:
+            # the same process, no fault.
+            log.info(
+                "consumer %s (pid %s) goes on at plan position %d: the same process moved"
+                " its cursor",
+                msg.name,
+                pid,
+                msg.position,
+            )
+        elif self.ident is not None:
             log.warning(
                 "consumer %s replaces %s (pid %s, gone, or rejoined by its own"
                 " process): restarting the plan at %d",
@@ -191,6 +202,7 @@ class ConsumerSide:
                 self.pid,
                 msg.position,
             )
+        if self.ident is not None:
             # Told at once (a client taken over from stops, and never reads on from here).
             self.net.reply(
                 self.ident,
@@ -200,13 +212,20 @@ class ConsumerSide:
         self.name, self.pid = msg.name, pid
         self.book.reset(position)
         self.delivery.reset(msg.batch_index, position)
-        epoch = self.plan.epoch_of(position)
+        # A cursor names the epoch of the last batch it took; the next position may be
+        # the next epoch's first: said so, so the two numbers never seem to disagree.
+        epoch, done = divmod(position, self.plan.n_items)
+        where = (
+            f"the start of epoch {epoch}"
+            if not done
+            else f"epoch {epoch}, {done} of its {self.plan.n_items} positions done"
+        )
         log.info(
-            "consumer %s starts at plan position %d (epoch %d), batch %d",
+            "consumer %s starts at plan position %d, batch %d: %s",
             msg.name,
             position,
-            epoch,
             msg.batch_index,
+            where,
         )
         self.net.reply(ident, self.welcome)
 

@@ -234,7 +234,9 @@ def open_index(cfg: Config, quarantine: QuarantineWriter, directory) -> CorpusIn
     for bad in index.bad_lines:
         quarantine.write(bad.item_id, f"{bad.file}:{bad.line}", bad.reason, "metadata")
     log.info(
-        "dataset: %d usable items, %d bad metadata lines (see %s)",
+        "dataset: %d items in the index, %d bad metadata lines (see %s; clips the "
+        "producers skip are quarantined when met: validate's 'usable' counts those no "
+        "header rule or speaking-rate band skips)",
         index.n_items,
         len(index.bad_lines),
         directory / "quarantine.jsonl",

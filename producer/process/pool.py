@@ -74,6 +74,7 @@ def _child(
     # The pool's handlers came with the fork: until run_worker installs its own, a
     # SIGTERM ends the worker, as it ended a freshly spawned one.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()

@@ -171,7 +171,7 @@ class Session:
         elif isinstance(msg, p.Welcome):
             return self._welcome(msg, now)
         elif isinstance(msg, p.Rehello):
-            log.info("the stager restarted; saying HELLO again")
+            log.info("the stager asked for HELLO again (it restarted, or its consumer moved)")
             return self._hello_again(now)
         elif isinstance(msg, p.Shutdown):
             log.info("stager says stop (%s)", msg.reason)
