@@ -47,6 +47,10 @@ from ringfeed.shared.sample.schema import SPARE_SHAPE
 
 log = logging.getLogger(__name__)
 
+# Reductions that stay in C (ndarray.any and .sum go through numpy's Python layer: calls
+# a batch, benchmarks/stager_calls.py).
+ANY, SUM = np.logical_or.reduce, np.add.reduce
+
 
 @dataclass(frozen=True)
 class Assembled:
@@ -112,7 +116,8 @@ class Assembly:
         """Make the finished batch ready to send (module docstring): Assembled with
         nothing failed, or the rows that failed (the batch must wait)."""
         sample = batch.kind == SAMPLE
-        finals = np.where(sample, np.cumsum(sample) - 1, -1)
+        finals = np.add.accumulate(sample, dtype=np.int64) - 1
+        finals[~sample] = -1
         views = self.places.batch(batch.slot, batch.shape)
         written = (
             sample
@@ -122,11 +127,11 @@ class Assembly:
         )
         if self.waves is not None:
             written[:] = False
-        failed = self.check_in_place(batch, written, views) if written.any() else {}
+        failed = self.check_in_place(batch, written, views) if ANY(written) else {}
         for row in (sample & ~written).nonzero()[0].tolist():
             if why := self.place(batch, row, int(finals[row]), views):
                 failed[row] = why
-        n = int(sample.sum())
+        n = int(SUM(sample, dtype=np.int64))
         if not failed:
             self.complete_rows(batch, sample, n, views)
         return Assembled(n, finals, failed)
@@ -148,11 +153,12 @@ class Assembly:
         rows, js = rows[whole], js[whole]
         if not len(rows):
             return failed
-        hashes, ok = [], np.ones(len(rows), bool)
+        hashes, oks = [], []
         for k, name in enumerate(self.names):
             h, fine = check_rows(views[name], js, batch.lengths[rows, k], name, self.vocab)
             hashes.append(h)
-            ok &= fine
+            oks.append(fine)
+        ok = np.logical_and.reduce(oks)
         sums = fold_rows(hashes)
         for i in (~ok).nonzero()[0].tolist():  # which value, as content_error says it
             row, j = int(rows[i]), int(js[i])
@@ -226,12 +232,12 @@ class Assembly:
         if self.waves is not None:
             self.stager_mels(views, n, rows, frames)
         self.filled += (
-            int(views["mel_lens"].sum()),
+            int(SUM(views["mel_lens"])),
             rows * frames,
-            int(views["text_lens"].sum()),
+            int(SUM(views["text_lens"])),
             rows * text,
         )
-        if self.marked is not None and (marks := batch.marks[sample] & AUDIO).any():
+        if self.marked is not None and ANY((marks := batch.marks[sample] & AUDIO) != 0):
             for item, mark in zip(items.tolist(), marks.tolist(), strict=True):
                 if mark:
                     self.marked(item, mark)

@@ -147,7 +147,7 @@ class Delivery:
             first, last = int(rows[0]), int(rows[-1])
         else:
             first, last = batch.first, max(batch.first, batch.end - 1)
-        epoch_of = self.plan.epoch_of
+        n_items = self.plan.n_items
         # A worker's next position is the global batch's end: the same for every worker and
         # every number of workers (shared/run/share.py), so a checkpoint's cursor resumes
         # any topology at the same global batch. Out of plan order (stager.deterministic
@@ -161,9 +161,9 @@ class Delivery:
             generation,
             self.batches_sent,
             end,
-            epoch_of(last),
+            last // n_items,
             n_valid,
-            epoch_of(first),
+            first // n_items,
             *batch.shape,
         )
         self.net.reply(consumer, msg)

@@ -121,7 +121,7 @@ class Intake:
         if producer.remote:
             copied, bad = self.copy_in(answer, lengths, payload)
             lied = answer.owned & (copied != checksums)
-            if lied.any():  # a lie, or a bug: theirs
+            if np.logical_or.reduce(lied):  # a lie, or a bug: theirs
                 item = msg.items[int(lied.argmax())]
                 self.reject(
                     producer,
@@ -130,7 +130,7 @@ class Intake:
                 )
                 return
             keep[list(bad)] = False
-        elif (unsealed := answer.owned & ~answer.sealed).any():
+        elif np.logical_or.reduce(unsealed := answer.owned & ~answer.sealed):
             place = int(answer.index[unsealed.argmax()])
             why = f"place {place} is not sealed with generation {msg.generation}"
             self.reject(producer, "unsealed", why)
@@ -149,8 +149,8 @@ class Intake:
         """'' if every row's lengths are within 1..what its place holds (and agree with
         each other when the schema declares more fields), else why not."""
         limits = np.asarray(self.places.limits(slot, shape))
-        fits = ((lengths > 0) & (lengths <= limits)).all(axis=1)
-        if not fits.all():
+        fits = np.logical_and.reduce((lengths > 0) & (lengths <= limits), axis=1)
+        if not np.logical_and.reduce(fits):
             return f"READY lengths {lengths[fits.argmin()].tolist()} outside 1..{limits.tolist()}"
         if self.check_lengths:
             for row in lengths.tolist():

@@ -53,6 +53,13 @@ from ringfeed.shared.run.stats_record import (
 )
 from ringfeed.shared.wire import protocol as p
 
+# A run is the rows its producer fills in about this long, at its pace: a cold sample of
+# ~2.5 ms makes runs of 8, as producers.credits 16 did; a cached one of ~0.08 ms, runs of
+# a whole batch (capped by its share of the look-ahead), where one READY and one GRANT
+# each way cost 30-90 us of a 2-core host's time (benchmarks/stager_calls.py).
+RUN_TARGET_S = 0.02
+# How much each answer moves a producer's pace (an exponential average).
+PACE_WEIGHT = 0.3
 # A producer silent this many leases, holding nothing, is forgotten (a lost remote host):
 # it no longer shows in the stats or dilutes the others' fair share of the ring.
 FORGET_LEASES = 3
@@ -83,6 +90,9 @@ class Producer:
     peer: PeerId = PeerId("local", "local")
     credits: int = 0
     samples: int = 0
+    # Seconds a row takes it, as its answers come (None before two): its runs' size.
+    pace_s: float | None = None
+    answered_at: float | None = None  # its last answer, while it went on working
     work: dict[str, int] = field(default_factory=dict)
     stalled: bool = False
     causes: dict[str, str] = field(default_factory=dict)
@@ -287,9 +297,22 @@ class ProducerBook:
 
     # ------------------------------------------------------------ grants
     def credit(self, ident: bytes, n: int) -> None:
-        """The producer asks for n more grants; it never holds more than max_credits."""
+        """The producer asks for n more grants; it never holds more than its cap."""
         producer = self.producers[ident]
-        producer.credits = min(producer.credits + max(0, n), self.max_credits)
+        producer.credits = min(producer.credits + max(0, n), self.cap(producer))
+
+    def run_rows(self, producer: Producer) -> int:
+        """Rows of its next run: what it fills in RUN_TARGET_S at its pace, or, before
+        its pace is known, half producers.credits."""
+        if producer.pace_s is None:
+            return self.run_size
+        return max(1, min(self.terms.capacity, round(RUN_TARGET_S / max(producer.pace_s, 1e-6))))
+
+    def cap(self, producer: Producer) -> int:
+        """The grants it may hold: producers.credits, or two of its runs when its pace
+        makes them longer (it works one while the stager answers the other); its
+        account's share of the look-ahead caps it in grant_round."""
+        return max(self.max_credits, 2 * self.run_rows(producer))
 
     def allowances(self) -> tuple[dict[str, int], collections.Counter[str]]:
         """Most grants each working account may hold together (the look-ahead's rows split
@@ -323,10 +346,10 @@ class ProducerBook:
             account, runs = producer.peer.account, []
             if account not in allowance or producer.stalled:
                 continue
-            own = min(self.max_credits, -(-allowance[account] // working[account]))
+            own = min(self.cap(producer), -(-allowance[account] // working[account]))
             while True:
                 n = min(
-                    self.run_size,
+                    self.run_rows(producer),
                     producer.credits,
                     own - self.held(ident),
                     allowance[account] - held[account],
@@ -502,9 +525,16 @@ class ProducerBook:
         return sum(self.held(i) for i, pr in self.producers.items() if pr.peer.account == account)
 
     def delivered(self, producer: Producer, n: int = 1) -> None:
-        """n samples of this producer were accepted."""
+        """n samples of this producer were accepted: its pace, from the time since its
+        last answer, when it held grants all along (an idle producer's gap says nothing)."""
         producer.samples += n
         self.trust.delivered(producer.peer, n)
+        now = self.clock()
+        if producer.answered_at is not None:
+            pace = (now - producer.answered_at) / max(n, 1)
+            last = producer.pace_s
+            producer.pace_s = pace if last is None else last + PACE_WEIGHT * (pace - last)
+        producer.answered_at = now if self.held(producer.ident) else None
 
     def reap_zombies(self) -> None:
         """Free the fenced places of dropped producers whose process has since died."""

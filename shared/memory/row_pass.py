@@ -27,6 +27,7 @@ rows), and the tests' peers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -217,7 +218,7 @@ def check_rows(
     rows `rows` (int [n]) with lengths `lengths` (int [n], its used rows), their hashes
     (uint64 [n]) and whether their values pass (bool [n]), one pass over each."""
     flat = field.reshape(field.shape[0], -1).view(np.uint8)
-    row_bytes = int(np.prod(field.shape[2:], dtype=np.int64)) * field.dtype.itemsize
+    row_bytes = math.prod(field.shape[2:]) * field.dtype.itemsize
     kind, limit = field_kind(name, field.dtype, vocab_size)
     hashes = np.empty(len(rows), np.uint64)
     ok = np.empty(len(rows), np.bool_)

@@ -125,6 +125,10 @@ FENCE_LEASES = 4
 # Runs remembered by generation, so a late answer is told from one never granted.
 MAX_RUNS = 4096
 FREE, GRANTED, READY, FENCED = (int(state) for state in SlotState if state != SlotState.WRITING)
+# Batch slot states, as plain ints: an IntEnum member costs a Python call to look up.
+S_FREE, S_FILLING, S_SENT, S_FENCED = (int(state) for state in BatchState)
+# Reductions that stay in C (ndarray.any, .all and .sum go through numpy's Python layer).
+ANY, ALL, SUM = np.logical_or.reduce, np.logical_and.reduce, np.add.reduce
 OPEN = 0
 COUNTERS = (
     "runs",
@@ -317,7 +321,7 @@ class Ledger:
 
     def _record(self, ks: np.ndarray) -> None:
         """Write places ks's records as the ledger sees them (one write per field)."""
-        if not len(ks) or ks.max() < self.n_rows:
+        if not len(ks) or np.maximum.reduce(ks) < self.n_rows:
             rows, spares = ks, NO_ROWS
         else:
             rows, spares = ks[ks < self.n_rows], ks[ks >= self.n_rows]
@@ -340,12 +344,12 @@ class Ledger:
         """Only the state of places ks changed (a READY)."""
         if not len(ks):
             return
-        if ks.max() < self.n_rows:
+        if np.maximum.reduce(ks) < self.n_rows:
             self.records.rows["state"][ks] = self.p_state[ks]
             return
         self._record(ks)
 
-    def _set_slot(self, slot: int, state: BatchState) -> None:
+    def _set_slot(self, slot: int, state: int) -> None:
         self.s_state[slot] = state
         self.records.slots["state"][slot] = state
 
@@ -392,16 +396,16 @@ class Ledger:
         self.beaten.clear()
         self.skips.clear()
         for slot in range(self.terms.n_batch_slots):
-            if self.s_state[slot] != BatchState.FENCED:
+            if self.s_state[slot] != S_FENCED:
                 self.s_gen[slot] += 1
                 self.records.slots["generation"][slot] = self.s_gen[slot]
-                state = BatchState.FENCED if self.s_fences[slot] else BatchState.FREE
+                state = S_FENCED if self.s_fences[slot] else S_FREE
                 self._set_slot(slot, state)
         self.q_done[:], self.q_ngrants[:], self.q_retry[:], self.q_grant[:] = OPEN, 0, False, -1
         self.b_slot[:], self.b_twins[:] = -1, 0
         self.free_b = list(range(self.terms.n_batch_slots - 1, -1, -1))
         self.window: list[int] = []
-        self.window_items: collections.Counter[int] = collections.Counter()
+        self.window_items: dict[int, int] = {}  # item -> its positions in the window
         self.repeated: set[int] = set()  # items at more than one position of the window
         self.busy: collections.Counter[int] = collections.Counter()  # ... with grants out
         t = self.terms
@@ -416,7 +420,7 @@ class Ledger:
     def _fill_window(self) -> None:
         """Start plan batches in free slots, up to the look-ahead."""
         while len(self.window) < self.terms.lookahead and not self.cuts.ended():
-            free = (self.s_state == BatchState.FREE).nonzero()[0]
+            free = (self.s_state == S_FREE).nonzero()[0]
             if len(free) <= 1 and self.window:  # one slot kept for a batch that must move
                 return
             if not len(free):
@@ -436,10 +440,14 @@ class Ledger:
         self.b_n[b] = self.b_unfinished[b] = n
         self.b_compacted[b], self.b_twins[b], self.b_shape[b] = False, 0, cut.shape
         self.window.append(b)
-        self._set_slot(slot, BatchState.FILLING)
+        self._set_slot(slot, S_FILLING)
         listed = items.tolist()
-        self.window_items.update(listed)
-        if again := [it for it in listed if self.window_items[it] > 1]:
+        counts, again = self.window_items, []
+        for item in listed:
+            n = counts[item] = counts.get(item, 0) + 1
+            if n > 1:
+                again.append(item)
+        if again:
             self._repeat(again)
         if self.known_bad:  # items known bad are skipped without a grant
             for q, item in zip(range(qs.start, qs.stop), listed, strict=True):
@@ -458,7 +466,7 @@ class Ledger:
     def progress(self) -> Progress:
         cursor = int(self.b_first[self.window[0]]) if self.window else self.cuts.next_start
         exhausted = not self.window and self.cuts.ended()
-        in_flight = int((self.s_state == BatchState.SENT).sum())
+        in_flight = int(SUM(self.s_state == S_SENT))
         return Progress(cursor, exhausted, in_flight)
 
     # ------------------------------------------------------------ grants
@@ -545,7 +553,7 @@ class Ledger:
                     return
                 places = slot * self.R + (take - base)
                 free = self.p_state[places] == FREE
-                if not free.all():  # a row still held (never, but for a fence): stop there
+                if not ALL(free):  # a row still held (never, but for a fence): stop there
                     cut = int(free.argmin())
                     take, places, stop = take[:cut], places[:cut], True
                 target = slot
@@ -690,19 +698,20 @@ class Ledger:
         base = run.slot * self.R if run.slot >= 0 else self.n_rows
         named = index + base
         if len(named) > 1:
-            ordered = np.sort(named)
-            if (ordered[1:] == ordered[:-1]).any():
+            ordered = named.copy()
+            ordered.sort()
+            if ANY(ordered[1:] == ordered[:-1]):
                 why = f"a place named twice in the answer of generation {generation}"
                 return Answer(why, "repeated", ident, generation)
-        at = run.places.searchsorted(named).clip(0, len(run.places) - 1)
+        at = np.minimum(run.places.searchsorted(named), len(run.places) - 1)
         inside = run.places[at] == named
-        if not inside.all():
+        if not ALL(inside):
             w = int(index[inside.argmin()])
             why = f"place {w} is not in the run of generation {generation}"
             return Answer(why, "not-granted", ident, generation)
         said = np.asarray(items, np.int64)
         right = run.items[at] == said
-        if not right.all():
+        if not ALL(right):
             j = int(right.argmin())
             why = f"place {int(index[j])}: item {int(said[j])}, not the item granted "
             why += f"({int(run.items[at[j]])})"
@@ -723,7 +732,7 @@ class Ledger:
             index,
             named,
             owned,
-            not owned.any(),
+            not ANY(owned),
             audits,
             sealed,
         )
@@ -753,7 +762,7 @@ class Ledger:
             kr, qs = ks[rows], self.p_q[ks[rows]]
             self._answered(h, kr, qs)
             held = hold[rows] if hold is not None else None
-            if held is not None and held.any():
+            if held is not None and ANY(held):
                 for r in rows[held].tolist():
                     k = int(ks[r])
                     kept = Twin(AUDIT, k, generation=g, lengths=lengths[r].copy())
@@ -789,7 +798,7 @@ class Ledger:
         self.service.add(now - granted)
         ident = self.h_ident[h]
         if ident in self.beaten.of:
-            self._passed(ident, float(granted.max()))
+            self._passed(ident, float(np.maximum.reduce(granted)))
         self.counters["answered"] += len(ks)
 
     def _ungrant(self, qs: np.ndarray) -> None:
@@ -817,7 +826,7 @@ class Ledger:
         self.q_done[qs], self.q_place[qs], self.q_gen[qs], self.q_by[qs] = SAMPLE, ks, g, h
         self.q_len[qs] = lengths
         self.q_sum[qs], self.q_marks[qs] = checksums, marks
-        if len(batches) and (batches == batches[0]).all():
+        if len(batches) and ALL(batches == batches[0]):
             self.b_unfinished[batches[0]] -= len(batches)
         elif len(batches):
             np.subtract.at(self.b_unfinished, batches, 1)
@@ -835,7 +844,7 @@ class Ledger:
             self.retries.remove((int(self.q_pos[q]), q))
 
     def _unqueue_many(self, qs: np.ndarray) -> None:
-        if self.retries and self.q_retry[qs].any():
+        if self.retries and ANY(self.q_retry[qs]):
             for q in qs[self.q_retry[qs]].tolist():
                 self._unqueue(q)
 
@@ -1129,8 +1138,8 @@ class Ledger:
         written: tuple[Answer, ...] = ()
         if salvage:
             whole = np.array([self._started(k, sealed=True) for k in mine.tolist()], bool)
-            written = self._written(h, mine[whole]) if whole.any() else ()
-            mine = mine[~whole] if whole.any() else mine
+            written = self._written(h, mine[whole]) if ANY(whole) else ()
+            mine = mine[~whole] if ANY(whole) else mine
         charged = self._charged(mine) if charge and len(mine) else -1
         items, skipped = [], []
         for k in mine.tolist():
@@ -1150,7 +1159,7 @@ class Ledger:
         that marks every place it holds begun charges no more than one item); a remote
         one answers each sample as it is written, so its oldest grant, the first of its
         run in plan order. -1: none."""
-        if self.p_writes[mine].any():
+        if ANY(self.p_writes[mine]):
             begun = [k for k in mine.tolist() if self._started(k)]
             return min(begun, key=lambda k: self.p_t[k]) if begun else -1
         oldest = np.lexsort((self.q_pos[self.p_q[mine]], self.p_t[mine]))[0]
@@ -1271,8 +1280,8 @@ class Ledger:
         if k < self.n_rows:
             slot = k // self.R
             self.s_fences[slot] -= 1
-            if self.s_state[slot] == BatchState.FENCED and not self.s_fences[slot]:
-                self._set_slot(slot, BatchState.FREE)
+            if self.s_state[slot] == S_FENCED and not self.s_fences[slot]:
+                self._set_slot(slot, S_FREE)
 
     def _free(self, ks: np.ndarray) -> None:
         """Places ks are FREE (spares back on the free list)."""
@@ -1311,7 +1320,7 @@ class Ledger:
         assembly still catch a stale write before its batch is sent."""
         old = FENCE_LEASES * self.lease_s
         fenced = self.p_state == FENCED
-        if not fenced.any():
+        if not ANY(fenced):
             return
         stale = (fenced & (now - self.p_fenced_t > old)).nonzero()[0]
         for k in stale[stale >= self.n_rows].tolist():
@@ -1357,7 +1366,7 @@ class Ledger:
         moved_from = -1
         slot = int(self.b_slot[b])
         if self.s_fences[slot]:  # a row of it may still be written: it moves first
-            free = (self.s_state == BatchState.FREE).nonzero()[0]
+            free = (self.s_state == S_FREE).nonzero()[0]
             if not len(free):
                 return None
             moved_from, slot = slot, int(free[0])
@@ -1371,8 +1380,8 @@ class Ledger:
         """Batch b moves from slot `old` (FENCED until its fences lift) to `new`."""
         span = np.arange(old * self.R, (old + 1) * self.R)
         self._free(span[self.p_state[span] != FENCED])
-        self._set_slot(old, BatchState.FENCED)
-        self._set_slot(new, BatchState.FILLING)
+        self._set_slot(old, S_FENCED)
+        self._set_slot(new, S_FILLING)
         self.b_slot[b], self.b_compacted[b] = new, True
         self.counters["relocated"] += 1
 
@@ -1382,10 +1391,12 @@ class Ledger:
         places = self.q_place[qs]
         sample = self.q_done[qs] == SAMPLE
         spare = places >= self.n_rows
-        src_slot = np.where(sample & ~spare, places // self.R, -1)
-        src_index = np.where(spare, places - self.n_rows, places % self.R)
-        src_index[~sample] = -1
-        by = np.where(sample, self.q_by[qs], -1).tolist()
+        src_slot, src_index = places // self.R, places % self.R
+        src_index[spare] = places[spare] - self.n_rows
+        src_slot[spare | ~sample], src_index[~sample] = -1, -1
+        by = self.q_by[qs]
+        by[~sample] = -1
+        by = by.tolist()
         skips = {int(self.q_pos[q]): self.skips[q] for q in qs[~sample].tolist()}
         return BatchOut(
             b,
@@ -1402,8 +1413,8 @@ class Ledger:
             self.q_len[qs],
             self.q_sum[qs],
             self.q_marks[qs],
-            tuple(self.h_ident[h] if h >= 0 else None for h in by),
-            tuple(self.h_peer[h] if h >= 0 else None for h in by),
+            tuple([self.h_ident[h] if h >= 0 else None for h in by]),
+            tuple([self.h_peer[h] if h >= 0 else None for h in by]),
             skips,
             moved_from,
         )
@@ -1412,9 +1423,9 @@ class Ledger:
         b = batch.key
         qs = np.arange(b * self.R, b * self.R + int(self.b_n[b]))
         self.b_compacted[b] = True  # its rows moved, or may hold another's sample now
-        finals = np.where(finals >= 0, batch.slot * self.R + finals, -1)
+        finals = np.where(finals >= 0, batch.slot * self.R + finals, -1)  # places
         moved = (self.q_done[qs] == SAMPLE) & (finals >= 0) & (self.q_place[qs] != finals)
-        if moved.any():  # the samples copied into their rows are found there from now on
+        if ANY(moved):  # the samples copied into their rows are found there from now on
             old, new = self.q_place[qs[moved]], finals[moved]
             copied = old[(old >= self.n_rows) & (self.p_state[old] == READY)]
             self._free(copied)
@@ -1454,18 +1465,21 @@ class Ledger:
         places = self.q_place[qs]
         spares = places[(done == SAMPLE) & (places >= self.n_rows)]
         self._free(spares[self.p_state[spares] == READY])
-        n_samples = int((done == SAMPLE).sum())
+        n_samples = int(SUM(done == SAMPLE))
         self.counters["delivered"] += n_samples
         self.counters["skipped"] += n - n_samples
         for q in qs[done == SKIPPED].tolist():
             self.skips.pop(q, None)
-        items = self.q_item[qs].tolist()
-        self.window_items -= collections.Counter(items)
-        if self.repeated:
-            for item in items:
-                if self.window_items[item] <= 1:
-                    self.repeated.discard(item)
-                    self.busy.pop(item, None)
+        counts = self.window_items
+        for item in self.q_item[qs].tolist():
+            n = counts[item] - 1
+            if n:
+                counts[item] = n
+            else:
+                del counts[item]
+            if n <= 1 and item in self.repeated:
+                self.repeated.discard(item)
+                self.busy.pop(item, None)
         if self.at_b == b:  # every position of it finished: the next batch
             i = self.window.index(b)
             self.at_b, self.at_i = (-1, 0) if i == 0 else (self.window[i - 1], 1 << 30)
@@ -1475,16 +1489,16 @@ class Ledger:
         self.s_gen[slot] += 1
         rec = self.records.slots[slot : slot + 1]
         rec["generation"], rec["lengths"][0, 0] = self.s_gen[slot], n_valid
-        self._set_slot(slot, BatchState.SENT if announced else BatchState.FREE)
+        self._set_slot(slot, S_SENT if announced else S_FREE)
         self._fill_window()
         return int(self.s_gen[slot])
 
     def freed(self, slot: int, generation: int) -> bool:
         if not 0 <= slot < self.terms.n_batch_slots or self.s_gen[slot] != generation:
             return False
-        if self.s_state[slot] != BatchState.SENT:
+        if self.s_state[slot] != S_SENT:
             return False
-        self._set_slot(slot, BatchState.FREE)
+        self._set_slot(slot, S_FREE)
         self._fill_window()
         return True
 
