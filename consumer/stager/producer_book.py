@@ -53,12 +53,15 @@ from ringfeed.shared.run.stats_record import (
 )
 from ringfeed.shared.wire import protocol as p
 
-# A run is the rows its producer fills in about this long, at its pace: a cold sample of
-# ~2.5 ms makes runs of 8, as producers.credits 16 did; a cached one of ~0.08 ms, runs of
-# a whole batch (capped by its share of the look-ahead), where one READY and one GRANT
-# each way cost 30-90 us of a 2-core host's time (benchmarks/stager_calls.py).
+# A fast producer's run is the rows it fills in about this long, at its pace: a cached
+# sample of ~0.08 ms makes runs of a whole batch (capped by its share of the look-ahead),
+# where one READY and one GRANT cost 30-90 us each way on a 2-core host (a zmq send wakes
+# the other side's I/O thread); a cold one of ~2.5 ms keeps runs of credits / 2.
 RUN_TARGET_S = 0.02
-# How much each answer moves a producer's pace (an exponential average).
+# A producer's pace is taken again over this many answered rows (its SKIPs come one by
+# one between its READYs: an answer's own rows say nothing of the time before it), and
+# each new figure moves it by PACE_WEIGHT (an exponential average).
+PACE_ROWS = 8
 PACE_WEIGHT = 0.3
 # A producer silent this many leases, holding nothing, is forgotten (a lost remote host):
 # it no longer shows in the stats or dilutes the others' fair share of the ring.
@@ -90,9 +93,12 @@ class Producer:
     peer: PeerId = PeerId("local", "local")
     credits: int = 0
     samples: int = 0
-    # Seconds a row takes it, as its answers come (None before two): its runs' size.
+    # Seconds a row takes it (None until PACE_ROWS were timed): its runs' size. Timed
+    # from answer to answer while it held grants: busy_s over busy_rows so far.
     pace_s: float | None = None
-    answered_at: float | None = None  # its last answer, while it went on working
+    answered_at: float | None = None
+    busy_s: float = 0.0
+    busy_rows: int = 0
     work: dict[str, int] = field(default_factory=dict)
     stalled: bool = False
     causes: dict[str, str] = field(default_factory=dict)
@@ -302,11 +308,14 @@ class ProducerBook:
         producer.credits = min(producer.credits + max(0, n), self.cap(producer))
 
     def run_rows(self, producer: Producer) -> int:
-        """Rows of its next run: what it fills in RUN_TARGET_S at its pace, or, before
-        its pace is known, half producers.credits."""
+        """Rows of its next run: half producers.credits, or, when its pace makes that
+        shorter than RUN_TARGET_S, what it fills in that long (a fast producer's runs
+        grow; a slow one's never shrink below credits / 2: smaller runs of cold samples
+        only cost messages, ~2x the stager's CPU a sample at runs of 2)."""
         if producer.pace_s is None:
             return self.run_size
-        return max(1, min(self.terms.capacity, round(RUN_TARGET_S / max(producer.pace_s, 1e-6))))
+        rows = round(RUN_TARGET_S / max(producer.pace_s, 1e-6))
+        return max(self.run_size, min(self.terms.capacity, rows))
 
     def cap(self, producer: Producer) -> int:
         """The grants it may hold: producers.credits, or two of its runs when its pace
@@ -525,15 +534,19 @@ class ProducerBook:
         return sum(self.held(i) for i, pr in self.producers.items() if pr.peer.account == account)
 
     def delivered(self, producer: Producer, n: int = 1) -> None:
-        """n samples of this producer were accepted: its pace, from the time since its
-        last answer, when it held grants all along (an idle producer's gap says nothing)."""
+        """n samples of this producer were accepted: its pace, from the time it worked
+        (answer to answer while it held grants: an idle producer's gap says nothing) over
+        the rows it answered in it."""
         producer.samples += n
         self.trust.delivered(producer.peer, n)
         now = self.clock()
         if producer.answered_at is not None:
-            pace = (now - producer.answered_at) / max(n, 1)
-            last = producer.pace_s
-            producer.pace_s = pace if last is None else last + PACE_WEIGHT * (pace - last)
+            producer.busy_s += now - producer.answered_at
+            producer.busy_rows += n
+            if producer.busy_rows >= PACE_ROWS:
+                pace, last = producer.busy_s / producer.busy_rows, producer.pace_s
+                producer.pace_s = pace if last is None else last + PACE_WEIGHT * (pace - last)
+                producer.busy_s, producer.busy_rows = 0.0, 0
         producer.answered_at = now if self.held(producer.ident) else None
 
     def reap_zombies(self) -> None:
