@@ -63,11 +63,13 @@ from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter, run_quarantine
 from ringfeed.consumer.stager.run_clock import RunClock
 from ringfeed.shared.config import Config, ConfigError
+from ringfeed.shared.config.config import SHM_SHARE
 from ringfeed.shared.config.environment import (
     Endpoints,
     endpoints,
     ensure_runtime_dir,
     run_dir,
+    shm_total_bytes,
 )
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.index import CorpusIndex
@@ -341,6 +343,16 @@ def build(
         net=net,
         drop=drop,
     )
+    if cfg.lookahead_batches < cfg.lookahead_need and not cfg.ring.lookahead:
+        log.warning(
+            "the look-ahead is %d batches, not the %d the producers ask for: both rings must "
+            "fit in %.0f%% of /dev/shm (%.0f MiB here); give the host more (docker run "
+            "--shm-size) or set ring.lookahead",
+            cfg.lookahead_batches,
+            cfg.lookahead_need,
+            100 * SHM_SHARE,
+            shm_total_bytes() / 2**20,
+        )
     log.info(
         "stager ready: %s (%d batch slots of %.2f MiB, %d batches ahead), %s (%d spare "
         "places), control %s",

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from ringfeed.shared.config.audio import AudioConfig
 from ringfeed.shared.config.checks import validate
 from ringfeed.shared.config.data import DataConfig
+from ringfeed.shared.config.environment import shm_total_bytes
 from ringfeed.shared.config.features import FeaturesConfig, sample_decls
 from ringfeed.shared.config.loader import ConfigError, build
 from ringfeed.shared.config.model import DevicesConfig, ModelConfig, TrainConfig
@@ -106,15 +108,30 @@ class Config:
         return max(1, self.batch_frames // self.features.max_frames)
 
     @property
-    def lookahead_batches(self) -> int:
-        """Batches the producers fill ahead of the consumer: ring.lookahead, or (0) twice
-        the batches every local producer's producers.credits rows fill, so they hold them
-        while answered rows wait for the oldest batch, plus that batch:
-        2 x ceil(workers x credits / rows) + 1 (docs/design.md#the-look-ahead)."""
-        if self.ring.lookahead:
-            return self.ring.lookahead
+    def lookahead_need(self) -> int:
+        """The look-ahead the producers ask for: twice the batches every local producer's
+        producers.credits rows fill, so they hold them while answered rows wait for the
+        oldest batch, plus that batch: 2 x ceil(workers x credits / rows) + 1
+        (docs/design.md#the-look-ahead)."""
         p = self.producers
         return 2 * -(-p.workers * p.credits // self.typical_batch_rows) + 1
+
+    @functools.cached_property
+    def lookahead_batches(self) -> int:
+        """Batches the producers fill ahead of the consumer: ring.lookahead, or (0)
+        lookahead_need as far as both rings then fit in SHM_SHARE of this host's
+        /dev/shm (a container's is 64 MiB by default), at least one: sized in bytes, so
+        2 producers fit a container's and 14 on a large host get all they ask."""
+        if self.ring.lookahead:
+            return self.ring.lookahead
+        budget = SHM_SHARE * shm_total_bytes()
+        batch = fields_bytes(self.batch_ring_fields())
+        sample = fields_bytes(self.sample_fields())
+        for ahead in range(self.lookahead_need, 1, -1):
+            slots = self.stager.batch_slots + ahead + 1
+            if slots * batch + self._spare_slots(ahead) * sample <= budget:
+                return ahead
+        return 1
 
     @property
     def grants_in_flight(self) -> int:
@@ -133,10 +150,13 @@ class Config:
         """Places of the spare ring: ring.spares, or (0) the look-ahead's rows when the
         stager computes the mels (every sample comes as a waveform), else twice
         producers.credits, at least 8."""
+        return self._spare_slots(self.lookahead_batches)
+
+    def _spare_slots(self, ahead: int) -> int:
         if self.ring.spares:
             return self.ring.spares
         if self.features.device == "stager":
-            return self.lookahead_batches * self.max_batch_rows + self.producers.credits
+            return ahead * self.max_batch_rows + self.producers.credits
         return max(8, 2 * self.producers.credits)
 
     def batch_ring_fields(self) -> FieldSpec:
@@ -179,6 +199,20 @@ def config_from_dict(raw: dict[str, Any] | None) -> Config:
 
 # Inputs travel with a config file: relative to its folder. Outputs (run_root, the
 # cache) stay relative to the working directory: they land where you run.
+# The share of /dev/shm a run's rings may take by default (ring.lookahead 0): the rest is
+# for what else the host keeps there (NCCL's buffers, a framework's workers).
+SHM_SHARE = 0.9
+
+
+def fields_bytes(fields: FieldSpec) -> int:
+    """Payload bytes of one slot of these fields (shared/memory/ring.py lays them out
+    64-byte aligned: within 64 bytes a field of this)."""
+    return sum(
+        int(np.prod(shape, dtype=np.int64)) * dtype.itemsize + 64
+        for shape, dtype in fields.values()
+    )
+
+
 INPUT_PATH_KEYS = (
     ("data", "path"),
     ("data", "root"),

@@ -7,6 +7,7 @@ starts (:func:`child_environment`), so the child imports the same ringfeed.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,18 @@ if TYPE_CHECKING:
 
 # Environment variable naming a source hook, "module:callable" (see source_hook).
 SOURCE_HOOK_ENV = "RINGFEED_SOURCE_HOOK"
+
+
+@functools.cache
+def shm_total_bytes() -> int:
+    """The size of this host's /dev/shm (a container's is 64 MiB unless --shm-size says
+    otherwise), or a large number where there is none to read: the rings' default budget
+    (shared/config/config.py lookahead_batches)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return 1 << 62
+    return st.f_blocks * st.f_frsize
 
 
 def launch_grace_s() -> float:

@@ -13,7 +13,8 @@ from ringfeed.shared.config.loader import at_least_one, check
 @dataclass(frozen=True)
 class RingConfig:
     # Batches the producers fill ahead of the consumer, in place (0 = enough for every
-    # local producer's credits: docs/design.md#the-look-ahead).
+    # local producer's credits, as far as both rings fit in 90 % of /dev/shm:
+    # docs/design.md#the-look-ahead).
     lookahead: int = 0
     # Places of the spare ring, for what cannot be written where it is delivered: second
     # grants (backups, audits), retries of a row its producer may still write, stager

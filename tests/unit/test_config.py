@@ -12,7 +12,7 @@ import yaml
 from ringfeed.shared.config import Config, ConfigError, config_from_dict, load_config, replace
 from ringfeed.shared.config.environment import run_dir, user_cache_dir
 from ringfeed.shared.config.moved import MOVED_KEYS
-from ringfeed.shared.memory.ring import check_rings_fit, slot_bytes
+from ringfeed.shared.memory.ring import check_rings_fit, rings_bytes, slot_bytes
 from tests.support.paths import REPO
 
 
@@ -25,6 +25,22 @@ def test_defaults_and_derived_sizes() -> None:
     stager_mode = replace(cfg, features={"device": "stager"})
     assert "wave" in stager_mode.sample_fields() and "mel" not in stager_mode.sample_fields()
     assert stager_mode.max_samples == 800 * 256
+
+
+def test_the_look_ahead_is_sized_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ring.lookahead 0: what the producers ask for, as far as both rings fit in 90 % of
+    /dev/shm: a container's default 64 MiB takes the default 2 producers, a large host
+    gives 14 all they ask; a look-ahead set by hand is kept."""
+    import ringfeed.shared.config.config as config_module
+
+    for shm_mib, workers, ahead in ((64, 2, 2), (64, 14, 2), (1 << 14, 2, 3), (1 << 14, 14, 15)):
+        monkeypatch.setattr(config_module, "shm_total_bytes", lambda mib=shm_mib: mib << 20)
+        cfg = config_from_dict({"producers": {"workers": workers}})
+        assert cfg.lookahead_batches == ahead, (shm_mib, workers)
+        assert cfg.lookahead_need == 2 * -(-workers * 16 // 32) + 1
+        assert rings_bytes(cfg) <= 0.9 * (shm_mib << 20)
+    cfg = config_from_dict({"producers": {"workers": 14}, "ring": {"lookahead": 20}})
+    assert cfg.lookahead_batches == 20
 
 
 @pytest.mark.parametrize(
