@@ -240,6 +240,17 @@ class Session:
         """The oldest grant to fill, or None (none queued, or not welcomed)."""
         return self.grants.popleft() if self.welcomed and self.grants else None
 
+    def take_run(self) -> list[p.GrantEntry]:
+        """The oldest run's queued grants (one GRANT's, in order), or [] (none queued, or
+        not welcomed): the worker fills them one after another and answers them at once."""
+        if not self.welcomed or not self.grants:
+            return []
+        first, run = self.grants.popleft(), []
+        run.append(first)
+        while self.grants and self.grants[0].generation == first.generation:
+            run.append(self.grants.popleft())
+        return run
+
     def run_done(self, grant: p.GrantEntry) -> bool:
         """Is `grant` (just filled) the last queued of its run? Then its run is answered."""
         return not self.grants or self.grants[0].generation != grant.generation

@@ -119,23 +119,19 @@ class Worker:
 
     # ------------------------------------------------------------ loop
     def run(self) -> None:
-        """Until stopped or the session ends: poll, fill one grant, flush, tick."""
+        """Until stopped or the session ends: poll, fill one run, flush, tick."""
         self.start()
         while not self.stop.is_set() and self.session.ending is None:
             self.poll(POLL_S if not self.session.grants else 0)
-            # Ticks before a grant is taken and before READYs go out: a process that was
+            # Ticks before a run is taken and before READYs go out: a process that was
             # stopped (SIGSTOP, a suspended VM) meanwhile says HELLO again first, and
             # nothing it prepared for the old session reaches the stager.
             self.act(self.session.tick(time.monotonic()))
-            grant = self.session.take()
-            if grant is not None:
-                self.fill(grant)
+            run = self.session.take_run()
+            if run:
+                self.fill_run(run)
                 self.act(self.session.tick(time.monotonic()))
-                # A local producer answers its run with one READY; a remote one each sample
-                # as it is written: the stager cannot read how far a remote producer got,
-                # so the oldest grant it still holds must be the one it was working on when
-                # it dies (that item is charged, no other: docs/design.md#contract-10).
-                if self.writer is not None and (self.remote or self.session.run_done(grant)):
+                if self.writer is not None:
                     self.writer.flush()
 
     def start(self) -> None:
@@ -220,6 +216,20 @@ class Worker:
         send(self.sock, msg, payload)
 
     # ------------------------------------------------------------ work
+    def fill_run(self, run: list[p.GrantEntry]) -> None:
+        """One GRANT's places, in order, answered with one READY (flushed by run()). A
+        remote producer answers each sample as it is written: the stager cannot read how
+        far a remote producer got, so the oldest grant it still holds must be the one it
+        was working on when it dies (that item is charged, no other:
+        docs/design.md#contract-10)."""
+        self.limit.guard()  # once a run, not a sample: a library may have replaced it
+        for grant in run:
+            if self.stop.is_set() or self.writer is None:
+                return  # what is left is taken back by the stager: a lease, or our BYE
+            self.fill(grant)
+            if self.remote:
+                self.writer.flush()
+
     def fill(self, grant: p.GrantEntry) -> None:
         """Prepare one item and hand it to the writer, or send its SKIP (after WELCOME)."""
         writer = self.writer
