@@ -35,7 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ringfeed.consumer.stager.gpu_mel import MelInputError
 from ringfeed.consumer.stager.ledger.face import SAMPLE, BatchOut
+from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
 from ringfeed.shared.config import Config
 from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.row_pass import check_fields, check_rows, fold_rows
@@ -96,6 +98,7 @@ class Assembly:
         self.wave_lens = np.zeros(cfg.max_batch_rows, np.int32)
         # Over every batch sent: true mel frames, padded mel frames, true and padded tokens.
         self.filled = np.zeros(4, np.int64)
+        self.mel_fallbacks = 0  # the device's mels failed and the CPU's took over
         # The producers' progress fields of every row (column views: the seqlock, per row).
         rows = places.batches.rows if places.batches is not None else None
         self.row_writing = rows["writing_generation"] if rows is not None else None
@@ -261,10 +264,29 @@ class Assembly:
             self.wave_lens[n:rows] = 0
 
     def stager_mels(self, views: dict[str, np.ndarray], n: int, rows: int, frames: int) -> None:
-        """The whole batch's log-mels from its waveforms, on the stager's device."""
+        """The whole batch's log-mels from its waveforms, on the stager's device; where
+        the device fails (not the batch: MelInputError is the stager's own bug, and
+        stops it), on the CPU from then on, said once (consumer/stager/numpy_mel.py)."""
         assert self.waves is not None and self.mel_fn is not None
         lens = self.wave_lens[:rows]
-        mel, mel_lens = self.mel_fn(self.waves[:rows, : frames * self.hop], lens)
+        waves = self.waves[:rows, : frames * self.hop]
+        try:
+            mel, mel_lens = self.mel_fn(waves, lens)
+        except MelInputError:
+            raise
+        except Exception as exc:  # the device's fault (out of memory, lost): not the batch's
+            framework = getattr(self.mel_fn, "framework", "the stager's framework")
+            log.error(
+                "the stager's mels in %s failed (%s: %s): computing them on the CPU from now "
+                "on, within the same tolerance; this batch and the rest are delivered, and "
+                "the run goes at the CPU's pace (restart the run to use the device again)",
+                framework,
+                type(exc).__name__,
+                exc,
+            )
+            self.mel_fn = NumpyLogMel(self.cfg)
+            self.mel_fallbacks += 1
+            mel, mel_lens = self.mel_fn(waves, lens)
         views["mel"][:] = mel[:, :frames]
         views["mel_lens"][:] = np.where(lens > 0, np.minimum(mel_lens, frames), 0)
 

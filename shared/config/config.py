@@ -79,6 +79,7 @@ class Config:
             self.features.max_frames,
             self.text.max_text_len,
             self.features.n_mels,
+            self.features.hop_length,
         )
 
     def sample_fields(self) -> FieldSpec:

@@ -24,7 +24,7 @@ import numpy as np
 from ringfeed.shared.memory.batch_ring import batch_views
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.memory.row_pass import check_fields
-from ringfeed.shared.sample.schema import SPARE_SHAPE, SampleSchema
+from ringfeed.shared.sample.schema import SampleSchema
 
 
 class Places:
@@ -66,8 +66,10 @@ class Places:
         return self.batches.rows[k : k + 1]
 
     def limits(self, slot: int, shape: tuple[int, int, int]) -> list[int]:
-        """Rows each sample field holds at such a place: the most a READY may claim."""
-        _, frames, text = SPARE_SHAPE if slot < 0 else shape
+        """Rows each sample field may hold for a place granted with this batch's shape
+        (a spare's too: the batch its position is delivered in), or any bucket's
+        (SPARE_SHAPE): the most a READY may claim."""
+        _, frames, text = shape
         return self.schema.place_limits(frames, text)
 
     def forget(self) -> None:

@@ -108,6 +108,7 @@ class SampleSchema:
     max_frames: int
     max_text_len: int
     mel_bins: int  # n_mels: the batch's mel when the slots hold waves
+    hop_length: int = 0  # samples a mel frame steps: how long a wave of n frames may be
 
     def __getitem__(self, name: str) -> FieldDecl:
         return self.by_name[name]
@@ -225,13 +226,17 @@ class SampleSchema:
         return name in self._axis_names
 
     def place_limits(self, frames: int, text: int) -> list[int]:
-        """Rows each sample field (ring order) holds at one place: a row of a batch whose
-        bucket has `frames` mel frames and `text` tokens, or (frames 0) a spare-ring slot,
-        which holds a sample of any bucket. The most a READY may claim there."""
-        if not frames:
-            return [f.shape[0] for f in self.fields]
-        cut = {"frames": frames, "tokens": text}
-        return [cut.get(f.length, f.shape[0]) for f in self.fields]
+        """Rows each sample field (ring order) may hold for a batch whose bucket has
+        `frames` mel frames and `text` tokens, or (frames 0) for a sample of any bucket
+        (a spare-ring slot granted with no batch's shape). The most a READY may claim
+        there. A waveform (features.device: stager) holds fewer samples than frames x
+        hop_length: a clip of n samples has 1 + n // hop_length frames."""
+        cut = {"frames": frames, "tokens": text} if frames else {}
+        out = [cut.get(f.length, f.shape[0]) for f in self.fields]
+        if self.hop_length and "wave" in self.by_name:
+            k = [f.name for f in self.fields].index("wave")
+            out[k] = (frames or self.max_frames) * self.hop_length - 1
+        return out
 
     def lengths_error(self, lengths: list[int]) -> str:
         """'' if a READY's lengths (ring order) agree with each other: a frames field as

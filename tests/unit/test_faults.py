@@ -11,11 +11,17 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+from ringfeed.consumer.stager.gpu_mel import MEL_ATOL
+from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
+from ringfeed.producer.sources import SyntheticSource
 from ringfeed.shared.run.fingerprint import config_fingerprint
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.keys import load_client
 from tests.support.checks import consume, plan_items
-from tests.support.configs import keyed
+from tests.support.configs import keyed, small
 from tests.support.peers import peer_socket
 from tests.support.producer_threads import producer_threads
 from tests.support.stager_thread import stager_thread
@@ -73,3 +79,62 @@ def test_grants_of_a_producer_that_heartbeats_but_never_answers_come_back(
     assert mute.grants >= 1 and mute.rehellos >= 1, "the mute producer was never caught"
     assert items == plan_items(cfg, n)  # exactly once, in plan order
     assert took_s < 25
+
+
+def test_the_stagers_device_failing_mid_run_moves_its_mels_to_the_cpu(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """features.device: stager, and the device's mel call raises at the third batch (a GPU
+    out of memory, lost): the stager says so, computes that batch's mels and every later
+    one on the CPU (consumer/stager/numpy_mel.py), and the epoch arrives whole, once, in
+    plan order, each row checked against its item."""
+    pytest.importorskip("torch")
+    from ringfeed.consumer import devices
+    from ringfeed.consumer.stager import stager as stager_module
+
+    calls = []
+
+    def failing_mels(cfg):
+        real = devices.stager_mel_fn(cfg)
+
+        def mel_fn(waves, wave_lens):
+            calls.append(len(waves))
+            if len(calls) == 3:
+                raise RuntimeError("CUDA error: out of memory (injected)")
+            return real(waves, wave_lens)
+
+        mel_fn.framework = real.framework
+        return mel_fn
+
+    monkeypatch.setattr(stager_module, "stager_mel_fn", failing_mels)
+    n = 40
+    cfg_path = small(
+        tmp_path,
+        items=n,
+        features={"device": "stager", "max_frames": 16, "n_mels": 8},
+        devices={"stager_framework": "torch"},
+    )
+    with stager_thread(cfg_path) as stager:
+        cfg, client = stager.cfg, stager.client()
+        source, cpu = SyntheticSource(cfg), NumpyLogMel(cfg)
+        items = []
+        with producer_threads(cfg, stager.control, n=2):
+            while (batch := client.next(timeout_s=60)) is not None:
+                arrays, n_valid = batch.arrays, batch.meta.n_valid
+                for row in range(n_valid):  # each row's mel is its item's wave's
+                    item = int(arrays["items"][row])
+                    wave = np.zeros((1, arrays["mel"].shape[1] * cfg.features.hop_length))
+                    clip = source.prepare(item).array("wave")
+                    wave[0, : len(clip)] = clip
+                    mel, lens = cpu(wave.astype(np.float32), np.array([len(clip)]))
+                    assert arrays["mel_lens"][row] == lens[0]
+                    got = arrays["mel"][row][: lens[0]]
+                    assert np.abs(got - mel[0][: lens[0]]).max() <= MEL_ATOL, (item, row)
+                    items.append(item)
+                client.free(batch)
+            client.close()
+        stager.summary()
+        text = stager.log.text()
+    assert items == plan_items(cfg, n)  # once each, in plan order
+    assert len(calls) == 3  # the device's mels are not tried again
+    assert "the stager's mels in torch failed (RuntimeError" in text

@@ -18,7 +18,8 @@ from ringfeed.shared.sample.content import LOG_FLOOR
 from tests.support.audio import librosa_log_mel, load_file
 from tests.support.paths import REPO, WAVS
 
-FRAMEWORKS = ("torch", "jax", "tf")
+# numpy: the CPU fallback where the device's mels fail mid-run (consumer/stager/numpy_mel.py).
+FRAMEWORKS = ("torch", "jax", "tf", "numpy")
 
 
 def make_log_mel(
@@ -27,6 +28,12 @@ def make_log_mel(
     """The stager's log-mel in `framework` on the CPU, or on the GPU (skips without one);
     skips where the framework is not installed. Each framework runs on one thread: the
     2 cores are shared with other tests' processes."""
+    if framework == "numpy":
+        if gpu:
+            pytest.skip("numpy has no GPU")
+        from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
+
+        return NumpyLogMel(cfg)
     if framework == "torch":
         torch = pytest.importorskip("torch")
         from ringfeed.consumer.stager.torch_mel import TorchLogMel

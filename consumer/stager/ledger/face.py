@@ -74,8 +74,9 @@ class Grantee:
 
 @dataclass(frozen=True)
 class Run:
-    """A GRANT: a run of places under one generation, rows of batch slot `slot` (a
-    batch of `shape`) or, slot -1, spare slots; places (the wire's numbers), items and
+    """A GRANT: a run of places under one generation, rows of batch slot `slot` or, slot
+    -1, spare slots, for positions of batches of `shape` (what the producer checks its
+    samples fit); places (the wire's numbers), items and
     plan positions in parallel, int64 [n]; keys: the ledger's numbers of its places, to
     hand back (:meth:`SlotLedger.take_back`)."""
 

@@ -508,6 +508,8 @@ class Ledger:
             k = self._place_for(q, who.in_place)
             if k is None or (target is not None and self._slot_of(k) != target):
                 break
+            if qs and self.b_shape[q // self.R] != self.b_shape[int(qs[0][0]) // self.R]:
+                break  # a run is of one batch shape: its GRANT names it (a spare's too)
             target = self._slot_of(k)
             self._unqueue(q)
             self._reserve(q, k)
@@ -519,7 +521,8 @@ class Ledger:
         self, who: Grantee, n: int, target: int | None, qs: list[np.ndarray], ks: list[np.ndarray]
     ) -> None:
         """Positions never granted, in plan order from the cursor, up to n: a run of rows
-        of one batch (in place), or of spares across batches; stops at an item with a
+        of one batch (in place), or of spares across batches of one shape; stops at an
+        item with a
         grant out (a dataset smaller than the grants out waits for it)."""
         while n > 0:
             b = self._cursor_batch()
@@ -560,6 +563,8 @@ class Ledger:
             else:
                 if target is not None and target != -1:
                     return
+                if qs and self.b_shape[b] != self.b_shape[int(qs[0][0]) // self.R]:
+                    return  # a run is of one batch shape: its GRANT names it
                 reserve = 0 if self.window and b == self.window[0] else self.spare_reserve
                 room = len(self.free_spares) - reserve
                 if room < len(take):
@@ -647,7 +652,9 @@ class Ledger:
         g, now, wall = self.generation, self.clock(), time.time()
         h = self._holder(who)
         slot = self._slot_of(int(ks[0]))
-        shape = self.b_shape[int(qs[0]) // self.R] if slot >= 0 else SPARE_SHAPE
+        # Its batch's shape, a spare run's too (of one batch shape: _retries, _firsts):
+        # a producer checks its sample fits the batch it is delivered in.
+        shape = self.b_shape[int(qs[0]) // self.R]
         self.p_gen[ks], self.p_q[ks], self.p_holder[ks] = g, qs, h
         self.p_t[ks], self.p_wall[ks], self.p_writes[ks] = now, wall, who.local
         self.p_index[ks], self.p_item[ks], self.p_pos[ks] = (
