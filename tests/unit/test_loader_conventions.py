@@ -158,8 +158,13 @@ def test_a_pickled_loader_goes_on_from_its_cursor(tmp_path: Path) -> None:
 
 
 def test_the_progress_line_says_steps_epoch_and_data_wait(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A loader of an earlier test in this worker that met no logging set-up gave the
+    # progress logger a stderr handler of its own, which stops propagation to caplog's.
+    progress_log = logging.getLogger("ringfeed.progress")
+    monkeypatch.setattr(progress_log, "handlers", [])
+    monkeypatch.setattr(progress_log, "propagate", True)
     with stager_thread(config(tmp_path, PLAIN, epochs=1)) as stager:
         with producer_threads(stager.cfg, stager.control, n=2):
             with caplog.at_level(logging.INFO, logger="ringfeed.progress"):
