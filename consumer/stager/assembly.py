@@ -112,7 +112,7 @@ class Assembly:
             frames=round(true_f / pad_f, 4) if pad_f else None,
             text=round(true_t / pad_t, 4) if pad_t else None,
         )
-        return BuilderStats(in_flight, padding)
+        return BuilderStats(in_flight, padding, self.mel_fallbacks)
 
     # ------------------------------------------------------------ one batch
     def assemble(self, batch: BatchOut) -> Assembled:

@@ -126,6 +126,11 @@ def _producers_advice(snap: InspectorSnapshot, stats: StagerStats) -> tuple[list
 def _stager_mel_advice(stats: StagerStats) -> str:
     if stats.features_device != "stager":
         return ""
+    if stats.counters.get("mel_fallbacks"):
+        return (
+            "; its device failed its batch mels and they run on the CPU since (the stager's "
+            "log says why): restart the run to use the device again"
+        )
     if stats.gpus == 0:
         return "; its batch mels run on the CPU here: set features.device: producer"
     return "; its batch mels run per batch on its device: give it a GPU of its own"

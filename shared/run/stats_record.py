@@ -205,7 +205,7 @@ class StagerStats:
             batches=delivery.batches,
             padding_efficiency=builder.padding,
             buckets=run.buckets,
-            counters=slots.counters | book.counters,
+            counters=slots.counters | book.counters | {"mel_fallbacks": builder.mel_fallbacks},
             dropped=drops.dropped,
             bad_metadata_lines=run.bad_metadata_lines,
             producers=book.producers,
@@ -305,10 +305,12 @@ class BookStats:
 
 @dataclass(frozen=True)
 class BuilderStats:
-    """The batch builder's: batch slots sent and not yet freed, and the padding."""
+    """The batch builder's: batch slots sent and not yet freed, the padding, and how
+    often the stager's device failed its mels and the CPU took over (mel_fallbacks)."""
 
     in_flight: int
     padding: Padding
+    mel_fallbacks: int = 0
 
 
 @dataclass(frozen=True)

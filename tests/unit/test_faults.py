@@ -133,8 +133,9 @@ def test_the_stagers_device_failing_mid_run_moves_its_mels_to_the_cpu(
                     items.append(item)
                 client.free(batch)
             client.close()
-        stager.summary()
+        summary = stager.summary()
         text = stager.log.text()
     assert items == plan_items(cfg, n)  # once each, in plan order
     assert len(calls) == 3  # the device's mels are not tried again
+    assert summary["counters"]["mel_fallbacks"] == 1  # stager.json and the inspector count it
     assert "the stager's mels in torch failed (RuntimeError" in text

@@ -248,6 +248,14 @@ def test_a_busy_trainers_advice_fits_the_host(gpus: int, says: str, never: str) 
     assert d.stage == "trainer" and says in d.advice and never not in d.advice, d.advice
 
 
+def test_a_stager_whose_device_failed_its_mels_says_they_run_on_the_cpu() -> None:
+    stager_bound = {"slots": {"READY": 14, "GRANTED": 2}, "oldest_ready_s": 2.0}
+    fell_back = {"gpus": 2, "features_device": "stager", "counters": {"mel_fallbacks": 1}}
+    d = diagnose(_snap(ring=stager_bound, stats=fell_back))
+    assert d.stage == "stager" and "run on the CPU since" in d.advice, d
+    assert "run on the CPU since" not in diagnose(_snap(ring=stager_bound)).advice
+
+
 def test_advice_on_a_gpu_host_offers_stager_mels_and_names_the_gpu() -> None:
     gpu = {"gpus": 2, "features_device": "producer"}
     assert "features.device: stager (mels on the GPU)" in diagnose(_snap(stats=gpu)).advice

@@ -203,6 +203,7 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
         "restarts": 1,
         "strikes": 0,
         "peers_banned": 0,
+        "mel_fallbacks": 0,
     }
     assert [data[k] for k in ("cursor", "epoch", "slots", "n_slots")] == [
         45,
