@@ -196,7 +196,7 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         self._loss_seen = float(loss)
         return self._loss_seen
 
-    def place(self, arrays: dict[str, np.ndarray]) -> Any:
+    def place(self, arrays: dict[str, np.ndarray]) -> tuple[_Placed, None]:
         rows = len(arrays["items"])
         padded = -(-rows // self.row_multiple) * self.row_multiple
         host = {}
@@ -214,7 +214,7 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
                 name: jax.make_array_from_process_local_data(self.sharding, a)
                 for name, a in host.items()
             }
-        return _Placed(placed, frames)
+        return _Placed(placed, frames), None  # the slot was copied out: free it
 
     def hand_out(self, placed: Any, used: Callable[[], None]) -> dict[str, jax.Array]:
         used()  # a plain dict (a pytree): the cursor moves when it is handed out

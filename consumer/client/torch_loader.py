@@ -223,13 +223,11 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
         connects: PlanMismatch names what differs."""
         self.load_cursor(state)
 
-    def place(self, arrays: dict[str, np.ndarray]) -> Placed:
+    def place(self, arrays: dict[str, np.ndarray]) -> tuple[Placed, None]:
         frames = int(arrays["mel_lens"].sum()) if "mel_lens" in arrays else 0
         if not self._cuda:
-            return Placed(
-                {k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()},
-                frames=frames,
-            )
+            copies = {k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()}
+            return Placed(copies, frames=frames), None
         buffer = self._buffers[self._filled % len(self._buffers)]
         self._filled += 1
         host = buffer.fill(arrays)
@@ -238,7 +236,7 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
             event = torch.cuda.Event()
             event.record(self._side)
         buffer.event = event
-        return Placed(tensors, event, frames)
+        return Placed(tensors, event, frames), None  # the slot was copied out: free it
 
     def hand_out(self, placed: Placed, used: Callable[[], None]) -> dict[str, torch.Tensor]:
         if placed.event is not None:
