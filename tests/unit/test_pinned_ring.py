@@ -2,7 +2,9 @@
 batch_stream.py SlotReads): a slot read by a copy to the device goes back to the
 stager only once that copy has ended (a fake event stands for CUDA's); a mapping is
 pinned once, its views are covered, and it is unpinned before it is unmapped; a ring
-that cannot be pinned is said once."""
+that cannot be pinned is said once, and the loaders then copy out of the slot as
+before. The real registration on a GPU: the `gpu` tests of test_torch_loader.py and
+test_jax_loader.py."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ringfeed.consumer.client import batch_client
 from ringfeed.consumer.client.batch_client import BatchClient
 from ringfeed.consumer.client.batch_stream import SlotReads
 from ringfeed.consumer.client.host_pin import HostPin
+from ringfeed.producer.sources import check_synthetic_rows
 from tests.support.configs import small
 from tests.support.producer_threads import producer_threads
 from tests.support.stager_thread import stager_thread
@@ -111,3 +115,68 @@ def test_a_mapping_is_pinned_once_and_unpinned_before_it_is_unmapped(tmp_path: P
             ring.close = close
             client.close(finished=False)
     assert done == [address] and unpinned_first == [True] and not pin.pinned
+
+
+def test_the_stream_frees_each_slot_after_its_copy_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torch loader on the CPU whose copies end at a fake event: every BATCH_FREE
+    comes after the event of the copy out of its slot, and every row is its item."""
+    torch = pytest.importorskip("torch")
+    from ringfeed.torch import RingLoader
+
+    torch.set_num_threads(1)
+    events: list[FakeEvent] = []
+    freed_after_end: list[bool] = []
+
+    class EventLoader(RingLoader):
+        def place(self, arrays):  # the CPU's copy, announced as a copy still reading
+            placed, _ = super().place(arrays)
+            events.append(FakeEvent(queries=3))
+            return placed, events[-1]
+
+    free = BatchClient.free
+
+    def recorded(client: BatchClient, batch) -> None:
+        freed_after_end.append(events[len(freed_after_end)].ended)
+        free(client, batch)
+
+    monkeypatch.setattr(batch_client.BatchClient, "free", recorded)
+    items = []
+    with stager_thread(small(tmp_path, items=24, delay_s=0.0)) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            for batch in EventLoader(stager.cfg, stager.run_id, pin_ring=False):
+                arrays = {k: t.numpy() for k, t in batch.items()}
+                items += check_synthetic_rows(arrays, int(arrays["valid"].sum()), stager.cfg)
+    assert sorted(items) == list(range(24))
+    assert len(freed_after_end) == len(events) > 0 and all(freed_after_end)
+
+
+def test_the_loaders_on_the_cpu_say_once_that_the_ring_is_not_pinned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two epochs of each loader, closed in between (two streams, two mappings): one
+    line each, at INFO (no GPU: nothing lost), and the batches come as before."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    from ringfeed.jax import RingLoader as JaxLoader
+    from ringfeed.torch import RingLoader as TorchLoader
+
+    config = small(tmp_path, items=16, delay_s=0.0, stager={"batch_size": 4, "epochs": 2})
+    for loader_type, why in (
+        (TorchLoader, "the loader's device is the CPU"),
+        (JaxLoader, "dma_map"),
+    ):
+        caplog.clear()
+        with stager_thread(config) as stager:
+            with producer_threads(stager.cfg, stager.control, n=2):
+                loader = loader_type(stager.cfg, stager.run_id)
+                with caplog.at_level(logging.INFO, logger=PIN_LOG):
+                    rows = [int(b["valid"].sum()) for b in loader]
+                    loader.close()  # the next pass maps the ring anew
+                    rows += [int(b["valid"].sum()) for b in loader]
+                    assert not loader.ring_pinned
+        said = [r for r in caplog.records if r.name == PIN_LOG]
+        assert len(said) == 1 and said[0].levelno == logging.INFO, said
+        assert why in said[0].message and "copied out of its slot first" in said[0].message
+        assert sum(rows) == 32
