@@ -1,8 +1,9 @@
-"""PyTorch and JAX training on a GPU, fed three ways: the ideal (a batch resident on the
-device), ringfeed through its loaders, and torch's DataLoader over the same cached mels.
+"""PyTorch and JAX training on a GPU, fed four ways: the ideal (a batch resident on the
+device), ringfeed through its loaders straight from the batch ring pinned in place and
+through their host copy (side by side), and torch's DataLoader over the same cached mels.
 
-    python benchmarks/gpu_feed.py --out DIR                 # a GPU machine: ~6 min
-    .venv/bin/python benchmarks/gpu_feed.py --quick --out DIR   # the CPU smoke: ~1 min
+    python benchmarks/gpu_feed.py --out DIR                 # a GPU machine: ~7 min
+    .venv/bin/python benchmarks/gpu_feed.py --quick --out DIR   # the CPU smoke: ~1.5 min
 
 Data: --clips crops of the 16 shipped LJSpeech clips (benchmarks/peers.py make_corpus),
 1-9.5 s, one epoch run through ringfeed first so its feature cache holds every clip's
@@ -19,7 +20,14 @@ Feeds, each for --seconds after --warmup steps, in rotating order at each size:
 - ideal: one real batch, resident on the device, stepped on again and again;
 - ringfeed: a real run (stager and --workers producers: `Run`, scripts/runner.py) over
   the warm cache, read by ringfeed.torch / ringfeed.jax's RingLoader (batch k + 1 copied
-  while step k runs; for JAX, placed data-parallel on the device);
+  while step k runs; for JAX, placed data-parallel on the device), straight from the
+  batch ring, which the loader pins in place (cudaHostRegister; JAX: dma_map);
+- ringfeed-staged: the same on a second run of the same config, its loader made with
+  pin_ring=False: each batch copied out of the slot into a pinned staging buffer
+  (torch) or a fresh host array (JAX) first, as before the ring was pinned. The two
+  side by side are what pinning the ring in place buys (issue 48); each figure says
+  whether its ring was pinned (`ring_pinned`: on the CPU, or where registration
+  fails, it is not, and the loader said why once);
 - dataloader: torch.utils.data.DataLoader over the exported mels, --workers workers,
   pin_memory, persistent workers, prefetch_factor 2, padded to the same shape, copied
   with non_blocking=True (PyTorch); for JAX the same DataLoader (spawned workers:
@@ -32,8 +40,9 @@ data-wait share (time blocked on the next batch / wall), the step-time CV (std /
 of the steps' compute time) and the GPU utilization NVML reports, averaged over
 samples every 0.1 s. One process per framework (--child), so a failure in one leaves
 the other's figures; every figure is written to OUT/gpu_feed.jsonl as it is measured,
-the table to OUT/gpu_feed.md at the end. On a one-GPU machine the stager and the
-model share GPU 0 (the stager does not use it: mels come from the producers).
+the tables (every feed; the pinned ring against the staging copy) to OUT/gpu_feed.md
+at the end. On a one-GPU machine the stagers and the model share GPU 0 (the stagers
+do not use it: mels come from the producers).
 
 The GPU machines have PyTorch, JAX, CuPy and NVML but not TensorFlow, and no network:
 the base install's missing packages travel as wheels (x86-64, CPython 3.12). Once, in
@@ -46,7 +55,8 @@ wheels, 23 MB):
 
 and there, as one command (`.whl` carried; at most 8 files come back from $OUT, this
 writes 7): the wheels, the machine, the GPU-marked loader tests (rows intact through
-the side-stream copy), then the benchmark (~6 min):
+the side-stream copy, from the pinned ring and through the staging buffers), then the
+benchmark (~7 min):
 
     mount -o remount,size=16G /dev/shm 2>/dev/null; python3 -m pip install -q --no-index \
       --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -54,8 +64,11 @@ the side-stream copy), then the benchmark (~6 min):
     driver_version --format=csv,noheader; nproc; df -h /dev/shm | tail -1) > $OUT/machine.txt;
     timeout 100 python3 -m pytest -q -n 0 -p no:cacheprovider -m gpu \
       tests/unit/test_torch_loader.py tests/unit/test_jax_loader.py > $OUT/gpu_tests.txt 2>&1;
-    tail -3 $OUT/gpu_tests.txt; set -o pipefail; PYTHONUNBUFFERED=1 timeout 450 python3 \
+    tail -3 $OUT/gpu_tests.txt; set -o pipefail; PYTHONUNBUFFERED=1 timeout 480 python3 \
       benchmarks/gpu_feed.py --out $OUT 2>&1 | tee $OUT/gpu_feed.out
+
+Where the session's device time is short, `--targets-ms 8 --seconds 4` measures the
+~8 ms size only, where the copy weighs most (~3 min).
 """
 
 from __future__ import annotations
@@ -78,11 +91,10 @@ from peers import make_corpus  # noqa: E402
 from ringfeed.scripts.runner import Run  # noqa: E402
 from ringfeed.shared.config import config_from_dict  # noqa: E402
 
-FEEDS = ("ideal", "ringfeed", "dataloader")
 RESULT_TAG = "GPU_FEED_RESULT "
-# The longest one framework's child may run, seconds (calibration, three sizes, three
+# The longest one framework's child may run, seconds (calibration, three sizes, four
 # feeds, JAX's compiles); the GPU run's whole budget is ~8 minutes.
-CHILD_TIMEOUT_S = 330.0
+CHILD_TIMEOUT_S = 360.0
 # What --quick shrinks to: a CPU smoke of every path in about a minute on 2 cores.
 QUICK = {
     "clips": 48,
@@ -211,7 +223,8 @@ def run_child(
 
 
 def table(results: list[dict]) -> str:
-    """The results as a markdown table, with each feed's share of its ideal."""
+    """The results as markdown: every feed, with its share of its ideal; then the
+    pinned ring against the staging copy (pinned())."""
     ideal = {
         (r["framework"], r["target_ms"]): r["steps_per_s"] for r in results if r["feed"] == "ideal"
     }
@@ -227,6 +240,29 @@ def table(results: list[dict]) -> str:
             f"| {r['framework']} | ~{r['target_ms']} ms ({r['ideal_step_ms']:.1f} ms, "
             f"{r['n_layers']} layers) | {r['feed']} | {r['steps_per_s']:.1f} | {share} | "
             f"{r['wait_share']:.1%} | {r['step_cv']:.1%} | {util} |"
+        )
+    return "\n".join(lines) + "\n\n" + pinned(results)
+
+
+def pinned(results: list[dict]) -> str:
+    """The two ringfeed feeds side by side at each framework and size: steps/s and data
+    wait from the ring pinned in place and through the staging copy, and whether the
+    ring really was pinned (no: the CPU, or a registration the loader said it lost)."""
+    by = {(r["framework"], r["target_ms"], r["feed"]): r for r in results}
+    lines = [
+        "| framework | step (ideal) | pinned ring steps/s | staging copy steps/s | ratio "
+        "| data wait pinned / staged | ring pinned |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for (framework, target, feed), r in by.items():
+        staged = by.get((framework, target, "ringfeed-staged"))
+        if feed != "ringfeed" or staged is None:
+            continue
+        lines.append(
+            f"| {framework} | ~{target} ms | {r['steps_per_s']:.1f} | "
+            f"{staged['steps_per_s']:.1f} | {r['steps_per_s'] / staged['steps_per_s']:.3f} | "
+            f"{r['wait_share']:.1%} / {staged['wait_share']:.1%} | "
+            f"{'yes' if r.get('ring_pinned') else 'no'} |"
         )
     return "\n".join(lines)
 

@@ -3,14 +3,19 @@
     python benchmarks/gpu_feed_child.py torch|jax --config C --exported DIR --n N --out OUT
 
 calibrate the example model's depth to each target step time on the ideal feed, then
-time the three feeds (ideal, ringfeed, dataloader) at each size, printing one
-GPU_FEED_RESULT line per figure and appending it to OUT/gpu_feed.jsonl. The framework
-parts (models, steps, feeds) are gpu_feed_frameworks.py's.
+time the four feeds (ideal; ringfeed, straight from the ring pinned in place where
+the device allows; ringfeed-staged, the same loader through its host copy; dataloader)
+at each size, printing one GPU_FEED_RESULT line per figure and appending it to
+OUT/gpu_feed.jsonl. The two ringfeed feeds read two runs of the same config (one
+consumer a run), each with its stager and producers; the one not being read waits
+with its ring full. The framework parts (models, steps, feeds) are
+gpu_feed_frameworks.py's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -30,7 +35,9 @@ from ringfeed.scripts.runner import Run  # noqa: E402
 from ringfeed.shared.config import load_config  # noqa: E402
 
 RESULT_TAG = "GPU_FEED_RESULT "
-FEEDS = ("ideal", "ringfeed", "dataloader")
+FEEDS = ("ideal", "ringfeed", "ringfeed-staged", "dataloader")
+# The ringfeed feeds: whether their loader pins the ring in place (pin_ring).
+RING_FEEDS = {"ringfeed": True, "ringfeed-staged": False}
 # Depths timed to fit step time = a + b * n_layers, and the deepest model allowed.
 PROBE_LAYERS = (1, 4)
 # At d_model 512 a layer's step costs ~0.6 TFLOP (~2.5 ms on an H100 by FLOPs) and keeps
@@ -138,15 +145,15 @@ def main() -> int:
     cfg = load_config(args.config)
     targets = [float(t) for t in args.targets_ms.split(",")]
     fw = frameworks.make(args.framework, cfg, args.device)
-    work = Path(args.config).parent  # the driver's folder: the run's logs go there too
-    with Run(Path(args.config), f"gpu-{uuid.uuid4().hex[:6]}", work) as run:
-        run.start("stager")
-        run.start("producers")
-        exported = Path(args.exported)
-        feeds = {
-            "ringfeed": fw.ringfeed(run.run_id),
-            "dataloader": fw.dataloader(exported, args.n, args.workers),
-        }
+    work = Path(args.config).parent  # the driver's folder: the runs' logs go there too
+    with contextlib.ExitStack() as stack:
+        feeds = {}
+        for feed, pin_ring in RING_FEEDS.items():
+            run = stack.enter_context(Run(Path(args.config), f"gpu-{uuid.uuid4().hex[:6]}", work))
+            run.start("stager")
+            run.start("producers")
+            feeds[feed] = fw.ringfeed(run.run_id, pin_ring)
+        feeds["dataloader"] = fw.dataloader(Path(args.exported), args.n, args.workers)
         resident = fw.resident(next(feeds["ringfeed"]))
         feeds["ideal"] = frameworks.repeat(resident)
         steps = Steps(fw)
@@ -179,7 +186,8 @@ def size(
     """The three feeds at one model size, each figure printed and appended to the
     jsonl file as it is measured."""
     ideal_ms = measure(step, frameworks.repeat(resident), args.warmup, 0.0)["step_ms"]
-    for feed in FEEDS[k % 3 :] + FEEDS[: k % 3]:  # each size in another order
+    turn = k % len(FEEDS)
+    for feed in FEEDS[turn:] + FEEDS[:turn]:  # each size in another order
         figure = measure(step, feeds[feed], args.warmup, args.seconds)
         figure |= {
             "framework": args.framework,
@@ -190,6 +198,8 @@ def size(
             "feed": feed,
             "batch": fw.cfg.stager.batch_size,
             "workers": args.workers,
+            # Did the copies come straight from the pinned ring (None: not a ringfeed feed)?
+            "ring_pinned": fw.ring_pinned(RING_FEEDS[feed]) if feed in RING_FEEDS else None,
         }
         print(RESULT_TAG + json.dumps(figure), flush=True)
         with (Path(args.out) / "gpu_feed.jsonl").open("a") as lines:

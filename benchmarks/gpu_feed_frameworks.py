@@ -5,6 +5,8 @@ its DataLoader peer over the exported cached mels.
     fw = make("torch", cfg, "auto")
     step = fw.make_step(n_layers)          # step(batch) -> the loss, not yet waited for
     batches = fw.ringfeed(run_id)          # or fw.dataloader(folder, n, workers)
+    fw.ringfeed(run_id, pin_ring=False)    # the same loader through its host copy
+    fw.ring_pinned(False)                  # was that loader's ring pinned in place?
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class TorchFramework:
             torch.backends.cudnn.benchmark = True
         else:
             torch.set_num_threads(1)  # the CPU smoke shares 2 cores with the producers
-        self.loader: Any = None
+        self.loaders: dict[bool, Any] = {}  # pin_ring -> its RingLoader
 
     def make_step(self, n_layers: int) -> Callable[[dict], Any]:
         from ringfeed.consumer.trainer.torch_example.trainer import build_model, train_step
@@ -136,11 +138,14 @@ class TorchFramework:
         model, optimizer = build_model(replace(self.cfg, model={"kwargs": kwargs}), self.device)
         return lambda batch: train_step(model, optimizer, batch)
 
-    def ringfeed(self, run_id: str) -> Iterator[dict]:
+    def ringfeed(self, run_id: str, pin_ring: bool = True) -> Iterator[dict]:
+        """ringfeed.torch over run `run_id`: straight from the ring pinned in place
+        where CUDA allows, or (pin_ring False) through its pinned staging buffers."""
         from ringfeed.torch import RingLoader
 
-        self.loader = RingLoader(self.cfg, run_id, device=self.device)
-        return every_epoch(self.loader)
+        loader = RingLoader(self.cfg, run_id, device=self.device, pin_ring=pin_ring)
+        self.loaders[pin_ring] = loader
+        return every_epoch(loader)
 
     def dataloader(self, folder: Path, n: int, workers: int) -> Iterator[dict]:
         cuda = self.device != "cpu"
@@ -155,9 +160,11 @@ class TorchFramework:
     def resident(self, batch: dict) -> dict:
         return {k: v.clone() for k, v in batch.items()}
 
+    def ring_pinned(self, pin_ring: bool) -> bool:
+        return ring_pinned(self.loaders, pin_ring)
+
     def close(self) -> None:
-        if self.loader is not None:
-            self.loader.close(finished=True)
+        close_loaders(self.loaders)
 
 
 class JaxFramework:
@@ -178,7 +185,7 @@ class JaxFramework:
         )
         first = jax.local_devices()[0]
         self.device_name = getattr(first, "device_kind", first.platform)
-        self.loader: Any = None
+        self.loaders: dict[bool, Any] = {}  # pin_ring -> its RingLoader
 
     def make_step(self, n_layers: int) -> Callable[[dict], Any]:
         from ringfeed.consumer.trainer.jax_example import model
@@ -204,11 +211,14 @@ class JaxFramework:
 
         return step
 
-    def ringfeed(self, run_id: str) -> Iterator[dict]:
+    def ringfeed(self, run_id: str, pin_ring: bool = True) -> Iterator[dict]:
+        """ringfeed.jax over run `run_id`: straight from the ring pinned in place
+        (dma_map) where the devices allow, or (pin_ring False) through a host copy."""
         from ringfeed.jax import RingLoader
 
-        self.loader = RingLoader(self.cfg, run_id, sharding=self.sharding)
-        return every_epoch(self.loader)
+        loader = RingLoader(self.cfg, run_id, sharding=self.sharding, pin_ring=pin_ring)
+        self.loaders[pin_ring] = loader
+        return every_epoch(loader)
 
     def dataloader(self, folder: Path, n: int, workers: int) -> Iterator[dict]:
         # Spawned workers: a fork of a process running JAX's threads can deadlock.
@@ -235,9 +245,23 @@ class JaxFramework:
     def resident(self, batch: dict) -> dict:
         return batch  # jax.Arrays are immutable and the step donates only its state
 
+    def ring_pinned(self, pin_ring: bool) -> bool:
+        return ring_pinned(self.loaders, pin_ring)
+
     def close(self) -> None:
-        if self.loader is not None:
-            self.loader.close(finished=True)
+        close_loaders(self.loaders)
+
+
+def ring_pinned(loaders: dict[bool, Any], pin_ring: bool) -> bool:
+    """Did the loader made with pin_ring take the ring pinned in place (after a batch)?"""
+    loader = loaders.get(pin_ring)
+    return loader is not None and loader.ring_pinned
+
+
+def close_loaders(loaders: dict[bool, Any]) -> None:
+    """Each loader's goodbye: its run ends."""
+    for loader in loaders.values():
+        loader.close(finished=True)
 
 
 def make(name: str, cfg: Config, device: str) -> TorchFramework | JaxFramework:

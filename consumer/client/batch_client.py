@@ -1,20 +1,28 @@
-"""The consumer end of the batch ring: what the trainer and the tf.data adapter use.
+"""The consumer end of the batch ring: what the trainers, the loaders and the tf.data
+adapter use.
 
-No TensorFlow here. :meth:`BatchClient.next` returns zero-copy views of one
+No framework here. :meth:`BatchClient.next` returns zero-copy views of one
 batch-ring slot; the caller copies them (to its device) and then calls
 :meth:`BatchClient.free` so the stager can refill the slot. With 3 batch
 slots the stager fills one while the trainer copies another and a third
 waits: triple buffering.
+
+A client given a `pin` (RingPin: the PyTorch and JAX loaders', consumer/client/host_pin.py)
+has each mapping of the ring pinned once, right after it maps it, and unpinned before
+it unmaps it (a restarted stager's new ring, close): a copy to the device can then read
+the slot itself, and the caller frees the slot once that copy has ended.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import zmq
@@ -59,6 +67,32 @@ class StagerRefused(StagerGone):
     """The stager will not take this consumer (REFUSED): the message says why."""
 
 
+class RingPin(Protocol):
+    """Pins a mapped batch ring in place for copies to a device (host_pin.py HostPin)."""
+
+    def pin(self, address: int, nbytes: int) -> None:
+        """The mapping's slots, [address, address + nbytes), just mapped."""
+
+    def unpin(self, address: int) -> None:
+        """The span pinned at `address`, about to be unmapped."""
+
+
+def slots_span(ring: Ring) -> tuple[int, int]:
+    """(address, bytes) of a mapped ring's slots, in whole pages: what a copy out of a
+    slot reads (the slots start on a page; a mapping is whole pages)."""
+    starts, ends = [], []
+    for name in ring.fields:
+        view = ring.view(name)  # [n_slots, *shape], one slot every strides[0] bytes
+        start = view.ctypes.data
+        starts.append(start)
+        ends.append(start + (view.shape[0] - 1) * view.strides[0] + view[0].nbytes)
+    if not starts:
+        return 0, 0
+    low = min(starts) // mmap.PAGESIZE * mmap.PAGESIZE
+    high = -(-max(ends) // mmap.PAGESIZE) * mmap.PAGESIZE
+    return low, high - low
+
+
 @dataclass
 class Batch:
     """One batch: views into the batch ring (valid until free()), and `meta`, the stager's
@@ -81,13 +115,16 @@ class BatchClient:
         plan: dict[str, str] | None = None,
         new_plan_at: int = 0,
         rejoin: bool = False,
+        pin: RingPin | None = None,
     ) -> None:
         """plan: the plan fingerprint of the checkpoint it resumes (None: a fresh start);
         new_plan_at: if that plan changed, start a new one at this epoch (0: be refused);
         rejoin: take the run over from a live consumer of this same process (one made
         here earlier and dropped); without it that one keeps the run and connect()
-        raises StagerRefused: one consumer means one socket."""
+        raises StagerRefused: one consumer means one socket; pin: pins each mapping of
+        the ring for the caller's copies to its device (None: none is pinned)."""
         self.cfg, self.run_id, self.name, self.rejoin = cfg, run_id, name, rejoin
+        self.pin, self._pinned_at = pin, 0
         self.plan, self.new_plan_at = dict(plan or {}), new_plan_at
         self.ctx = zmq.Context()
         ident = consumer_identity(name, os.getpid(), time.monotonic_ns())
@@ -176,9 +213,12 @@ class BatchClient:
     def _attach(self, welcome: p.Welcome) -> None:
         """Joined: the stager's plan is ours from now on (a restarted stager with another
         plan refuses our rejoin)."""
-        if self.ring is not None:
-            self.ring.close()
+        self._close_ring()
         self.ring = Ring.attach(welcome.ring_name)
+        if self.pin is not None:
+            address, nbytes = slots_span(self.ring)
+            self.pin.pin(address, nbytes)
+            self._pinned_at = address
         self.stager_pid = self.ring.owner_pid  # its batch ring's owner
         self.n_items = welcome.n_items  # plan positions per epoch
         self.plan, self.new_plan_at = dict(welcome.plan), 0
@@ -275,9 +315,17 @@ class BatchClient:
             except StagerGone:
                 pass  # it is stopping anyway, which is what BYE asks for
         self.sock.close()
-        if self.ring is not None:
-            self.ring.close()
+        self._close_ring()
         self.ctx.term()
+
+    def _close_ring(self) -> None:
+        """Unpin (if pinned) and unmap the ring; the caller's copies out of it have ended."""
+        if self.ring is None:
+            return
+        if self.pin is not None and self._pinned_at:
+            self.pin.unpin(self._pinned_at)
+            self._pinned_at = 0
+        self.ring.close()
 
 
 # What BatchWait.next returns while no batch came within its poll.

@@ -16,11 +16,18 @@ speaker and language ids: shared/run/id_tables.py padding_ids), so each bucket k
 one static shape and a jitted step compiles once per bucket.
 
 Two batches are on their way to the devices while the step runs: the stream's thread
-(consumer/client/batch_stream.py) copies each out of the batch slot into a fresh
-host array (the one host copy; the slot is freed at once) and calls device_put, which
-returns at once; nothing in that thread waits for the device. A thread that
-synchronizes the device breaks the CUDA graphs XLA captures for command buffers
-(docs/loaders.md#jax, FIELD-NOTES: DALI's JAX iterator): this one never does.
+(consumer/client/batch_stream.py) calls device_put, which returns at once. On a GPU
+the batch ring is pinned in place (host_pin.py) with the XLA client's dma_map (a
+cudaHostRegister of the mapping, once), and device_put of a view of a pinned slot
+copies straight from it with no staging buffer (XLA stages only what is not
+DMA-mapped, and keeps the view until its transfer is done): the slot goes back to the
+stager once the arrays are ready, which the thread asks with is_ready() and never
+waits for on the device. A batch whose rows must be padded to the devices, and a ring
+that could not be pinned (the CPU, where dma_map is not implemented and device_put
+may alias the host array), are copied out of the slot into a fresh host array first
+(the slot is then freed at once), as before. A thread that synchronizes the device
+breaks the CUDA graphs XLA captures for command buffers (docs/loaders.md#jax,
+FIELD-NOTES: DALI's JAX iterator): this one never does.
 
 Under multi-host JAX, each process is one training worker: process K of N consumes
 run ``R-wK``, its share of the global plan (`ringfeed run CONFIG --run-id R --worker
@@ -30,6 +37,7 @@ K/N`), and its rows become its part of the global array
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +46,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
+from ringfeed.consumer.client.host_pin import HostPin
 from ringfeed.consumer.client.loader_base import (
     PREFETCH,
     RingLoaderBase,
@@ -54,6 +63,9 @@ from ringfeed.shared.run.share import Share
 DATA_AXIS = "data"
 # What a padding row holds in these fields (every other field: zeros, valid False).
 PLAN_ROW_FIELDS = ("items", "position")
+# How often a slot read by a copy in flight asks whether the copy has ended, seconds: a
+# 6.5 MB batch takes ~0.1 ms at the ~55 GB/s of registered memory (FIELD-NOTES.md).
+READY_POLL_S = 0.0002
 
 
 def device_name(device: jax.Device) -> str:
@@ -94,6 +106,47 @@ def data_parallel(devices: Sequence[jax.Device] | None = None) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
 
 
+def xla_host_pin(sharding: Sharding) -> HostPin:
+    """The batch ring pinned for copies to the sharding's devices with their client's
+    dma_map (every local device shares one client: cuMemHostRegister, portable); on
+    the CPU it is not implemented, and the pin says so once."""
+    devices = sorted(sharding.addressable_devices, key=lambda d: d.id)
+    client = devices[0].client
+
+    def register(address: int, nbytes: int) -> str:
+        try:
+            client.dma_map(address, nbytes)
+        except Exception as exc:  # JaxRuntimeError (XlaRuntimeError in older JAX): said
+            return f"dma_map: {exc}"
+        return ""
+
+    def unregister(address: int) -> str:
+        try:
+            client.dma_unmap(address)
+        except Exception as exc:  # as register's
+            return f"dma_unmap: {exc}"
+        return ""
+
+    names = ", ".join(device_name(d) for d in devices)
+    return HostPin(register, unregister, names, on_gpu=devices[0].platform == "gpu")
+
+
+class ArraysReady:
+    """The end of device_put's copies out of pinned slots: every array ready. The wait
+    polls is_ready(), a query of the arrays' own events: this thread never waits on
+    the device (a thread that synchronizes it breaks XLA's command buffers)."""
+
+    def __init__(self, arrays: list[jax.Array]) -> None:
+        self.arrays = arrays
+
+    def query(self) -> bool:
+        return all(a.is_ready() for a in self.arrays)
+
+    def synchronize(self) -> None:
+        while not self.query():
+            time.sleep(READY_POLL_S)
+
+
 def process_share(worker: tuple[int, int] | None) -> Share:
     """This training worker: `worker` (K, N); else, under multi-host JAX, its process
     index and count; else RANK and WORLD_SIZE, which the launcher sets for a command it
@@ -125,6 +178,7 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         progress_every: int = PROGRESS_EVERY,
         prefetch: int = PREFETCH,
         stop: Callable[[], bool] | None = None,
+        pin_ring: bool = True,
     ) -> None:
         """cfg: a Config, a dict of one or its file; cfg and run_id default to the
         launcher's (RINGFEED_CONFIG, RINGFEED_RUN_ID), and with no run the loader starts
@@ -133,7 +187,10 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         devices, checked here; worker: (K, N), default (jax.process_index(),
         jax.process_count()); batch_size: this process's rows (default
         stager.batch_size / N); max_steps, epochs: where iteration ends (0: the plan's
-        end); progress_every: a progress line every this many steps (0: none)."""
+        end); progress_every: a progress line every this many steps (0: none);
+        pin_ring: put straight from the batch ring, pinned in place, where the devices
+        allow (False: through a fresh host array always, as benchmarks/gpu_feed.py
+        compares)."""
         if sharding is None:
             sharding = data_parallel(resolve_devices(devices) if devices else None)
         elif devices:
@@ -151,7 +208,8 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
             epochs=epochs,
             progress_every=progress_every,
         )
-        self.sharding = sharding
+        self.sharding, self.pin_ring = sharding, pin_ring
+        self.host_pin = xla_host_pin(sharding) if pin_ring else None
         self._loss_seen = 0.0
         # Each process's rows are split over its devices that hold a shard.
         local = len(sharding.addressable_devices)
@@ -196,11 +254,21 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         self._loss_seen = float(loss)
         return self._loss_seen
 
-    def place(self, arrays: dict[str, np.ndarray]) -> Any:
+    def place(self, arrays: dict[str, np.ndarray]) -> tuple[_Placed, ArraysReady | None]:
+        """device_put of each field: of its slot where the ring is pinned and the rows
+        need no padding (the arrays ready returned: the slot waits for them), else of a
+        host copy out of the slot, padded to the devices."""
         rows = len(arrays["items"])
         padded = -(-rows // self.row_multiple) * self.row_multiple
+        pin = self.host_pin
+        in_place = set()
+        if padded == rows and pin is not None:
+            in_place = {name for name, array in arrays.items() if pin.covers(array)}
         host = {}
         for name, array in arrays.items():
+            if name in in_place:
+                host[name] = array  # the copy to the device reads the pinned slot
+                continue
             out = np.empty((padded, *array.shape[1:]), array.dtype)
             out[:rows] = array  # the one host copy out of the slot
             if padded > rows:
@@ -214,7 +282,8 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
                 name: jax.make_array_from_process_local_data(self.sharding, a)
                 for name, a in host.items()
             }
-        return _Placed(placed, frames)
+        reading = ArraysReady([placed[name] for name in in_place]) if in_place else None
+        return _Placed(placed, frames), reading
 
     def hand_out(self, placed: Any, used: Callable[[], None]) -> dict[str, jax.Array]:
         used()  # a plain dict (a pytree): the cursor moves when it is handed out
@@ -226,6 +295,7 @@ class RingLoader(RingLoaderBase[dict[str, jax.Array]]):
         """Devices do not pickle: a copy places with data_parallel() over its own."""
         super().__setstate__(state)
         self.sharding = data_parallel()
+        self.host_pin = xla_host_pin(self.sharding) if self.pin_ring else None
 
 
 class _Placed:

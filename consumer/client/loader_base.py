@@ -2,7 +2,9 @@
 training worker they consume, their epochs and cursor, their stream, and the step
 numbers they send the stager.
 
-    RingLoaderBase(cfg, run_id, share)        a subclass gives place() and hand_out()
+    RingLoaderBase(cfg, run_id, share)        a subclass gives place() and hand_out(),
+                                              and host_pin (the batch ring pinned in
+                                              place for its device: host_pin.py)
         __iter__                              a pass: the batches of one epoch
         __next__                              the next batch, placed; StopIteration at
                                               the epoch's end, and at the plan's end,
@@ -44,8 +46,9 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
-from ringfeed.consumer.client.batch_stream import BatchStream
+from ringfeed.consumer.client.batch_stream import BatchStream, CopyEnd
 from ringfeed.consumer.client.cursor import Cursor, PlanMismatch
+from ringfeed.consumer.client.host_pin import HostPin
 from ringfeed.consumer.client.progress import PROGRESS_EVERY, Progress
 from ringfeed.consumer.client.signal_stop import SignalStop
 from ringfeed.shared.config import Config, ConfigError, load_config
@@ -151,6 +154,8 @@ class RingLoaderBase(Generic[T]):
         self.signals = SignalStop() if stop is None else None
         self.max_steps, self.epochs = max_steps, epochs
         self.data_side: Any = None  # the stager and producers this loader started
+        # The ring pinned in place for the subclass's device (host_pin.py), or None.
+        self.host_pin: HostPin | None = None
         if not run_id and self.data_side_type is None:
             raise ValueError(
                 "no run named: pass run_id=, start the command under `ringfeed run CONFIG "
@@ -183,14 +188,21 @@ class RingLoaderBase(Generic[T]):
             self._start_data_side()
 
     # ------------------------------------------------------------ subclasses
-    def place(self, arrays: dict[str, np.ndarray]) -> Any:
-        """In the stream's thread: one host copy out of the slot, the device copy issued."""
+    def place(self, arrays: dict[str, np.ndarray]) -> tuple[Any, CopyEnd | None]:
+        """In the stream's thread: the copy to the device issued; (placed, the end of a
+        copy that still reads the slot, or None: batch_stream.py's Place)."""
         raise NotImplementedError
 
     def hand_out(self, placed: Any, used: Callable[[], None]) -> T:
         """In the caller's thread: the batch the step may use now; it calls used() when
         the step first reads it (or the subclass calls it at once)."""
         raise NotImplementedError
+
+    @property
+    def ring_pinned(self) -> bool:
+        """Do batches go to the device straight from the pinned ring now (else through a
+        host copy out of the slot)?"""
+        return self.host_pin is not None and self.host_pin.pinned
 
     def loss_value(self, loss: Any) -> float:
         """A loss the caller noted, as a float (a subclass may have waited for it)."""
@@ -377,6 +389,7 @@ class RingLoaderBase(Generic[T]):
             self.name,
             self._stream_stop,
             self._new_plan_at,
+            self.host_pin,
         )
         try:
             stream.connect()
@@ -395,7 +408,7 @@ class RingLoaderBase(Generic[T]):
         self.stream = stream
         return stream
 
-    def _place(self, arrays: dict[str, np.ndarray]) -> Any:
+    def _place(self, arrays: dict[str, np.ndarray]) -> tuple[Any, CopyEnd | None]:
         """place(), with each row's epoch beside its plan position (-1: padding)."""
         position = arrays["position"]
         n = max(self.n_items, 1)
@@ -454,7 +467,7 @@ class RingLoaderBase(Generic[T]):
 
     # ------------------------------------------------------------ pickling
     # What a copy does not take: the stream and its thread, the placed batches, the plan.
-    UNPICKLED = ("stream", "_held", "_plan", "progress", "data_side")
+    UNPICKLED = ("stream", "_held", "_plan", "progress", "data_side", "host_pin")
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -469,6 +482,7 @@ class RingLoaderBase(Generic[T]):
         every = state.pop("_progress_every")
         self.__dict__.update(state)
         self.stream, self._held, self._plan, self.data_side = None, None, None, None
+        self.host_pin = None
         self.progress = Progress(every)
 
 

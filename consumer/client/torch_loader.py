@@ -14,14 +14,19 @@ its bucket's shape, and rows past the plan's (valid False, items and position -1
 padding (docs/running.md#what-a-batch-says-about-itself).
 
 On a GPU, batch k + 1 is copied while step k runs (the stream's thread,
-consumer/client/batch_stream.py): out of the batch slot into one of three pinned host
-buffers (the one host copy; the slot is freed at once), then to the device with a
-non-blocking copy on a side CUDA stream, an event recorded after it. When the batch is
-handed out, the step's stream waits for that event (the device waits, not the host)
-and each tensor is marked used on it (record_stream): they were allocated on the side
-stream, and without the mark the caching allocator could give their memory to the next
-batch while the step still reads it. A pinned buffer is refilled only after the
-event of its last copy. On the CPU a batch is one copy out of the slot into tensors.
+consumer/client/batch_stream.py), with a non-blocking copy on a side CUDA stream and an
+event recorded after it. The batch ring is pinned in place (host_pin.py): each mapping
+of it registered once with cudaHostRegister (flags 0, in the device's context), so the
+copy reads the batch slot itself, and the slot is freed only when the copy's event has
+completed; there is no host copy. Where registration fails (a locked-memory limit, a
+driver that refuses) the loader says so once and copies each batch out of the slot into
+one of three pinned host buffers first (the slot is then freed at once), as it did
+before. When the batch is handed out, the step's stream waits for the copy's event (the
+device waits, not the host) and each tensor is marked used on it (record_stream): they
+were allocated on the side stream, and without the mark the caching allocator could
+give their memory to the next batch while the step still reads it. A pinned buffer is
+refilled only after the event of its last copy. On the CPU a batch is one copy out of
+the slot into tensors (and the ring is not pinned, which is said once).
 
 Under torch.distributed each rank is one training worker: rank K of N consumes run
 ``R-wK``, its share of the global plan (`ringfeed run CONFIG --run-id R --worker K/N`
@@ -30,6 +35,7 @@ starts it); the cursor is global, so rank 0's state_dict resumes every rank.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ringfeed.consumer.client.host_pin import HostPin
 from ringfeed.consumer.client.loader_base import (
     PREFETCH,
     RingLoaderBase,
@@ -113,6 +120,44 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
+def cuda_host_pin(device: torch.device) -> HostPin:
+    """The batch ring pinned for copies to `device` with cudaHostRegister (flags 0, in
+    the device's context, as LMCache and DeepSpeed pin shared memory); on the CPU
+    nothing is registered, and the pin says so once."""
+
+    def register(address: int, nbytes: int) -> str:
+        if device.type != "cuda":
+            return "the loader's device is the CPU"
+        return _call_cudart(device, "cudaHostRegister", address, nbytes, 0)
+
+    def unregister(address: int) -> str:
+        return _call_cudart(device, "cudaHostUnregister", address)
+
+    return HostPin(register, unregister, str(device), on_gpu=device.type == "cuda")
+
+
+def _call_cudart(device: torch.device, name: str, *args: int) -> str:
+    """The CUDA runtime call `name`(*args) in the device's context, in a thread that
+    ends with it: "" or its error. A failed runtime call stays its thread's last error,
+    which PyTorch's next kernel launch in that thread reports as its own
+    (cudaGetLastError), so the training thread never makes one."""
+    said: list[str] = []
+
+    def call() -> None:
+        try:
+            with torch.cuda.device(device):
+                code = int(getattr(torch.cuda.cudart(), name)(*args))
+            torch.cuda.check_error(code)
+            said.append("")
+        except Exception as exc:  # said by the pin; the staging copy works without it
+            said.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=call, name="ring-pin", daemon=True)
+    thread.start()
+    thread.join()
+    return said[0] if said else f"{name} ended its thread"
+
+
 @dataclass
 class Placed:
     """A batch on its way to the device: its tensors, the event after their copy (None
@@ -168,6 +213,7 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
         world_size: int | None = None,
         prefetch: int = PREFETCH,
         stop: Callable[[], bool] | None = None,
+        pin_ring: bool = True,
     ) -> None:
         """cfg: a Config, a dict of one or its file; cfg and run_id default to the
         launcher's (RINGFEED_CONFIG, RINGFEED_RUN_ID), and with no run the loader starts
@@ -175,8 +221,11 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
         rank's rows (the DataLoader's meaning; default stager.batch_size / world_size);
         max_steps, epochs: where iteration ends (0: the plan's end); progress_every: a
         progress line every this many steps (0: none); rank, world_size: this training
-        worker (default: torch.distributed's)."""
+        worker (default: torch.distributed's); pin_ring: copy straight from the batch
+        ring, pinned in place, where CUDA allows (False: through pinned staging
+        buffers always, as benchmarks/gpu_feed.py compares)."""
         self.device = resolve_device(device)
+        self.pin_ring = pin_ring
         cfg, run_id = resolve_run(cfg, run_id)
         share = distributed_share(rank, world_size)
         cfg = per_rank_batch(cfg, batch_size, share, run_id)
@@ -194,6 +243,7 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
 
     def _device_side(self) -> None:
         self._cuda = self.device.type == "cuda"
+        self.host_pin = cuda_host_pin(self.device) if self.pin_ring else None
         if self._cuda:
             self._side = torch.cuda.Stream(self.device)
             # Each refilled only after its copy's event: the queue holds `prefetch`, the
@@ -223,22 +273,34 @@ class RingLoader(RingLoaderBase[dict[str, torch.Tensor]]):
         connects: PlanMismatch names what differs."""
         self.load_cursor(state)
 
-    def place(self, arrays: dict[str, np.ndarray]) -> Placed:
+    def place(self, arrays: dict[str, np.ndarray]) -> tuple[Placed, torch.cuda.Event | None]:
+        """The copy of each field to the device: from its slot where the ring is pinned
+        (the event returned: the slot waits for it), else out of the slot into a pinned
+        buffer first (what is not in the slot, the epochs, always)."""
         frames = int(arrays["mel_lens"].sum()) if "mel_lens" in arrays else 0
         if not self._cuda:
-            return Placed(
-                {k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()},
-                frames=frames,
-            )
+            copies = {k: torch.from_numpy(np.array(a, copy=True)) for k, a in arrays.items()}
+            return Placed(copies, frames=frames), None
+        pin = self.host_pin
+        in_place = {k for k, a in arrays.items() if pin is not None and pin.covers(a)}
         buffer = self._buffers[self._filled % len(self._buffers)]
         self._filled += 1
-        host = buffer.fill(arrays)
+        staged = buffer.fill({k: a for k, a in arrays.items() if k not in in_place})
         with torch.cuda.device(self.device), torch.cuda.stream(self._side):
-            tensors = {k: t.to(self.device, non_blocking=True) for k, t in host.items()}
+            try:
+                tensors = {
+                    k: (torch.from_numpy(a) if k in in_place else staged[k]).to(
+                        self.device, non_blocking=True
+                    )
+                    for k, a in arrays.items()
+                }
+            except BaseException:
+                self._side.synchronize()  # the copies issued end before the slot is freed
+                raise
             event = torch.cuda.Event()
             event.record(self._side)
         buffer.event = event
-        return Placed(tensors, event, frames)
+        return Placed(tensors, event, frames), event if in_place else None
 
     def hand_out(self, placed: Placed, used: Callable[[], None]) -> dict[str, torch.Tensor]:
         if placed.event is not None:

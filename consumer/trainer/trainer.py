@@ -2,8 +2,10 @@
 
     setup     choose the device (before TensorFlow is imported), build model,
               optimizer, compiled step, restore the latest checkpoint and its
-              data cursor, start the feeder thread at that cursor
-    loop      get batch (time waited = data wait) -> step -> metrics ->
+              data cursor, make the batch stream at that cursor
+    loop      join the run; the stream's thread copies batch k + 1 while step k
+              runs (consumer/client/batch_stream.py, as under the PyTorch and JAX
+              loaders); get batch (time waited = data wait) -> step -> metrics ->
               log / TensorBoard every train.log_every -> checkpoint every
               train.checkpoint_every; until train.steps (counting restored
               steps), the end of a finite plan, a stop signal, or the stager gone
@@ -19,7 +21,7 @@ exits 2 with what changed; with --new-plan a new plan starts at the epoch after
 the checkpoint's instead.
 
 Several replicas and workers (consumer/trainer/replicas.py): the step runs under
-a tf.distribute strategy and the feeder keeps batches in host memory, whence each
+a tf.distribute strategy and the stream keeps batches in host memory, whence each
 replica takes its rows. Every worker saves checkpoints into its own run
 directory at the same steps; every worker resumes from the chief's (worker 0),
 so a relaunch after a lost worker starts all of them from one cursor.
@@ -41,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ringfeed.consumer.client.batch_client import StagerGone, StagerRefused
+from ringfeed.consumer.client.batch_stream import BatchStream
+from ringfeed.consumer.client.cursor import KEYS, Cursor
 from ringfeed.consumer.devices import (
     DevicePlan,
     choose_device,
@@ -49,11 +53,11 @@ from ringfeed.consumer.devices import (
     import_tensorflow,
 )
 from ringfeed.consumer.trainer.board import RunBoard, learning_rate
-from ringfeed.consumer.trainer.feeder import EndOfData, Feeder
 from ringfeed.consumer.trainer.metrics import StepMetrics, format_line
+from ringfeed.consumer.trainer.tf_batch import TfBatch, TfPlace
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import endpoints, run_dir
-from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S, StopFlag, write_json_atomic
+from ringfeed.shared.run.process import POLL_S, StopFlag, write_json_atomic
 from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
@@ -77,7 +81,7 @@ class Session:
     optimizer: Any
     step_fn: Any
     checkpoints: Any
-    feeder: Feeder
+    stream: BatchStream[TfBatch]
     step: int
     cursor: dict[str, Any]
     metrics: StepMetrics
@@ -187,18 +191,14 @@ def setup(
 
         check_same_step(step_fn.strategy, step)
     replicated = hasattr(step_fn, "strategy")
-    # Replicas take their rows from host memory (replicas.py): the feeder copies there.
+    # Replicas take their rows from host memory (replicas.py): the stream copies there.
     device = "/CPU:0" if plan.mode == "cpu" or replicated else "/GPU:0"
     new_plan_at = cursor["epoch"] + 1 if new_plan else 0
-    feeder = Feeder(
-        cfg,
-        run_id,
-        cursor["position"],
-        cursor["batch_index"],
-        device,
-        stop,
-        cursor["plan"],
-        new_plan_at,
+    # Not Cursor.from_dict: a changed seed is the stager's to refuse (exit 2), or to
+    # take with --new-plan, as any other change of the plan.
+    at = Cursor(**{key: cursor[key] for key in KEYS})
+    stream = BatchStream(
+        cfg, run_id, at, TfPlace(device), name="trainer", stop=stop.is_set, new_plan_at=new_plan_at
     )
     log.info(
         "trainer on %s (%s%s, %s, jit %s): %d params, step %d of %d",
@@ -218,7 +218,7 @@ def setup(
         optimizer,
         step_fn,
         checkpoints,
-        feeder,
+        stream,
         step,
         cursor,
         StepMetrics(),
@@ -229,20 +229,22 @@ def setup(
 
 
 def train(cfg: Config, s: Session, stop: StopFlag) -> None:
-    """The loop: get, step, measure, log, checkpoint; sets s.ended to why it stopped."""
-    s.feeder.start()
+    """The loop: join, get, step, measure, log, checkpoint; sets s.ended to why it
+    stopped. Joining raises StagerRefused (the plan changed) or StagerGone."""
+    s.stream.connect()
+    s.stream.start()
     while s.step < cfg.train.steps:
         t0 = time.perf_counter()
-        batch = s.feeder.get()
+        got = s.stream.get()
         wait_s = time.perf_counter() - t0
-        if batch is None or isinstance(batch, EndOfData):
-            s.ended = "stopped" if batch is None else "end of data"
+        if got is None:
+            s.ended = "end of data" if s.stream.ended else "stopped"
             return
+        batch, meta = got
         traces = s.step_fn.trace_count
         loss = float(s.step_fn(batch.tensors))  # float() waits for the device: true step time
         step_s = time.perf_counter() - t0 - wait_s
         s.step += 1
-        meta = batch.meta
         s.samples += meta.n_valid
         s.losses.append(loss)
         s.metrics.fill(batch.fill)
@@ -253,13 +255,13 @@ def train(cfg: Config, s: Session, stop: StopFlag) -> None:
             s.compile_s = step_s if s.compile_s is None else s.compile_s
         else:
             s.metrics.record(step_s, wait_s, meta.n_valid, batch.fill[0])
-        s.feeder.send_stats(s.step, step_s, wait_s, loss, meta.n_valid, batch.fill[0])
+        s.stream.send_stats(s.step, step_s, wait_s, loss, meta.n_valid, batch.fill[0])
         s.cursor = {
             "position": meta.next_position,
             "batch_index": meta.batch_index + 1,
             "epoch": meta.epoch,
             "seed": cfg.stager.seed,
-            "plan": s.feeder.plan,  # what a resume must find again (shared/run/fingerprint.py)
+            "plan": s.stream.plan,  # what a resume must find again (shared/run/fingerprint.py)
         }
         if s.batch_log is not None:
             record = {
@@ -304,7 +306,7 @@ def teardown(cfg: Config, run_id: str, s: Session, stop: StopFlag) -> Path | Non
         s.checkpoints.save(s.step, s.cursor, cfg.to_yaml())
     if finished and s.losses:  # the stager's last numbers at the last step, while it runs
         s.board.report(s.step, learning_rate(s.optimizer, s.step), fresh_s=1.0)
-    s.feeder.finish(finished, timeout_s=SHUTDOWN_WAIT_S + 1.0)
+    s.stream.close(finished)
     s.board.close()
     if s.batch_log is not None:
         s.batch_log.close()
@@ -369,7 +371,7 @@ def summarize(cfg: Config, run_id: str, s: Session, wait_s: float) -> dict[str, 
 
 def replica_summary(s: Session, wait_frac: float | None) -> dict[str, Any]:
     """How many replicas and workers trained, and every local replica's data wait: the
-    replicas of one worker share its feeder, so each waits what the worker waits."""
+    replicas of one worker share its stream, so each waits what the worker waits."""
     strategy = getattr(s.step_fn, "strategy", None)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     local = getattr(s.step_fn, "replicas", 1)
@@ -432,7 +434,7 @@ def main(
             s.ended = f"stager lost: {exc}"
             log.error("%s", s.ended)
             code = 1
-    except Exception as exc:  # a failed step or feeder: say what, exit non-zero
+    except Exception as exc:  # a failed step or stream: say what, exit non-zero
         s.ended = f"failed: {type(exc).__name__}: {exc}"
         log.error("trainer %s", s.ended, exc_info=True)
         code = 1

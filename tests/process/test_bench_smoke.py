@@ -101,7 +101,8 @@ def test_scale_benchmark_runs() -> None:
 @pytest.mark.slow
 def test_gpu_feed_benchmark_runs_on_the_cpu(tmp_path) -> None:
     """benchmarks/gpu_feed.py at --quick on the CPU, for each framework installed: every
-    feed at one size, a figure each, and the table the GPU run writes to $OUT."""
+    feed at one size (the pinned ring and the staging copy side by side: on the CPU
+    neither ring is pinned), a figure each, and the tables the GPU run writes to $OUT."""
     import importlib.util
     import json
 
@@ -124,11 +125,13 @@ def test_gpu_feed_benchmark_runs_on_the_cpu(tmp_path) -> None:
     lines = (tmp_path / "gpu_feed.jsonl").read_text().splitlines()
     figures = [json.loads(line) for line in lines]
     feeds = {(f["framework"], f["feed"]) for f in figures}
-    assert feeds == {
-        (fw, feed) for fw in frameworks for feed in ("ideal", "ringfeed", "dataloader")
-    }
+    every = ("ideal", "ringfeed", "ringfeed-staged", "dataloader")
+    assert feeds == {(fw, feed) for fw in frameworks for feed in every}
     assert all(f["steps"] >= 5 and 0 <= f["wait_share"] < 1 for f in figures), figures
+    assert not any(f["ring_pinned"] for f in figures), "nothing is pinned on the CPU"
     assert "| feed | steps/s | of ideal | data wait | step CV | GPU util |" in out
+    assert "| pinned ring steps/s | staging copy steps/s | ratio |" in out
+    assert sum(line.endswith("| no |") for line in out.splitlines()) == len(frameworks)
 
 
 @pytest.mark.slow

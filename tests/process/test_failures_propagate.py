@@ -1,6 +1,7 @@
-"""A failure anywhere ends the whole run, says why and leaves nothing behind: a feeder
-that raises, a train step that raises, a launcher killed with SIGKILL, a stager killed
-with SIGKILL (its socket files), a worker that exits 0 unexpectedly."""
+"""A failure anywhere ends the whole run, says why and leaves nothing behind: a batch
+stream whose copy to the device raises, a train step that raises, a launcher killed
+with SIGKILL, a stager killed with SIGKILL (its socket files), a worker that exits 0
+unexpectedly."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from ringfeed.consumer.client.batch_client import StagerGone
+from ringfeed.consumer.client.batch_stream import BatchStream
+from ringfeed.consumer.client.cursor import Cursor
 from ringfeed.consumer.stager.quarantine import read_quarantine
-from ringfeed.consumer.trainer.feeder import Feeder
+from ringfeed.consumer.trainer.tf_batch import TfPlace
 from ringfeed.shared.config import load_config
 from ringfeed.shared.memory.segments import socket_files
-from ringfeed.shared.run.process import StopFlag
 from tests.support.configs import SYNTHETIC, small, write_config
 from tests.support.fault_sources import inject_faults
 from tests.support.paths import REPO
@@ -30,33 +32,40 @@ from tests.support.runs import Run, rid, shm_segments, started
 pytestmark = pytest.mark.slow
 
 
-class BrokenFeeder(Feeder):
-    """The real feeder thread, whose copy to the device fails (a driver error, OOM)."""
+class BrokenPlace(TfPlace):
+    """The trainer's place, whose copy to the device fails (a driver error, OOM)."""
 
-    def _copy(self, batch):
+    def __call__(self, arrays):
         raise MemoryError("copy of batch to the device failed")
 
 
-def test_a_feeder_that_raises_reaches_the_trainer_loop(tmp_path: Path) -> None:
+def trainer_stream(cfg, run_id: str, place: TfPlace) -> BatchStream:
+    """The trainer's batch stream (consumer/trainer/trainer.py setup), joined."""
+    stream = BatchStream(cfg, run_id, Cursor.fresh(cfg), place, name="trainer")
+    stream.connect()
+    stream.start()
+    return stream
+
+
+def test_a_stream_whose_copy_raises_reaches_the_trainer_loop(tmp_path: Path) -> None:
     cfg_path = small(tmp_path, items=10_000, delay_s=0.002, stager={"epochs": 0})
     cfg, run_id = load_config(cfg_path), rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
         run.start("producers")
-        feeder = BrokenFeeder(cfg, run_id, 0, 0, "/CPU:0", StopFlag())
-        feeder.start()
+        stream = trainer_stream(cfg, run_id, BrokenPlace("/CPU:0"))
         t0 = time.monotonic()
         with pytest.raises(MemoryError, match="device failed"):
-            feeder.get()
+            stream.get()
         assert time.monotonic() - t0 < 30
-        feeder.finish(False, timeout_s=5)
-        assert not feeder.is_alive()
+        stream.close(False)
+        assert not stream.is_alive()
 
 
 def test_a_trainer_without_batches_ends_in_the_configured_time_saying_why(
     tmp_path: Path,
 ) -> None:
-    """No producer ever joins: the trainer's feeder used to wait a fixed 300 s and say
+    """No producer ever joins: the trainer used to wait a fixed 300 s and say
     'stager lost' even when the stager was fine. It waits train.data_timeout_s and
     says the stager is alive and its producers are not delivering; once the stager is
     SIGKILLed, the verdict says it is gone."""
@@ -64,16 +73,15 @@ def test_a_trainer_without_batches_ends_in_the_configured_time_saying_why(
     cfg, run_id = load_config(cfg_path), rid()
     with Run(cfg_path, run_id, tmp_path) as run:
         run.start("stager")
-        feeder = Feeder(cfg, run_id, 0, 0, "/CPU:0", StopFlag())
         t0 = time.monotonic()
-        feeder.start()
+        stream = trainer_stream(cfg, run_id, TfPlace("/CPU:0"))
         with pytest.raises(TimeoutError, match="stager \\(pid \\d+\\) is alive but sent no batch"):
-            feeder.get()
+            stream.get()
         assert time.monotonic() - t0 < 20
         run.signal("stager", signal.SIGKILL)
         run.wait("stager", 10)
-        assert "is gone" in feeder.client.stager_verdict(2.0)
-        feeder.finish(False, timeout_s=5)
+        assert "is gone" in stream.client.stager_verdict(2.0)
+        stream.close(False)
 
 
 def ringfeed_run(config: Path, run_id: str, log: Path) -> subprocess.Popen:

@@ -1,8 +1,10 @@
 """ringfeed.torch's loader against real runs: two ranks of a torch.distributed job each
 consume their worker's share of one global plan, with their data sides started by hand
 (`ringfeed run --worker K/N --consumer none`) and under torchrun with none (each rank's
-loader starts its own), and a user's loop SIGKILLed mid-step leaves the run to end as
-it does for any consumer of one's own (docs/faults-and-security.md#nothing-waits-for-ever)."""
+loader starts its own), a user's loop SIGKILLed mid-step leaves the run to end as
+it does for any consumer of one's own (docs/faults-and-security.md#nothing-waits-for-ever),
+and one SIGKILLed while its copies still read every batch slot gives them back to the
+consumer that comes next."""
 
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ import pytest
 
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.run.share import Share
+from tests.support.checks import consume
 from tests.support.configs import BUCKETS, SYNTHETIC, small, write_config
 from tests.support.paths import REPO
 from tests.support.processes import CLI
-from tests.support.runs import rid, shm_segments
+from tests.support.runs import Run, finish, rid, shm_segments
 
 torch = pytest.importorskip("torch")
 
@@ -175,3 +178,67 @@ def test_a_loop_killed_mid_step_leaves_the_run_to_end_after_consumer_wait_s(
     assert "none came for 3 s (stager.consumer_wait_s)" in out and took_s < 3 + 15, out
     assert shm_segments(run_id) == []
     assert not any(run_id in name for name in os.listdir("/dev/shm"))
+
+
+# A loop whose copies to the device never end: each slot it is sent stays read, as a
+# registered slot whose copy is in flight (consumer/client/batch_stream.py SlotReads),
+# when the process is SIGKILLed; it says which slot its one batch came in.
+HOLDING_LOOP = """
+import os, signal, sys, threading
+from ringfeed.torch import RingLoader
+
+class Unending:
+    def query(self):
+        return False
+
+    def synchronize(self):
+        threading.Event().wait()
+
+class Holding(RingLoader):
+    def place(self, arrays):
+        return super().place(arrays)[0], Unending()
+
+loader = Holding(sys.argv[1], sys.argv[2], progress_every=0)
+next(iter(loader))
+print(loader.last_meta.slot, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_loop_killed_holding_every_slot_gives_them_back_to_the_next_consumer(
+    tmp_path: Path,
+) -> None:
+    """The killed loop never freed its batch, and the stager had sent it as many more as
+    a consumer may hold (stager.batch_slots): those slots are SENT to a dead process.
+    The next consumer (a relaunch from a checkpoint at the start) is taken at once,
+    the slots come back to the stager (the held one carries batches again), each item
+    arrives once, and the run ends with nothing of it in /dev/shm."""
+    config = small(tmp_path, items=48, delay_s=0.0, stager={"batch_size": 4})
+    with Run(config, rid("held"), tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        loop = subprocess.run(
+            [sys.executable, "-c", HOLDING_LOOP, str(config), run.run_id],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert loop.returncode == -9, loop.stderr
+        held = int(loop.stdout.split()[0])
+        client = run.client("relaunched")
+        slots: list[int] = []
+        real_next = client.next
+
+        def next_batch(timeout_s: float):
+            batch = real_next(timeout_s)
+            if batch is not None:
+                slots.append(batch.meta.slot)
+            return batch
+
+        client.next = next_batch
+        items = consume(client, timeout_s=30)
+        client.close(finished=True)
+        finish(run, "producers")  # each exits 0, and no segment of the run is left
+    assert sorted(items) == list(range(48)), "each item once, from the relaunch's start"
+    assert held in slots, f"slot {held} never came back: {slots}"

@@ -138,8 +138,9 @@ def test_the_worker_comes_from_the_launcher_in_one_process(
 
 @pytest.mark.gpu
 def test_batches_placed_on_a_gpu_hold_their_items(tmp_path: Path) -> None:
-    """On a GPU the loader's thread puts each batch without waiting for the device; a
-    jitted step reads it as it comes, every row its item, one compile per bucket."""
+    """On a GPU the loader's thread puts each batch without waiting for the device,
+    straight from the ring pinned in place (dma_map) where no row is padded; a jitted
+    step reads it as it comes, every row its item, one compile per bucket."""
     gpus = [d for d in jax.devices() if d.platform == "gpu"]
     if not gpus:
         pytest.skip("no GPU for JAX")
@@ -155,6 +156,7 @@ def test_batches_placed_on_a_gpu_hold_their_items(tmp_path: Path) -> None:
             loader = RingLoader(stager.cfg, stager.run_id, devices=[f"gpu:{gpus[0].id}"])
             seen = []
             for batch in loader:
+                assert loader.ring_pinned, "dma_map of the ring failed"
                 out = double(batch)
                 arrays = {
                     k: np.asarray(v) / 2 if v.dtype == jax.numpy.float32 else np.asarray(v)

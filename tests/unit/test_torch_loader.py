@@ -159,18 +159,25 @@ def test_a_new_plan_starts_at_the_epoch_after_the_cursors(tmp_path: Path) -> Non
 
 
 @pytest.mark.gpu
-def test_rows_arrive_intact_on_a_gpu_while_steps_run_on_another_stream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pin_ring", [True, False], ids=["pinned-ring", "staging"])
+def test_rows_arrive_intact_on_a_gpu_while_steps_run_on_another_stream(
+    tmp_path: Path, pin_ring: bool
+) -> None:
     """On cuda:0 each batch is copied on the loader's side stream while the step's stream
     is busy (a long matmul after every batch): the step's stream waits for the copy's
     event, and record_stream keeps the allocator from handing a batch's memory to the
-    next one while the step reads it, so every row is still its item when read back."""
+    next one while the step reads it, so every row is still its item when read back.
+    Straight from the ring pinned in place (its slot freed after the copy's event), and
+    through the pinned staging buffers."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     busy = torch.randn(2048, 2048, device="cuda:0")
     with stager_thread(config(tmp_path, stager=BUCKETED["stager"] | {"epochs": 4})) as stager:
         with producer_threads(stager.cfg, stager.control, n=2):
-            loader, seen = RingLoader(stager.cfg, stager.run_id, device="cuda:0"), []
+            loader = RingLoader(stager.cfg, stager.run_id, device="cuda:0", pin_ring=pin_ring)
+            seen = []
             for batch in loader:
+                assert loader.ring_pinned == pin_ring, "cudaHostRegister of the ring failed"
                 assert all(t.device == torch.device("cuda:0") for t in batch.values())
                 for _ in range(4):
                     busy = busy @ busy / busy.norm()  # the step's stream stays busy
