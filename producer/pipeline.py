@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.features.cache import FeatureCache
 from ringfeed.producer.features.clip_features import ClipFeatures
 from ringfeed.producer.features.durations import read_durations
 from ringfeed.producer.features.mel import log_mel
@@ -50,6 +49,7 @@ from ringfeed.producer.start_check import (
 from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.feature_cache import FeatureCache
 from ringfeed.shared.run.prosody_table import normalized_pitch, required_table
 from ringfeed.shared.sample import marks as m
 

@@ -6,7 +6,7 @@ sample's own clip and by the reference stage (producer/features/references.py) f
 candidate's mel. Its steps are stages of their own, each named as a quarantine line
 names it (producer/sample.py run_stage):
 
-    cache     the feature cache looked up (producer/features/cache.py): with every
+    cache     the feature cache looked up (shared/corpus/feature_cache.py): with every
               part there (the mel or wave with its marks, and each optional field's
               group, producer/features/extra_fields.py) nothing below runs
     audio     the clip read where it lives (shared/corpus/clips.py read_clip) and
@@ -30,7 +30,6 @@ import logging
 import numpy as np
 
 from ringfeed.producer.audio.decode import load_clip
-from ringfeed.producer.features.cache import FeatureCache
 from ringfeed.producer.features.extra_fields import ExtraFields
 from ringfeed.producer.features.mel import fit_length, log_mel, log_mel_energy
 from ringfeed.producer.features.prosody import pitch
@@ -38,6 +37,7 @@ from ringfeed.producer.sample import PipelineCounters, SkipSample, Work, run_sta
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.clips import ClipReader
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.feature_cache import FeatureCache
 from ringfeed.shared.memory.disk import DiskFull
 from ringfeed.shared.sample import marks as m
 
@@ -153,7 +153,7 @@ class ClipFeatures:
         self.counters.cache_errors += 1
         n = self.counters.cache_errors
         if isinstance(exc, DiskFull) and what == "cannot write":
-            return  # the cache said so, once, and writes no more (producer/features/cache.py)
+            return  # the cache said so, once, and writes no more (shared/corpus/feature_cache.py)
         if n <= 3 or n % 1000 == 0:  # one per sample on a full disk: keep the log short
             log.warning("feature cache %s (%d so far): %s; samples go on without it", what, n, exc)
 

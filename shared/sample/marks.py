@@ -1,5 +1,5 @@
 """What a sample's marks say of it: one small integer of bits, set by the producer that
-made it, kept with its features in the feature cache (producer/features/cache.py) and sent in
+made it, kept with its features in the feature cache (shared/corpus/feature_cache.py) and sent in
 its READY (shared/wire/grants.py), so the stager can list a clip it delivers
 (consumer/stager/outliers.py) without decoding it.
 

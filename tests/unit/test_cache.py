@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.features.cache import FeatureCache, settings_hash
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.feature_cache import FeatureCache, settings_hash
 from ringfeed.shared.corpus.open import read_corpus
 from tests.support.configs import clips_cfg
 

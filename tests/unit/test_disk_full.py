@@ -104,7 +104,7 @@ import json, sys
 from ringfeed.shared.config import replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.disk import DiskFull
-from ringfeed.producer.features.cache import FeatureCache
+from ringfeed.shared.corpus.feature_cache import FeatureCache
 from tests.support.configs import clips_cfg
 from pathlib import Path
 full = Path(sys.argv[1])

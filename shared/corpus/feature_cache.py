@@ -1,4 +1,4 @@
-"""Persistent feature cache shared by all producer processes on a host.
+"""Persistent feature cache shared by all producer processes on a host, and the stager.
 
 On-disk layout (``features.cache_dir``)::
 
@@ -50,14 +50,14 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from ringfeed.producer.audio.decode import RESAMPLE_QUALITY
-from ringfeed.producer.features.mel import STFT_DTYPE
 from ringfeed.shared.config import Config
+from ringfeed.shared.config.audio import RESAMPLE_QUALITY
 from ringfeed.shared.corpus.clips import clip_identity
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.memory.disk import disk_error, is_full
 from ringfeed.shared.sample.content import LOG_FLOOR
 from ringfeed.shared.sample.marks import ALL as ALL_MARKS
+from ringfeed.shared.sample.mel_definition import STFT_DTYPE
 
 log = logging.getLogger(__name__)
 
