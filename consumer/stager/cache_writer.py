@@ -58,6 +58,7 @@ class CacheWriter:
         self.clip_marks = np.zeros(n_places, np.int64)
         self.queue: queue.Queue[Job] = queue.Queue(MAX_QUEUED)
         self.stopping = threading.Event()
+        self.stop_by = float("inf")  # close(): the thread leaves what is queued after it
         self.off = False  # the cache could not be opened, or it stopped writing
         # Each counter has one writer: the stager's loop (dropped), the thread (the rest).
         self.dropped = self.kept = self.failed = 0
@@ -112,8 +113,10 @@ class CacheWriter:
     def close(self) -> None:
         """Write what is queued, for CLOSE_WAIT_S at most, and stop the thread (again: a
         no-op)."""
-        self.stopping.set()
-        self.thread.join(CLOSE_WAIT_S)
+        if not self.stopping.is_set():
+            self.stop_by = time.monotonic() + CLOSE_WAIT_S
+            self.stopping.set()
+        self.thread.join(CLOSE_WAIT_S + POLL_S)
         if self.thread.is_alive():
             log.warning(
                 "the feature cache took over %.0f s to keep the stager's last mels: the "
@@ -123,18 +126,15 @@ class CacheWriter:
 
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
-        """Until stopping and the queue is empty, or CLOSE_WAIT_S after stopping."""
+        """Until stopping and the queue is empty, or stop_by."""
         try:
             cache = FeatureCache(self.cfg, reads=False)
         except OSError as exc:  # a cache folder it cannot make: the run goes on without
             log.warning("the stager keeps no mels in the feature cache: %s", exc)
             self.off = True
             cache = None
-        deadline = float("inf")
         try:
-            while time.monotonic() < deadline:
-                if self.stopping.is_set() and deadline == float("inf"):
-                    deadline = time.monotonic() + CLOSE_WAIT_S
+            while not (self.stopping.is_set() and time.monotonic() > self.stop_by):
                 try:
                     job = self.queue.get(timeout=POLL_S)
                 except queue.Empty:
