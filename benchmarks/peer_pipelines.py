@@ -104,9 +104,9 @@ def export_cached(cfg, paths: list[str], texts: list[str], out: Path) -> list[np
     skipped (outside the speaking-rate band) is not in the cache, nor delivered by
     ringfeed-cached, so it is left out here too. Not timed: it stands for computing
     the mels once."""
-    from ringfeed.producer.features.cache import FeatureCache
     from ringfeed.producer.text.encoder import TextEncoder
     from ringfeed.shared.corpus.entry import Entry
+    from ringfeed.shared.corpus.feature_cache import FeatureCache
 
     cache, encoder = FeatureCache(cfg), TextEncoder(cfg)
     out.mkdir(parents=True, exist_ok=True)

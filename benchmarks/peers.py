@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/peers.py --quick          # 1 round, 256 clips: ~2 min
     .venv/bin/python benchmarks/peers.py --quick --plot PNG   # also draw the result
     .venv/bin/python benchmarks/peers.py --quick --stages     # also CPU by process and stage
+    .venv/bin/python benchmarks/peers.py --device stager ...  # ringfeed with stager mels
 
 Data: ``--clips`` crops of the 16 shipped LJSpeech clips (22050 Hz 16-bit PCM, so
 no variant resamples), 1-9.5 s long, written once into a temporary LJSpeech
@@ -29,6 +30,11 @@ libraries pinned to one thread:
   cached path like for like (benchmarks/peer_pipelines.py);
 - ringfeed-cold@baseline (with ``--baseline DIR``, a checkout of other code):
   ringfeed-cold run from that checkout, to compare ringfeed with itself.
+
+``--device stager`` runs ringfeed with features.device: stager (the producers write
+waveforms, the stager computes the batch's mels in its framework, on the CPU here):
+ringfeed-cold is then the stager's mels over an empty cache, ringfeed-cached the epochs
+over the mels the stager kept.
 
 Each variant runs in its own process (TensorFlow stays out of ringfeed's) and
 reports samples over the time from its first batch to its last (start-up, TF
@@ -99,11 +105,13 @@ def make_corpus(root: Path, n: int, seed: int = 0) -> Path:
     return root
 
 
-def bench_raw(corpus: Path, cache_dir: Path, epochs: int) -> dict:
-    """The config mapping of the ringfeed runs (as YAML would give it)."""
+def bench_raw(corpus: Path, cache_dir: Path, epochs: int, device: str = "producer") -> dict:
+    """The config mapping of the ringfeed runs (as YAML would give it); device:
+    features.device."""
+    features = {"cache": True, "cache_dir": str(cache_dir), "on_too_long": "truncate"}
     return {
         "data": {"path": str(corpus)},
-        "features": {"cache": True, "cache_dir": str(cache_dir), "on_too_long": "truncate"},
+        "features": features | {"device": device},
         "stager": {"batch_size": BATCH, "epochs": epochs},
         "producers": {"workers": WORKERS, "math_threads": 1},
         "run_root": str(cache_dir.parent / "runs"),
@@ -138,11 +146,11 @@ def timed(batches) -> dict:
     }
 
 
-def run_ringfeed(corpus: Path, cache_dir: Path, epochs: int, tmp: Path) -> dict:
+def run_ringfeed(corpus: Path, cache_dir: Path, epochs: int, tmp: Path, device: str) -> dict:
     from live_run import live_run  # the checkout on sys.path: this one, or --baseline's
 
     def batches():
-        with live_run(bench_raw(corpus, cache_dir, epochs), tmp) as client:
+        with live_run(bench_raw(corpus, cache_dir, epochs, device), tmp) as client:
             while (batch := client.next(timeout_s=120)) is not None:
                 n = batch.meta.n_valid
                 client.free(batch)
@@ -199,7 +207,7 @@ def child(args: argparse.Namespace) -> None:
 
         from ringfeed.shared.config import config_from_dict
 
-        cfg = config_from_dict(bench_raw(corpus, cache_dir, 1))
+        cfg = config_from_dict(bench_raw(corpus, cache_dir, 1, args.device))
         which = (
             stage_costs.ringfeed_stages
             if args.child == "stages-ringfeed"
@@ -208,7 +216,7 @@ def child(args: argparse.Namespace) -> None:
         out = which(cfg, *stage_costs.clips(corpus))
     elif args.child.startswith("ringfeed"):
         epochs = CACHED_EPOCHS if args.child == "ringfeed-cached" else 1
-        out = run_ringfeed(corpus, cache_dir, epochs, cache_dir.parent)
+        out = run_ringfeed(corpus, cache_dir, epochs, cache_dir.parent, args.device)
     else:
         out = run_tf(args.child, corpus, cache_dir)
     print(RESULT_TAG + json.dumps(out), flush=True)
@@ -217,14 +225,14 @@ def child(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------ parent
 
 
-def spawn(variant: str, repo: Path, corpus: Path, cache_dir: Path) -> dict:
+def spawn(variant: str, repo: Path, corpus: Path, cache_dir: Path, device: str) -> dict:
     from ringfeed.producer.process.threads import math_thread_env
 
     env = (
         os.environ | math_thread_env(1) | {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
     )
     cmd = [sys.executable, __file__, "--child", variant.split("@")[0], "--repo", str(repo)]
-    cmd += ["--corpus", str(corpus), "--cache-dir", str(cache_dir)]
+    cmd += ["--corpus", str(corpus), "--cache-dir", str(cache_dir), "--device", device]
     # cwd=repo: the run's processes (python -m ringfeed...) import from their working
     # directory, so a --baseline run must start there or it runs this checkout's code.
     proc = subprocess.run(
@@ -236,12 +244,12 @@ def spawn(variant: str, repo: Path, corpus: Path, cache_dir: Path) -> dict:
     raise RuntimeError(f"{variant} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def stage_table(corpus: Path, tmp: Path) -> None:
+def stage_table(corpus: Path, tmp: Path, device: str) -> None:
     """--stages: one producer's cold path and tfdata-ops's, stage by stage (stage_costs.py)."""
     from stage_costs import print_stages
 
-    ours = spawn("stages-ringfeed", REPO, corpus, tmp / "ringfeed")
-    print_stages(ours, spawn("stages-tf", REPO, corpus, tmp / "tf"))
+    ours = spawn("stages-ringfeed", REPO, corpus, tmp / "ringfeed", device)
+    print_stages(ours, spawn("stages-tf", REPO, corpus, tmp / "tf", device))
 
 
 def print_table(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
@@ -312,6 +320,12 @@ def main() -> None:
         help="also each pipeline's CPU by process, and a producer's by stage "
         "against tf.data's ops (benchmarks/stage_costs.py)",
     )
+    parser.add_argument(
+        "--device",
+        choices=("producer", "stager"),
+        default="producer",
+        help="features.device of the ringfeed runs (stager: the stager's mels, on its CPU here)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--repo", default=str(REPO), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
@@ -333,7 +347,7 @@ def main() -> None:
                 repo = Path(args.baseline) if v.endswith("@baseline") else REPO
                 cache_dir = Path(tmp) / f"r{r}" / ("base" if "@" in v else "cache")
                 cache_dir.parent.mkdir(exist_ok=True)
-                out = spawn(v, repo, corpus, cache_dir)
+                out = spawn(v, repo, corpus, cache_dir, args.device)
                 results[v].append(out)
                 print(
                     f"round {r + 1}: {v} {out['rate']:,.0f} samples/s, "
@@ -341,7 +355,7 @@ def main() -> None:
                     flush=True,
                 )
         if args.stages:
-            stage_table(corpus, Path(tmp) / "stages")
+            stage_table(corpus, Path(tmp) / "stages", args.device)
     print_table(results, args)
     if args.stages:
         print_roles(results)

@@ -46,15 +46,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-from ringfeed.producer.audio.decode import RESAMPLE_QUALITY, load_clip  # noqa: E402
-from ringfeed.producer.features.cache import FeatureCache  # noqa: E402
+from ringfeed.producer.audio.decode import load_clip  # noqa: E402
 from ringfeed.producer.features.mel import fit_length, log_mel  # noqa: E402
 from ringfeed.producer.pipeline import SamplePipeline  # noqa: E402
 from ringfeed.producer.process.threads import pin_math_threads  # noqa: E402
 from ringfeed.producer.text.encoder import TextEncoder  # noqa: E402
 from ringfeed.shared.config import Config, config_from_dict  # noqa: E402
+from ringfeed.shared.config.audio import RESAMPLE_QUALITY  # noqa: E402
 from ringfeed.shared.corpus.clips import ClipReader  # noqa: E402
 from ringfeed.shared.corpus.entry import Entry  # noqa: E402
+from ringfeed.shared.corpus.feature_cache import FeatureCache  # noqa: E402
 from ringfeed.shared.corpus.open import read_corpus  # noqa: E402
 from tests.support.audio import librosa_log_mel  # noqa: E402
 

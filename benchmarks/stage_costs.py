@@ -42,11 +42,11 @@ def _cpu_s() -> float:
 
 def ringfeed_stages(cfg, paths: list[str], texts: list[str]) -> dict[str, float]:
     """CPU ms per clip of each stage of a producer's cold sample (module docstring)."""
-    from ringfeed.producer.features.cache import FeatureCache
     from ringfeed.producer.process.threads import pin_math_threads
     from ringfeed.producer.sources import DatasetSource
     from ringfeed.producer.text.encoder import TextEncoder
     from ringfeed.shared.config import replace
+    from ringfeed.shared.corpus.feature_cache import FeatureCache
     from ringfeed.shared.corpus.open import open_corpus
 
     pin_math_threads(1)

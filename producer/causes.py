@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import hashlib
 
-from ringfeed.producer.audio.decode import RESAMPLE_QUALITY
-from ringfeed.producer.features.cache import CACHE_FORMAT_VERSION
-from ringfeed.producer.features.mel import STFT_DTYPE
 from ringfeed.producer.features.prosody import PROSODY_VERSION
 from ringfeed.producer.text.normalize import NORMALIZER_VERSION
 from ringfeed.shared.config import Config
+from ringfeed.shared.config.audio import RESAMPLE_QUALITY
+from ringfeed.shared.corpus.feature_cache import CACHE_FORMAT_VERSION
 from ringfeed.shared.run.fingerprint import SAMPLE_SECTIONS, config_fingerprint
+from ringfeed.shared.sample.mel_definition import STFT_DTYPE
 from ringfeed.shared.wire.bounds import MAX_DIGEST_KEY
 
 # Hex characters of a cause's hash: 32 bits tell two versions of one stage apart.

@@ -1,5 +1,5 @@
 """Everything a producer does to one sample, as one ordered list of stages: entry ->
-tokens + mel (or waveform) + the optional fields.
+tokens + mel (or waveform, or with stager mels a cached mel) + the optional fields.
 
 Called in producer processes by their source (producer/sources.py DatasetSource)::
 
@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from ringfeed.producer.features.cache import FeatureCache
 from ringfeed.producer.features.clip_features import ClipFeatures
 from ringfeed.producer.features.durations import read_durations
 from ringfeed.producer.features.mel import log_mel
@@ -50,6 +49,7 @@ from ringfeed.producer.start_check import (
 from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.shared.config import Config, ConfigError, replace
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.feature_cache import FeatureCache
 from ringfeed.shared.run.prosody_table import normalized_pitch, required_table
 from ringfeed.shared.sample import marks as m
 
@@ -153,13 +153,15 @@ class SamplePipeline:
             work.entry.item_id,
             work.tokens,
             truncated=truncated,
-            marks=work.marks & m.AUDIO,
+            marks=work.marks & (m.AUDIO | m.MEL),
             fields=work.fields,
+            cache_key=work.cache_key,
+            clip_marks=work.clip_marks,
         )
         if self.cfg.features.device == "producer":
             sample.mel = work.array
-        else:
-            sample.wave = work.array
+        else:  # the waveform, or the cached mel flattened (MEL): the stager's to tell
+            sample.wave = work.array.reshape(-1)
         return sample
 
     # ------------------------------------------------------------ the stages of its own
@@ -197,7 +199,8 @@ class SamplePipeline:
     def _durations(self, work: Work) -> None:
         assert work.tokens is not None and work.array is not None
         f = self.cfg.features
-        frames = len(work.array) if f.device == "producer" else 1 + len(work.array) // f.hop_length
+        is_mel = f.device == "producer" or work.marks & m.MEL
+        frames = len(work.array) if is_mel else 1 + len(work.array) // f.hop_length
         work.fields["durations"] = read_durations(
             f.durations_dir, work.entry.item_id, len(work.tokens), frames
         )

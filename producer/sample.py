@@ -38,9 +38,12 @@ class Sample:
     producer) or None; wave: float32 [n_samples] at audio.sample_rate
     (features.device: stager) or None. truncated is set when
     features.on_too_long: truncate cut the clip. marks: the clip's audio marks
-    (shared/sample/marks.py AUDIO bits: near-silent, clipped). fields: the optional fields of the
+    (shared/sample/marks.py AUDIO bits: near-silent, clipped; MEL: wave holds the clip's
+    cached log-mel [n_frames, n_mels], flattened). fields: the optional fields of the
     declared schema (shared/sample/schema.py) by name: pitch, voiced, energy and the
-    user's, unpadded (axis 0 the true length).
+    user's, unpadded (axis 0 the true length). cache_key: the clip's feature-cache key,
+    under which the stager keeps the mel it computes of wave (b'': none to keep), and
+    clip_marks: the clip's marks as the cache keeps them (marks.ALL).
     """
 
     item_id: str
@@ -51,6 +54,8 @@ class Sample:
     marks: int = 0
     extra: dict[str, float] = field(default_factory=dict)
     fields: dict[str, np.ndarray] = field(default_factory=dict)
+    cache_key: bytes = b""
+    clip_marks: int = 0
 
     def array(self, name: str) -> np.ndarray:
         """The unpadded array of field `name` (tokens, mel, wave or an optional one)."""
@@ -64,8 +69,9 @@ class Work:
     """One sample in progress, handed from stage to stage (producer/pipeline.py) and
     never shared: the entry and where it sits in the plan (item, epoch: -1, 0 when the
     caller has none), then what the stages make of it. array: the mel float32
-    [n_frames, n_mels] (features.device: producer) or the wave float32 [n_samples];
-    marks: shared/sample/marks.py bits; fields: the optional fields by name."""
+    [n_frames, n_mels] (features.device: producer, or marks MEL) or the wave float32
+    [n_samples]; marks: shared/sample/marks.py bits; fields: the optional fields by
+    name; cache_key, clip_marks: as Sample's."""
 
     entry: Entry
     item: int = -1
@@ -75,6 +81,8 @@ class Work:
     array: np.ndarray | None = None
     marks: int = 0
     fields: dict[str, np.ndarray] = field(default_factory=dict)
+    cache_key: bytes = b""
+    clip_marks: int = 0
 
 
 @dataclass

@@ -24,7 +24,12 @@ The stager's own columns come last, from the ledger and the run's tables, never 
 producer: true lengths, items, plan positions, valid, speaker and language ids (padding
 rows: zeros, -1, False, the padding ids of shared/run/id_tables.py). With
 ``features.device: stager`` the waveforms are copied into a staging array and the whole
-batch's log-mels computed at once (consumer/stager/gpu_mel.py).
+batch's log-mels computed at once (consumer/stager/gpu_mel.py), at the batch's one shape
+(a cached mel's row there is a waveform of no samples). A row whose wave field holds its
+clip's mel from a producer's feature cache (marks MEL) is copied into the batch's mel as
+it is; a batch of such rows only calls no mel function at all. The mels computed for a
+local producer's rows go to the cache writer (consumer/stager/cache_writer.py), so the
+next epoch's rows come as mels.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ringfeed.consumer.stager.cache_writer import CacheWriter
 from ringfeed.consumer.stager.gpu_mel import MelInputError
 from ringfeed.consumer.stager.ledger.face import SAMPLE, BatchOut
 from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
@@ -44,7 +50,7 @@ from ringfeed.shared.memory.row_pass import check_fields, check_rows, fold_rows
 from ringfeed.shared.run.id_tables import padding_ids
 from ringfeed.shared.run.stats_record import BuilderStats, Padding
 from ringfeed.shared.sample.content import content_error
-from ringfeed.shared.sample.marks import AUDIO
+from ringfeed.shared.sample.marks import AUDIO, MEL
 from ringfeed.shared.sample.schema import SPARE_SHAPE
 
 log = logging.getLogger(__name__)
@@ -76,13 +82,16 @@ class Assembly:
         mel_fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None,
         ids: tuple[np.ndarray, np.ndarray] | None = None,
         marked: Callable[[int, int], None] | None = None,
+        cache_writer: CacheWriter | None = None,
     ) -> None:
         """mel_fn: the stager's batch log-mel (features.device: stager), else None; ids:
         (speaker, language) int32 [n_items] from the run's id tables; marked(item, marks):
         told of each sample sent whose READY carried audio marks (near-silent, clipped:
-        consumer/stager/outliers.py lists it)."""
+        consumer/stager/outliers.py lists it); cache_writer: where the mels it computes
+        are kept (stager mels, the feature cache on)."""
         self.cfg, self.places = cfg, places
-        self.mel_fn, self.marked = mel_fn, marked
+        self.mel_fn, self.marked, self.cache_writer = mel_fn, marked, cache_writer
+        self.n_mels = cfg.features.n_mels
         self.vocab = cfg.vocab_size
         self.speaker_of: np.ndarray | None = ids[0] if ids is not None else None
         self.language_of: np.ndarray | None = ids[1] if ids is not None else None
@@ -96,6 +105,8 @@ class Assembly:
         wave = mel_fn is not None
         self.waves = np.zeros((cfg.max_batch_rows, cfg.max_samples), np.float32) if wave else None
         self.wave_lens = np.zeros(cfg.max_batch_rows, np.int32)
+        self.cached = np.zeros(cfg.max_batch_rows, bool)  # rows that came as mels (MEL)
+        self.mels_from_cache = 0  # rows sent as they came: mels from a feature cache
         # Over every batch sent: true mel frames, padded mel frames, true and padded tokens.
         self.filled = np.zeros(4, np.int64)
         self.mel_fallbacks = 0  # the device's mels failed and the CPU's took over
@@ -112,7 +123,15 @@ class Assembly:
             frames=round(true_f / pad_f, 4) if pad_f else None,
             text=round(true_t / pad_t, 4) if pad_t else None,
         )
-        return BuilderStats(in_flight, padding, self.mel_fallbacks)
+        kept = self.cache_writer.counters() if self.cache_writer is not None else {}
+        return BuilderStats(
+            in_flight,
+            padding,
+            self.mel_fallbacks,
+            self.mels_from_cache,
+            kept.get("mels_kept", 0),
+            kept.get("mels_not_kept", 0),
+        )
 
     # ------------------------------------------------------------ one batch
     def assemble(self, batch: BatchOut) -> Assembled:
@@ -131,8 +150,9 @@ class Assembly:
         if self.waves is not None:
             written[:] = False
         failed = self.check_in_place(batch, written, views) if ANY(written) else {}
+        cached = (batch.marks & MEL) != 0
         for row in (sample & ~written).nonzero()[0].tolist():
-            if why := self.place(batch, row, int(finals[row]), views):
+            if why := self.place(batch, row, int(finals[row]), views, bool(cached[row])):
                 failed[row] = why
         n = int(SUM(sample, dtype=np.int64))
         if not failed:
@@ -172,19 +192,25 @@ class Assembly:
             failed[int(rows[i])] = "torn: its rows changed after its READY"
         return failed
 
-    def place(self, batch: BatchOut, row: int, j: int, views: dict[str, np.ndarray]) -> str:
+    def place(
+        self, batch: BatchOut, row: int, j: int, views: dict[str, np.ndarray], cached: bool
+    ) -> str:
         """Put a sample into row j of the batch (a copy from where it lies, checked and
-        hashed in the same pass), then check its seqlock: '' if it is whole, else why not
+        hashed in the same pass; a waveform into the staging array, a cached mel straight
+        into the batch's mel), then check its seqlock: '' if it is whole, else why not
         (torn, or values out of range)."""
         slot, index = int(batch.src_slot[row]), int(batch.src_index[row])
         shape = batch.shape if slot >= 0 else SPARE_SHAPE
         g = int(batch.generations[row])
         n = batch.lengths[row].tolist()
         waves = self.waves
-        dst = [
-            waves[j] if name == "wave" and waves is not None else views[name][j]
-            for name in self.names
-        ]
+        if waves is None:
+            dst = [views[name][j] for name in self.names]
+        else:  # the batch's mel row, flat, or the staging row
+            wave = views["mel"][j].reshape(-1) if cached else waves[j]
+            dst = [wave if name == "wave" else views[name][j] for name in self.names]
+            if (size := n[self.names.index("wave")]) > len(wave):  # the intake refuses these
+                return f"a mel of {size} values where its batch's row holds {len(wave)}"
         # Never its own row: one written where it lies is checked there (check_in_place).
         src = self.places.fields(slot, shape, index)
         used = [s[:m] for s, m in zip(src, n, strict=True)]
@@ -228,12 +254,15 @@ class Assembly:
                 views[f.lens_name][:n] = lengths[:, k]
         if self.waves is None:
             views["mel_lens"][:n] = lengths[:, 1]
-        else:
-            self.wave_lens[:n] = lengths[:, 1]
+        else:  # a cached mel's row is a waveform of no samples to the device
+            cached = (batch.marks[sample] & MEL) != 0
+            self.cached[:n], self.cached[n:rows] = cached, False
+            self.wave_lens[:n] = np.where(cached, 0, lengths[:, 1])
+            views["mel_lens"][:n] = np.where(cached, lengths[:, 1] // self.n_mels, 0)
         if n < rows:
             self.pad_rows(views, n, rows)
         if self.waves is not None:
-            self.stager_mels(views, n, rows, frames)
+            self.stager_mels(batch, sample, views, n, rows, frames)
         self.filled += (
             int(SUM(views["mel_lens"])),
             rows * frames,
@@ -262,12 +291,30 @@ class Assembly:
         else:
             self.waves[n:rows] = 0
             self.wave_lens[n:rows] = 0
+            views["mel_lens"][n:] = 0
 
-    def stager_mels(self, views: dict[str, np.ndarray], n: int, rows: int, frames: int) -> None:
-        """The whole batch's log-mels from its waveforms, on the stager's device; where
-        the device fails (not the batch: MelInputError is the stager's own bug, and
-        stops it), on the CPU from then on, said once (consumer/stager/numpy_mel.py)."""
+    def stager_mels(
+        self,
+        batch: BatchOut,
+        sample: np.ndarray,
+        views: dict[str, np.ndarray],
+        n: int,
+        rows: int,
+        frames: int,
+    ) -> None:
+        """The batch's log-mels: the cached ones (MEL) are in place already, the rest
+        from its waveforms, the whole batch at its shape on the stager's device, or no
+        call when every real row came cached; where the device fails (not the batch:
+        MelInputError is the stager's own bug, and stops it), on the CPU from then on,
+        said once (consumer/stager/numpy_mel.py). What it computed for a local producer's
+        row goes to the cache writer."""
         assert self.waves is not None and self.mel_fn is not None
+        cached = self.cached[:rows]
+        n_cached = int(SUM(cached, dtype=np.int64))
+        self.mels_from_cache += n_cached
+        if n_cached == n:  # a warm cache: no FFT at all
+            views["mel"][n:] = 0
+            return
         lens = self.wave_lens[:rows]
         waves = self.waves[:rows, : frames * self.hop]
         try:
@@ -287,8 +334,18 @@ class Assembly:
             self.mel_fn = NumpyLogMel(self.cfg)
             self.mel_fallbacks += 1
             mel, mel_lens = self.mel_fn(waves, lens)
-        views["mel"][:] = mel[:, :frames]
-        views["mel_lens"][:] = np.where(lens > 0, np.minimum(mel_lens, frames), 0)
+        mel_lens = np.where(lens > 0, np.minimum(mel_lens, frames), 0)
+        if n_cached:  # their rows hold their mels already
+            computed = ~cached
+            views["mel"][computed] = mel[computed, :frames]
+            views["mel_lens"][computed] = mel_lens[computed]
+        else:
+            views["mel"][:] = mel[:, :frames]
+            views["mel_lens"][:] = mel_lens
+        if self.cache_writer is not None:
+            spare = (batch.src_slot[sample] < 0) & ~cached[:n]
+            places = np.where(spare, batch.src_index[sample], -1)
+            self.cache_writer.keep(places, batch.generations[sample], mel[:n], mel_lens[:n])
 
     def forget(self) -> None:
         """Before the rings are unmapped: no view of them may outlive the map."""

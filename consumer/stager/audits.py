@@ -29,6 +29,12 @@ every value in range) and still be made up: another item's valid mel, or zeros (
 - A local producer that cannot use an item a remote one delivered decides nothing (it
   may lack something the other host has): the remote sample is delivered, counted
   inconclusive.
+- With stager mels (features.device: stager) a sample's wave field holds its waveform,
+  or its clip's log-mel from its host's feature cache (shared/sample/marks.py MEL).
+  Where one side is a mel and the other a waveform (one host's cache is warm), they are
+  compared in mel space: the waveform's log-mel computed here, on the CPU
+  (consumer/stager/numpy_mel.py, one row), against the mel, within AUDIT_TOLERANCE. A
+  peer is never struck for having, or lacking, a cache; a wrong mel still differs.
 
 Cost: each audit is one more sample computed on this host, and the audited position
 waits for it (at the default 1 %, ~1 % more local work while remote peers deliver). What
@@ -50,9 +56,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
 from ringfeed.shared.memory.places import Places
 from ringfeed.shared.sample.schema import RESERVED
 
@@ -98,30 +106,54 @@ class AuditPolicy:
 Where = tuple[int, tuple[int, int, int], int]  # a place: (batch slot or -1, shape, index)
 
 
-def disagreement(
-    places: Places, a_at: Where, lengths_a: Sequence[int], b_at: Where, lengths_b: Sequence[int]
-) -> str:
-    """'' if the samples at two places agree (see the module docstring), else where not."""
-    if list(lengths_a) != list(lengths_b):
-        return f"lengths {list(lengths_a)} against the audit's {list(lengths_b)}"
-    fields_a, fields_b = places.fields(*a_at), places.fields(*b_at)
-    for name, n, a, b in zip(places.names, lengths_a, fields_a, fields_b, strict=True):
-        a, b = a[:n], b[:n]
-        if a.dtype.kind == "f":  # within the tolerance, or the same inf, or NaN on both
-            a64 = a.astype(np.float64)  # sides (the item's fault: the content check's)
+class Side(NamedTuple):
+    """One sample of an audit: where it lies, its lengths (ring order), and whether its
+    wave field holds its clip's cached mel (marks MEL)."""
+
+    at: Where
+    lengths: Sequence[int]
+    mel: bool = False
+
+
+def disagreement(places: Places, a: Side, b: Side, audit_mel: NumpyLogMel | None = None) -> str:
+    """'' if the samples a (held) and b (the audit's) agree (see the module docstring),
+    else where not. audit_mel: the CPU's log-mel, for a waveform against a mel."""
+    rows_a = [f[:n] for f, n in zip(places.fields(*a.at), a.lengths, strict=True)]
+    rows_b = [f[:n] for f, n in zip(places.fields(*b.at), b.lengths, strict=True)]
+    if a.mel != b.mel:  # one host's cache is warm: both in mel space
+        if audit_mel is None:  # the intake refuses a mel where producers compute mels
+            return "a cached mel against a waveform, and no mel of this stager's to compare"
+        k = places.names.index("wave")
+        waves = rows_b if a.mel else rows_a
+        waves[k] = wave_mel(audit_mel, waves[k]).reshape(-1)
+    lengths_a, lengths_b = [len(r) for r in rows_a], [len(r) for r in rows_b]
+    if lengths_a != lengths_b:
+        return f"lengths {lengths_a} against the audit's {lengths_b}"
+    for name, x, y in zip(places.names, rows_a, rows_b, strict=True):
+        if x.dtype.kind == "f":  # within the tolerance, or the same inf, or NaN on both
+            x64 = x.astype(np.float64)  # sides (the item's fault: the content check's)
             off = ~(
-                (np.abs(a64 - b) <= AUDIT_TOLERANCE) | (a64 == b) | (np.isnan(a64) & np.isnan(b))
+                (np.abs(x64 - y) <= AUDIT_TOLERANCE) | (x64 == y) | (np.isnan(x64) & np.isnan(y))
             )
         else:
-            off = a != b
+            off = x != y
         n_off = int(np.count_nonzero(off))
         if not n_off:
             continue
         if name in VOICING:  # a voicing flip: the frame is unvoiced (0) on one side
-            flips_only = not np.any(off & (a != 0) & (b != 0))
-            fits = flips_only and n_off <= AUDIT_OUTLIERS * a.size
+            flips_only = not np.any(off & (x != 0) & (y != 0))
+            fits = flips_only and n_off <= AUDIT_OUTLIERS * x.size
         else:  # a built-in field is the same code's in every value; a user's may stray
-            fits = name not in RESERVED and n_off <= AUDIT_OUTLIERS * a.size
+            fits = name not in RESERVED and n_off <= AUDIT_OUTLIERS * x.size
         if not fits:
-            return f"{name}: {n_off} of {a.size} values differ"
+            return f"{name}: {n_off} of {x.size} values differ"
     return ""
+
+
+def wave_mel(audit_mel: NumpyLogMel, wave: np.ndarray) -> np.ndarray:
+    """A waveform's log-mel float32 [1 + n // hop_length, n_mels], on the CPU."""
+    hop, n = audit_mel.definition.hop_length, len(wave)
+    padded = np.zeros((1, (n // hop + 1) * hop), np.float32)
+    padded[0, :n] = wave
+    mel, mel_lens = audit_mel(padded, np.array([n], np.int32))
+    return mel[0, : mel_lens[0]]

@@ -28,6 +28,13 @@ is skipped only when a second peer (another account) sent out-of-range rows for 
 Audits (consumer/stager/audits.py): some READYs and every SKIP of a remote producer
 wait until a local producer has computed the item too; the intake compares the two and
 the ledger settles the position by that verdict.
+
+With stager mels (features.device: stager) a row's wave field may hold its clip's
+cached log-mel instead (shared/sample/marks.py MEL): its length must be whole frames of
+n_mels, at most its batch's bucket frames, or the READY is refused like any wrong
+length (and a MEL row where the producers compute the mels, like any lie). A local
+producer's keys for the mels the stager will compute are noted for the cache writer
+(consumer/stager/cache_writer.py); a remote producer's never are.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ import logging
 
 import numpy as np
 
-from ringfeed.consumer.stager.audits import AuditPolicy, disagreement
+from ringfeed.consumer.stager.audits import AuditPolicy, Side, disagreement
+from ringfeed.consumer.stager.cache_writer import CacheWriter
 from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.ledger.face import (
     AGAIN,
@@ -49,10 +57,12 @@ from ringfeed.consumer.stager.ledger.face import (
     Skip,
     SlotLedger,
 )
+from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.producer_book import Producer, ProducerBook, Salvage
 from ringfeed.shared.memory.places import Places, write_frames
 from ringfeed.shared.memory.row_pass import check_fields
+from ringfeed.shared.sample.marks import MEL
 from ringfeed.shared.sample.schema import SampleSchema
 from ringfeed.shared.wire import protocol as p
 
@@ -75,13 +85,23 @@ class Intake:
         drop: Drops,
         audit_policy: AuditPolicy,
         vocab_size: int,
+        audit_mel: NumpyLogMel | None = None,
+        cache_writer: CacheWriter | None = None,
     ) -> None:
         """places: where samples lie (both rings); schema: the sample schema (what a
         READY's lengths may be); audit_policy: which remote samples wait for an audit;
-        vocab_size: the token ids a sample may hold."""
+        vocab_size: the token ids a sample may hold; audit_mel: with stager mels, the
+        CPU's, for an audit of a mel against a waveform; cache_writer: where a local
+        producer's cache keys go (stager mels with the feature cache on)."""
         self.places, self.ledger, self.book, self.schema = places, ledger, book, schema
         self.drop, self.audits, self.vocab = drop, audit_policy, vocab_size
+        self.audit_mel, self.cache_writer = audit_mel, cache_writer
         self.n_fields = len(schema.fields)
+        names = [f.name for f in schema.fields]
+        self.wave = names.index("wave") if "wave" in names else -1  # stager mels
+        # Spare places whose sample is a cached mel (MEL), as their last READY said: an
+        # audit's held sample (its marks are its READY's only).
+        self.spare_mel = np.zeros(places.spares.slots.shape[0], bool)
         self.row_bytes = [
             int(np.prod(f.inner if f.length != "none" else f.shape[1:], dtype=np.int64))
             * f.dtype.itemsize
@@ -98,9 +118,7 @@ class Intake:
     def on_ready(self, msg: p.Ready, producer: Producer, payload: list[bytes]) -> None:
         """Accept the places of a READY that its producer still holds (module docstring)."""
         n = len(msg.places)
-        if not (len(msg.items) == len(msg.checksums) == len(msg.marks) == n) or (
-            len(msg.lengths) != n * self.n_fields or n == 0
-        ):
+        if not msg.consistent(self.n_fields):
             self.reject(producer, "malformed", f"READY with inconsistent list sizes ({n} places)")
             return
         self.book.credit(producer.ident, n)  # each entry asks for a grant
@@ -109,7 +127,9 @@ class Intake:
             self.reject(producer, answer.why, f"READY: {answer.refused}")
             return
         lengths = np.asarray(msg.lengths, np.int32).reshape(n, self.n_fields)
-        why = self.lengths_error(lengths, answer.slot, answer.shape)
+        marks = np.asarray(msg.marks, np.int64)
+        mel = (marks & MEL) != 0
+        why = self.lengths_error(lengths, answer.slot, answer.shape, mel)
         if not why and producer.remote:
             why = self.payload_error(lengths, payload)
         if why:
@@ -135,20 +155,36 @@ class Intake:
             why = f"place {place} is not sealed with generation {msg.generation}"
             self.reject(producer, "unsealed", why)
             return
-        verdicts = self.verdicts(answer, lengths) if answer.audits else None
+        if answer.slot < 0:
+            self.spare_mel[answer.index[keep]] = mel[keep]
+            if self.cache_writer is not None and msg.clip_marks and not producer.remote:
+                writer, rows = self.cache_writer, keep & ~mel  # a cached mel is kept already
+                writer.noted(answer.index, msg.generation, msg.cache_keys, msg.clip_marks, rows)
+        verdicts = self.verdicts(answer, lengths, mel) if answer.audits else None
         hold = self.held_for_audit(producer, answer) if producer.remote else None
-        done = self.ledger.accept(
-            answer, keep, lengths, checksums, np.asarray(msg.marks, np.int64), hold, verdicts
-        )
+        done = self.ledger.accept(answer, keep, lengths, checksums, marks, hold, verdicts)
         self.counted(producer, answer, done, "READY")
         self.no_auditor &= producer.remote  # a local producer delivers: it can audit
         if bad:
             self.bad_rows(producer, answer, msg.items, bad)
 
-    def lengths_error(self, lengths: np.ndarray, slot: int, shape: tuple[int, int, int]) -> str:
+    def lengths_error(
+        self, lengths: np.ndarray, slot: int, shape: tuple[int, int, int], mel: np.ndarray
+    ) -> str:
         """'' if every row's lengths are within 1..what its place holds (and agree with
-        each other when the schema declares more fields), else why not."""
+        each other when the schema declares more fields), else why not. mel (bool [n]):
+        the rows whose wave field holds a cached mel (MEL): whole frames of n_mels, at
+        most the place's frames (its batch's bucket)."""
         limits = np.asarray(self.places.limits(slot, shape))
+        if np.logical_or.reduce(mel):
+            if self.wave < 0:
+                return "READY of a mel marked as a waveform's (MEL): the producers compute the mels"
+            mel_limits = np.asarray(self.places.limits(slot, shape, mel=True))
+            limits = np.where(mel[:, None], mel_limits, limits)
+            odd = mel & (lengths[:, self.wave] % self.schema.mel_bins != 0)
+            if np.logical_or.reduce(odd):
+                n = int(lengths[odd.argmax(), self.wave])
+                return f"READY of a mel of {n} values: not whole frames of {self.schema.mel_bins}"
         fits = np.logical_and.reduce((lengths > 0) & (lengths <= limits), axis=1)
         if not np.logical_and.reduce(fits):
             return f"READY lengths {lengths[fits.argmin()].tolist()} outside 1..{limits.tolist()}"
@@ -300,11 +336,13 @@ class Intake:
         assert answer.lengths is not None
         lengths = answer.lengths
         n = len(lengths)
-        keep = np.ones(n, bool)
+        # With stager mels a wave field may hold a cached mel, which only its READY's
+        # marks say (MEL): a place written whole without one is granted again.
+        keep = np.full(n, self.wave < 0)
         checksums = np.zeros(n, np.int64)
         limits = np.asarray(self.places.limits(answer.slot, answer.shape))
         for row, index in enumerate(answer.index.tolist()):
-            if not ((lengths[row] > 0) & (lengths[row] <= limits)).all():
+            if not keep[row] or not ((lengths[row] > 0) & (lengths[row] <= limits)).all():
                 keep[row] = False
                 continue
             fields = self.places.fields(answer.slot, answer.shape, index)
@@ -359,11 +397,11 @@ class Intake:
             self.ledger.skip(answer, said, "retry")
 
     # ------------------------------------------------------------ audit verdicts
-    def verdicts(self, answer: Answer, lengths: np.ndarray) -> dict[int, str]:
+    def verdicts(self, answer: Answer, lengths: np.ndarray, mel: np.ndarray) -> dict[int, str]:
         """A local producer's READY rows that answer audits: 'agree' (the remote sample is
         delivered), 'differ' (this one is, and the remote peer is struck: its samples not
         yet sent are granted again), 'overruled' (the remote SKIP was wrong: its peer's
-        grant limit halves, it may be honest)."""
+        grant limit halves, it may be honest). mel: its rows that are cached mels."""
         out = {}
         for row, case in answer.audits.items():
             if not answer.owned[row]:
@@ -379,8 +417,10 @@ class Intake:
                 continue
             assert case.held_at is not None and case.held_lengths is not None
             assert case.audit_at is not None
-            held, mine = case.held_lengths.tolist(), lengths[row].tolist()
-            why = disagreement(self.places, case.held_at, held, case.audit_at, mine)
+            at = case.held_at
+            held = Side(at, case.held_lengths.tolist(), at[0] < 0 and bool(self.spare_mel[at[2]]))
+            mine = Side(case.audit_at, lengths[row].tolist(), bool(mel[row]))
+            why = disagreement(self.places, held, mine, self.audit_mel)
             out[row] = "differ" if why else "agree"
             if why:
                 self.caught(case, why)

@@ -17,6 +17,8 @@ part complete, each by keyword from its own terms and handed what it uses
                    who pays for rows that fail
     Assembly       a finished batch's rows checked (seqlock, values, checksum: one
                    read), closed up and completed with the stager's own columns
+    CacheWriter    with stager mels, those it computed kept in this host's feature
+                   cache, by a thread of its own
     Delivery       batches announced; skips into quarantine.jsonl
     OutlierReport  data.outliers: out-of-band clips skipped or listed (outliers.jsonl)
     ConsumerSide   the one authenticated consumer and its messages
@@ -47,6 +49,7 @@ import numpy as np
 from ringfeed.consumer.devices import GpuProbe, stager_mel_fn
 from ringfeed.consumer.stager.assembly import Assembly
 from ringfeed.consumer.stager.audits import AuditPolicy
+from ringfeed.consumer.stager.cache_writer import CacheWriter
 from ringfeed.consumer.stager.consumer_side import ConsumerGone, ConsumerSide
 from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
@@ -54,6 +57,7 @@ from ringfeed.consumer.stager.drops import Drops
 from ringfeed.consumer.stager.intake import Intake
 from ringfeed.consumer.stager.ledger.face import SlotLedger
 from ringfeed.consumer.stager.ledger.table import Ledger, LedgerTerms, PlaceRecords
+from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
 from ringfeed.consumer.stager.outliers import OutlierReport, earlier_skips, out_of_band_clips
 from ringfeed.consumer.stager.peers import MALFORMED_PER_STRIKE, PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
@@ -123,6 +127,7 @@ class Stager:
     outliers: OutlierReport
     gpus: GpuProbe  # GPUs the stager's host has (the inspector's advice depends on it)
     t_start: float
+    cache_writer: CacheWriter | None = None  # stager mels with the feature cache on
 
     def run(self) -> None:
         """Poll, expire leases, grant, deliver, publish, until stopped or done."""
@@ -203,6 +208,8 @@ class Stager:
         if self.consumer.ident is not None and not self.consumer.done:
             self.net.reply(self.consumer.ident, p.Shutdown(why))
         self.producers.shut_down("run finished" if self.consumer.done else why)
+        if self.cache_writer is not None:  # its last mels kept, and counted, first
+            self.cache_writer.close()
         stats = self.stats()
         path = run_dir(self.cfg, self.run_id) / "stager.json"
         try:
@@ -295,12 +302,18 @@ def build(
         ledger=ledger, terms=BookTerms.of(cfg), hostname=socket.gethostname(), clock=clock
     )
     places = Places(batches, spares, cfg.schema)
+    stager_mels = cfg.features.device == "stager"
+    cache_writer = None
+    if stager_mels and cfg.features.cache:
+        cache_writer = CacheWriter(cfg=cfg, n_places=cfg.spare_slots)
+        cleanup.callback(cache_writer.close)
     assembly = Assembly(
         cfg=cfg,
         places=places,
         mel_fn=stager_mel_fn(cfg),
         ids=tables.item_ids(index),
         marked=outliers.delivered,
+        cache_writer=cache_writer,
     )
     cleanup.callback(assembly.forget)  # and the places' views: before the rings unmap
     intake = Intake(
@@ -311,6 +324,8 @@ def build(
         drop=drop,
         audit_policy=AuditPolicy(cfg.ring.audit_fraction, cfg.ring.audit_first),
         vocab_size=cfg.vocab_size,
+        audit_mel=NumpyLogMel(cfg) if stager_mels else None,
+        cache_writer=cache_writer,
     )
     net = control_sockets(cfg, ends, spares, drop, book, cleanup)
     delivery = Delivery(
@@ -381,6 +396,7 @@ def build(
         outliers=outliers,
         gpus=GpuProbe(cfg),
         t_start=time.monotonic(),
+        cache_writer=cache_writer,
     )
 
 

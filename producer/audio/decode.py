@@ -20,14 +20,13 @@ import soxr
 from ringfeed.producer.audio.containers import shortfall
 from ringfeed.producer.sample import SkipSample
 from ringfeed.shared.config import Config
+from ringfeed.shared.config.audio import RESAMPLE_QUALITY
 from ringfeed.shared.corpus.clips import Clip, ClipError, ClipReader, Segment
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.sample import marks as m
 
 log = logging.getLogger(__name__)
 
-# soxr "HQ" is 20-bit precision, transparent for 16-bit speech and ~2x faster than "VHQ".
-RESAMPLE_QUALITY = "HQ"
 # Formats libsndfile may lack (mp3 needs libsndfile >= 1.1): these fall back to
 # librosa/audioread. wav and flac never do, so a broken wav fails fast.
 _FALLBACK_EXTENSIONS = (".mp3", ".m4a", ".ogg", ".opus")

@@ -146,8 +146,11 @@ class ExtraFields:
             self.groups["pitch"] = (PROSODY_VERSION, [schema["pitch"], schema["voiced"]])
         if self.energy:
             self.groups["energy"] = (PROSODY_VERSION, [schema["energy"]])
+        # The user's function sees no mel with features.device: stager: its output is kept
+        # apart from the producer mode's (the mels themselves are the same).
+        user_version = f.user_version if f.device == "producer" else f"{f.user_version}\0no mel"
         for d in self.user_decls:
-            self.groups[d.name] = (f.user_version, [d])
+            self.groups[d.name] = (user_version, [d])
 
     def call_user(
         self, wave: np.ndarray, mel: np.ndarray | None, n_frames: int, n_tokens: int, entry: Any

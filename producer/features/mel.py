@@ -35,10 +35,6 @@ from ringfeed.shared.sample.mel_definition import (
     used_bins,
 )
 
-# The STFT's arithmetic: part of the feature cache's settings (producer/features/cache.py), so
-# mels of another arithmetic (the float32 FFT that was 1e-3 off next to the floor) are
-# not mixed with these.
-STFT_DTYPE = "float64"
 # Frames per FFT call: a block's windowed frames (float64 [64, 1024], 0.5 MiB) and its
 # spectrum stay in the core's cache, where a 5 s clip's whole (3.5 MiB each) did not:
 # the magnitude of a 5 s clip in 1.69 ms instead of 2.16 here (AVX2 EPYC; 2.03 at 16,

@@ -140,7 +140,8 @@ class References:
         work.fields["ref_mel"] = self._cut(work.array, rng)
 
     def _candidate(self, ref: int) -> np.ndarray | None:
-        """Candidate ref's mel (or wave), or None when it does not read, whatever the
+        """Candidate ref's mel (from the feature cache when there, else computed here and
+        kept, whatever features.device), or None when it does not read, whatever the
         reason (remembered and counted; the plan quarantines it when it reaches ref)."""
         try:
             array, marks, _ = self.features.arrays(self.index.entry(ref), extras=False)
@@ -164,5 +165,6 @@ class References:
             return None
 
     def _cut(self, array: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        mel = array if self.cfg.features.device == "producer" else log_mel(array, self.cfg)
+        """A mel [frames, n_mels], or a stager-mode sample's own wave [n], cut."""
+        mel = array if array.ndim == 2 else log_mel(array, self.cfg)
         return cut_reference(mel, self.cfg.features.reference_frames, rng)

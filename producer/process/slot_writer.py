@@ -36,7 +36,7 @@ from ringfeed.producer.sample import Sample
 from ringfeed.shared.memory.places import Places, write_sample
 from ringfeed.shared.memory.ring import FieldSpec
 from ringfeed.shared.memory.row_pass import check_fields
-from ringfeed.shared.sample.marks import TRUNCATED
+from ringfeed.shared.sample.marks import MEL, TRUNCATED
 from ringfeed.shared.sample.schema import SampleSchema
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.bounds import MAX_READY_PAYLOAD_BYTES
@@ -96,10 +96,22 @@ def check_fit(arrays: list[np.ndarray], limits: list[int], grant: p.GrantEntry) 
 
 
 def ready_entry(
-    grant: p.GrantEntry, lengths: list[int], checksum: int, sample: Sample
+    grant: p.GrantEntry, lengths: list[int], checksum: int, sample: Sample, local: bool
 ) -> p.ReadyEntry:
+    """The sample's entry of its READY; local: with the clip's feature-cache key, under
+    which the stager keeps the mel it computes (another host's cache is its own)."""
     marks = sample.marks | (TRUNCATED if sample.truncated else 0)
-    return p.ReadyEntry(grant.place, grant.generation, grant.item, lengths, checksum, marks)
+    key, clip = (sample.cache_key, sample.clip_marks) if local else (b"", 0)
+    return p.ReadyEntry(
+        grant.place, grant.generation, grant.item, lengths, checksum, marks, key, clip
+    )
+
+
+def place_limits(schema: SampleSchema, grant: p.GrantEntry, sample: Sample) -> list[int]:
+    """The rows each field of the granted place may hold for this sample: its wave field
+    in mel values where it holds the clip's cached mel (MEL), whose frames fit the bucket
+    exactly when its waveform would."""
+    return schema.place_limits(*grant.shape[1:], mel=bool(sample.marks & MEL))
 
 
 def by_run(entries: list[p.ReadyEntry]) -> list[list[p.ReadyEntry]]:
@@ -116,7 +128,7 @@ class LocalSlotWriter:
     def __init__(self, places: Places, fields: FieldSpec, send: Send, vocab_size: int) -> None:
         self.places, self.fields, self.send, self.vocab = places, fields, send, vocab_size
         self.queued: list[p.ReadyEntry] = []
-        self._limits: dict[tuple[int, tuple[int, int, int]], list[int]] = {}
+        self._limits: dict[tuple[int, tuple[int, int, int], bool], list[int]] = {}
 
     def _record(self, grant: p.GrantEntry) -> np.ndarray:
         return self.places.record(grant.batch, grant.place)
@@ -136,10 +148,10 @@ class LocalSlotWriter:
         record["writing_generation"], record["t_write"] = grant.generation, time.time()
         return True
 
-    def limits(self, grant: p.GrantEntry) -> list[int]:
-        key = (grant.batch, grant.shape)
+    def limits(self, grant: p.GrantEntry, sample: Sample) -> list[int]:
+        key = (grant.batch, grant.shape, bool(sample.marks & MEL))
         if key not in self._limits:
-            self._limits[key] = self.places.limits(grant.batch, grant.shape)
+            self._limits[key] = place_limits(self.places.schema, grant, sample)
         return self._limits[key]
 
     def write(self, grant: p.GrantEntry, sample: Sample) -> bool:
@@ -147,7 +159,7 @@ class LocalSlotWriter:
         if self.taken_back(record, grant):  # the sample took longer than the lease
             return False
         arrays = sample_arrays(sample, self.fields)
-        check_fit(arrays, self.limits(grant), grant)
+        check_fit(arrays, self.limits(grant, sample), grant)
         dst = self.places.fields(grant.batch, grant.shape, grant.place)
         pads = self.places.pads if grant.batch >= 0 else None  # a row is delivered as it lies
         lengths, checksum, why = write_sample(dst, arrays, pads, self.places.names, self.vocab)
@@ -158,7 +170,7 @@ class LocalSlotWriter:
         # Last: the stager accepts the READY only if this equals the granted generation.
         if not self.taken_back(record, grant):
             record["sealed_generation"] = grant.generation
-        self.queued.append(ready_entry(grant, lengths, checksum, sample))
+        self.queued.append(ready_entry(grant, lengths, checksum, sample, True))
         return True
 
     def pending(self) -> int:
@@ -194,7 +206,7 @@ class RemoteSlotWriter:
 
     def write(self, grant: p.GrantEntry, sample: Sample) -> bool:
         arrays = sample_arrays(sample, self.fields)
-        check_fit(arrays, self.schema.place_limits(*grant.shape[1:]), grant)
+        check_fit(arrays, place_limits(self.schema, grant, sample), grant)
         rows = [
             np.ascontiguousarray(a, dtype=self.fields[name][1])
             for name, a in zip(self.fields, arrays, strict=True)
@@ -210,7 +222,7 @@ class RemoteSlotWriter:
             or self.queued[-1][0].generation != grant.generation
         ):
             self.flush()
-        self.queued.append((ready_entry(grant, lengths, checksum, sample), bufs))
+        self.queued.append((ready_entry(grant, lengths, checksum, sample, False), bufs))
         self.bytes += size
         return True
 

@@ -56,14 +56,16 @@ class FeaturesConfig:
     # A clip or text longer than its slot: skip it (quarantined, counted) or truncate it.
     on_too_long: Literal["skip", "truncate"] = "skip"
     # producer: producers compute the mel; stager: producers write the waveform and
-    # the stager computes mels for the whole batch on its device.
+    # the stager computes mels for the whole batch on its device (the feature cache holds
+    # mels either way: a clip found there comes as its mel).
     device: Literal["producer", "stager"] = "producer"
     # Where the feature cache, the corpus index, the length table, the text cache and the
     # host's FFT choice live. "" = the per-user cache, $XDG_CACHE_HOME/ringfeed/features
     # (~/.cache/ringfeed/features), whatever the working directory; a relative path (a
     # run's own cache) is relative to the working directory, as run_root.
     cache_dir: str = ""
-    # Keep each clip's features on disk, so later epochs skip decode and mel.
+    # Keep each clip's features on disk, so later epochs skip decode and mel (with
+    # features.device: stager, the stager keeps the mels it computes).
     cache: bool = True
     # Sample field ref_mel (docs/sample-fields.md#the-built-in-fields): the log-mel of another
     # clip of the

@@ -169,7 +169,7 @@ def clip_identity(entry: Entry) -> bytes:
     size and mtime_ns (one stat: an edited file is another clip; FileNotFoundError when
     it is gone), a store's URL (never statted: its version is the index's business),
     then the member's place and the segment. The feature cache hashes it
-    (producer/features/cache.py): these bytes are its keys, unchanged since before
+    (shared/corpus/feature_cache.py): these bytes are its keys, unchanged since before
     read_clip."""
     path = entry.audio_path
     if is_remote(path):

@@ -65,12 +65,13 @@ class Places:
         assert self.batches is not None
         return self.batches.rows[k : k + 1]
 
-    def limits(self, slot: int, shape: tuple[int, int, int]) -> list[int]:
+    def limits(self, slot: int, shape: tuple[int, int, int], mel: bool = False) -> list[int]:
         """Rows each sample field may hold for a place granted with this batch's shape
         (a spare's too: the batch its position is delivered in), or any bucket's
-        (SPARE_SHAPE): the most a READY may claim."""
+        (SPARE_SHAPE): the most a READY may claim; mel: for a sample whose wave field
+        holds its cached mel (shared/sample/marks.py MEL)."""
         _, frames, text = shape
-        return self.schema.place_limits(frames, text)
+        return self.schema.place_limits(frames, text, mel)
 
     def forget(self) -> None:
         """Before the rings are unmapped: no view of them may outlive the map."""

@@ -205,7 +205,7 @@ class StagerStats:
             batches=delivery.batches,
             padding_efficiency=builder.padding,
             buckets=run.buckets,
-            counters=slots.counters | book.counters | {"mel_fallbacks": builder.mel_fallbacks},
+            counters=slots.counters | book.counters | builder.counters(),
             dropped=drops.dropped,
             bad_metadata_lines=run.bad_metadata_lines,
             producers=book.producers,
@@ -305,12 +305,27 @@ class BookStats:
 
 @dataclass(frozen=True)
 class BuilderStats:
-    """The batch builder's: batch slots sent and not yet freed, the padding, and how
-    often the stager's device failed its mels and the CPU took over (mel_fallbacks)."""
+    """The batch builder's: batch slots sent and not yet freed, the padding, and with
+    stager mels how often its device failed and the CPU took over (mel_fallbacks), the
+    rows that came as mels from a producer's feature cache (mels_from_cache), and the mels
+    it computed that went into this host's cache (mels_kept) or not (mels_not_kept: its
+    queue or its disk full)."""
 
     in_flight: int
     padding: Padding
     mel_fallbacks: int = 0
+    mels_from_cache: int = 0
+    mels_kept: int = 0
+    mels_not_kept: int = 0
+
+    def counters(self) -> dict[str, int]:
+        """Its counters, as stager.json's counters hold them."""
+        return {
+            "mel_fallbacks": self.mel_fallbacks,
+            "mels_from_cache": self.mels_from_cache,
+            "mels_kept": self.mels_kept,
+            "mels_not_kept": self.mels_not_kept,
+        }
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What a sample's marks say of it: one small integer of bits, set by the producer that
-made it, kept with its features in the feature cache (producer/features/cache.py) and sent in
+made it, kept with its features in the feature cache (shared/corpus/feature_cache.py) and sent in
 its READY (shared/wire/grants.py), so the stager can list a clip it delivers
-(consumer/stager/outliers.py) without decoding it.
+(consumer/stager/outliers.py) without decoding it, and knows a wave field that holds a
+cached mel (MEL).
 
 The audio marks are the producers' verdict on the decoded clip before it is
 normalized (producer/audio/decode.py judge_audio): near-silent or clipped speech, which
@@ -32,7 +33,12 @@ NEAR_SILENT = 2
 CLIPPED = 4
 # The marks of a clip's audio (data.outliers), as opposed to what fitting it did.
 AUDIO = NEAR_SILENT | CLIPPED
+# What the feature cache keeps of a clip: MEL below is the sample's, never the clip's.
 ALL = TRUNCATED | AUDIO
+# The sample's wave field holds its clip's log-mel, [frames, n_mels] flattened, from the
+# feature cache (features.device: stager): the stager copies it into the batch as it is
+# and computes no mel for it (consumer/stager/assembly.py).
+MEL = 8
 
 NEAR_SILENT_DBFS = -55.0
 FULL_SCALE = 0.999

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from ringfeed.shared.config import Config
     from ringfeed.shared.config.features import FeaturesConfig
 
+# The producers' STFT arithmetic (producer/features/mel.py): part of the feature cache's
+# settings (shared/corpus/feature_cache.py), so mels of another arithmetic (the float32
+# FFT that was 1e-3 off next to the floor) are not mixed with these.
+STFT_DTYPE = "float64"
 # Slaney's mel scale (librosa.hz_to_mel, htk=False): linear below 1 kHz, log above.
 _F_SP = 200.0 / 3
 _MIN_LOG_HZ = 1000.0

@@ -225,18 +225,29 @@ class SampleSchema:
     def _is_axis(self, name: str) -> bool:
         return name in self._axis_names
 
-    def place_limits(self, frames: int, text: int) -> list[int]:
+    def place_limits(self, frames: int, text: int, mel: bool = False) -> list[int]:
         """Rows each sample field (ring order) may hold for a batch whose bucket has
         `frames` mel frames and `text` tokens, or (frames 0) for a sample of any bucket
         (a spare-ring slot granted with no batch's shape). The most a READY may claim
         there. A waveform (features.device: stager) holds fewer samples than frames x
-        hop_length: a clip of n samples has 1 + n // hop_length frames."""
+        hop_length: a clip of n samples has 1 + n // hop_length frames; mel: the wave
+        field holds the clip's cached log-mel (shared/sample/marks.py MEL), at most
+        frames x mel_bins values (and a whole number of frames: mel_frames)."""
         cut = {"frames": frames, "tokens": text} if frames else {}
         out = [cut.get(f.length, f.shape[0]) for f in self.fields]
         if self.hop_length and "wave" in self.by_name:
             k = [f.name for f in self.fields].index("wave")
-            out[k] = (frames or self.max_frames) * self.hop_length - 1
+            per_frame = self.mel_bins if mel else self.hop_length
+            out[k] = (frames or self.max_frames) * per_frame - (0 if mel else 1)
         return out
+
+    @property
+    def mels_fit_waves(self) -> bool:
+        """Does a clip's log-mel fit where its waveform goes (features.device: stager)?
+        The wave field holds max_frames x hop_length values, a mel of max_frames frames
+        max_frames x mel_bins: only when mel_bins <= hop_length (80 and 256 by default);
+        else a cached mel cannot be sent there, and the stager computes every mel."""
+        return self.mel_bins <= self.hop_length
 
     def lengths_error(self, lengths: list[int]) -> str:
         """'' if a READY's lengths (ring order) agree with each other: a frames field as

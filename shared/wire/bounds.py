@@ -3,9 +3,10 @@
 Every field of every message is checked at decode, before any handler sees it:
 integers are 0..MAX_INT, strings are capped by field name (MAX_STR, else
 MAX_NAME), work counters are few and short, lists and maps hold at most 4096
-entries (msgpack's limits, set in decode), a header is at most
-MAX_HEADER_BYTES. What depends on the run (a slot index, a plan position) is
-checked by the stager against its ring and plan.
+entries (msgpack's limits, set in decode), a READY's cache keys are whole keys and
+at most MAX_CACHE_KEYS, a header is at most MAX_HEADER_BYTES. What depends on
+the run (a slot index, a plan position) is checked by the stager against its ring
+and plan.
 
 Every string a peer sends is also cleaned at decode (:func:`clean_fields`), so
 no handler, log line, stager.json, quarantine line or inspector screen sees a
@@ -45,6 +46,10 @@ MAX_NAME = 128
 # stats message of the most listed producers still under MAX_HEADER_BYTES at 24 (at 32
 # it is not: tests/unit/test_peer_output.py).
 MAX_WORK_KEYS, MAX_WORK_KEY = 24, 32
+# A clip's feature-cache key (shared/corpus/feature_cache.py FeatureCache.key), as a
+# READY's cache_keys carries one per entry (shared/wire/grants.py): at most as many as a
+# list holds.
+CACHE_KEY_BYTES, MAX_CACHE_KEYS = 16, 4096
 # Fingerprints (Hello.config, Welcome.plan, ConsumerHello.plan; shared/run/fingerprint.py)
 # and a producer's stage causes (Hello.causes): name -> short string, a few dozen entries.
 MAX_DIGESTS, MAX_DIGEST_KEY = 64, 64
@@ -115,6 +120,14 @@ def _is_digests(v: Any) -> bool:
     )
 
 
+def _is_cache_keys(v: Any) -> bool:
+    return (
+        type(v) is bytes
+        and len(v) % CACHE_KEY_BYTES == 0
+        and len(v) <= MAX_CACHE_KEYS * CACHE_KEY_BYTES
+    )
+
+
 def _str_check(limit: int) -> Any:
     return lambda v: type(v) is str and len(v) <= limit
 
@@ -124,6 +137,7 @@ _CHECKS: dict[Any, Any] = {
     int: _is_int,
     float: _is_float,
     list[int]: _is_int_list,
+    bytes: _is_cache_keys,  # the one bytes field (Ready.cache_keys)
     dict[str, Any]: _is_str_dict,
 }
 

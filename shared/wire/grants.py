@@ -12,10 +12,13 @@ shared.wire.protocol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ringfeed.shared.sample.schema import SPARE_SHAPE
+from ringfeed.shared.wire.bounds import CACHE_KEY_BYTES
+
+NO_KEY = bytes(CACHE_KEY_BYTES)  # an entry of a READY's cache_keys with none to keep
 
 
 class GrantEntry(NamedTuple):
@@ -34,7 +37,12 @@ class GrantEntry(NamedTuple):
 class ReadyEntry(NamedTuple):
     """One filled place: `lengths` holds the true rows of each sample field in ring order,
     `checksum` the checksum (shared/memory/row_pass.py) of those rows as written, `marks`
-    the sample's bits of shared/sample/marks.py (truncated, near-silent, clipped)."""
+    the sample's bits of shared/sample/marks.py (truncated, near-silent, clipped; MEL:
+    its wave field holds the clip's cached mel). `cache_key`: a local producer's
+    feature-cache key of the clip whose waveform it sent (CACHE_KEY_BYTES), under which
+    the stager keeps the mel it computes, with `clip_marks`, the clip's marks as the cache
+    keeps them (marks.ALL; the sample's `marks` are after data.outliers and a cut text);
+    b"" and 0: none to keep."""
 
     place: int
     generation: int
@@ -42,6 +50,8 @@ class ReadyEntry(NamedTuple):
     lengths: list[int]
     checksum: int
     marks: int
+    cache_key: bytes = b""
+    clip_marks: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,10 +113,12 @@ class Grant:
 @dataclass(frozen=True)
 class Ready:
     """Some filled places of one run (:class:`ReadyEntry`), as parallel lists on the wire:
-    lengths holds n_fields true sizes per entry, flattened; marks one int per entry.
-    Build with :meth:`of`, read with :meth:`entries`. A remote producer sends the rows
-    as raw payload frames, one per sample field: the entries' used rows of that field,
-    one after another."""
+    lengths holds n_fields true sizes per entry, flattened; marks one int per entry;
+    cache_keys CACHE_KEY_BYTES per entry, one after another (NO_KEY for an entry without)
+    and clip_marks one int per entry, or both empty when no entry has a key (producer
+    mels, the cache off, a remote producer). Build with :meth:`of`, read with
+    :meth:`entries`. A remote producer sends the rows as raw payload frames, one per
+    sample field: the entries' used rows of that field, one after another."""
 
     generation: int
     places: list[int]
@@ -114,10 +126,13 @@ class Ready:
     lengths: list[int]
     checksums: list[int]
     marks: list[int]
+    cache_keys: bytes = b""
+    clip_marks: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, entries: list[ReadyEntry]) -> Ready:
         """Entries of one run (one generation)."""
+        keyed = any(e.cache_key for e in entries)
         return cls(
             entries[0].generation,
             [e.place for e in entries],
@@ -125,17 +140,28 @@ class Ready:
             [n for e in entries for n in e.lengths],
             [e.checksum for e in entries],
             [int(e.marks) for e in entries],
+            b"".join(e.cache_key or NO_KEY for e in entries) if keyed else b"",
+            [int(e.clip_marks) for e in entries] if keyed else [],
+        )
+
+    def consistent(self, n_fields: int) -> bool:
+        """Do its lists line up (n_fields: the run's sample fields, which decode cannot
+        know)? The stager refuses a READY whose lists do not, whole."""
+        n = len(self.places)
+        keys = len(self.cache_keys) // CACHE_KEY_BYTES
+        return (
+            n > 0
+            and len(self.items) == len(self.checksums) == len(self.marks) == n
+            and len(self.lengths) == n * n_fields
+            and keys == len(self.clip_marks) in (0, n)
         )
 
     def entries(self, n_fields: int) -> list[ReadyEntry] | str:
-        """The entries, or why the lists do not line up (the stager refuses the whole
-        READY: n_fields depends on the run, so decode cannot check it)."""
+        """The entries, or why the lists do not line up (consistent)."""
         n = len(self.places)
-        if not (len(self.items) == len(self.checksums) == len(self.marks) == n) or (
-            len(self.lengths) != n * n_fields or n == 0
-        ):
+        if not self.consistent(n_fields):
             return f"READY with inconsistent list sizes ({n} places)"
-        g = self.generation
+        g, k = self.generation, CACHE_KEY_BYTES
         return [
             ReadyEntry(
                 self.places[i],
@@ -144,6 +170,8 @@ class Ready:
                 self.lengths[i * n_fields : (i + 1) * n_fields],
                 self.checksums[i],
                 self.marks[i],
+                self.cache_keys[i * k : (i + 1) * k] if self.clip_marks else b"",
+                self.clip_marks[i] if self.clip_marks else 0,
             )
             for i in range(n)
         ]

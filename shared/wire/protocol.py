@@ -44,6 +44,7 @@ from ringfeed.shared.wire.bounds import MAX_STR as MAX_STR
 from ringfeed.shared.wire.bounds import MAX_WORK_KEY as MAX_WORK_KEY
 from ringfeed.shared.wire.bounds import MAX_WORK_KEYS as MAX_WORK_KEYS
 from ringfeed.shared.wire.bounds import clean_fields, field_check
+from ringfeed.shared.wire.grants import NO_KEY as NO_KEY
 from ringfeed.shared.wire.grants import Grant as Grant
 from ringfeed.shared.wire.grants import GrantEntry as GrantEntry
 from ringfeed.shared.wire.grants import Ready as Ready
@@ -57,7 +58,9 @@ from ringfeed.shared.wire.grants import ReadyEntry as ReadyEntry
 #    places of one run, a SKIP names its place; WELCOME names the spare ring too.
 # 8: a READY's checksum is row_pass.py's (64 lanes of FNV-1a, one pass with the copy and
 #    the value check), not xxh3.
-VERSION = 8
+# 9: a READY carries its clips' feature-cache keys and marks (cache_keys, clip_marks),
+#    for the stager to keep the mels it computes; marks MEL: a wave field holds a mel.
+VERSION = 9
 # Raw payload frames of a remote READY, one per sample field (the declared schema's, at
 # most MAX_SAMPLE_FIELDS); the stager checks exact sizes anyway. Was 8, which the soak
 # with every optional field (--fields: 10 fields) found refusing every remote READY.

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ringfeed.producer.features.cache import MAX_WRITE_FAILURES, FeatureCache
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.feature_cache import MAX_WRITE_FAILURES, FeatureCache
 from tests.support.configs import clips_cfg
 from tests.support.paths import REPO
 from tests.support.processes import run_on_small_tmpfs

@@ -70,10 +70,10 @@ def fuzz_frames(rng: random.Random, n_places: int, n_fields: int) -> list[bytes]
         )
     elif pick == 3:  # huge lists
         size = rng.choice([4097, 5000])
-        header = bytearray(msgpack.packb([p.VERSION, int(p.Kind.READY), *[[0] * size] * 6]))
+        header = bytearray(msgpack.packb([p.VERSION, int(p.Kind.READY), *[[0] * size] * 8]))
     elif pick == 4:  # wrong types
         header = bytearray(
-            msgpack.packb([p.VERSION, int(p.Kind.READY), "a", 1.5, None, {}, b"", []])
+            msgpack.packb([p.VERSION, int(p.Kind.READY), "a", 1.5, None, {}, b"", [], "k", 2])
         )
     elif pick == 5:  # extra frames (a payload on a control message, or too many)
         return [bytes(header), *[b"\0" * rng.randrange(64)] * rng.choice([1, TOO_MANY, 20])]

@@ -59,6 +59,30 @@ def consume(
     return items
 
 
+def check_stager_rows(batch, cfg: Config) -> list[int]:
+    """Every real row of a batch of synthetic items with stager mels (features.device:
+    stager) against its item: its tokens, and its mel within gpu_mel.MEL_ATOL of its
+    wave's on the CPU; -> the items, in row order."""
+    from ringfeed.consumer.stager.gpu_mel import MEL_ATOL
+    from ringfeed.consumer.stager.numpy_mel import NumpyLogMel
+    from ringfeed.producer.sources import SyntheticSource
+
+    source, cpu, a, items = SyntheticSource(cfg), NumpyLogMel(cfg), batch.arrays, []
+    for row in range(batch.meta.n_valid):
+        item = int(a["items"][row])
+        sample = source.prepare(item)
+        clip = sample.array("wave")
+        wave = np.zeros((1, a["mel"].shape[1] * cfg.features.hop_length), np.float32)
+        wave[0, : len(clip)] = clip
+        mel, lens = cpu(wave, np.array([len(clip)]))
+        t, f = int(a["text_lens"][row]), int(a["mel_lens"][row])
+        assert np.array_equal(a["tokens"][row, :t], sample.tokens), (item, row)
+        assert f == lens[0], (item, row)
+        assert np.abs(a["mel"][row][:f] - mel[0][:f]).max() <= MEL_ATOL, (item, row)
+        items.append(item)
+    return items
+
+
 def expected_rows(cfg: Config) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each item's tokens and mel as a producer makes them (no cache), by item id."""
     from ringfeed.producer.pipeline import SamplePipeline

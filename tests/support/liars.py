@@ -127,12 +127,32 @@ def malformed(g: p.GrantEntry) -> p.Ready:
     return ready_of(g, [0, 0], 0)
 
 
+def bad_mel(cfg: Config, places: Places, g: p.GrantEntry, lie: str) -> p.Ready:
+    """With stager mels: fill the granted spare with the item's tokens and a wave field
+    marked as a cached mel (MEL) that cannot be one, sealed and hashed as an honest
+    producer would: one frame more than its batch's bucket (`mel-too-long`), or not
+    whole frames of n_mels (`mel-ragged`)."""
+    from ringfeed.shared.sample.marks import MEL
+
+    n_mels, frames = cfg.features.n_mels, g.shape[1] or cfg.features.max_frames
+    size = (frames + 1) * n_mels if lie == "mel-too-long" else 3 * n_mels + 1
+    record = places.record(g.batch, g.place)
+    record["writing_generation"] = g.generation
+    rows = [SyntheticSource(cfg).prepare(g.item).tokens, np.zeros(size, np.float32)]
+    dst = places.fields(g.batch, g.shape, g.place)
+    lengths, checksum, _ = write_sample(dst, rows, None, places.names, cfg.vocab_size)
+    record["lengths"][0, : len(lengths)] = lengths
+    record["sealed_generation"] = g.generation
+    return p.Ready.of([p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, MEL)])
+
+
 def lie_per_grant(
     cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, lie: str, *, tally: Tally
 ) -> None:
     """Join (over ipc, or over tcp with the key in keys_dir), ask for one grant, answer
     it with the lie (`malformed`: lengths [0, 0]; `content`: out-of-range rows, written
-    into the ring over ipc, sent as payload frames over tcp), say HELLO again, repeat."""
+    into the ring over ipc, sent as payload frames over tcp; over ipc with stager mels,
+    `mel-too-long` or `mel-ragged`: bad_mel), say HELLO again, repeat."""
     remote = endpoint.startswith("tcp://")
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         places = None
@@ -148,6 +168,9 @@ def lie_per_grant(
                     elif lie == "content":
                         places = places or places_of(cfg, welcome)
                         sock.send_multipart(p.encode(bad_content(cfg, places, g)))
+                    elif lie.startswith("mel-"):
+                        places = places or places_of(cfg, welcome)
+                        sock.send_multipart(p.encode(bad_mel(cfg, places, g, lie)))
                     else:
                         sock.send_multipart(p.encode(malformed(g)))
                     tally.lies += 1
@@ -469,3 +492,34 @@ def skips_all(
                     )
                     sock.send_multipart(p.encode(skip))
                     tally.lies += 1
+
+
+def wrong_mels(
+    cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, *, tally: Tally
+) -> None:
+    """A remote producer with a valid key (in keys_dir), over a corpus of real clips with
+    stager mels, whose every READY passes every check the stager can make on its own and
+    is a made-up warm cache: its wave field holds a mel marked cached (MEL) of the clip's
+    frames, hashed as sent, each value 0.5 off the clip's. Only its audits tell."""
+    from ringfeed.producer.pipeline import SamplePipeline
+    from ringfeed.shared.config import replace
+    from ringfeed.shared.corpus.open import build_in_memory
+    from ringfeed.shared.sample.marks import MEL
+
+    index = build_in_memory(cfg)
+    pipe = SamplePipeline(replace(cfg, features={"device": "producer", "cache": False}))
+    with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
+        while not stop.is_set():
+            if join(sock, cfg, "wrong-mels", True, tally) is None:
+                continue
+            sock.send_multipart(p.encode(p.Request(4)))
+            while not stop.is_set() and not isinstance(msg := receive(sock, 0.05), p.Rehello):
+                for g in msg.entries() if isinstance(msg, p.Grant) else []:
+                    sample = pipe(index.entry(g.item), g.item)
+                    rows = [sample.tokens, (sample.mel + 0.5).reshape(-1)]
+                    lengths, checksum = [len(r) for r in rows], rows_checksum(rows)
+                    entry = p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, MEL)
+                    sock.send_multipart(p.encode(p.Ready.of([entry]), [r.tobytes() for r in rows]))
+                    sock.send_multipart(p.encode(p.Request(1)))
+                    tally.lies += 1
+    pipe.close()

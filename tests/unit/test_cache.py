@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringfeed.producer.features.cache import FeatureCache, settings_hash
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.entry import Entry
+from ringfeed.shared.corpus.feature_cache import FeatureCache, settings_hash
 from ringfeed.shared.corpus.open import read_corpus
+from ringfeed.shared.sample import marks
 from tests.support.configs import clips_cfg
 
 N_CLIPS = 4
@@ -66,10 +67,12 @@ def test_settings_change_misses(tmp_path: Path) -> None:
     for section, change in [
         ("features", {"n_mels": 64}),
         ("audio", {"trim_silence": True}),
-        ("features", {"device": "stager"}),
     ]:
         changed = replace(cfg, **{section: change})
         assert settings_hash(changed) != settings_hash(cfg)
+    # The cache holds the log-mel whichever process computes it, under the name the
+    # producers' caches always had (an old producer-mode cache stays warm).
+    assert settings_hash(replace(cfg, features={"device": "stager"})) == settings_hash(cfg)
     entry = _short_entries(cfg)[0]
     SamplePipeline(cfg)(entry)
     other = SamplePipeline(replace(cfg, features={"n_mels": 64}))
@@ -106,3 +109,40 @@ def test_the_keys_are_those_every_cache_was_written_under(tmp_path: Path) -> Non
     url = "s3://bucket/shard-0.tar"
     remote = Entry("a", url, "", member=(512, 1024))
     assert FeatureCache.key(remote) == old(f"{url}\0remote\0member 512 1024")
+
+
+def test_a_stager_mode_producer_keeps_no_waveform_and_sends_a_hit_as_its_mel(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """features.device: stager. A miss is the waveform, never kept, with the key the
+    stager keeps its mel under; once that mel is in the cache (as the stager's writer
+    puts it), the clip comes as its mel, flattened in the wave field, marked MEL, and
+    nothing is decoded. Where a mel cannot fit the wave field (n_mels > hop_length) a hit
+    is not used, said once."""
+    cfg = clips_cfg(tmp_path, device="stager")
+    entries = _short_entries(cfg)[:2]
+    cold = SamplePipeline(cfg)
+    waves = [cold(e) for e in entries]
+    assert len(FeatureCache(cfg)) == 0  # no waveform kept
+    producer_mels = SamplePipeline(replace(cfg, features={"device": "producer", "cache": False}))
+    writer = FeatureCache(cfg, reads=False)
+    for sample, entry in zip(waves, entries, strict=True):
+        assert sample.mel is None and sample.wave.ndim == 1 and not sample.marks & marks.MEL
+        assert sample.cache_key == FeatureCache.key(entry) and len(sample.cache_key) == 16
+        writer.put(sample.cache_key, producer_mels(entry).mel, sample.clip_marks)
+    writer.close()
+    warm = SamplePipeline(cfg)
+    for sample, entry in zip(waves, entries, strict=True):
+        hit = warm(entry)
+        assert hit.marks & marks.MEL and hit.cache_key == b""
+        mel = producer_mels(entry).mel
+        np.testing.assert_array_equal(hit.wave, mel.reshape(-1))
+        assert hit.tokens.tolist() == sample.tokens.tolist()
+    assert warm.counters.decoded == 0 and warm.counters.cache_hits == 2
+    wide = replace(cfg, features={"n_mels": 80, "hop_length": 64, "n_fft": 256, "win_length": 256})
+    FeatureCache(wide).put(FeatureCache.key(entries[0]), np.zeros((5, 80), np.float32), 0)
+    with caplog.at_level("WARNING"):
+        too_wide = SamplePipeline(wide)
+        sample = too_wide(entries[0])
+    assert not sample.marks & marks.MEL and too_wide.counters.decoded == 1
+    assert caplog.text.count("a cached mel does not fit") == 1

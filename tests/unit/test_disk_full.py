@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from ringfeed.consumer.stager.quarantine import QuarantineWriter
-from ringfeed.producer.features import cache as cache_module
 from ringfeed.producer.pipeline import SamplePipeline
 from ringfeed.shared.corpus import build as build_module
+from ringfeed.shared.corpus import feature_cache as cache_module
 from ringfeed.shared.corpus import object_store
 from ringfeed.shared.corpus.index import BuiltIndex
 from ringfeed.shared.corpus.memory_copies import memory_folder
@@ -104,7 +104,7 @@ import json, sys
 from ringfeed.shared.config import replace
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.disk import DiskFull
-from ringfeed.producer.features.cache import FeatureCache
+from ringfeed.shared.corpus.feature_cache import FeatureCache
 from tests.support.configs import clips_cfg
 from pathlib import Path
 full = Path(sys.argv[1])

@@ -20,13 +20,13 @@ import zmq
 
 from ringfeed.consumer.stager.stager import open_rings
 from ringfeed.producer.features import clip_features
-from ringfeed.producer.features.cache import FeatureCache
 from ringfeed.producer.process.watchdog import SampleTimeout
 from ringfeed.producer.process.worker import Worker
 from ringfeed.producer.sample import StageFailed, StageTimeout, run_stage
 from ringfeed.producer.sources import DatasetSource
 from ringfeed.producer.text.encoder import TextEncoder
 from ringfeed.shared.config import Config, replace
+from ringfeed.shared.corpus.feature_cache import FeatureCache
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.run.process import StopFlag

@@ -15,7 +15,7 @@ import pytest
 
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.wire.keys import load_client
-from tests.support.checks import assert_exactly_once, consume
+from tests.support.checks import assert_exactly_once, check_stager_rows, consume, plan_items
 from tests.support.configs import keyed
 from tests.support.liars import (
     bad_checksums,
@@ -55,6 +55,50 @@ def test_a_local_liar_is_struck_out_and_no_item_pays(tmp_path: Path, lie: str) -
     counters = summary["counters"]
     assert counters["strikes"] == cfg.ring.max_strikes and counters["peers_banned"] == 1
     assert counters["skipped"] == 0
+    assert quarantined == []
+
+
+@pytest.mark.parametrize("lie", ["mel-too-long", "mel-ragged"])
+def test_a_local_liars_mel_that_cannot_be_one_is_refused_and_no_item_pays(
+    tmp_path: Path, lie: str
+) -> None:
+    """With stager mels a wave field may hold the clip's cached mel (marks MEL): one of
+    more frames than its batch's bucket, or not whole frames of n_mels, is a lie like any
+    wrong length: refused whole, a strike, never a charge on its item. The liar is this
+    process on the ipc socket; the honest producers hold a key of their own; every row
+    is checked against its item's mel."""
+    pytest.importorskip("torch")
+    n = 120
+    cfg_path, keys = keyed(
+        tmp_path,
+        ("honest",),
+        items=n,
+        delay_s=0.005,
+        features={"device": "stager", "max_frames": 16, "n_mels": 8},
+        devices={"stager_framework": "torch"},
+    )
+    stop = threading.Event()
+    with stager_thread(cfg_path) as stager:
+        cfg, client = stager.cfg, stager.client()
+        thread, tally = in_thread(lie_per_grant, cfg, stager.control, "", stop, lie)
+        wait_for(lambda: tally.refusals, 20, "the liar refused")
+        items = []
+        with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
+            while (batch := client.next(timeout_s=60)) is not None:
+                items += check_stager_rows(batch, cfg)
+                client.free(batch)
+            client.close()
+        stop.set()
+        thread.join(5)
+        summary = stager.summary()
+        quarantined = read_quarantine(stager.dir / "quarantine.jsonl")
+    assert items == plan_items(cfg, n)  # once each, in plan order
+    assert not tally.errors, tally.errors
+    assert tally.lies >= cfg.ring.max_strikes and tally.refusals >= 1, tally
+    counters = summary["counters"]
+    assert counters["strikes"] == cfg.ring.max_strikes and counters["peers_banned"] == 1
+    assert summary["dropped"]["malformed"] == cfg.ring.max_strikes, summary["dropped"]
+    assert counters["skipped"] == 0 and counters["mels_from_cache"] == 0
     assert quarantined == []
 
 

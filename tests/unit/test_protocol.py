@@ -25,6 +25,7 @@ EXAMPLES = [
     p.Grant(7, False, 2, 16, 800, 200, [3, 4], [11, 12], [99, 100]),
     p.Grant(8, True, 0, 0, 0, 0, [5], [13], [101]),
     p.Ready(7, [3], [11], [40, 300], [0xDEADBEEF], [0]),
+    p.Ready(7, [3, 4], [11, 12], [40, 300, 41, 80], [1, 2], [0, 8], b"k" * 16 + bytes(16), [4, 0]),
     p.Skip(7, 3, 11, "unreadable audio: not a RIFF file", "/x.wav", "audio"),
     p.Heartbeat(5, {"decoded": 3, "cache_hits": 2}),
     p.Crash("host-0", "Traceback ...\nValueError: boom"),
@@ -53,6 +54,25 @@ def test_round_trip(msg: object) -> None:
     assert decoded == msg and payload == []
 
 
+def test_a_readys_entries_carry_their_cache_keys_and_line_up() -> None:
+    """A local producer's clip keys travel with their entries, NO_KEY where an entry has
+    none; a READY whose keys or clip marks do not line up with its places is not
+    consistent (the stager refuses it whole)."""
+    entries = [
+        p.ReadyEntry(3, 7, 11, [40, 300], 1, 0, b"k" * 16, 4),
+        p.ReadyEntry(4, 7, 12, [41, 80], 2, 8),
+    ]
+    ready = p.Ready.of(entries)
+    assert ready.cache_keys == b"k" * 16 + p.NO_KEY and ready.clip_marks == [4, 0]
+    assert ready.entries(2) == [entries[0], entries[1]._replace(cache_key=p.NO_KEY)]
+    plain = p.Ready.of([entries[1]])
+    assert plain.cache_keys == b"" and plain.clip_marks == [] and plain.consistent(2)
+    assert not p.Ready(
+        7, [3, 4], [11, 12], [1, 2, 3, 4], [1, 2], [0, 0], b"k" * 16, [0]
+    ).consistent(2)
+    assert not p.Ready(7, [3], [11], [1, 2], [1], [0], b"k" * 16, []).consistent(2)
+
+
 def test_ready_carries_raw_payload_frames() -> None:
     frames = p.encode(p.Ready(1, [0], [2], [3], [0], [0]), [memoryview(b"\x00" * 12)])
     msg, payload = p.decode([bytes(f) for f in frames])
@@ -79,14 +99,25 @@ _GRANT = (7, False, 2, 16, 800, 200, [1], [3], [4])
         ([_header(p.VERSION, int(p.Kind.GRANT), *_GRANT[:6], [True], [3], [4])], "GRANT.places"),
         ([_header(p.VERSION, int(p.Kind.GRANT), 1, 0, *_GRANT[2:])], "GRANT.spare"),
         (
-            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1, "x"], [0], [0])],
+            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1, "x"], [0], [0], b"", [])],
             "READY.lengths",
         ),
-        ([_header(p.VERSION, int(p.Kind.READY), [1], [0], [2], [1], [0], [0])], "READY.generation"),
+        (
+            [_header(p.VERSION, int(p.Kind.READY), [1], [0], [2], [1], [0], [0], b"", [])],
+            "READY.generation",
+        ),
+        (  # a cache key is 16 bytes: no part of one
+            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1], [0], [0], b"k" * 15, [0])],
+            "READY.cache_keys",
+        ),
+        (
+            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1], [0], [0], "k" * 16, [0])],
+            "READY.cache_keys",
+        ),
         ([b"\x00" * (p.MAX_HEADER_BYTES + 1)], "header of"),
         ([_header(p.VERSION, int(p.Kind.GRANT), *_GRANT), b"x"], "unexpected payload"),
         (
-            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1], [0], [0])]
+            [_header(p.VERSION, int(p.Kind.READY), 1, [0], [2], [1], [0], [0], b"", [])]
             + [b""] * (p.MAX_PAYLOAD_FRAMES + 1),
             "payload frames",
         ),

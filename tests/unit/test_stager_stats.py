@@ -204,6 +204,9 @@ def test_the_stager_composes_the_parts_records_into_the_keys_users_read() -> Non
         "strikes": 0,
         "peers_banned": 0,
         "mel_fallbacks": 0,
+        "mels_from_cache": 0,
+        "mels_kept": 0,
+        "mels_not_kept": 0,
     }
     assert [data[k] for k in ("cursor", "epoch", "slots", "n_slots")] == [
         45,

@@ -1,4 +1,4 @@
-"""Persistent feature cache shared by all producer processes on a host.
+"""Persistent feature cache shared by all producer processes on a host, and the stager.
 
 On-disk layout (``features.cache_dir``)::
 
@@ -11,6 +11,14 @@ features.* except the cache's own keys, the resampler quality, the STFT dtype an
 CACHE_FORMAT_VERSION), so a settings change lands in a fresh directory and
 never reads a stale array. Keys are a hash of the audio file's absolute path,
 size and mtime_ns, so an edited file misses too.
+
+A clip's entry is its log-mel, whichever process computed it: features.device is not
+in the hash. With features.device: producer the producers compute and keep it; with
+stager they keep no waveform, and the stager keeps the mels it computed for its local
+producers' rows (consumer/stager/cache_writer.py, a writer of its own), so a warm cache
+skips the FFT in either mode and a cache one mode wrote serves the other (the stager's
+mels agree with the producers' within gpu_mel.MEL_ATOL: one definition,
+shared/sample/mel_definition.py).
 
 Concurrency: each process appends only to its own shard pair (created with
 O_EXCL), so writers never contend. A record is appended to the .idx only
@@ -50,14 +58,14 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from ringfeed.producer.audio.decode import RESAMPLE_QUALITY
-from ringfeed.producer.features.mel import STFT_DTYPE
 from ringfeed.shared.config import Config
+from ringfeed.shared.config.audio import RESAMPLE_QUALITY
 from ringfeed.shared.corpus.clips import clip_identity
 from ringfeed.shared.corpus.entry import Entry
 from ringfeed.shared.memory.disk import disk_error, is_full
 from ringfeed.shared.sample.content import LOG_FLOOR
 from ringfeed.shared.sample.marks import ALL as ALL_MARKS
+from ringfeed.shared.sample.mel_definition import STFT_DTYPE
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +118,9 @@ def _settings_json(cfg: Config) -> str:
     ):
         del features[key]
     features["log_floor"] = LOG_FLOOR  # once a key: caches made then keep their name
+    # The log-mel whichever process computes it (module docstring), named as the
+    # producers' caches always were.
+    features["device"] = "producer"
     features["stft_dtype"] = STFT_DTYPE
     settings = {
         "version": CACHE_FORMAT_VERSION,
@@ -205,13 +216,17 @@ class FeatureCache:
     """Maps an audio file (+ the settings) to its cached float32 array and its marks
     (shared/sample/marks.py: truncated, near-silent, clipped).
 
-    One per producer process (inside SamplePipeline). Arrays returned by
-    :meth:`get` are read-only views into an mmap: copy them into the slot, do
-    not keep them.
+    One per producer process (inside SamplePipeline), and one in the stager's writer
+    thread (reads False). Arrays returned by :meth:`get` are read-only views into an
+    mmap: copy them into the slot, do not keep them.
     """
 
-    def __init__(self, cfg: Config, rescan_interval_s: float = RESCAN_INTERVAL_S) -> None:
-        """OSError when the folder cannot be made (DiskFull, naming it, on a full disk)."""
+    def __init__(
+        self, cfg: Config, rescan_interval_s: float = RESCAN_INTERVAL_S, reads: bool = True
+    ) -> None:
+        """OSError when the folder cannot be made (DiskFull, naming it, on a full disk).
+        reads False: a writer only, which reads no index and keeps none (the stager's:
+        the index of a large cache is ~100 bytes an entry in memory)."""
         self.directory = Path(cfg.features.cache_dir).absolute() / settings_hash(cfg)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -228,7 +243,9 @@ class FeatureCache:
         self._next_shard = 0  # shard names below this one are taken: no scan from 0
         self._failures_in_row = 0
         self._last_scan_s = float("-inf")
-        self.rescan()
+        self.reads = reads
+        if reads:
+            self.rescan()
 
     def _write_settings(self, cfg: Config) -> None:
         path = self.directory / "settings.json"
@@ -283,7 +300,9 @@ class FeatureCache:
         array = np.ascontiguousarray(array, dtype=np.float32)
         try:
             writer = self._open_writer()
-            self._index[key] = writer.append(key, array, int(marks) & ALL_MARKS)
+            entry = writer.append(key, array, int(marks) & ALL_MARKS)
+            if self.reads:
+                self._index[key] = entry
         except OSError as exc:
             self._write_failed(exc)
             raise disk_error(exc, self.directory) from None
