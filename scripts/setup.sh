@@ -24,7 +24,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 echo "setup: installing ringfeed into .venv (the first time downloads TensorFlow, ~600 MB)"
-if ! .venv/bin/python -m pip install -e '.[dev,ray,tf]' >.venv/setup.log 2>&1; then
+# scripts/constraints.txt: the versions the suite last passed with (its header says why).
+PIN=(-c scripts/constraints.txt)
+if ! .venv/bin/python -m pip install "${PIN[@]}" -e '.[dev,ray,tf]' >.venv/setup.log 2>&1; then
   tail -n 30 .venv/setup.log >&2
   echo "setup: pip failed; the whole log is .venv/setup.log" >&2
   exit 1
@@ -34,7 +36,7 @@ fi
 # project's machines keep on disk: a plain `torch` takes a CUDA build of several GB.
 optional() {
   echo "setup: installing $1" >>.venv/setup.log
-  .venv/bin/python -m pip install "${@:2}" >>.venv/setup.log 2>&1 \
+  .venv/bin/python -m pip install "${PIN[@]}" "${@:2}" >>.venv/setup.log 2>&1 \
     || echo "setup: $1 not installed (.venv/setup.log says why): its tests skip" >&2
 }
 # Lightning: a client of ringfeed.torch in the tests (tests/unit/test_lightning_client.py),
