@@ -29,13 +29,14 @@ pass, those of slow buckets a little earlier.
 
 Interleaved, bucketed, in delivery order. The groups' positions are merged by
 due time, the j-th of q_g at (j + 1/2) / q_g (group_walk.py: whoever is
-furthest behind its target goes next), and dealt into batches of one length
-bucket each (one bucket of the fixed shape without buckets) pass by pass
-(pass_deal.py): in delivery order no clip of a group comes a (k+1)-th time
-before every clip of its group came k times, across buckets and the leftovers.
-A clip that would otherwise wait in a slow bucket's batch past its group's next
-pass rides in a longer bucket's batch; the epoch ends with a few part-filled
-batches, as BucketBatches' do.
+furthest behind its target goes next), and at each a clip of its group's pass is
+dealt into batches of one length bucket each (one bucket of the fixed shape without
+buckets) pass by pass (pass_deal.py): in delivery order no clip of a group comes a
+(k+1)-th time before every clip of its group came k times, across buckets and the
+leftovers. A turn deals the walk's next clip of its pass, or another of the pass whose
+batch suits the pass's end better; a clip that would otherwise wait in a slow bucket's
+batch past its group's next pass rides in a longer bucket's batch; the epoch ends with
+a few part-filled batches, as BucketBatches' do.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ WEIGHT_SCALE = 2**31
 # that grants run into): 4 bytes per item each.
 KEPT_LAYOUTS = 2
 # The balanced order's version, in the fingerprint: a run begun under another (2: the
-# pass-by-pass dealing) is refused on resume, naming the balance, instead of served
-# another order mid-epoch.
-ORDER = 2
+# pass-by-pass dealing; 3: its clips picked as dealt, and straddle buckets) is refused on
+# resume, naming the balance, instead of served another order mid-epoch.
+ORDER = 3
 # Groups a log line or validate names at most (the largest quotas; the rest counted).
 MAX_NAMES_SHOWN = 12
 # The most of a pass by which a clip of a slow bucket comes earlier in its group's walk
@@ -223,8 +224,8 @@ def balanced_layout(
     epoch: int,
 ) -> EpochLayout:
     """The whole epoch `epoch`: quotas, each group's walk (one shuffle of all items,
-    grouped), its clips in due order (group_walk.py), dealt into batches pass by pass
-    (pass_deal.py). weights: from group_weights."""
+    grouped) and its turns in due order (group_walk.py), a clip of its pass dealt into
+    batches at each turn (pass_deal.py). weights: from group_weights."""
     # numba: 0.25 s to import, so only a balanced plan pays it
     from ringfeed.consumer.stager.plan import group_walk, pass_deal
 
@@ -244,11 +245,12 @@ def balanced_layout(
     starts = np.concatenate([[0], np.cumsum(groups.sizes)]).astype(np.int64)
     items, item_buckets = group_walk.grouped(perm, of_group, of_bucket, len(quota))
     del perm
-    walk, walk_buckets = group_walk.pass_order(items, item_buckets, starts, lag, TAIL_LAG)
+    lists, partial = group_walk.pass_order(items, item_buckets, starts, lag, TAIL_LAG, quota)
     del items, item_buckets
-    arrived = group_walk.arrivals(walk, walk_buckets, starts, quota, n)
-    del walk, walk_buckets  # the dealing needs the arrivals only: 18 bytes a clip
-    return pass_deal.deal(buckets, text, rate, len(quota), *arrived)
+    first = starts[:-1, None] + np.cumsum(cells, axis=1) - cells
+    walks = pass_deal.Walks(lists, first, cells, partial, lag > pass_deal.SLOW_LAG)
+    # the dealing needs the turns (12 bytes a clip) and the walks (8)
+    return pass_deal.deal(buckets, text, rate, walks, quota, *group_walk.arrivals(starts, quota, n))
 
 
 class BalancedBatches:
