@@ -31,6 +31,7 @@ from ringfeed.consumer.stager.plan.group_walk import arrivals
 from ringfeed.consumer.stager.plan.make import make_plan
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
+from ringfeed.consumer.stager.plan.skips import header_skips, known_skips
 from ringfeed.producer.prepare.prepare import prepare
 from ringfeed.scripts.corpus_report import corpus_check
 from ringfeed.shared.config import config_from_dict
@@ -293,12 +294,15 @@ def test_validate_prints_the_epoch_and_every_groups_quota(tmp_path) -> None:
     lines = corpus_check(cfg, prepare(cfg)).lines
     at = next(k for k, line in enumerate(lines) if line.startswith("  balance"))
     assert "by speaker, temperature 0: 12 positions an epoch" in lines[at]
-    assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 4]] == [
-        "cy: 6 of 1 clips",
-        "ann: 3 of 9 clips",
-        "bob: 3 of 2 clips",
+    # three of ann's clips every run skips (two longer than a slot, one out of the band:
+    # validate's skip lines above): nine positions to share, none of them skipped
+    assert [line.split(" (")[0].strip() for line in lines[at + 1 : at + 5]] == [
+        "cy: 5 of 1 clips",
+        "ann: 2 of 6 clips",
+        "bob: 2 of 2 clips",
+        "3 clips the length table says every run skips",
     ]
-    assert "each clip 6 times" in lines[at + 1] and "each clip 0 or 1 times" in lines[at + 2]
+    assert "each clip 5 times" in lines[at + 1] and "each clip 0 or 1 times" in lines[at + 2]
 
 
 def test_clips_whose_text_fits_no_longer_bucket_wait_and_still_come_in_pass_order() -> None:
@@ -410,3 +414,105 @@ def test_a_small_group_drawn_many_times_pads_about_as_plain_buckets_do(temperatu
                 layout, fitted, corpus.frames
             )
             assert gap <= UPSAMPLED_GAP, (seed, epoch)
+
+
+def skipping_config(tmp_path, **changes):
+    """A jsonl corpus of the shipped clips: ann 9 clips, bob 3, cy 4 drawn at temperature 0
+    (a third of the epoch each), two of cy's every run skips: one of 9.95 s (more than a
+    slot of 800 frames, 9.29 s) and one whose text has nothing to speak."""
+    clips = [(4, "ann"), (5, "ann"), (6, "ann"), (7, "ann"), (9, "ann"), (10, "ann")]
+    clips += [(11, "ann"), (12, "ann"), (13, "ann"), (15, "bob"), (16, "bob"), (2, "bob")]
+    clips += [(8, "cy"), (16, "cy"), (14, "cy"), (2, "cy")]
+    lines = [
+        {
+            "audio": str(WAVS / f"LJ001-{wav:04d}.wav"),
+            "text": "..." if k == 15 else f"the clip number {k} said aloud",
+            "speaker": speaker,
+            "id": f"c{k}",
+        }
+        for k, (wav, speaker) in enumerate(clips)
+    ]
+    path = write_manifest(tmp_path / "skips.jsonl", lines)
+    # the texts are not what the clips say: no speaking-rate band (its own test below)
+    raw = {
+        "data": {"path": str(path), "format": "jsonl", "outliers": "keep"},
+        "stager": {"batch_size": 4, "auto_buckets": 2, "balance": {"by": "speaker"}},
+        "features": {"cache_dir": str(tmp_path / "cache")},
+    }
+    for key, value in changes.items():
+        raw[key] = raw.get(key, {}) | value
+    return config_from_dict(raw)
+
+
+def test_clips_every_run_skips_keep_one_position_and_their_groups_quota_goes_to_the_others(
+    tmp_path,
+) -> None:
+    cfg = skipping_config(tmp_path, stager={"balance": {"by": "speaker", "temperature": 0.0}})
+    prepared = prepare(cfg)
+    index = prepared.index
+    skipped = known_skips(cfg, index)
+    assert [index.item_id(i) for i in np.flatnonzero(skipped)] == ["c14", "c15"]  # cy's
+    plan = make_plan(cfg, index)
+    speaker = np.asarray(plan.source.groups.of_item)
+    names = plan.source.groups.names
+    lines = corpus_check(cfg, prepared).lines
+    at = next(k for k, line in enumerate(lines) if line.startswith("  balance"))
+    printed = {
+        line.split(":")[0].strip(): int(line.split(": ")[1].split()[0])
+        for line in lines[at + 1 : at + 4]
+    }
+    for epoch in range(3):
+        order = plan.layout(epoch).order
+        delivered = order[~skipped[order]]  # the positions the stager does not skip
+        quota = plan.source.quotas(epoch)
+        counts = np.bincount(speaker[delivered], minlength=len(names))
+        assert counts.tolist() == quota.tolist()  # every position of the quota delivered
+        assert quota.sum() == index.n_items - 2 and len(order) == index.n_items
+        assert np.bincount(order, minlength=index.n_items)[skipped].tolist() == [1, 1]
+        cy = (speaker == names.index("cy")) & ~skipped  # its two clips share its quota
+        times = np.bincount(delivered, minlength=index.n_items)[cy]
+        q = int(quota[names.index("cy")])
+        assert sorted(times.tolist()) == [q // 2, q - q // 2]
+        assert early_repeats_of(order, speaker, skipped) == 0
+    assert printed == dict(zip(names, plan.source.quotas(0).tolist(), strict=True))
+    assert "2 clips the length table says every run skips" in lines[at + 4]
+    # what is skipped decides the plan: a resume that skips other clips is refused
+    truncating = skipping_config(
+        tmp_path,
+        stager={"balance": {"by": "speaker", "temperature": 0.0}},
+        features={"cache_dir": str(tmp_path / "cache"), "on_too_long": "truncate"},
+    )
+    prepare(truncating)
+    other = make_plan(truncating, index)
+    assert known_skips(truncating, index).sum() == 1  # the 9.95 s clip fits, truncated
+    assert other.fingerprint["balance"] != plan.fingerprint["balance"]
+
+
+def early_repeats_of(order, of_item, skipped) -> int:
+    """early_repeats over the delivered positions, the skipped clips out of the groups."""
+    kept = order[~skipped[order]]
+    names = tuple(str(g) for g in range(int(of_item.max()) + 1))
+    return early_repeats(kept, Groups(of_item, names, skipped))
+
+
+def test_known_skips_follow_the_producers_rules_by_the_length_table(tmp_path) -> None:
+    cfg = config_from_dict({"features": {"max_frames": 800}})
+    frames = np.array([-1, 5, 9, 400, 801, 802, 803, 100_000], np.int32)
+    table = SimpleNamespace(frames=frames, text=np.full(len(frames), 10, np.int32))
+    per_s = cfg.audio.sample_rate / cfg.features.hop_length  # ~86 frames a second
+    assert 5 * cfg.features.hop_length <= 0.1 * cfg.audio.sample_rate < 9 * 256
+    # unknown: no verdict; 5 frames < 0.1 s; 802 and more: over a slot by more than the
+    # header's one frame of doubt; 100,000 frames > audio.max_duration_s (60 s)
+    assert header_skips(cfg, table).tolist() == [False, True, False, False, False, True, True, True]
+    truncated = config_from_dict({"features": {"on_too_long": "truncate"}})
+    assert header_skips(truncated, table).tolist() == [0, 1, 0, 0, 0, 0, 0, 1]
+    assert 100_000 > 60 * per_s
+    # out of its speaking-rate band, under data.outliers: skip only
+    cfg = manifest_config(tmp_path, by="speaker")  # texts "clip k": one of 12 outside
+    index = prepare(cfg).index
+    out = known_skips(cfg, index)
+    assert "c7" in [index.item_id(i) for i in np.flatnonzero(out)]
+    flagged = config_from_dict(
+        cfg.to_dict() | {"data": cfg.to_dict()["data"] | {"outliers": "flag"}}
+    )
+    assert "c7" not in [index.item_id(i) for i in np.flatnonzero(known_skips(flagged, index))]
