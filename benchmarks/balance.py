@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/balance.py [--items 200000] [--rounds 2] [--steps 30]
     .venv/bin/python benchmarks/balance.py --build 10000000 [--speakers 50000]   # plan cost
     .venv/bin/python benchmarks/balance.py --items 20000 --rounds 1 --steps 5 --plot PNG
+    .venv/bin/python benchmarks/balance.py --upsampled [--items 2000] [--corpora 4] [--epochs 3]
 
 On the generated lopsided corpus (tests/support/lopsided.py: languages 80 / 15 / 5 %,
 Zipf-sized speakers, the rare language speaking longer clips), three plans:
@@ -23,6 +24,15 @@ plain bucketed plan's dealing beside it, rounds alternating) and its memory: the
 peak resident memory the build adds (VmHWM, reset before each) and the arrays the
 plan keeps (kept_epochs of them), in bytes per item. ``--plot PATH`` draws the comparison
 (benchmarks/charts.py) for docs/benchmarks.md.
+
+--upsampled: the padding of a small corpus whose small group is drawn several times an
+epoch (issue 49's held-out runs): the same generated corpus at 2,000 clips (its rare
+language's 100 clips drawn 4.3 times at temperature 0.3, 6.7 times at 0), four
+auto_buckets as the stager fits them (to the epoch as drawn for the balanced plan, to
+the corpus for the plain one: consumer/stager/plan/make.py) and 32 rows of 800 frames a
+batch; each plan's padding efficiency side by side at temperatures 0, 0.3 and 1, the
+mean over --corpora generated corpora (seeds 0, 1, ...) and --epochs epochs of each, and
+the worst gap among them. No model: a few seconds.
 """
 
 from __future__ import annotations
@@ -55,6 +65,8 @@ SEED = 1234
 TEMPERATURE = 0.3
 BATCH_FRAMES = 8 * 800
 WINDOW_BATCHES = 10
+# --upsampled: rows of the longest bucket's batch (32 x 800 frames a batch, the held-out run's)
+UPSAMPLED_ROWS = 32
 
 
 def plans(corpus: Corpus) -> dict[str, Plan]:
@@ -76,8 +88,8 @@ def plans(corpus: Corpus) -> dict[str, Plan]:
     }
 
 
-def epoch_batches(plan: Plan, corpus: Corpus) -> list[tuple[Bucket, np.ndarray]]:
-    layout = plan.layout(0)
+def epoch_batches(plan: Plan, corpus: Corpus, epoch: int = 0) -> list[tuple[Bucket, np.ndarray]]:
+    layout = plan.layout(epoch)
     ends = np.append(layout.starts, len(layout.order))
     return [
         (plan.buckets[int(b)], layout.order[ends[k] : ends[k + 1]])
@@ -197,6 +209,50 @@ def compare(items: int, rounds: int, steps: int, plot_path: str | None) -> None:
         )
 
 
+def upsampled(items: int, corpora: int, epochs: int) -> None:
+    """--upsampled: balanced against plain buckets' padding, side by side (docstring)."""
+    from ringfeed.consumer.stager.plan.balance import drawn
+    from ringfeed.consumer.stager.plan.buckets import make_buckets
+    from ringfeed.shared.config import config_from_dict
+    from ringfeed.shared.corpus.lengths import Lengths
+
+    cfg = config_from_dict({"stager": {"auto_buckets": 4, "batch_size": UPSAMPLED_ROWS}})
+    rows: dict[float, list[tuple[float, float]]] = {0.0: [], 0.3: [], 1.0: []}
+    for seed in range(corpora):
+        corpus = lopsided_corpus(items, seed)
+        table, groups = Lengths(corpus.frames, corpus.text), corpus.languages
+        buckets, of_bucket = make_buckets(cfg, table)
+        plain = Plan(BucketBatches(Shuffle(items, SEED), buckets, of_bucket, corpus.text))
+        for temperature, found in rows.items():
+            weights = group_weights(groups.sizes, temperature, [1.0] * len(groups.names))
+            fitted, of_fitted = make_buckets(cfg, table, drawn(groups, weights))
+            balanced = Plan(BalancedBatches(SEED, fitted, of_fitted, groups, weights, corpus.text))
+            found += [
+                (
+                    padding(epoch_batches(plain, corpus, e), corpus),
+                    padding(epoch_batches(balanced, corpus, e), corpus),
+                )
+                for e in range(epochs)
+            ]
+    sizes = lopsided_corpus(items).languages.sizes
+    print(
+        f"{items} clips by language ({', '.join(map(str, sizes))}), four auto_buckets, "
+        f"{UPSAMPLED_ROWS} rows of {cfg.features.max_frames} frames a batch; corpora 0-"
+        f"{corpora - 1} x epochs 0-{epochs - 1}"
+    )
+    print("| temperature | rare language drawn | plain buckets | balanced | gap (worst) |")
+    print("|---:|---:|---:|---:|---:|")
+    for temperature, found in rows.items():
+        weights = group_weights(sizes, temperature, [1.0, 1.0, 1.0])
+        times = quotas(weights, items, SEED, 0)[-1] / sizes[-1]
+        theirs, ours = (statistics.mean(x) for x in zip(*found, strict=True))
+        worst = max(p - b for p, b in found)
+        print(
+            f"| {temperature:g} | {times:.1f}x | {theirs:.3f} | {ours:.3f} | "
+            f"{theirs - ours:.3f} ({worst:.3f}) |"
+        )
+
+
 def many_speakers(items: int, k: int) -> Groups:
     """k speakers of Zipf-like sizes (exponent 1.1) over `items` clips."""
     zipf = 1.0 / np.arange(1, k + 1) ** 1.1
@@ -260,17 +316,22 @@ def rss(field: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=200_000)
+    parser.add_argument("--items", type=int, help="clips (default 200,000; --upsampled 2,000)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--build", type=int, default=0, help="time one epoch's plan of N items")
     parser.add_argument("--speakers", type=int, default=0, help="--build: also K Zipf speakers")
     parser.add_argument("--plot", help="also draw the comparison into this PNG")
+    parser.add_argument("--upsampled", action="store_true", help="padding, a group drawn 4-7x")
+    parser.add_argument("--corpora", type=int, default=4, help="--upsampled: corpora (seeds)")
+    parser.add_argument("--epochs", type=int, default=3, help="--upsampled: epochs of each")
     args = parser.parse_args()
-    if args.build:
+    if args.upsampled:
+        upsampled(args.items or 2000, args.corpora, args.epochs)
+    elif args.build:
         build(args.build, args.rounds, args.speakers)
     else:
-        compare(args.items, args.rounds, args.steps, args.plot)
+        compare(args.items or 200_000, args.rounds, args.steps, args.plot)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ training worker. One object, :class:`plan.Plan`, over parts that compose:
     shard_window.py  ShardWindows: tar shards dealt in windows (data.shard_window)
     buckets.py       BucketBatches: another part's order dealt into length buckets
     balance.py       BalancedBatches: epochs balanced by language or speaker, bucketed
+    skips.py         known_skips: the clips every run skips, kept out of the balance
     layout.py        EpochLayout: what a part gives the plan for each epoch
     plan.py          Plan: positions, batches, the share, the fingerprint
     make.py          make_plan: the parts a config asks for

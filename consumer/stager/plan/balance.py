@@ -29,13 +29,14 @@ pass, those of slow buckets a little earlier.
 
 Interleaved, bucketed, in delivery order. The groups' positions are merged by
 due time, the j-th of q_g at (j + 1/2) / q_g (group_walk.py: whoever is
-furthest behind its target goes next), and dealt into batches of one length
-bucket each (one bucket of the fixed shape without buckets) pass by pass
-(pass_deal.py): in delivery order no clip of a group comes a (k+1)-th time
-before every clip of its group came k times, across buckets and the leftovers.
-A clip that would otherwise wait in a slow bucket's batch past its group's next
-pass rides in a longer bucket's batch; the epoch ends with a few part-filled
-batches, as BucketBatches' do.
+furthest behind its target goes next), and at each a clip of its group's pass is
+dealt into batches of one length bucket each (one bucket of the fixed shape without
+buckets) pass by pass (pass_deal.py): in delivery order no clip of a group comes a
+(k+1)-th time before every clip of its group came k times, across buckets and the
+leftovers. A turn deals the walk's next clip of its pass, or another of the pass whose
+batch suits the pass's end better; a clip that would otherwise wait in a slow bucket's
+batch past its group's next pass rides in a longer bucket's batch; the epoch ends with
+a few part-filled batches, as BucketBatches' do.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import numpy as np
 
 from ringfeed.consumer.stager.plan.buckets import Bucket
 from ringfeed.consumer.stager.plan.layout import EpochLayout
+from ringfeed.consumer.stager.plan.skips import known_skips
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.loader import ConfigError
 from ringfeed.shared.config.stager import BalanceConfig
@@ -66,9 +68,9 @@ WEIGHT_SCALE = 2**31
 # that grants run into): 4 bytes per item each.
 KEPT_LAYOUTS = 2
 # The balanced order's version, in the fingerprint: a run begun under another (2: the
-# pass-by-pass dealing) is refused on resume, naming the balance, instead of served
-# another order mid-epoch.
-ORDER = 2
+# pass-by-pass dealing; 3: its clips picked as dealt, and straddle buckets) is refused on
+# resume, naming the balance, instead of served another order mid-epoch.
+ORDER = 3
 # Groups a log line or validate names at most (the largest quotas; the rest counted).
 MAX_NAMES_SHOWN = 12
 # The most of a pass by which a clip of a slow bucket comes earlier in its group's walk
@@ -79,24 +81,44 @@ TAIL_LAG = 0.5
 
 @dataclass(frozen=True)
 class Groups:
-    """Each item's group (int32 [n_items], ids into names) and the group names."""
+    """Each item's group (int32 [n_items], ids into names), the group names, and the items
+    a run is known to skip (bool [n_items], skips.py; None: none known). A skipped item
+    belongs to no group: it keeps one position an epoch, its own, and is skipped there."""
 
     of_item: np.ndarray
     names: tuple[str, ...]
+    skipped: np.ndarray | None = None
 
     @functools.cached_property
     def sizes(self) -> np.ndarray:
-        """Items per group (int64 [groups]); counted once (bincount casts to int64)."""
-        return np.bincount(self.of_item, minlength=len(self.names)).astype(np.int64)
+        """Items per group, those known to be skipped left out (int64 [groups]); counted
+        once (bincount casts to int64)."""
+        kept = None if self.skipped is None else ~self.skipped
+        counts = np.bincount(self.of_item, weights=kept, minlength=len(self.names))
+        return counts.astype(np.int64)
+
+    @property
+    def usable(self) -> int:
+        """The positions the groups share an epoch: one per item not known to be skipped."""
+        return int(self.sizes.sum())
 
 
-def plan_groups(balance: BalanceConfig, tables: IdTables, index: CorpusIndex) -> Groups:
+def plan_groups(
+    balance: BalanceConfig,
+    tables: IdTables,
+    index: CorpusIndex,
+    skipped: np.ndarray | None = None,
+) -> Groups:
     """The groups of stager.balance.by: the run's speaker or language ids (the tables the
-    stager built once, shared/run/id_tables.py), one int32 per item."""
+    stager built once, shared/run/id_tables.py), one int32 per item; skipped: the items
+    a run is known to skip (skips.py known_skips), or None. Where every item is skipped
+    nothing is left out (each run would skip them all alike, as before)."""
     speakers, languages = tables.item_ids(index)
+    if skipped is not None and (skipped.all() or not skipped.any()):
+        skipped = None
     if balance.by == "speaker":
-        return Groups(speakers, tables.speakers)
-    return Groups(languages, tables.languages)
+        return Groups(speakers, tables.speakers, skipped)
+    return Groups(languages, tables.languages, skipped)
 
 
 def named_weights(balance: BalanceConfig, groups: Groups) -> list[float]:
@@ -141,14 +163,21 @@ def balance_lines(cfg: Config, index: CorpusIndex, tables: IdTables) -> list[str
     b = cfg.stager.balance
     if not b.on:
         return []
-    groups = plan_groups(b, tables, index)
+    groups = plan_groups(b, tables, index, known_skips(cfg, index))
     weights = group_weights(groups.sizes, b.temperature, named_weights(b, groups))
-    quota = quotas(weights, index.n_items, cfg.stager.seed, 0)
+    quota = quotas(weights, groups.usable, cfg.stager.seed, 0)
     head = (
         f"  balance       by {b.by}, temperature {b.temperature:g}: {index.n_items} "
         f"positions an epoch (as many as clips), epoch 0:"
     )
     lines = [head] + [f"    {line}" for line in describe(groups, quota)]
+    skipped = index.n_items - groups.usable
+    if skipped:
+        lines.append(
+            f"    {skipped} clips the length table says every run skips (no tokens, too "
+            "long or short, out of their speaking-rate band) keep one position each, "
+            "skipped; their groups' quotas go to their other clips"
+        )
     return lines + crowded_lines(groups, quota, cfg.grants_in_flight, b.by)
 
 
@@ -174,11 +203,15 @@ def crowded_lines(groups: Groups, quota: np.ndarray, slots: int, by: str) -> lis
 
 def drawn(groups: Groups, weights: np.ndarray) -> np.ndarray:
     """Each item's expected positions an epoch (float64 [n]): its group's exact share of
-    the epoch over its clips, n x w_g / sum(w) / n_g; what auto_buckets fit a balanced
-    plan to (buckets.py bucket_lengths)."""
+    the epoch over its clips, u x w_g / sum(w) / n_g (u: the positions the groups share,
+    n_g: the group's clips not known to be skipped), 0 for a skipped one; what
+    auto_buckets fit a balanced plan to (buckets.py bucket_lengths)."""
     w = np.asarray(weights, np.float64)
-    per_clip = len(groups.of_item) * w / max(w.sum(), 1.0) / np.maximum(1, groups.sizes)
-    return per_clip[np.asarray(groups.of_item)]
+    per_clip = groups.usable * w / max(w.sum(), 1.0) / np.maximum(1, groups.sizes)
+    out = per_clip[np.asarray(groups.of_item)]
+    if groups.skipped is not None:
+        out[groups.skipped] = 0.0
+    return out
 
 
 def group_weights(sizes: np.ndarray, temperature: float, weights: Sequence[float]) -> np.ndarray:
@@ -223,15 +256,19 @@ def balanced_layout(
     epoch: int,
 ) -> EpochLayout:
     """The whole epoch `epoch`: quotas, each group's walk (one shuffle of all items,
-    grouped), its clips in due order (group_walk.py), dealt into batches pass by pass
-    (pass_deal.py). weights: from group_weights."""
+    grouped) and its turns in due order (group_walk.py), a clip of its pass dealt into
+    batches at each turn (pass_deal.py). weights: from group_weights."""
     # numba: 0.25 s to import, so only a balanced plan pays it
     from ringfeed.consumer.stager.plan import group_walk, pass_deal
 
     of_group = np.asarray(groups.of_item)  # a mapped index array as a whole (its map)
     n, n_buckets = len(of_group), len(buckets)
-    quota = quotas(weights, n, seed, epoch)
-    sizes = np.maximum(1, groups.sizes)
+    quota = quotas(weights, groups.usable, seed, epoch)
+    if groups.skipped is not None:  # one more group: the skipped items, one position each
+        of_group = np.where(groups.skipped, len(quota), of_group).astype(np.int32)
+        quota = np.append(quota, n - groups.usable)
+    counts = np.bincount(of_group, minlength=len(quota)).astype(np.int64)
+    sizes = np.maximum(1, counts)
     cell = of_group.astype(np.int64) * n_buckets + of_bucket
     cells = np.bincount(cell, minlength=len(quota) * n_buckets).reshape(len(quota), n_buckets)
     del cell
@@ -241,14 +278,15 @@ def balanced_layout(
     lag = (rows / np.maximum(rate, 1e-12))[None, :] / (period * sizes)[:, None]
     perm = np.arange(n, dtype=np.int32)
     np.random.default_rng([seed, SHUFFLE_STREAM, epoch]).shuffle(perm)
-    starts = np.concatenate([[0], np.cumsum(groups.sizes)]).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     items, item_buckets = group_walk.grouped(perm, of_group, of_bucket, len(quota))
     del perm
-    walk, walk_buckets = group_walk.pass_order(items, item_buckets, starts, lag, TAIL_LAG)
+    lists, partial = group_walk.pass_order(items, item_buckets, starts, lag, TAIL_LAG, quota)
     del items, item_buckets
-    arrived = group_walk.arrivals(walk, walk_buckets, starts, quota, n)
-    del walk, walk_buckets  # the dealing needs the arrivals only: 18 bytes a clip
-    return pass_deal.deal(buckets, text, rate, len(quota), *arrived)
+    first = starts[:-1, None] + np.cumsum(cells, axis=1) - cells
+    walks = pass_deal.Walks(lists, first, cells, partial, lag > pass_deal.SLOW_LAG)
+    # the dealing needs the turns (12 bytes a clip) and the walks (8)
+    return pass_deal.deal(buckets, text, rate, walks, quota, *group_walk.arrivals(starts, quota, n))
 
 
 class BalancedBatches:
@@ -282,15 +320,19 @@ class BalancedBatches:
         )
 
     def quotas(self, epoch: int) -> np.ndarray:
-        """Positions of each group in `epoch` (int64 [groups])."""
-        return quotas(self.weights, self.n_items, self.seed, epoch)
+        """Positions of each group in `epoch` (int64 [groups]; the items known to be
+        skipped have one more each, theirs)."""
+        return quotas(self.weights, self.groups.usable, self.seed, epoch)
 
 
 def balance_hash(groups: Groups, weights: np.ndarray, by: str, temperature: float) -> str:
     """What decides the balance, for the plan fingerprint (shared/run/fingerprint.py): the
-    groups' names, each item's group, the weights, the temperature and ORDER."""
+    groups' names, each item's group, the items known to be skipped, the weights, the
+    temperature and ORDER."""
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{ORDER}|{by}|{temperature!r}|{'|'.join(groups.names)}".encode())
     h.update(np.ascontiguousarray(weights, np.int64).tobytes())
     h.update(np.ascontiguousarray(groups.of_item, np.int32).tobytes())
+    if groups.skipped is not None:
+        h.update(np.packbits(groups.skipped).tobytes())
     return h.hexdigest()

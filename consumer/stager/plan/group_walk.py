@@ -1,4 +1,4 @@
-"""The groups' walks of a balanced epoch, and the order their clips arrive in.
+"""The groups' walks of a balanced epoch, and their turns in due order.
 
 balance.py decides each group's quota q_g; this module lays out what the dealing
 (pass_deal.py) is given, all compiled with numba (10,000,000 clips: numpy's sorts
@@ -6,14 +6,16 @@ took 4.5 s of the plan's 6 s here, these take well under one):
 
 - :func:`grouped`: every group's clips, group after group, each group in the order
   of one shuffle of all items (a counting sort: stable, O(n)).
-- :func:`pass_order`: the order a group walks its clips in each pass: each
-  bucket's clips spread evenly over the pass (the i-th of c at (i + 1/2) / c), a
-  clip of bucket b moved earlier by lag[g, b] of the pass (at most `tail`), so a
-  pass ends with clips whose batches leave soon.
+- :func:`pass_order`: the order a group walks its clips in each pass, given as each
+  bucket's clips in that order and each clip's place in it: each bucket's clips
+  spread evenly over the pass (the i-th of c at (i + 1/2) / c), a clip of bucket b
+  moved earlier by lag[g, b] of the pass (at most `tail`), so a pass ends with clips
+  whose batches leave soon. The dealing walks it, and leaves it where a clip of
+  another bucket suits the open batches better (pass_deal.py's picks).
 - :func:`arrivals`: the epoch's positions in due order, the j-th of group g at
   (j + 1/2) / q_g (whoever is furthest behind its target goes next; ties to the
-  lower group), each with its clip (the walk's j % n_g-th: pass j // n_g), bucket,
-  and positions until its group's next pass (-1 in its last).
+  lower group), each with its group, pass (j // n_g) and positions until its group's
+  next pass (-1 in its last).
 
 Pure functions of their arrays, so of (seed, epoch) through balance.py.
 """
@@ -45,13 +47,16 @@ def grouped(perm, of_item, of_bucket, n_groups):
 
 
 @numba.njit(cache=True)
-def pass_order(items, buckets, starts, lag, tail):  # noqa: PLR0913
-    """Each group's clips (items[starts[g]:starts[g + 1]], of buckets `buckets`) in its
-    pass order, and their buckets (int32 each): a merge of the group's buckets by key
-    (i + 1/2) / c x (1 - min(tail, lag[g, b])) for the i-th of c clips of bucket b
-    (ties to the shorter bucket)."""
+def pass_order(items, buckets, starts, lag, tail, quota):  # noqa: PLR0913
+    """Each group's pass order, by bucket: (its clips and each one's place in its group's
+    pass, int32 [n, 2]: group after group, each group's bucket after bucket, each
+    bucket's in the order of the pass; per group and bucket its clips in the last pass
+    when that pass is partial, int64 [groups, buckets]: those placed before q_g % n_g).
+    The order is a merge of the group's buckets by key (i + 1/2) / c x (1 - min(tail,
+    lag[g, b])) for the i-th of c clips of bucket b (ties to the shorter bucket)."""
     n_buckets = lag.shape[1]
-    walk, walk_bucket = np.empty(len(items), np.int32), np.empty(len(items), np.int32)
+    lists = np.empty((len(items), 2), np.int32)
+    partial = np.zeros((len(starts) - 1, n_buckets), np.int64)
     for g in range(len(starts) - 1):
         lo, hi = starts[g], starts[g + 1]
         first = np.zeros(n_buckets + 1, np.int64)
@@ -61,31 +66,33 @@ def pass_order(items, buckets, starts, lag, tail):  # noqa: PLR0913
         first = np.cumsum(first)
         at = first[:-1].copy()
         for i in range(lo, hi):  # the group's clips by bucket, in their shuffled order
-            walk[lo + at[buckets[i]]] = items[i]
+            lists[lo + at[buckets[i]], 0] = items[i]
             at[buckets[i]] += 1
-        by_bucket = walk[lo:hi].copy()
+        size = hi - lo
+        cut = quota[g] % size if size and quota[g] % size else -1  # the last pass's clips
         taken = np.zeros(n_buckets, np.int64)
-        for p in range(lo, hi):
+        for p in range(size):
             best, best_key = -1, np.inf
             for b in range(n_buckets):
                 if taken[b] < count[b]:
                     key = (taken[b] + 0.5) / count[b] * (1.0 - min(tail, lag[g, b]))
                     if key < best_key:
                         best, best_key = b, key
-            walk[p], walk_bucket[p] = by_bucket[first[best] + taken[best]], best
+            lists[lo + first[best] + taken[best], 1] = p
             taken[best] += 1
-    return walk, walk_bucket
+            if p < cut:
+                partial[g, best] += 1
+    return lists, partial
 
 
 @numba.njit(cache=True)
-def arrivals(walk, walk_bucket, starts, quota, n):  # noqa: PLR0913
-    """(item, group, pass int32 [n]; bucket int16 [n]; horizon float32 [n]) of every position in
-    due order: a k-way merge of the groups' due times on a binary heap of
-    (due, group). walk, walk_bucket: the groups' pass orders and their buckets, group
-    after group (starts)."""
-    item, group = np.empty(n, np.int32), np.empty(n, np.int32)
-    # 18 bytes a position: a bucket index fits int16, a horizon float32 (a count of positions)
-    pas, bucket, horizon = np.empty(n, np.int32), np.empty(n, np.int16), np.empty(n, np.float32)
+def arrivals(starts, quota, n):
+    """(group, pass int32 [n]; horizon float32 [n]) of every position in due order: a k-way
+    merge of the groups' due times on a binary heap of (due, group); which clip of its
+    group's pass each position holds, the dealing decides (pass_deal.py)."""
+    group, pas = np.empty(n, np.int32), np.empty(n, np.int32)
+    # 12 bytes a position: a horizon fits float32 (a count of positions)
+    horizon = np.empty(n, np.float32)
     heap_due, heap_g = np.empty(len(quota)), np.empty(len(quota), np.int64)
     m = 0
     for g in range(len(quota)):
@@ -98,8 +105,7 @@ def arrivals(walk, walk_bucket, starts, quota, n):  # noqa: PLR0913
     for p in range(n):
         g = heap_g[0]
         size, j = max(1, starts[g + 1] - starts[g]), taken[g]
-        at = starts[g] + j % size
-        item[p], group[p], pas[p], bucket[p] = walk[at], g, j // size, walk_bucket[at]
+        group[p], pas[p] = g, j // size
         left = size - 1 - j % size  # turns of this pass after this one
         horizon[p] = -1.0 if j // size == last[g] else left * n / quota[g]
         taken[g] = j + 1
@@ -109,7 +115,7 @@ def arrivals(walk, walk_bucket, starts, quota, n):  # noqa: PLR0913
             m -= 1
             heap_due[0], heap_g[0] = heap_due[m], heap_g[m]
         _sift_down(heap_due, heap_g, 0, m)
-    return item, group, pas, bucket, horizon
+    return group, pas, horizon
 
 
 @numba.njit(cache=True, inline="always")

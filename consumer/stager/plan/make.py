@@ -26,6 +26,7 @@ from ringfeed.consumer.stager.plan.layout import EpochSource
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shard_window import ShardWindows, WindowedBatches, shard_windows
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
+from ringfeed.consumer.stager.plan.skips import known_skips
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.run.fingerprint import plan_fingerprint
@@ -110,9 +111,12 @@ def length_buckets(
 def balance_groups(
     cfg: Config, index: CorpusIndex, tables: IdTables | None
 ) -> tuple[balance.Groups, np.ndarray]:
-    """(the groups of stager.balance.by, their integer weights)."""
+    """(the groups of stager.balance.by, the items a run is known to skip left out of
+    them (skips.py), their integer weights)."""
     b = cfg.stager.balance
-    groups = balance.plan_groups(b, tables or corpus_tables(cfg, index), index)
+    groups = balance.plan_groups(
+        b, tables or corpus_tables(cfg, index), index, known_skips(cfg, index)
+    )
     return groups, balance.group_weights(
         groups.sizes, b.temperature, balance.named_weights(b, groups)
     )
@@ -138,11 +142,15 @@ def balanced(
         source = WindowedBatches(
             windows, buckets, of_item, text, (groups, b.temperature, multipliers)
         )
+    skipped = index.n_items - groups.usable
     log.info(
-        "balanced epochs by %s (temperature %g): %d positions per epoch; epoch 0: %s",
+        "balanced epochs by %s (temperature %g): %d positions per epoch%s; epoch 0: %s",
         b.by,
         b.temperature,
         index.n_items,
+        f" ({skipped} of them the clips the length table says every run skips, one each)"
+        if skipped
+        else "",
         quota,
     )
     return source, {"balance": balance.balance_hash(groups, weights, b.by, b.temperature)}

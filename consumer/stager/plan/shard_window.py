@@ -115,7 +115,10 @@ class WindowedBatches:
     def _balanced(self, items: np.ndarray, stream: int) -> EpochLayout:
         """The window balanced on its own (local item numbers: places in `items`)."""
         groups, temperature, multipliers = self.balanced
-        local = Groups(np.asarray(groups.of_item)[items].astype(np.int32), groups.names)
+        skipped = None if groups.skipped is None else groups.skipped[items]
+        if skipped is not None and (skipped.all() or not skipped.any()):
+            skipped = None
+        local = Groups(np.asarray(groups.of_item)[items].astype(np.int32), groups.names, skipped)
         weights = group_weights(local.sizes, temperature, multipliers)
         return balanced_layout(
             local,
