@@ -40,18 +40,30 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 LOG_FORMAT = "%(asctime)s %(levelname).1s %(processName)s %(name)s: %(message)s"
 
 
-def _short_name(record: logging.LogRecord) -> bool:
+class _ShortNames(logging.Formatter):
     """Log lines name the module without the package: consumer.stager.stager, not
-    ringfeed.consumer.stager.stager (concise, and the repository's folder names)."""
-    record.name = record.name.removeprefix("ringfeed.")
-    return True
+    ringfeed.consumer.stager.stager (concise, and the repository's folder names). The
+    record itself keeps its name: another handler (a user's, pytest's caplog) sees the
+    logger's real one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        name = record.name
+        record.name = name.removeprefix("ringfeed.")
+        try:
+            return super().format(record)
+        finally:
+            record.name = name
 
 
 def setup_logging(level: str = "INFO") -> None:
-    """Concise logs on stderr, one line each, with the process name."""
+    """Concise logs on stderr, one line each, with the process name; where the process
+    has a logging set-up already (a user's, a test's), it is left as it is."""
+    root = logging.getLogger()
+    had_handlers = bool(root.handlers)
     logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_short_name)
+    if not had_handlers:
+        for handler in root.handlers:
+            handler.setFormatter(_ShortNames(LOG_FORMAT, "%H:%M:%S"))
     logging.getLogger("absl").setLevel(logging.WARNING)  # TF's per-checkpoint chatter
 
 
