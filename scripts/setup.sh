@@ -48,7 +48,7 @@ optional "JAX and Orbax" -e '.[jax]' orbax-checkpoint
 # numba caches what it compiles beside the modules: a run's stager then builds a balanced
 # plan in about 0.5 s, not 15 s before its first grant (consumer/stager/plan/make.py), and
 # loads the kernels that copy, check and hash a sample's rows (shared/memory/row_pass.py)
-# from the cache, not compiling them (~1 s of CPU a process, most of it numba's own
+# from the cache, not compiling them (1-2.4 s of CPU a process, most of it numba's own
 # set-up, against ~2-5 s).
 echo "setup: compiling the balanced plan's and the row pass's kernels (once per install, ~20 s)"
 .venv/bin/python -c "from ringfeed.consumer.stager.plan.make import compile_kernels; compile_kernels()"
