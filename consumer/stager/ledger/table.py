@@ -725,6 +725,10 @@ class Ledger:
             return Answer(why, "wrong-item", ident, generation)
         owned = (self.p_state[named] == GRANTED) & (self.p_gen[named] == generation)
         owned &= self.p_holder[named] == h
+        # The position it was granted for is still the one at its q: a spare place's grant
+        # can outlive its position's batch (a backup won, the batch left, the slot took
+        # the next batch), and its late answer must not fill the position now there.
+        owned &= self.q_pos[self.p_q[named]] == self.p_pos[named]
         audits = self._audits_answered(named, owned) if self.twins else {}
         seals = self.records.rows if run.slot >= 0 else self.records.spares
         at_seal = named if run.slot >= 0 else index
