@@ -72,12 +72,20 @@ def write_kept(path: Path, write: Callable[[Path], None]) -> Path:
             there.parent.mkdir(mode=0o700, exist_ok=True)
             write(there)
         except OSError as again:
+            try:  # a folder made for this copy alone goes with it
+                there.parent.rmdir()
+            except OSError:
+                pass
             if is_full(again):
                 raise disk_error(again, there.parent) from None
             raise
         return there
     if Path(path) != memory_copy(path):
         memory_copy(path).unlink(missing_ok=True)
+        try:  # the folder goes with its last copy: nothing of ringfeed's stays in /dev/shm
+            memory_folder().rmdir()
+        except OSError:  # absent, or other copies are still kept there
+            pass
     return Path(path)
 
 
