@@ -52,6 +52,7 @@ from ringfeed.shared.corpus.registry import format_of
 from ringfeed.shared.memory import row_pass
 from ringfeed.shared.run.process import (
     POLL_S,
+    STOP_SIGNALS,
     TERM_GRACE_S,
     StopFlag,
     die_with_parent,
@@ -72,10 +73,13 @@ def _child(
     config_yaml: str, name: str, endpoint: str, remote: bool, joined: Any, busy: Any, said: Any
 ) -> None:
     # The pool's handlers came with the fork: until run_worker installs its own, a
-    # SIGTERM ends the worker, as it ended a freshly spawned one.
+    # SIGTERM ends the worker, as it ended a freshly spawned one. The pool started it
+    # with the stop signals blocked (ProducerPool.start): one sent before these lines
+    # waited, and is delivered to the default action now, not to the pool's flag.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
     cfg = config_from_yaml(config_yaml)
@@ -147,13 +151,21 @@ class ProducerPool:
             name=slot.name,
             daemon=False,
         )
-        slot.proc.start()
+        # Blocked across the fork: a SIGTERM that reached the child before _child reset
+        # its handlers set a copy of the pool's stop flag that nothing reads, and the
+        # worker ran on until stop_all killed it TERM_GRACE_S later.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            slot.proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         slot.started_at = time.monotonic()
 
     def watch(self, stop: StopFlag) -> int:
         """Main loop: restart dead workers until stop or all finished; returns exit code."""
         for slot in self.slots:
-            self.start(slot)
+            if not stop.is_set():  # stopped while it loaded: no worker to start and stop
+                self.start(slot)
         while not stop.wait(POLL_S * 4):
             for slot in self.slots:
                 self.check(slot)

@@ -80,3 +80,39 @@ def test_a_failed_warm_up_before_the_fork_is_left_to_the_workers(caplog) -> None
     with patch.object(pipeline, "warm_up_shared", broken), patch.dict(os.environ):
         pool.load_before_fork(Config())
     assert "no mel for this config" in caplog.text
+
+
+def test_a_worker_told_to_stop_as_it_starts_stops_at_once() -> None:
+    """A SIGTERM that reaches a worker before it has reset the handlers it forked with
+    ends it; it once set the copy of the pool's stop flag, which nothing reads, and the
+    worker ran on until stop_all killed it TERM_GRACE_S later (a launcher's stop just
+    after the pool started its workers outlived the launcher's grace)."""
+    code = (
+        "import os, signal, time\n"
+        "import ringfeed.producer.process.pool as pool\n"
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.shared.run.process import StopFlag\n"
+        "StopFlag().install()\n"
+        "p = pool.ProducerPool(Config(), 'ipc:///nowhere', 1, False, 't')\n"
+        "for _ in range(5):\n"
+        "    slot = p.slots[0]\n"
+        "    p.start(slot)\n"
+        "    os.kill(slot.proc.pid, signal.SIGTERM)\n"
+        "    began = time.monotonic()\n"
+        "    slot.proc.join(30)\n"
+        "    print(slot.proc.exitcode, time.monotonic() - began < 2.0)\n"
+    )
+    assert as_ringfeed_producers(code) == ["-15", "True"] * 5
+
+
+def test_a_pool_stopped_while_it_loads_starts_no_worker() -> None:
+    """A stop that came while the pool loaded what its workers share (seconds, on a
+    busy host) ends it before it starts a worker only to stop it."""
+    from ringfeed.shared.run.process import StopFlag
+
+    with patch.dict(os.environ):
+        pool = ProducerPool(Config(), "ipc:///nowhere", 2, remote=False, prefix="t")
+    stop = StopFlag()
+    stop.set()
+    assert pool.watch(stop) == 0
+    assert all(slot.proc is None for slot in pool.slots)
