@@ -11,6 +11,8 @@ import os
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.producer_book import ProducerBook
 from ringfeed.shared.memory.ring import SlotState
@@ -197,3 +199,43 @@ def test_a_slow_walker_holds_the_plan_back_no_longer_than_its_backups(tmp_path: 
     assert_exactly_once(items, cfg, n)
     counters = summary["counters"]
     assert counters["backups_won"] >= 1 and counters["strikes"] == 0, counters
+
+
+def test_a_position_backed_up_again_after_its_first_grant_came_back_finishes_once() -> None:
+    """Position 0's first grant (F's) comes back while its backup (L's) is out; the
+    position goes on with L's grant alone, and once that has been out long enough it is
+    backed up again, by G. The second twin pairs L's grant with G's: once L answers,
+    G's grant is beaten, and G's late answer is stale. (The twin once took F's long-gone
+    place for its first grant: L's answer then beat nobody, and G's grant outlived its
+    position's batch; its late answer was accepted into whatever position came to that
+    batch record next, one item's row delivered under another's id.)"""
+    m = twins_book()
+    far_too = PeerId("key G host g", "key G", owner="key G")
+    hello = p.Hello("G", os.getpid(), HOST, True, "G", "", {})
+    m.hello(b"G", hello, remote=True, peer=far_too)
+    m.producers[b"G"].credits = 100
+    held = hold_the_oldest(m)
+    m.clock.t += LEASE_S / 2 + 0.1
+    backup = one(m, b"L")
+    assert backup is not None and backup.position == 0
+    m.revoke(b"F", charge=False)  # F's grant comes back; L's carries position 0 alone
+    assert retries(m) == []
+    assert one(m, b"F") is None
+    m.clock.t += LEASE_S
+    m.touch(b"L"), m.touch(b"G")
+    again = one(m, b"G")
+    assert again is not None and (again.position, again.item) == (0, held.item)
+    assert answer(m, b"L", backup)  # L first: G's grant is beaten
+    assert state(m, again) == SlotState.FREE  # G is remote: not fenced
+    assert positions(m) == list(range(WINDOW))
+    assert not answer(m, b"G", again)  # stale, whatever position its batch record holds now
+    ledger = ledger_of(m)
+    granted = ledger.p_state == SlotState.GRANTED
+    assert not granted.any(), "a grant outlived its position"
+    done = []
+    while (g := one(m, b"L")) is not None:  # the rest of the plan, each position once
+        assert answer(m, b"L", g)
+        done += send_finished(m)
+    assert [d.position for d in done] == list(range(WINDOW, 40))
+    planned = ledger.plan.items_at(np.arange(WINDOW, 40)).tolist()
+    assert [d.item for d in done] == planned

@@ -725,9 +725,10 @@ class Ledger:
             return Answer(why, "wrong-item", ident, generation)
         owned = (self.p_state[named] == GRANTED) & (self.p_gen[named] == generation)
         owned &= self.p_holder[named] == h
-        # The position it was granted for is still the one at its q: a spare place's grant
-        # can outlive its position's batch (a backup won, the batch left, the slot took
-        # the next batch), and its late answer must not fill the position now there.
+        # The position it was granted for is still the one at its q. A grant that outlived
+        # its position's batch (a backup that twinned with a grant already gone, before
+        # _split kept q_grant right: test_twins) answered into the position that batch
+        # record held next, one item's row under another's id; any such grant is stale.
         owned &= self.q_pos[self.p_q[named]] == self.p_pos[named]
         audits = self._audits_answered(named, owned) if self.twins else {}
         seals = self.records.rows if run.slot >= 0 else self.records.spares
@@ -1212,12 +1213,14 @@ class Ledger:
         """Take back the grant of place k: fenced against its holder (it may still write)
         or free; its position is granted again (to another account, if one works), or
         skipped once ring.max_item_attempts charged grants failed. True if its position
-        went back to the plan."""
+        went back to the plan. A grant that outlived its position (a spare's, whose
+        batch left: check) only frees its place; the position now at its q is not its."""
         q, h = int(self.p_q[k]), int(self.p_holder[k])
         granted = self.p_state[k] == GRANTED
+        current = q >= 0 and self.q_pos[q] == self.p_pos[k]
         self._take(k, fence)
         self.counters["reclaimed"] += 1
-        if q < 0 or not granted:
+        if not (current and granted):
             return False
         self._ungrant(np.array([q]))
         if self.q_done[q] != OPEN or self._split(q, k):
@@ -1238,7 +1241,12 @@ class Ledger:
             twin.second, twin.since = -1, self.clock()
             return True
         self._untwin(q)
-        return bool(self.q_ngrants[q])
+        if not self.q_ngrants[q]:
+            return False
+        # The other grant carries on, and is the one a later backup twins with: q_grant
+        # still named k, so that backup's answer (or the other's) beat nobody.
+        self.q_grant[q] = twin.other(k)
+        return True
 
     def _again(self, q: int, charged: bool, peer: PeerId | None) -> None:
         """Position q goes back to be granted again (to another account than peer's, if
