@@ -28,7 +28,7 @@ def float64_enabled() -> contextlib.AbstractContextManager:
     """jax.enable_x64(True), or jax.experimental.enable_x64() in a JAX without it."""
     if hasattr(jax, "enable_x64"):
         return jax.enable_x64(True)
-    from jax.experimental import enable_x64  # type: ignore[attr-defined]  # older JAX only
+    from jax.experimental import enable_x64  # older JAX only
 
     return enable_x64()
 

@@ -52,14 +52,35 @@ log = logging.getLogger(__name__)
 
 
 class ModelSide(Protocol):
-    """What a framework's example trainer gives the loop."""
+    """What a framework's example trainer gives the loop (torch_example, jax_example:
+    each module's `Side: type[ModelSide]`, which mypy checks in .ci/run). Its data are
+    read-only here: a property or a plain attribute of the Side fits."""
 
-    loader: RingLoaderBase
-    device: str  # where it trains, for the log ("cuda:0", "cpu", "2 x gpu")
-    mode: str  # DevicePlan.mode
-    n_params: int
-    trace_count: int  # step programs traced and compiled so far
-    suffix: str  # its checkpoint file's (".pt", ".npz")
+    @property
+    def loader(self) -> RingLoaderBase: ...
+
+    @property
+    def device(self) -> str:
+        """Where it trains, for the log ("cuda:0", "cpu", "2 x gpu")."""
+        ...
+
+    @property
+    def mode(self) -> str:
+        """DevicePlan.mode."""
+        ...
+
+    @property
+    def n_params(self) -> int: ...
+
+    @property
+    def trace_count(self) -> int:
+        """Step programs traced and compiled so far."""
+        ...
+
+    @property
+    def suffix(self) -> str:
+        """Its checkpoint file's (".pt", ".npz")."""
+        ...
 
     def step(self, batch: dict[str, Any]) -> float:
         """One optimizer step; the loss once on the host (so the step has ended)."""
@@ -131,6 +152,7 @@ def train(loop: Loop, stop: StopFlag) -> None:
         loader.note_loss(loss)
         loop.step += 1
         meta = loader.last_meta
+        assert meta is not None  # set with every batch
         loop.samples += meta.n_valid
         loop.losses.append(loss)
         if side.trace_count != traces:  # a compiling step stays out of the timings
@@ -151,6 +173,7 @@ def train(loop: Loop, stop: StopFlag) -> None:
 def log_batch(loop: Loop, batch: dict[str, Any]) -> None:
     """batches.jsonl: the step's batch, as the TensorFlow trainer writes it."""
     meta, host = loop.side.loader.last_meta, loop.side.host
+    assert meta is not None  # set with every batch
     record = {
         "step": loop.step,
         "batch_index": meta.batch_index,

@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from ringfeed.consumer.devices import choose_device
 from ringfeed.consumer.trainer.model_kwargs import default_model_kwargs
 from ringfeed.shared.config import Config
 from ringfeed.shared.run.process import StopFlag
+
+if TYPE_CHECKING:
+    from ringfeed.consumer.trainer.model_loop import ModelSide
 
 log = logging.getLogger(__name__)
 
@@ -127,5 +130,6 @@ def train_step(m: Any, lr: float, on_trace: Callable[[], None] = lambda: None) -
 
 
 # The model side model_loop.main builds for `--trainer jax`; what it says of --worker.
-Side = JaxSide
+# The loop's face: mypy in .ci/run proves JaxSide has what model_loop uses.
+Side: type[ModelSide] = JaxSide
 SEVERAL = "the JAX example trains one host; run several with jax.distributed over ringfeed.jax"
