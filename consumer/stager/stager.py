@@ -493,7 +493,8 @@ def main(cfg: Config, run_id: str, share: Share = ONE_WORKER) -> int:
     stop = StopFlag().install()
     try:
         with contextlib.ExitStack() as cleanup:
-            stager = build(cfg, run_id, stop, cleanup, share)
+            with stop.raising():  # seconds on a busy host; it unwinds through cleanup
+                stager = build(cfg, run_id, stop, cleanup, share)
             why = "stager stopping"
             try:
                 stager.run()

@@ -55,6 +55,7 @@ from ringfeed.shared.run.process import (
     STOP_SIGNALS,
     TERM_GRACE_S,
     StopFlag,
+    Stopped,
     die_with_parent,
     setup_logging,
 )
@@ -314,11 +315,16 @@ def main(cfg: Config, endpoint: str, workers: int, remote: bool = False, prefix:
     the other's grants as a restart of the same producer."""
     prefix = prefix or f"{socket.gethostname()}.{os.getpid()}"
     stop = StopFlag().install()
-    if cfg.features.device == "producer" and format_of(cfg).has_audio:
-        # Chosen before the fork, the workers inherit it: a host's first run times the
-        # FFT libraries once (0.5 s of CPU importing scipy.fft), not in every worker.
-        fastest(cfg.features.n_fft, cfg.features.cache_dir)
-    load_before_fork(cfg)
+    try:
+        with stop.raising():  # seconds on a busy host: a stop meanwhile ends it there
+            if cfg.features.device == "producer" and format_of(cfg).has_audio:
+                # Chosen before the fork, the workers inherit it: a host's first run times
+                # the FFT libraries once (0.5 s of CPU importing scipy.fft), not in each.
+                fastest(cfg.features.n_fft, cfg.features.cache_dir)
+            load_before_fork(cfg)
+    except Stopped as exc:
+        log.info("producers: %s", exc)
+        return 0
     pool = ProducerPool(cfg, endpoint, workers, remote, prefix)
     log.info("starting %d producers -> %s", workers, endpoint)
     return pool.watch(stop)

@@ -138,9 +138,11 @@ STAGER_NO_CONSUMER = 6
 SECOND_SIGNAL_AFTER_S = 1.0
 
 
-class Stopped(Exception):
-    """A stop signal came while a process was still starting: it ends as a clean stop
-    (exit 0, as a stop once running), not as a failure of what it was doing."""
+class Stopped(BaseException):
+    """A stop signal came while a process was still starting (StopFlag.raising): it ends
+    as a clean stop (exit 0, as a stop once running), not as a failure of what it was
+    doing. A BaseException, as KeyboardInterrupt is: no `except Exception` of the start
+    (a warm-up's, say) takes it for that step's failure and goes on."""
 
 
 class StopFlag:
@@ -151,6 +153,7 @@ class StopFlag:
         self.signal: int | None = None
         self._first_at: float | None = None
         self._second_exits = False
+        self._raises = False
 
     def install(self, second_exits: bool = False) -> StopFlag:
         """Route SIGTERM, SIGINT and SIGHUP to this flag (main thread only). second_exits: a
@@ -172,6 +175,23 @@ class StopFlag:
             os._exit(128 + signum)
         self.signal = signum
         self._event.set()
+        if self._raises:
+            self._raises = False  # once: the unwinding's cleanup is not cut short
+            raise Stopped(f"stopped by {signal.Signals(signum).name} while starting")
+
+    @contextlib.contextmanager
+    def raising(self) -> Iterator[None]:
+        """Within: a stop signal also raises Stopped (at once, if one came before). For a
+        process's start, which polls nothing and takes seconds on a busy host (the
+        launcher's grace is RINGFEED_GRACE_S): written to clean up by unwinding (an
+        ExitStack), it stops there, not after it has started everything."""
+        self._raises = True
+        try:
+            if self.is_set():
+                raise Stopped("stopped by a signal while starting")
+            yield
+        finally:
+            self._raises = False
 
     def set(self) -> None:
         self._event.set()

@@ -1,0 +1,91 @@
+"""A stop signal while a process is still starting ends it there (StopFlag.raising): the
+stager's build and the producer pool's loading take seconds on a busy host, and a
+launcher's stop then outlived its grace (RINGFEED_GRACE_S) and ended in SIGKILL, the
+run reported as failed. Each test sends the signal to this process from inside the
+start, where it lands on a real host, and restores the test's own handlers."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from unittest.mock import patch
+
+import pytest
+
+from ringfeed.consumer.stager import stager as stager_module
+from ringfeed.producer.process import pool as pool_module
+from ringfeed.shared.config import load_config
+from ringfeed.shared.memory.segments import list_segments
+from ringfeed.shared.run.process import STOP_SIGNALS, StopFlag, Stopped
+from tests.support.configs import small
+from tests.support.runs import rid
+
+
+@contextlib.contextmanager
+def own_handlers() -> Iterator[None]:
+    """The test process's stop handlers, as they were, whatever the code under test
+    installed."""
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def signal_self(*_: object, **__: object) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_signal_within_raises_and_one_before_raises_at_the_door() -> None:
+    with own_handlers():
+        stop = StopFlag().install()
+        with pytest.raises(Stopped, match="SIGTERM"), stop.raising():
+            signal_self()
+            raise AssertionError("the signal did not stop the start")
+        assert stop.is_set()
+        with pytest.raises(Stopped), stop.raising():  # already set: at once
+            raise AssertionError("entered after a stop")
+    with own_handlers():
+        stop = StopFlag().install()
+        with stop.raising():
+            pass
+        signal_self()  # once started, a signal only sets the flag that loops poll
+        assert stop.is_set()
+
+
+def test_a_stager_stopped_while_it_builds_ends_cleanly_and_leaves_no_ring(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The signal comes after the rings are made (as the launcher's stop does: it waits
+    for them): the stager unwinds, unlinks them and ends as a stop, exit 0."""
+    cfg = load_config(small(tmp_path, items=40))
+    run_id = rid("startstop")
+    caplog.set_level(logging.INFO, logger="ringfeed.consumer.stager")
+    with own_handlers(), patch.object(stager_module.row_pass, "compile_kernels", signal_self):
+        code = stager_module.main(cfg, run_id)
+    assert code == 0
+    assert "stopped by SIGTERM while starting" in caplog.text
+    assert "stager ready" not in caplog.text
+    assert list(list_segments(run_id)) == []
+
+
+def test_a_pool_stopped_while_it_loads_ends_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = load_config(small(tmp_path, items=40))
+    caplog.set_level(logging.INFO, logger="ringfeed.producer.process.pool")
+    started = []
+    with (
+        own_handlers(),
+        patch.dict(os.environ),
+        patch.object(pool_module, "load_before_fork", signal_self),
+        patch.object(pool_module.ProducerPool, "start", lambda self, slot: started.append(slot)),
+    ):
+        code = pool_module.main(cfg, "ipc:///nowhere", 2, prefix="t")
+    assert code == 0 and started == []
+    assert "stopped by SIGTERM while starting" in caplog.text
