@@ -179,6 +179,11 @@ class Intake:
         if np.logical_or.reduce(mel):
             if self.wave < 0:
                 return "READY of a mel marked as a waveform's (MEL): the producers compute the mels"
+            if not self.schema.mels_fit_waves:  # no producer sends one: it would not fit
+                return (
+                    f"READY of a mel marked cached (MEL) where none fits: n_mels "
+                    f"{self.schema.mel_bins} > hop_length {self.schema.hop_length}"
+                )
             mel_limits = np.asarray(self.places.limits(slot, shape, mel=True))
             limits = np.where(mel[:, None], mel_limits, limits)
             odd = mel & (lengths[:, self.wave] % self.schema.mel_bins != 0)

@@ -238,7 +238,8 @@ class SampleSchema:
         if self.hop_length and "wave" in self.by_name:
             k = [f.name for f in self.fields].index("wave")
             per_frame = self.mel_bins if mel else self.hop_length
-            out[k] = (frames or self.max_frames) * per_frame - (0 if mel else 1)
+            wanted = (frames or self.max_frames) * per_frame - (0 if mel else 1)
+            out[k] = min(wanted, self.fields[k].shape[0])  # never past the field
         return out
 
     @property

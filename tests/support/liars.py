@@ -123,6 +123,23 @@ def bad_payload(cfg: Config, g: p.GrantEntry) -> tuple[p.Ready, list[bytes]]:
     return ready_of(g, lengths, checksum), [r.tobytes() for r in rows]
 
 
+def mel_past_the_field(cfg: Config, g: p.GrantEntry) -> tuple[p.Ready, list[bytes]]:
+    """A remote producer's READY of the item's tokens and a mel marked cached (MEL) of
+    its batch's whole bucket, hashed as sent: whole frames of n_mels, within the bucket,
+    but more values than the wave field holds when n_mels > hop_length (where no cached
+    mel is ever sent: shared/sample/schema.py mels_fit_waves)."""
+    from ringfeed.shared.sample.marks import MEL
+
+    frames = g.shape[1] or cfg.features.max_frames
+    rows = [
+        SyntheticSource(cfg).prepare(g.item).tokens,
+        np.zeros(frames * cfg.features.n_mels, np.float32),
+    ]
+    lengths, checksum = [len(r) for r in rows], rows_checksum(rows)
+    entry = p.ReadyEntry(g.place, g.generation, g.item, lengths, checksum, MEL)
+    return p.Ready.of([entry]), [r.tobytes() for r in rows]
+
+
 def malformed(g: p.GrantEntry) -> p.Ready:
     return ready_of(g, [0, 0], 0)
 
@@ -152,7 +169,8 @@ def lie_per_grant(
     """Join (over ipc, or over tcp with the key in keys_dir), ask for one grant, answer
     it with the lie (`malformed`: lengths [0, 0]; `content`: out-of-range rows, written
     into the ring over ipc, sent as payload frames over tcp; over ipc with stager mels,
-    `mel-too-long` or `mel-ragged`: bad_mel), say HELLO again, repeat."""
+    `mel-too-long` or `mel-ragged`: bad_mel; over tcp, `mel-past-the-field`), say HELLO
+    again, repeat."""
     remote = endpoint.startswith("tcp://")
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         places = None
@@ -165,6 +183,8 @@ def lie_per_grant(
                 for g in grants_of(sock):
                     if lie == "content" and remote:
                         sock.send_multipart(p.encode(*bad_payload(cfg, g)))
+                    elif lie == "mel-past-the-field":
+                        sock.send_multipart(p.encode(*mel_past_the_field(cfg, g)))
                     elif lie == "content":
                         places = places or places_of(cfg, welcome)
                         sock.send_multipart(p.encode(bad_content(cfg, places, g)))

@@ -16,7 +16,7 @@ import pytest
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.shared.wire.keys import load_client
 from tests.support.checks import assert_exactly_once, check_stager_rows, consume, plan_items
-from tests.support.configs import keyed
+from tests.support.configs import ALL_REMOTE, keyed
 from tests.support.liars import (
     bad_checksums,
     in_thread,
@@ -99,6 +99,50 @@ def test_a_local_liars_mel_that_cannot_be_one_is_refused_and_no_item_pays(
     assert counters["strikes"] == cfg.ring.max_strikes and counters["peers_banned"] == 1
     assert summary["dropped"]["malformed"] == cfg.ring.max_strikes, summary["dropped"]
     assert counters["skipped"] == 0 and counters["mels_from_cache"] == 0
+    assert quarantined == []
+
+
+def test_a_remote_mel_where_no_mel_fits_is_refused_and_the_stager_goes_on(
+    tmp_path: Path,
+) -> None:
+    """With n_mels above hop_length a clip's mel does not fit where its waveform goes, so
+    no producer sends a cached one. A remote liar's MEL of whole frames within its
+    bucket passed the length checks, and its copy into the spare raised in the stager's
+    loop: one peer ended the run. It is refused whole, a strike like any wrong length;
+    the honest producers deliver every item, each row checked against its item's mel."""
+    pytest.importorskip("torch")
+    n = 60
+    features = {"device": "stager", "max_frames": 16, "n_mels": 8}
+    features |= {"n_fft": 32, "win_length": 32, "hop_length": 6}
+    cfg_path, keys = keyed(
+        tmp_path,
+        ("liar", "honest"),
+        items=n,
+        delay_s=0.005,
+        features=features,
+        devices={"stager_framework": "torch"},
+        ring=ALL_REMOTE,
+    )
+    stop = threading.Event()
+    with stager_thread(cfg_path) as stager:
+        cfg, client = stager.cfg, stager.client()
+        assert not cfg.schema.mels_fit_waves
+        liar = str(keys["liar"])
+        thread, tally = in_thread(lie_per_grant, cfg, stager.tcp, liar, stop, "mel-past-the-field")
+        wait_for(lambda: tally.refusals, 20, "the liar refused")
+        items = []
+        with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
+            while (batch := client.next(timeout_s=60)) is not None:
+                items += check_stager_rows(batch, cfg)
+                client.free(batch)
+            client.close()
+        stop.set()
+        thread.join(5)
+        summary = stager.summary()
+        quarantined = read_quarantine(stager.dir / "quarantine.jsonl")
+    assert items == plan_items(cfg, n)  # once each, in plan order
+    assert not tally.errors, tally.errors
+    assert summary["counters"]["strikes"] >= 1 and summary["counters"]["skipped"] == 0
     assert quarantined == []
 
 

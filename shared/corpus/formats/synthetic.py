@@ -45,7 +45,12 @@ def lengths(item: int, cfg: Config) -> tuple[int, int]:
     Beta(4, 2.5) over 0.1..1 of the slot, drawn per item from its number), with
     text proportional to the clip (LJSpeech reads ~15 characters a second)."""
     t_max = cfg.text.max_text_len
-    n_max = cfg.sample_fields()["mel" if cfg.features.device == "producer" else "wave"][0][0]
+    wave = cfg.features.device != "producer"
+    n_max = cfg.sample_fields()["wave" if wave else "mel"][0][0]
+    # A wave of n samples has 1 + n // hop_length frames: one of the whole field's
+    # max_frames x hop_length had one frame too many, and was skipped as too long for
+    # its bucket (an item in ~49 at a small hop).
+    n_max -= wave
     if cfg.data.synthetic_lengths == "ljspeech":
         frac = 0.1 + 0.9 * float(np.random.default_rng([item, 7]).beta(4.0, 2.5))
         n = max(1, int(frac * n_max))
