@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 MAX_QUEUED = 8
 # At the stager's exit, how long the thread may take to write what is queued, seconds.
 CLOSE_WAIT_S = 5.0
+# ... when the run was stopped by a signal: the launcher kills what is still running
+# RINGFEED_GRACE_S (8 s) after its SIGTERM, and these mels are only the cache's.
+STOPPED_WAIT_S = 1.0
 
 # One batch's mels to keep: keys uint8 [n, 16], the clips' marks [n], mels float32
 # [n, frames, n_mels], their frames [n].
@@ -110,18 +113,19 @@ class CacheWriter:
         left at exit)."""
         return {"mels_kept": self.kept, "mels_not_kept": self.dropped + self.failed}
 
-    def close(self) -> None:
-        """Write what is queued, for CLOSE_WAIT_S at most, and stop the thread (again: a
-        no-op)."""
+    def close(self, wait_s: float | None = None) -> None:
+        """Write what is queued, for wait_s (CLOSE_WAIT_S) at most, and stop the thread
+        (again: a no-op)."""
+        wait_s = CLOSE_WAIT_S if wait_s is None else wait_s
         if not self.stopping.is_set():
-            self.stop_by = time.monotonic() + CLOSE_WAIT_S
+            self.stop_by = time.monotonic() + wait_s
             self.stopping.set()
-        self.thread.join(CLOSE_WAIT_S + POLL_S)
+        self.thread.join(wait_s + POLL_S)
         if self.thread.is_alive():
             log.warning(
                 "the feature cache took over %.0f s to keep the stager's last mels: the "
                 "rest are not kept",
-                CLOSE_WAIT_S,
+                wait_s,
             )
 
     # ------------------------------------------------------------ the thread
@@ -142,6 +146,9 @@ class CacheWriter:
                         return
                     continue
                 self._write(cache, job)
+        except Exception:  # a cache's own bug costs the cache, never the run: said once
+            log.exception("the stager's feature cache writer failed; it keeps no more mels")
+            self.off = True
         finally:
             self.failed += sum(len(job[0]) for job in _drained(self.queue))
             if cache is not None:
@@ -161,6 +168,9 @@ class CacheWriter:
                     self.failed += 1
             except OSError:  # a full or failing disk costs the cache, never the run: the
                 self.failed += 1  # cache says so itself, once (feature_cache.py)
+            except Exception:  # its own bug: this job's rest is not kept either (_run)
+                self.failed += len(keys) - i
+                raise
 
 
 def _drained(q: queue.Queue[Job]) -> list[Job]:

@@ -49,7 +49,7 @@ import numpy as np
 from ringfeed.consumer.devices import GpuProbe, stager_mel_fn
 from ringfeed.consumer.stager.assembly import Assembly
 from ringfeed.consumer.stager.audits import AuditPolicy
-from ringfeed.consumer.stager.cache_writer import CacheWriter
+from ringfeed.consumer.stager.cache_writer import STOPPED_WAIT_S, CacheWriter
 from ringfeed.consumer.stager.consumer_side import ConsumerGone, ConsumerSide
 from ringfeed.consumer.stager.control import ControlSockets
 from ringfeed.consumer.stager.delivery import Delivery, NothingDelivered
@@ -209,7 +209,7 @@ class Stager:
             self.net.reply(self.consumer.ident, p.Shutdown(why))
         self.producers.shut_down("run finished" if self.consumer.done else why)
         if self.cache_writer is not None:  # its last mels kept, and counted, first
-            self.cache_writer.close()
+            self.cache_writer.close(STOPPED_WAIT_S if self.stop.is_set() else None)
         stats = self.stats()
         path = run_dir(self.cfg, self.run_id) / "stager.json"
         try:
@@ -222,7 +222,7 @@ class Stager:
         log.info("stager done: %s", json.dumps(stats.counters))
 
 
-def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitStack):
+def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitStack, stop: StopFlag):
     """Create the spare ring and the batch ring (a record per row), each unlinked at
     cleanup however the run ends; the ledger's view of the records is swapped for a
     copy first (no view of a ring outlives its map)."""
@@ -231,9 +231,12 @@ def open_rings(cfg: Config, run_id: str, stats: str, cleanup: contextlib.ExitSta
         ("spares", cfg.sample_fields(), cfg.spare_slots, 0),
         ("batches", cfg.batch_ring_fields(), cfg.batch_ring_slots, cfg.max_batch_rows),
     ):
-        ring = Ring.create(segment_name(run_id, kind), fields, n_slots, run_id, kind, stats, rows)
-        cleanup.callback(ring.unlink)
-        cleanup.callback(ring.close)
+        with stop.held():  # no Stopped between its creation and its unlink's
+            ring = Ring.create(
+                segment_name(run_id, kind), fields, n_slots, run_id, kind, stats, rows
+            )
+            cleanup.callback(ring.unlink)
+            cleanup.callback(ring.close)
         rings.append(ring)
     return rings
 
@@ -290,7 +293,7 @@ def build(
         directory / IDS_FILE,
     )
     ends = endpoints(cfg, run_id)
-    spares, batches = open_rings(cfg, run_id, ends.stats, cleanup)
+    spares, batches = open_rings(cfg, run_id, ends.stats, cleanup, stop)
     row_pass.compile_kernels()  # from numba's cache: not in the first batch's assembly
     plan = make_plan(cfg, index, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
@@ -327,7 +330,7 @@ def build(
         audit_mel=NumpyLogMel(cfg) if stager_mels else None,
         cache_writer=cache_writer,
     )
-    net = control_sockets(cfg, ends, spares, drop, book, cleanup)
+    net = control_sockets(cfg, ends, spares, drop, book, cleanup, stop)
     delivery = Delivery(
         plan=plan,
         ledger=ledger,
@@ -407,6 +410,7 @@ def control_sockets(
     drop: Drops,
     book: ProducerBook,
     cleanup: contextlib.ExitStack,
+    stop: StopFlag,
 ) -> ControlSockets:
     """The stager's sockets, bound: a remote frame at most a sample's largest field, or a
     remote READY's payload (shared/wire/bounds.py MAX_READY_PAYLOAD_BYTES); what does not
@@ -414,9 +418,10 @@ def control_sockets(
     largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in spares.fields.values())
     largest = max(largest, MAX_READY_PAYLOAD_BYTES)
     muted = functools.partial(drop, "banned-peer")  # a banned peer's message, unread
-    net = ControlSockets(cfg, ends, functools.partial(undecodable, drop, book), largest, muted)
+    with stop.held():  # its ipc socket files go with its close
+        net = ControlSockets(cfg, ends, functools.partial(undecodable, drop, book), largest, muted)
+        cleanup.callback(net.close)
     net.bans = book.trust.banned
-    cleanup.callback(net.close)
     return net
 
 

@@ -193,6 +193,20 @@ class StopFlag:
         finally:
             self._raises = False
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Within raising(): a stop waits until this ends (then raises Stopped), for a few
+        steps that must not be cut apart: a segment created and its unlink registered, a
+        socket bound and its close. A flag, not a blocked signal mask: a signal may land
+        on any thread."""
+        raises, self._raises = self._raises, False
+        try:
+            yield
+        finally:
+            self._raises = raises
+        if raises and self.is_set():
+            raise Stopped("stopped by a signal while starting")
+
     def set(self) -> None:
         self._event.set()
 

@@ -30,6 +30,7 @@ from ringfeed.producer.sample import Sample
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.places import Places, write_sample
+from ringfeed.shared.run.process import StopFlag
 from tests.support.runs import rid
 
 PRODUCER = b"producer"
@@ -55,7 +56,7 @@ def first_batch(cfg: Config, sample_of: Callable[[int], Sample], tmp_dir) -> Ite
     """The plan's first batch (FirstBatch), its rings unlinked when the block ends."""
     run_id = rid()
     with contextlib.ExitStack() as cleanup:
-        spares, batches = open_rings(cfg, run_id, "", cleanup)
+        spares, batches = open_rings(cfg, run_id, "", cleanup, StopFlag())
         index = open_corpus(cfg)
         plan = make_plan(cfg, index)
         ledger = slot_ledger(cfg, plan, spares, batches, RunClock(cfg.ring.lease_s), cleanup)

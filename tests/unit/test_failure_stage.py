@@ -89,7 +89,7 @@ def rings() -> Iterator[tuple[Ring, Ring]]:
     test; spare place 0 is granted with GENERATION."""
     run_id = f"stage-{uuid.uuid4().hex[:6]}"
     with contextlib.ExitStack() as cleanup:
-        spares, batches = open_rings(Config(), run_id, "", cleanup)
+        spares, batches = open_rings(Config(), run_id, "", cleanup, StopFlag())
         spares.slots[0]["generation"] = GENERATION
         yield spares, batches
 

@@ -334,3 +334,31 @@ def test_the_writer_never_blocks_the_stager_and_counts_what_it_drops(
     assert time.monotonic() - t0 < 2 * writer_module.CLOSE_WAIT_S + 1
     writer.thread.join(10)
     assert writer.counters() == {"mels_kept": 0, "mels_not_kept": 48}
+
+
+def test_a_writer_that_fails_says_so_once_and_counts_what_it_no_longer_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache's own bug (not a full disk: any exception) ended the writer's thread with
+    nothing in the log, and every later batch was counted as a full queue. It is said
+    once, the writer is off, and what it no longer keeps is counted."""
+    from ringfeed.shared.config import config_from_dict
+
+    def broken(*_: Any, **__: Any) -> bool:
+        raise RuntimeError("a bug in the cache")
+
+    monkeypatch.setattr(feature_cache.FeatureCache, "put", broken)
+    cfg = config_from_dict(
+        {"features": {"device": "stager", "cache_dir": str(tmp_path / "cache"), "n_mels": 8}}
+    )
+    writer = writer_module.CacheWriter(cfg=cfg, n_places=64)
+    mel, lens = np.ones((4, 10, 8), np.float32), np.full(4, 10)
+    for b in range(3):
+        places = np.arange(4 * b, 4 * b + 4)
+        writer.noted(places, 100 + b, bytes([b + 1]) * 64, [0] * 4, np.ones(4, bool))
+        writer.keep(places, np.full(4, 100 + b), mel, lens)
+        wait_for(lambda: writer.off or not writer.thread.is_alive(), 5, "the writer failing")
+    writer.close()
+    assert writer.off
+    assert caplog.text.count("feature cache writer failed") == 1
+    assert writer.counters() == {"mels_kept": 0, "mels_not_kept": 12}

@@ -89,3 +89,18 @@ def test_a_pool_stopped_while_it_loads_ends_cleanly(
         code = pool_module.main(cfg, "ipc:///nowhere", 2, prefix="t")
     assert code == 0 and started == []
     assert "stopped by SIGTERM while starting" in caplog.text
+
+
+def test_a_stop_within_held_steps_waits_for_their_end() -> None:
+    """A ring created and its unlink registered are not cut apart: the Stopped of a
+    signal within held() comes as it ends."""
+    steps = []
+    with own_handlers():
+        stop = StopFlag().install()
+        with pytest.raises(Stopped), stop.raising():
+            with stop.held():
+                signal_self()
+                steps.append("created")
+                steps.append("its unlink registered")
+            steps.append("never")
+    assert steps == ["created", "its unlink registered"]

@@ -862,13 +862,18 @@ class Ledger:
 
     def _stale(self, ident: bytes, ks: np.ndarray, g: int) -> int:
         """Places of an answer taken back from its producer since: its producer is done
-        with them (free, if still fenced for it); how many a backup had beaten."""
+        with them (free, if still fenced for it or granted for a position since gone); how
+        many a backup had beaten."""
         beaten = 0
         h = self.hid[ident]
         for k in ks.tolist():
             beaten += self.beaten.answered(ident, k, g)
-            if self.p_state[k] == FENCED and self.p_gen[k] == g and self.p_holder[k] == h:
+            if self.p_gen[k] != g or self.p_holder[k] != h:
+                continue
+            if self.p_state[k] == FENCED:
                 self._unfence(k)
+            elif self.p_state[k] == GRANTED:  # outlived its position (check): answered
+                self._take(k, fence=False)
         return beaten
 
     def skip(self, answer: Answer, why: Skip, how: str) -> None:
