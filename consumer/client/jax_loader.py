@@ -140,7 +140,9 @@ class ArraysReady:
         self.arrays = arrays
 
     def query(self) -> bool:
-        return all(a.is_ready() for a in self.arrays)
+        # One a step consumed (donated, deleted) was copied before that step could run;
+        # is_ready() of a deleted array raises, and ended the loader's thread.
+        return all(a.is_deleted() or a.is_ready() for a in self.arrays)
 
     def synchronize(self) -> None:
         while not self.query():

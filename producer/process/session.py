@@ -242,7 +242,8 @@ class Session:
 
     def take_run(self) -> list[p.GrantEntry]:
         """The oldest run's queued grants (one GRANT's, in order), or [] (none queued, or
-        not welcomed): the worker fills them one after another and answers them at once."""
+        not welcomed): the worker fills them one after another; a local one answers the
+        run with one READY, a remote one each sample as it is written (worker.fill_run)."""
         if not self.welcomed or not self.grants:
             return []
         first, run = self.grants.popleft(), []
@@ -250,10 +251,6 @@ class Session:
         while self.grants and self.grants[0].generation == first.generation:
             run.append(self.grants.popleft())
         return run
-
-    def run_done(self, grant: p.GrantEntry) -> bool:
-        """Is `grant` (just filled) the last queued of its run? Then its run is answered."""
-        return not self.grants or self.grants[0].generation != grant.generation
 
     def filled(self, grant: p.GrantEntry) -> None:
         """Its READY or SKIP entry is out (each also asks for one more grant)."""

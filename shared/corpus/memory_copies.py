@@ -69,8 +69,14 @@ def write_kept(path: Path, write: Callable[[Path], None]) -> Path:
             there,
         )
         try:
-            there.parent.mkdir(mode=0o700, exist_ok=True)
-            write(there)
+            for attempt in range(3):  # the folder, made, may go with another's last copy
+                there.parent.mkdir(mode=0o700, exist_ok=True)
+                try:
+                    write(there)
+                    break
+                except FileNotFoundError:
+                    if attempt == 2:
+                        raise
         except OSError as again:
             try:  # a folder made for this copy alone goes with it
                 there.parent.rmdir()

@@ -42,7 +42,8 @@ class ReadyEntry(NamedTuple):
     feature-cache key of the clip whose waveform it sent (CACHE_KEY_BYTES), under which
     the stager keeps the mel it computes, with `clip_marks`, the clip's marks as the cache
     keeps them (marks.ALL; the sample's `marks` are after data.outliers and a cut text);
-    b"" and 0: none to keep."""
+    b"" and 0: none to keep (read back from a READY whose other entries carry keys, an
+    entry without one reads as NO_KEY, zeros: also none)."""
 
     place: int
     generation: int

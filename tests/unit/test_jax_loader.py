@@ -222,3 +222,18 @@ def test_the_cursor_saves_and_restores_through_orbaxs_checkpoint_manager(tmp_pat
             tail = take(resumed)
     positions = [p for b in head + tail for p in b["position"][b["valid"]].tolist()]
     assert positions == list(range(N)) and (restored.params["w"] == 1).all()
+
+
+def test_a_donated_batch_counts_as_copied() -> None:
+    """A step that donates its batch deletes its arrays; their copies out of the slot
+    ended before that step ran, so the slot is free to go (is_ready() of a deleted array
+    raises, and ended the loader's thread)."""
+    import jax.numpy as jnp
+
+    from ringfeed.consumer.client.jax_loader import ArraysReady
+
+    kept, donated = jnp.ones(4), jnp.zeros(4)
+    donated.delete()
+    ready = ArraysReady([kept, donated])
+    ready.synchronize()
+    assert ready.query()

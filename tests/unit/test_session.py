@@ -64,17 +64,16 @@ def test_grants_are_taken_oldest_first_and_counted() -> None:
     assert (loop.session.done, loop.session.taken_back) == (2, 1)
 
 
-def test_a_run_is_answered_after_its_last_queued_grant_and_not_before() -> None:
-    """The worker sends one READY per run: after the grant that is the last queued of its
-    generation (the next queued is another run's, or none is queued)."""
+def test_a_run_is_taken_whole_and_alone() -> None:
+    """The worker fills one GRANT's run and answers it with one READY: take_run gives
+    the oldest run's queued grants in order, none of the next run's."""
     loop = Loop().welcomed()
     loop.hear(p.Grant.of([p.GrantEntry(w, 1, w, w) for w in (0, 1, 2)]))
     loop.hear(p.Grant.of([p.GrantEntry(w, 2, 10 + w, 10 + w) for w in (0, 1)]))
-    done = []
-    while (grant := loop.session.take()) is not None:
-        loop.session.filled(grant)
-        done.append((grant.generation, grant.place, loop.session.run_done(grant)))
-    assert done == [(1, 0, False), (1, 1, False), (1, 2, True), (2, 0, False), (2, 1, True)]
+    runs = []
+    while run := loop.session.take_run():
+        runs.append([(g.generation, g.place) for g in run])
+    assert runs == [[(1, 0), (1, 1), (1, 2)], [(2, 0), (2, 1)]]
 
 
 def test_a_heartbeat_every_heartbeat_s_carries_the_counters_within_bounds() -> None:

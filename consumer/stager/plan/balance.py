@@ -320,8 +320,9 @@ class BalancedBatches:
         )
 
     def quotas(self, epoch: int) -> np.ndarray:
-        """Positions of each group in `epoch` (int64 [groups]; the items known to be
-        skipped have one more each, theirs)."""
+        """Positions of each group in `epoch` (int64 [groups]) over the clips not known
+        to be skipped; the known skips are not in these (each has one position of its
+        own, outside every group: balanced_layout)."""
         return quotas(self.weights, self.groups.usable, self.seed, epoch)
 
 
