@@ -141,7 +141,7 @@ class ArraysReady:
 
     def query(self) -> bool:
         # One a step consumed (donated, deleted) was copied before that step could run;
-        # is_ready() of a deleted array raises, and ended the loader's thread.
+        # is_ready() of a deleted array crashed the process (a segfault, jax 0.10.2 on CPU).
         return all(a.is_deleted() or a.is_ready() for a in self.arrays)
 
     def synchronize(self) -> None:

@@ -227,7 +227,7 @@ def test_the_cursor_saves_and_restores_through_orbaxs_checkpoint_manager(tmp_pat
 def test_a_donated_batch_counts_as_copied() -> None:
     """A step that donates its batch deletes its arrays; their copies out of the slot
     ended before that step ran, so the slot is free to go (is_ready() of a deleted array
-    raises, and ended the loader's thread)."""
+    crashed the process: a segfault, jax 0.10.2 on CPU)."""
     import jax.numpy as jnp
 
     from ringfeed.consumer.client.jax_loader import ArraysReady
