@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,29 +59,38 @@ def test_a_local_liar_is_struck_out_and_no_item_pays(tmp_path: Path, lie: str) -
     assert quarantined == []
 
 
-@pytest.mark.parametrize("lie", ["mel-too-long", "mel-ragged"])
-def test_a_local_liars_mel_that_cannot_be_one_is_refused_and_no_item_pays(
+@pytest.mark.parametrize("lie", ["mel-too-long", "mel-ragged", "mel-past-the-field"])
+def test_a_liars_mel_that_cannot_be_one_is_refused_and_no_item_pays(
     tmp_path: Path, lie: str
 ) -> None:
     """With stager mels a wave field may hold the clip's cached mel (marks MEL): one of
     more frames than its batch's bucket, or not whole frames of n_mels, is a lie like any
-    wrong length: refused whole, a strike, never a charge on its item. The liar is this
-    process on the ipc socket; the honest producers hold a key of their own; every row
-    is checked against its item's mel."""
+    wrong length: refused whole, a strike, never a charge on its item (the liar is this
+    process on the ipc socket). So is a remote one's MEL where no mel fits (n_mels above
+    hop_length: no producer sends one), whose copy into the spare once raised in the
+    stager's loop, so that one peer ended the run. The honest producers hold a key of
+    their own; every row is checked against its item's mel."""
     pytest.importorskip("torch")
     n = 120
+    features: dict[str, Any] = {"device": "stager", "max_frames": 16, "n_mels": 8}
+    remote = lie == "mel-past-the-field"
+    if remote:
+        features |= {"n_fft": 32, "win_length": 32, "hop_length": 6}
     cfg_path, keys = keyed(
         tmp_path,
-        ("honest",),
+        ("honest", "liar"),
         items=n,
         delay_s=0.005,
-        features={"device": "stager", "max_frames": 16, "n_mels": 8},
+        features=features,
         devices={"stager_framework": "torch"},
+        ring=ALL_REMOTE if remote else {},
     )
     stop = threading.Event()
     with stager_thread(cfg_path) as stager:
         cfg, client = stager.cfg, stager.client()
-        thread, tally = in_thread(lie_per_grant, cfg, stager.control, "", stop, lie)
+        assert cfg.schema.mels_fit_waves != remote
+        where = (stager.tcp, str(keys["liar"])) if remote else (stager.control, "")
+        thread, tally = in_thread(lie_per_grant, cfg, *where, stop, lie)
         wait_for(lambda: tally.refusals, 20, "the liar refused")
         items = []
         with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
@@ -99,50 +109,6 @@ def test_a_local_liars_mel_that_cannot_be_one_is_refused_and_no_item_pays(
     assert counters["strikes"] == cfg.ring.max_strikes and counters["peers_banned"] == 1
     assert summary["dropped"]["malformed"] == cfg.ring.max_strikes, summary["dropped"]
     assert counters["skipped"] == 0 and counters["mels_from_cache"] == 0
-    assert quarantined == []
-
-
-def test_a_remote_mel_where_no_mel_fits_is_refused_and_the_stager_goes_on(
-    tmp_path: Path,
-) -> None:
-    """With n_mels above hop_length a clip's mel does not fit where its waveform goes, so
-    no producer sends a cached one. A remote liar's MEL of whole frames within its
-    bucket passed the length checks, and its copy into the spare raised in the stager's
-    loop: one peer ended the run. It is refused whole, a strike like any wrong length;
-    the honest producers deliver every item, each row checked against its item's mel."""
-    pytest.importorskip("torch")
-    n = 60
-    features = {"device": "stager", "max_frames": 16, "n_mels": 8}
-    features |= {"n_fft": 32, "win_length": 32, "hop_length": 6}
-    cfg_path, keys = keyed(
-        tmp_path,
-        ("liar", "honest"),
-        items=n,
-        delay_s=0.005,
-        features=features,
-        devices={"stager_framework": "torch"},
-        ring=ALL_REMOTE,
-    )
-    stop = threading.Event()
-    with stager_thread(cfg_path) as stager:
-        cfg, client = stager.cfg, stager.client()
-        assert not cfg.schema.mels_fit_waves
-        liar = str(keys["liar"])
-        thread, tally = in_thread(lie_per_grant, cfg, stager.tcp, liar, stop, "mel-past-the-field")
-        wait_for(lambda: tally.refusals, 20, "the liar refused")
-        items = []
-        with producer_threads(cfg, stager.tcp, keys=load_client(keys["honest"])):
-            while (batch := client.next(timeout_s=60)) is not None:
-                items += check_stager_rows(batch, cfg)
-                client.free(batch)
-            client.close()
-        stop.set()
-        thread.join(5)
-        summary = stager.summary()
-        quarantined = read_quarantine(stager.dir / "quarantine.jsonl")
-    assert items == plan_items(cfg, n)  # once each, in plan order
-    assert not tally.errors, tally.errors
-    assert summary["counters"]["strikes"] >= 1 and summary["counters"]["skipped"] == 0
     assert quarantined == []
 
 
