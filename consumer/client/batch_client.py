@@ -309,14 +309,28 @@ class BatchClient:
         if self.sock.closed:
             return
         if finished:
-            send(self.sock, p.Bye(0, {}))
-            try:
-                self._wait((p.ByeAck,), SHUTDOWN_WAIT_S)
-            except StagerGone:
-                pass  # it is stopping anyway, which is what BYE asks for
+            self._bye()
         self.sock.close()
         self._close_ring()
         self.ctx.term()
+
+    def _bye(self) -> None:
+        """BYE, until its BYE_ACK (SHUTDOWN_WAIT_S at most). A stager restarted since it
+        sent the end of the data drops a BYE from a consumer it never welcomed, and asks
+        for a hello (REHELLO): once it has welcomed this one again, BYE goes again. It
+        was lost, and that stager waited stager.consumer_wait_s for a consumer that
+        had gone."""
+        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+        send(self.sock, p.Bye(0, {}))
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = self._wait((p.ByeAck, p.Welcome), left)
+            except StagerGone:
+                return  # it is stopping anyway, which is what BYE asks for
+            if not isinstance(msg, p.Welcome):
+                return  # acknowledged, or no answer in time
+            send(self.sock, p.Bye(0, {}))
+            deadline = time.monotonic() + SHUTDOWN_WAIT_S  # for this stager's answer
 
     def _close_ring(self) -> None:
         """Unpin (if pinned) and unmap the ring; the caller's copies out of it have ended."""

@@ -20,6 +20,7 @@ from ringfeed.consumer.client.batch_stream import BatchStream
 from ringfeed.consumer.client.cursor import Cursor
 from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.consumer.trainer.tf_batch import TfPlace
+from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import load_config
 from ringfeed.shared.memory.segments import socket_files
 from tests.support.configs import SYNTHETIC, small, write_config
@@ -229,3 +230,32 @@ def test_a_second_stop_signal_a_second_later_exits_at_once() -> None:
         [sys.executable, "-c", probe, "0"], capture_output=True, text=True, timeout=30
     )
     assert soon.returncode == 0 and soon.stdout == "one stop\nstill here\n", soon.stderr
+
+
+def test_a_stager_restarted_after_the_end_of_the_data_still_hears_the_consumers_bye(
+    tmp_path: Path,
+) -> None:
+    """The stager sends END_OF_DATA with the last batch; killed then and restarted, it
+    never welcomed the consumer that reads that end and says BYE. It dropped that BYE
+    as from an unknown peer and asked for a hello; the consumer rejoined while waiting
+    for BYE_ACK, and the new stager waited stager.consumer_wait_s for a consumer that
+    had gone (test_speakers_e2e timed out so, when its kill came after the last batch).
+    The consumer says BYE again once welcomed: the stager ends at once, exit 0."""
+    n = 16
+    cfg_path = small(tmp_path, items=n, delay_s=0.0)
+    with started(cfg_path, tmp_path) as (run, client):
+        items: list[int] = []
+        while len(items) < n:  # every batch, not the end that follows the last
+            batch = client.next(timeout_s=60)
+            assert batch is not None
+            items += check_synthetic_rows(batch.arrays, batch.meta.n_valid, client.cfg)
+            client.free(batch)
+        time.sleep(0.5)  # its END_OF_DATA, sent with the last batch, waits here
+        run.signal("stager", signal.SIGKILL)
+        run.wait("stager", 10)
+        run.start("stager")
+        wait_for(lambda: run.logs().count("stager ready") == 2, 60, "the new stager")
+        assert client.next(timeout_s=10) is None  # the first stager's end of the data
+        client.close()
+        assert run.wait("stager", 20) == 0, run.logs()
+    assert sorted(items) == list(range(n))
