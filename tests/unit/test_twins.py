@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.producer_book import ProducerBook
@@ -239,3 +240,58 @@ def test_a_position_backed_up_again_after_its_first_grant_came_back_finishes_onc
     assert [d.position for d in done] == list(range(WINDOW, 40))
     planned = ledger.plan.items_at(np.arange(WINDOW, 40)).tolist()
     assert [d.item for d in done] == planned
+
+
+@pytest.mark.parametrize("late", ["answers", "never answers"])
+def test_a_grant_that_outlives_its_position_touches_no_other(
+    late: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guards behind the fix above, with its fault put back (_split leaves q_grant
+    naming the grant that came back): G's grant outlives its position's batch. Its late
+    answer is stale and frees its place; taken back at its lease's end, it frees its
+    place and leaves the position now at its batch record alone. Either way every later
+    position is delivered once, as its own item."""
+    from ringfeed.consumer.stager.ledger.table import Ledger
+
+    split = Ledger._split
+
+    def old_split(self: Ledger, q: int, k: int) -> bool:
+        before = int(self.q_grant[q])
+        carries_on = split(self, q, k)
+        self.q_grant[q] = before
+        return carries_on
+
+    monkeypatch.setattr(Ledger, "_split", old_split)
+    m = twins_book()
+    far_too = PeerId("key G host g", "key G", owner="key G")
+    m.hello(b"G", p.Hello("G", os.getpid(), HOST, True, "G", "", {}), remote=True, peer=far_too)
+    m.producers[b"G"].credits = 100
+    hold_the_oldest(m)
+    m.clock.t += LEASE_S / 2 + 0.1
+    backup = one(m, b"L")
+    assert backup is not None
+    m.revoke(b"F", charge=False)
+    m.clock.t += LEASE_S
+    m.touch(b"L"), m.touch(b"G")
+    again = one(m, b"G")
+    assert again is not None and again.position == 0
+    assert answer(m, b"L", backup)
+    assert state(m, again) == SlotState.GRANTED  # the fault: beaten by nobody
+    assert positions(m) == list(range(WINDOW))  # its batch left; its record holds another
+    if late == "answers":
+        assert not answer(m, b"G", again)  # stale: not the position now at its q
+    else:
+        m.clock.t += LEASE_S + 0.1
+        m.touch(b"L"), m.touch(b"G")
+        m.expire()
+        assert retries(m) == []  # no position of another's sent back to the plan
+    assert state(m, again) == SlotState.FREE
+    ledger = ledger_of(m)
+    assert (ledger.q_ngrants >= 0).all()  # no other position's grant count touched
+    done = []
+    while (g := one(m, b"L")) is not None:
+        assert answer(m, b"L", g)
+        done += send_finished(m)
+    assert [d.position for d in done] == list(range(WINDOW, 40))
+    assert [d.item for d in done] == ledger.plan.items_at(np.arange(WINDOW, 40)).tolist()
+    assert not (ledger.p_state == SlotState.GRANTED).any()
