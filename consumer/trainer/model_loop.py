@@ -58,29 +58,16 @@ class ModelSide(Protocol):
 
     @property
     def loader(self) -> RingLoaderBase: ...
-
     @property
-    def device(self) -> str:
-        """Where it trains, for the log ("cuda:0", "cpu", "2 x gpu")."""
-        ...
-
+    def device(self) -> str: ...  # where it trains, for the log ("cuda:0", "cpu", "2 x gpu")
     @property
-    def mode(self) -> str:
-        """DevicePlan.mode."""
-        ...
-
+    def mode(self) -> str: ...  # DevicePlan.mode
     @property
     def n_params(self) -> int: ...
-
     @property
-    def trace_count(self) -> int:
-        """Step programs traced and compiled so far."""
-        ...
-
+    def trace_count(self) -> int: ...  # step programs traced and compiled so far
     @property
-    def suffix(self) -> str:
-        """Its checkpoint file's (".pt", ".npz")."""
-        ...
+    def suffix(self) -> str: ...  # its checkpoint file's (".pt", ".npz")
 
     def step(self, batch: dict[str, Any]) -> float:
         """One optimizer step; the loss once on the host (so the step has ended)."""

@@ -50,7 +50,8 @@ def lengths(item: int, cfg: Config) -> tuple[int, int]:
     # A wave of n samples has 1 + n // hop_length frames: one of the whole field's
     # max_frames x hop_length had one frame too many, and was skipped as too long for
     # its bucket (an item in ~49 at a small hop).
-    n_max -= wave
+    if wave:
+        n_max -= 1
     if cfg.data.synthetic_lengths == "ljspeech":
         frac = 0.1 + 0.9 * float(np.random.default_rng([item, 7]).beta(4.0, 2.5))
         n = max(1, int(frac * n_max))
