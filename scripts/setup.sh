@@ -18,7 +18,10 @@ need() {
   fi
 }
 need espeak-ng espeak-ng "text.tokens: phonemes and the multilingual demo's voices need it"
-need g++ build-essential "pyworld (features.pitch) has no binary wheel and builds from source"
+need g++ build-essential "the row pass (shared/memory/_row_pass.c) is built from source, and pyworld (features.pitch)"
+# The row pass is a C extension of the interpreter .venv is made with: it needs its headers.
+PY_H=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
+[ -f "$PY_H" ] || need "$PY_H" python3-dev "the row pass (shared/memory/_row_pass.c) includes $PY_H"
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
@@ -46,13 +49,9 @@ optional "PyTorch (CPU) and Lightning" torch==2.13.0 -e '.[torch]' 'lightning>=2
 # (tests/unit/test_jax_loader.py).
 optional "JAX and Orbax" -e '.[jax]' orbax-checkpoint
 # numba caches what it compiles beside the modules: a run's stager then builds a balanced
-# plan in about 0.5 s, not 15 s before its first grant (consumer/stager/plan/make.py), and
-# loads the kernels that copy, check and hash a sample's rows (shared/memory/row_pass.py)
-# from the cache, not compiling them (1-2.4 s of CPU a process, most of it numba's own
-# set-up, against ~2-5 s).
-echo "setup: compiling the balanced plan's and the row pass's kernels (once per install, ~20 s)"
+# plan in about 0.5 s, not 15 s before its first grant (consumer/stager/plan/make.py).
+echo "setup: compiling the balanced plan's kernels (once per install, ~15 s)"
 .venv/bin/python -c "from ringfeed.consumer.stager.plan.make import compile_kernels; compile_kernels()"
-.venv/bin/python -c "from ringfeed.shared.memory.row_pass import compile_kernels; compile_kernels()"
 # Where PYTHONDONTWRITEBYTECODE is set (these machines set it), every process would
 # compile ringfeed from source at its start: ~0.25 s of CPU each, and a run starts
 # several. Compiled once here, they read the .pyc (stale ones are recompiled in memory).

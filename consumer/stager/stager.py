@@ -78,7 +78,6 @@ from ringfeed.shared.config.environment import (
 from ringfeed.shared.corpus.entry import CorpusError
 from ringfeed.shared.corpus.index import CorpusIndex
 from ringfeed.shared.corpus.open import open_prepared
-from ringfeed.shared.memory import row_pass
 from ringfeed.shared.memory.disk import DiskFull, disk_error, is_full
 from ringfeed.shared.memory.places import Places
 from ringfeed.shared.memory.ring import Ring, check_rings_fit, segment_name, slot_bytes
@@ -294,7 +293,6 @@ def build(
     )
     ends = endpoints(cfg, run_id)
     spares, batches = open_rings(cfg, run_id, ends.stats, cleanup, stop)
-    row_pass.compile_kernels()  # from numba's cache: not in the first batch's assembly
     plan = make_plan(cfg, index, share, tables)
     plan.item_at(0)  # epoch 0 drawn now, while producers start: 0.4 s at 10**7 items
     clock = RunClock(cfg.ring.lease_s)

@@ -49,7 +49,6 @@ from ringfeed.producer.process.watchdog import HARD_FACTOR, stuck_for
 from ringfeed.producer.process.worker import run_worker
 from ringfeed.shared.config import Config, config_from_yaml
 from ringfeed.shared.corpus.registry import format_of
-from ringfeed.shared.memory import row_pass
 from ringfeed.shared.run.process import (
     POLL_S,
     STOP_SIGNALS,
@@ -289,11 +288,8 @@ def load_before_fork(cfg: Config) -> None:
     library. None of it starts a thread (the pool forks only while it runs one) or
     opens a file or socket a worker would share. The limit is 1, as the libraries were
     loaded (scripts/cli.py): a limit above 1 starts OpenBLAS's threads at once, so a
-    worker with producers.math_threads > 1 raises its own after the fork. The kernels
-    that copy, check and hash a sample's rows (shared/memory/row_pass.py) are loaded from
-    numba's cache here too, once, not in each worker's first grant."""
+    worker with producers.math_threads > 1 raises its own after the fork."""
     pin_math_threads(1)
-    row_pass.compile_kernels()
     if format_of(cfg).has_audio:
         from ringfeed.producer.pipeline import warm_up_shared
 

@@ -7,8 +7,9 @@ is about to send (docs/design.md#contract-7). The value check is shared/sample/c
 rule: token ids inside the vocabulary, float values finite and within +-MAX_ABS. Both are
 needed on every row: the checksum catches a torn row (a stale writer's bytes), the check
 a producer that skipped its own (a bug or a lie). Reading a 256 KB row once for both,
-instead of xxh3 and a min and a max apart, is what these kernels are for (numba,
-compiled once per host into numba's cache: scripts/setup.sh compiles them).
+instead of xxh3 and a min and a max apart, is what the pass is for
+(shared/memory/_row_pass.c, a C extension built when ringfeed is installed: numba's first
+call had cost every stager and pool 0.6-2 s of CPU at start).
 
 The checksum of a field's used rows is a hash of their bytes in 64 lanes of 32-bit
 FNV-1a (word i goes to lane i % 64: the lanes are independent, so the loop runs at the
@@ -31,12 +32,10 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from ringfeed.shared.memory import _row_pass
 from ringfeed.shared.sample.content import MAX_ABS, content_error
 
-LANES = 64
-FNV32_BASIS, FNV32_PRIME = 2166136261, 16777619
 FNV64_BASIS, FNV64_PRIME = 14695981039346656037, 1099511628211
 # A field's kind, for its check: no values bounded, token ids, float32 values.
 PLAIN, TOKENS, FLOAT32 = 0, 1, 2
@@ -44,85 +43,6 @@ PLAIN, TOKENS, FLOAT32 = 0, 1, 2
 # exactly when it is finite and within +-MAX_ABS (NaN and inf have every exponent bit).
 FLOAT_LIMIT = int(np.array(MAX_ABS, np.float32).view(np.uint32))
 _P64 = np.uint64(FNV64_PRIME)
-
-
-@njit(cache=True, boundscheck=False, nogil=True)
-def _pass(src, dst, copy, kind, limit):  # pragma: no cover  (compiled: tested by its callers)
-    """src: uint8 [n] (the used bytes of one field; may be read-only); copy: into dst,
-    uint8 [>= n] (else dst is any small writable array, untouched); kind, limit: the
-    field's check (PLAIN, TOKENS below `limit`, FLOAT32 bits at most `limit`). Returns
-    (hash, ok)."""
-    n = src.shape[0]
-    n_words = n // 4
-    words = src[: n_words * 4].view(np.uint32)
-    out = dst[: n_words * 4].view(np.uint32)
-    h = np.empty(LANES, np.uint32)
-    for j in range(LANES):
-        h[j] = np.uint32(FNV32_BASIS + j)
-    top = np.zeros(LANES, np.uint32)  # FLOAT32: the largest abs bits; TOKENS: the largest id
-    low = np.zeros(LANES, np.int32)  # TOKENS: the smallest id
-    p = np.uint32(FNV32_PRIME)
-    mask = np.uint32(0x7FFFFFFF)
-    blocks = n_words // LANES
-    for i in range(blocks):
-        base = i * LANES
-        if copy:
-            for j in range(LANES):
-                out[base + j] = words[base + j]
-        if kind == 2:
-            for j in range(LANES):
-                w = words[base + j]
-                b = w & mask
-                top[j] = b if b > top[j] else top[j]
-                h[j] = (h[j] ^ w) * p
-        elif kind == 1:
-            for j in range(LANES):
-                w = words[base + j]
-                v = np.int32(w)
-                low[j] = v if v < low[j] else low[j]
-                top[j] = w if np.int32(w) > np.int32(top[j]) else top[j]
-                h[j] = (h[j] ^ w) * p
-        else:
-            for j in range(LANES):
-                h[j] = (h[j] ^ words[base + j]) * p
-    for i in range(blocks * LANES, n_words):  # the words past the last whole block
-        w = words[i]
-        if copy:
-            out[i] = w
-        j = i % LANES
-        if kind == 2:
-            b = w & mask
-            top[j] = b if b > top[j] else top[j]
-        elif kind == 1:
-            v = np.int32(w)
-            low[j] = v if v < low[j] else low[j]
-            top[j] = w if np.int32(w) > np.int32(top[j]) else top[j]
-        h[j] = (h[j] ^ w) * p
-    for i in range(n_words * 4, n):  # bytes past the last whole word (plain fields only)
-        if copy:
-            dst[i] = src[i]
-        h[0] = (h[0] ^ np.uint32(src[i])) * p
-    acc = np.uint64(FNV64_BASIS)
-    big = np.uint64(FNV64_PRIME)
-    ok = True
-    for j in range(LANES):
-        acc = (acc ^ np.uint64(h[j])) * big
-        if kind == 2:
-            ok = ok and top[j] <= limit
-        elif kind == 1:
-            ok = ok and low[j] >= 0 and np.int32(top[j]) < limit
-    acc = (acc ^ np.uint64(n)) * big
-    return acc, ok
-
-
-@njit(cache=True, boundscheck=False, nogil=True)
-def _rows(fields, rows, used, kind, limit, hashes, ok):  # pragma: no cover
-    """The pass over some rows of a batch where they lie: fields uint8 [batch rows, row
-    bytes], rows int64 [n] (which), used int64 [n] (their used bytes); hashes uint64 [n]
-    and ok bool [n] filled."""
-    scratch = np.zeros(4, np.uint8)
-    for i in range(rows.shape[0]):
-        hashes[i], ok[i] = _pass(fields[rows[i], : used[i]], scratch, False, kind, limit)
 
 
 def field_kind(name: str, dtype: np.dtype, vocab_size: int) -> tuple[int, int]:
@@ -141,7 +61,6 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 
 _MASK64 = (1 << 64) - 1
-_SCRATCH = np.zeros(4, np.uint8)  # the dst of a pass that copies nothing
 
 
 def fold(field_hashes: Sequence[int]) -> int:
@@ -182,8 +101,8 @@ def check_fields(
             kind, limit = PLAIN, 0
             bad |= src.dtype.kind == "f"  # a float of another width: content_error says
         raw = src.reshape(-1).view(np.uint8)
-        out = _SCRATCH if dst is None else _place(dst[k], src, name)
-        h, ok = _pass(raw, out, dst is not None, kind, limit)
+        out = None if dst is None else _place(dst[k], src, name)
+        h, ok = _row_pass.field(raw, out, kind, limit)
         hashes.append(h)
         bad |= not ok
     why = content_error(zip(names, used, strict=True), vocab_size) if bad else ""
@@ -191,8 +110,7 @@ def check_fields(
 
 
 def _place(dst: np.ndarray, src: np.ndarray, name: str) -> np.ndarray:
-    """The bytes of dst's first len(src) rows, which src's must fit exactly (the kernel
-    checks no bounds)."""
+    """The bytes of dst's first len(src) rows, which src's must fit exactly."""
     if src.shape[1:] != dst.shape[1:] or len(src) > len(dst) or src.dtype != dst.dtype:
         raise ValueError(
             f"{name} rows {src.dtype} {list(src.shape)} do not fit a place of "
@@ -207,7 +125,7 @@ def rows_checksum(arrays: Sequence[np.ndarray]) -> int:
     hashes = []
     for a in arrays:
         raw = _bytes(np.ascontiguousarray(a))
-        hashes.append(_pass(raw, _SCRATCH, False, PLAIN, 0)[0])
+        hashes.append(_row_pass.field(raw, None, PLAIN, 0)[0])
     return fold(hashes)
 
 
@@ -223,23 +141,8 @@ def check_rows(
     hashes = np.empty(len(rows), np.uint64)
     ok = np.empty(len(rows), np.bool_)
     used = lengths.astype(np.int64) * row_bytes
-    _rows(flat, rows.astype(np.int64), used, kind, limit, hashes, ok)
+    _row_pass.rows(flat, flat.shape[1], rows.astype(np.int64), used, kind, limit, hashes, ok)
     if kind == PLAIN and field.dtype.kind == "f":  # a float of another width: numpy's check
         for i, (r, n) in enumerate(zip(rows.tolist(), lengths.tolist(), strict=True)):
             ok[i] = not content_error([(name, field[r][:n])], vocab_size)
     return hashes, ok
-
-
-def compile_kernels() -> None:
-    """Compile (or load from numba's cache) every kernel for the types they meet, once per
-    host: scripts/setup.sh, and a pool before it forks its producers."""
-    for kind in (PLAIN, TOKENS, FLOAT32):
-        a = np.zeros(70 * 4 + 3, np.uint8)
-        frozen = a.copy()
-        frozen.setflags(write=False)  # a cached array, a shared token cycle
-        for src in (a, frozen):
-            _pass(src, _SCRATCH, False, kind, 1)
-            _pass(src, np.zeros_like(a), True, kind, 1)
-        fields, which = np.zeros((2, 16), np.uint8), np.arange(2, dtype=np.int64)
-        hashes, ok = np.empty(2, np.uint64), np.empty(2, bool)
-        _rows(fields, which, np.full(2, 8, np.int64), kind, 1, hashes, ok)

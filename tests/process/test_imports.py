@@ -91,11 +91,10 @@ def test_a_producer_reading_its_hosts_fft_choice_never_imports_scipy(tmp_path) -
 # Imported only by the work that needs them, not at every start (each one's cost at
 # every run's first batch, benchmarks/first_batch.py): numpy.ma (np.median's first call,
 # ~14 ms), pynvml (asked at the stager's first stats), num2words (~35 ms; a warm start's
-# texts come from the text cache). importlib.metadata (~55 ms) was one too, until the
-# row pass (shared/memory/row_pass.py: every row's copy, check and hash, from the first
-# batch on) brought numba, which imports it, into the stager's and the pool's start:
-# there, before the pool forks, its ~0.3 s is paid once for every worker.
-LATE = ("numpy.ma", "pynvml", "num2words")
+# texts come from the text cache), importlib.metadata (~55 ms), and numba (~0.3 s to
+# import, ~0.6 s more at its first call: the balanced plan's and librosa's; the row pass
+# is C, shared/memory/_row_pass.c).
+LATE = ("numpy.ma", "pynvml", "num2words", "importlib.metadata", "numba")
 # And in the stager: the index build's process pool.
 STAGER_LATE = (*LATE, "multiprocessing", "concurrent.futures")
 

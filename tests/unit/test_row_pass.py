@@ -97,3 +97,77 @@ def test_a_batchs_rows_checked_where_they_lie_hash_as_each_sample_alone() -> Non
         alone, why = check_fields(["mel"], [batch[r][:n]], VOCAB)
         assert fold([hashes[r]]) == alone and ok[r] == (why == ""), r
     assert ok.tolist() == [True, True, True, True, False, True]
+
+
+M32, M64 = (1 << 32) - 1, (1 << 64) - 1
+
+
+def reference_hash(raw: np.ndarray) -> int:
+    """Protocol 8's hash of a field's bytes, as plainly as it can be written: 64 lanes of
+    32-bit FNV-1a, word i into lane i % 64, the bytes past the last word into lane 0,
+    then the lanes and the byte count folded by 64-bit FNV-1a."""
+    n = len(raw)
+    lanes = [(2166136261 + j) & M32 for j in range(64)]
+    for i, word in enumerate(raw[: n // 4 * 4].view(np.uint32).tolist()):
+        lanes[i % 64] = ((lanes[i % 64] ^ word) * 16777619) & M32
+    for byte in raw[n // 4 * 4 :].tolist():
+        lanes[0] = ((lanes[0] ^ byte) * 16777619) & M32
+    acc = 14695981039346656037
+    for x in [*lanes, n]:
+        acc = ((acc ^ x) * 1099511628211) & M64
+    return acc
+
+
+# The field hashes the numba kernel of protocol 8 gave (main 70274f7, before the pass was
+# C) for the bytes below: a peer of the same protocol built before agrees bit for bit.
+SIZES = [0, 1, 3, 4, 7, 255, 256, 257, 64 * 4 * 3 + 23, 4096, 256800]
+PROTOCOL_8 = [
+    8212598900928356639,
+    1237893247507029455,
+    11232843530273926948,
+    14313006168579615043,
+    16585800321373257662,
+    11626894214249590104,
+    15723671516746685518,
+    8283446699044829767,
+    8622113038136575675,
+    6849032406093556519,
+    2690678504958735501,
+]
+
+
+def test_the_checksum_is_protocol_8s_bit_for_bit() -> None:
+    rng = np.random.default_rng(20261129)
+    for n, expected in zip(SIZES, PROTOCOL_8, strict=True):
+        raw = rng.integers(0, 256, n, dtype=np.uint8)
+        assert reference_hash(raw) == expected, n
+        assert rows_checksum([raw]) == fold([expected]), n
+        if n % 4 == 0:  # every kind hashes alike, copying or not
+            floats, tokens = raw.view(np.float32), raw.view(np.int32)
+            assert check_fields(["mel"], [floats], VOCAB)[0] == fold([expected])
+            assert check_fields(["tokens"], [tokens], VOCAB)[0] == fold([expected])
+            dst = [np.zeros(n // 4 + 3, np.int32)]
+            assert check_fields(["tokens"], [tokens], VOCAB, dst)[0] == fold([expected])
+
+
+def test_a_pass_refuses_what_lies_outside_its_buffers() -> None:
+    """The C pass checks its own bounds: a place too small, a row outside the batch, an
+    unknown kind are errors, never a read or write past the memory."""
+    from ringfeed.shared.memory import _row_pass
+
+    src = np.arange(40, dtype=np.uint8)
+    with pytest.raises(ValueError, match="do not fit a place of 39"):
+        _row_pass.field(src, np.zeros(39, np.uint8), 0, 0)
+    with pytest.raises(ValueError, match="kind 7"):
+        _row_pass.field(src, None, 7, 0)
+    frozen = np.zeros(40, np.uint8)
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        _row_pass.field(src, frozen, 0, 0)
+    fields = np.zeros((4, 16), np.uint8)
+    hashes, ok = np.empty(1, np.uint64), np.empty(1, np.bool_)
+    for row, used in ((4, 8), (-1, 8), (0, 17), (0, -1)):
+        with pytest.raises(ValueError, match="outside 4 rows of 16 bytes"):
+            _row_pass.rows(fields, 16, np.array([row]), np.array([used]), 0, 0, hashes, ok)
+    with pytest.raises(ValueError, match="one each per row"):
+        _row_pass.rows(fields, 16, np.array([0, 1]), np.array([8]), 0, 0, hashes, ok)

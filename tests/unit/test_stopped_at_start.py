@@ -66,7 +66,7 @@ def test_a_stager_stopped_while_it_builds_ends_cleanly_and_leaves_no_ring(
     cfg = load_config(small(tmp_path, items=40))
     run_id = rid("startstop")
     caplog.set_level(logging.INFO, logger="ringfeed.consumer.stager")
-    with own_handlers(), patch.object(stager_module.row_pass, "compile_kernels", signal_self):
+    with own_handlers(), patch.object(stager_module, "make_plan", signal_self):
         code = stager_module.main(cfg, run_id)
     assert code == 0
     assert "stopped by SIGTERM while starting" in caplog.text
