@@ -70,6 +70,14 @@ from ringfeed.shared.sample.schema import MAX_SAMPLE_FIELDS
 
 log = logging.getLogger(__name__)
 
+# The processes that write or read rows (the stager, producers, a consumer) map every
+# page of a ring when they map it (MAP_POPULATE, Linux): the first touch of each 4 KiB
+# page in each process was otherwise a fault of its own, 130-540 us of a producer's
+# first write of a 256 KB row on this host against 73-155 populated, and a short run is
+# mostly first laps (docs/benchmarks.md#against-tfdata). A read-only map (the
+# inspector) reads headers and records only, so it maps pages as it touches them.
+ROWS_MAP = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
 MAGIC = b"RINGFEED"
 # 3: up to 24 fields a slot and 16 lengths (the declared sample schema, issue 20).
 # 4: a record per row of a slot (the batch ring's rows are written in place, issue 41).
@@ -306,7 +314,7 @@ class Ring:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:  # every page taken now: no SIGBUS at a later write (shared/memory/shm.py)
             reserve(fd, where.total, what, key, where.stride)
-            mm = mmap.mmap(fd, where.total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = mmap.mmap(fd, where.total, ROWS_MAP, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
@@ -333,7 +341,7 @@ class Ring:
             os.close(fd)
             raise RingError(f"/dev/shm/{name} is too small to be a ring ({size} bytes)")
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+        mm = mmap.mmap(fd, size, ROWS_MAP if writable else mmap.MAP_SHARED, prot)
         return cls(name, fd, mm, owner=False, writable=writable)
 
     # ------------------------------------------------------------ access

@@ -122,3 +122,35 @@ def test_write_zeros_takes_every_page(run_id: str) -> None:
     finally:
         os.close(fd)
         path.unlink()
+
+
+def mapped_kib(path: str) -> list[tuple[int, int]]:
+    """(Size, Rss) in KiB of each of this process's maps of `path` (/proc/self/smaps)."""
+    maps, current = [], None
+    for line in open("/proc/self/smaps").read().splitlines():
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5:  # a map's first line: range, perms, ..., path
+            current = head[-1] == path and len(head) == 6
+            if current:
+                maps.append([0, 0])
+        elif current and head[0] in ("Size:", "Rss:"):
+            maps[-1][0 if head[0] == "Size:" else 1] = int(head[1])
+    return [(size, rss) for size, rss in maps]
+
+
+@pytest.mark.skipif(not hasattr(__import__("mmap"), "MAP_POPULATE"), reason="Linux only")
+def test_the_maps_that_write_or_read_rows_have_every_page_mapped_at_once(run_id: str) -> None:
+    """The creator and every writable attach map the whole ring when they map it (no
+    fault a page at its first touch); a read-only map (the inspector's) does not."""
+    fields = {"mel": ((256, 80), np.dtype(np.float32))}
+    with Ring.create(segment_name(run_id, "batches"), fields, 40, run_id, "batches") as ring:
+        path = str(SHM_DIR / ring.name)
+        (owner,) = mapped_kib(path)
+        assert owner[1] == owner[0] > 3000, owner
+        reader = Ring.attach(ring.name)
+        looker = Ring.attach(ring.name, writable=False)
+        maps = sorted(mapped_kib(path), key=lambda m: m[1])
+        assert len(maps) == 3 and maps[1][1] == maps[2][1] == owner[0], maps
+        assert maps[0][1] < owner[0] // 4, "a read-only map should map pages as touched"
+        reader.close()
+        looker.close()
