@@ -22,6 +22,8 @@ need g++ build-essential "the row pass (shared/memory/_row_pass.c) is built from
 # The row pass is a C extension of the interpreter .venv is made with: it needs its headers.
 PY_H=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
 [ -f "$PY_H" ] || need "$PY_H" python3-dev "the row pass (shared/memory/_row_pass.c) includes $PY_H"
+[ -f "$PY_H" ] || echo "setup: $PY_H is missing: install the development headers of $PYTHON" \
+  "(Debian's python3: python3-dev; a pyenv or conda Python ships them), or the build fails" >&2
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv

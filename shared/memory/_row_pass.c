@@ -4,9 +4,10 @@
  *
  * A C extension, not numba: a process's first call of a numba kernel cost 0.6-2 s of CPU
  * (numba's typing registries, its import of scipy.linalg) in every stager and pool, even
- * with the kernel cached; this loads in a millisecond. The lanes are independent, so gcc
- * and clang vectorize the loops over them; on x86-64 the hot loop is also built for AVX2
- * and AVX-512 and the loader picks the host's (target_clones).
+ * with the kernel cached; this loads in a millisecond. The lanes are independent, so the
+ * compiler vectorizes the loops over them; built by gcc on x86-64 glibc, the hot loop is
+ * also built for AVX2 and AVX-512 and the loader picks the host's (target_clones; other
+ * compilers and platforms get their baseline's vector units).
  *
  * The checksum: 64 lanes of 32-bit FNV-1a, word i (native order) into lane i % 64, the
  * bytes past the last whole word into lane 0, the lanes then the byte count folded into
@@ -25,7 +26,8 @@
 
 enum { PLAIN = 0, TOKENS = 1, FLOAT32 = 2 };
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* The clones need ifunc: glibc's (not musl's, not macOS's). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__)
 #define HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define HOST_CLONES
@@ -115,6 +117,7 @@ PyDoc_STRVAR(field_doc,
 static PyObject *
 field(PyObject *self, PyObject *args)
 {
+    (void)self;
     Py_buffer src, dst = {0};
     PyObject *dst_obj;
     int kind;
@@ -153,6 +156,28 @@ field(PyObject *self, PyObject *args)
     return Py_BuildValue("KO", (unsigned long long)hash, ok ? Py_True : Py_False);
 }
 
+/* A buffer of n items of one C type, with its format checked: formats, the type's
+ * characters (struct module codes) that may stand for it on this platform. */
+static int
+typed(PyObject *obj, Py_buffer *view, int writable, const char *formats, Py_ssize_t itemsize,
+      const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return 0;
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    if (view->itemsize != itemsize || f[0] == '\0' || f[1] != '\0' || !strchr(formats, f[0])) {
+        PyErr_Format(PyExc_TypeError, "row pass: %s must be %s, not format '%s' of %zd bytes",
+                     what, formats[0] == 'q' ? "int64" : formats[0] == 'Q' ? "uint64" : "bool",
+                     view->format ? view->format : "B", view->itemsize);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(rows_doc,
 "rows(fields, row_bytes, rows, used, kind, limit, hashes, ok) -> None\n\n"
 "The pass over some rows of a batch where they lie: fields, the rows' bytes (row r at\n"
@@ -162,47 +187,68 @@ PyDoc_STRVAR(rows_doc,
 static PyObject *
 rows(PyObject *self, PyObject *args)
 {
-    Py_buffer fields, which, used, hashes, ok;
+    (void)self;
+    PyObject *which_obj, *used_obj, *hashes_obj, *ok_obj;
+    Py_buffer fields, which = {0}, used = {0}, hashes = {0}, ok = {0};
     Py_ssize_t row_bytes;
     int kind;
     long long limit;
-    if (!PyArg_ParseTuple(args, "y*ny*y*iLw*w*", &fields, &row_bytes, &which, &used, &kind,
-                          &limit, &hashes, &ok))
+    if (!PyArg_ParseTuple(args, "y*nOOiLOO", &fields, &row_bytes, &which_obj, &used_obj, &kind,
+                          &limit, &hashes_obj, &ok_obj))
         return NULL;
+    int fits = kind_known(kind) && typed(which_obj, &which, 0, "ql", 8, "rows");
+    fits = fits && typed(used_obj, &used, 0, "ql", 8, "used");
+    fits = fits && typed(hashes_obj, &hashes, 1, "QL", 8, "hashes");
+    fits = fits && typed(ok_obj, &ok, 1, "?", 1, "ok");
     const Py_ssize_t n = which.len / 8;
-    const int64_t *r = which.buf, *u = used.buf;
-    int fits = kind_known(kind);
-    if (fits && (which.len != n * 8 || used.len != n * 8 || hashes.len != n * 8 || ok.len != n)) {
+    if (fits && (used.len != n * 8 || hashes.len != n * 8 || ok.len != n)) {
         PyErr_SetString(PyExc_ValueError,
                         "row pass: rows and used (int64), hashes (uint64), ok (bool) must "
                         "be one each per row");
         fits = 0;
     }
-    if (fits && n && row_bytes <= 0) {
+    if (fits && row_bytes < 0) {
         PyErr_Format(PyExc_ValueError, "row pass: rows of %zd bytes", row_bytes);
         fits = 0;
     }
-    for (Py_ssize_t i = 0; fits && i < n; i++) {
-        if (r[i] < 0 || u[i] < 0 || u[i] > row_bytes || (r[i] + 1) * row_bytes > fields.len) {
+    Py_ssize_t bad = -1;
+    int64_t bad_row = 0, bad_used = 0;
+    if (fits) {
+        /* Each row's index and length are read once, into locals, checked and used: the
+         * caller's arrays may overlap the hashes written here, or change under us. */
+        const Py_ssize_t n_rows = row_bytes ? fields.len / row_bytes : PY_SSIZE_T_MAX;
+        const uint8_t *base = fields.buf, *at = which.buf, *length = used.buf;
+        uint8_t *hash_at = hashes.buf, *good = ok.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t r, u;
+            uint64_t hash;
+            memcpy(&r, at + i * 8, 8);
+            memcpy(&u, length + i * 8, 8);
+            if (r < 0 || r >= n_rows || u < 0 || u > row_bytes) {
+                bad = i, bad_row = r, bad_used = u;
+                break;
+            }
+            good[i] = (uint8_t)one_pass(base + r * row_bytes, NULL, u, kind, limit, &hash);
+            memcpy(hash_at + i * 8, &hash, 8);
+        }
+        Py_END_ALLOW_THREADS
+        if (bad >= 0) {
             PyErr_Format(PyExc_ValueError,
                          "row pass: row %lld, %lld bytes, is outside %zd rows of %zd bytes",
-                         (long long)r[i], (long long)u[i], fields.len / row_bytes, row_bytes);
+                         (long long)bad_row, (long long)bad_used, row_bytes ? n_rows : 0,
+                         row_bytes);
             fits = 0;
         }
     }
-    if (fits) {
-        const uint8_t *base = fields.buf;
-        uint64_t *hash = hashes.buf;
-        uint8_t *good = ok.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
-            good[i] = (uint8_t)one_pass(base + r[i] * row_bytes, NULL, u[i], kind, limit, &hash[i]);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&ok);
-    PyBuffer_Release(&hashes);
-    PyBuffer_Release(&used);
-    PyBuffer_Release(&which);
+    if (ok.obj)
+        PyBuffer_Release(&ok);
+    if (hashes.obj)
+        PyBuffer_Release(&hashes);
+    if (used.obj)
+        PyBuffer_Release(&used);
+    if (which.obj)
+        PyBuffer_Release(&which);
     PyBuffer_Release(&fields);
     if (!fits)
         return NULL;
@@ -217,7 +263,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_row_pass", "shared/memory/row_pass.py's one pass, in C.", -1,
-    methods,
+    methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC

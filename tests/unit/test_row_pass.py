@@ -166,8 +166,27 @@ def test_a_pass_refuses_what_lies_outside_its_buffers() -> None:
         _row_pass.field(src, frozen, 0, 0)
     fields = np.zeros((4, 16), np.uint8)
     hashes, ok = np.empty(1, np.uint64), np.empty(1, np.bool_)
-    for row, used in ((4, 8), (-1, 8), (0, 17), (0, -1)):
+    for row, used in ((4, 8), (-1, 8), (0, 17), (0, -1), (2**63 - 1, 16), (2**62, 16)):
         with pytest.raises(ValueError, match="outside 4 rows of 16 bytes"):
             _row_pass.rows(fields, 16, np.array([row]), np.array([used]), 0, 0, hashes, ok)
     with pytest.raises(ValueError, match="one each per row"):
         _row_pass.rows(fields, 16, np.array([0, 1]), np.array([8]), 0, 0, hashes, ok)
+    with pytest.raises(TypeError, match="rows must be int64"):  # never read as int64
+        _row_pass.rows(fields, 16, np.array([1, 0], np.int32), np.array([8]), 0, 0, hashes, ok)
+    with pytest.raises(TypeError, match="hashes must be uint64"):
+        _row_pass.rows(fields, 16, np.array([1]), np.array([8]), 0, 0, np.empty(1), ok)
+    # The hashes written over the row numbers still to come: each row is read once, checked
+    # and used, so the overwritten one is refused, never read outside the rows.
+    shared = np.zeros(3, np.int64)
+    shared[:2] = [0, 1]
+    with pytest.raises(ValueError, match="outside 4 rows"):
+        _row_pass.rows(
+            fields,
+            16,
+            shared[:2],
+            np.array([8, 8]),
+            0,
+            0,
+            shared[1:].view(np.uint64),
+            np.empty(2, np.bool_),
+        )
