@@ -57,7 +57,7 @@ from ringfeed.consumer.trainer.metrics import StepMetrics, format_line
 from ringfeed.consumer.trainer.tf_batch import TfBatch, TfPlace
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import endpoints, run_dir
-from ringfeed.shared.run.process import POLL_S, StopFlag, write_json_atomic
+from ringfeed.shared.run.process import POLL_S, StopFlag, Stopped, write_json_atomic
 from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,11 @@ def setup(
     share, cluster: this worker of several and every worker's host:port."""
     from ringfeed.consumer.trainer.checkpoint import CheckpointManager, chief_dir
 
-    plan, policy, model, optimizer, step_fn = build_step(cfg, share, cluster)
+    # TensorFlow's import and the model's build: seconds of a start that polls nothing
+    # (more than the launcher's grace on a busy host). A stop signal then ends the start
+    # at once; nothing is open yet that needs closing.
+    with stop.raising():
+        plan, policy, model, optimizer, step_fn = build_step(cfg, share, cluster)
     directory = run_dir(cfg, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     checkpoints = CheckpointManager(directory, model, optimizer)
@@ -417,6 +421,9 @@ def main(
     stop = StopFlag().install(second_exits=True)
     try:
         s = setup(cfg, run_id, stop, new_plan, share, cluster)
+    except Stopped as exc:  # a signal while TensorFlow loaded: a stop like any other
+        log.info("trainer %s; no step taken", exc)
+        return 0
     except Exception as exc:
         log.error("trainer setup failed: %s: %s", type(exc).__name__, exc, exc_info=True)
         return 1

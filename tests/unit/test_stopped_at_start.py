@@ -1,8 +1,8 @@
 """A stop signal while a process is still starting ends it there (StopFlag.raising): the
-stager's build and the producer pool's loading take seconds on a busy host, and a
-launcher's stop then outlived its grace (RINGFEED_GRACE_S) and ended in SIGKILL, the
-run reported as failed. Each test sends the signal to this process from inside the
-start, where it lands on a real host, and restores the test's own handlers."""
+stager's build, the producer pool's loading and the trainer's TensorFlow take seconds on
+a busy host, and a launcher's stop then outlived its grace (RINGFEED_GRACE_S) and ended
+in SIGKILL, the run reported as failed. Each test sends the signal to this process from
+inside the start, where it lands on a real host, and restores the test's own handlers."""
 
 from __future__ import annotations
 
@@ -89,6 +89,19 @@ def test_a_pool_stopped_while_it_loads_ends_cleanly(
         code = pool_module.main(cfg, "ipc:///nowhere", 2, prefix="t")
     assert code == 0 and started == []
     assert "stopped by SIGTERM while starting" in caplog.text
+
+
+def test_a_trainer_stopped_while_tensorflow_loads_ends_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ringfeed.consumer.trainer import trainer as trainer_module
+
+    cfg = load_config(small(tmp_path, items=40))
+    caplog.set_level(logging.INFO, logger="ringfeed.consumer.trainer")
+    with own_handlers(), patch.object(trainer_module, "build_step", signal_self):
+        code = trainer_module.main(cfg, rid("trainstop"))
+    assert code == 0
+    assert "trainer stopped by SIGTERM while starting; no step taken" in caplog.text
 
 
 def test_a_stop_within_held_steps_waits_for_their_end() -> None:
