@@ -17,13 +17,19 @@ benchmark's) is:
 
 each by the row pass (check and hash, float32 rule) and by a plain memcpy (numpy
 copyto into one row-sized buffer). The writer runs through every case, as producers run
-beside a stager. Medians of --rounds, microseconds a row.
+beside a stager. And a producer's first write of its rows into a ring it has just mapped
+(the half of each of 64 rows after its used part, as a row's padding is written), the
+map included: with its pages faulted in one by one at their first touch, and with
+shared/memory/ring.py's ROWS_MAP (MAP_POPULATE: every page mapped at once). Medians of
+--rounds, microseconds a row.
 """
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -36,7 +42,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ringfeed.shared.memory import _row_pass  # noqa: E402
+from ringfeed.shared.memory.ring import ROWS_MAP  # noqa: E402
 from ringfeed.shared.memory.row_pass import FLOAT32, FLOAT_LIMIT  # noqa: E402
+from ringfeed.shared.memory.shm import SHM_DIR  # noqa: E402
 
 ROW = 200 * 4 + 800 * 80 * 4
 WARM_REPEATS = 500
@@ -52,6 +60,17 @@ def keep_writing(name: str, source: np.ndarray, stop: mp.synchronize.Event) -> N
             np.copyto(rows[r], source)
     del rows
     shm.close()
+
+
+def first_writes(fd: int, flags: int) -> None:
+    """The segment `fd` (SHARED_ROWS rows, every page reserved, as Ring.create leaves
+    a ring) mapped anew with `flags`, as a producer attaches, and each row's second half
+    written once."""
+    mm = mmap.mmap(fd, SHARED_ROWS * ROW, flags, mmap.PROT_READ | mmap.PROT_WRITE)
+    rows = np.ndarray((SHARED_ROWS, ROW), np.uint8, mm)
+    rows[:, ROW // 2 :] = 0
+    del rows
+    mm.close()
 
 
 def us_a_row(work: Callable[[], None], rows: int) -> float:
@@ -101,12 +120,18 @@ def main() -> None:
         for _ in range(n // SHARED_ROWS):
             _row_pass.rows(shared, ROW, s_which, s_used, FLOAT32, FLOAT_LIMIT, s_hashes, s_ok)
 
+    segment = SHM_DIR / f"row-pass-bench-{os.getpid()}"
+    fd = os.open(segment, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.posix_fallocate(fd, 0, SHARED_ROWS * ROW)
+
     cases = {
         "row pass, warm (one row again)": (pass_warm, WARM_REPEATS),
         "row pass, cold (each row once)": (pass_cold, n),
         "row pass, another core's rows": (pass_shared, n // SHARED_ROWS * SHARED_ROWS),
         "memcpy, warm (one row again)": (copy_warm, WARM_REPEATS),
         "memcpy, cold (each row once)": (copy_cold, n),
+        "first writes, pages as touched": (lambda: first_writes(fd, mmap.MAP_SHARED), SHARED_ROWS),
+        "first writes, ring's ROWS_MAP": (lambda: first_writes(fd, ROWS_MAP), SHARED_ROWS),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     writer.start()
@@ -120,6 +145,8 @@ def main() -> None:
         views.clear()
         shm.close()
         shm.unlink()
+        os.close(fd)
+        segment.unlink()
     assert ok.all()  # standard normal floats: every row passes
     print(f"median of {args.rounds} rounds, {ROW:,} bytes a row, {n:,} cold rows")
     for name, ts in times.items():

@@ -72,9 +72,10 @@ log = logging.getLogger(__name__)
 
 # The processes that write or read rows (the stager, producers, a consumer) map every
 # page of a ring when they map it (MAP_POPULATE, Linux): the first touch of each 4 KiB
-# page in each process was otherwise a fault of its own, 130-540 us of a producer's
-# first write of a 256 KB row on this host against 73-155 populated, and a short run is
-# mostly first laps (docs/benchmarks.md#against-tfdata). A read-only map (the
+# page in each process was otherwise a fault of its own: a producer's first write of half
+# a 256 KB row took 224-229 us on this host, the map included, against 47 us populated
+# (benchmarks/row_pass.py), and a short run is mostly first laps
+# (docs/benchmarks.md#against-tfdata). A read-only map (the
 # inspector) reads headers and records only, so it maps pages as it touches them.
 ROWS_MAP = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
