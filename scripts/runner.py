@@ -259,10 +259,12 @@ class Run:
         client = BatchClient(self.cfg, self.run_id, name, **start)
         try:
             client.connect(timeout_s=timeout_s)
-        except BaseException:
+        except BaseException as e:
             # Its socket open, its context's collection would wait for it for ever (a
             # stager that failed at start hung the test that started it).
             client.close(finished=False)
+            if logs := self.logs():  # why the stager never answered is in its log
+                e.add_note(logs)
             raise
         self.clients.append(client)
         return client

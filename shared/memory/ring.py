@@ -54,11 +54,13 @@ reserves every byte of the segment before anyone maps it (shared/memory/shm.py):
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
 import time
 from enum import IntEnum
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -87,6 +89,13 @@ LAYOUT_VERSION = 4
 # holds at most MAX_LENGTHS fields (shared/config/fields.py says so at load).
 MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 24, 4, MAX_SAMPLE_FIELDS, 64
 SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
+PART_PREFIX = "."  # a segment being made: ".<name>.<pid>", unseen by list_segments
+
+
+def part_path(name: str, pid: int) -> Path:
+    """Where process `pid` makes segment `name` before linking it into place."""
+    return SHM_DIR / f"{PART_PREFIX}{name}.{pid}"
+
 
 FIELD_DTYPE = np.dtype(
     [
@@ -312,19 +321,33 @@ class Ring:
         what = f"ring {name} and its headers"
         check_shm_fits(where.total, what, key, where.stride)
         path = SHM_DIR / name
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        if path.exists():  # fail before reserving a second ring's worth of /dev/shm
+            raise FileExistsError(errno.EEXIST, "a segment of that name exists", str(path))
+        # Made under a hidden name of its own and linked into place whole: under its name
+        # a segment always has its header, so a creator killed while it reserves (1 GiB
+        # takes tenths of a second) leaves nothing a restarted stager must wait out, only
+        # a part whose name says its pid (remove_stale_segments).
+        header = np.zeros(1, HEADER_DTYPE)
+        _write_header(header[0], fields, where, n_slots, rows, run_id, kind, stats_endpoint)
+        header[0]["magic"] = MAGIC
+        part = part_path(name, os.getpid())
+        part.unlink(missing_ok=True)  # a dead process's of this pid: O_EXCL inherits nothing
+        fd = os.open(part, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:  # every page taken now: no SIGBUS at a later write (shared/memory/shm.py)
             reserve(fd, where.total, what, key, where.stride)
-            mm = mmap.mmap(fd, where.total, ROWS_MAP, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
+            os.pwrite(fd, header.tobytes(), 0)
+            os.link(part, path)  # FileExistsError if another made it meanwhile: O_EXCL's
+            named = os.open(path, os.O_RDWR)  # mapped by its name, as /proc/PID/maps shows
+        finally:
             os.close(fd)
+            part.unlink(missing_ok=True)
+        try:
+            mm = mmap.mmap(named, where.total, ROWS_MAP, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(named)
             path.unlink(missing_ok=True)
             raise
-        header = np.frombuffer(mm, dtype=HEADER_DTYPE, count=1)[0]
-        _write_header(header, fields, where, n_slots, rows, run_id, kind, stats_endpoint)
-        del header
-        mm[: len(MAGIC)] = MAGIC  # last: a reader never sees a half-made header as valid
-        return cls(name, fd, mm, owner=True, writable=True)
+        return cls(name, named, mm, owner=True, writable=True)
 
     @classmethod
     def attach(cls, name: str, writable: bool = True) -> Ring:
@@ -406,7 +429,7 @@ def _write_header(
     kind: str,
     stats_endpoint: str,
 ) -> None:
-    """Fill a new segment's header (all but MAGIC, which :meth:`Ring.create` writes last)."""
+    """Fill a new segment's header (all but MAGIC, which :meth:`Ring.create` adds)."""
     h["layout_version"], h["n_slots"], h["n_fields"] = LAYOUT_VERSION, n_slots, len(fields)
     h["rows_per_slot"], h["row_headers_offset"] = rows, where.row_headers
     h["owner_pid"], h["created_s"] = os.getpid(), time.time()

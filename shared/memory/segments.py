@@ -2,11 +2,15 @@
 
 Contract 6: only the owner (the stager) unlinks its segments, and a segment
 whose owner pid is dead is stale. The stager removes stale ones at start,
-``ringfeed cleanup`` on demand, and scripts/runner.py a finished run's own.
+``ringfeed cleanup`` on demand, and scripts/runner.py a finished run's own. A
+segment is made under a hidden name that holds its maker's pid and linked into
+place whole (Ring.create): a maker killed meanwhile leaves a part, stale once that
+pid is dead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -17,12 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.shared.config.environment import runtime_dir
-from ringfeed.shared.memory.ring import HEADER_DTYPE, SEGMENT_PREFIX, parse_header
+from ringfeed.shared.memory.ring import HEADER_DTYPE, PART_PREFIX, SEGMENT_PREFIX, parse_header
 from ringfeed.shared.memory.shm import SHM_DIR
 
 log = logging.getLogger(__name__)
 
-# A segment without a valid header this young may still be being created, seconds.
+# A file under a segment's name without a valid header is no ring Ring.create made (it
+# links a segment into place whole); one this young may be another version's still
+# being made, seconds.
 HALF_MADE_GRACE_S = 5.0
 
 
@@ -78,9 +84,27 @@ def list_segments(run_id: str | None = None) -> Iterator[Path]:
     yield from (path for path in sorted(SHM_DIR.glob(prefix + "*")) if not path.is_dir())
 
 
+def list_parts(run_id: str | None = None) -> Iterator[tuple[Path, int]]:
+    """Segments being made (Ring.create), optionally of one run, each with its maker's pid."""
+    prefix = PART_PREFIX + SEGMENT_PREFIX + (f"{run_id}-" if run_id else "")
+    for path in sorted(SHM_DIR.glob(prefix + "*")):
+        pid = path.name.rpartition(".")[2]
+        if pid.isdigit():
+            yield path, int(pid)
+
+
 def remove_stale_segments(run_id: str | None = None) -> list[str]:
-    """Unlink segments whose owner process is dead (logged); returns their names."""
+    """Unlink segments whose owner process is dead, and parts whose maker is (logged);
+    returns their names."""
     removed = []
+    for path, maker in list_parts(run_id):
+        if not pid_alive(maker):
+            with contextlib.suppress(FileNotFoundError, PermissionError):
+                path.unlink()
+                removed.append(path.name)
+                log.warning(
+                    "removed /dev/shm/%s: its maker (pid %d) died making it", path.name, maker
+                )
     for path in list_segments(run_id):
         pid = read_owner_pid(path)
         if pid is not None and pid_alive(pid):

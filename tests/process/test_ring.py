@@ -7,12 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from ringfeed.shared.config import Config
-from ringfeed.shared.memory.ring import (
-    segment_name,
+from ringfeed.shared.memory.ring import Ring, segment_name
+from ringfeed.shared.memory.segments import (
+    list_parts,
+    list_segments,
+    pid_alive,
+    remove_stale_segments,
 )
-from ringfeed.shared.memory.segments import list_segments, pid_alive, remove_stale_segments
 from tests.support.polling import wait_for
 from tests.support.processes import run_on_small_tmpfs
 
@@ -56,6 +61,45 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
     proc.wait(10)
     assert remove_stale_segments(run_id) == [segment_name(run_id, "spares")]
     assert list(list_segments(run_id)) == []
+
+
+def test_a_maker_killed_while_it_makes_a_ring_leaves_nothing_in_the_next_ones_way(
+    run_id: str,
+) -> None:
+    """SIGKILL at points spread over Ring.create (reserve, map, header): whatever it
+    leaves, the next stager's remove_stale_segments clears and its Ring.create of the
+    same name succeeds at once. Before segments were linked into place whole, a kill
+    while reserving left a headerless segment young enough to be spared, and the
+    restarted stager failed on it (tests/process/test_transport_e2e.py, in CI)."""
+    name, fields, n_slots = segment_name(run_id, "spares"), Config().sample_fields(), 128
+    started = time.perf_counter()
+    with Ring.create(name, fields, n_slots, run_id, "spares"):
+        made_s = time.perf_counter() - started
+    code = (
+        "import sys\n"
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.shared.memory.ring import Ring\n"
+        "sys.stdin.readline()\n"
+        f"Ring.create('{name}', Config().sample_fields(), {n_slots}, '{run_id}', 'spares')\n"
+        "print('made', flush=True)\n"
+        "sys.stdin.readline()\n"  # holds its ring until killed
+    )
+    for k in range(10):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        wait_for(lambda p=proc: b"numpy" in Path(f"/proc/{p.pid}/maps").read_bytes(), 60, "imports")
+        time.sleep(0.2)  # the rest of the imports
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        time.sleep(made_s * k / 8)
+        proc.kill()
+        proc.wait(10)
+        remove_stale_segments(run_id)
+        assert list(list_parts(run_id)) == [], k
+        with Ring.create(name, fields, n_slots, run_id, "spares"):
+            pass
+        assert list(list_segments(run_id)) == [], k
 
 
 def test_a_zombie_is_not_alive() -> None:
