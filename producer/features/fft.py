@@ -183,3 +183,5 @@ def _write_choice(path: Path, name: str, timings: dict[str, float]) -> None:
         os.replace(tmp, path)  # two processes timing at once: either's file is whole
     except OSError as exc:
         log.info("STFT: cannot keep the FFT choice in %s (%s): each process times it", path, exc)
+    finally:  # a stop signal (Stopped) between the write and the replace leaves no litter
+        tmp.unlink(missing_ok=True)

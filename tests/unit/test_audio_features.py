@@ -243,3 +243,20 @@ def test_the_fft_choice_is_timed_once_per_host_and_kept(tmp_path: Path) -> None:
     assert fft.choose(512, str(tmp_path))[0] in fft.CANDIDATES
     assert json.loads(path.read_text())["name"] in fft.CANDIDATES
     assert fft.choice_path(512, str(tmp_path)) != fft.choice_path(1024, str(tmp_path))
+
+
+def test_a_stop_while_the_fft_choice_is_kept_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool stopped at its start (StopFlag.raising) can be stopped between the choice's
+    temporary file and its replace: the stop goes on, and nothing is left in the cache."""
+    from ringfeed.producer.features import fft
+    from ringfeed.shared.run.process import Stopped
+
+    def stopped(*_: object) -> None:
+        raise Stopped("SIGTERM")
+
+    monkeypatch.setattr(fft.os, "replace", stopped)
+    with pytest.raises(Stopped):
+        fft.choose(512, str(tmp_path))
+    assert list((tmp_path / "fft").iterdir()) == []
