@@ -28,8 +28,9 @@ libraries pinned to one thread:
 - tfdata-cached: the same cached mels, copied out of that cache with their tokens
   (one file each), read by tf.data for CACHED_EPOCHS epochs, same pool: the
   cached path like for like (benchmarks/peer_pipelines.py);
-- ringfeed-cold@baseline (with ``--baseline DIR``, a checkout of other code):
-  ringfeed-cold run from that checkout, to compare ringfeed with itself.
+- ringfeed-cold@baseline and ringfeed-cached@baseline (with ``--baseline DIR``, a
+  checkout of other code): ringfeed-cold and ringfeed-cached run from that checkout,
+  over a cache of its own, to compare ringfeed with itself.
 
 ``--device stager`` runs ringfeed with features.device: stager (the producers write
 waveforms, the stager computes the batch's mels in its framework, on the CPU here):
@@ -75,6 +76,7 @@ ODD_ORDER = (
     "ringfeed-cold@baseline",
     "ringfeed-cold",
     "tfdata-cached",
+    "ringfeed-cached@baseline",
     "tfdata-ops",
     "ringfeed-cached",
     "tfdata-librosa",
@@ -273,6 +275,14 @@ def print_table(results: dict[str, list[dict]], args: argparse.Namespace) -> Non
         "cold / tfdata-ops CPU per sample": [r[1]["cpu_ms"] / r[0]["cpu_ms"] for r in rounds],
         "cached / tfdata-cached samples/s": [r[3]["rate"] / r[4]["rate"] for r in rounds],
     }
+    for path in ("cold", "cached"):  # --baseline: this code against that checkout's
+        if results.get(f"ringfeed-{path}@baseline"):
+            pairs = zip(
+                results[f"ringfeed-{path}"], results[f"ringfeed-{path}@baseline"], strict=True
+            )
+            ratios[f"{path} / {path}@baseline samples/s"] = [
+                a["rate"] / b["rate"] for a, b in pairs
+            ]
     print(
         "\neach round: "
         + "; ".join(f"{k} {', '.join(f'{x:.2f}' for x in v)}" for k, v in ratios.items())
@@ -312,7 +322,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clips", type=int, default=512)
     parser.add_argument("--quick", action="store_true", help="1 round of 256 clips")
-    parser.add_argument("--baseline", help="a checkout whose ringfeed-cold to run alongside")
+    parser.add_argument(
+        "--baseline", help="a checkout whose ringfeed-cold and ringfeed-cached to run alongside"
+    )
     parser.add_argument("--plot", help="also draw the medians into this PNG")
     parser.add_argument(
         "--stages",
@@ -337,7 +349,8 @@ def main() -> None:
     if args.quick:
         args.rounds, args.clips = 1, 256
     sys.path.insert(0, str(REPO))
-    variants = list(VARIANTS) + (["ringfeed-cold@baseline"] if args.baseline else [])
+    baseline = ["ringfeed-cold@baseline", "ringfeed-cached@baseline"] if args.baseline else []
+    variants = list(VARIANTS) + baseline
     results: dict[str, list[dict]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         corpus = make_corpus(Path(tmp) / "corpus", args.clips)
