@@ -274,7 +274,7 @@ class Run:
             return ""
         parts = []
         for path in sorted(self.log_dir.glob(f"{self.run_id}-*.log")):
-            parts.append(f"--- {path.name}\n{path.read_text()[-tail:]}")
+            parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-tail:]}")
         return "\n".join(parts)
 
     def json(self, name: str) -> dict[str, Any]:

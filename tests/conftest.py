@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from ringfeed.shared.config.environment import child_environment, code_root
-from ringfeed.shared.memory.segments import list_parts, list_segments
+from ringfeed.shared.memory.segments import list_segments
 
 # Every process a test starts runs this checkout's code, whatever its working directory
 # and however it is started (the editable install maps `ringfeed` to the checkout it was
@@ -50,7 +50,7 @@ def run_id() -> Iterator[str]:
     segment of it left behind fails the test."""
     rid = f"test-{uuid.uuid4().hex[:8]}"
     yield rid
-    for path in [*list_segments(rid), *(part for part, _ in list_parts(rid))]:
+    for path in list_segments(rid):
         path.unlink()
         pytest.fail(f"test left {path} behind")
 

@@ -60,7 +60,6 @@ import mmap
 import os
 import time
 from enum import IntEnum
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -89,12 +88,6 @@ LAYOUT_VERSION = 4
 # holds at most MAX_LENGTHS fields (shared/config/fields.py says so at load).
 MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 24, 4, MAX_SAMPLE_FIELDS, 64
 SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
-PART_PREFIX = "."  # a segment being made: ".<name>.<pid>", unseen by list_segments
-
-
-def part_path(name: str, pid: int) -> Path:
-    """Where process `pid` makes segment `name` before linking it into place."""
-    return SHM_DIR / f"{PART_PREFIX}{name}.{pid}"
 
 
 FIELD_DTYPE = np.dtype(
@@ -323,24 +316,21 @@ class Ring:
         path = SHM_DIR / name
         if path.exists():  # fail before reserving a second ring's worth of /dev/shm
             raise FileExistsError(errno.EEXIST, "a segment of that name exists", str(path))
-        # Made under a hidden name of its own and linked into place whole: under its name
-        # a segment always has its header, so a creator killed while it reserves (1 GiB
-        # takes tenths of a second) leaves nothing a restarted stager must wait out, only
-        # a part whose name says its pid (remove_stale_segments).
+        # Made as a nameless file and linked into place whole: under its name a segment
+        # always has its header, and a creator killed while it reserves (1 GiB takes
+        # tenths of a second) leaves nothing at all, not a headerless segment that a
+        # restarted stager must wait out, nor a file whose pid decides its fate.
         header = np.zeros(1, HEADER_DTYPE)
         _write_header(header[0], fields, where, n_slots, rows, run_id, kind, stats_endpoint)
         header[0]["magic"] = MAGIC
-        part = part_path(name, os.getpid())
-        part.unlink(missing_ok=True)  # a dead process's of this pid: O_EXCL inherits nothing
-        fd = os.open(part, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        fd = _nameless(what)
         try:  # every page taken now: no SIGBUS at a later write (shared/memory/shm.py)
             reserve(fd, where.total, what, key, where.stride)
             os.pwrite(fd, header.tobytes(), 0)
-            os.link(part, path)  # FileExistsError if another made it meanwhile: O_EXCL's
+            _link(fd, name)  # FileExistsError if another made it meanwhile: O_EXCL's
             named = os.open(path, os.O_RDWR)  # mapped by its name, as /proc/PID/maps shows
         finally:
             os.close(fd)
-            part.unlink(missing_ok=True)
         try:
             mm = mmap.mmap(named, where.total, ROWS_MAP, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
@@ -417,6 +407,32 @@ class Ring:
     def __exit__(self, *exc: object) -> None:
         self.close()
         self.unlink()
+
+
+def _nameless(what: str) -> int:
+    """A new file in /dev/shm with no name yet (O_TMPFILE): its memory is freed with its
+    last descriptor, so a creator killed before _link leaves nothing behind."""
+    try:
+        return os.open(SHM_DIR, os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (AttributeError, OSError) as exc:
+        raise RingError(
+            f"cannot make {what}: {SHM_DIR} takes no nameless files (O_TMPFILE: {exc}); "
+            "ringfeed needs Linux 3.11 or later with a tmpfs on /dev/shm"
+        ) from None
+
+
+def _link(fd: int, name: str) -> None:
+    """Give the nameless file `fd` its name in /dev/shm (linkat through /proc/self/fd,
+    as open(2) describes for O_TMPFILE); FileExistsError if the name is taken."""
+    directory = os.open(SHM_DIR, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory, follow_symlinks=True)
+    except FileNotFoundError:
+        raise RingError(
+            f"cannot name /dev/shm/{name}: no /proc/self/fd (is /proc mounted?)"
+        ) from None
+    finally:
+        os.close(directory)
 
 
 def _write_header(

@@ -2,15 +2,15 @@
 
 Contract 6: only the owner (the stager) unlinks its segments, and a segment
 whose owner pid is dead is stale. The stager removes stale ones at start,
-``ringfeed cleanup`` on demand, and scripts/runner.py a finished run's own. A
-segment is made under a hidden name that holds its maker's pid and linked into
-place whole (Ring.create): a maker killed meanwhile leaves a part, stale once that
-pid is dead.
+``ringfeed cleanup`` on demand, and scripts/runner.py a finished run's own.
+A pid can be another process's by then (pids are reused, and a restarted
+container's pid namespace numbers from 1 again), so an owner that started after
+its segment was made is dead too.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
 import socket
@@ -21,15 +21,17 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.shared.config.environment import runtime_dir
-from ringfeed.shared.memory.ring import HEADER_DTYPE, PART_PREFIX, SEGMENT_PREFIX, parse_header
+from ringfeed.shared.memory.ring import HEADER_DTYPE, SEGMENT_PREFIX, parse_header
 from ringfeed.shared.memory.shm import SHM_DIR
 
 log = logging.getLogger(__name__)
 
-# A file under a segment's name without a valid header is no ring Ring.create made (it
-# links a segment into place whole); one this young may be another version's still
-# being made, seconds.
+# Ring.create names a segment only once its header is written; a file without one this
+# young may be an older ringfeed's still being made, seconds.
 HALF_MADE_GRACE_S = 5.0
+# An "owner" that started this long after its segment was made has only its pid:
+# seconds of slack for /proc's 10 ms ticks and the wall clock's small steps.
+REUSED_PID_SLACK_S = 2.0
 
 
 def pid_alive(pid: int) -> bool:
@@ -55,6 +57,37 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
 
 
+def owner_alive(pid: int, created_s: float) -> bool:
+    """Does the process that made a segment at created_s (time.time()) still run as
+    `pid`? Not if the pid is dead, nor if the process now under it started later."""
+    if not pid_alive(pid):
+        return False
+    started = started_s(pid)
+    return started is None or started <= created_s + REUSED_PID_SLACK_S
+
+
+def started_s(pid: int) -> float | None:
+    """When process `pid` started, as time.time() counts (None where /proc says not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])  # field 22, starttime
+    except (OSError, ValueError, IndexError):
+        return None
+    boot = _boot_s()
+    return None if boot is None else boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def _boot_s() -> float | None:
+    try:
+        with open("/proc/stat", "rb") as f:
+            line = next(x for x in f if x.startswith(b"btime "))
+        return float(line.split()[1])
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
 def read_header(path: Path) -> np.void | None:
     """The header of the segment at `path`, or None if it is gone or not a ring."""
     try:
@@ -62,12 +95,6 @@ def read_header(path: Path) -> np.void | None:
             return parse_header(fh.read(HEADER_DTYPE.itemsize))
     except OSError:
         return None
-
-
-def read_owner_pid(path: Path) -> int | None:
-    """The owner pid in a segment's header, or None if it is not a ring."""
-    header = read_header(path)
-    return None if header is None else int(header["owner_pid"])
 
 
 def _age_s(path: Path) -> float:
@@ -84,33 +111,17 @@ def list_segments(run_id: str | None = None) -> Iterator[Path]:
     yield from (path for path in sorted(SHM_DIR.glob(prefix + "*")) if not path.is_dir())
 
 
-def list_parts(run_id: str | None = None) -> Iterator[tuple[Path, int]]:
-    """Segments being made (Ring.create), optionally of one run, each with its maker's pid."""
-    prefix = PART_PREFIX + SEGMENT_PREFIX + (f"{run_id}-" if run_id else "")
-    for path in sorted(SHM_DIR.glob(prefix + "*")):
-        pid = path.name.rpartition(".")[2]
-        if pid.isdigit():
-            yield path, int(pid)
-
-
 def remove_stale_segments(run_id: str | None = None) -> list[str]:
-    """Unlink segments whose owner process is dead, and parts whose maker is (logged);
-    returns their names."""
+    """Unlink segments whose owner process is dead (logged); returns their names."""
     removed = []
-    for path, maker in list_parts(run_id):
-        if not pid_alive(maker):
-            with contextlib.suppress(FileNotFoundError, PermissionError):
-                path.unlink()
-                removed.append(path.name)
-                log.warning(
-                    "removed /dev/shm/%s: its maker (pid %d) died making it", path.name, maker
-                )
     for path in list_segments(run_id):
-        pid = read_owner_pid(path)
-        if pid is not None and pid_alive(pid):
+        header = read_header(path)
+        pid = None if header is None else int(header["owner_pid"])
+        if header is None:
+            if _age_s(path) < HALF_MADE_GRACE_S:
+                continue  # its creator may be writing the header right now
+        elif owner_alive(int(header["owner_pid"]), float(header["created_s"])):
             continue
-        if pid is None and _age_s(path) < HALF_MADE_GRACE_S:
-            continue  # its creator may be writing the header right now
         try:
             path.unlink()
         except FileNotFoundError:

@@ -10,14 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from ringfeed.shared.config import Config
-from ringfeed.shared.memory.ring import Ring, segment_name
-from ringfeed.shared.memory.segments import (
-    list_parts,
-    list_segments,
-    pid_alive,
-    remove_stale_segments,
-)
+from ringfeed.shared.memory.ring import HEADER_DTYPE, Ring, segment_name
+from ringfeed.shared.memory.segments import list_segments, pid_alive, remove_stale_segments
+from ringfeed.shared.memory.shm import SHM_DIR
 from tests.support.polling import wait_for
 from tests.support.processes import run_on_small_tmpfs
 
@@ -66,7 +64,7 @@ def test_stale_segment_of_a_killed_owner_is_removed(run_id: str) -> None:
 def test_a_maker_killed_while_it_makes_a_ring_leaves_nothing_in_the_next_ones_way(
     run_id: str,
 ) -> None:
-    """SIGKILL at points spread over Ring.create (reserve, map, header): whatever it
+    """SIGKILL at points spread over Ring.create (reserve, header, link, map): whatever it
     leaves, the next stager's remove_stale_segments clears and its Ring.create of the
     same name succeeds at once. Before segments were linked into place whole, a kill
     while reserving left a headerless segment young enough to be spared, and the
@@ -96,10 +94,27 @@ def test_a_maker_killed_while_it_makes_a_ring_leaves_nothing_in_the_next_ones_wa
         proc.kill()
         proc.wait(10)
         remove_stale_segments(run_id)
-        assert list(list_parts(run_id)) == [], k
         with Ring.create(name, fields, n_slots, run_id, "spares"):
             pass
         assert list(list_segments(run_id)) == [], k
+
+
+def test_a_segment_whose_owner_pid_now_names_a_later_process_is_stale(run_id: str) -> None:
+    """Pids are reused, and a restarted container numbers its processes from 1 again:
+    a segment whose owner pid runs a process that started after the segment was made
+    is stale. Here that pid is this process's own: a header made as if long before it
+    started is removed, the ring it makes now is kept."""
+    name = segment_name(run_id, "spares")
+    with Ring.create(name, Config().sample_fields(), 2, run_id, "spares") as ring:
+        assert remove_stale_segments(run_id) == []  # made now, by its live owner
+        with open(SHM_DIR / name, "r+b") as f:
+            header = np.frombuffer(bytearray(f.read(HEADER_DTYPE.itemsize)), HEADER_DTYPE)
+            header[0]["created_s"] = time.time() - 86400  # made a day before we started
+            f.seek(0)
+            f.write(header.tobytes())
+        assert ring.owner_pid == os.getpid()
+        assert remove_stale_segments(run_id) == [name]
+    assert list(list_segments(run_id)) == []
 
 
 def test_a_zombie_is_not_alive() -> None:
