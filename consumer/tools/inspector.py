@@ -48,7 +48,7 @@ from ringfeed.shared.memory.ring import (
     segment_name,
     shown_state,
 )
-from ringfeed.shared.memory.segments import list_segments, owner_alive, read_header
+from ringfeed.shared.memory.segments import list_segments, read_header, segment_live
 from ringfeed.shared.run.stats_record import StagerStats
 from ringfeed.shared.wire import protocol as p
 from ringfeed.shared.wire.sockets import make_socket, recv
@@ -88,7 +88,7 @@ def newest_run_id() -> str | None:
         if not path.name.endswith("-spares"):
             continue
         header = read_header(path)  # None: not a ring, or unlinked: that run just ended
-        if header is None or not owner_alive(int(header["owner_pid"]), float(header["created_s"])):
+        if header is None or not segment_live(path, header):
             continue
         key = (float(header["created_s"]), header["run_id"].decode())
         best = key if best is None or key > best else best
@@ -129,10 +129,8 @@ class Inspector:
 
     def alive(self) -> bool:
         """False once the stager unlinked the ring (run ended) or died."""
-        created_s = float(self.spares.header["created_s"])
-        return (SHM_DIR / self.spares.name).exists() and owner_alive(
-            self.spares.owner_pid, created_s
-        )
+        path = SHM_DIR / self.spares.name
+        return path.exists() and segment_live(path, self.spares.header)
 
     def poll_stats(self, timeout_s: float = 0.0) -> bool:
         """Take every waiting Stats message (waiting up to timeout_s for one); True if any."""

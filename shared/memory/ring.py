@@ -46,8 +46,9 @@ Ownership of the segment (docs/design.md#contract-6): the creator (the stager) u
 Every other process attaches by name without any resource tracker, because
 this module maps /dev/shm files directly instead of using
 multiprocessing.shared_memory, whose tracker on Python 3.11 unlinks segments
-that an attaching process did not create. A segment whose owner pid is dead
-is stale and is removed by :func:`remove_stale_segments` at start. The creator
+that an attaching process did not create. The creator holds the segment's flock
+for its life; a segment nobody holds whose owner pid is dead is stale and is
+removed by :func:`remove_stale_segments` at start. The creator
 reserves every byte of the segment before anyone maps it (shared/memory/shm.py): a
 /dev/shm too small is an error at creation, never a SIGBUS at a later write.
 """
@@ -55,11 +56,13 @@ reserves every byte of the segment before anyone maps it (shared/memory/shm.py):
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import mmap
 import os
 import time
 from enum import IntEnum
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -319,25 +322,25 @@ class Ring:
         # Made as a nameless file and linked into place whole: under its name a segment
         # always has its header, and a creator killed while it reserves (1 GiB takes
         # tenths of a second) leaves nothing at all, not a headerless segment that a
-        # restarted stager must wait out, nor a file whose pid decides its fate.
+        # restarted stager must wait out. Its lock is taken first and held for the
+        # ring's life: whoever finds it held knows the owner runs, in any pid namespace.
         header = np.zeros(1, HEADER_DTYPE)
         _write_header(header[0], fields, where, n_slots, rows, run_id, kind, stats_endpoint)
         header[0]["magic"] = MAGIC
-        fd = _nameless(what)
-        try:  # every page taken now: no SIGBUS at a later write (shared/memory/shm.py)
-            reserve(fd, where.total, what, key, where.stride)
+        fd, linked = _nameless(what), False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            reserve(fd, where.total, what, key, where.stride)  # no SIGBUS later (shm.py)
             os.pwrite(fd, header.tobytes(), 0)
             _link(fd, name)  # FileExistsError if another made it meanwhile: O_EXCL's
-            named = os.open(path, os.O_RDWR)  # mapped by its name, as /proc/PID/maps shows
-        finally:
-            os.close(fd)
-        try:
-            mm = mmap.mmap(named, where.total, ROWS_MAP, mmap.PROT_READ | mmap.PROT_WRITE)
+            linked = True
+            mm = _map_by_name(path, where.total)
         except BaseException:
-            os.close(named)
-            path.unlink(missing_ok=True)
+            os.close(fd)
+            if linked:
+                path.unlink(missing_ok=True)
             raise
-        return cls(name, named, mm, owner=True, writable=True)
+        return cls(name, fd, mm, owner=True, writable=True)
 
     @classmethod
     def attach(cls, name: str, writable: bool = True) -> Ring:
@@ -419,6 +422,16 @@ def _nameless(what: str) -> int:
             f"cannot make {what}: {SHM_DIR} takes no nameless files (O_TMPFILE: {exc}); "
             "ringfeed needs Linux 3.11 or later with a tmpfs on /dev/shm"
         ) from None
+
+
+def _map_by_name(path: Path, size: int) -> mmap.mmap:
+    """The segment mapped through its name, which /proc/PID/maps and lsof then show (a
+    map of the nameless descriptor shows "/dev/shm/#inode (deleted)")."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size, ROWS_MAP, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)  # the map holds the file
 
 
 def _link(fd: int, name: str) -> None:

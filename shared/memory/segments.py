@@ -1,15 +1,21 @@
 """Segments in /dev/shm and ipc socket files: which are ringfeed's, which are dead.
 
-Contract 6: only the owner (the stager) unlinks its segments, and a segment
-whose owner pid is dead is stale. The stager removes stale ones at start,
+Contract 6: only the owner (the stager) unlinks its segments, and a segment is
+stale once its owner is dead. The stager removes stale ones at start,
 ``ringfeed cleanup`` on demand, and scripts/runner.py a finished run's own.
-A pid can be another process's by then (pids are reused, and a restarted
-container's pid namespace numbers from 1 again), so an owner that started after
-its segment was made is dead too.
+
+An owner is alive while it holds its segment's flock (Ring.create takes it
+before the segment has a name), which holds across pid namespaces: containers
+that share one /dev/shm (``--ipc=host``) each see the others' pids as dead. A
+segment nobody holds (an older ringfeed's, or one made on a filesystem without
+flock) is judged by its owner pid, which can be another process's by then (pids
+are reused, and a restarted container numbers from 1 again): an owner that
+started after its segment was made is dead too.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
 import os
@@ -55,6 +61,29 @@ def _zombie(pid: int) -> bool:
     except OSError:  # no /proc (not Linux), or gone since
         return False
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
+
+
+def segment_live(path: Path, header: np.void) -> bool:
+    """Does the owner of the segment at `path` (its header read) still run?"""
+    return held(path) or owner_alive(int(header["owner_pid"]), float(header["created_s"]))
+
+
+def held(path: Path) -> bool:
+    """Is the segment's flock held (by its live owner: Ring.create)? A shared lock
+    tried without waiting, and let go at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # gone, or another user's
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no flock here: the pid decides
+        return False
+    finally:
+        os.close(fd)  # our lock, if taken, goes with it
+    return False
 
 
 def owner_alive(pid: int, created_s: float) -> bool:
@@ -120,7 +149,7 @@ def remove_stale_segments(run_id: str | None = None) -> list[str]:
         if header is None:
             if _age_s(path) < HALF_MADE_GRACE_S:
                 continue  # its creator may be writing the header right now
-        elif owner_alive(int(header["owner_pid"]), float(header["created_s"])):
+        elif segment_live(path, header):
             continue
         try:
             path.unlink()

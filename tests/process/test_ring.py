@@ -99,22 +99,62 @@ def test_a_maker_killed_while_it_makes_a_ring_leaves_nothing_in_the_next_ones_wa
         assert list(list_segments(run_id)) == [], k
 
 
-def test_a_segment_whose_owner_pid_now_names_a_later_process_is_stale(run_id: str) -> None:
-    """Pids are reused, and a restarted container numbers its processes from 1 again:
-    a segment whose owner pid runs a process that started after the segment was made
-    is stale. Here that pid is this process's own: a header made as if long before it
-    started is removed, the ring it makes now is kept."""
+def test_a_live_owner_keeps_its_segment_whatever_its_pid_looks_like_here(run_id: str) -> None:
+    """Containers sharing one /dev/shm (--ipc=host) each see the others' pids as dead.
+    The owner's flock says it runs: a live owner's segment whose header names a pid
+    that runs nothing here is kept, and removed once that owner is killed."""
     name = segment_name(run_id, "spares")
-    with Ring.create(name, Config().sample_fields(), 2, run_id, "spares") as ring:
-        assert remove_stale_segments(run_id) == []  # made now, by its live owner
-        with open(SHM_DIR / name, "r+b") as f:
+    code = (
+        "import sys\n"
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.shared.memory.ring import Ring\n"
+        f"Ring.create('{name}', Config().sample_fields(), 2, '{run_id}', 'spares')\n"
+        "print('up', flush=True)\n"
+        "sys.stdin.readline()\n"  # holds its ring until killed
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        with open(SHM_DIR / name, "r+b") as f:  # as another pid namespace's owner reads here
             header = np.frombuffer(bytearray(f.read(HEADER_DTYPE.itemsize)), HEADER_DTYPE)
-            header[0]["created_s"] = time.time() - 86400  # made a day before we started
+            header[0]["owner_pid"] = 2**31 - 1  # past any pid_max: no process here
             f.seek(0)
             f.write(header.tobytes())
-        assert ring.owner_pid == os.getpid()
-        assert remove_stale_segments(run_id) == [name]
-    assert list(list_segments(run_id)) == []
+        assert remove_stale_segments(run_id) == []
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert remove_stale_segments(run_id) == [name]
+
+
+def test_a_segment_whose_owner_pid_now_names_a_later_process_is_stale(run_id: str) -> None:
+    """Pids are reused, and a restarted container numbers its processes from 1 again:
+    a segment nobody holds whose owner pid runs a process that started after the
+    segment was made is stale. Here a killed owner's segment is made to name this
+    process's pid: kept while it says it was made after this process started, removed
+    once it says it was made before."""
+    name = segment_name(run_id, "spares")
+    code = (
+        "from ringfeed.shared.config import Config\n"
+        "from ringfeed.shared.memory.ring import Ring\n"
+        f"ring = Ring.create('{name}', Config().sample_fields(), 2, '{run_id}', 'spares')\n"
+        "import os; os._exit(0)\n"  # as a SIGKILL: its segment stays, its lock goes
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+    def rewrite(created_s: float) -> None:
+        with open(SHM_DIR / name, "r+b") as f:
+            header = np.frombuffer(bytearray(f.read(HEADER_DTYPE.itemsize)), HEADER_DTYPE)
+            header[0]["owner_pid"], header[0]["created_s"] = os.getpid(), created_s
+            f.seek(0)
+            f.write(header.tobytes())
+
+    rewrite(time.time())  # made by this live process, as far as /proc can tell
+    assert remove_stale_segments(run_id) == []
+    rewrite(time.time() - 86400)  # made a day before this process started
+    assert remove_stale_segments(run_id) == [name]
 
 
 def test_a_zombie_is_not_alive() -> None:
