@@ -92,7 +92,6 @@ LAYOUT_VERSION = 4
 MAX_FIELDS, MAX_DIMS, MAX_LENGTHS, ALIGN = 24, 4, MAX_SAMPLE_FIELDS, 64
 SEGMENT_PREFIX = USER_PREFIX  # ringfeed-<uid>-: each user lists and removes only its own
 
-
 FIELD_DTYPE = np.dtype(
     [
         ("name", "S16"),

@@ -55,12 +55,19 @@ def pid_alive(pid: int) -> bool:
 
 
 def _zombie(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] == b"Z"
+
+
+def _proc_stat(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat from its third field (the state) on, past the command name, which
+    may hold spaces; None without it (no /proc, or gone since)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-    except OSError:  # no /proc (not Linux), or gone since
-        return False
-    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2 :].split()
 
 
 def segment_live(path: Path, header: np.void) -> bool:
@@ -97,14 +104,10 @@ def owner_alive(pid: int, created_s: float) -> bool:
 
 def started_s(pid: int) -> float | None:
     """When process `pid` started, as time.time() counts (None where /proc says not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])  # field 22, starttime
-    except (OSError, ValueError, IndexError):
+    fields, boot = _proc_stat(pid), _boot_s()
+    if fields is None or len(fields) < 20 or not fields[19].isdigit() or boot is None:
         return None
-    boot = _boot_s()
-    return None if boot is None else boot + ticks / os.sysconf("SC_CLK_TCK")
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
 
 
 @functools.cache

@@ -117,11 +117,8 @@ def test_a_live_owner_keeps_its_segment_whatever_its_pid_looks_like_here(run_id:
     )
     try:
         assert proc.stdout.readline().strip() == "up"
-        with open(SHM_DIR / name, "r+b") as f:  # as another pid namespace's owner reads here
-            header = np.frombuffer(bytearray(f.read(HEADER_DTYPE.itemsize)), HEADER_DTYPE)
-            header[0]["owner_pid"] = 2**31 - 1  # past any pid_max: no process here
-            f.seek(0)
-            f.write(header.tobytes())
+        # As another pid namespace's owner reads here: a pid past any pid_max.
+        rewrite_header(name, owner_pid=2**31 - 1)
         assert remove_stale_segments(run_id) == []
     finally:
         proc.kill()
@@ -143,18 +140,22 @@ def test_a_segment_whose_owner_pid_now_names_a_later_process_is_stale(run_id: st
         "import os; os._exit(0)\n"  # as a SIGKILL: its segment stays, its lock goes
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-
-    def rewrite(created_s: float) -> None:
-        with open(SHM_DIR / name, "r+b") as f:
-            header = np.frombuffer(bytearray(f.read(HEADER_DTYPE.itemsize)), HEADER_DTYPE)
-            header[0]["owner_pid"], header[0]["created_s"] = os.getpid(), created_s
-            f.seek(0)
-            f.write(header.tobytes())
-
-    rewrite(time.time())  # made by this live process, as far as /proc can tell
+    # Made by this live process, as far as /proc can tell; then a day before it started.
+    rewrite_header(name, owner_pid=os.getpid(), created_s=time.time())
     assert remove_stale_segments(run_id) == []
-    rewrite(time.time() - 86400)  # made a day before this process started
+    rewrite_header(name, created_s=time.time() - 86400)
     assert remove_stale_segments(run_id) == [name]
+
+
+def rewrite_header(name: str, **values: float) -> None:
+    """Set fields of segment `name`'s header in place, as a test's stand-in for an owner
+    that reads differently here (another pid namespace's, a reused pid's)."""
+    with open(SHM_DIR / name, "r+b") as f:
+        header = np.frombuffer(bytearray(f.read(HEADER_DTYPE.itemsize)), HEADER_DTYPE)
+        for field, value in values.items():
+            header[0][field] = value
+        f.seek(0)
+        f.write(header.tobytes())
 
 
 def test_a_zombie_is_not_alive() -> None:
