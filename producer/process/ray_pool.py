@@ -36,7 +36,7 @@ from typing import Any
 from ringfeed.producer.process.session import ENDINGS, EXIT_FINISHED, pool_exit_code
 from ringfeed.shared.config import Config
 from ringfeed.shared.config.environment import source_hook_env
-from ringfeed.shared.run.process import POLL_S, StopFlag
+from ringfeed.shared.run.process import POLL_S, StopFlag, Stopped
 from ringfeed.shared.wire.keys import ClientKeys, load_client
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,13 @@ def main(cfg: Config, address: str, endpoint: str) -> int:
         log.error("--ray needs --connect tcp://HEAD:PORT (the stager's transport.port)")
         return 2
     stop = StopFlag().install()
-    ray.init(address=address, logging_level=logging.WARNING)
+    try:
+        with stop.raising():  # joining a cluster takes seconds: a stop meanwhile ends it there
+            ray.init(address=address, logging_level=logging.WARNING)
+    except Stopped as exc:
+        log.info("producers: %s", exc)
+        ray.shutdown()  # whatever ray.init had set up when the signal came
+        return 0
     driver = RayProducers(cfg, endpoint)
     try:
         while not stop.is_set():

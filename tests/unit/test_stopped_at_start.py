@@ -117,3 +117,25 @@ def test_a_stop_within_held_steps_waits_for_their_end() -> None:
                 steps.append("its unlink registered")
             steps.append("never")
     assert steps == ["created", "its unlink registered"]
+
+
+def test_a_ray_pool_stopped_while_it_joins_its_cluster_ends_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ray.init with a cluster's address takes seconds (and retries for a minute when
+    the head is not up yet); a stop meanwhile ends the driver there, exit 0, and no
+    actor is placed."""
+    ray = pytest.importorskip("ray")
+    from ringfeed.producer.process import ray_pool
+
+    cfg = load_config(small(tmp_path, items=40))
+    caplog.set_level(logging.INFO, logger="ringfeed.producer.process.ray_pool")
+    drivers = []
+    with (
+        own_handlers(),
+        patch.object(ray, "init", signal_self),
+        patch.object(ray_pool, "RayProducers", lambda *a: drivers.append(a)),
+    ):
+        code = ray_pool.main(cfg, "127.0.0.1:1", "tcp://127.0.0.1:1")
+    assert code == 0 and drivers == []
+    assert "stopped by SIGTERM while starting" in caplog.text
