@@ -32,7 +32,7 @@ from ringfeed.shared.config.environment import endpoints, run_dir
 from ringfeed.shared.memory.batch_ring import batch_views
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.memory.segments import pid_alive
-from ringfeed.shared.run.process import POLL_S, SHUTDOWN_WAIT_S
+from ringfeed.shared.run.process import BYE_AGAIN_S, POLL_S, SHUTDOWN_WAIT_S
 from ringfeed.shared.run.run_secret import (
     consumer_identity,
     find_run_dir,
@@ -315,22 +315,24 @@ class BatchClient:
         self.ctx.term()
 
     def _bye(self) -> None:
-        """BYE, until its BYE_ACK (SHUTDOWN_WAIT_S at most). A stager restarted since it
+        """BYE, until its BYE_ACK (SHUTDOWN_WAIT_S at most), said again every BYE_AGAIN_S
+        meanwhile: a lost BYE had left the stager waiting stager.consumer_wait_s for a
+        consumer that had gone (the stager answers each BYE). A stager restarted since it
         sent the end of the data drops a BYE from a consumer it never welcomed, and asks
-        for a hello (REHELLO): once it has welcomed this one again, BYE goes again. It
-        was lost, and that stager waited stager.consumer_wait_s for a consumer that
-        had gone."""
+        for a hello (REHELLO): once it has welcomed this one again, BYE goes again, with
+        a new wait for this stager's answer."""
         deadline = time.monotonic() + SHUTDOWN_WAIT_S
         send(self.sock, p.Bye(0, {}))
         while (left := deadline - time.monotonic()) > 0:
             try:
-                msg = self._wait((p.ByeAck, p.Welcome), left)
+                msg = self._wait((p.ByeAck, p.Welcome), min(left, BYE_AGAIN_S))
             except StagerGone:
                 return  # it is stopping anyway, which is what BYE asks for
-            if not isinstance(msg, p.Welcome):
-                return  # acknowledged, or no answer in time
+            if isinstance(msg, p.ByeAck):
+                return
+            if isinstance(msg, p.Welcome):
+                deadline = time.monotonic() + SHUTDOWN_WAIT_S
             send(self.sock, p.Bye(0, {}))
-            deadline = time.monotonic() + SHUTDOWN_WAIT_S  # for this stager's answer
 
     def _close_ring(self) -> None:
         """Unpin (if pinned) and unmap the ring; the caller's copies out of it have ended."""

@@ -274,7 +274,11 @@ class ConsumerSide:
         )
 
     def on_bye(self, msg: p.Bye) -> None:
-        log.info("consumer finished after %d batches; stopping the run", self.delivery.batches_sent)
+        """Answered each time: a consumer says BYE again until it hears BYE_ACK."""
+        if not self.done:
+            log.info(
+                "consumer finished after %d batches; stopping the run", self.delivery.batches_sent
+            )
         self.done = True
         if self.ident is not None:
             self.net.reply(self.ident, p.ByeAck())

@@ -178,6 +178,8 @@ class ProducerBook:
         self.restarts = self.pauses = self.n_forgotten = 0
         # Forgotten for silence, oldest first: their late messages are no unknown peer's.
         self.forgotten: dict[bytes, str] = {}
+        # Left with a BYE, oldest first: a BYE said again (its BYE_ACK lost) is answered.
+        self.said_bye: dict[bytes, str] = {}
 
     def held(self, ident: bytes) -> int:
         return self.slots.holding(ident)[0]
@@ -278,6 +280,10 @@ class ProducerBook:
     def was_forgotten(self, ident: bytes) -> str:
         """The name of a producer forgotten for its silence under this identity, or ''."""
         return self.forgotten.get(ident, "")
+
+    def left_with_bye(self, ident: bytes) -> bool:
+        """Did a producer leave under this identity with a BYE (answered)?"""
+        return ident in self.said_bye
 
     def touch(self, ident: bytes) -> Producer | None:
         """Any message from a producer: it is alive (which keeps no grant alive)."""
@@ -483,12 +489,15 @@ class ProducerBook:
                 self._expire(ident, producer, late, silent_s)
         return Expiry(names, salvage, expired.audits)
 
-    def remember(self, ident: bytes, name: str) -> None:
-        """A producer forgotten for silence: its late messages are counted as such."""
-        self.forgotten[ident] = name
-        self.n_forgotten += 1
-        if len(self.forgotten) > MAX_PRODUCERS:
-            del self.forgotten[next(iter(self.forgotten))]
+    def remember(self, ident: bytes, name: str, bye: bool = False) -> None:
+        """A producer gone: forgotten for silence (its late messages are counted as
+        such), or left with a BYE (bye: a BYE it says again is answered again). The last
+        MAX_PRODUCERS of each."""
+        gone = self.said_bye if bye else self.forgotten
+        gone[ident] = name
+        self.n_forgotten += not bye
+        if len(gone) > MAX_PRODUCERS:
+            del gone[next(iter(gone))]
 
     def _expire(
         self, ident: bytes, producer: Producer, late: tuple[int, ...], silent_s: float

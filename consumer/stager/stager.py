@@ -162,6 +162,8 @@ class Stager:
                 self.drop("unexpected", f"{type(msg).__name__} from the consumer")
         elif isinstance(msg, p.Hello) and peer is not None:
             self.producers.hello(ident, msg, peer)
+        elif producer is None and isinstance(msg, p.Bye) and self.book.left_with_bye(ident):
+            self.net.reply(ident, p.ByeAck())  # said again: our BYE_ACK was lost or late
         elif producer is None:
             if name := self.book.was_forgotten(ident):
                 self.drop(

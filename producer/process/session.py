@@ -47,7 +47,9 @@ restart neither (producer/process/pool.py).
 
 Goodbyes: on stop the worker sends BYE and waits up to SHUTDOWN_WAIT_S for
 BYE_ACK, because ZeroMQ may drop the last messages of a process that exits
-right after sending; correctness never depends on it (leases cover a lost
+right after sending; it says BYE again every BYE_AGAIN_S meanwhile (a lossy
+link loses a BYE or its answer as it loses any message; the stager answers every
+BYE, a repeated one too). Correctness never depends on it (leases cover a lost
 BYE), but an acknowledged exit frees its grants at once. An orphaned or refused
 producer, or one never welcomed on its socket, leaves without a word.
 """
@@ -60,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ringfeed.shared.config import Config
-from ringfeed.shared.run.process import POOL_ORPHANED, SHUTDOWN_WAIT_S
+from ringfeed.shared.run.process import BYE_AGAIN_S, POOL_ORPHANED, SHUTDOWN_WAIT_S
 from ringfeed.shared.wire import protocol as p
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,8 @@ class Session:
         self.last_request = self.hello_at = 0.0
         self.unanswered = 0  # HELLOs in a row without a WELCOME: how long the next waits
         self.leave_by: float | None = None  # from stop on: how long to wait for BYE_ACK
+        self.bye: p.Bye | None = None  # what leave() said, said again until BYE_ACK
+        self.bye_at = 0.0  # when it was last said
         self.acked = False  # BYE_ACK heard
 
     # ------------------------------------------------------------ events
@@ -191,8 +195,14 @@ class Session:
 
     def tick(self, now: float) -> list[Action]:
         """Once a loop turn: a pause, the orphan rule, repairs of a lossy link, the
-        HEARTBEAT, a silent stager (the module docstring)."""
-        if self.ending is not None or self.leave_by is not None:
+        HEARTBEAT, a silent stager (the module docstring); once leaving, BYE again every
+        BYE_AGAIN_S until its BYE_ACK."""
+        if self.leave_by is not None:
+            if self.bye is None or self.acked or now - self.bye_at < BYE_AGAIN_S:
+                return []
+            self.bye_at = now
+            return [self.bye]
+        if self.ending is not None:
             return []
         paused, self.last_turn = now - self.last_turn, now
         if paused > self.rules.lease_s:  # its silence says nothing about the stager
@@ -226,8 +236,9 @@ class Session:
         """At stop: BYE with the final counters if a stager welcomed us on this socket and
         the process ends on good terms; then left() says when to stop waiting for BYE_ACK."""
         if self.welcomed and self.exit_code == EXIT_FINISHED:
-            self.leave_by = now + SHUTDOWN_WAIT_S
-            return [p.Bye(self.done, self.work())]
+            self.leave_by, self.bye_at = now + SHUTDOWN_WAIT_S, now
+            self.bye = p.Bye(self.done, self.work())
+            return [self.bye]
         self.leave_by = now
         return []
 

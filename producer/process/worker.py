@@ -296,9 +296,11 @@ class Worker:
         self.ctx.term()
 
     def await_bye_ack(self) -> None:
-        """Read until the session has left: BYE_ACK, or its wait is over."""
+        """Read until the session has left: BYE_ACK, or its wait is over (saying BYE
+        again as the session says)."""
         assert self.sock is not None
         while not self.session.left(time.monotonic()):
+            self.act(self.session.tick(time.monotonic()))
             if not self.sock.poll(POLL_S * 1000):
                 continue
             try:

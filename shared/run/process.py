@@ -26,6 +26,9 @@ from typing import Any
 POLL_S = 0.05
 # How long a process waits for peers to acknowledge its goodbye, seconds.
 SHUTDOWN_WAIT_S = 2.0
+# Meanwhile, how often it says its goodbye again (a lost BYE, or a lost BYE_ACK: the
+# stager answers each), seconds.
+BYE_AGAIN_S = 0.5
 # How long a parent waits for a child after SIGTERM before SIGKILL, seconds.
 TERM_GRACE_S = 5.0
 

@@ -22,7 +22,7 @@ from ringfeed.producer.process.session import (
     Action,
     Join,
 )
-from ringfeed.shared.run.process import SHUTDOWN_WAIT_S
+from ringfeed.shared.run.process import BYE_AGAIN_S, SHUTDOWN_WAIT_S
 from ringfeed.shared.wire import protocol as p
 from tests.support.session_loop import (
     HELLO,
@@ -233,10 +233,29 @@ def test_a_stopped_producer_says_bye_and_waits_at_most_shutdown_wait_s() -> None
     """SIGTERM: the worker's stop flag ends the loop; the session ends finished."""
     loop = Loop().welcomed()
     assert [type(a) for a in loop.session.leave(loop.now)] == [p.Bye]
-    assert loop.session.tick(loop.now + 1.0) == []
     assert not loop.session.left(loop.now + SHUTDOWN_WAIT_S - TURN_S)
     assert loop.session.left(loop.now + SHUTDOWN_WAIT_S)
     assert loop.session.exit_code == EXIT_FINISHED
+
+
+def test_bye_is_said_again_every_bye_again_s_until_its_ack() -> None:
+    """A lossy link loses a BYE as it loses any message: the worker ticks the session
+    while it waits (producer/process/worker.py await_bye_ack), and the session says the
+    same BYE again every BYE_AGAIN_S, nothing else, until BYE_ACK."""
+    loop = Loop().welcomed()
+    loop.hear(grants(0))
+    loop.session.filled(loop.session.take())
+    bye = loop.session.leave(loop.now)
+    assert bye == [p.Bye(1, {**STAGES, "taken_back": 0})]
+    said = []
+    t = loop.now
+    while not loop.session.left(t) and t < loop.now + BYE_AGAIN_S * 2.5:
+        said += [(round(t - loop.now, 3), a) for a in loop.session.tick(t)]
+        t += TURN_S
+    assert [a for _, a in said] == bye * 2
+    assert [s for s, _ in said] == [BYE_AGAIN_S, 2 * BYE_AGAIN_S]
+    loop.hear(p.ByeAck())
+    assert loop.session.left(t) and loop.session.tick(t + BYE_AGAIN_S) == []
 
 
 def test_a_producer_never_welcomed_on_its_socket_leaves_without_a_word() -> None:
