@@ -411,12 +411,19 @@ class Ring:
         self.unlink()
 
 
+# How open(2) with O_TMPFILE says the kernel or filesystem has none (an older kernel
+# reads the flag as O_DIRECTORY: EISDIR); any other error (EMFILE, EACCES) is its own.
+NO_TMPFILE = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL}
+
+
 def _nameless(what: str) -> int:
     """A new file in /dev/shm with no name yet (O_TMPFILE): its memory is freed with its
     last descriptor, so a creator killed before _link leaves nothing behind."""
     try:
-        return os.open(SHM_DIR, os.O_TMPFILE | os.O_RDWR, 0o600)
-    except (AttributeError, OSError) as exc:
+        return os.open(SHM_DIR, getattr(os, "O_TMPFILE", 0) | os.O_RDWR, 0o600)
+    except OSError as exc:
+        if exc.errno not in NO_TMPFILE:
+            raise
         raise RingError(
             f"cannot make {what}: {SHM_DIR} takes no nameless files (O_TMPFILE: {exc}); "
             "ringfeed needs Linux 3.11 or later with a tmpfs on /dev/shm"

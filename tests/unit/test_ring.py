@@ -3,7 +3,9 @@ taken at creation (across processes: tests/process/test_ring.py)."""
 
 from __future__ import annotations
 
+import errno
 import os
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from ringfeed.shared.memory.ring import (
     SlotState,
     segment_name,
 )
+from ringfeed.shared.memory.segments import list_segments
 from ringfeed.shared.memory.shm import write_zeros
 
 
@@ -154,3 +157,35 @@ def test_the_maps_that_write_or_read_rows_have_every_page_mapped_at_once(run_id:
         assert maps[0][1] < owner[0] // 4, "a read-only map should map pages as touched"
         reader.close()
         looker.close()
+
+
+def test_a_host_without_nameless_files_or_proc_is_told_what_the_ring_needs(run_id: str) -> None:
+    """A ring is made as a nameless file (O_TMPFILE) and named through /proc/self/fd.
+    Where either is missing the error says what is needed and leaves nothing behind; any
+    other failure of the open (too many files open) is reported as itself."""
+    real_open, fields = os.open, Config().sample_fields()
+
+    def opens(errno_: int):
+        def fake(path, flags, *args, **kwargs):
+            if flags & os.O_TMPFILE == os.O_TMPFILE:
+                raise OSError(errno_, os.strerror(errno_))
+            return real_open(path, flags, *args, **kwargs)
+
+        return fake
+
+    def create() -> Ring:
+        return Ring.create(segment_name(run_id, "samples"), fields, 2, run_id, "samples")
+
+    with patch.object(os, "open", opens(errno.EOPNOTSUPP)):
+        with pytest.raises(RingError, match="takes no nameless files .*Linux 3.11"):
+            create()
+    with patch.object(os, "open", opens(errno.EMFILE)):
+        with pytest.raises(OSError, match="Too many open files") as raised:
+            create()
+        assert not isinstance(raised.value, RingError)
+    with patch.object(os, "link", side_effect=FileNotFoundError(errno.ENOENT, "no /proc")):
+        with pytest.raises(RingError, match="is /proc mounted"):
+            create()
+    assert list(list_segments(run_id)) == []
+    with create() as ring:  # and the same name is free to make
+        assert ring.n_slots == 2
