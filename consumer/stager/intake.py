@@ -126,7 +126,8 @@ class Intake:
         if answer.refused:
             self.reject(producer, answer.why, f"READY: {answer.refused}")
             return
-        lengths = np.asarray(msg.lengths, np.int32).reshape(n, self.n_fields)
+        # As sent (any wire integer, below 2**53), bounded by the places, then narrowed.
+        lengths = np.asarray(msg.lengths, np.int64).reshape(n, self.n_fields)
         marks = np.asarray(msg.marks, np.int64)
         mel = (marks & MEL) != 0
         why = self.lengths_error(lengths, answer.slot, answer.shape, mel)
@@ -135,6 +136,7 @@ class Intake:
         if why:
             self.reject(producer, "malformed", why)
             return
+        lengths = lengths.astype(np.int32)
         keep = answer.owned.copy()
         checksums = np.asarray(msg.checksums, np.int64)
         bad: dict[int, str] = {}

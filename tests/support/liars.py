@@ -140,8 +140,10 @@ def mel_past_the_field(cfg: Config, g: p.GrantEntry) -> tuple[p.Ready, list[byte
     return p.Ready.of([entry]), [r.tobytes() for r in rows]
 
 
-def malformed(g: p.GrantEntry) -> p.Ready:
-    return ready_of(g, [0, 0], 0)
+def malformed(g: p.GrantEntry, lie: str = "malformed") -> p.Ready:
+    """Lengths no place holds: none (`malformed`), or more than any (`huge-lengths`: the
+    largest integer the wire carries, and 2**31, past an int32)."""
+    return ready_of(g, [2**53 - 1, 2**31] if lie == "huge-lengths" else [0, 0], 0)
 
 
 def bad_mel(cfg: Config, places: Places, g: p.GrantEntry, lie: str) -> p.Ready:
@@ -167,10 +169,10 @@ def lie_per_grant(
     cfg: Config, endpoint: str, keys_dir: str, stop: threading.Event, lie: str, *, tally: Tally
 ) -> None:
     """Join (over ipc, or over tcp with the key in keys_dir), ask for one grant, answer
-    it with the lie (`malformed`: lengths [0, 0]; `content`: out-of-range rows, written
-    into the ring over ipc, sent as payload frames over tcp; over ipc with stager mels,
-    `mel-too-long` or `mel-ragged`: bad_mel; over tcp, `mel-past-the-field`), say HELLO
-    again, repeat."""
+    it with the lie (`malformed`, `huge-lengths`: lengths no place holds; `content`:
+    out-of-range rows, written into the ring over ipc, sent as payload frames over tcp;
+    over ipc with stager mels, `mel-too-long` or `mel-ragged`: bad_mel; over tcp,
+    `mel-past-the-field`), say HELLO again, repeat."""
     remote = endpoint.startswith("tcp://")
     with zmq.Context() as ctx, connect(ctx, endpoint, keys_dir) as sock:
         places = None
@@ -192,7 +194,7 @@ def lie_per_grant(
                         places = places or places_of(cfg, welcome)
                         sock.send_multipart(p.encode(bad_mel(cfg, places, g, lie)))
                     else:
-                        sock.send_multipart(p.encode(malformed(g)))
+                        sock.send_multipart(p.encode(malformed(g, lie)))
                     tally.lies += 1
         finally:
             if places is not None:

@@ -31,11 +31,13 @@ from tests.support.stager_thread import stager_thread
 from tests.support.stats import StatsReader
 
 
-@pytest.mark.parametrize("lie", ["malformed", "content"])
+@pytest.mark.parametrize("lie", ["malformed", "huge-lengths", "content"])
 def test_a_local_liar_is_struck_out_and_no_item_pays(tmp_path: Path, lie: str) -> None:
-    """Case 1 (lengths [0, 0], HELLO again, repeat) and case 5 (token id 1,000,000 and
-    NaN mels, sealed and hashed): each lie is a strike, never a charge on the item. The
-    liar is this process on the ipc socket; the honest producer holds a key of its own."""
+    """Case 1 (lengths [0, 0], HELLO again, repeat; or lengths of 2**53 - 1 and 2**31,
+    which the wire carries and an int32 does not: they had raised OverflowError in the
+    stager's loop and ended the run) and case 5 (token id 1,000,000 and NaN mels, sealed
+    and hashed): each lie is a strike, never a charge on the item. The liar is this
+    process on the ipc socket; the honest producer holds a key of its own."""
     n = 200
     cfg_path, keys = keyed(tmp_path, ("honest",), items=n, delay_s=0.005)
     stop = threading.Event()
