@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import random
 
-from ringfeed.consumer.stager.ledger.face import Skip
+import numpy as np
+
+from ringfeed.consumer.stager.ledger.face import SAMPLE, Skip
 from ringfeed.consumer.stager.peers import PeerId, PeerTrust
 from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.plan.shuffle import Shuffle
@@ -330,3 +332,30 @@ def test_a_peer_whose_grants_expire_while_it_talks_is_cut_once_a_lease_never_str
     for _ in range(20):
         trust.delivered(PeerId("k", "k"))
     assert trust.limit("k") == 16 and "k" not in trust.limits  # no limit of its own
+
+
+def test_known_skips_leave_no_hole_so_the_assembly_moves_no_row() -> None:
+    """Items known bad before their batch is granted (outliers under data.outliers: skip,
+    items quarantined in an earlier epoch) are skipped without a grant, and the positions
+    after them are granted the rows they would otherwise be copied up into when the batch
+    is assembled: each sample lies in its final row of its own batch slot."""
+    m = book(n_items=20, credits=100, lookahead=2)
+    ledger = ledger_of(m)
+    plan = ledger.plan
+    bad = {plan.item_at(1), plan.item_at(6), plan.item_at(7), plan.item_at(13)}
+    ledger.mark_bad({item: ("an outlier", "outlier") for item in bad})  # as the stager at start
+    join(m, b"a")
+    delivered, skipped = [], []
+    while not ledger.progress().exhausted:
+        for g in [g for r in grant_round(m).get(b"a", []) for g in r]:
+            assert answer(m, b"a", g)
+        while (batch := ledger.next_batch()) is not None:
+            sample = batch.kind == SAMPLE
+            finals = np.add.accumulate(sample, dtype=np.int64) - 1
+            assert (batch.src_slot[sample] == batch.slot).all(), batch
+            assert (batch.src_index[sample] == finals[sample]).all(), (batch.src_index, finals)
+            delivered += batch.items[sample].tolist()
+            skipped += batch.items[~sample].tolist()
+            assert ledger.freed(batch.slot, ledger.sent(batch, int(sample.sum())))
+    assert sorted(skipped) == sorted(bad)
+    assert delivered == [plan.item_at(q) for q in range(20) if plan.item_at(q) not in bad]

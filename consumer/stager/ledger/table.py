@@ -262,6 +262,9 @@ class Ledger:
         self.q_item = np.full(n_q, -1, np.int64)
         self.q_done = np.zeros(n_q, np.int8)
         self.q_place = np.full(n_q, -1, np.int64)
+        # The row of its batch slot a grant of it writes in place: its index among the
+        # batch's positions not known bad at its start, so a known skip moves no row.
+        self.q_row = np.zeros(n_q, np.int64)
         self.q_grant = np.full(n_q, -1, np.int64)  # its (first) grant's place while out
         self.q_ngrants = np.zeros(n_q, np.int8)
         self.q_attempts = np.zeros(n_q, np.int16)
@@ -453,6 +456,24 @@ class Ledger:
             for q, item in zip(range(qs.start, qs.stop), listed, strict=True):
                 if item in self.known_bad:
                     self._skip_known(q)
+        self._assign_rows(b)
+
+    def _assign_rows(self, b: int) -> None:
+        """Batch b's positions not skipped take its slot's first rows, in plan order, where
+        the assembly wants them: a known skip (an outlier, an item quarantined in an
+        earlier epoch) leaves no hole for the rows after it to be copied up into. Only
+        while nothing of the batch is granted or written and its slot's rows are free."""
+        span = slice(b * self.R, b * self.R + int(self.b_n[b]))
+        slot = int(self.b_slot[b])
+        rows = slice(slot * self.R, (slot + 1) * self.R)
+        if (
+            self.b_compacted[b]
+            or ANY(self.q_ngrants[span])
+            or ANY(self.q_done[span] == SAMPLE)
+            or not ALL(self.p_state[rows] == FREE)
+        ):
+            return
+        self.q_row[span] = np.add.accumulate(self.q_done[span] != SKIPPED, dtype=np.int64) - 1
 
     def _repeat(self, items: list[int]) -> None:
         """Items now at more than one position of the window (an epoch's end and the next
@@ -554,7 +575,7 @@ class Ledger:
             if who.in_place and not self.b_compacted[b]:
                 if target is not None and target != slot:
                     return
-                places = slot * self.R + (take - base)
+                places = slot * self.R + self.q_row[take]
                 free = self.p_state[places] == FREE
                 if not ALL(free):  # a row still held (never, but for a fence): stop there
                     cut = int(free.argmin())
@@ -621,7 +642,7 @@ class Ledger:
         find one, or samples of later batches could hold every spare while it waits."""
         b = q // self.R
         if rows and not self.b_compacted[b]:
-            k = int(self.b_slot[b]) * self.R + q % self.R
+            k = int(self.b_slot[b]) * self.R + int(self.q_row[q])
             if self.p_state[k] == FREE:
                 return k
         reserve = 0 if self.window and b == self.window[0] else self.spare_reserve
@@ -688,6 +709,7 @@ class Ledger:
             for q in (candidate.nonzero()[0] + span.start).tolist():
                 if int(self.q_item[q]) in bad:
                     self._skip_known(q)
+            self._assign_rows(b)
 
     # ------------------------------------------------------------ answers
     def check(self, ident: bytes, generation: int, places: list[int], items: list[int]) -> Answer:
