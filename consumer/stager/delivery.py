@@ -106,6 +106,9 @@ class Delivery:
         self.deterministic = deterministic
         self.batches_sent = 0
         self.skipped: collections.Counter[str] = collections.Counter()  # by stage
+        # (item, stage, path) of the skips in the quarantine file: an item skipped again
+        # in a later epoch is counted without reading its id and path from the index.
+        self.recorded: set[tuple[int, str, str]] = set()
         self.end_sent = False
         self.tally = EpochTally(plan.n_items, 0)
 
@@ -173,6 +176,10 @@ class Delivery:
         """One quarantine line per skipped item per run, whoever gave up on it."""
         self.skipped[why.stage or "?"] += 1
         item = int(batch.items[batch.positions.searchsorted(position)])
+        key = (item, why.stage, why.path)
+        if key in self.recorded:
+            return
+        self.recorded.add(key)
         path = why.path or self.index.path(item)
         item_id = self.index.item_id(item)
         if self.quarantine.write(item_id, path, why.reason, why.stage, why.cause):
