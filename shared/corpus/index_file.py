@@ -101,6 +101,8 @@ class IndexFile:
         except ValueError as exc:
             raise IndexFileError(f"{path}: unreadable header ({exc})") from None
         self._size = size
+        # name -> (offset, length, value's struct) of a 1-D integer array, for item()
+        self._items: dict[str, tuple[int, int, struct.Struct]] = {}
 
     def array(self, name: str) -> np.ndarray:
         offset, dtype, shape = self.header["arrays"][name]
@@ -111,12 +113,21 @@ class IndexFile:
 
     def item(self, name: str, k: int) -> int:
         """Element k of a 1-D integer array, read with pread (see the module docstring)."""
-        offset, dtype, shape = self.header["arrays"][name]
-        if not 0 <= k < shape[0]:  # never another array's bytes
-            raise IndexError(f"{name}[{k}] of an index array of {shape[0]}")
-        size = np.dtype(dtype).itemsize
-        raw = os.pread(self._fd, size, offset + k * size)
-        return int(np.frombuffer(raw, dtype)[0])
+        found = self._items.get(name)
+        if found is None:
+            offset, dtype, shape = self.header["arrays"][name]
+            kind = np.dtype(dtype)
+            if kind.kind not in "iu" or len(shape) != 1:
+                raise TypeError(f"{name}: {dtype} {shape}, not a 1-D integer array")
+            code = "bhiq"[kind.itemsize.bit_length() - 1]  # struct's standard sizes
+            fmt = (">" if kind.str[0] == ">" else "<") + (
+                code.upper() if kind.kind == "u" else code
+            )
+            found = self._items[name] = (offset, shape[0], struct.Struct(fmt))
+        offset, n, value = found
+        if not 0 <= k < n:  # never another array's bytes
+            raise IndexError(f"{name}[{k}] of an index array of {n}")
+        return int(value.unpack(os.pread(self._fd, value.size, offset + k * value.size))[0])
 
     def has(self, name: str) -> bool:
         return name in self.header["arrays"]

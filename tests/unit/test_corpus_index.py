@@ -9,11 +9,13 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ringfeed.scripts import cli
 from ringfeed.shared.config import Config, replace
 from ringfeed.shared.corpus.index import BuiltIndex, index_path
+from ringfeed.shared.corpus.index_file import IndexFile, write_index
 from ringfeed.shared.corpus.open import build_in_memory, open_corpus, read_corpus
 from ringfeed.shared.run.fingerprint import plan_fingerprint
 from ringfeed.shared.run.id_tables import corpus_tables
@@ -161,3 +163,30 @@ def test_a_metadata_line_changed_under_a_run_says_so(tmp_path: Path) -> None:
         [index.entry(k) for k in range(index.n_items)]
     header = json.loads(json.dumps(index.store.header))
     assert header["n_items"] == 16 and header["digest"] == index.digest
+
+
+def test_one_value_of_an_index_array_reads_as_the_array_holds_it(tmp_path: Path) -> None:
+    """IndexFile.item (a pread, no page in the RSS) against the mapped array, for every
+    integer width and sign the index holds, at both ends of each array and past them."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        f"{kind}{bits}": rng.integers(
+            np.iinfo(f"{kind}{bits}").min, np.iinfo(f"{kind}{bits}").max, 97, dtype=f"{kind}{bits}"
+        )
+        for kind in ("int", "uint")
+        for bits in (8, 16, 32, 64)
+    }
+    arrays["big-endian"] = arrays["int64"].astype(">i8")
+    arrays["floats"] = np.linspace(0, 1, 5)
+    write_index(tmp_path / "t.rfi", {"n": 97}, arrays)
+    f = IndexFile(tmp_path / "t.rfi")
+    for name, array in arrays.items():
+        if name == "floats":
+            with pytest.raises(TypeError, match="not a 1-D integer array"):
+                f.item(name, 0)
+            continue
+        assert [f.item(name, k) for k in range(97)] == array.tolist(), name
+        assert np.array_equal(f.array(name), array)
+        for k in (-1, 97):
+            with pytest.raises(IndexError):
+                f.item(name, k)
