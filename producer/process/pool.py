@@ -83,7 +83,11 @@ def _child(
     die_with_parent()  # a SIGKILLed pool must not leave its workers behind
     setup_logging()
     cfg = config_from_yaml(config_yaml)
-    code = run_worker(cfg, name, endpoint, remote, on_welcome=joined.set, busy=busy)
+
+    def welcomed() -> None:
+        joined.value = 1
+
+    code = run_worker(cfg, name, endpoint, remote, on_welcome=welcomed, busy=busy)
     said.value = code  # an ending the pool may trust: user code may exit 3 too (os._exit)
     sys.exit(code)
 
@@ -97,7 +101,10 @@ class Slot:
     started_at: float = 0.0
     finished: bool = False
     ending: int = 0  # the exit code that ended it for good (ENDINGS), or 0
-    joined: Any = None  # set by the worker once the stager welcomed it
+    # Shared without a lock, all three: a worker SIGKILLed while it held a lock (a
+    # multiprocessing Event's, in its set()) left it held for good, and the pool's next
+    # look at it blocked for ever, signals and all: no worker restarted again.
+    joined: Any = None  # shared int: 1 once the stager welcomed the worker
     busy: Any = None  # shared double: when the worker's current sample began (0: idle)
     said: Any = None  # shared int: the exit code the worker's session chose, or 0
 
@@ -135,7 +142,7 @@ class ProducerPool:
 
     def start(self, slot: Slot) -> None:
         ctx = self.context()
-        slot.joined, slot.busy = ctx.Event(), ctx.Value("d", 0.0, lock=False)
+        slot.joined, slot.busy = ctx.Value("i", 0, lock=False), ctx.Value("d", 0.0, lock=False)
         slot.said = ctx.Value("i", 0, lock=False)
         slot.proc = ctx.Process(
             target=_child,
@@ -209,7 +216,7 @@ class ProducerPool:
             self.end(slot, code, now)
             return
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        if slot.joined.is_set():
+        if slot.joined.value:
             # It died at work (a poison input, an OOM kill): the stager charges that input
             # and skips it after ring.max_item_attempts; the pool never gives up on it.
             log.error("%s died (%s) while working; restarting it", slot.name, how)

@@ -116,3 +116,36 @@ def test_a_pool_stopped_while_it_loads_starts_no_worker() -> None:
     stop.set()
     assert pool.watch(stop) == 0
     assert all(slot.proc is None for slot in pool.slots)
+
+
+def test_a_worker_killed_while_it_tells_the_pool_it_joined_never_hangs_the_pool() -> None:
+    """A worker tells its pool it joined (at each WELCOME) through memory they share. A
+    worker SIGKILLed inside that (the soak kills them at random) had died holding the lock
+    of the multiprocessing Event it was setting; the pool's next look at it blocked for
+    ever, signals and all, and no worker was restarted again. Here each worker dies right
+    after it joins, and any multiprocessing Condition it would signal kills it while it
+    holds that Condition's lock: the pool must go on restarting workers until stopped."""
+    code = (
+        "import os, signal\n"
+        "import multiprocessing.synchronize as ms\n"
+        "import ringfeed.producer.process.pool as pool\n"
+        "from ringfeed.shared.config import Config, replace\n"
+        "from ringfeed.shared.run.process import StopFlag\n"
+        "def killed(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "ms.Condition.notify = ms.Condition.notify_all = killed\n"
+        "def worker(cfg, name, endpoint, remote, on_welcome=None, busy=None):\n"
+        "    on_welcome()\n"
+        "    killed()\n"
+        "pool.run_worker = worker\n"
+        "cfg = replace(Config(), producers={'restart_backoff_s': 0.05})\n"
+        "p = pool.ProducerPool(cfg, 'ipc:///nowhere', 1, False, 't')\n"
+        "starts, start = [], p.start\n"
+        "p.start = lambda slot: (starts.append(1), start(slot))\n"
+        "stop = StopFlag()\n"
+        "signal.signal(signal.SIGALRM, lambda *a: stop.set())\n"
+        "signal.setitimer(signal.ITIMER_REAL, 3.0)\n"
+        "p.watch(stop)\n"
+        "print(p.context().get_start_method(), len(starts) >= 3)\n"
+    )
+    assert as_ringfeed_producers(code) == ["fork", "True"]
