@@ -346,9 +346,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from ringfeed.shared.memory.segments import remove_dead_sockets, remove_stale_segments
+    from ringfeed.shared.run.run_secret import remove_dead_run_records
 
     removed = remove_stale_segments(args.run_id or None)
     sockets = remove_dead_sockets(args.run_id or None)
+    records = remove_dead_run_records(args.run_id or None)
     if not args.run_id:  # what preparation kept in memory when its disk was full
         from ringfeed.shared.corpus.memory_copies import memory_folder, remove_memory_copies
 
@@ -360,6 +362,10 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     print(
         f"removed {len(sockets)} dead socket file(s)"
         + (f": {' '.join(sockets)}" if sockets else "")
+    )
+    print(
+        f"removed {len(records)} record(s) of stagers gone"
+        + (f": {' '.join(records)}" if records else "")
     )
     return 0
 

@@ -41,6 +41,7 @@ from ringfeed.shared.config.environment import (
 )
 from ringfeed.shared.memory.segments import list_segments, socket_files
 from ringfeed.shared.run.process import POOL_ORPHANED, StopFlag, die_with_parent
+from ringfeed.shared.run.run_secret import remove_dead_run_records
 from ringfeed.shared.run.share import ONE_WORKER, Share
 
 log = logging.getLogger(__name__)
@@ -282,11 +283,13 @@ class Run:
 
     # ------------------------------------------------------------ cleanup
     def cleanup(self) -> None:
-        """Remove the run's segments and ipc socket files (call once its processes are gone)."""
+        """Remove the run's segments, ipc socket files and its stager's record (call once
+        its processes are gone: a stager killed with SIGKILL removes none of them)."""
         for path in list_segments(self.run_id):
             path.unlink(missing_ok=True)
         for path in socket_files(self.run_id):
             path.unlink(missing_ok=True)
+        remove_dead_run_records(self.run_id)
 
     def __enter__(self) -> Run:
         return self

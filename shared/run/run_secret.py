@@ -31,10 +31,11 @@ import json
 import os
 import re
 import secrets
+import time
 from pathlib import Path
 
 from ringfeed.shared.config.environment import USER_PREFIX, runtime_dir
-from ringfeed.shared.memory.segments import pid_alive
+from ringfeed.shared.memory.segments import owner_alive, pid_alive
 
 FILE = "consumer.secret"
 
@@ -79,24 +80,46 @@ def run_record(run_id: str) -> Path:
 
 
 def write_run_record(run_id: str, run_dir: Path) -> Path:
-    """Record run_dir (absolute) and this process's pid for run_id, atomically; the
-    stager calls it at start, and removes the file at its end."""
+    """Record run_dir (absolute), this process's pid and when, for run_id, atomically;
+    the stager calls it at start, and removes the file at its end (a stager killed
+    with SIGKILL leaves it: :func:`remove_dead_run_records`)."""
     path = run_record(run_id)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"run_dir": str(run_dir.absolute()), "pid": os.getpid()}))
+    record = {"run_dir": str(run_dir.absolute()), "pid": os.getpid(), "created_s": time.time()}
+    tmp.write_text(json.dumps(record))
     os.replace(tmp, path)
     return path
 
 
 def find_run_dir(run_id: str) -> Path | None:
     """The run directory a live stager of run_id recorded, or None (no record, an
-    unreadable one, or its stager is gone)."""
+    unreadable one, or its stager is gone: its pid dead, or now another process's)."""
     try:
         record = json.loads(run_record(run_id).read_text())
         run_dir, pid = Path(record["run_dir"]), int(record["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+        created_s = float(record.get("created_s", 0.0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return run_dir if pid_alive(pid) else None
+    alive = owner_alive(pid, created_s) if created_s else pid_alive(pid)
+    return run_dir if alive else None
+
+
+def remove_dead_run_records(run_id: str | None = None) -> list[str]:
+    """Unlink the run records (and a record's temporary file) of stagers that are gone,
+    of run_id or of every run: a stager killed with SIGKILL leaves its record, whose
+    pid another process may take later. Returns their names."""
+    removed = []
+    pattern = f"{USER_PREFIX}{run_id}.run" if run_id else f"{USER_PREFIX}*.run"
+    for path in runtime_dir().glob(pattern):
+        if find_run_dir(path.name[len(USER_PREFIX) : -len(".run")]) is None:
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    for tmp in runtime_dir().glob(f".{pattern}.*"):  # a writer killed before its rename
+        pid = tmp.name.rsplit(".", 1)[-1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp.name)
+    return removed
 
 
 def live_runs() -> list[str]:

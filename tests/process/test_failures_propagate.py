@@ -23,6 +23,7 @@ from ringfeed.consumer.trainer.tf_batch import TfPlace
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import load_config
 from ringfeed.shared.memory.segments import socket_files
+from ringfeed.shared.run.run_secret import run_record
 from tests.support.configs import SYNTHETIC, small, write_config
 from tests.support.fault_sources import inject_faults
 from tests.support.paths import REPO
@@ -172,9 +173,11 @@ def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
         # The rings come first, the sockets just after: wait for both.
         ready = lambda: len(shm_segments(run_id)) == len(socket_files(run_id)) == 2  # noqa: E731
         run.poll_for(ready, 30, "the rings and sockets")
+        run.poll_for(run_record(run_id).exists, 30, "the stager's run record")
         run.signal("stager", signal.SIGKILL)
         run.wait("stager", 10)
         assert len(socket_files(run_id)) == 2 and len(shm_segments(run_id)) == 2
+        assert run_record(run_id).exists()  # a client would find a dead run's pid there
         out = subprocess.run(
             [*CLI, "cleanup", "--run-id", run_id],
             cwd=REPO,
@@ -185,7 +188,9 @@ def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
         assert out.returncode == 0, out.stderr
         assert "removed 2 stale segment(s)" in out.stdout
         assert "removed 2 dead socket file(s)" in out.stdout
+        assert "removed 1 record(s) of stagers gone" in out.stdout
         assert socket_files(run_id) == [] and shm_segments(run_id) == []
+        assert not run_record(run_id).exists()
 
 
 @pytest.mark.parametrize("start", [0, 13])

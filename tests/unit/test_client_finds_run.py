@@ -5,6 +5,7 @@ started in another folder finding its live run: tests/process/test_client_finds_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +21,13 @@ from ringfeed.consumer.client.batch_stream import BatchStream
 from ringfeed.consumer.client.cursor import Cursor
 from ringfeed.shared.config import load_config, replace
 from ringfeed.shared.config.environment import child_environment
-from ringfeed.shared.run.run_secret import run_record, write_consumer_secret
+from ringfeed.shared.run.run_secret import (
+    find_run_dir,
+    remove_dead_run_records,
+    run_record,
+    write_consumer_secret,
+    write_run_record,
+)
 from tests.support.configs import SYNTHETIC
 from tests.support.runs import rid
 from tests.support.stager_thread import remove_files, stager_thread
@@ -133,3 +140,32 @@ def test_a_loaders_stream_that_gets_no_batch_ends_with_why_after_data_timeout(
     assert 1.0 <= time.monotonic() - t0 < 20
     assert "is alive but sent no batch" in str(timed_out.value)
     assert "train.data_timeout_s" in str(timed_out.value)
+
+
+def test_a_record_whose_pid_now_names_a_later_process_is_no_live_run(tmp_path: Path) -> None:
+    """A stager killed with SIGKILL leaves its run record; the pid in it may name
+    another process later (a restarted container numbers its pids from 1 again). Such a
+    record is no live run, and `ringfeed cleanup` (remove_dead_run_records) removes it
+    and a writer's temporary file left by a dead pid; a live stager's record stays."""
+    live, stale = rid("live"), rid("stale")
+    try:
+        write_run_record(live, tmp_path)
+        assert find_run_dir(live) == tmp_path.absolute()
+        path = write_run_record(stale, tmp_path)
+        record = yaml.safe_load(path.read_text())  # JSON is YAML
+        path.write_text(json.dumps(record | {"created_s": time.time() - 86400}))
+        assert find_run_dir(stale) is None  # this process started after that record
+        left = path.with_name(f".{path.name}.{dead_pid()}")
+        left.write_text("{}")
+        assert sorted(remove_dead_run_records(stale)) == sorted([path.name, left.name])
+        assert not path.exists() and not left.exists()
+        assert remove_dead_run_records(live) == [] and run_record(live).exists()
+    finally:
+        for run_id in (live, stale):
+            run_record(run_id).unlink(missing_ok=True)
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
