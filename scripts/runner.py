@@ -23,10 +23,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +57,46 @@ WATCH_POLL_S = 0.2
 # past producers.orphan_s) exits POOL_ORPHANED; the launcher starts it again this many
 # times.
 POOL_RESTARTS = 3
+
+
+class _Spawner(threading.Thread):
+    """One daemon thread that starts processes for the other threads and never ends
+    before this process does."""
+
+    def __init__(self) -> None:
+        super().__init__(name="ringfeed-spawner", daemon=True)
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            job, done = self.jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as exc:  # the caller's to raise
+                done.set_exception(exc)
+
+
+_spawner: _Spawner | None = None
+_spawner_made = threading.Lock()
+
+
+def popen_for_life(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    """subprocess.Popen(*args, **kwargs) from a thread that lives as long as this process.
+    A child's die_with_parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it
+    ends, not the process: a loader built in a setup thread or an executor's task lost
+    its stager and producers to SIGTERM as soon as that thread finished. The main thread
+    starts them itself; any other hands them to one daemon thread kept for the purpose."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(*args, **kwargs)
+    with _spawner_made:
+        if _spawner is None:
+            _spawner = _Spawner()
+        spawner = _spawner
+    done: Future = Future()
+    spawner.jobs.put((lambda: subprocess.Popen(*args, **kwargs), done))
+    return done.result()
 
 
 class RunError(RuntimeError):
@@ -147,13 +191,13 @@ class Run:
         # are relative to it.
         session = self.own_session
         if self.log_dir is None:
-            proc = subprocess.Popen(
+            proc = popen_for_life(
                 cmd, preexec_fn=die_with_parent, env=env, start_new_session=session
             )
         else:
             path = self.log_dir / f"{self.run_id}-{verb}-{self.launches}.log"
             with path.open("w") as out:  # the child holds its own descriptor
-                proc = subprocess.Popen(
+                proc = popen_for_life(
                     cmd,
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -163,6 +164,23 @@ def test_a_launcher_killed_with_sigkill_takes_its_run_down(tmp_path: Path) -> No
 
 def cmdline(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_a_run_started_from_a_thread_outlives_that_thread(tmp_path: Path) -> None:
+    """A run's processes die with the process that started them (PR_SET_PDEATHSIG), but
+    Linux sends that signal when the *thread* that forked them ends: a loader built in a
+    setup thread or an executor's task lost its stager to SIGTERM as soon as that
+    thread finished. Started from a thread that then ends, the stager must run on."""
+    with Run(small(tmp_path, items=40), rid(), tmp_path) as run:
+        starter = threading.Thread(target=run.start, args=("stager",))
+        starter.start()
+        starter.join()
+        stager = run.procs["stager"]
+        ready = lambda: len(shm_segments(run.run_id)) == 2 or stager.poll() is not None  # noqa: E731
+        run.poll_for(ready, 30, "the stager's rings")
+        time.sleep(0.5)  # a signal on its way would have landed
+        assert stager.poll() is None, f"the stager exited {stager.poll()}\n{run.logs()}"
+        assert len(shm_segments(run.run_id)) == 2
 
 
 def test_cleanup_removes_what_a_sigkilled_stager_left(tmp_path: Path) -> None:
