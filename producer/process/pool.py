@@ -80,7 +80,11 @@ def _child(
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    die_with_parent()  # a SIGKILLed pool must not leave its workers behind
+    # A pool that dies without stopping its workers (SIGKILL, the OOM killer) must not
+    # leave them behind: SIGKILL, not SIGTERM, for a worker stopped then (a debugger,
+    # SIGSTOP) keeps a SIGTERM pending for ever, and the rings' memory with it. What it
+    # held is taken back as from any dead producer (its finished rows salvaged).
+    die_with_parent(signal.SIGKILL)
     setup_logging()
     cfg = config_from_yaml(config_yaml)
 

@@ -5,6 +5,7 @@ unexpectedly."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from ringfeed.consumer.stager.quarantine import read_quarantine
 from ringfeed.consumer.trainer.tf_batch import TfPlace
 from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import load_config
-from ringfeed.shared.memory.segments import socket_files
+from ringfeed.shared.memory.segments import pid_alive, socket_files
 from ringfeed.shared.run.run_secret import run_record
 from tests.support.configs import SYNTHETIC, small, write_config
 from tests.support.fault_sources import inject_faults
@@ -282,3 +283,40 @@ def test_a_stager_restarted_after_the_end_of_the_data_still_hears_the_consumers_
         client.close()
         assert run.wait("stager", 20) == 0, run.logs()
     assert sorted(items) == list(range(n))
+
+
+def test_a_worker_stopped_when_its_pool_is_killed_does_not_stay_behind(tmp_path: Path) -> None:
+    """A worker stopped (a debugger, SIGSTOP) when its pool is SIGKILLed kept the
+    pool-death SIGTERM pending for ever, and the run's ring memory with it, after the
+    launcher had removed the files. It must die with its pool, stopped or not."""
+    with Run(small(tmp_path, items=4000, delay_s=0.01), rid(), tmp_path) as run:
+        run.start("stager")
+        pool = run.start("producers")
+        workers = run.poll_for(lambda: children_of(pool.pid), 30, "the pool's workers")
+        try:
+            os.kill(workers[0], signal.SIGSTOP)
+            pool.kill()
+            pool.wait(10)
+            gone = lambda: not any(pid_alive(w) for w in workers)  # noqa: E731
+            wait_for(gone, 10, "the end of the workers, the stopped one too")
+        finally:
+            for w in workers:  # on failure: none may outlive the test
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(w, signal.SIGKILL)
+
+
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is pid (a pool's workers, its resource tracker
+    aside)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"resource_tracker" not in cmdline:
+            out.append(int(entry.name))
+    return out
