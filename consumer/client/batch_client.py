@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 
 # While a consumer waits for a batch, it says so this often, seconds.
 WAITING_NOTE_S = 60.0
+# A wait's loop turns every POLL_S: a gap this long between two turns is time this
+# process did not run (SIGSTOP, a debugger's breakpoint, a suspended VM), which no wait
+# for a batch counts: after it, the batches sent meanwhile are read first.
+PAUSED_S = 1.0
 
 # How often an unanswered CONSUMER_HELLO is repeated (the stager may start later).
 HELLO_RETRY_S = 1.0
@@ -227,10 +231,14 @@ class BatchClient:
         """The next message of `kinds` within timeout_s, or None. Meanwhile a connected
         client says it is alive every HELLO_RETRY_S, and rejoins a restarted stager: it
         answers REHELLO with a hello at the batch after the last one it returned."""
-        deadline = last_heard = time.monotonic()
+        deadline = last_heard = last_turn = time.monotonic()
         deadline += timeout_s
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if now - last_turn > PAUSED_S:  # this process did not run meanwhile
+                deadline += now - last_turn
+            last_turn = now
+            left = deadline - now
             if left <= 0 or not self.sock.poll(min(left, POLL_S) * 1000):
                 if left <= 0:
                     return None
@@ -356,13 +364,25 @@ class BatchWait:
 
     def __init__(self, client: BatchClient, limit_s: float) -> None:
         self.client, self.limit_s = client, limit_s
-        self.last_batch = self.last_note = time.monotonic()
+        self.last_note = self.last_return = time.monotonic()
+        self.waiting_since: float | None = None  # from the first miss of this wait on
 
     def next(self) -> Batch | None | object:
+        """Only time spent waiting counts against limit_s: a wait starts again after a
+        gap of PAUSED_S between two calls (the thread was busy with its queue, or the
+        process did not run) or within one (the process was stopped inside it)."""
+        called = time.monotonic()
+        if called - self.last_return > PAUSED_S:
+            self.waiting_since = None
         try:
             batch = self.client.next(timeout_s=POLL_S)
         except TimeoutError:
-            waited = time.monotonic() - self.last_batch
+            now = self.last_return = time.monotonic()
+            if now - called > POLL_S + PAUSED_S:  # stopped inside it: the wait starts now
+                self.waiting_since = now
+            elif self.waiting_since is None:
+                self.waiting_since = called
+            waited = now - self.waiting_since
             if waited > self.limit_s:
                 raise TimeoutError(self.client.stager_verdict(waited)) from None
             if time.monotonic() - self.last_note > WAITING_NOTE_S:
@@ -374,5 +394,6 @@ class BatchWait:
                     self.client.stager_verdict(waited),
                 )
             return NO_BATCH
-        self.last_batch = self.last_note = time.monotonic()
+        self.last_note = self.last_return = time.monotonic()
+        self.waiting_since = None
         return batch

@@ -320,3 +320,52 @@ def children_of(pid: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"resource_tracker" not in cmdline:
             out.append(int(entry.name))
     return out
+
+
+STOPPED_CONSUMER = """
+import sys
+from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.shared.config import load_config
+client = BatchClient(load_config(sys.argv[1]), sys.argv[2], name="stopped")
+client.connect(30)
+print("connected", flush=True)
+while True:
+    try:
+        batch = client.next(timeout_s=0.5)
+    except TimeoutError as exc:
+        print("TIMEOUT", exc, flush=True)
+        continue
+    if batch is None:
+        break
+    client.free(batch)
+"""
+
+
+def test_a_consumer_stopped_while_it_waits_reads_what_came_meanwhile(tmp_path: Path) -> None:
+    """A consumer stopped (SIGSTOP, a breakpoint, a suspended VM) inside next() for longer
+    than its timeout raised TimeoutError as soon as it was continued, before its socket
+    handed over the batches sent meanwhile, and a loader's run ended blaming the
+    producers. Only time the process ran counts against a wait."""
+    cfg_path = small(tmp_path, items=100_000, delay_s=0.02, stager={"consumer_wait_s": 60.0})
+    with Run(cfg_path, rid(), tmp_path) as run:
+        run.start("stager")
+        run.start("producers")
+        consumer = subprocess.Popen(
+            [sys.executable, "-c", STOPPED_CONSUMER, str(cfg_path), run.run_id],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert consumer.stdout is not None
+            assert consumer.stdout.readline().strip() == "connected"
+            for _ in range(4):
+                time.sleep(0.5)
+                consumer.send_signal(signal.SIGSTOP)
+                time.sleep(1.5)  # three timeouts' worth, batches arriving meanwhile
+                consumer.send_signal(signal.SIGCONT)
+            time.sleep(1.0)
+        finally:
+            consumer.kill()
+            out = consumer.communicate()[0]
+    assert "TIMEOUT" not in out, out

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ringfeed.consumer.client.batch_client import KNOWN_RUN_S, BatchClient, StagerGone
+from ringfeed.consumer.client.batch_client import (
+    KNOWN_RUN_S,
+    NO_BATCH,
+    PAUSED_S,
+    BatchClient,
+    BatchWait,
+    StagerGone,
+)
 from ringfeed.consumer.client.batch_stream import BatchStream
 from ringfeed.consumer.client.cursor import Cursor
 from ringfeed.shared.config import load_config, replace
@@ -140,6 +147,25 @@ def test_a_loaders_stream_that_gets_no_batch_ends_with_why_after_data_timeout(
     assert 1.0 <= time.monotonic() - t0 < 20
     assert "is alive but sent no batch" in str(timed_out.value)
     assert "train.data_timeout_s" in str(timed_out.value)
+
+
+def test_only_time_spent_waiting_counts_against_the_data_timeout(tmp_path: Path) -> None:
+    """A loader's feeding thread waits for a batch between other work (its queue full
+    behind a slow step) and may be paused (SIGSTOP, a breakpoint): neither is waiting for
+    the stager, and must not count against train.data_timeout_s, or a pause of a few
+    minutes ended the run with a verdict blaming the producers. Time spent waiting still
+    does (no producer here)."""
+    cfg = replace(load_config(_config(tmp_path)), run_root=str(tmp_path / "runs"))
+    with stager_thread(cfg) as stager:
+        client = stager.client()
+        wait = BatchWait(client, limit_s=1.0)
+        assert wait.next() is NO_BATCH
+        time.sleep(1.0 + PAUSED_S)  # busy elsewhere, or paused, past the limit
+        assert wait.next() is NO_BATCH  # a wait starts again: no timeout
+        with pytest.raises(TimeoutError, match="is alive but sent no batch for"):
+            for _ in range(1000):
+                wait.next()
+        client.close(finished=False)
 
 
 def test_a_record_whose_pid_now_names_a_later_process_is_no_live_run(tmp_path: Path) -> None:
