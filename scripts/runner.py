@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import queue
 import signal
 import subprocess
@@ -79,6 +80,16 @@ class _Spawner(threading.Thread):
 
 _spawner: _Spawner | None = None
 _spawner_made = threading.Lock()
+
+
+def _forget_spawner() -> None:
+    """In a forked child: the spawner thread was not copied, and its lock may have been
+    held by another thread at the fork."""
+    global _spawner, _spawner_made
+    _spawner, _spawner_made = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_spawner)
 
 
 def popen_for_life(*args: Any, **kwargs: Any) -> subprocess.Popen:

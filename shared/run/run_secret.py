@@ -27,6 +27,7 @@ runs there are (:func:`live_runs`), instead of waiting out its connect timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -111,9 +112,18 @@ def remove_dead_run_records(run_id: str | None = None) -> list[str]:
     removed = []
     pattern = f"{USER_PREFIX}{run_id}.run" if run_id else f"{USER_PREFIX}*.run"
     for path in runtime_dir().glob(pattern):
-        if find_run_dir(path.name[len(USER_PREFIX) : -len(".run")]) is None:
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
+        try:
+            before = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if find_run_dir(path.name[len(USER_PREFIX) : -len(".run")]) is not None:
+            continue
+        # Not a record a restarted stager of the run put there meanwhile (os.replace).
+        with contextlib.suppress(FileNotFoundError):
+            now = os.stat(path)
+            if (now.st_ino, now.st_mtime_ns) == (before.st_ino, before.st_mtime_ns):
+                path.unlink()
+                removed.append(path.name)
     for tmp in runtime_dir().glob(f".{pattern}.*"):  # a writer killed before its rename
         pid = tmp.name.rsplit(".", 1)[-1]
         if pid.isdigit() and not pid_alive(int(pid)):

@@ -438,6 +438,7 @@ class Ledger:
         self.q_pos[qs] = cut.positions
         items = self.q_item[qs] = self.plan.items_at(cut.positions)
         self.q_done[qs], self.q_ngrants[qs], self.q_attempts[qs] = OPEN, 0, 0
+        self.q_row[qs] = np.arange(n)  # row k for position k, unless _assign_rows packs them
         self.q_retry[qs], self.q_grant[qs], self.q_place[qs], self.q_avoid[qs] = False, -1, -1, -1
         self.b_slot[b], self.b_first[b], self.b_end[b] = slot, cut.first, cut.end
         self.b_n[b] = self.b_unfinished[b] = n
