@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -342,8 +343,6 @@ class RingLoaderBase(Generic[T]):
     def _start_data_side(self) -> None:
         """The run's stager and producers as children of this process, ended with the
         loader: at close(), when it is collected, and at the interpreter's exit."""
-        import weakref
-
         if self.data_side is None:
             self.data_side = self.data_side_type(self.cfg, self.run_id, self.share)
             weakref.finalize(self, self.data_side.stop)
@@ -380,14 +379,29 @@ class RingLoaderBase(Generic[T]):
             self._start_data_side()  # closed and iterated again: at the cursor
         self._fetched = self.cursor
         self._handed = self._used
+        # The stream's thread reaches this loader only weakly: a live thread is never
+        # collected, and what it holds would keep a loader dropped without close() (and
+        # the stager and producers it started) alive until the interpreter's exit.
+        me = weakref.ref(self)
+
+        def place(arrays: dict[str, np.ndarray]) -> tuple[Any, CopyEnd | None]:
+            loader = me()
+            if loader is None:
+                raise StagerGone("the loader was collected")
+            return loader._place(arrays)
+
+        def stop() -> bool:
+            loader = me()
+            return loader is None or loader._stream_stop()
+
         stream = BatchStream(
             self.cfg,
             self.run_id,
             self.cursor,
-            self._place,
+            place,
             self.prefetch,
             self.name,
-            self._stream_stop,
+            stop,
             self._new_plan_at,
             self.host_pin,
         )

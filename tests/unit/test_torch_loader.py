@@ -188,3 +188,27 @@ def test_rows_arrive_intact_on_a_gpu_while_steps_run_on_another_stream(
                 }
                 seen += check_synthetic_rows(arrays, int(arrays["valid"].sum()), loader.cfg)
     assert sorted(seen) == sorted(list(range(N)) * 4), "each item once an epoch, every row its own"
+
+
+def test_a_loader_dropped_without_close_is_collected_and_its_stream_ends(tmp_path: Path) -> None:
+    """A loader iterated partly and dropped (a notebook cell run again) must be collected:
+    its finalizer ends the stager and producers it started. Its stream's thread held it
+    through bound methods, and a live thread is never collected, so they ran until the
+    interpreter's exit."""
+    import gc
+    import threading
+    import weakref
+
+    from tests.support.polling import wait_for
+
+    with stager_thread(config(tmp_path)) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            loader = RingLoader(stager.cfg, stager.run_id, device="cpu")
+            it = iter(loader)
+            next(it)
+            gone = weakref.ref(loader)
+            del it, loader
+            gc.collect()
+            assert gone() is None, "the dropped loader is still reachable"
+            streams = lambda: [t for t in threading.enumerate() if t.name.endswith("-stream")]  # noqa: E731
+            wait_for(lambda: not streams(), 10, "the dropped loader's stream to end")
