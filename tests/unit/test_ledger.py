@@ -359,3 +359,23 @@ def test_known_skips_leave_no_hole_so_the_assembly_moves_no_row() -> None:
             assert ledger.freed(batch.slot, ledger.sent(batch, int(sample.sum())))
     assert sorted(skipped) == sorted(bad)
     assert delivered == [plan.item_at(q) for q in range(20) if plan.item_at(q) not in bad]
+
+
+def test_a_free_that_names_another_slot_frees_nothing() -> None:
+    """A consumer that frees the wrong slot (an off-by-one of a hand-written loop) with a
+    batch's generation must free nothing: batch-slot generations come from one counter,
+    so no two sent batches share one, and the batch still being read stays whole (with a
+    counter per slot they advanced in step, and the other slot was refilled under it)."""
+    m = book(n_items=20, credits=100, lookahead=2)
+    ledger = ledger_of(m)
+    join(m, b"a")
+    sent = []
+    while len(sent) < 2:
+        for g in [g for r in grant_round(m).get(b"a", []) for g in r]:
+            assert answer(m, b"a", g)
+        while len(sent) < 2 and (batch := ledger.next_batch()) is not None:
+            sent.append((batch.slot, ledger.sent(batch, int((batch.kind == SAMPLE).sum()))))
+    (slot_a, gen_a), (slot_b, gen_b) = sent
+    assert slot_a != slot_b and gen_a != gen_b
+    assert not ledger.freed(slot_b, gen_a) and not ledger.freed(slot_a, gen_b)
+    assert ledger.freed(slot_a, gen_a) and ledger.freed(slot_b, gen_b)

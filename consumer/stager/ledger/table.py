@@ -289,6 +289,9 @@ class Ledger:
         self.b_shape: list[Shape] = [t.default_shape] * n_b
         self.s_state = np.zeros(n_b, np.int8)
         self.s_gen = np.zeros(n_b, np.int64)
+        # Batch-slot generations come from one counter, not one per slot: a BATCH_FREE
+        # that names another slot (a consumer's off-by-one) never matches a batch there.
+        self.last_s_gen = 0
         self.s_fences = np.zeros(n_b, np.int64)
         # Holders: everyone ever granted, by identity.
         self.hid: dict[bytes, int] = {}
@@ -400,7 +403,7 @@ class Ledger:
         self.skips.clear()
         for slot in range(self.terms.n_batch_slots):
             if self.s_state[slot] != S_FENCED:
-                self.s_gen[slot] += 1
+                self.s_gen[slot] = self._next_s_gen()
                 self.records.slots["generation"][slot] = self.s_gen[slot]
                 state = S_FENCED if self.s_fences[slot] else S_FREE
                 self._set_slot(slot, state)
@@ -1533,12 +1536,16 @@ class Ledger:
         self.window.remove(b)
         self.b_slot[b] = -1
         self.free_b.append(b)
-        self.s_gen[slot] += 1
+        self.s_gen[slot] = self._next_s_gen()
         rec = self.records.slots[slot : slot + 1]
         rec["generation"], rec["lengths"][0, 0] = self.s_gen[slot], n_valid
         self._set_slot(slot, S_SENT if announced else S_FREE)
         self._fill_window()
         return int(self.s_gen[slot])
+
+    def _next_s_gen(self) -> int:
+        self.last_s_gen += 1
+        return self.last_s_gen
 
     def freed(self, slot: int, generation: int) -> bool:
         if not 0 <= slot < self.terms.n_batch_slots or self.s_gen[slot] != generation:
