@@ -33,6 +33,7 @@ from ringfeed.shared.memory.batch_ring import batch_views
 from ringfeed.shared.memory.ring import Ring
 from ringfeed.shared.memory.segments import pid_alive
 from ringfeed.shared.run.process import BYE_AGAIN_S, POLL_S, SHUTDOWN_WAIT_S
+from ringfeed.shared.run.run_clock import RunClock
 from ringfeed.shared.run.run_secret import (
     consumer_identity,
     find_run_dir,
@@ -230,15 +231,13 @@ class BatchClient:
     def _wait(self, kinds: tuple[type, ...], timeout_s: float) -> p.Message | None:
         """The next message of `kinds` within timeout_s, or None. Meanwhile a connected
         client says it is alive every HELLO_RETRY_S, and rejoins a restarted stager: it
-        answers REHELLO with a hello at the batch after the last one it returned."""
-        deadline = last_heard = last_turn = time.monotonic()
-        deadline += timeout_s
+        answers REHELLO with a hello at the batch after the last one it returned. Only
+        time this process ran counts against timeout_s (RunClock)."""
+        ran = RunClock(PAUSED_S, who="")
+        last_heard = time.monotonic()
+        deadline = ran() + timeout_s
         while True:
-            now = time.monotonic()
-            if now - last_turn > PAUSED_S:  # this process did not run meanwhile
-                deadline += now - last_turn
-            last_turn = now
-            left = deadline - now
+            left = deadline - ran()
             if left <= 0 or not self.sock.poll(min(left, POLL_S) * 1000):
                 if left <= 0:
                     return None
@@ -364,25 +363,19 @@ class BatchWait:
 
     def __init__(self, client: BatchClient, limit_s: float) -> None:
         self.client, self.limit_s = client, limit_s
-        self.last_note = self.last_return = time.monotonic()
-        self.waiting_since: float | None = None  # from the first miss of this wait on
+        self.last_note = time.monotonic()
+        # Only time spent waiting counts against limit_s: a gap of PAUSED_S between two
+        # readings (the thread busy with its queue between two calls, or the process
+        # stopped) is left out.
+        self.waiting = RunClock(PAUSED_S, who="")
+        self.last_batch = self.waiting()
 
     def next(self) -> Batch | None | object:
-        """Only time spent waiting counts against limit_s: a wait starts again after a
-        gap of PAUSED_S between two calls (the thread was busy with its queue, or the
-        process did not run) or within one (the process was stopped inside it)."""
-        called = time.monotonic()
-        if called - self.last_return > PAUSED_S:
-            self.waiting_since = None
+        self.waiting()  # the time since the last call, if that long, is left out
         try:
             batch = self.client.next(timeout_s=POLL_S)
         except TimeoutError:
-            now = self.last_return = time.monotonic()
-            if now - called > POLL_S + PAUSED_S:  # stopped inside it: the wait starts now
-                self.waiting_since = now
-            elif self.waiting_since is None:
-                self.waiting_since = called
-            waited = now - self.waiting_since
+            waited = self.waiting() - self.last_batch
             if waited > self.limit_s:
                 raise TimeoutError(self.client.stager_verdict(waited)) from None
             if time.monotonic() - self.last_note > WAITING_NOTE_S:
@@ -394,6 +387,6 @@ class BatchWait:
                     self.client.stager_verdict(waited),
                 )
             return NO_BATCH
-        self.last_note = self.last_return = time.monotonic()
-        self.waiting_since = None
+        self.last_note = time.monotonic()
+        self.last_batch = self.waiting()
         return batch

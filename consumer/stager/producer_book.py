@@ -161,7 +161,7 @@ class ProducerBook:
         hostname: str,
         clock: Callable[[], float],
     ) -> None:
-        """ledger: the stager's slot ledger; clock: the run clock (consumer/stager/run_clock.py)."""
+        """ledger: the stager's slot ledger; clock: the run clock (shared/run/run_clock.py)."""
         self.slots, self.terms, self.hostname, self.clock = ledger, terms, hostname, clock
         self.max_credits, self.lease_s = terms.max_credits, terms.lease_s
         self.run_size = max(1, -(-terms.max_credits // 2))

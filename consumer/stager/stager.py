@@ -65,7 +65,6 @@ from ringfeed.consumer.stager.plan.plan import Plan
 from ringfeed.consumer.stager.producer_book import BookTerms, ProducerBook
 from ringfeed.consumer.stager.producer_desk import ProducerDesk
 from ringfeed.consumer.stager.quarantine import QuarantineWriter, run_quarantine
-from ringfeed.consumer.stager.run_clock import RunClock
 from ringfeed.shared.config import Config, ConfigError
 from ringfeed.shared.config.config import SHM_SHARE
 from ringfeed.shared.config.environment import (
@@ -92,6 +91,7 @@ from ringfeed.shared.run.process import (
     write_json_atomic,
 )
 from ringfeed.shared.run.prosody_table import keep_in_run
+from ringfeed.shared.run.run_clock import RunClock
 from ringfeed.shared.run.run_secret import write_consumer_secret, write_run_record
 from ringfeed.shared.run.share import ONE_WORKER, Share
 from ringfeed.shared.run.stats_record import RunStats, StagerStats

@@ -1,4 +1,4 @@
-"""Partitions heal (producer/process/session.py, consumer/stager/run_clock.py): a remote pool
+"""Partitions heal (producer/process/session.py, shared/run/run_clock.py): a remote pool
 whose stager stood still for minutes keeps asking and rejoins the same run; a paused
 producer is counted as a pause; a run whose consumer died ends on its own."""
 

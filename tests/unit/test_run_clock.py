@@ -1,4 +1,4 @@
-"""The stager's run clock (consumer/stager/run_clock.py) and what it is for: a stager
+"""The stager's run clock (shared/run/run_clock.py) and what it is for: a stager
 that stood still holds no lease and no silence against its producers."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from ringfeed.consumer.stager.run_clock import RunClock
+from ringfeed.shared.run.run_clock import RunClock
 
 
 class Fake:
