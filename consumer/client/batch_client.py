@@ -53,6 +53,9 @@ WAITING_NOTE_S = 60.0
 # process did not run (SIGSTOP, a debugger's breakpoint, a suspended VM), which no wait
 # for a batch counts: after it, the batches sent meanwhile are read first.
 PAUSED_S = 1.0
+# Past this many times train.data_timeout_s without a batch, the wait ends whatever
+# its pauses (a feeding thread whose every turn is that slow: the GIL held elsewhere).
+PAUSED_LIMIT_FACTOR = 3
 
 # How often an unanswered CONSUMER_HELLO is repeated (the stager may start later).
 HELLO_RETRY_S = 1.0
@@ -231,13 +234,20 @@ class BatchClient:
     def _wait(self, kinds: tuple[type, ...], timeout_s: float) -> p.Message | None:
         """The next message of `kinds` within timeout_s, or None. Meanwhile a connected
         client says it is alive every HELLO_RETRY_S, and rejoins a restarted stager: it
-        answers REHELLO with a hello at the batch after the last one it returned. Only
-        time this process ran counts against timeout_s (RunClock)."""
-        ran = RunClock(PAUSED_S, who="")
-        last_heard = time.monotonic()
-        deadline = ran() + timeout_s
+        answers REHELLO with a hello at the batch after the last one it returned. After
+        a turn of PAUSED_S (the process stopped meanwhile) it reads what came first,
+        for two polls at least: the batches sent meanwhile are in its socket."""
+        deadline = last_heard = last_turn = time.monotonic()
+        deadline += timeout_s
+        paused = False
         while True:
-            left = deadline - ran()
+            now = time.monotonic()
+            # Once for a run of slow turns: turns that are all that slow end the wait.
+            if now - last_turn > PAUSED_S and not paused:
+                deadline = max(deadline, now + 2 * POLL_S)
+            paused = now - last_turn > PAUSED_S
+            last_turn = now
+            left = deadline - now
             if left <= 0 or not self.sock.poll(min(left, POLL_S) * 1000):
                 if left <= 0:
                     return None
@@ -269,6 +279,10 @@ class BatchClient:
                 send(self.sock, self.hello())
             elif isinstance(msg, p.Welcome) and self.ring is not None:
                 self._attach(msg)  # the restarted stager's rings
+
+    def stager_alive(self) -> bool:
+        """Does the stager that welcomed this client still run?"""
+        return bool(self.stager_pid) and pid_alive(self.stager_pid)
 
     def stager_verdict(self, waited_s: float) -> str:
         """Why no batch came for waited_s: the stager is gone, or it is alive and its
@@ -369,6 +383,7 @@ class BatchWait:
         # stopped) is left out.
         self.waiting = RunClock(PAUSED_S, who="")
         self.last_batch = self.waiting()
+        self.last_batch_at = time.monotonic()  # the same, on the plain clock
 
     def next(self) -> Batch | None | object:
         self.waiting()  # the time since the last call, if that long, is left out
@@ -376,8 +391,14 @@ class BatchWait:
             batch = self.client.next(timeout_s=POLL_S)
         except TimeoutError:
             waited = self.waiting() - self.last_batch
-            if waited > self.limit_s:
-                raise TimeoutError(self.client.stager_verdict(waited)) from None
+            plain = time.monotonic() - self.last_batch_at
+            # A stager that is gone is reported on the plain clock: no pause explains it.
+            if (
+                waited > self.limit_s
+                or plain > PAUSED_LIMIT_FACTOR * self.limit_s
+                or (plain > self.limit_s and not self.client.stager_alive())
+            ):
+                raise TimeoutError(self.client.stager_verdict(max(waited, plain))) from None
             if time.monotonic() - self.last_note > WAITING_NOTE_S:
                 self.last_note = time.monotonic()
                 log.warning(
@@ -387,6 +408,6 @@ class BatchWait:
                     self.client.stager_verdict(waited),
                 )
             return NO_BATCH
-        self.last_note = time.monotonic()
+        self.last_note = self.last_batch_at = time.monotonic()
         self.last_batch = self.waiting()
         return batch

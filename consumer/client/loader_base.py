@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -388,7 +389,13 @@ class RingLoaderBase(Generic[T]):
             loader = me()
             if loader is None:
                 raise StagerGone("the loader was collected")
-            return loader._place(arrays)
+            try:
+                return loader._place(arrays)
+            except BaseException as exc:  # handed to the caller: its frames held the loader
+                traceback.clear_frames(exc.__traceback__)
+                raise
+            finally:
+                del loader
 
         def stop() -> bool:
             loader = me()

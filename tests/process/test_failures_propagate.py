@@ -369,3 +369,45 @@ def test_a_consumer_stopped_while_it_waits_reads_what_came_meanwhile(tmp_path: P
             consumer.kill()
             out = consumer.communicate()[0]
     assert "TIMEOUT" not in out, out
+
+
+SLOW_TURNS = """
+import sys, threading, time
+from ringfeed.consumer.client.batch_client import PAUSED_S, BatchClient, BatchWait
+from ringfeed.shared.config import load_config
+client = BatchClient(load_config(sys.argv[1]), sys.argv[2], name="slow")
+client.connect(30)
+n = 10**7
+t0 = time.perf_counter()
+sum(range(n))  # one C call: the GIL is not given up meanwhile
+n = int(n * 1.5 * PAUSED_S / (time.perf_counter() - t0))
+def hog():
+    while True:
+        sum(range(n))
+        time.sleep(0.001)
+threading.Thread(target=hog, daemon=True).start()
+wait = BatchWait(client, limit_s=1.0)
+try:
+    while True:
+        wait.next()
+except TimeoutError as exc:
+    print("TIMEOUT", exc, flush=True)
+"""
+
+
+def test_the_data_timeout_comes_even_when_every_turn_of_the_wait_is_slow(tmp_path: Path) -> None:
+    """Pauses are left out of a consumer's wait, but not for ever: a feeding thread whose
+    every turn takes longer than PAUSED_S (another thread holding the GIL in one long C
+    call, a swapping process) still ends its wait with the stager's verdict, after
+    PAUSED_LIMIT_FACTOR data timeouts on the plain clock. It had waited for ever. No
+    producer runs, so no batch comes."""
+    with Run(small(tmp_path, items=40), rid(), tmp_path) as run:
+        run.start("stager")
+        out = subprocess.run(
+            [sys.executable, "-c", SLOW_TURNS, str(run.config), run.run_id],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert "TIMEOUT" in out.stdout and "is alive but sent no batch" in out.stdout, out

@@ -212,3 +212,38 @@ def test_a_loader_dropped_without_close_is_collected_and_its_stream_ends(tmp_pat
             assert gone() is None, "the dropped loader is still reachable"
             streams = lambda: [t for t in threading.enumerate() if t.name.endswith("-stream")]  # noqa: E731
             wait_for(lambda: not streams(), 10, "the dropped loader's stream to end")
+
+
+def test_a_loader_dropped_after_its_copy_raised_is_collected_too(tmp_path: Path) -> None:
+    """The same after place() raised (a device out of memory) with the queue full: the
+    error waiting for the caller must not hold the loader through its traceback's
+    frames, or the stream waits with it for ever."""
+    import gc
+    import threading
+    import time
+    import weakref
+
+    from tests.support.polling import wait_for
+
+    calls = [0]
+
+    class Failing(RingLoader):
+        def place(self, arrays):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            if calls[0] > 3:  # the 4th: the queue (prefetch 2) is full by then
+                raise RuntimeError("out of memory (a test's)")
+            return super().place(arrays)
+
+    with stager_thread(config(tmp_path)) as stager:
+        with producer_threads(stager.cfg, stager.control, n=2):
+            loader = Failing(stager.cfg, stager.run_id, device="cpu")
+            it = iter(loader)
+            next(it)
+            wait_for(lambda: calls[0] >= 4, 10, "the copy that raises")
+            time.sleep(0.3)  # its error waits in the full queue
+            gone = weakref.ref(loader)
+            del it, loader
+            gc.collect()
+            assert gone() is None, "the dropped loader is still reachable"
+            streams = lambda: [t for t in threading.enumerate() if t.name.endswith("-stream")]  # noqa: E731
+            wait_for(lambda: not streams(), 10, "the dropped loader's stream to end")
