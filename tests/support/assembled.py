@@ -24,13 +24,13 @@ from ringfeed.consumer.stager.ledger.face import BatchOut, Grantee
 from ringfeed.consumer.stager.ledger.table import Ledger
 from ringfeed.consumer.stager.peers import PeerId
 from ringfeed.consumer.stager.plan.make import make_plan
-from ringfeed.consumer.stager.run_clock import RunClock
 from ringfeed.consumer.stager.stager import open_rings, slot_ledger
 from ringfeed.producer.sample import Sample
 from ringfeed.shared.config import Config
 from ringfeed.shared.corpus.open import open_corpus
 from ringfeed.shared.memory.places import Places, write_sample
 from ringfeed.shared.run.process import StopFlag
+from ringfeed.shared.run.run_clock import RunClock
 from tests.support.runs import rid
 
 PRODUCER = b"producer"
