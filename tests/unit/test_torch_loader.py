@@ -6,6 +6,11 @@ ranks and the torch trainer: tests/process/test_torch_e2e.py.)"""
 
 from __future__ import annotations
 
+import gc
+import threading
+import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +18,7 @@ import pytest
 
 from ringfeed.producer.sources import check_synthetic_rows
 from tests.support.configs import small
+from tests.support.polling import wait_for
 from tests.support.producer_threads import producer_threads
 from tests.support.stager_thread import stager_thread
 
@@ -190,41 +196,37 @@ def test_rows_arrive_intact_on_a_gpu_while_steps_run_on_another_stream(
     assert sorted(seen) == sorted(list(range(N)) * 4), "each item once an epoch, every row its own"
 
 
+def partly_iterated(loader: RingLoader, then: Callable[[], object] = lambda: None) -> weakref.ref:
+    """One batch of loader, then `then`; the loader dropped unclosed (as a notebook cell
+    run again drops it): its weak reference."""
+    it = iter(loader)
+    next(it)
+    then()
+    return weakref.ref(loader)
+
+
+def assert_collected(gone: weakref.ref) -> None:
+    """The dropped loader is collected (its finalizer ends the stager and producers it
+    started) and its stream's thread ends."""
+    gc.collect()
+    assert gone() is None, "the dropped loader is still reachable"
+    streams = lambda: [t for t in threading.enumerate() if t.name.endswith("-stream")]  # noqa: E731
+    wait_for(lambda: not streams(), 10, "the dropped loader's stream to end")
+
+
 def test_a_loader_dropped_without_close_is_collected_and_its_stream_ends(tmp_path: Path) -> None:
-    """A loader iterated partly and dropped (a notebook cell run again) must be collected:
-    its finalizer ends the stager and producers it started. Its stream's thread held it
-    through bound methods, and a live thread is never collected, so they ran until the
+    """Its stream's thread held the loader through bound methods, and a live thread is
+    never collected, so a dropped loader's stager and producers ran until the
     interpreter's exit."""
-    import gc
-    import threading
-    import weakref
-
-    from tests.support.polling import wait_for
-
     with stager_thread(config(tmp_path)) as stager:
         with producer_threads(stager.cfg, stager.control, n=2):
-            loader = RingLoader(stager.cfg, stager.run_id, device="cpu")
-            it = iter(loader)
-            next(it)
-            gone = weakref.ref(loader)
-            del it, loader
-            gc.collect()
-            assert gone() is None, "the dropped loader is still reachable"
-            streams = lambda: [t for t in threading.enumerate() if t.name.endswith("-stream")]  # noqa: E731
-            wait_for(lambda: not streams(), 10, "the dropped loader's stream to end")
+            assert_collected(partly_iterated(RingLoader(stager.cfg, stager.run_id, device="cpu")))
 
 
 def test_a_loader_dropped_after_its_copy_raised_is_collected_too(tmp_path: Path) -> None:
     """The same after place() raised (a device out of memory) with the queue full: the
     error waiting for the caller must not hold the loader through its traceback's
     frames, or the stream waits with it for ever."""
-    import gc
-    import threading
-    import time
-    import weakref
-
-    from tests.support.polling import wait_for
-
     calls = [0]
 
     class Failing(RingLoader):
@@ -234,16 +236,13 @@ def test_a_loader_dropped_after_its_copy_raised_is_collected_too(tmp_path: Path)
                 raise RuntimeError("out of memory (a test's)")
             return super().place(arrays)
 
+    def raised() -> None:
+        wait_for(lambda: calls[0] >= 4, 10, "the copy that raises")
+        time.sleep(0.3)  # its error waits in the full queue
+
     with stager_thread(config(tmp_path)) as stager:
         with producer_threads(stager.cfg, stager.control, n=2):
             loader = Failing(stager.cfg, stager.run_id, device="cpu")
-            it = iter(loader)
-            next(it)
-            wait_for(lambda: calls[0] >= 4, 10, "the copy that raises")
-            time.sleep(0.3)  # its error waits in the full queue
-            gone = weakref.ref(loader)
-            del it, loader
-            gc.collect()
-            assert gone() is None, "the dropped loader is still reachable"
-            streams = lambda: [t for t in threading.enumerate() if t.name.endswith("-stream")]  # noqa: E731
-            wait_for(lambda: not streams(), 10, "the dropped loader's stream to end")
+            gone = partly_iterated(loader, raised)
+            del loader
+            assert_collected(gone)
