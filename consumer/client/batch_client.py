@@ -242,10 +242,9 @@ class BatchClient:
         paused = False
         while True:
             now = time.monotonic()
-            # Once for a run of slow turns: turns that are all that slow end the wait.
-            if now - last_turn > PAUSED_S and not paused:
+            was_paused, paused = paused, now - last_turn > PAUSED_S
+            if paused and not was_paused:  # once for a run of slow turns: all slow ends it
                 deadline = max(deadline, now + 2 * POLL_S)
-            paused = now - last_turn > PAUSED_S
             last_turn = now
             left = deadline - now
             if left <= 0 or not self.sock.poll(min(left, POLL_S) * 1000):

@@ -145,6 +145,13 @@ class Expiry:
     audits: tuple[AuditCase, ...]
 
 
+def keep_last(table: dict[bytes, str], ident: bytes, name: str) -> None:
+    """Remember ident's name in table, the last MAX_PRODUCERS only (oldest go first)."""
+    table[ident] = name
+    if len(table) > MAX_PRODUCERS:
+        del table[next(iter(table))]
+
+
 def same_name(producer: Producer, name: str, peer: PeerId) -> bool:
     """Is `name` of peer's owner the name this producer holds? (Names are per owner.)"""
     return producer.name == name and producer.peer.owner == peer.owner
@@ -489,15 +496,14 @@ class ProducerBook:
                 self._expire(ident, producer, late, silent_s)
         return Expiry(names, salvage, expired.audits)
 
-    def remember(self, ident: bytes, name: str, bye: bool = False) -> None:
-        """A producer gone: forgotten for silence (its late messages are counted as
-        such), or left with a BYE (bye: a BYE it says again is answered again). The last
-        MAX_PRODUCERS of each."""
-        gone = self.said_bye if bye else self.forgotten
-        gone[ident] = name
-        self.n_forgotten += not bye
-        if len(gone) > MAX_PRODUCERS:
-            del gone[next(iter(gone))]
+    def remember(self, ident: bytes, name: str) -> None:
+        """A producer forgotten for silence: its late messages are counted as such."""
+        keep_last(self.forgotten, ident, name)
+        self.n_forgotten += 1
+
+    def left(self, ident: bytes, name: str) -> None:
+        """A producer left with a BYE: a BYE it says again is answered again."""
+        keep_last(self.said_bye, ident, name)
 
     def _expire(
         self, ident: bytes, producer: Producer, late: tuple[int, ...], silent_s: float

@@ -140,7 +140,7 @@ class ProducerDesk:
 
     def on_bye(self, msg: p.Bye, producer: Producer, payload: list[bytes]) -> None:
         self.book.drop(producer.ident, charge=False)
-        self.book.remember(producer.ident, producer.name, bye=True)
+        self.book.left(producer.ident, producer.name)
         self.net.reply(producer.ident, p.ByeAck())
 
     HANDLERS: dict[type, Callable[..., None]] = {

@@ -325,8 +325,10 @@ def children_of(pid: int) -> list[int]:
 STOPPED_CONSUMER = """
 import sys
 from ringfeed.consumer.client.batch_client import BatchClient
+from ringfeed.producer.sources import check_synthetic_rows
 from ringfeed.shared.config import load_config
-client = BatchClient(load_config(sys.argv[1]), sys.argv[2], name="stopped")
+cfg = load_config(sys.argv[1])
+client = BatchClient(cfg, sys.argv[2], name="stopped")
 client.connect(30)
 print("connected", flush=True)
 while True:
@@ -337,6 +339,8 @@ while True:
         continue
     if batch is None:
         break
+    items = check_synthetic_rows(batch.arrays, batch.meta.n_valid, cfg)  # each row its item
+    print("ROWS", len(items), flush=True)
     client.free(batch)
 """
 
@@ -354,6 +358,7 @@ def test_a_consumer_stopped_while_it_waits_reads_what_came_meanwhile(tmp_path: P
             [sys.executable, "-c", STOPPED_CONSUMER, str(cfg_path), run.run_id],
             cwd=REPO,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         try:
@@ -365,10 +370,12 @@ def test_a_consumer_stopped_while_it_waits_reads_what_came_meanwhile(tmp_path: P
                 time.sleep(1.5)  # three timeouts' worth, batches arriving meanwhile
                 consumer.send_signal(signal.SIGCONT)
             time.sleep(1.0)
+            alive = consumer.poll() is None  # a row that is not its item ends it
         finally:
             consumer.kill()
-            out = consumer.communicate()[0]
-    assert "TIMEOUT" not in out, out
+            out, err = consumer.communicate()
+    assert alive and "Traceback" not in err, err
+    assert "TIMEOUT" not in out and "ROWS" in out, out
 
 
 SLOW_TURNS = """
